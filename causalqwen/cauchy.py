@@ -1,0 +1,339 @@
+r"""The Cauchy toolkit (math_foundations §2).
+
+A random variable $X \sim \mathrm{Cauchy}(\mu, \gamma)$ with location $\mu$ and scale $\gamma > 0$ has
+
+$$
+f(x) = \frac{1}{\pi\gamma}\,\frac{1}{1 + z^2}, \qquad
+F(x) = \frac12 + \frac1\pi \arctan z, \qquad z = \frac{x - \mu}{\gamma}.
+$$
+
+Two facts make it the distribution of CausalQwen:
+
+* **Linear closure.** For independent $X_j \sim \mathrm{Cauchy}(\mu_j, \gamma_j)$,
+  $\sum_j a_j X_j + b \sim \mathrm{Cauchy}\big(\sum_j a_j \mu_j + b,\ \sum_j |a_j| \gamma_j\big)$,
+  so every layer after the abduction network is computed on parameters, with no sampling.
+* **Reparameterization.** $X = \mu + \gamma \tan\big(\pi(\varepsilon - \tfrac12)\big)$ with
+  $\varepsilon \sim \mathcal U(0, 1)$.
+
+Numerics. The textbook formulas fail in floating point far from the location: $z$ itself can
+overflow ($x - \mu$ of two large floats, or a tiny scale), $\log(1 + z^2)$ overflows once $|z|$
+passes $\sqrt{\text{max float}}$, and $\tfrac12 - \arctan(z)/\pi$ cancels to zero long before the
+true tail mass underflows. Every function here therefore works from a *reduced* form of $z$:
+
+$$
+h = \tfrac{x}{2} - \tfrac{\mu}{2} \;(\text{never overflows}),\qquad
+r = \min(|z|, 1/|z|) \in [0, 1],\qquad \text{far} = |z| > 1,
+$$
+
+with $r = 2|h|/\gamma$ near the location and $r = \gamma / (2|h|)$ far from it, plus $\log r$ taken from
+logarithms when $r$ underflows. The tail mass beyond $|z|$ is then $\arctan(r)/\pi$ when far, which
+keeps full relative precision all the way out, and $\log(1 + z^2) = \log(1 + r^2) - 2\log r$ when far.
+Where PyTorch's chain rule through these expressions would overflow (the derivative of $z$ with
+respect to the scale is $-z/\gamma$), the log-density and the tail functions are
+`torch.autograd.Function`s whose backward is the analytic derivative written in the same reduced form.
+No ``eps`` is added anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "prob",
+    "log_prob",
+    "nll",
+    "cdf",
+    "sf",
+    "log_cdf",
+    "log_sf",
+    "icdf",
+    "rsample",
+    "linear",
+]
+
+LOG_PI = math.log(math.pi)
+LOG_2 = math.log(2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Input handling
+# --------------------------------------------------------------------------------------------
+
+
+def _as_float_tensors(*values, names: tuple[str, ...]) -> list[Tensor]:
+    """Turn numbers and tensors into tensors of one common floating dtype (torch promotion rules)."""
+    for value, name in zip(values, names):
+        if not isinstance(value, (Tensor, float, int)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a torch.Tensor or a Python number, got {type(value).__name__}")
+    dtypes = [v.dtype for v in values if isinstance(v, Tensor)]
+    dtype = reduce(torch.promote_types, dtypes) if dtypes else torch.get_default_dtype()
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    device = next((v.device for v in values if isinstance(v, Tensor)), None)
+    return [torch.as_tensor(v, dtype=dtype, device=device) for v in values]
+
+
+def check_scale(scale: Tensor, name: str = "scale") -> None:
+    """Raise ``ValueError`` unless every element of ``scale`` is a number $> 0$ (NaN fails too)."""
+    if not bool((scale > 0).all()):
+        bad = scale[~(scale > 0)]
+        raise ValueError(
+            f"{name} must be > 0 everywhere; found {bad.numel()} element(s) that are not, e.g. {bad.flatten()[0].item()!r}"
+        )
+
+
+def _prepare(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
+    x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
+    check_scale(scale, names[2])
+    return list(torch.broadcast_tensors(x, loc, scale))
+
+
+# --------------------------------------------------------------------------------------------
+# The reduced form of z = (x - loc) / scale
+# --------------------------------------------------------------------------------------------
+
+
+class _Reduced(NamedTuple):
+    far: Tensor  # |z| > 1
+    positive: Tensor  # z >= 0
+    r: Tensor  # min(|z|, 1/|z|), in [0, 1]
+    log_r: Tensor  # log r, exact where far even when r underflows (not meaningful where near)
+    half_abs_diff: Tensor  # |h| = |x - loc| / 2
+
+
+def _reduce(x: Tensor, loc: Tensor, scale: Tensor) -> _Reduced:
+    r"""Reduced form of $z = (x - \mu)/\gamma$ that never overflows (see the module docstring)."""
+    h = x * 0.5 - loc * 0.5  # half the difference: cannot overflow
+    abs_h = h.abs()
+    far = abs_h > scale * 0.5
+    r_near = (abs_h / scale) * 2.0  # <= 1 where near
+    r_far = (scale / abs_h) * 0.5  # < 1 where far; may underflow
+    r = torch.where(far, r_far, r_near)
+    tiny = torch.finfo(r.dtype).tiny
+    log_r = torch.where(r >= tiny, torch.log(r), torch.log(scale) - torch.log(abs_h) - LOG_2)
+    return _Reduced(far=far, positive=h >= 0, r=r, log_r=log_r, half_abs_diff=abs_h)
+
+
+def _log_atan_r(q: _Reduced) -> Tensor:
+    r"""$\log \arctan r$, exact also where $r$ underflows ($\arctan r = r$ there)."""
+    tiny = torch.finfo(q.r.dtype).tiny
+    return torch.where(q.r >= tiny, torch.log(torch.atan(q.r)), q.log_r)
+
+
+# Each standardized function F(z) below comes with its value and its two derivatives
+#   d/dx F((x - loc)/scale)      (d/dloc is its negative)
+#   d/dscale F((x - loc)/scale)
+# written in the reduced form, so that neither overflows where the true value is finite.
+# Far from the location, 1/scale is replaced by r/scale = 1/(2|h|) wherever r multiplies it.
+
+
+def _log1p_square_value(q: _Reduced) -> Tensor:
+    r"""$\log(1 + z^2)$: $\log(1 + r^2)$ near, $\log(1 + r^2) - 2 \log r$ far."""
+    base = torch.log1p(q.r * q.r)
+    return torch.where(q.far, base - 2.0 * q.log_r, base)
+
+
+def _log1p_square_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""$\partial_x = 2z/((1+z^2)\gamma)$ and $\partial_\gamma = -2z^2/((1+z^2)\gamma)$."""
+    sign = torch.where(q.positive, 1.0, -1.0).to(q.r.dtype)
+    one_r2 = 1.0 + q.r * q.r
+    d_dx_near = 2.0 * sign * q.r / (one_r2 * scale)
+    d_dx_far = sign / (q.half_abs_diff * one_r2)
+    d_dscale_near = -2.0 * q.r * q.r / (one_r2 * scale)
+    d_dscale_far = -2.0 / (one_r2 * scale)
+    return torch.where(q.far, d_dx_far, d_dx_near), torch.where(q.far, d_dscale_far, d_dscale_near)
+
+
+def _sf_value(q: _Reduced) -> Tensor:
+    r"""$P(X > x) = \tfrac12 - \arctan(z)/\pi$, from the tail mass $\arctan(r)/\pi$ when far."""
+    atan_r = torch.atan(q.r) / math.pi
+    near = torch.where(q.positive, 0.5 - atan_r, 0.5 + atan_r)
+    far = torch.where(q.positive, atan_r, 1.0 - atan_r)
+    return torch.where(q.far, far, near)
+
+
+def _log_sf_value(q: _Reduced) -> Tensor:
+    r"""$\log P(X > x)$: $\log\arctan r - \log\pi$ in the upper tail, $\log1p(-\arctan(r)/\pi)$ in the lower."""
+    atan_r = torch.atan(q.r) / math.pi
+    near = torch.where(q.positive, torch.log(0.5 - atan_r), torch.log(0.5 + atan_r))
+    far = torch.where(q.positive, _log_atan_r(q) - LOG_PI, torch.log1p(-atan_r))
+    return torch.where(q.far, far, near)
+
+
+def _density_factors(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""$f_z(z)/\gamma$ and $z f_z(z)/\gamma$ with $f_z(z) = 1/(\pi(1+z^2))$ the standard density."""
+    sign = torch.where(q.positive, 1.0, -1.0).to(q.r.dtype)
+    pi_one_r2 = math.pi * (1.0 + q.r * q.r)
+    r_over_scale_far = 0.5 / q.half_abs_diff  # = r / scale where far
+    density_near = 1.0 / (pi_one_r2 * scale)
+    density_far = q.r * r_over_scale_far / pi_one_r2  # r^2 / (pi (1 + r^2) scale)
+    z_density_near = sign * q.r / (pi_one_r2 * scale)
+    z_density_far = sign * r_over_scale_far / pi_one_r2  # (1/r) r^2 / (pi (1+r^2) scale)
+    return torch.where(q.far, density_far, density_near), torch.where(q.far, z_density_far, z_density_near)
+
+
+def _sf_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""$\partial_x\,\mathrm{sf} = -f(x)$ and $\partial_\gamma\,\mathrm{sf} = z f(x)$."""
+    density, z_density = _density_factors(q, scale)
+    return -density, z_density
+
+
+def _log_sf_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""$\partial_x \log\mathrm{sf} = -f/\mathrm{sf}$, $\partial_\gamma \log\mathrm{sf} = z f/\mathrm{sf}$.
+
+    In the far upper tail both the density and the survival function vanish; their ratio is
+    formed from $\rho = r/\arctan r \in [1, 4/\pi]$ instead: $f/\mathrm{sf} = \rho\, r/((1 + r^2)\gamma)$.
+    """
+    density, z_density = _density_factors(q, scale)
+    survival = _sf_value(q)
+    upper_far = q.far & q.positive
+    tiny = torch.finfo(q.r.dtype).tiny
+    rho = torch.where(q.r >= tiny, q.r / torch.atan(q.r), 1.0)  # r / atan(r) -> 1 as r -> 0
+    one_r2 = 1.0 + q.r * q.r
+    hazard_far = rho * (0.5 / q.half_abs_diff) / one_r2  # = rho r / ((1 + r^2) scale)
+    z_hazard_far = rho / (one_r2 * scale)
+    d_dx = torch.where(upper_far, -hazard_far, -density / survival)
+    d_dscale = torch.where(upper_far, z_hazard_far, z_density / survival)
+    return d_dx, d_dscale
+
+
+_KINDS = {
+    "log1p_square": (_log1p_square_value, _log1p_square_grads),
+    "sf": (_sf_value, _sf_grads),
+    "log_sf": (_log_sf_value, _log_sf_grads),
+}
+
+
+class _StandardizedFunction(torch.autograd.Function):
+    r"""$F\big((x - \mu)/\gamma\big)$ for $F \in \{\log(1+z^2),\ \mathrm{sf},\ \log\mathrm{sf}\}$.
+
+    Forward and backward both use the reduced form; backward recomputes it from the saved inputs
+    (three tensors of the input shape) and applies the analytic derivative.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, loc: Tensor, scale: Tensor, kind: str) -> Tensor:
+        ctx.kind = kind
+        ctx.save_for_backward(x, loc, scale)
+        value_fn, _ = _KINDS[kind]
+        return value_fn(_reduce(x, loc, scale))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, loc, scale = ctx.saved_tensors
+        _, grads_fn = _KINDS[ctx.kind]
+        d_dx, d_dscale = grads_fn(_reduce(x, loc, scale), scale)
+        grad_x = grad * d_dx if ctx.needs_input_grad[0] else None
+        grad_loc = -grad * d_dx if ctx.needs_input_grad[1] else None
+        grad_scale = grad * d_dscale if ctx.needs_input_grad[2] else None
+        return grad_x, grad_loc, grad_scale, None
+
+
+# --------------------------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------------------------
+
+
+def log_prob(x, loc, scale) -> Tensor:
+    r"""Log density $\log f(x) = -\log(\pi\gamma) - \log(1 + z^2)$, $z = (x - \mu)/\gamma$.
+
+    Finite for every finite input: $\log(1+z^2)$ is evaluated as $\log(1+r^2) - 2\log r$ far from
+    the location, so neither $z$ nor $z^2$ is ever formed.
+    """
+    x, loc, scale = _prepare(x, loc, scale)
+    return -LOG_PI - torch.log(scale) - _StandardizedFunction.apply(x, loc, scale, "log1p_square")
+
+
+def nll(x, loc, scale) -> Tensor:
+    r"""Negative log-likelihood $\log(\pi\gamma) + \log\big(1 + ((x-\mu)/\gamma)^2\big) = -\log f(x)$."""
+    return -log_prob(x, loc, scale)
+
+
+def prob(x, loc, scale) -> Tensor:
+    r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$, computed as $\exp(\log f(x))$."""
+    return torch.exp(log_prob(x, loc, scale))
+
+
+def sf(x, loc, scale) -> Tensor:
+    r"""Survival function $P(X > x) = \tfrac12 - \tfrac1\pi\arctan z$.
+
+    In the upper tail it is evaluated as $\arctan(1/z)/\pi$, which keeps full relative precision.
+    """
+    x, loc, scale = _prepare(x, loc, scale)
+    return _StandardizedFunction.apply(x, loc, scale, "sf")
+
+
+def cdf(x, loc, scale) -> Tensor:
+    r"""Distribution function $P(X \le x) = \tfrac12 + \tfrac1\pi\arctan z$.
+
+    By symmetry $F(x; \mu, \gamma) = \mathrm{sf}(\mu; x, \gamma)$, which is how it is computed.
+    """
+    x, loc, scale = _prepare(x, loc, scale)
+    return _StandardizedFunction.apply(loc, x, scale, "sf")
+
+
+def log_sf(x, loc, scale) -> Tensor:
+    r"""$\log P(X > x)$, accurate to a few ulps for every finite input.
+
+    Upper tail ($z > 1$): $\log\arctan(1/z) - \log\pi$; lower tail ($z < -1$):
+    $\log\big(1 - \arctan(1/|z|)/\pi\big)$ via ``log1p``; in between the direct form.
+    """
+    x, loc, scale = _prepare(x, loc, scale)
+    return _StandardizedFunction.apply(x, loc, scale, "log_sf")
+
+
+def log_cdf(x, loc, scale) -> Tensor:
+    r"""$\log P(X \le x) = \log \mathrm{sf}(\mu; x, \gamma)$ (the mirror image of :func:`log_sf`)."""
+    x, loc, scale = _prepare(x, loc, scale)
+    return _StandardizedFunction.apply(loc, x, scale, "log_sf")
+
+
+def icdf(p, loc, scale) -> Tensor:
+    r"""Quantile function $F^{-1}(p) = \mu + \gamma \tan\big(\pi(p - \tfrac12)\big)$, $p \in [0, 1]$.
+
+    Written as $-\gamma\cot(\pi p)$ for $p < \tfrac14$ and $\gamma\cot(\pi(1 - p))$ for $p > \tfrac34$, so
+    that a small $p$ is not rounded away in $p - \tfrac12$. $F^{-1}(0) = -\infty$, $F^{-1}(1) = +\infty$.
+    """
+    p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"))
+    if not bool(((p >= 0) & (p <= 1)).all()):
+        raise ValueError("p must lie in [0, 1] everywhere (it is a probability)")
+    lower = -1.0 / torch.tan(math.pi * p)
+    upper = 1.0 / torch.tan(math.pi * (1.0 - p))
+    middle = torch.tan(math.pi * (p - 0.5))
+    z = torch.where(p < 0.25, lower, torch.where(p > 0.75, upper, middle))
+    return loc + scale * z
+
+
+def rsample(loc, scale, uniform) -> Tensor:
+    r"""Reparameterized draw $\mu + \gamma\tan\big(\pi(\varepsilon - \tfrac12)\big)$ for given $\varepsilon \in [0, 1]$.
+
+    Identical to ``icdf(uniform, loc, scale)``; gradients flow to ``loc`` and ``scale``.
+    """
+    return icdf(uniform, loc, scale)
+
+
+def linear(loc, scale, weight: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    r"""Law of $Y = W X + b$ for $X$ with independent $\mathrm{Cauchy}(\mu_j, \gamma_j)$ components.
+
+    $$Y_k \sim \mathrm{Cauchy}\Big(\sum_j W_{kj}\mu_j + b_k,\ \sum_j |W_{kj}|\,\gamma_j\Big),$$
+    i.e. ``(loc @ weight.T + bias, scale @ weight.abs().T)``. Shapes: loc, scale ``[..., C]``,
+    weight ``[K, C]``, bias ``[K]``; result ``[..., K]`` twice.
+    """
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    loc, scale = _as_float_tensors(loc, scale, names=("loc", "scale"))
+    check_scale(scale)
+    if loc.shape[-1:] != weight.shape[-1:] or scale.shape[-1:] != weight.shape[-1:]:
+        raise ValueError(
+            f"last dimension of loc {tuple(loc.shape)} and scale {tuple(scale.shape)} must equal "
+            f"weight's input dimension {weight.shape[-1]}"
+        )
+    loc_out = F.linear(loc, weight, bias)  # [..., K]
+    scale_out = F.linear(scale, weight.abs())  # [..., K]
+    return loc_out, scale_out

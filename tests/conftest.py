@@ -1,0 +1,21 @@
+"""Shared test configuration: Hypothesis profiles and small fixtures.
+
+Profiles (select with ``HYPOTHESIS_PROFILE=...``; the default is ``ci``):
+
+* ``ci`` -- derandomized, so every run of the suite checks the same examples;
+* ``dev`` -- random examples, a few more of them, for local exploration;
+* ``thorough`` -- many examples, for a long run before a release.
+"""
+
+import os
+
+import torch
+from hypothesis import HealthCheck, settings
+
+_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", derandomize=True, max_examples=40, print_blob=True, **_common)
+settings.register_profile("dev", max_examples=80, **_common)
+settings.register_profile("thorough", max_examples=1000, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+torch.set_num_threads(min(2, torch.get_num_threads()))

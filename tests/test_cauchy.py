@@ -1,0 +1,322 @@
+"""The Cauchy toolkit against independent oracles: SciPy, mpmath at 50 digits, and Monte Carlo."""
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from causalqwen import cauchy
+
+DTYPES = [torch.float32, torch.float64]
+# Relative tolerance against a float64 oracle evaluated on the same (already rounded) inputs.
+RTOL = {torch.float32: 2e-5, torch.float64: 1e-10}
+
+
+def _mp_log_sf(t: float) -> float:
+    """log P(T > t) for a standard Cauchy T, by the textbook formula in 250-digit arithmetic.
+
+    250 digits leave > 100 correct digits after the cancellation in 1/2 - atan(t)/pi for |t| < 1e140.
+    """
+    with mp.workdps(250):
+        return float(mp.log(mp.mpf(1) / 2 - mp.atan(mp.mpf(t)) / mp.pi))
+
+
+def _mp_log_sf_xls(x: float, loc: float, scale: float) -> float:
+    with mp.workdps(250):
+        return _mp_log_sf((mp.mpf(x) - mp.mpf(loc)) / mp.mpf(scale))
+
+
+def _mp_log_pdf(x: float, loc: float, scale: float) -> float:
+    with mp.workdps(60):
+        z = (mp.mpf(x) - mp.mpf(loc)) / mp.mpf(scale)
+        return float(-mp.log(mp.pi * mp.mpf(scale)) - mp.log(1 + z * z))
+
+
+def _rel_err(value: float, reference: float, dtype) -> float:
+    floor = torch.finfo(dtype).tiny  # below this a float has fewer significant bits (subnormal)
+    return abs(value - reference) / max(abs(reference), floor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise functions against SciPy
+# ---------------------------------------------------------------------------------------------
+
+params = st.tuples(
+    st.floats(-1e6, 1e6),  # x
+    st.floats(-1e6, 1e6),  # loc
+    st.floats(-6, 6).map(lambda e: 10.0**e),  # scale, log-uniform
+)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(values=st.lists(params, min_size=1, max_size=16))
+def test_elementwise_functions_match_scipy(dtype, values):
+    x, loc, scale = (torch.tensor(v, dtype=dtype) for v in zip(*values))
+    xn, ln, sn = (t.double().numpy() for t in (x, loc, scale))  # the oracle sees the rounded inputs
+    oracle = stats.cauchy(loc=ln, scale=sn)
+    checks = {
+        "log_prob": (cauchy.log_prob(x, loc, scale), oracle.logpdf(xn)),
+        "nll": (cauchy.nll(x, loc, scale), -oracle.logpdf(xn)),
+        "prob": (cauchy.prob(x, loc, scale), oracle.pdf(xn)),
+        "cdf": (cauchy.cdf(x, loc, scale), oracle.cdf(xn)),
+        "sf": (cauchy.sf(x, loc, scale), oracle.sf(xn)),
+        "log_cdf": (cauchy.log_cdf(x, loc, scale), oracle.logcdf(xn)),
+        "log_sf": (cauchy.log_sf(x, loc, scale), oracle.logsf(xn)),
+    }
+    for name, (ours, ref) in checks.items():
+        assert ours.dtype == dtype, name
+        # z = (x - loc)/scale is formed in the working precision: allow its rounding, scaled by |z|
+        np.testing.assert_allclose(ours.double().numpy(), ref, rtol=RTOL[dtype], atol=0, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(values=st.lists(params, min_size=1, max_size=16), p=st.floats(1e-6, 1 - 1e-6))
+def test_icdf_matches_scipy_ppf(dtype, values, p):
+    _, loc, scale = (torch.tensor(v, dtype=dtype) for v in zip(*values))
+    p_t = torch.full_like(loc, p)
+    ours = cauchy.icdf(p_t, loc, scale).double().numpy()
+    ref = stats.cauchy.ppf(p_t.double().numpy(), loc=loc.double().numpy(), scale=scale.double().numpy())
+    # error relative to the spread: loc + scale * tan(...) rounds at the size of |loc| + |scale z|
+    z = np.abs(stats.cauchy.ppf(p))
+    spread = np.abs(loc.double().numpy()) + scale.double().numpy() * max(z, 1.0)
+    np.testing.assert_array_less(np.abs(ours - ref), 8 * torch.finfo(dtype).eps * spread + 1e-300)
+
+
+def test_icdf_small_p_keeps_precision():
+    """-cot(pi p) for small p: 0.5 - p would round p away in float32."""
+    p = torch.tensor([1e-10, 1e-20, 1e-30], dtype=torch.float32)
+    ours = cauchy.icdf(p, 0.0, 1.0).double().numpy()
+    ref = stats.cauchy.ppf(p.double().numpy())
+    np.testing.assert_allclose(ours, ref, rtol=1e-6)
+    assert cauchy.icdf(torch.tensor(0.0), 0.0, 1.0).item() == -math.inf
+    assert cauchy.icdf(torch.tensor(1.0), 0.0, 1.0).item() == math.inf
+    assert cauchy.icdf(torch.tensor(0.5), 3.0, 2.0).item() == 3.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Far tails against mpmath
+# ---------------------------------------------------------------------------------------------
+
+TAIL_T = [1.0, 10.0, 1e4, 1e8, 1e12, 1e20, 1e30, 3e38]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", TAIL_T + [-t for t in TAIL_T])
+def test_log_sf_and_log_cdf_far_tail_relative_error(dtype, t):
+    """The tail accuracy table: relative error <= 1e-5 in float32 for |t| up to 1e8 and far beyond."""
+    x = torch.tensor(t, dtype=dtype)
+    tv = x.item()
+    for fn, ref in ((cauchy.log_sf, _mp_log_sf(tv)), (cauchy.log_cdf, _mp_log_sf(-tv))):
+        err = _rel_err(fn(x, 0.0, 1.0).item(), ref, dtype)
+        assert err <= (1e-5 if dtype == torch.float32 else 1e-13), (fn.__name__, t, err)
+
+
+@pytest.mark.parametrize(
+    "x, loc, scale",
+    [
+        (3e38, -3e38, 1e-30),  # x - loc overflows, z would be 6e68
+        (-3e38, 3e38, 1.0),
+        (1e30, 0.0, 1e-30),  # z overflows in float32
+        (1e-30, 0.0, 1e30),  # z underflows
+        (5.0, 5.0, 1e-38),  # exactly at the location
+    ],
+)
+def test_extreme_inputs_are_exact_and_finite_in_float32(x, loc, scale):
+    xt, lt, st_ = (torch.tensor(v, dtype=torch.float32) for v in (x, loc, scale))
+    xv, lv, sv = xt.item(), lt.item(), st_.item()
+    refs = {
+        cauchy.log_sf: _mp_log_sf_xls(xv, lv, sv),
+        cauchy.log_cdf: _mp_log_sf_xls(lv, xv, sv),
+        cauchy.log_prob: _mp_log_pdf(xv, lv, sv),
+    }
+    for fn, ref in refs.items():
+        value = fn(xt, lt, st_).item()
+        assert math.isfinite(value)
+        assert _rel_err(value, ref, torch.float32) <= 1e-5, (fn.__name__, value, ref)
+
+
+finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+positive32 = st.floats(1e-30, 1e30).map(lambda v: float(np.float32(v)))
+
+
+@given(x=finite32, loc=finite32, scale=positive32)
+def test_log_prob_nll_log_tails_and_gradients_finite_for_any_finite_float32(x, loc, scale):
+    xt = torch.tensor(x, dtype=torch.float32, requires_grad=True)
+    lt = torch.tensor(loc, dtype=torch.float32, requires_grad=True)
+    st_ = torch.tensor(scale, dtype=torch.float32, requires_grad=True)
+    for fn in (cauchy.log_prob, cauchy.nll, cauchy.log_sf, cauchy.log_cdf, cauchy.sf, cauchy.cdf):
+        xt.grad = lt.grad = st_.grad = None
+        value = fn(xt, lt, st_)
+        value.backward()
+        assert torch.isfinite(value), fn.__name__
+        for g in (xt.grad, lt.grad, st_.grad):
+            assert torch.isfinite(g), (fn.__name__, g)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients
+# ---------------------------------------------------------------------------------------------
+
+GRAD_FUNCTIONS = [cauchy.log_prob, cauchy.nll, cauchy.prob, cauchy.cdf, cauchy.sf, cauchy.log_cdf, cauchy.log_sf]
+
+
+@pytest.mark.parametrize("fn", GRAD_FUNCTIONS, ids=lambda f: f.__name__)
+def test_gradcheck_float64_near_and_far(fn):
+    g = torch.Generator().manual_seed(0)
+    # a mix of positions close to the location (|z| < 1) and far from it (|z| up to ~1e6), both signs
+    x = torch.cat([torch.randn(6, generator=g), torch.randn(6, generator=g) * 1e3]).double()
+    loc = torch.randn(12, generator=g).double()
+    scale = (torch.rand(12, generator=g).double() * 2 + 0.01)
+    inputs = tuple(t.clone().requires_grad_() for t in (x, loc, scale))
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-4)
+
+
+def test_gradients_broadcast_to_input_shapes():
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    loc = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    scale = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    cauchy.log_sf(x, loc, scale).sum().backward()
+    assert loc.grad.shape == (3,) and scale.grad.shape == ()
+    # d/dloc = -sum over the broadcast rows of d/dx
+    torch.testing.assert_close(loc.grad, -x.grad.sum(0))
+
+
+def test_far_tail_gradient_matches_float64_analytic():
+    """d/dx log sf = -f/sf -> -1/(x - loc) in the upper tail; d/dscale log sf -> 1/scale."""
+    x = torch.tensor([1e10, 1e20, 1e30], dtype=torch.float32, requires_grad=True)
+    scale = torch.tensor([1.0, 1e-5, 3.0], dtype=torch.float32, requires_grad=True)
+    cauchy.log_sf(x, 0.0, scale).sum().backward()
+    with mp.workdps(50):
+        for i in range(3):
+            xv, sv = mp.mpf(x[i].item()), mp.mpf(scale[i].item())
+            z = xv / sv
+            sf_v = mp.atan(1 / z) / mp.pi
+            pdf_z = 1 / (mp.pi * (1 + z * z))
+            assert _rel_err(x.grad[i].item(), float(-pdf_z / sf_v / sv), torch.float32) < 1e-5
+            assert _rel_err(scale.grad[i].item(), float(z * pdf_z / sf_v / sv), torch.float32) < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------
+
+
+@given(values=st.lists(params, min_size=1, max_size=8))
+def test_symmetry_and_complement(values):
+    x, loc, scale = (torch.tensor(v, dtype=torch.float64) for v in zip(*values))
+    mirrored = 2 * loc - x
+    torch.testing.assert_close(cauchy.sf(x, loc, scale), cauchy.cdf(mirrored, loc, scale), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(cauchy.cdf(x, loc, scale) + cauchy.sf(x, loc, scale), torch.ones_like(x))
+    torch.testing.assert_close(cauchy.log_sf(x, loc, scale), cauchy.log_cdf(mirrored, loc, scale), rtol=1e-9, atol=1e-12)
+
+
+@given(values=st.lists(params, min_size=1, max_size=8), shift=st.floats(1e-3, 1e3))
+def test_cdf_monotone_in_x(values, shift):
+    x, loc, scale = (torch.tensor(v, dtype=torch.float64) for v in zip(*values))
+    assert bool((cauchy.cdf(x + shift, loc, scale) >= cauchy.cdf(x, loc, scale)).all())
+    assert bool((cauchy.log_sf(x + shift, loc, scale) <= cauchy.log_sf(x, loc, scale)).all())
+
+
+@given(values=st.lists(params, min_size=1, max_size=8))
+def test_icdf_inverts_cdf(values):
+    x, loc, scale = (torch.tensor(v, dtype=torch.float64) for v in zip(*values))
+    p = cauchy.cdf(x, loc, scale)
+    back = cauchy.icdf(p, loc, scale)
+    # the round trip is limited by the conditioning of the cdf at x: |dx| ~ eps * p / f(x)
+    tolerance = 64 * torch.finfo(torch.float64).eps * (x.abs() + loc.abs() + scale * (1 + ((x - loc) / scale) ** 2))
+    assert bool(((back - x).abs() <= tolerance).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling and linear closure (Monte Carlo with fixed seeds, KS tests)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rsample_equals_icdf_and_is_cauchy():
+    g = torch.Generator().manual_seed(1)
+    uniform = torch.rand(20_000, generator=g, dtype=torch.float64)
+    loc, scale = torch.tensor(1.5, dtype=torch.float64), torch.tensor(0.7, dtype=torch.float64)
+    draws = cauchy.rsample(loc, scale, uniform)
+    torch.testing.assert_close(draws, cauchy.icdf(uniform, loc, scale), rtol=0, atol=0)
+    assert stats.kstest(draws.numpy(), stats.cauchy(loc=1.5, scale=0.7).cdf).pvalue > 1e-3
+
+
+def test_rsample_is_reparameterized():
+    """d draw / d loc = 1 and d draw / d scale = (draw - loc) / scale."""
+    loc = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    scale = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    uniform = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+    draws = cauchy.rsample(loc, scale, uniform)
+    draws.sum().backward()
+    assert loc.grad.item() == pytest.approx(3.0)
+    assert scale.grad.item() == pytest.approx(((draws - 0.3) / 2.0).sum().item())
+
+
+def test_linear_exact_formula_against_float64_loops():
+    g = torch.Generator().manual_seed(2)
+    loc, scale = torch.randn(2, 3, 5, generator=g), torch.rand(2, 3, 5, generator=g) + 0.1
+    weight, bias = torch.randn(4, 5, generator=g), torch.randn(4, generator=g)
+    loc_out, scale_out = cauchy.linear(loc, scale, weight, bias)
+    L, S, W, b = (t.double().numpy() for t in (loc, scale, weight, bias))
+    for i in range(2):
+        for j in range(3):
+            for k in range(4):
+                assert loc_out[i, j, k].item() == pytest.approx(sum(W[k, c] * L[i, j, c] for c in range(5)) + b[k], rel=1e-5)
+                assert scale_out[i, j, k].item() == pytest.approx(sum(abs(W[k, c]) * S[i, j, c] for c in range(5)), rel=1e-5)
+
+
+def test_linear_closure_monte_carlo_ks():
+    rng = np.random.default_rng(3)
+    loc = np.array([0.5, -1.0, 2.0])
+    scale = np.array([0.3, 1.5, 0.8])
+    weight = np.array([[1.0, -2.0, 0.5], [-0.3, 0.0, 4.0]])
+    bias = np.array([0.25, -1.0])
+    x = stats.cauchy.rvs(loc=loc, scale=scale, size=(20_000, 3), random_state=rng)
+    y = x @ weight.T + bias
+    loc_out, scale_out = cauchy.linear(torch.tensor(loc), torch.tensor(scale), torch.tensor(weight), torch.tensor(bias))
+    for k in range(2):
+        law = stats.cauchy(loc=loc_out[k].item(), scale=scale_out[k].item())
+        assert stats.kstest(y[:, k], law.cdf).pvalue > 1e-3
+
+
+def test_sum_of_independent_cauchys_is_cauchy_with_added_scales():
+    """Noise infusion: U + eps with eps ~ Cauchy(0, |b|) is Cauchy(loc, scale + |b|)."""
+    rng = np.random.default_rng(4)
+    u = stats.cauchy.rvs(loc=1.0, scale=2.0, size=30_000, random_state=rng)
+    noise = stats.cauchy.rvs(loc=0.0, scale=0.5, size=30_000, random_state=rng)
+    assert stats.kstest(u + noise, stats.cauchy(loc=1.0, scale=2.5).cdf).pvalue > 1e-3
+    # and the same through the toolkit: a [1, 1] identity "linear" of the pair is the sum
+    loc_out, scale_out = cauchy.linear(torch.tensor([1.0, 0.0]), torch.tensor([2.0, 0.5]), torch.tensor([[1.0, 1.0]]))
+    assert loc_out.item() == 1.0 and scale_out.item() == 2.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", GRAD_FUNCTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("bad_scale", [0.0, -1.0, math.nan])
+def test_non_positive_scale_is_rejected(fn, bad_scale):
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        fn(torch.tensor([0.0, 1.0]), 0.0, torch.tensor([1.0, bad_scale]))
+
+
+def test_other_bad_inputs():
+    with pytest.raises(ValueError, match="p must lie in"):
+        cauchy.icdf(torch.tensor([1.5]), 0.0, 1.0)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        cauchy.rsample(0.0, -2.0, torch.tensor([0.5]))
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        cauchy.linear(torch.zeros(3), torch.tensor([1.0, 0.0, 1.0]), torch.ones(2, 3))
+    with pytest.raises(ValueError, match="last dimension"):
+        cauchy.linear(torch.zeros(3), torch.ones(3), torch.ones(2, 4))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        cauchy.log_prob("1.0", 0.0, 1.0)
+    with pytest.raises(TypeError, match="weight must be"):
+        cauchy.linear(torch.zeros(3), torch.ones(3), [[1.0, 2.0, 3.0]])
