@@ -1,0 +1,283 @@
+"""OvR probability, classification loss, gated regression loss and the total, against independent oracles."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from causalqwen import losses
+
+NUM = 2  # the <NUM> class in the small examples below
+IGNORE = -100
+
+
+def _textbook_ovr_loss(loc, scale, label, threshold):
+    """The formula of forward_pass §5.1 in plain float64 Python: P = 1/2 + atan(t)/pi, BCE summed over k."""
+    total = 0.0
+    for k in range(len(loc)):
+        c = threshold[k] if isinstance(threshold, (list, tuple)) else threshold
+        p = 0.5 + math.atan((loc[k] - c) / scale[k]) / math.pi
+        total -= math.log(p) if k == label else math.log(1.0 - p)
+    return total
+
+
+def _random_head(seed, shape=(2, 5), classes=4, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    loc_S = torch.randn(*shape, classes, generator=g, dtype=dtype) * 3
+    scale_S = torch.rand(*shape, classes, generator=g, dtype=dtype) * 2 + 0.2
+    loc_Y = torch.randn(*shape, generator=g, dtype=dtype) * 5
+    scale_Y = torch.rand(*shape, generator=g, dtype=dtype) + 0.5
+    targets = torch.randn(*shape, generator=g, dtype=dtype) * 5
+    labels = torch.randint(0, classes, shape, generator=g)
+    return loc_S, scale_S, loc_Y, scale_Y, targets, labels
+
+
+# ---------------------------------------------------------------------------------------------
+# OvR probability
+# ---------------------------------------------------------------------------------------------
+
+ovr_inputs = st.tuples(st.floats(-1e4, 1e4), st.floats(-3, 3).map(lambda e: 10.0**e), st.floats(-1e3, 1e3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@given(values=st.lists(ovr_inputs, min_size=1, max_size=16))
+def test_ovr_probability_and_logs_match_scipy(dtype, values):
+    loc, scale, c = (torch.tensor(v, dtype=dtype) for v in zip(*values))
+    L, S, Cn = (t.double().numpy() for t in (loc, scale, c))
+    # per-class threshold: each "class" here has its own C
+    p = losses.ovr_probability(loc, scale, c)
+    log_p, log_not_p = losses.ovr_log_probability(loc, scale, c)
+    rtol = 2e-5 if dtype == torch.float32 else 1e-10
+    np.testing.assert_allclose(p.double().numpy(), stats.cauchy.sf(Cn, loc=L, scale=S), rtol=rtol)
+    np.testing.assert_allclose(log_p.double().numpy(), stats.cauchy.logsf(Cn, loc=L, scale=S), rtol=rtol)
+    np.testing.assert_allclose(log_not_p.double().numpy(), stats.cauchy.logcdf(Cn, loc=L, scale=S), rtol=rtol)
+
+
+@given(values=st.lists(ovr_inputs, min_size=1, max_size=16), shift=st.floats(1e-2, 1e2))
+def test_ovr_probability_in_open_unit_interval_monotone_and_symmetric(values, shift):
+    loc, scale, c = (torch.tensor(v, dtype=torch.float64) for v in zip(*values))
+    p = losses.ovr_probability(loc, scale, c)
+    assert bool(((p > 0) & (p < 1)).all())
+    assert bool((losses.ovr_probability(loc + shift, scale, c) > p).all())
+    # 1 - P(t) = P(-t): mirror the location around the threshold
+    mirrored = losses.ovr_probability(2 * c - loc, scale, c)
+    torch.testing.assert_close(1 - p, mirrored, rtol=1e-9, atol=1e-12)
+
+
+def test_ovr_log_probability_far_tails_have_no_eps_bias():
+    """At t = -1e8 the seeds' log(P + 1e-7) would give -16.1; the true value is log(1/(pi 1e8)) = -19.57."""
+    log_p, log_not_p = losses.ovr_log_probability(torch.tensor([-1e8]), torch.tensor([1.0]), 0.0)
+    assert log_p.item() == pytest.approx(-math.log(math.pi * 1e8), rel=1e-6)
+    assert log_not_p.item() == pytest.approx(math.log1p(-1 / (math.pi * 1e8)), rel=1e-5)
+
+
+def test_thresholds_scalar_per_class_and_learnable():
+    loc_S, scale_S, *_ , labels = _random_head(0)
+    scalar = losses.ovr_classification_loss(loc_S, scale_S, labels, 1.5)
+    per_class_same = losses.ovr_classification_loss(loc_S, scale_S, labels, torch.full((4,), 1.5, dtype=torch.float64))
+    torch.testing.assert_close(scalar, per_class_same)
+    per_class = torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    loss = losses.ovr_classification_loss(loc_S, scale_S, labels, per_class)
+    for b, s in itertools.product(range(2), range(5)):
+        expected = _textbook_ovr_loss(loc_S[b, s].tolist(), scale_S[b, s].tolist(), labels[b, s].item(), per_class.tolist())
+        assert loss[b, s].item() == pytest.approx(expected, rel=1e-12)
+    loss.sum().backward()
+    assert per_class.grad is not None and bool((per_class.grad != 0).all())
+    assert torch.autograd.gradcheck(
+        lambda c: losses.ovr_classification_loss(loc_S, scale_S, labels, c), (per_class.detach().clone().requires_grad_(),)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification loss
+# ---------------------------------------------------------------------------------------------
+
+
+def test_classification_loss_float64_hand_computation_and_ignore_index():
+    loc_S, scale_S, *_, labels = _random_head(1)
+    labels[0, 1] = IGNORE
+    labels[1, 4] = IGNORE
+    loss = losses.ovr_classification_loss(loc_S, scale_S, labels, threshold=0.7)
+    for b, s in itertools.product(range(2), range(5)):
+        if labels[b, s] == IGNORE:
+            assert loss[b, s].item() == 0.0
+        else:
+            expected = _textbook_ovr_loss(loc_S[b, s].tolist(), scale_S[b, s].tolist(), labels[b, s].item(), 0.7)
+            assert loss[b, s].item() == pytest.approx(expected, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gated regression loss
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
+def test_gated_regression_loss_against_scipy(alpha):
+    _, _, loc_Y, scale_Y, targets, _ = _random_head(2)
+    g = torch.Generator().manual_seed(5)
+    p_num = torch.rand(2, 5, generator=g, dtype=torch.float64)
+    num_mask = torch.rand(2, 5, generator=g) > 0.5
+    loss = losses.gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha)
+    nll = -stats.cauchy.logpdf(targets.numpy(), loc=loc_Y.numpy(), scale=scale_Y.numpy())
+    expected = num_mask.numpy() * (alpha + (1 - alpha) * p_num.numpy()) * nll
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-12, atol=0)
+    if alpha == 1.0:  # the gate is the mask alone
+        np.testing.assert_allclose(loss.numpy(), num_mask.numpy() * nll, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Total loss and masks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mask_truth_table():
+    """valid = mask and label != ignore; num = valid and label == <NUM>, for every combination."""
+    combos = list(itertools.product([0, 1], [IGNORE, NUM, 0]))
+    mask = torch.tensor([[m for m, _ in combos]])
+    labels = torch.tensor([[y for _, y in combos]])
+    loc_S, scale_S, loc_Y, scale_Y, targets, _ = _random_head(3, shape=(1, len(combos)))
+    parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=0.0, attention_mask=mask)
+    expected_valid = [m == 1 and y != IGNORE for m, y in combos]
+    expected_num = [m == 1 and y == NUM for m, y in combos]
+    assert parts.n_cls.item() == sum(expected_valid) == 2
+    assert parts.n_reg.item() == sum(expected_num) == 1
+    assert [bool(v) for v in (parts.cls_loss[0] != 0)] == expected_valid
+    assert [bool(v) for v in (parts.reg_loss[0] != 0)] == expected_num
+
+
+def test_total_loss_is_the_documented_combination():
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(4)
+    labels[0, :3] = NUM
+    labels[1, 0] = IGNORE
+    parts = losses.total_loss(
+        loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=0.5, regression_weight=0.7, gate_alpha=0.3
+    )
+    cls_sum, n_cls, reg_sum, n_reg = 0.0, 0, 0.0, 0
+    for b, s in itertools.product(range(2), range(5)):
+        y = labels[b, s].item()
+        if y == IGNORE:
+            continue
+        n_cls += 1
+        cls_sum += _textbook_ovr_loss(loc_S[b, s].tolist(), scale_S[b, s].tolist(), y, 0.5)
+        if y == NUM:
+            n_reg += 1
+            p_num = stats.cauchy.sf(0.5, loc=loc_S[b, s, NUM].item(), scale=scale_S[b, s, NUM].item())
+            nll = -stats.cauchy.logpdf(targets[b, s].item(), loc=loc_Y[b, s].item(), scale=scale_Y[b, s].item())
+            reg_sum += (0.3 + 0.7 * p_num) * nll
+    assert parts.cls_loss_mean.item() == pytest.approx(cls_sum / n_cls, rel=1e-12)
+    assert parts.reg_loss_effective.item() == pytest.approx(reg_sum / n_reg, rel=1e-12)
+    assert parts.total.item() == pytest.approx(cls_sum / n_cls + 0.7 * reg_sum / n_reg, rel=1e-12)
+
+
+@given(pad_left=st.integers(0, 3), pad_right=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_total_loss_unchanged_by_padding(pad_left, pad_right, seed):
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(seed, shape=(1, 6))
+    labels[0, 2] = NUM
+    base = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=1.0)
+
+    g = torch.Generator().manual_seed(seed + 1)
+
+    def pad(t, fill_fn):
+        left = fill_fn((1, pad_left) + t.shape[2:])
+        right = fill_fn((1, pad_right) + t.shape[2:])
+        return torch.cat([left, t, right], dim=1)
+
+    garbage = lambda shape: torch.randn(*shape, generator=g, dtype=torch.float64) * 1e3  # noqa: E731
+    positive = lambda shape: torch.rand(*shape, generator=g, dtype=torch.float64) + 1e-3  # noqa: E731
+    padded = losses.total_loss(
+        pad(loc_S, garbage), pad(scale_S, positive), pad(loc_Y, garbage), pad(scale_Y, positive),
+        pad(labels, lambda s: torch.full(s, NUM)), pad(targets, garbage),
+        num_token_id=NUM, threshold=1.0,
+        attention_mask=pad(torch.ones_like(labels), lambda s: torch.zeros(s, dtype=torch.long)),
+    )
+    torch.testing.assert_close(padded.total, base.total, rtol=1e-12, atol=0)
+    assert padded.n_cls == base.n_cls and padded.n_reg == base.n_reg
+
+
+def test_all_ignored_batch_gives_zero_loss_and_finite_zero_gradients():
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(6)
+    tensors = [t.requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y)]
+    parts = losses.total_loss(*tensors, torch.full_like(labels, IGNORE), targets, num_token_id=NUM, threshold=100.0)
+    parts.total.backward()
+    assert parts.total.item() == 0.0
+    for t in tensors:
+        assert bool(torch.isfinite(t.grad).all()) and bool((t.grad == 0).all())
+
+
+def test_total_loss_gradcheck_float64():
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(7, shape=(2, 3))
+    labels[0, 0] = NUM
+    labels[1, 2] = NUM
+    labels[1, 1] = IGNORE
+
+    def fn(a, b, c, d):
+        return losses.total_loss(a, b, c, d, labels, targets, num_token_id=NUM, threshold=0.3, gate_alpha=0.2).total
+
+    inputs = tuple(t.clone().requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y))
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_gate_is_not_detached_by_default_and_detach_gate_stops_it():
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(8)
+    labels[:] = NUM
+    grads = {}
+    for detach in (False, True):
+        loc = loc_S.clone().requires_grad_()
+        parts = losses.total_loss(
+            loc, scale_S, loc_Y.clone().requires_grad_(), scale_Y, labels, targets, num_token_id=NUM, threshold=0.0, detach_gate=detach
+        )
+        (grad,) = torch.autograd.grad(parts.reg_loss_effective, loc, allow_unused=True)
+        grads[detach] = grad
+    assert bool((grads[False][..., NUM] != 0).all())
+    assert grads[True] is None  # with detach_gate the regression term does not reach the class scores
+
+
+def test_extreme_locations_and_minimal_scales_stay_finite_in_float32():
+    """D10: finite loss and gradients for |loc| up to 1e30 and scales down to scale_eps."""
+    g = torch.Generator().manual_seed(9)
+    loc_S = (torch.randn(2, 4, 6, generator=g) * 1e30).requires_grad_()
+    scale_S = torch.full((2, 4, 6), 1e-6, requires_grad=True)
+    loc_Y = (torch.randn(2, 4, generator=g) * 1e30).requires_grad_()
+    scale_Y = torch.full((2, 4), 1e-6, requires_grad=True)
+    targets = (torch.rand(2, 4, generator=g) * 2 - 1) * 3e38  # finite, up to the float32 limit
+    labels = torch.randint(0, 6, (2, 4), generator=g)
+    labels[:, 0] = NUM
+    parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=100.0)
+    parts.total.backward()
+    assert torch.isfinite(parts.total)
+    for t in (loc_S, scale_S, loc_Y, scale_Y):
+        assert bool(torch.isfinite(t.grad).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_clear_errors():
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(10)
+    kwargs = dict(num_token_id=NUM, threshold=1.0)
+    bad_labels = labels.clone()
+    bad_labels[0, 0] = 4
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\)"):
+        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, bad_labels, targets, **kwargs)
+    bad_labels[0, 0] = -1
+    with pytest.raises(ValueError, match="ignore_index"):
+        losses.ovr_classification_loss(loc_S, scale_S, bad_labels, 1.0)
+    with pytest.raises(ValueError, match=r"per-class threshold must have shape \(4,\)"):
+        losses.ovr_classification_loss(loc_S, scale_S, labels, torch.zeros(3))
+    with pytest.raises(ValueError, match="attention_mask must contain only 0 and 1"):
+        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, attention_mask=torch.full_like(labels, 2), **kwargs)
+    with pytest.raises(ValueError, match="numeric_targets shape"):
+        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets[:, :3], **kwargs)
+    with pytest.raises(ValueError, match="alpha"):
+        losses.gated_regression_loss(loc_Y, scale_Y, targets, torch.ones_like(targets), torch.ones_like(labels), alpha=1.5)
+    with pytest.raises(TypeError, match="labels must be an integer tensor"):
+        losses.ovr_classification_loss(loc_S, scale_S, labels.double(), 1.0)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        losses.ovr_classification_loss(loc_S, torch.zeros_like(scale_S), labels, 1.0)
