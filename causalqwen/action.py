@@ -1,0 +1,82 @@
+r"""Action network (forward_pass §4, decision D7): exogenous noise, then the linear Cauchy closure.
+
+Noise infusion adds independent $\varepsilon \sim \mathrm{Cauchy}(0, |b_{\mathrm{noise}}|)$ to each component of
+$U$; by closure under addition
+
+$$U' = U + \varepsilon \sim \mathrm{Cauchy}(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|).$$
+
+The decisions are linear in $U'$, so their laws are again Cauchy, computed on parameters alone:
+
+$$\mathrm{loc}_{S} = W_{\mathrm{cls}}\,\mathrm{loc}_{U'} + b_{\mathrm{cls}},\quad
+\mathrm{scale}_{S} = |W_{\mathrm{cls}}|\,\mathrm{scale}_{U'},\qquad
+\mathrm{loc}_{Y} = w_{\mathrm{reg}}\cdot\mathrm{loc}_{U'} + b_{\mathrm{reg}},\quad
+\mathrm{scale}_{Y} = |w_{\mathrm{reg}}|\cdot\mathrm{scale}_{U'}.$$
+
+$W_{\mathrm{cls}}$ is ``classification_head.weight`` (``[V, C]``, a copy of the base model's lm_head),
+$w_{\mathrm{reg}}$ is ``regression_head.weight`` (``[1, C]``). Initialization: $b_{\mathrm{cls}} = 0$,
+$w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}} = $ ``noise_init`` (0.1) in every component.
+A zero ``b_noise`` is possible but never learns: $\partial|b|/\partial b = 0$ at $b = 0$ in PyTorch.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from transformers import initialization as init
+
+from . import cauchy
+
+__all__ = ["ActionNetwork", "ActionOutput"]
+
+
+class ActionOutput(NamedTuple):
+    loc_S: Tensor  # [..., V]
+    scale_S: Tensor  # [..., V]
+    loc_Y: Tensor  # [...]
+    scale_Y: Tensor  # [...]
+
+
+class ActionNetwork(nn.Module):
+    """Exogenous noise $b_{\\mathrm{noise}}$ plus the classification and regression heads."""
+
+    def __init__(self, causal_size: int, vocab_size: int, noise_init: float = 0.1, scale_eps: float = 1e-6):
+        super().__init__()
+        self.noise_init = noise_init
+        self.scale_eps = scale_eps
+        self.classification_head = nn.Linear(causal_size, vocab_size)  # W_cls [V, C], b_cls [V]
+        self.regression_head = nn.Linear(causal_size, 1)  # w_reg [1, C], b_reg [1]
+        self.b_noise = nn.Parameter(torch.empty(causal_size))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Decision D7. ``classification_head.weight`` keeps whatever it holds (``from_qwen`` copies lm_head)."""
+        init.zeros_(self.classification_head.bias)
+        init.xavier_uniform_(self.regression_head.weight)
+        init.zeros_(self.regression_head.bias)
+        init.constant_(self.b_noise, self.noise_init)
+
+    @property
+    def noise_scale(self) -> Tensor:
+        r"""$|b_{\mathrm{noise}}|$, ``[C]``."""
+        return self.b_noise.abs()
+
+    def decide(self, loc: Tensor, scale: Tensor) -> ActionOutput:
+        r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$.
+
+        No noise is added here. Output scales are clamped below at ``scale_eps`` (decision D10).
+        """
+        loc_S, scale_S = cauchy.linear(loc, scale, self.classification_head.weight, self.classification_head.bias)  # [..., V]
+        loc_Y, scale_Y = cauchy.linear(loc, scale, self.regression_head.weight, self.regression_head.bias)  # [..., 1]
+        return ActionOutput(
+            loc_S=loc_S,
+            scale_S=scale_S.clamp_min(self.scale_eps),
+            loc_Y=loc_Y.squeeze(-1),
+            scale_Y=scale_Y.squeeze(-1).clamp_min(self.scale_eps),
+        )
+
+    def forward(self, loc_U: Tensor, scale_U: Tensor) -> ActionOutput:
+        r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|)``."""
+        return self.decide(loc_U, scale_U + self.noise_scale)  # [..., C] + [C]
