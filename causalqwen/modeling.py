@@ -1,0 +1,353 @@
+r"""CausalQwen on the `transformers` Qwen2 stack (forward_pass §1–5, math_overview §4).
+
+The forward pass, position by position:
+
+$$
+e_i = \mathrm{embed}(x_i) + \phi(v_i) \;\xrightarrow{\ \text{Qwen2Model}\ }\; z_i
+\;\xrightarrow{\ \text{abduction}\ }\; U_i \sim \mathrm{Cauchy}(\mathrm{loc}_{U_i}, \mathrm{scale}_{U_i})
+\;\xrightarrow{\ \text{action}\ }\; S_{k,i},\ Y_i \sim \mathrm{Cauchy}(\cdot, \cdot)
+\;\xrightarrow{\ \text{loss}\ }\; L.
+$$
+
+**Initialization equivalence.** With $W_{\mathrm{loc}} = I$, $b_{\mathrm{loc}} = 0$, $W_{\mathrm{cls}}$ = the base
+model's lm_head and $b_{\mathrm{cls}} = 0$, $\mathrm{loc}_{S,i} = W_{\mathrm{cls}} z_i$, which is exactly the base model's
+logit vector whenever no number is present ($\phi(0) = 0$). The scales are
+$\mathrm{scale}_{S_k} = (\gamma + |b_{\mathrm{noise}}|)\cdot\|W_{\mathrm{cls},k}\|_1$ (for a constant noise vector) and
+differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+from huggingface_hub.dataclasses import strict
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
+from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
+
+from .abduction import AbductionNetwork
+from .action import ActionNetwork
+from .embedding import NumericalEmbedding
+from .losses import total_loss
+
+__all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput"]
+
+logger = logging.getLogger(__name__)
+
+
+@strict
+class CausalQwenConfig(Qwen2Config):
+    r"""A `Qwen2Config` plus the CausalQwen hyper-parameters (decisions D2–D10).
+
+    Args:
+        num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added, decision D2).
+        causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
+        abduction_scale_init: $\gamma$, the initial ``scale_U`` (10.0).
+        noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
+        ovr_threshold: the OvR threshold $C_k$ (100.0), shared or, with ``ovr_threshold_per_class``, a
+            vector of $V$ thresholds initialised to this value; a parameter when ``learnable_threshold``.
+        regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
+        gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
+        detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
+        scale_eps: lower clamp for every scale before it divides (1e-6).
+        ignore_index: label value that is not scored (-100).
+    """
+
+    model_type = "causal_qwen"
+
+    num_token_id: int | None = None
+    causal_size: int | None = None
+    abduction_scale_init: float = 10.0
+    noise_init: float = 0.1
+    ovr_threshold: float = 100.0
+    ovr_threshold_per_class: bool = False
+    learnable_threshold: bool = False
+    regression_weight: float = 1.0
+    gate_alpha: float = 0.0
+    detach_gate: bool = False
+    scale_eps: float = 1e-6
+    ignore_index: int = -100
+
+    def __post_init__(self, **kwargs):
+        if self.causal_size is None:
+            self.causal_size = self.hidden_size
+        if self.causal_size != self.hidden_size:
+            raise ValueError(
+                f"causal_size ({self.causal_size}) must equal hidden_size ({self.hidden_size}): "
+                "the abduction network is initialised as the identity (decision D6)"
+            )
+        if not self.abduction_scale_init > 0:
+            raise ValueError(f"abduction_scale_init must be > 0, got {self.abduction_scale_init}")
+        if not self.scale_eps > 0:
+            raise ValueError(f"scale_eps must be > 0, got {self.scale_eps}")
+        if not 0.0 <= self.gate_alpha <= 1.0:
+            raise ValueError(f"gate_alpha must lie in [0, 1], got {self.gate_alpha}")
+        if not (math.isfinite(self.noise_init) and math.isfinite(self.ovr_threshold)):
+            raise ValueError("noise_init and ovr_threshold must be finite")
+        if self.num_token_id is not None and not 0 <= self.num_token_id < self.vocab_size:
+            raise ValueError(f"num_token_id ({self.num_token_id}) must lie in [0, vocab_size={self.vocab_size})")
+        super().__post_init__(**kwargs)
+
+
+@dataclass
+class CausalQwenOutput(ModelOutput):
+    r"""Output of `CausalQwenForCausalLM.forward`.
+
+    Args:
+        loss: total loss $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ (when ``labels`` are given).
+        cls_loss: $\bar L_{\mathrm{cls}}$, the mean OvR loss over scored positions.
+        reg_loss: $L_{\mathrm{reg,eff}}$, the gated regression loss averaged over ``<NUM>`` targets.
+        loc_U, scale_U: law of the individual $U$, ``[B, S, C]``.
+        loc_S, scale_S: law of the class scores $S_k$, ``[B, S, V]`` (noise infused).
+        loc_Y, scale_Y: law of the regression value $Y$, ``[B, S]`` (noise infused).
+        past_key_values: the Qwen2 KV cache, when ``use_cache``.
+    """
+
+    loss: torch.FloatTensor | None = None
+    cls_loss: torch.FloatTensor | None = None
+    reg_loss: torch.FloatTensor | None = None
+    loc_U: torch.FloatTensor | None = None
+    scale_U: torch.FloatTensor | None = None
+    loc_S: torch.FloatTensor | None = None
+    scale_S: torch.FloatTensor | None = None
+    loc_Y: torch.FloatTensor | None = None
+    scale_Y: torch.FloatTensor | None = None
+    past_key_values: Cache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+def _at_least_float32(t: Tensor) -> Tensor:
+    """Losses are computed in float32 (or float64) even for a bf16/fp16 model."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+class CausalQwenForCausalLM(Qwen2PreTrainedModel):
+    """CausalQwen: numerical embedding, the Qwen2 decoder stack, abduction, action, OvR + gated losses."""
+
+    config: CausalQwenConfig
+    config_class = CausalQwenConfig
+
+    def __init__(self, config: CausalQwenConfig):
+        super().__init__(config)
+        self.model = Qwen2Model(config)
+        self.numerical_embedding = NumericalEmbedding(config.hidden_size)
+        self.abduction = AbductionNetwork(
+            config.hidden_size, config.causal_size, config.abduction_scale_init, config.scale_eps
+        )
+        self.action = ActionNetwork(config.causal_size, config.vocab_size, config.noise_init, config.scale_eps)
+        if config.ovr_threshold_per_class or config.learnable_threshold:
+            shape = (config.vocab_size,) if config.ovr_threshold_per_class else ()
+            threshold = torch.full(shape, config.ovr_threshold)
+            if config.learnable_threshold:
+                self.ovr_threshold = nn.Parameter(threshold)
+            else:
+                self.register_buffer("ovr_threshold", threshold, persistent=True)
+        else:
+            self.ovr_threshold = config.ovr_threshold  # a plain number
+        self.post_init()
+
+    # ---- initialization (called by transformers for every module whose weights were not loaded) ----
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, (NumericalEmbedding, AbductionNetwork, ActionNetwork)):
+            module.reset_parameters()
+        elif isinstance(module, CausalQwenForCausalLM) and isinstance(module.ovr_threshold, Tensor):
+            init.constant_(module.ovr_threshold, module.config.ovr_threshold)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    # ---- input checks ----
+
+    def _check_inputs(self, input_ids, numeric_values, attention_mask, labels, numeric_labels, past_length):
+        if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+            raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
+        vocab_size = self.config.vocab_size
+        if bool(((input_ids < 0) | (input_ids >= vocab_size)).any()):
+            raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")
+        shape = tuple(input_ids.shape)
+        for name, tensor in (("numeric_values", numeric_values), ("labels", labels), ("numeric_labels", numeric_labels)):
+            if tensor is not None and tuple(tensor.shape) != shape:
+                raise ValueError(f"{name} shape {tuple(tensor.shape)} must equal input_ids shape {shape}")
+        for name, tensor in (("numeric_values", numeric_values), ("numeric_labels", numeric_labels)):
+            if tensor is not None and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"{name} must be finite: found NaN or ±inf")
+        if numeric_values is not None:
+            stray = (numeric_values != 0) & (input_ids != self.config.num_token_id)
+            if bool(stray.any()):
+                b, s = stray.nonzero()[0].tolist()
+                raise ValueError(
+                    f"numeric_values must be 0 wherever input_ids is not <NUM> (id {self.config.num_token_id}); "
+                    f"found {numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}"
+                )
+        if attention_mask is not None:
+            expected = (shape[0], past_length + shape[1])
+            if tuple(attention_mask.shape) != expected:
+                raise ValueError(
+                    f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} "
+                    f"([B, cached + new tokens])"
+                )
+            if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+                raise ValueError("attention_mask must contain only 0 and 1")
+
+    # ---- forward ----
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        numeric_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        numeric_labels: torch.FloatTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> CausalQwenOutput:
+        r"""Run the whole model; with ``labels``, also the loss of decisions D8–D9.
+
+        ``labels`` are aligned with ``input_ids`` (transformers convention) and shifted inside:
+        position $i$ is scored against ``labels[i+1]`` and ``numeric_labels[i+1]`` (default:
+        ``numeric_values``), and only where ``attention_mask[i]``, ``attention_mask[i+1]`` are both 1
+        and ``labels[i+1] != ignore_index``.
+        """
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        self._check_inputs(input_ids, numeric_values, attention_mask, labels, numeric_labels, past_length)
+        if numeric_values is None:
+            numeric_values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+        if position_ids is None and attention_mask is not None:
+            # count real tokens only, so that left padding does not shift positions
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)[:, -input_ids.shape[1] :]  # [B, S]
+
+        inputs_embeds = self.model.embed_tokens(input_ids) + self.numerical_embedding(numeric_values)  # [B, S, H]
+        features = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        z = features.last_hidden_state  # [B, S, H]
+        loc_U, scale_U = self.abduction(z)  # [B, S, C] each
+        loc_S, scale_S, loc_Y, scale_Y = self.action(loc_U, scale_U)  # [B, S, V] x2, [B, S] x2
+
+        loss = cls_loss = reg_loss = None
+        if labels is not None:
+            targets = numeric_labels if numeric_labels is not None else numeric_values
+            mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else torch.ones_like(labels)
+            pair_mask = mask[:, :-1].bool() & mask[:, 1:].bool()  # both the input and its target are real
+            parts = total_loss(
+                _at_least_float32(loc_S[:, :-1]),
+                _at_least_float32(scale_S[:, :-1]),
+                _at_least_float32(loc_Y[:, :-1]),
+                _at_least_float32(scale_Y[:, :-1]),
+                labels[:, 1:],
+                _at_least_float32(targets[:, 1:]),
+                num_token_id=self.config.num_token_id,
+                threshold=self.ovr_threshold,
+                attention_mask=pair_mask,
+                ignore_index=self.config.ignore_index,
+                regression_weight=self.config.regression_weight,
+                gate_alpha=self.config.gate_alpha,
+                detach_gate=self.config.detach_gate,
+            )
+            loss, cls_loss, reg_loss = parts.total, parts.cls_loss_mean, parts.reg_loss_effective
+
+        return CausalQwenOutput(
+            loss=loss,
+            cls_loss=cls_loss,
+            reg_loss=reg_loss,
+            loc_U=loc_U,
+            scale_U=scale_U,
+            loc_S=loc_S,
+            scale_S=scale_S,
+            loc_Y=loc_Y,
+            scale_Y=scale_Y,
+            past_key_values=features.past_key_values,
+            hidden_states=features.hidden_states,
+            attentions=features.attentions,
+        )
+
+    # ---- construction from a Qwen2 base ----
+
+    @classmethod
+    def from_qwen(cls, base: Qwen2ForCausalLM | str | os.PathLike, **config_overrides) -> "CausalQwenForCausalLM":
+        r"""Build CausalQwen from a Qwen2 base and apply the initialization of decisions D4–D7.
+
+        ``base`` is a `Qwen2ForCausalLM` instance, a local directory or a hub id (loaded with
+        ``Qwen2ForCausalLM.from_pretrained``). ``config_overrides`` set `CausalQwenConfig` fields;
+        ``num_token_id`` is required for an instance and read from the tokenizer saved with a path
+        (its ``<NUM>`` id if present, else ``len(tokenizer)``).
+
+        The backbone weights are copied, ``W_cls`` becomes a copy of the base lm_head weight (its own
+        parameter, never tied), and the new modules get their D4–D7 initialization. If
+        ``num_token_id == vocab_size`` the embedding and the head grow by one row (decision D2).
+        """
+        if isinstance(base, (str, os.PathLike)):
+            base_config = AutoConfig.from_pretrained(base)
+            if base_config.model_type != "qwen2":
+                raise ValueError(f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base")
+            if "num_token_id" not in config_overrides:
+                config_overrides["num_token_id"] = _num_token_id_from_tokenizer(base)
+            base = Qwen2ForCausalLM.from_pretrained(base)
+        if not isinstance(base, Qwen2ForCausalLM):
+            raise TypeError(
+                f"base must be a transformers Qwen2ForCausalLM (or a path / hub id of one), got {type(base).__name__}"
+            )
+        if config_overrides.get("num_token_id") is None:
+            raise ValueError(
+                "from_qwen(instance) needs num_token_id: pass num_token_id=NumericTokenizer(tokenizer).num_token_id "
+                "(= len(tokenizer) before <NUM> is added)"
+            )
+
+        base_vocab = base.config.vocab_size
+        settings = {
+            k: v
+            for k, v in base.config.to_dict().items()
+            if k not in ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
+        }
+        settings.update(config_overrides)
+        settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
+        grow = settings["num_token_id"] == base_vocab
+        if grow:
+            settings["vocab_size"] = base_vocab + 1
+            logger.warning(
+                "num_token_id=%d equals the base vocab_size: growing the embedding and the head by one row for <NUM>",
+                base_vocab,
+            )
+        config = CausalQwenConfig.from_dict(settings)
+
+        model = cls(config).to(base.dtype)
+        with torch.no_grad():
+            backbone = base.model.state_dict()
+            if grow:
+                new_row = model.model.embed_tokens.weight[base_vocab:]  # initialised like the other rows
+                backbone["embed_tokens.weight"] = torch.cat([backbone["embed_tokens.weight"], new_row], dim=0)
+            model.model.load_state_dict(backbone)
+            model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)
+        return model
+
+
+def _num_token_id_from_tokenizer(path) -> int:
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    vocab = tokenizer.get_vocab()
+    return vocab["<NUM>"] if "<NUM>" in vocab else len(tokenizer)
+
+
+AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)
+AutoModel.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)

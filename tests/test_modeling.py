@@ -1,0 +1,295 @@
+"""CausalQwenForCausalLM against the real transformers Qwen2: initialization equivalence, loss wiring, I/O."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import AutoConfig, AutoModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
+from causalqwen.losses import total_loss
+
+NUM_ID = 90  # <NUM> sits in the reserved rows: K = 90 used tokens, V = 96 embedding rows
+
+
+def _qwen(seed=0, hidden=32, heads=4, kv_heads=2, layers=2, vocab=96, tied=True, dtype=torch.float32):
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        tie_word_embeddings=tied,
+        pad_token_id=0,
+    )
+    return Qwen2ForCausalLM(config).to(dtype).eval()
+
+
+def _causal(base, seed=1, **overrides):
+    torch.manual_seed(seed)
+    overrides.setdefault("num_token_id", NUM_ID)
+    return CausalQwenForCausalLM.from_qwen(base, **overrides).eval()
+
+
+@st.composite
+def qwen_shapes(draw):
+    heads = draw(st.sampled_from([1, 2, 4]))
+    head_dim = draw(st.sampled_from([4, 8, 16]))
+    kv_heads = draw(st.sampled_from([d for d in (1, 2, 4) if heads % d == 0]))
+    return dict(
+        hidden=heads * head_dim,
+        heads=heads,
+        kv_heads=kv_heads,
+        layers=draw(st.integers(1, 2)),
+        tied=draw(st.booleans()),
+        seed=draw(st.integers(0, 1000)),
+    )
+
+
+@settings(max_examples=20)
+@given(shape=qwen_shapes(), length=st.integers(1, 9))
+def test_initialization_equivalence_with_qwen2(shape, length):
+    """loc_S = Qwen2 logits, loc_U = z, scale_U = gamma, scale_S = (gamma + |b_noise|) ||W_k||_1."""
+    qwen = _qwen(**shape)
+    model = _causal(qwen)
+    ids = torch.randint(0, NUM_ID, (2, length), generator=torch.Generator().manual_seed(shape["seed"]))
+    with torch.no_grad():
+        out = model(ids)
+        reference = qwen(ids, output_hidden_states=True)
+    logits, z = reference.logits, reference.hidden_states[-1]
+    torch.testing.assert_close(out.loc_S, logits, rtol=1e-5, atol=1e-6)  # float32 rounding only
+    torch.testing.assert_close(out.loc_U, z, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.scale_U, torch.full_like(z, 10.0), rtol=1e-6, atol=0)
+    l1 = qwen.lm_head.weight.detach().double().abs().sum(-1)  # ||W_k||_1, float64
+    # a zero row (the padding row of a tied embedding) gives 0, clamped at scale_eps (D10)
+    expected_scale_S = ((10.0 + 0.1) * l1).clamp_min(1e-6)
+    torch.testing.assert_close(out.scale_S.double(), expected_scale_S.expand_as(out.scale_S), rtol=2e-6, atol=0)
+    assert not torch.equal(out.scale_S[0, 0], out.scale_S[0, 0, :1].expand(qwen.config.vocab_size))  # per-class scales
+
+
+def test_init_loc_S_equals_logits_to_the_last_bit_in_float32():
+    qwen = _qwen(seed=3)
+    model = _causal(qwen)
+    ids = torch.randint(0, NUM_ID, (3, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        max_err = (model(ids).loc_S - qwen(ids).logits).abs().max().item()
+    assert max_err <= 1e-6
+
+
+def test_numbers_change_only_positions_from_the_first_num_on():
+    qwen = _qwen(seed=4)
+    model = _causal(qwen)
+    ids = torch.randint(0, NUM_ID, (1, 10), generator=torch.Generator().manual_seed(1))
+    ids[0, 4] = NUM_ID
+    ids[0, 7] = NUM_ID
+    values = torch.zeros(1, 10)
+    values[0, 4] = 99.9
+    values[0, 7] = -15.5
+    with torch.no_grad():
+        plain = model(ids)  # <NUM> tokens with value 0: phi = 0, identical to Qwen
+        numeric = model(ids, numeric_values=values)
+        logits = qwen(ids).logits
+    torch.testing.assert_close(plain.loc_S, logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(numeric.loc_S[:, :4], logits[:, :4], rtol=0, atol=1e-6)  # causal: before the number
+    changed = (numeric.loc_S - logits).abs().amax(-1)[0]  # [S]
+    assert bool((changed[4:] > 1e-4).all()), changed
+
+
+def test_forward_loss_applies_the_shift_and_pair_mask():
+    """forward(labels) = total_loss on position i vs label i+1, with mask[i] & mask[i+1]."""
+    qwen = _qwen(seed=5)
+    model = _causal(qwen, ovr_threshold=1.0, gate_alpha=0.3)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(1, NUM_ID, (2, 8), generator=g)
+    ids[:, 3] = NUM_ID
+    ids[1, 6] = NUM_ID
+    values = torch.zeros(2, 8)
+    values[:, 3] = torch.tensor([12.5, -3.0])
+    values[1, 6] = 1e4
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, :2] = 0  # left padding in row 1
+    labels = ids.clone()
+    labels[0, 5] = -100
+    out = model(ids, numeric_values=values, attention_mask=mask, labels=labels)
+    parts = total_loss(
+        out.loc_S[:, :-1], out.scale_S[:, :-1], out.loc_Y[:, :-1], out.scale_Y[:, :-1],
+        labels[:, 1:], values[:, 1:], num_token_id=NUM_ID, threshold=1.0, gate_alpha=0.3,
+        attention_mask=mask[:, :-1] * mask[:, 1:],
+    )
+    torch.testing.assert_close(out.loss, parts.total)
+    torch.testing.assert_close(out.cls_loss, parts.cls_loss_mean)
+    torch.testing.assert_close(out.reg_loss, parts.reg_loss_effective)
+    assert parts.n_cls.item() == 7 + (7 - 2) - 1 and parts.n_reg.item() == 3
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_loss_unchanged_by_padding(side):
+    qwen = _qwen(seed=6)
+    model = _causal(qwen)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, NUM_ID, (1, 9), generator=g)
+    ids[0, 4] = NUM_ID
+    values = torch.zeros(1, 9)
+    values[0, 4] = 42.0
+    labels = ids.clone()
+    with torch.no_grad():
+        base = model(ids, numeric_values=values, labels=labels)
+        pad = 3
+        pad_ids = torch.zeros(1, pad, dtype=torch.long)
+        join = (lambda a, b: torch.cat([b, a], 1)) if side == "left" else (lambda a, b: torch.cat([a, b], 1))
+        padded = model(
+            join(ids, pad_ids),
+            numeric_values=join(values, torch.zeros(1, pad)),
+            attention_mask=join(torch.ones(1, 9, dtype=torch.long), torch.zeros(1, pad, dtype=torch.long)),
+            labels=join(labels, torch.full((1, pad), -100)),
+        )
+    torch.testing.assert_close(padded.loss, base.loss, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(padded.reg_loss, base.reg_loss, rtol=1e-5, atol=1e-5)
+
+
+def test_padded_labels_that_are_not_ignore_index_are_still_not_scored():
+    """D9: a padded target is never scored, even if its label is a valid class id."""
+    model = _causal(_qwen(seed=7))
+    ids = torch.randint(1, NUM_ID, (1, 6), generator=torch.Generator().manual_seed(4))
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        padded = model(ids, attention_mask=mask, labels=ids)  # labels at pads are real ids, not -100
+        trimmed = model(ids[:, :4], labels=ids[:, :4])
+    torch.testing.assert_close(padded.loss, trimmed.loss, rtol=1e-5, atol=1e-6)
+
+
+def test_b_noise_learns_through_the_model_at_default_init_not_at_zero():
+    ids = torch.randint(1, NUM_ID, (2, 6), generator=torch.Generator().manual_seed(5))
+    for noise_init, zero in ((0.1, False), (0.0, True)):
+        model = _causal(_qwen(seed=8), noise_init=noise_init, ovr_threshold=0.0)
+        model(ids, labels=ids).loss.backward()
+        grad = model.action.b_noise.grad
+        assert bool((grad == 0).all()) == zero
+
+
+def test_learnable_per_class_threshold_gets_a_gradient_and_round_trips(tmp_path):
+    model = _causal(_qwen(seed=9), ovr_threshold_per_class=True, learnable_threshold=True, ovr_threshold=5.0)
+    assert isinstance(model.ovr_threshold, torch.nn.Parameter) and model.ovr_threshold.shape == (96,)
+    assert bool((model.ovr_threshold == 5.0).all())
+    ids = torch.randint(1, NUM_ID, (2, 6), generator=torch.Generator().manual_seed(6))
+    model(ids, labels=ids).loss.backward()
+    assert model.ovr_threshold.grad.abs().sum() > 0
+    with torch.no_grad():
+        model.ovr_threshold[3] = -7.0
+    model.save_pretrained(tmp_path)
+    loaded = CausalQwenForCausalLM.from_pretrained(tmp_path)
+    assert loaded.ovr_threshold[3].item() == -7.0
+
+
+def test_save_load_round_trip_and_auto_classes(tmp_path):
+    model = _causal(_qwen(seed=10), noise_init=0.2)
+    with torch.no_grad():
+        model.action.b_noise[0] = -0.5  # a trained-looking value, to check it is saved
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert AutoConfig.from_pretrained(tmp_path).model_type == "causal_qwen"
+    for loader in (CausalQwenForCausalLM.from_pretrained, AutoModel.from_pretrained):
+        loaded = loader(tmp_path).eval()
+        assert type(loaded) is CausalQwenForCausalLM
+        for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+            assert torch.equal(a, b), name
+
+
+def test_from_qwen_from_a_local_path_equals_from_the_instance(tmp_path):
+    qwen = _qwen(seed=11, tied=False)
+    qwen.save_pretrained(tmp_path)
+    from_instance = _causal(qwen, seed=42)
+    from_path = _causal(str(tmp_path), seed=42)
+    for (name, a), (_, b) in zip(from_instance.state_dict().items(), from_path.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_w_cls_is_its_own_copy_of_the_lm_head():
+    qwen = _qwen(seed=12, tied=True)
+    model = _causal(qwen)
+    W = model.action.classification_head.weight
+    assert torch.equal(W, qwen.lm_head.weight)
+    assert W.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    assert W.data_ptr() != qwen.lm_head.weight.data_ptr()
+    assert model.config.tie_word_embeddings is False
+
+
+def test_num_token_at_vocab_size_grows_embedding_and_head_by_one_row():
+    qwen = _qwen(seed=13, vocab=90)
+    model = _causal(qwen, num_token_id=90)
+    assert model.config.vocab_size == 91
+    assert model.model.embed_tokens.weight.shape[0] == 91
+    assert model.action.classification_head.weight.shape[0] == 91
+    ids = torch.randint(0, 90, (1, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).loc_S[..., :90], qwen(ids).logits, rtol=1e-5, atol=1e-6)
+    new_row = model.model.embed_tokens.weight[90]
+    assert 0 < new_row.std().item() < 0.1  # initialised like the other rows (normal, std 0.02)
+
+
+def test_from_qwen_keeps_the_base_dtype():
+    model = _causal(_qwen(seed=14, dtype=torch.float64))
+    assert model.dtype == torch.float64
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    return _causal(_qwen(seed=15))
+
+
+def test_bad_forward_inputs(small_model):
+    ids = torch.randint(1, NUM_ID, (2, 5), generator=torch.Generator().manual_seed(8))
+    ids[:, 2] = NUM_ID
+    values = torch.zeros(2, 5)
+    cases = [
+        (dict(numeric_values=values.clone().index_put_((torch.tensor([0]), torch.tensor([2])), torch.tensor(float("nan")))), ValueError, "numeric_values must be finite"),
+        (dict(numeric_values=values.clone().index_put_((torch.tensor([1]), torch.tensor([2])), torch.tensor(float("inf")))), ValueError, "numeric_values must be finite"),
+        (dict(numeric_values=values.clone().index_put_((torch.tensor([0]), torch.tensor([1])), torch.tensor(3.0))), ValueError, r"numeric_values must be 0 wherever input_ids is not <NUM>.*\[0, 1\]"),
+        (dict(numeric_values=torch.zeros(2, 4)), ValueError, "numeric_values shape"),
+        (dict(attention_mask=torch.ones(2, 4)), ValueError, "attention_mask shape"),
+        (dict(attention_mask=torch.full((2, 5), 2)), ValueError, "attention_mask must contain only 0 and 1"),
+        (dict(labels=ids[:, :4]), ValueError, "labels shape"),
+        (dict(labels=torch.full((2, 5), 96)), ValueError, r"labels must lie in \[0, 96\)"),
+        (dict(labels=ids, numeric_labels=torch.zeros(1, 5)), ValueError, "numeric_labels shape"),
+        (dict(labels=ids, numeric_labels=torch.full((2, 5), float("nan"))), ValueError, "numeric_labels must be finite"),
+    ]
+    for kwargs, error, pattern in cases:
+        with pytest.raises(error, match=pattern):
+            small_model(ids, **kwargs)
+    with pytest.raises(TypeError, match="input_ids must be an integer"):
+        small_model(ids.float())
+    with pytest.raises(ValueError, match="input_ids must have shape"):
+        small_model(ids[0])
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, vocab_size=96\)"):
+        small_model(ids + 96)
+
+
+def test_bad_construction():
+    qwen = _qwen(seed=16)
+    with pytest.raises(ValueError, match=r"causal_size \(16\) must equal hidden_size \(32\)"):
+        CausalQwenForCausalLM.from_qwen(qwen, num_token_id=NUM_ID, causal_size=16)
+    with pytest.raises(ValueError, match="needs num_token_id"):
+        CausalQwenForCausalLM.from_qwen(qwen)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    with pytest.raises(TypeError, match="base must be a transformers Qwen2ForCausalLM.*LlamaForCausalLM"):
+        CausalQwenForCausalLM.from_qwen(llama, num_token_id=3)
+    with pytest.raises(TypeError, match="base must be"):
+        CausalQwenForCausalLM.from_qwen(qwen.model, num_token_id=3)
+    with pytest.raises(ValueError, match="gate_alpha must lie in"):
+        CausalQwenConfig(hidden_size=32, num_attention_heads=4, gate_alpha=2.0)
+    with pytest.raises(ValueError, match="num_token_id"):
+        CausalQwenConfig(hidden_size=32, num_attention_heads=4, vocab_size=10, num_token_id=10)
+
+
+def test_a_non_qwen2_checkpoint_path_is_rejected(tmp_path):
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    llama.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="is a 'llama' model; CausalQwen needs a Qwen2 base"):
+        CausalQwenForCausalLM.from_qwen(str(tmp_path), num_token_id=3)
