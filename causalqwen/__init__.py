@@ -5,7 +5,8 @@ Modules follow the sections of the specification: ``cauchy`` (the Cauchy toolkit
 """
 
 from .modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenOutput
+from .tokenization import NumericTokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput", "__version__"]
+__all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput", "NumericTokenizer", "__version__"]

@@ -293,3 +293,36 @@ def test_a_non_qwen2_checkpoint_path_is_rejected(tmp_path):
     llama.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="is a 'llama' model; CausalQwen needs a Qwen2 base"):
         CausalQwenForCausalLM.from_qwen(str(tmp_path), num_token_id=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end with the embedded tiny base and the numeric tokenizer
+# ---------------------------------------------------------------------------------------------
+
+
+def test_from_a_saved_tiny_base_path_reads_num_token_id_from_its_tokenizer(tmp_path):
+    from causalqwen import NumericTokenizer
+    from causalqwen.tiny import save_tiny_base
+
+    save_tiny_base(tmp_path)
+    model = CausalQwenForCausalLM.from_qwen(str(tmp_path))
+    tokenizer = NumericTokenizer.from_pretrained(tmp_path)
+    assert model.config.num_token_id == tokenizer.num_token_id == len(tokenizer) - 1
+
+
+def test_text_with_numbers_end_to_end_left_and_right_padding_agree():
+    from causalqwen import NumericTokenizer
+    from causalqwen.tiny import build_tiny_base
+
+    qwen, hf_tokenizer = build_tiny_base(seed=0)
+    tokenizer = NumericTokenizer(hf_tokenizer)
+    model = _causal(qwen, num_token_id=tokenizer.num_token_id)
+    texts = ["The price is 99.9 yuan.", "温度-15.5度, 2020-2021 up 12.5%"]
+    losses_by_side = {}
+    for side in ("left", "right"):
+        batch = tokenizer(texts, padding_side=side)
+        with torch.no_grad():
+            out = model(**batch, labels=batch["input_ids"])
+        losses_by_side[side] = out.loss
+        assert out.reg_loss > 0  # <NUM> targets are present and scored
+    torch.testing.assert_close(losses_by_side["left"], losses_by_side["right"], rtol=1e-5, atol=1e-5)
