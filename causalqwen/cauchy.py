@@ -133,7 +133,7 @@ def _log_atan_r(q: _Reduced) -> Tensor:
 # Far from the location, 1/scale is replaced by r/scale = 1/(2|h|) wherever r multiplies it.
 
 
-def _log1p_square_value(q: _Reduced) -> Tensor:
+def _log1p_square_value(q: _Reduced, scale: Tensor) -> Tensor:
     r"""$\log(1 + z^2)$: $\log(1 + r^2)$ near, $\log(1 + r^2) - 2 \log r$ far."""
     base = torch.log1p(q.r * q.r)
     return torch.where(q.far, base - 2.0 * q.log_r, base)
@@ -150,7 +150,7 @@ def _log1p_square_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(q.far, d_dx_far, d_dx_near), torch.where(q.far, d_dscale_far, d_dscale_near)
 
 
-def _sf_value(q: _Reduced) -> Tensor:
+def _sf_value(q: _Reduced, scale: Tensor) -> Tensor:
     r"""$P(X > x) = \tfrac12 - \arctan(z)/\pi$, from the tail mass $\arctan(r)/\pi$ when far."""
     atan_r = torch.atan(q.r) / math.pi
     near = torch.where(q.positive, 0.5 - atan_r, 0.5 + atan_r)
@@ -158,7 +158,7 @@ def _sf_value(q: _Reduced) -> Tensor:
     return torch.where(q.far, far, near)
 
 
-def _log_sf_value(q: _Reduced) -> Tensor:
+def _log_sf_value(q: _Reduced, scale: Tensor) -> Tensor:
     r"""$\log P(X > x)$: $\log\arctan r - \log\pi$ in the upper tail, $\log1p(-\arctan(r)/\pi)$ in the lower."""
     atan_r = torch.atan(q.r) / math.pi
     near = torch.where(q.positive, torch.log(0.5 - atan_r), torch.log(0.5 + atan_r))
@@ -191,7 +191,7 @@ def _log_sf_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
     formed from $\rho = r/\arctan r \in [1, 4/\pi]$ instead: $f/\mathrm{sf} = \rho\, r/((1 + r^2)\gamma)$.
     """
     density, z_density = _density_factors(q, scale)
-    survival = _sf_value(q)
+    survival = _sf_value(q, scale)
     upper_far = q.far & q.positive
     tiny = torch.finfo(q.r.dtype).tiny
     rho = torch.where(q.r >= tiny, q.r / torch.atan(q.r), 1.0)  # r / atan(r) -> 1 as r -> 0
@@ -203,7 +203,21 @@ def _log_sf_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
     return d_dx, d_dscale
 
 
+def _prob_value(q: _Reduced, scale: Tensor) -> Tensor:
+    r"""The density $f(x) = 1/(\pi\gamma(1 + z^2))$, formed from $r$ so that it keeps full precision."""
+    density, _ = _density_factors(q, scale)
+    return density
+
+
+def _prob_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""$\partial_x f = -f\,\partial_x\log(1+z^2)$ and $\partial_\gamma f = -f\,(1/\gamma + \partial_\gamma\log(1+z^2))$."""
+    density, _ = _density_factors(q, scale)
+    d_dx, d_dscale = _log1p_square_grads(q, scale)
+    return -density * d_dx, -density * (1.0 / scale + d_dscale)
+
+
 _KINDS = {
+    "prob": (_prob_value, _prob_grads),
     "log1p_square": (_log1p_square_value, _log1p_square_grads),
     "sf": (_sf_value, _sf_grads),
     "log_sf": (_log_sf_value, _log_sf_grads),
@@ -211,7 +225,7 @@ _KINDS = {
 
 
 class _StandardizedFunction(torch.autograd.Function):
-    r"""$F\big((x - \mu)/\gamma\big)$ for $F \in \{\log(1+z^2),\ \mathrm{sf},\ \log\mathrm{sf}\}$.
+    r"""$F\big((x - \mu)/\gamma\big)$ for $F \in \{f,\ \log(1+z^2),\ \mathrm{sf},\ \log\mathrm{sf}\}$.
 
     Forward and backward both use the reduced form; backward recomputes it from the saved inputs
     (three tensors of the input shape) and applies the analytic derivative.
@@ -222,7 +236,7 @@ class _StandardizedFunction(torch.autograd.Function):
         ctx.kind = kind
         ctx.save_for_backward(x, loc, scale)
         value_fn, _ = _KINDS[kind]
-        return value_fn(_reduce(x, loc, scale))
+        return value_fn(_reduce(x, loc, scale), scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -256,8 +270,9 @@ def nll(x, loc, scale) -> Tensor:
 
 
 def prob(x, loc, scale) -> Tensor:
-    r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$, computed as $\exp(\log f(x))$."""
-    return torch.exp(log_prob(x, loc, scale))
+    r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$; far from the location $r^2/(\pi\gamma(1 + r^2))$ with $r = 1/|z|$."""
+    x, loc, scale = _prepare(x, loc, scale)
+    return _StandardizedFunction.apply(x, loc, scale, "prob")
 
 
 def sf(x, loc, scale) -> Tensor:
