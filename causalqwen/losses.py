@@ -28,6 +28,7 @@ __all__ = [
     "gated_regression_loss",
     "total_loss",
     "LossParts",
+    "as_bool_mask",
 ]
 
 
@@ -97,14 +98,15 @@ def gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {alpha}")
-    num_mask = _as_bool_mask(num_mask, "num_mask")
+    num_mask = as_bool_mask(num_mask, "num_mask")
     nll = cauchy.nll(targets, loc_Y, scale_Y)
     gate = alpha + (1.0 - alpha) * p_num
     gated = gate * nll
     return torch.where(num_mask, gated, torch.zeros_like(gated))
 
 
-def _as_bool_mask(mask: Tensor, name: str) -> Tensor:
+def as_bool_mask(mask: Tensor, name: str) -> Tensor:
+    """Return ``mask`` as a bool tensor; raise ``ValueError`` naming it if it holds anything but 0 and 1."""
     if mask.dtype == torch.bool:
         return mask
     if not bool(((mask == 0) | (mask == 1)).all()):
@@ -166,7 +168,7 @@ def total_loss(
 
     valid = _check_labels(labels, num_classes, ignore_index)
     if attention_mask is not None:
-        valid = valid & _as_bool_mask(attention_mask, "attention_mask")
+        valid = valid & as_bool_mask(attention_mask, "attention_mask")
     masked_labels = labels.masked_fill(~valid, ignore_index)
 
     cls_loss = ovr_classification_loss(loc_S, scale_S, masked_labels, threshold, ignore_index)  # [...]
@@ -175,7 +177,8 @@ def total_loss(
 
     num_mask = valid & (labels == num_token_id)
     num_threshold = threshold[num_token_id] if isinstance(threshold, Tensor) and threshold.dim() > 0 else threshold
-    p_num = cauchy.sf(num_threshold, loc_S[..., num_token_id], scale_S[..., num_token_id])  # [...]
+    num_column = slice(num_token_id, num_token_id + 1)
+    p_num = ovr_probability(loc_S[..., num_column], scale_S[..., num_column], num_threshold).squeeze(-1)  # [...]
     if detach_gate:
         p_num = p_num.detach()
     reg_loss = gated_regression_loss(loc_Y, scale_Y, numeric_targets, p_num, num_mask, gate_alpha)  # [...]

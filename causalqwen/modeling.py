@@ -35,7 +35,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
 from .embedding import NumericalEmbedding
-from .losses import total_loss
+from .losses import as_bool_mask, total_loss
 
 __all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput"]
 
@@ -201,8 +201,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                     f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} "
                     f"([B, cached + new tokens])"
                 )
-            if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-                raise ValueError("attention_mask must contain only 0 and 1")
+            as_bool_mask(attention_mask, "attention_mask")
 
     # ---- forward ----
 
