@@ -66,8 +66,11 @@ class ActionNetwork(nn.Module):
     def decide(self, loc: Tensor, scale: Tensor) -> ActionOutput:
         r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$.
 
-        No noise is added here. Output scales are clamped below at ``scale_eps`` (decision D10).
+        No noise is added here. The input scale and the output scales are clamped below at
+        ``scale_eps`` (decision D10), so a decision input with no spread at all (causal mode with
+        $b_{\mathrm{noise}} = 0$) still gives finite OvR probabilities.
         """
+        scale = scale.clamp_min(self.scale_eps)  # [..., C]
         loc_S, scale_S = cauchy.linear(loc, scale, self.classification_head.weight, self.classification_head.bias)  # [..., V]
         loc_Y, scale_Y = cauchy.linear(loc, scale, self.regression_head.weight, self.regression_head.bias)  # [..., 1]
         return ActionOutput(

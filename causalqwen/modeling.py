@@ -171,7 +171,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
 
     # ---- input checks ----
 
-    def _check_inputs(self, input_ids, numeric_values, attention_mask, labels, numeric_labels, past_length):
+    def _check_inputs(self, input_ids, numeric_values, attention_mask, past_length):
         if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
             raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
         if input_ids.dim() != 2:
@@ -179,14 +179,8 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         vocab_size = self.config.vocab_size
         if bool(((input_ids < 0) | (input_ids >= vocab_size)).any()):
             raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")
-        shape = tuple(input_ids.shape)
-        for name, tensor in (("numeric_values", numeric_values), ("labels", labels), ("numeric_labels", numeric_labels)):
-            if tensor is not None and tuple(tensor.shape) != shape:
-                raise ValueError(f"{name} shape {tuple(tensor.shape)} must equal input_ids shape {shape}")
-        for name, tensor in (("numeric_values", numeric_values), ("numeric_labels", numeric_labels)):
-            if tensor is not None and not bool(torch.isfinite(tensor).all()):
-                raise ValueError(f"{name} must be finite: found NaN or ±inf")
         if numeric_values is not None:
+            self._check_like_input_ids("numeric_values", numeric_values, input_ids, finite=True)
             stray = (numeric_values != 0) & (input_ids != self.config.num_token_id)
             if bool(stray.any()):
                 b, s = stray.nonzero()[0].tolist()
@@ -195,7 +189,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                     f"found {numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}"
                 )
         if attention_mask is not None:
-            expected = (shape[0], past_length + shape[1])
+            expected = (input_ids.shape[0], past_length + input_ids.shape[1])
             if tuple(attention_mask.shape) != expected:
                 raise ValueError(
                     f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} "
@@ -203,7 +197,58 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                 )
             as_bool_mask(attention_mask, "attention_mask")
 
+    @staticmethod
+    def _check_like_input_ids(name, tensor, input_ids, finite=False):
+        if tuple(tensor.shape) != tuple(input_ids.shape):
+            raise ValueError(f"{name} shape {tuple(tensor.shape)} must equal input_ids shape {tuple(input_ids.shape)}")
+        if finite and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{name} must be finite: found NaN or ±inf")
+
     # ---- forward ----
+
+    def abduce(
+        self,
+        input_ids: torch.LongTensor,
+        numeric_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> CausalQwenOutput:
+        r"""The first half of the forward pass: $e = \mathrm{embed}(x) + \phi(v)$, $z = \mathrm{Qwen2}(e)$,
+        $(\mathrm{loc}_U, \mathrm{scale}_U) = \mathrm{abduction}(z)$.
+
+        Returns a `CausalQwenOutput` with ``loc_U``, ``scale_U`` ``[B, S, C]`` and the Qwen2 outputs
+        (``past_key_values``, ``hidden_states``, ``attentions``); the decision fields are left empty.
+        The inference modes (`causalqwen.inference`) start from here.
+        With an ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that
+        left padding does not shift them.
+        """
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        self._check_inputs(input_ids, numeric_values, attention_mask, past_length)
+        if numeric_values is None:
+            numeric_values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+        if position_ids is None and attention_mask is not None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)[:, -input_ids.shape[1] :]  # [B, S]
+
+        inputs_embeds = self.model.embed_tokens(input_ids) + self.numerical_embedding(numeric_values)  # [B, S, H]
+        features = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        loc_U, scale_U = self.abduction(features.last_hidden_state)  # [B, S, C] each
+        return CausalQwenOutput(
+            loc_U=loc_U,
+            scale_U=scale_U,
+            past_key_values=features.past_key_values,
+            hidden_states=features.hidden_states,
+            attentions=features.attentions,
+        )
 
     def forward(
         self,
@@ -217,37 +262,28 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> CausalQwenOutput:
-        r"""Run the whole model; with ``labels``, also the loss of decisions D8–D9.
+        r"""Run the whole model (`abduce`, then the standard action); with ``labels``, also the loss of D8–D9.
 
         ``labels`` are aligned with ``input_ids`` (transformers convention) and shifted inside:
         position $i$ is scored against ``labels[i+1]`` and ``numeric_labels[i+1]`` (default:
         ``numeric_values``), and only where ``attention_mask[i]``, ``attention_mask[i+1]`` are both 1
         and ``labels[i+1] != ignore_index``.
         """
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        self._check_inputs(input_ids, numeric_values, attention_mask, labels, numeric_labels, past_length)
-        if numeric_values is None:
-            numeric_values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-        if position_ids is None and attention_mask is not None:
-            # count real tokens only, so that left padding does not shift positions
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)[:, -input_ids.shape[1] :]  # [B, S]
-
-        inputs_embeds = self.model.embed_tokens(input_ids) + self.numerical_embedding(numeric_values)  # [B, S, H]
-        features = self.model(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            **kwargs,
+        if labels is not None:
+            self._check_like_input_ids("labels", labels, input_ids)
+        if numeric_labels is not None:
+            self._check_like_input_ids("numeric_labels", numeric_labels, input_ids, finite=True)
+        individual = self.abduce(
+            input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache, **kwargs
         )
-        z = features.last_hidden_state  # [B, S, H]
-        loc_U, scale_U = self.abduction(z)  # [B, S, C] each
+        loc_U, scale_U = individual.loc_U, individual.scale_U  # [B, S, C] each
         loc_S, scale_S, loc_Y, scale_Y = self.action(loc_U, scale_U)  # [B, S, V] x2, [B, S] x2
 
         loss = cls_loss = reg_loss = None
         if labels is not None:
             targets = numeric_labels if numeric_labels is not None else numeric_values
+            if targets is None:
+                targets = torch.zeros(labels.shape, dtype=loc_Y.dtype, device=labels.device)
             mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else torch.ones_like(labels)
             pair_mask = mask[:, :-1].bool() & mask[:, 1:].bool()  # both the input and its target are real
             parts = total_loss(
@@ -277,10 +313,20 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             scale_S=scale_S,
             loc_Y=loc_Y,
             scale_Y=scale_Y,
-            past_key_values=features.past_key_values,
-            hidden_states=features.hidden_states,
-            attentions=features.attentions,
+            past_key_values=individual.past_key_values,
+            hidden_states=individual.hidden_states,
+            attentions=individual.attentions,
         )
+
+    def generate(self, input_ids: torch.LongTensor, **kwargs):
+        """`causalqwen.generation.generate` with this model; see there for the arguments.
+
+        This is not transformers' ``GenerationMixin.generate``: each step emits a (token, value) pair,
+        and the value must re-enter the next step's embedding.
+        """
+        from .generation import generate  # generation imports nothing from here; a late import keeps it so
+
+        return generate(self, input_ids, **kwargs)
 
     # ---- construction from a Qwen2 base ----
 

@@ -522,7 +522,9 @@ class NumericTokenizer:
 
     # -- decoding ----------------------------------------------------------------------------
 
-    def decode(self, input_ids, numeric_values, skip_special_tokens: bool = True) -> str:
+    def decode(
+        self, input_ids, numeric_values, skip_special_tokens: bool = True, out_of_vocab: str = "raise"
+    ) -> str:
         """Turn ``(input_ids, numeric_values)`` back into text.
 
         Each ``<NUM>`` position is written as :func:`format_number` of its value. The runs of
@@ -534,11 +536,14 @@ class NumericTokenizer:
             input_ids: a list of ints or a 1-D integer tensor/array.
             numeric_values: a list of numbers or a 1-D tensor/array of the same length.
             skip_special_tokens: drop special tokens other than ``<NUM>`` from the text.
+            out_of_vocab: what to do with an id at or beyond ``len(self)`` -- one of the model's
+                reserved rows, which an untrained model can predict: ``"raise"`` (default) or
+                ``"mark"``, which writes it as ``<unk:ID>``.
 
         Raises:
             TypeError: wrong element types.
-            ValueError: the lengths differ, an id is outside ``[0, len(self))``, or a ``<NUM>``
-                value is NaN or infinite.
+            ValueError: the lengths differ, an id is negative or (with ``out_of_vocab="raise"``)
+                at least ``len(self)``, or a ``<NUM>`` value is NaN or infinite.
         """
         ids = _as_id_list(input_ids, "input_ids")
         values = _as_value_list(numeric_values, "numeric_values")
@@ -546,9 +551,11 @@ class NumericTokenizer:
             raise ValueError(
                 f"input_ids has length {len(ids)} but numeric_values has length {len(values)}; they must match"
             )
+        if out_of_vocab not in ("raise", "mark"):
+            raise ValueError(f'out_of_vocab must be "raise" or "mark", got {out_of_vocab!r}')
         size = len(self)
         for position, token_id in enumerate(ids):
-            if not 0 <= token_id < size:
+            if token_id < 0 or (token_id >= size and out_of_vocab == "raise"):
                 raise ValueError(
                     f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1})"
                 )
@@ -556,12 +563,15 @@ class NumericTokenizer:
         parts: list[str] = []
         run: list[int] = []
         for position, token_id in enumerate(ids):
-            if token_id != self._num_token_id:
+            if token_id != self._num_token_id and token_id < size:
                 run.append(token_id)
                 continue
             if run:
                 parts.append(self._decode_run(run, skip_special_tokens))
                 run = []
+            if token_id >= size:
+                parts.append(f"<unk:{token_id}>")
+                continue
             try:
                 parts.append(format_number(values[position]))
             except ValueError as error:
@@ -576,7 +586,9 @@ class NumericTokenizer:
             ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False
         )
 
-    def batch_decode(self, input_ids, numeric_values, skip_special_tokens: bool = True) -> list[str]:
+    def batch_decode(
+        self, input_ids, numeric_values, skip_special_tokens: bool = True, out_of_vocab: str = "raise"
+    ) -> list[str]:
         """Decode each row of ``input_ids`` [B, S] and ``numeric_values`` [B, S] with :meth:`decode`.
 
         Rows may be tensors/arrays of two dimensions or lists of lists; the number of rows must
@@ -591,7 +603,7 @@ class NumericTokenizer:
         texts = []
         for row, (ids, values) in enumerate(zip(id_rows, value_rows)):
             try:
-                texts.append(self.decode(ids, values, skip_special_tokens=skip_special_tokens))
+                texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab))
             except ValueError as error:
                 raise ValueError(f"row {row}: {error}") from None
         return texts

@@ -1,0 +1,240 @@
+r"""Autoregressive generation with numbers (inference §5, decision D12).
+
+Every step emits a *pair*: a token id and a value. When the chosen token is ``<NUM>`` its value is
+the predicted $\mathrm{loc}_Y$ of that step, and it re-enters the model at the next step through the
+numerical embedding $\phi$; for every other token the value is 0.0. The text is recovered with
+``NumericTokenizer.decode(sequences, numeric_values)``.
+
+One step, for a batch of rows:
+
+$$
+(\mathrm{loc}_{U_t}, \mathrm{scale}_{U_t}) = \mathrm{abduce}(x_{\le t}, v_{\le t})
+\;\to\; U'_t \text{ (the mode, D11)}
+\;\to\; (S_t, Y_t) = \mathrm{action}(U'_t)
+\;\to\; (x_{t+1}, v_{t+1}) = \big(\arg\max_k P_{k,t},\ \mathrm{loc}_{Y_t}\,[x_{t+1} = \langle NUM\rangle]\big).
+$$
+
+``shared_individual`` draws $\varepsilon \in (0,1)^C$ and ``shared_noise`` draws
+$\varepsilon_n \in \mathbb{R}^C$ once per row before the first step and reuse them at every step;
+``causal`` draws a fresh $\varepsilon$ per row and step; ``traditional`` samples the token from
+`traditional_probabilities`. The prompt's keys and values are kept in a transformers
+``DynamicCache``, so each new step runs the stack on one token per row. Prompts are left-padded;
+positions count real tokens only. A row stops after its EOS token and is then filled with the pad
+token (value 0.0, attention mask 0); generation stops early when every row has stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import ModelOutput
+
+from .inference import (
+    check_mode,
+    decision_input,
+    draw_standard_cauchy,
+    draw_uniform,
+    predict,
+    sample_token,
+    traditional_probabilities,
+)
+from .losses import as_bool_mask
+
+__all__ = ["generate", "GenerationOutput"]
+
+
+@dataclass
+class GenerationOutput(ModelOutput):
+    r"""Result of `generate`; prompts included, left padding kept.
+
+    Args:
+        sequences: token ids ``[B, S + T]`` (prompt, then $T \le$ ``max_new_tokens`` generated steps).
+        numeric_values: the value beside each token ``[B, S + T]``: the prompt's values, then
+            $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere.
+        attention_mask: ``[B, S + T]``, the prompt's mask, then 1 for each generated token up to and
+            including the row's EOS and 0 for the padding after it.
+        loc_U, scale_U: the law of $U$ at each generated step, ``[B, T, C]`` (only with
+            ``output_decision_inputs=True``).
+        decision_loc, decision_scale: the decision input $U'$ the action map received at each step,
+            ``[B, T, C]`` (only with ``output_decision_inputs=True``; for ``traditional``, the
+            standard one).
+    """
+
+    sequences: torch.LongTensor | None = None
+    numeric_values: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    loc_U: torch.FloatTensor | None = None
+    scale_U: torch.FloatTensor | None = None
+    decision_loc: torch.FloatTensor | None = None
+    decision_scale: torch.FloatTensor | None = None
+
+
+def _token_ids(value, name: str) -> list[int]:
+    if value is None:
+        return []
+    ids = [value] if isinstance(value, int) else list(value)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError(f"{name} must be a non-negative int or a list of them, got {value!r}")
+    return ids
+
+
+def _check_left_padding(attention_mask: Tensor, input_ids: Tensor) -> Tensor:
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape {tuple(input_ids.shape)}"
+        )
+    mask = as_bool_mask(attention_mask, "attention_mask")  # [B, S]
+    right_padded = (mask[:, :-1] & ~mask[:, 1:]).any(dim=-1)  # a real token followed by padding
+    if bool(right_padded.any()):
+        row = int(right_padded.nonzero()[0, 0])
+        raise ValueError(
+            f"generation needs left padding, but attention_mask row {row} has padding after a real token; "
+            "tokenize the prompts with padding_side='left'"
+        )
+    if not bool(mask[:, -1].all()):
+        row = int((~mask[:, -1]).nonzero()[0, 0])
+        raise ValueError(f"attention_mask row {row} has no real token: every prompt needs at least one")
+    return mask
+
+
+def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: str, batch: int, causal_size: int):
+    if value is None:
+        return None
+    if mode != wanted_mode:
+        raise ValueError(f"{name} fixes the per-sequence draw of mode {wanted_mode!r}; it has no meaning for mode {mode!r}")
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a tensor of shape [B, C] or [C], got {type(value).__name__}")
+    if value.shape not in ((causal_size,), (batch, causal_size)):
+        raise ValueError(f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}")
+    return value.expand(batch, causal_size)
+
+
+def generate(
+    model,
+    input_ids: torch.LongTensor,
+    numeric_values: torch.FloatTensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    mode: str = "standard",
+    max_new_tokens: int = 32,
+    generator: torch.Generator | None = None,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    eos_token_id: int | list[int] | None = None,
+    use_cache: bool = True,
+    *,
+    pad_token_id: int | None = None,
+    normalize: str = "softmax",
+    uniform: Tensor | None = None,
+    noise: Tensor | None = None,
+    output_decision_inputs: bool = False,
+) -> GenerationOutput:
+    r"""Generate up to ``max_new_tokens`` (token, value) pairs per row with one of the five modes.
+
+    Args:
+        model: a `CausalQwenForCausalLM` (its train/eval mode is left as it is).
+        input_ids, numeric_values, attention_mask: the prompts ``[B, S]``, left-padded.
+        mode: ``"standard"``, ``"causal"``, ``"shared_individual"``, ``"shared_noise"`` or ``"traditional"``.
+        generator: the source of every random draw; the same seed gives the same output.
+        temperature, top_k, top_p, normalize: the ``traditional`` mode's sampling distribution
+            (`traditional_probabilities`); other modes reject non-default values.
+        eos_token_id: id or ids that end a row (default: ``model.config.eos_token_id``).
+        use_cache: keep a ``DynamicCache`` (True) or rerun the whole sequence at every step (False,
+            the reference the cache is tested against).
+        pad_token_id: fills a row after its EOS (default: ``model.config.pad_token_id``, else the first EOS id).
+        uniform: fixes $\varepsilon$ of ``shared_individual``, ``[B, C]`` or ``[C]`` in (0, 1).
+        noise: fixes $\varepsilon_n$ of ``shared_noise``, ``[B, C]`` or ``[C]``, finite.
+        output_decision_inputs: also return $U$ and $U'$ of every step.
+    """
+    check_mode(mode)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    traditional_probabilities(torch.zeros(1), temperature, top_k, top_p)  # validates the sampling arguments
+    if mode != "traditional" and (temperature != 1.0 or top_k != 0 or top_p != 1.0 or normalize != "softmax"):
+        raise ValueError(
+            f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "
+            "from a categorical distribution"
+        )
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        raise ValueError("input_ids must be a [B, S] integer tensor")
+    config = model.config
+    batch, prompt_length = input_ids.shape
+    device = input_ids.device
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    mask = _check_left_padding(attention_mask, input_ids).long()  # [B, S]
+    longest = int(mask.sum(-1).max())
+    if longest > config.max_position_embeddings:
+        raise ValueError(
+            f"the prompt has {longest} tokens, more than max_position_embeddings={config.max_position_embeddings}"
+        )
+    if longest + max_new_tokens > config.max_position_embeddings:
+        raise ValueError(
+            f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+            f"max_position_embeddings={config.max_position_embeddings}; lower max_new_tokens"
+        )
+    eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id")
+    if pad_token_id is None:
+        pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
+    _token_ids(pad_token_id, "pad_token_id")
+    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, config.causal_size)
+    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, config.causal_size)
+    if mode == "shared_individual" and fixed_uniform is None:
+        fixed_uniform = draw_uniform((batch, config.causal_size), generator=generator, device=device)  # once per row
+    if mode == "shared_noise" and fixed_noise is None:
+        fixed_noise = draw_standard_cauchy((batch, config.causal_size), generator=generator, device=device)
+
+    sequences = input_ids  # [B, S]
+    values = numeric_values if numeric_values is not None else torch.zeros(input_ids.shape, device=device)  # [B, S]
+    eos = torch.tensor(eos_ids, dtype=input_ids.dtype, device=device)
+    unfinished = torch.ones(batch, dtype=torch.bool, device=device)  # [B]
+    cache = DynamicCache(config=config) if use_cache else None
+    step_ids, step_values = sequences, values
+    trace = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            if use_cache:
+                individual = model.abduce(step_ids, step_values, attention_mask=mask, past_key_values=cache, use_cache=True)
+            else:
+                individual = model.abduce(sequences, values, attention_mask=mask, use_cache=False)
+            loc_U = individual.loc_U[:, -1]  # [B, C]
+            scale_U = individual.scale_U[:, -1]  # [B, C]
+
+            if mode == "traditional":
+                loc, scale = decision_input("standard", loc_U, scale_U, model.action.noise_scale)
+                decision = model.action.decide(loc, scale)  # [B, V] x2, [B] x2
+                probs = traditional_probabilities(
+                    decision.loc_S, temperature, top_k, top_p, decision.scale_S, model.ovr_threshold, normalize
+                )
+                token = sample_token(probs, generator)  # [B]
+                value = torch.where(token == config.num_token_id, decision.loc_Y, torch.zeros_like(decision.loc_Y))
+            else:
+                loc, scale = decision_input(
+                    mode, loc_U, scale_U, model.action.noise_scale, uniform=fixed_uniform, noise=fixed_noise, generator=generator
+                )
+                decision = model.action.decide(loc, scale)
+                token, value = predict(decision.loc_S, decision.scale_S, decision.loc_Y, model.ovr_threshold, config.num_token_id)
+            if output_decision_inputs:
+                trace.append((loc_U, scale_U, loc, scale))
+
+            token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))  # [B]
+            value = torch.where(unfinished, value, torch.zeros_like(value)).to(values.dtype)  # [B]
+            sequences = torch.cat([sequences, token[:, None]], dim=1)  # [B, S + t]
+            values = torch.cat([values, value[:, None]], dim=1)
+            mask = torch.cat([mask, unfinished.long()[:, None]], dim=1)
+            unfinished = unfinished & ~torch.isin(token, eos)
+            step_ids, step_values = token[:, None], value[:, None]  # [B, 1]
+            if not bool(unfinished.any()):
+                break
+
+    traced = {}
+    if output_decision_inputs and trace:
+        names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
+        traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
+    return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
+

@@ -1,0 +1,209 @@
+r"""The five inference modes (inference §1–4, decision D11).
+
+Four of the modes differ in one thing only: the *decision input* $U'$ that the linear action map
+receives. Everything downstream is the same closed-form Cauchy algebra
+(`ActionNetwork.decide`), followed by the OvR argmax (`predict`).
+
+| mode | decision input $U'$ | randomness |
+|---|---|---|
+| ``standard`` | $\mathrm{Cauchy}(\mathrm{loc}_U,\ \mathrm{scale}_U + \lvert b_{\mathrm{noise}}\rvert)$ | none |
+| ``causal`` | $\mathrm{Cauchy}(u,\ \lvert b_{\mathrm{noise}}\rvert)$, $u = \mathrm{loc}_U + \mathrm{scale}_U \odot \tan(\pi(\varepsilon - \tfrac12))$ | $\varepsilon \sim U(0,1)^C$ fresh at every position and step |
+| ``shared_individual`` | as ``causal`` | $\varepsilon$ drawn once per sequence, reused at every step |
+| ``shared_noise`` | $\mathrm{Cauchy}(\mathrm{loc}_U + \lvert b_{\mathrm{noise}}\rvert \odot \varepsilon_n,\ \mathrm{scale}_U)$ | $\varepsilon_n \sim \mathrm{Cauchy}(0,1)^C$ once per sequence |
+| ``traditional`` | -- ($\mathrm{softmax}(\mathrm{loc}_S / T)$ with top-k / top-p) | a categorical draw per step |
+
+In ``causal`` mode the individual is sampled and only the exogenous noise stays a distribution, so
+the class scales are $\mathrm{scale}_{S_k} = |W_{\mathrm{cls},k}| \cdot |b_{\mathrm{noise}}|$. In
+``shared_noise`` mode the noise is a fixed *instance* that shifts the location, and the individual
+stays uncertain. ``causal`` and ``shared_individual`` differ only in how often $\varepsilon$ is drawn,
+which is the business of `causalqwen.generation`; here both take ``uniform`` or draw it.
+
+Prediction in the first four modes: token $= \arg\max_k P_k$ with $P_k = P(S_k > C_k)$, and the value
+$\mathrm{loc}_Y$ where that token is ``<NUM>``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from . import cauchy
+from .losses import ovr_log_probability
+
+__all__ = [
+    "MODES",
+    "DECISION_MODES",
+    "check_mode",
+    "draw_uniform",
+    "draw_standard_cauchy",
+    "decision_input",
+    "predict",
+    "traditional_probabilities",
+    "sample_token",
+]
+
+DECISION_MODES = ("standard", "causal", "shared_individual", "shared_noise")
+MODES = DECISION_MODES + ("traditional",)
+
+# D10: a uniform used for reparameterized sampling is clamped to [UNIFORM_EPS, 1 - UNIFORM_EPS], in
+# float64. The largest standard-Cauchy value it can give is 1 / (pi * 2**-53), about 2.9e15.
+UNIFORM_EPS = 2.0**-53
+
+
+def check_mode(mode, allowed: tuple[str, ...] = MODES) -> str:
+    """Return ``mode`` if it is one of ``allowed``; otherwise raise a ``ValueError`` that lists them."""
+    if not isinstance(mode, str) or mode not in allowed:
+        raise ValueError(f"unknown inference mode {mode!r}; valid modes are: {', '.join(allowed)}")
+    return mode
+
+
+def draw_uniform(shape, *, generator: torch.Generator | None = None, device=None) -> Tensor:
+    r"""$\varepsilon \sim U(0, 1)$ in float64, on the open grid $(2k + 1)\,2^{-53}$, $k = 0, \dots, 2^{52} - 1$.
+
+    Every value lies strictly inside $(0, 1)$ and is exactly representable; the grid is symmetric about
+    $\tfrac12$, so $\tan(\pi(\varepsilon - \tfrac12))$ is symmetric too.
+    """
+    k = torch.randint(0, 2**52, tuple(shape), generator=generator, device=device, dtype=torch.int64)
+    return (2 * k + 1).to(torch.float64) * 2.0**-53
+
+
+def draw_standard_cauchy(shape, *, generator: torch.Generator | None = None, device=None) -> Tensor:
+    r"""$\varepsilon_n = F^{-1}(\varepsilon) = \tan(\pi(\varepsilon - \tfrac12))$, $\varepsilon$ from `draw_uniform`; float64."""
+    return cauchy.icdf(draw_uniform(shape, generator=generator, device=device), 0.0, 1.0)
+
+
+def _check_uniform(uniform: Tensor) -> Tensor:
+    if not isinstance(uniform, Tensor) or not uniform.dtype.is_floating_point:
+        raise TypeError(f"uniform must be a floating-point tensor, got {type(uniform).__name__}")
+    if not bool(((uniform > 0) & (uniform < 1)).all()):
+        raise ValueError("uniform must lie strictly inside (0, 1): it is the epsilon of the inverse-CDF sampling")
+    return uniform.to(torch.float64).clamp(UNIFORM_EPS, 1.0 - UNIFORM_EPS)  # D10
+
+
+def _check_noise(noise: Tensor) -> Tensor:
+    if not isinstance(noise, Tensor) or not noise.dtype.is_floating_point:
+        raise TypeError(f"noise must be a floating-point tensor, got {type(noise).__name__}")
+    if not bool(torch.isfinite(noise).all()):
+        raise ValueError("noise must be finite (standard-Cauchy draws): found NaN or ±inf")
+    return noise
+
+
+def decision_input(
+    mode: str,
+    loc_U: Tensor,
+    scale_U: Tensor,
+    noise_scale: Tensor,
+    *,
+    uniform: Tensor | None = None,
+    noise: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    r"""Location and scale of the decision input $U'$ for ``mode`` (the table above, decision D11).
+
+    - ``standard``: $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$;
+    - ``causal``, ``shared_individual``: $(\mathrm{loc}_U + \mathrm{scale}_U \odot \tan(\pi(\varepsilon - \tfrac12)),\ |b_{\mathrm{noise}}|)$;
+    - ``shared_noise``: $(\mathrm{loc}_U + |b_{\mathrm{noise}}| \odot \varepsilon_n,\ \mathrm{scale}_U)$.
+
+    Args:
+        loc_U, scale_U: law of $U$, ``[..., C]``.
+        noise_scale: $|b_{\mathrm{noise}}|$, ``[C]``.
+        uniform: $\varepsilon$, values in $(0, 1)$ broadcastable to ``[..., C]``; drawn from ``generator`` if omitted.
+        noise: $\varepsilon_n$, standard-Cauchy values broadcastable to ``[..., C]``; drawn if omitted.
+        generator: the source of the draws when ``uniform`` / ``noise`` are omitted.
+
+    Returns ``(loc, scale)``, both ``[..., C]`` in the dtype of ``loc_U``. The sampled modes form
+    $\tan(\cdot)$ in float64. A zero $|b_{\mathrm{noise}}|$ is allowed: the action network clamps the
+    resulting decision scales at ``scale_eps``.
+    """
+    check_mode(mode, DECISION_MODES)
+    if mode == "standard":
+        return loc_U, scale_U + noise_scale  # [..., C]
+    if mode in ("causal", "shared_individual"):
+        if uniform is None:
+            uniform = draw_uniform(loc_U.shape, generator=generator, device=loc_U.device)
+        standard = cauchy.icdf(_check_uniform(uniform), 0.0, 1.0)  # tan(pi (eps - 1/2)), float64
+        u = (loc_U.double() + scale_U.double() * standard).to(loc_U.dtype)  # [..., C], the sampled individual
+        return u, noise_scale.expand_as(u)
+    # shared_noise
+    if noise is None:
+        noise = draw_standard_cauchy(loc_U.shape, generator=generator, device=loc_U.device)
+    shifted = (loc_U.double() + noise_scale.double() * _check_noise(noise).double()).to(loc_U.dtype)  # [..., C]
+    return shifted, scale_U
+
+
+def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_id: int) -> tuple[Tensor, Tensor]:
+    r"""Token $\hat k = \arg\max_k P_k$ and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>`` (0.0 elsewhere).
+
+    The argmax is taken over $\log P_k$ (`ovr_log_probability`), which is monotone in $P_k$ but keeps
+    classes apart where $P_k$ itself rounds to 1. Shapes: ``loc_S``, ``scale_S`` ``[..., V]``,
+    ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
+    """
+    log_p, _ = ovr_log_probability(loc_S, scale_S, threshold)  # [..., V]
+    token_ids = log_p.argmax(dim=-1)  # [...]
+    values = torch.where(token_ids == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]
+    return token_ids, values
+
+
+def _check_sampling_args(temperature, top_k, top_p) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+        math.isfinite(temperature) and temperature > 0
+    ):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 keeps every class), got {top_k!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1] (1 keeps every class), got {top_p!r}")
+
+
+def traditional_probabilities(
+    loc_S: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    scale_S: Tensor | None = None,
+    threshold=None,
+    normalize: str = "softmax",
+) -> Tensor:
+    r"""A categorical distribution over the $V$ classes for top-k / top-p sampling (inference §3).
+
+    ``normalize="softmax"``: $p_k \propto \exp(\mathrm{loc}_{S_k} / T)$, the base model's sampling
+    distribution (at initialization $\mathrm{loc}_S$ are Qwen's logits).
+    ``normalize="ovr"``: $p_k \propto P_k^{1/T}$ with $P_k = P(S_k > C_k)$ (needs ``scale_S`` and
+    ``threshold``); at $T = 1$ this is $P_k / \sum_j P_j$. Both are computed as a softmax of log-weights.
+
+    Then, as in transformers' logits warpers, top-k keeps the ``top_k`` most probable classes (0: all),
+    and top-p keeps the smallest set of most probable classes whose mass reaches ``top_p`` (always at
+    least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
+    summing to 1.
+    """
+    _check_sampling_args(temperature, top_k, top_p)
+    if normalize == "softmax":
+        log_weights = loc_S / temperature  # [..., V]
+    elif normalize == "ovr":
+        if scale_S is None or threshold is None:
+            raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
+        log_p, _ = ovr_log_probability(loc_S, scale_S, threshold)
+        log_weights = log_p / temperature  # [..., V]
+    else:
+        raise ValueError(f'normalize must be "softmax" or "ovr", got {normalize!r}')
+
+    num_classes = log_weights.shape[-1]
+    if 0 < top_k < num_classes:
+        kth_largest = log_weights.topk(top_k, dim=-1).values[..., -1:]  # [..., 1]
+        log_weights = log_weights.masked_fill(log_weights < kth_largest, -math.inf)
+    probs = torch.softmax(log_weights, dim=-1)  # [..., V]
+    if top_p < 1:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)  # [..., V]
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of the more probable classes
+        drop_sorted = mass_before >= top_p  # the first class always has mass_before = 0 < top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to class order
+        probs = torch.softmax(log_weights.masked_fill(drop, -math.inf), dim=-1)
+    return probs
+
+
+def sample_token(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One categorical draw per row of ``probs`` ``[..., V]``; returns ``[...]`` (long)."""
+    flat = probs.reshape(-1, probs.shape[-1])  # [N, V]
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
