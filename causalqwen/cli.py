@@ -5,14 +5,19 @@ Subcommands so far:
 * ``walkthrough`` -- one screen that runs the whole forward pass on the embedded tiny Qwen2 base:
   text with numbers -> ``<NUM>`` tokens and values -> Qwen2 features -> U -> decisions -> loss,
   and checks the initialization equivalence on the spot.
+* ``generate`` -- text in, text out, with any of the five inference modes, from a saved CausalQwen
+  directory, a Qwen2 checkpoint (converted on load) or the embedded tiny base.
 
-``demo``, ``train``, ``generate`` and ``convert`` arrive with the training and inference work.
+``demo``, ``train`` and ``convert`` arrive with the training work.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from .inference import MODES
 
 DEFAULT_TEXT = "The price is 99.9 yuan; 温度-15.5度 in 2020-2021, up 1,250 units."
 
@@ -78,6 +83,79 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
     return 0 if ok else 1
 
 
+TINY = "tiny"
+
+
+def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
+    """``(CausalQwenForCausalLM, NumericTokenizer)`` from ``model``, in eval mode.
+
+    ``model`` is ``"tiny"`` (the embedded tiny Qwen2 base, converted with ``from_qwen``; random
+    weights), a directory written by ``save_pretrained`` (model and tokenizer), or a Qwen2
+    checkpoint path / hub id, converted with ``from_qwen`` on load. ``seed`` seeds the
+    initialization of whatever is newly built.
+    """
+    import torch
+    from transformers import AutoConfig
+
+    from .modeling import CausalQwenConfig, CausalQwenForCausalLM
+    from .tiny import build_tiny_base
+    from .tokenization import NumericTokenizer
+
+    torch.manual_seed(seed)
+    if model == TINY:
+        qwen, hf_tokenizer = build_tiny_base(seed=seed)
+        tokenizer = NumericTokenizer(hf_tokenizer)
+        return CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval(), tokenizer
+    if (os.path.isabs(model) or model.startswith((".", "~"))) and not os.path.isdir(os.path.expanduser(model)):
+        raise ValueError(f"model directory {model!r} does not exist")
+    config = AutoConfig.from_pretrained(model)
+    tokenizer = NumericTokenizer.from_pretrained(model)
+    if config.model_type == CausalQwenConfig.model_type:
+        loaded = CausalQwenForCausalLM.from_pretrained(model)
+    else:
+        loaded = CausalQwenForCausalLM.from_qwen(model)
+    if loaded.config.num_token_id != tokenizer.num_token_id:
+        raise ValueError(
+            f"{model}: the model's num_token_id ({loaded.config.num_token_id}) differs from the tokenizer's <NUM> id "
+            f"({tokenizer.num_token_id})"
+        )
+    return loaded.eval(), tokenizer
+
+
+def generate_text(
+    prompts: list[str],
+    model: str = TINY,
+    mode: str = "standard",
+    seed: int = 0,
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    normalize: str = "softmax",
+    use_cache: bool = True,
+) -> list[str]:
+    """Generate a continuation of each prompt (one left-padded batch); return prompt + continuation as text."""
+    import torch
+
+    from .generation import generate
+
+    causal_qwen, tokenizer = load_model_and_tokenizer(model, seed=seed)
+    batch = tokenizer(prompts, padding_side="left")
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, normalize=normalize) if mode == "traditional" else {}
+    out = generate(
+        causal_qwen,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        mode=mode,
+        max_new_tokens=max_new_tokens,
+        generator=torch.Generator().manual_seed(seed),
+        use_cache=use_cache,
+        **sampling,
+    )
+    return tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="causalqwen",
@@ -92,6 +170,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     walk.add_argument("--text", default=DEFAULT_TEXT, help="input text (default: %(default)r)")
     walk.add_argument("--seed", type=int, default=0, help="seed of the tiny base and the new modules")
+
+    gen = sub.add_parser(
+        "generate",
+        help="generate text (with numbers) from prompts, in any of the five inference modes",
+        description="Continue each prompt with CausalQwen and print prompt + continuation, one per line; "
+        "predicted numbers are written out in shortest float32 form. Ids of reserved rows (which an "
+        "untrained model can predict) print as <unk:ID>.",
+    )
+    gen.add_argument(
+        "--model",
+        default=TINY,
+        help="a directory saved with save_pretrained (model + tokenizer), a Qwen2 checkpoint path or hub id "
+        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base (default)",
+    )
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch")
+    gen.add_argument("--mode", default="standard", choices=MODES, help="inference mode (default: %(default)s)")
+    gen.add_argument("--seed", type=int, default=0, help="seed of every random draw (default: %(default)s)")
+    gen.add_argument("--max-new-tokens", type=int, default=32, help="tokens to add per prompt (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=1.0, help="traditional mode: softmax temperature")
+    gen.add_argument("--top-k", type=int, default=0, help="traditional mode: keep the k most probable tokens (0: all)")
+    gen.add_argument("--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1]")
+    gen.add_argument(
+        "--normalize", default="softmax", choices=("softmax", "ovr"), help="traditional mode: softmax of loc_S or P/sum(P)"
+    )
+    gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference)")
     return parser
 
 
@@ -100,6 +203,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "walkthrough":
         return walkthrough(args.text, args.seed)
+    if args.command == "generate":
+        if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
+            parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
+        try:
+            texts = generate_text(
+                args.prompt,
+                args.model,
+                args.mode,
+                args.seed,
+                args.max_new_tokens,
+                args.temperature,
+                args.top_k,
+                args.top_p,
+                args.normalize,
+                use_cache=not args.no_cache,
+            )
+        except (ValueError, TypeError, OSError) as error:
+            parser.error(str(error))
+        for text in texts:
+            print(text)
+        return 0
     parser.print_help()
     return 0
 

@@ -692,3 +692,19 @@ def test_save_and_load(tokenizer, tmp_path):
         assert loaded.encode(text) == tokenizer.encode(text)
     batch = tokenizer(BATCH)
     assert loaded.batch_decode(batch["input_ids"], batch["numeric_values"]) == BATCH
+
+
+def test_decode_can_mark_ids_of_reserved_rows(tokenizer):
+    """A model has more rows than the tokenizer has tokens; an untrained one can predict those ids."""
+    size = len(tokenizer)
+    ids, values = tokenizer.encode("cost 5 now")
+    ids = ids + [size + 7] + [tokenizer.num_token_id]
+    values = values + [0.0, 2.5]
+    assert tokenizer.decode(ids, values, out_of_vocab="mark") == f"cost 5 now<unk:{size + 7}>2.5"
+    with pytest.raises(ValueError, match=rf"input_ids\[{len(ids) - 2}\] = {size + 7} is not a token id"):
+        tokenizer.decode(ids, values)
+    with pytest.raises(ValueError, match=r"input_ids\[0\] = -1 is not a token id"):
+        tokenizer.decode([-1], [0.0], out_of_vocab="mark")
+    with pytest.raises(ValueError, match='out_of_vocab must be "raise" or "mark"'):
+        tokenizer.decode(ids, values, out_of_vocab="skip")
+    assert tokenizer.batch_decode([ids], [values], out_of_vocab="mark") == [f"cost 5 now<unk:{size + 7}>2.5"]
