@@ -63,15 +63,18 @@ class ActionNetwork(nn.Module):
         r"""$|b_{\mathrm{noise}}|$, ``[C]``."""
         return self.b_noise.abs()
 
-    def decide(self, loc: Tensor, scale: Tensor) -> ActionOutput:
+    def decide(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None) -> ActionOutput:
         r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$.
 
         No noise is added here. The input scale and the output scales are clamped below at
         ``scale_eps`` (decision D10), so a decision input with no spread at all (causal mode with
-        $b_{\mathrm{noise}} = 0$) still gives finite OvR probabilities.
+        $b_{\mathrm{noise}} = 0$) still gives finite OvR probabilities. ``abs_weight`` is
+        $|W_{\mathrm{cls}}|$ precomputed by a caller that decides many times with the same weights
+        (`cauchy.linear`).
         """
         scale = scale.clamp_min(self.scale_eps)  # [..., C]
-        loc_S, scale_S = cauchy.linear(loc, scale, self.classification_head.weight, self.classification_head.bias)  # [..., V]
+        head = self.classification_head
+        loc_S, scale_S = cauchy.linear(loc, scale, head.weight, head.bias, abs_weight=abs_weight)  # [..., V]
         loc_Y, scale_Y = cauchy.linear(loc, scale, self.regression_head.weight, self.regression_head.bias)  # [..., 1]
         return ActionOutput(
             loc_S=loc_S,

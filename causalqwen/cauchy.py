@@ -333,15 +333,22 @@ def rsample(loc, scale, uniform) -> Tensor:
     return icdf(uniform, loc, scale)
 
 
-def linear(loc, scale, weight: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def linear(loc, scale, weight: Tensor, bias: Tensor | None = None, *, abs_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     r"""Law of $Y = W X + b$ for $X$ with independent $\mathrm{Cauchy}(\mu_j, \gamma_j)$ components.
 
     $$Y_k \sim \mathrm{Cauchy}\Big(\sum_j W_{kj}\mu_j + b_k,\ \sum_j |W_{kj}|\,\gamma_j\Big),$$
     i.e. ``(loc @ weight.T + bias, scale @ weight.abs().T)``. Shapes: loc, scale ``[..., C]``,
     weight ``[K, C]``, bias ``[K]``; result ``[..., K]`` twice.
+
+    ``abs_weight`` is $|W|$ computed once by a caller that applies the same weight many times
+    (generation: for a large head, forming $|W|$ costs several times the matrix product itself).
     """
     if not isinstance(weight, Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if abs_weight is None:
+        abs_weight = weight.abs()
+    elif not isinstance(abs_weight, Tensor) or abs_weight.shape != weight.shape:
+        raise ValueError(f"abs_weight must be a tensor of weight's shape {tuple(weight.shape)}")
     loc, scale = _as_float_tensors(loc, scale, names=("loc", "scale"))
     check_scale(scale)
     if loc.shape[-1:] != weight.shape[-1:] or scale.shape[-1:] != weight.shape[-1:]:
@@ -350,5 +357,5 @@ def linear(loc, scale, weight: Tensor, bias: Tensor | None = None) -> tuple[Tens
             f"weight's input dimension {weight.shape[-1]}"
         )
     loc_out = F.linear(loc, weight, bias)  # [..., K]
-    scale_out = F.linear(scale, weight.abs())  # [..., K]
+    scale_out = F.linear(scale, abs_weight)  # [..., K]
     return loc_out, scale_out

@@ -197,6 +197,7 @@ def generate(
     step_ids, step_values = sequences, values
     trace = []
     with torch.no_grad():
+        abs_weight = model.action.classification_head.weight.abs()  # |W_cls| [V, C], formed once, not per step
         for _ in range(max_new_tokens):
             if use_cache:
                 individual = model.abduce(step_ids, step_values, attention_mask=mask, past_key_values=cache, use_cache=True)
@@ -207,7 +208,7 @@ def generate(
 
             if mode == "traditional":
                 loc, scale = decision_input("standard", loc_U, scale_U, model.action.noise_scale)
-                decision = model.action.decide(loc, scale)  # [B, V] x2, [B] x2
+                decision = model.action.decide(loc, scale, abs_weight=abs_weight)  # [B, V] x2, [B] x2
                 probs = traditional_probabilities(
                     decision.loc_S, temperature, top_k, top_p, decision.scale_S, model.ovr_threshold, normalize
                 )
@@ -217,7 +218,7 @@ def generate(
                 loc, scale = decision_input(
                     mode, loc_U, scale_U, model.action.noise_scale, uniform=fixed_uniform, noise=fixed_noise, generator=generator
                 )
-                decision = model.action.decide(loc, scale)
+                decision = model.action.decide(loc, scale, abs_weight=abs_weight)
                 token, value = predict(decision.loc_S, decision.scale_S, decision.loc_Y, model.ovr_threshold, config.num_token_id)
             if output_decision_inputs:
                 trace.append((loc_U, scale_U, loc, scale))

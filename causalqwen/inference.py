@@ -122,8 +122,10 @@ def decision_input(
         return loc_U, scale_U + noise_scale  # [..., C]
     if mode in ("causal", "shared_individual"):
         if uniform is None:
-            uniform = draw_uniform(loc_U.shape, generator=generator, device=loc_U.device)
-        standard = cauchy.icdf(_check_uniform(uniform), 0.0, 1.0)  # tan(pi (eps - 1/2)), float64
+            uniform = draw_uniform(loc_U.shape, generator=generator, device=loc_U.device)  # on the grid, in range
+        else:
+            uniform = _check_uniform(uniform)
+        standard = cauchy.icdf(uniform, 0.0, 1.0)  # tan(pi (eps - 1/2)), float64
         u = (loc_U.double() + scale_U.double() * standard).to(loc_U.dtype)  # [..., C], the sampled individual
         return u, noise_scale.expand_as(u)
     # shared_noise
@@ -136,11 +138,11 @@ def decision_input(
 def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_id: int) -> tuple[Tensor, Tensor]:
     r"""Token $\hat k = \arg\max_k P_k$ and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>`` (0.0 elsewhere).
 
-    The argmax is taken over $\log P_k$ (`ovr_log_probability`), which is monotone in $P_k$ but keeps
-    classes apart where $P_k$ itself rounds to 1. Shapes: ``loc_S``, ``scale_S`` ``[..., V]``,
-    ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
+    The argmax is taken over $\log P_k$ (the Cauchy log survival function at $C_k$), which is
+    monotone in $P_k$ but keeps classes apart where $P_k$ itself rounds to 1. Shapes: ``loc_S``,
+    ``scale_S`` ``[..., V]``, ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
     """
-    log_p, _ = ovr_log_probability(loc_S, scale_S, threshold)  # [..., V]
+    log_p = cauchy.log_sf(threshold, loc_S, scale_S)  # [..., V]
     token_ids = log_p.argmax(dim=-1)  # [...]
     values = torch.where(token_ids == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]
     return token_ids, values
