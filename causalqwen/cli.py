@@ -8,7 +8,9 @@ Subcommands so far:
 * ``generate`` -- text in, text out, with any of the five inference modes, from a saved CausalQwen
   directory, a Qwen2 checkpoint (converted on load) or the embedded tiny base.
 
-``demo``, ``train`` and ``convert`` arrive with the training work.
+* ``demo`` -- the main job: train from the tiny base on the synthetic corpus and show that it learns.
+* ``train`` -- train a CausalQwen converted from a real Qwen2 checkpoint on a JSONL file.
+* ``convert`` -- ``from_qwen`` plus ``save_pretrained`` (model and tokenizer).
 """
 
 from __future__ import annotations
@@ -195,7 +197,86 @@ def build_parser() -> argparse.ArgumentParser:
         "--normalize", default="softmax", choices=("softmax", "ovr"), help="traditional mode: softmax of loc_S or P/sum(P)"
     )
     gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference)")
+
+    demo = sub.add_parser(
+        "demo",
+        help="the main job: train on the synthetic corpus from the tiny base and show that it learns",
+        description="Build the embedded tiny Qwen2 base, convert it, train (preset 'all') on the synthetic corpus, "
+        "print a before/after table and one sample per inference mode, write plots and the trained model. "
+        "Exits 1 if the model did not learn (held-out num_f1 < 0.9 or reg_mdae > 0.5x its value at init).",
+    )
+    demo.add_argument("--out", default="artifacts/demo", help="output directory (default: %(default)s)")
+    demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's 1500)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--overwrite", action="store_true", help="replace an existing directory that is not a demo run")
+
+    tr = sub.add_parser(
+        "train",
+        help="train CausalQwen from a Qwen2 checkpoint on a JSONL file of {\"text\": ...} lines",
+        description="Convert --base with from_qwen (or load a saved CausalQwen), train with the chosen preset, "
+        "and write metrics.jsonl, checkpoints and the final model (model/) to --out.",
+    )
+    tr.add_argument("--base", required=True, help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen")
+    tr.add_argument("--data", required=True, help="training data: JSONL, one {\"text\": ...} per line")
+    tr.add_argument("--eval-data", help="held-out JSONL for the eval/* metrics (default: none)")
+    tr.add_argument("--out", required=True, help="output directory")
+    tr.add_argument("--preset", default="causal", help="causal (default), abduction or all")
+    tr.add_argument("--steps", type=int, default=1000)
+    tr.add_argument("--batch-size", type=int, default=8)
+    tr.add_argument("--learning-rate", type=float, default=1e-4)
+    tr.add_argument("--weight-decay", type=float, default=0.01)
+    tr.add_argument("--warmup-steps", type=int, default=50)
+    tr.add_argument("--max-grad-norm", type=float, default=1.0)
+    tr.add_argument("--max-length", type=int, default=512, help="tokens per text (longer texts are cut)")
+    tr.add_argument("--eval-every", type=int, default=100)
+    tr.add_argument("--save-every", type=int, default=500)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    tr.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    tr.add_argument("--report-to", choices=("tensorboard", "wandb"), help="also log there (package must be installed)")
+
+    conv = sub.add_parser("convert", help="from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
+                          description="Convert a Qwen2 checkpoint (directory or hub id) and save model and tokenizer.")
+    conv.add_argument("--base", required=True, help="a Qwen2 checkpoint directory or hub id, or 'tiny'")
+    conv.add_argument("--out", required=True, help="output directory (must not exist, unless --overwrite)")
+    conv.add_argument("--overwrite", action="store_true")
     return parser
+
+
+def train_command(args) -> int:
+    """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo."""
+    from .data import TextDataset, collate, read_jsonl
+    from .training import TrainingConfig, train
+
+    config = TrainingConfig(
+        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps, max_grad_norm=args.max_grad_norm, preset=args.preset,
+        eval_every=args.eval_every, save_every=args.save_every, seed=args.seed, report_to=args.report_to,
+    )
+    model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed)
+    texts, sources = read_jsonl(args.data)
+    train_set = TextDataset(texts, tokenizer, args.max_length, sources)
+    eval_batch = None
+    if args.eval_data:
+        texts, sources = read_jsonl(args.eval_data)
+        eval_set = TextDataset(texts, tokenizer, args.max_length, sources)
+        eval_batch = collate(eval_set.items, tokenizer.pad_token_id)
+    train(model, train_set, config, eval_batch=eval_batch, out_dir=args.out, resume=args.resume, overwrite=args.overwrite)
+    model.save_pretrained(os.path.join(args.out, "model"))
+    tokenizer.save_pretrained(os.path.join(args.out, "model"))
+    print(f"trained model written to {os.path.join(args.out, 'model')}")
+    return 0
+
+
+def convert_command(args) -> int:
+    """``causalqwen convert``: from_qwen + save_pretrained, model and tokenizer."""
+    if os.path.exists(args.out) and os.listdir(args.out) and not args.overwrite:
+        raise ValueError(f"output directory {args.out!r} exists and is not empty; pass --overwrite to replace it")
+    model, tokenizer = load_model_and_tokenizer(args.base)
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
+    print(f"CausalQwen (V = {model.config.vocab_size}, <NUM> id {model.config.num_token_id}) written to {args.out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "walkthrough":
         return walkthrough(args.text, args.seed)
+    if args.command in ("demo", "train", "convert"):
+        try:
+            if args.command == "demo":
+                from .demo import DEMO_STEPS, run_demo
+
+                return run_demo(args.out, args.steps or DEMO_STEPS, args.seed, args.overwrite)
+            return train_command(args) if args.command == "train" else convert_command(args)
+        except (ValueError, TypeError, OSError) as error:
+            parser.error(str(error))
     if args.command == "generate":
         if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
             parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
