@@ -24,7 +24,7 @@ setup-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev]"
 
 demo: setup
-	$(BIN)/causalqwen walkthrough
+	$(BIN)/causalqwen demo
 
 test: setup-dev
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest

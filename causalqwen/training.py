@@ -164,8 +164,7 @@ def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_g
 def _load_checkpoint(path, model, optimizer, scheduler, eval_generator) -> tuple[int, list]:
     from safetensors.torch import load_file
 
-    with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
-        saved = json.load(handle)
+    saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
     differing = sorted(k for k in set(saved) | set(current)
                        if k not in ("transformers_version", "architectures", "_name_or_path", "dtype")

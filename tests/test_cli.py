@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from causalqwen import cli
 
@@ -108,3 +109,111 @@ def test_generate_reports_bad_arguments(args, message, capsys):
         cli.main(["generate", "--prompt", "hi", *args])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# ---- demo, train, convert ----
+
+
+@pytest.mark.slow
+def test_demo_learns_the_synthetic_task(tmp_path, capsys):
+    """The main job at its default length: it must learn (num_f1 >= 0.9, reg_mdae <= 0.5x init) and exit 0."""
+    assert cli.main(["demo", "--out", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert "OK: the demo model learned the synthetic task." in out
+    for mode in ("standard", "causal", "shared_individual", "shared_noise", "traditional"):
+        assert f"  {mode} " in out
+    for name in ("loss.png", "metrics.png", "metrics.jsonl", "model/model.safetensors", "model/tokenizer.json"):
+        assert (tmp_path / "demo" / name).exists(), name
+
+
+def test_a_short_demo_reports_failure_to_learn_and_reruns_in_place(tmp_path, capsys):
+    out_dir = tmp_path / "demo"
+    assert cli.main(["demo", "--out", str(out_dir), "--steps", "3"]) == 1
+    assert "FAILED: the demo model did not learn enough." in capsys.readouterr().out
+    assert cli.main(["demo", "--out", str(out_dir), "--steps", "2"]) == 1  # a previous demo run is replaced
+    assert (out_dir / "checkpoint-2").exists() and not (out_dir / "checkpoint-3").exists()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("x")
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--out", str(foreign), "--steps", "2"])
+    assert "is not a causalqwen run" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    from causalqwen.tiny import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("qwen_tiny"))
+
+
+def _jsonl(path, texts):
+    import json
+
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return str(path)
+
+
+def test_convert_then_train_then_generate(qwen_dir, tmp_path, capsys):
+    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.data import synthetic_texts
+
+    converted = tmp_path / "converted"
+    assert cli.main(["convert", "--base", qwen_dir, "--out", str(converted)]) == 0
+    model = CausalQwenForCausalLM.from_pretrained(converted)
+    assert model.config.num_token_id == 603 and (converted / "tokenizer.json").exists()
+    data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(40, seed=0))
+    held_out = _jsonl(tmp_path / "eval.jsonl", synthetic_texts(8, seed=1))
+    run = tmp_path / "run"
+    args = ["train", "--base", str(converted), "--data", data, "--eval-data", held_out, "--out", str(run),
+            "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--save-every", "2", "--learning-rate", "1e-3"]
+    assert cli.main(args) == 0
+    assert (run / "model" / "model.safetensors").exists() and (run / "checkpoint-4").exists()
+    trained = CausalQwenForCausalLM.from_pretrained(run / "model")
+    assert not torch.equal(trained.abduction.W_loc, model.abduction.W_loc)  # preset causal trained abduction
+    assert torch.equal(trained.model.embed_tokens.weight, model.model.embed_tokens.weight)  # ... and not the backbone
+    assert cli.main(["train", "--base", str(converted), "--data", data, "--out", str(run), "--steps", "6",
+                     "--batch-size", "4", "--save-every", "2", "--resume"]) == 0
+    assert (run / "checkpoint-6").exists()
+    capsys.readouterr()
+    assert cli.main(["generate", "--model", str(run / "model"), "--prompt", "A cup of tea costs", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith("A cup of tea costs")
+    # straight from the Qwen2 directory: converted on load
+    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "run2"), "--steps", "1",
+                     "--batch-size", "4"]) == 0
+
+
+def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    data = _jsonl(tmp_path / "train.jsonl", ["a 1", "b 2", "c 3", "d 4"])
+    llama = tmp_path / "llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(llama)
+    from causalqwen.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer().save_pretrained(llama)
+    bad_line = tmp_path / "bad.jsonl"
+    bad_line.write_text('{"text": "ok"}\n{"txt": "no"}\n')
+    huge = _jsonl(tmp_path / "huge.jsonl", ["fine", "too big 1e40"])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "x").write_text("x")
+    cases = [
+        (["train", "--base", qwen_dir, "--data", str(bad_line), "--out", str(tmp_path / "r1")], "bad.jsonl, line 2"),
+        (["train", "--base", qwen_dir, "--data", huge, "--out", str(tmp_path / "r2")], "huge.jsonl, line 2"),
+        (["train", "--base", qwen_dir, "--data", str(empty), "--out", str(tmp_path / "r3")], "the dataset is empty"),
+        (["train", "--base", str(llama), "--data", data, "--out", str(tmp_path / "r4")], "CausalQwen needs a Qwen2 base"),
+        (["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r5"), "--preset", "most"], "unknown preset 'most'"),
+        (["train", "--base", qwen_dir, "--data", data, "--out", str(foreign)], "is not a causalqwen run; pass overwrite"),
+        (["convert", "--base", qwen_dir, "--out", str(foreign)], "exists and is not empty; pass --overwrite"),
+    ]
+    for args, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(args)
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err, args
+    for name in ("r1", "r2", "r3", "r4", "r5"):
+        assert not (tmp_path / name).exists(), name  # nothing half-written

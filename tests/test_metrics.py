@@ -1,0 +1,107 @@
+"""Monitoring metrics (D13) against plain-Python and NumPy/SciPy computations; edge cases defined."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer
+from causalqwen.data import collate, synthetic_texts, TextDataset
+from causalqwen.metrics import (
+    classification_metrics,
+    distribution_stats,
+    evaluate_batch,
+    next_token_valid_mask,
+    ovr_prob_sum_median,
+    regression_metrics,
+)
+from causalqwen.tiny import build_tiny_base
+
+NUM = 3
+
+
+@given(
+    predicted=st.lists(st.integers(0, 4), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_classification_metrics_match_a_python_count(predicted, data):
+    n = len(predicted)
+    targets = data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    valid = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    got = classification_metrics(torch.tensor(predicted), torch.tensor(targets), torch.tensor(valid), NUM)
+    pairs = [(p, t) for p, t, v in zip(predicted, targets, valid) if v]
+    tp = sum(p == NUM and t == NUM for p, t in pairs)
+    n_pred = sum(p == NUM for p, _ in pairs)
+    n_true = sum(t == NUM for _, t in pairs)
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_true if n_true else 0.0
+    assert got["accuracy"] == (sum(p == t for p, t in pairs) / len(pairs) if pairs else 0.0)
+    assert got["num_precision"] == precision and got["num_recall"] == recall
+    assert math.isclose(got["num_f1"], 2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+    assert (got["num_predicted"], got["num_targets"], got["tokens"]) == (n_pred, n_true, len(pairs))
+
+
+def test_classification_edge_cases_are_zero_with_counts():
+    valid = torch.ones(4, dtype=torch.bool)
+    nothing_predicted = classification_metrics(torch.tensor([0, 1, 2, 0]), torch.tensor([NUM, 1, 2, 0]), valid, NUM)
+    assert nothing_predicted["num_precision"] == 0.0 and nothing_predicted["num_predicted"] == 0
+    assert nothing_predicted["num_recall"] == 0.0 and nothing_predicted["num_f1"] == 0.0
+    no_targets = classification_metrics(torch.tensor([NUM, 1, 2, 0]), torch.tensor([0, 1, 2, 0]), valid, NUM)
+    assert no_targets["num_recall"] == 0.0 and no_targets["num_targets"] == 0 and no_targets["num_precision"] == 0.0
+    empty = classification_metrics(torch.tensor([1]), torch.tensor([1]), torch.tensor([False]), NUM)
+    assert empty["accuracy"] == 0.0 and empty["tokens"] == 0
+    assert not any(math.isnan(v) for m in (nothing_predicted, no_targets, empty) for v in m.values())
+
+
+def test_regression_metrics_against_numpy():
+    predicted = torch.tensor([1.0, 2.0, 10.0, -4.0, 7.0])
+    target = torch.tensor([1.5, 0.0, 0.0, 4.0, 8.0])
+    mask = torch.tensor([True, True, False, True, True])
+    errors = np.abs(predicted.numpy() - target.numpy())[mask.numpy()]
+    got = regression_metrics(predicted, target, mask)
+    assert got == {"reg_mae": pytest.approx(errors.mean()), "reg_mdae": pytest.approx(np.median(errors)), "reg_count": 4}
+    assert regression_metrics(predicted, target, torch.zeros(5, dtype=torch.bool)) == {"reg_mae": 0.0, "reg_mdae": 0.0, "reg_count": 0}
+
+
+def test_distribution_stats_against_numpy():
+    values = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    chosen = values.numpy()[mask.numpy()].ravel()
+    got = distribution_stats(values, mask, "U_loc")
+    q25, q75 = np.percentile(chosen, [25, 75])
+    assert got == pytest.approx({"U_loc_mean": chosen.mean(), "U_loc_median": np.median(chosen),
+                                 "U_loc_std": chosen.std(), "U_loc_iqr": q75 - q25})
+
+
+def test_ovr_prob_sum_median_against_scipy():
+    g = torch.Generator().manual_seed(1)
+    loc_S = torch.randn(2, 3, 7, generator=g, dtype=torch.float64) * 50
+    scale_S = torch.rand(2, 3, 7, generator=g, dtype=torch.float64) * 5 + 0.5
+    mask = torch.tensor([[True, False, True], [True, True, False]])
+    sums = stats.cauchy.sf(20.0, loc=loc_S.numpy(), scale=scale_S.numpy()).sum(-1)[mask.numpy()]
+    assert ovr_prob_sum_median(loc_S, scale_S, 20.0, mask) == pytest.approx(np.median(sums), rel=1e-12)
+
+
+def test_valid_mask_pairs_positions_with_their_targets():
+    labels = torch.tensor([[5, 6, 7, -100], [5, 6, 7, 8]])
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]])
+    expected = torch.tensor([[True, True, False], [False, True, True]])
+    assert torch.equal(next_token_valid_mask(labels, mask), expected)
+
+
+def test_evaluate_batch_reports_every_d13_metric_finite():
+    qwen, hf_tokenizer = build_tiny_base(seed=0)
+    tokenizer = NumericTokenizer(hf_tokenizer)
+    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval()
+    batch = collate(TextDataset(synthetic_texts(12, seed=0), tokenizer).items, tokenizer.pad_token_id)
+    metrics = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
+    expected = {"accuracy", "num_precision", "num_recall", "num_f1", "reg_mae", "reg_mdae", "ovr_prob_sum_median",
+                "ovr_prob_sum_median_causal"} | {f"U_{w}_{s}" for w in ("loc", "scale") for s in ("mean", "median", "std", "iqr")}
+    assert expected <= set(metrics) and all(math.isfinite(v) for v in metrics.values())
+    # at initialization scale_U = gamma = 10 everywhere and the OvR sum is far from 1 under standard inference
+    assert metrics["U_scale_median"] == pytest.approx(10.0) and metrics["U_scale_iqr"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["num_targets"] > 0 and metrics["reg_count"] == metrics["num_targets"]
