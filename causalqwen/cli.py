@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-length", type=int, default=512, help="tokens per text (longer texts are cut)")
     tr.add_argument("--eval-every", type=int, default=100)
     tr.add_argument("--save-every", type=int, default=500)
+    tr.add_argument("--log-every", type=int, default=10, help="steps between training-metric records")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     tr.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -251,9 +252,17 @@ def train_command(args) -> int:
     config = TrainingConfig(
         steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
         warmup_steps=args.warmup_steps, max_grad_norm=args.max_grad_norm, preset=args.preset,
-        eval_every=args.eval_every, save_every=args.save_every, seed=args.seed, report_to=args.report_to,
+        eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every, seed=args.seed,
+        report_to=args.report_to,
     )
+    import torch
+    import torch.distributed as dist
+
     model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    if torch.cuda.is_available():
+        model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
     texts, sources = read_jsonl(args.data)
     train_set = TextDataset(texts, tokenizer, args.max_length, sources)
     eval_batch = None
@@ -262,9 +271,13 @@ def train_command(args) -> int:
         eval_set = TextDataset(texts, tokenizer, args.max_length, sources)
         eval_batch = collate(eval_set.items, tokenizer.pad_token_id)
     train(model, train_set, config, eval_batch=eval_batch, out_dir=args.out, resume=args.resume, overwrite=args.overwrite)
-    model.save_pretrained(os.path.join(args.out, "model"))
-    tokenizer.save_pretrained(os.path.join(args.out, "model"))
-    print(f"trained model written to {os.path.join(args.out, 'model')}")
+    if not dist.is_initialized() or dist.get_rank() == 0:  # only rank 0 writes
+        model.save_pretrained(os.path.join(args.out, "model"))
+        tokenizer.save_pretrained(os.path.join(args.out, "model"))
+        print(f"trained model written to {os.path.join(args.out, 'model')}")
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
     return 0
 
 

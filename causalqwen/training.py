@@ -45,7 +45,15 @@ from .data import TextDataset, collate
 from .metrics import classification_metrics, evaluate_batch, next_token_valid_mask
 from .inference import predict
 
-__all__ = ["PRESETS", "TrainingConfig", "set_trainable", "parameter_groups", "train", "latest_checkpoint"]
+__all__ = [
+    "PRESETS",
+    "TrainingConfig",
+    "set_trainable",
+    "parameter_groups",
+    "globally_normalized_loss",
+    "train",
+    "latest_checkpoint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +135,27 @@ def _rank() -> int:
 
 def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def globally_normalized_loss(out, batch: dict, config) -> torch.Tensor:
+    r"""This process's share of the loss of the *global* batch, for DDP (which averages gradients).
+
+    The model's loss is a mean over this process's $n^{(r)}_{\mathrm{cls}}$ scored positions and
+    $n^{(r)}_{\mathrm{reg}}$ ``<NUM>`` targets. Over $W$ processes with totals $N_{\mathrm{cls}}$,
+    $N_{\mathrm{reg}}$, the global loss is recovered by
+
+    $$L^{(r)} = W\Big(\bar L^{(r)}_{\mathrm{cls}}\,\frac{n^{(r)}_{\mathrm{cls}}}{N_{\mathrm{cls}}}
+    + \lambda\, L^{(r)}_{\mathrm{reg,eff}}\,\frac{n^{(r)}_{\mathrm{reg}}}{N_{\mathrm{reg}}}\Big),$$
+
+    so that the DDP average $\frac1W\sum_r \nabla L^{(r)}$ is the gradient of one process holding the
+    whole batch, whatever the padding and the number of numbers in each shard.
+    """
+    valid = next_token_valid_mask(batch["labels"], batch["attention_mask"], config.ignore_index)
+    counts = torch.stack([valid.sum(), (valid & (batch["labels"][:, 1:] == config.num_token_id)).sum()]).double()
+    totals = counts.clone()
+    dist.all_reduce(totals)  # [N_cls, N_reg]
+    shares = (counts / totals.clamp_min(1)).to(out.cls_loss.dtype)
+    return _world_size() * (out.cls_loss * shares[0] + config.regression_weight * out.reg_loss * shares[1])
 
 
 def _rng_state() -> dict:
@@ -248,8 +277,9 @@ def train(
 
     ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics. With
     ``out_dir`` the run writes ``metrics.jsonl`` and checkpoints there (rank 0 only). Under
-    ``torchrun`` (an initialised process group) the model is wrapped in DDP and each process reads
-    its shard of every global batch.
+    ``torchrun`` (an initialised process group) the model is wrapped in DDP, each process reads its
+    shard of every global batch (``batch_size`` per process), and the loss is normalised over the
+    global batch (`globally_normalized_loss`). Batches go to the device of the model's parameters.
     """
     rank, world = _rank(), _world_size()
     if out_dir and rank == 0:
@@ -271,6 +301,9 @@ def train(
     trained = model
     if world > 1:
         trained = torch.nn.parallel.DistributedDataParallel(model)
+    device = next(model.parameters()).device
+    if eval_batch is not None:
+        eval_batch = {key: value.to(device) for key, value in eval_batch.items()}
     sampler = DistributedSampler(train_dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True)
     loader = DataLoader(train_dataset, batch_size=config.batch_size, sampler=sampler, drop_last=True,
                         collate_fn=partial(collate, pad_token_id=train_dataset.pad_token_id))
@@ -289,8 +322,10 @@ def train(
             if offset:  # resuming mid-epoch: skip the batches already done
                 offset -= 1
                 continue
+            batch = {key: value.to(device) for key, value in batch.items()}
             out = trained(**batch)
-            out.loss.backward()
+            loss = globally_normalized_loss(out, batch, model.config) if world > 1 else out.loss
+            loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
             optimizer.step()
             scheduler.step()

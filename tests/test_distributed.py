@@ -1,0 +1,45 @@
+"""torchrun with 2 CPU processes (DDP, gloo) ends with the parameters of 1 process on the same global batch."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from causalqwen import cli
+from causalqwen.data import synthetic_texts
+from causalqwen.tiny import save_tiny_base
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_one_process(tmp_path):
+    base = save_tiny_base(tmp_path / "qwen")
+    data = tmp_path / "train.jsonl"
+    # sentences of different lengths and different numbers of <NUM>: the shards differ in padding and in
+    # counts, which only a loss normalised over the global batch gets right
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in synthetic_texts(48, seed=4)))
+    common = ["train", "--base", base, "--data", str(data), "--steps", "3", "--preset", "all", "--learning-rate", "1e-3",
+              "--warmup-steps", "0", "--save-every", "3", "--log-every", "1", "--seed", "0"]
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "causalqwen.cli",
+         *common, "--out", str(tmp_path / "ddp"), "--batch-size", "4"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert cli.main([*common, "--out", str(tmp_path / "single"), "--batch-size", "8"]) == 0
+
+    ddp = load_file(tmp_path / "ddp" / "model" / "model.safetensors")
+    single = load_file(tmp_path / "single" / "model" / "model.safetensors")
+    initial = load_file(tmp_path / "ddp" / "checkpoint-3" / "model.safetensors")
+    assert ddp.keys() == single.keys()
+    worst = max((ddp[k] - single[k]).abs().max().item() for k in ddp)
+    print(f"largest |DDP - single| over all parameters after 3 steps: {worst:.3g}")
+    assert worst <= 1e-5, worst
+    assert any(not torch.equal(ddp[k], load_file(os.path.join(base, "model.safetensors")).get(k, ddp[k])) for k in ddp)
+    assert all(torch.equal(ddp[k], initial[k]) for k in ddp)  # the final checkpoint is the final model
+    steps = [json.loads(line)["step"] for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]  # rank 0 alone writes the log

@@ -1,0 +1,34 @@
+"""transformers.Trainer drives CausalQwenForCausalLM as it is: loss first in the output, 3 optimisation steps."""
+
+from functools import partial
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer
+from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.tiny import build_tiny_base
+
+
+def test_trainer_trains_three_steps(tmp_path):
+    qwen, hf_tokenizer = build_tiny_base(seed=0)
+    tokenizer = NumericTokenizer(hf_tokenizer)
+    torch.manual_seed(0)
+    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    data = TextDataset(synthetic_texts(24, seed=0), tokenizer, max_length=32)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3,
+                             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+                             remove_unused_columns=False, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data,
+                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    result = trainer.train()
+    assert result.global_step == 3
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert "action.b_noise" in changed and "abduction.W_loc" in changed and "model.embed_tokens.weight" in changed
+    # the output puts the loss first, as Trainer expects of a model output
+    batch = collate([data[0], data[1]], tokenizer.pad_token_id)
+    out = model(**batch)
+    assert out.to_tuple()[0] is out.loss and out.loss.dim() == 0
