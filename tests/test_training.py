@@ -134,3 +134,14 @@ def test_bad_training_configs_and_datasets(tokenizer):
             TrainingConfig(**{field: value})
     with pytest.raises(ValueError, match="too few for one batch of 64"):
         train(_model(tokenizer), _data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False)
+
+
+@pytest.mark.parametrize("sink, package", [("tensorboard", "tensorboard"), ("wandb", "wandb")])
+def test_report_to_needs_its_package_and_is_never_required(tokenizer, tmp_path, sink, package):
+    import importlib.util
+
+    config = TrainingConfig(**CONFIG | {"steps": 1, "report_to": sink})
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here; the error path cannot be exercised")
+    with pytest.raises(ValueError, match=f"report_to='{sink}' needs the {package} package"):
+        train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
