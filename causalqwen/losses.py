@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import cauchy
@@ -29,6 +30,7 @@ __all__ = [
     "total_loss",
     "LossParts",
     "as_bool_mask",
+    "fused_ovr_classification_loss",
 ]
 
 
@@ -195,3 +197,100 @@ def total_loss(
         cls_loss=cls_loss,
         reg_loss=reg_loss,
     )
+
+
+# ---- the fused, chunked path (memory-flat head + loss) ----
+
+FUSED_CHUNK_SIZE = 256  # rows per chunk; provisional until measured by the head benchmark
+
+
+def _fused_chunk_loss(loc_U, scale_U, weight, abs_weight, bias, noise_scale, threshold, labels, scale_eps) -> Tensor:
+    r"""OvR loss of a chunk of rows, never forming a one-hot:
+    $L_n = -\sum_k \log(1 - P_{nk}) - \big[\log P_{n y_n} - \log(1 - P_{n y_n})\big]$."""
+    scale_in = (scale_U + noise_scale).clamp_min(scale_eps)  # [n, C], as ActionNetwork.decide
+    loc_S = F.linear(loc_U, weight, bias)  # [n, V]
+    scale_S = F.linear(scale_in, abs_weight).clamp_min(scale_eps)  # [n, V]
+    log_not_p = cauchy.log_cdf(threshold, loc_S, scale_S)  # [n, V]
+    column = labels.unsqueeze(-1)  # [n, 1]
+    threshold_y = threshold[labels] if threshold.dim() > 0 else threshold  # [n] or []
+    log_p_y = cauchy.log_sf(threshold_y, loc_S.gather(-1, column).squeeze(-1), scale_S.gather(-1, column).squeeze(-1))
+    return -(log_not_p.sum(-1) + log_p_y - log_not_p.gather(-1, column).squeeze(-1))  # [n]
+
+
+class _FusedOvRLoss(torch.autograd.Function):
+    """Saves only its inputs; forward and backward walk the scored rows chunk by chunk."""
+
+    @staticmethod
+    def forward(ctx, loc_U, scale_U, weight, bias, noise_scale, threshold, labels, rows, chunk_size, scale_eps):
+        abs_weight = weight.abs()  # [V, C]
+        loss = loc_U.new_zeros(loc_U.shape[0])  # [N]
+        for start in range(0, rows.numel(), chunk_size):
+            r = rows[start : start + chunk_size]
+            loss[r] = _fused_chunk_loss(loc_U[r], scale_U[r], weight, abs_weight, bias, noise_scale, threshold, labels[r], scale_eps)
+        ctx.save_for_backward(loc_U, scale_U, weight, bias, noise_scale, threshold, labels, rows)
+        ctx.chunk_size, ctx.scale_eps = chunk_size, scale_eps
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        loc_U, scale_U, weight, bias, noise_scale, threshold, labels, rows = ctx.saved_tensors
+        abs_weight = weight.detach().abs()
+        leaves = [weight.detach(), abs_weight, bias.detach(), noise_scale.detach(), threshold.detach()]
+        totals = [torch.zeros_like(leaf) for leaf in leaves]  # d W (loc path), d |W|, d b, d |b_noise|, d C
+        grad_loc_U, grad_scale_U = torch.zeros_like(loc_U), torch.zeros_like(scale_U)
+        for start in range(0, rows.numel(), ctx.chunk_size):
+            r = rows[start : start + ctx.chunk_size]
+            with torch.enable_grad():
+                chunk = [loc_U[r].detach().requires_grad_(), scale_U[r].detach().requires_grad_()]
+                params = [leaf.requires_grad_() for leaf in leaves]
+                loss = _fused_chunk_loss(chunk[0], chunk[1], params[0], params[1], params[2], params[3], params[4],
+                                         labels[r], ctx.scale_eps)
+                grads = torch.autograd.grad(loss, chunk + params, grad_loss[r])
+            grad_loc_U[r], grad_scale_U[r] = grads[0], grads[1]
+            for total, grad in zip(totals, grads[2:]):
+                total += grad
+        grad_weight = totals[0] + totals[1] * torch.sign(weight)  # the loc path plus the |W| path
+        return grad_loc_U, grad_scale_U, grad_weight, totals[2], totals[3], totals[4], None, None, None, None
+
+
+def fused_ovr_classification_loss(
+    loc_U: Tensor,
+    scale_U: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    noise_scale: Tensor,
+    threshold,
+    labels: Tensor,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+    scale_eps: float = 1e-6,
+) -> Tensor:
+    r"""The head and the OvR loss in one pass, row chunk by row chunk: per-position loss ``[N]``.
+
+    Equal to the literal path ``ovr_classification_loss(*ActionNetwork.forward(loc_U, scale_U)[:2], labels,
+    threshold)`` with $\mathrm{loc}_S = \mathrm{loc}_U W^\top + b$ and
+    $\mathrm{scale}_S = \max(\max(\mathrm{scale}_U + |b_{\mathrm{noise}}|, \epsilon)\,|W|^\top, \epsilon)$, but
+    the OvR loss is separable over classes, so each chunk of rows gives its exact loss and gradient:
+    no ``[N, V]`` tensor beyond one chunk exists, ignored rows never enter a matrix product, and no
+    one-hot is built. Backward recomputes each chunk (nothing of size ``[N, V]`` is saved) and
+    returns the gradients of ``loc_U``, ``scale_U``, ``weight`` (through $W$ and $|W|$), ``bias``,
+    ``noise_scale`` and a tensor ``threshold``.
+
+    Shapes: ``loc_U``, ``scale_U`` ``[N, C]``; ``weight`` ``[V, C]``; ``bias`` ``[V]``;
+    ``noise_scale`` ``[C]`` ($|b_{\mathrm{noise}}|$); ``threshold`` a number, ``[]`` or ``[V]``; ``labels`` ``[N]``.
+    """
+    if loc_U.dim() != 2 or scale_U.shape != loc_U.shape:
+        raise ValueError(f"loc_U and scale_U must both be [N, C], got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
+    num_classes = weight.shape[0]
+    _check_threshold(threshold, num_classes)
+    if labels.shape != loc_U.shape[:1]:
+        raise ValueError(f"labels shape {tuple(labels.shape)} must be [N] = {tuple(loc_U.shape[:1])}")
+    scored = _check_labels(labels, num_classes, ignore_index)
+    if chunk_size is None:
+        chunk_size = FUSED_CHUNK_SIZE
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if not isinstance(threshold, Tensor):
+        threshold = torch.tensor(float(threshold), dtype=loc_U.dtype, device=loc_U.device)
+    rows = scored.nonzero().squeeze(-1)  # [n] the scored rows; the others never reach a GEMM
+    return _FusedOvRLoss.apply(loc_U, scale_U, weight, bias, noise_scale, threshold, labels, rows, chunk_size, scale_eps)
