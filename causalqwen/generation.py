@@ -34,6 +34,7 @@ from transformers.modeling_outputs import ModelOutput
 
 from .inference import (
     check_mode,
+    check_sampling_args,
     decision_input,
     draw_standard_cauchy,
     draw_uniform,
@@ -152,7 +153,7 @@ def generate(
     check_mode(mode)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    traditional_probabilities(torch.zeros(1), temperature, top_k, top_p)  # validates the sampling arguments
+    check_sampling_args(temperature, top_k, top_p)
     if mode != "traditional" and (temperature != 1.0 or top_k != 0 or top_p != 1.0 or normalize != "softmax"):
         raise ValueError(
             f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "

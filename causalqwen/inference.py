@@ -36,6 +36,7 @@ __all__ = [
     "MODES",
     "DECISION_MODES",
     "check_mode",
+    "check_sampling_args",
     "draw_uniform",
     "draw_standard_cauchy",
     "decision_input",
@@ -148,7 +149,8 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
     return token_ids, values
 
 
-def _check_sampling_args(temperature, top_k, top_p) -> None:
+def check_sampling_args(temperature, top_k, top_p) -> None:
+    """Raise a ``ValueError`` naming the argument unless temperature > 0, top_k >= 0 and top_p in (0, 1]."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
         math.isfinite(temperature) and temperature > 0
     ):
@@ -180,7 +182,7 @@ def traditional_probabilities(
     least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
     summing to 1.
     """
-    _check_sampling_args(temperature, top_k, top_p)
+    check_sampling_args(temperature, top_k, top_p)
     if normalize == "softmax":
         log_weights = loc_S / temperature  # [..., V]
     elif normalize == "ovr":
