@@ -27,7 +27,7 @@ import torch
 
 from .data import TEMPLATES, TextDataset, collate, synthetic_texts
 from .inference import MODES
-from .metrics import evaluate_batch, regression_metrics, next_token_valid_mask
+from .metrics import evaluate_batch, next_token_valid_mask, regression_metrics, with_log_prefixes
 from .training import RUN_MARKER, TrainingConfig, train
 
 __all__ = ["DEMO_STEPS", "run_demo"]
@@ -43,10 +43,6 @@ TABLE_ROWS = [
     ("dist/ovr_prob_sum_median", "OvR sum median (standard)"),
     ("dist/ovr_prob_sum_median_causal", "OvR sum median (causal)"),
 ]
-
-
-def _prefixed(metrics: dict) -> dict:
-    return {(f"dist/{k}" if k.startswith(("U_", "ovr")) else f"eval/{k}"): v for k, v in metrics.items()}
 
 
 def _per_template_mdae(model, tokenizer, seed: int) -> dict[str, float]:
@@ -128,11 +124,11 @@ def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int
           f"batch {config.batch_size}; gate_alpha = 1, regression_weight = 0.1 (see `causalqwen.demo`)")
 
     model.eval()
-    before = _prefixed(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
+    before = with_log_prefixes(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
     before_templates = _per_template_mdae(model, tokenizer, seed + 2)
     history = train(model, train_set, config, eval_batch=eval_batch, out_dir=out_dir, overwrite=overwrite,
                     progress=progress)
-    after = _prefixed(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
+    after = with_log_prefixes(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
     after_templates = _per_template_mdae(model, tokenizer, seed + 2)
 
     print(f"\nHeld-out synthetic data ({eval_batch['input_ids'].shape[0]} sentences, standard inference):")

@@ -38,6 +38,7 @@ __all__ = [
     "distribution_stats",
     "ovr_prob_sum_median",
     "evaluate_batch",
+    "with_log_prefixes",
 ]
 
 
@@ -121,3 +122,8 @@ def evaluate_batch(model, batch: dict[str, Tensor], generator: torch.Generator |
     causal = model.action.decide(loc, scale)
     metrics["ovr_prob_sum_median_causal"] = ovr_prob_sum_median(causal.loc_S, causal.scale_S, model.ovr_threshold, valid)
     return metrics
+
+
+def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:
+    """Name `evaluate_batch` metrics as logged (D13): ``dist/`` for U statistics and OvR sums, ``eval/`` otherwise."""
+    return {(f"dist/{k}" if k.startswith(("U_", "ovr")) else f"eval/{k}"): v for k, v in metrics.items()}

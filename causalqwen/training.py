@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from .data import TextDataset, collate
-from .metrics import classification_metrics, evaluate_batch, next_token_valid_mask
+from .metrics import classification_metrics, evaluate_batch, next_token_valid_mask, with_log_prefixes
 from .inference import predict
 
 __all__ = [
@@ -351,7 +351,7 @@ def train(
                 model.eval()
                 metrics = evaluate_batch(model, eval_batch, generator=eval_generator)
                 model.train()
-                record |= {(f"dist/{k}" if k.startswith(("U_", "ovr")) else f"eval/{k}"): v for k, v in metrics.items()}
+                record |= with_log_prefixes(metrics)
             if record:
                 record["step"] = step
                 history.append(record)
