@@ -63,18 +63,22 @@ class ActionNetwork(nn.Module):
         r"""$|b_{\mathrm{noise}}|$, ``[C]``."""
         return self.b_noise.abs()
 
-    def decide(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None) -> ActionOutput:
+    def decide(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None, classes=None) -> ActionOutput:
         r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$.
 
         No noise is added here. The input scale and the output scales are clamped below at
         ``scale_eps`` (decision D10), so a decision input with no spread at all (causal mode with
         $b_{\mathrm{noise}} = 0$) still gives finite OvR probabilities. ``abs_weight`` is
         $|W_{\mathrm{cls}}|$ precomputed by a caller that decides many times with the same weights
-        (`cauchy.linear`).
+        (`cauchy.linear`). ``classes`` (a list or index tensor of class ids) keeps only those columns
+        of ``loc_S``/``scale_S``, in that order, in the spirit of transformers' ``logits_to_keep``.
         """
         scale = scale.clamp_min(self.scale_eps)  # [..., C]
-        head = self.classification_head
-        loc_S, scale_S = cauchy.linear(loc, scale, head.weight, head.bias, abs_weight=abs_weight)  # [..., V]
+        weight, bias = self.classification_head.weight, self.classification_head.bias
+        if classes is not None:
+            weight, bias = weight[classes], bias[classes]  # [K, C], [K]
+            abs_weight = abs_weight[classes] if abs_weight is not None else None
+        loc_S, scale_S = cauchy.linear(loc, scale, weight, bias, abs_weight=abs_weight)  # [..., V] (or [..., K])
         loc_Y, scale_Y = cauchy.linear(loc, scale, self.regression_head.weight, self.regression_head.bias)  # [..., 1]
         return ActionOutput(
             loc_S=loc_S,
@@ -83,6 +87,6 @@ class ActionNetwork(nn.Module):
             scale_Y=scale_Y.squeeze(-1).clamp_min(self.scale_eps),
         )
 
-    def forward(self, loc_U: Tensor, scale_U: Tensor) -> ActionOutput:
-        r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|)``."""
-        return self.decide(loc_U, scale_U + self.noise_scale)  # [..., C] + [C]
+    def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
+        r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|, classes=classes)``."""
+        return self.decide(loc_U, scale_U + self.noise_scale, classes=classes)  # [..., C] + [C]

@@ -58,7 +58,7 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
     print(f"   decoded back: {tokenizer.decode(ids[0], values[0])!r}  (numbers in shortest float32 form)")
 
     with torch.no_grad():
-        out = model(ids, numeric_values=values, labels=ids)
+        out = model(ids, numeric_values=values, labels=ids, return_decisions=True)
         plain = model(ids)  # the same tokens with every value set to 0
         logits = qwen(ids).logits
     print("\n2. Forward pass (shapes)")

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
@@ -35,7 +36,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
 from .embedding import NumericalEmbedding
-from .losses import as_bool_mask, total_loss
+from .losses import as_bool_mask, fused_total_loss, total_loss
 
 __all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput"]
 
@@ -260,6 +261,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         past_key_values: Cache | None = None,
         use_cache: bool | None = None,
+        return_decisions: bool | None = None,
         **kwargs,
     ) -> CausalQwenOutput:
         r"""Run the whole model (`abduce`, then the standard action); with ``labels``, also the loss of D8–D9.
@@ -268,31 +270,38 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         position $i$ is scored against ``labels[i+1]`` and ``numeric_labels[i+1]`` (default:
         ``numeric_values``), and only where ``attention_mask[i]``, ``attention_mask[i+1]`` are both 1
         and ``labels[i+1] != ignore_index``.
+
+        ``return_decisions`` (default: only when no ``labels`` are given) fills ``loc_S``/``scale_S``
+        ``[B, S, V]``. Without them the loss takes the fused path (`losses.fused_total_loss`), which
+        never forms a ``[B, S, V]`` tensor; with them it takes the literal path (`losses.total_loss`).
+        The two are equal; the fused one is what training should use.
         """
         if labels is not None:
             self._check_like_input_ids("labels", labels, input_ids)
         if numeric_labels is not None:
             self._check_like_input_ids("numeric_labels", numeric_labels, input_ids, finite=True)
+        if return_decisions is None:
+            return_decisions = labels is None
+        if not return_decisions and labels is None:
+            raise ValueError("return_decisions=False without labels leaves nothing to compute; pass labels or drop it")
         individual = self.abduce(
             input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache, **kwargs
         )
         loc_U, scale_U = individual.loc_U, individual.scale_U  # [B, S, C] each
-        loc_S, scale_S, loc_Y, scale_Y = self.action(loc_U, scale_U)  # [B, S, V] x2, [B, S] x2
 
-        loss = cls_loss = reg_loss = None
+        loss = cls_loss = reg_loss = loc_S = scale_S = loc_Y = scale_Y = None
+        if return_decisions:
+            loc_S, scale_S, loc_Y, scale_Y = self.action(loc_U, scale_U)  # [B, S, V] x2, [B, S] x2
         if labels is not None:
             targets = numeric_labels if numeric_labels is not None else numeric_values
             if targets is None:
-                targets = torch.zeros(labels.shape, dtype=loc_Y.dtype, device=labels.device)
+                targets = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
             mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else torch.ones_like(labels)
-            pair_mask = mask[:, :-1].bool() & mask[:, 1:].bool()  # both the input and its target are real
-            parts = total_loss(
-                _at_least_float32(loc_S[:, :-1]),
-                _at_least_float32(scale_S[:, :-1]),
-                _at_least_float32(loc_Y[:, :-1]),
-                _at_least_float32(scale_Y[:, :-1]),
-                labels[:, 1:],
-                _at_least_float32(targets[:, 1:]),
+            # position i is scored against token i+1; the last position has no target
+            pair_mask = F.pad(mask[:, :-1].bool() & mask[:, 1:].bool(), (0, 1), value=False)  # [B, S]
+            next_labels = F.pad(labels[:, 1:], (0, 1), value=self.config.ignore_index)  # [B, S]
+            next_targets = F.pad(_at_least_float32(targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
+            settings = dict(
                 num_token_id=self.config.num_token_id,
                 threshold=self.ovr_threshold,
                 attention_mask=pair_mask,
@@ -301,6 +310,21 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                 gate_alpha=self.config.gate_alpha,
                 detach_gate=self.config.detach_gate,
             )
+            if return_decisions:
+                parts = total_loss(
+                    _at_least_float32(loc_S),
+                    _at_least_float32(scale_S),
+                    _at_least_float32(loc_Y),
+                    _at_least_float32(scale_Y),
+                    next_labels,
+                    next_targets,
+                    **settings,
+                )
+            else:
+                parts, num_decision = fused_total_loss(
+                    _at_least_float32(loc_U), _at_least_float32(scale_U), self.action, next_labels, next_targets, **settings
+                )
+                loc_Y, scale_Y = num_decision.loc_Y, num_decision.scale_Y  # [B, S] each
             loss, cls_loss, reg_loss = parts.total, parts.cls_loss_mean, parts.reg_loss_effective
 
         return CausalQwenOutput(

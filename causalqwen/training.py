@@ -334,8 +334,9 @@ def train(
 
             record = {}
             if step % config.log_every == 0 or step == config.steps:
-                with torch.no_grad():
-                    predicted, _ = predict(out.loc_S[:, :-1], out.scale_S[:, :-1], out.loc_Y[:, :-1],
+                with torch.no_grad():  # the training forward formed no [B, S, V] decisions: form them once here
+                    decision = model.action(out.loc_U[:, :-1], out.scale_U[:, :-1])
+                    predicted, _ = predict(decision.loc_S, decision.scale_S, decision.loc_Y,
                                            model.ovr_threshold, model.config.num_token_id)
                     valid = next_token_valid_mask(batch["labels"], batch["attention_mask"], model.config.ignore_index)
                     accuracy = classification_metrics(predicted, batch["labels"][:, 1:], valid, model.config.num_token_id)["accuracy"]

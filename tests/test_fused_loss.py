@@ -1,4 +1,9 @@
-"""The fused, chunked OvR head + loss equals the literal path: values and every gradient (float64)."""
+"""The fused, tiled OvR head + loss equals the literal path: values and every gradient.
+
+The oracle is the literal path (``ActionNetwork.forward`` then ``ovr_classification_loss``), itself
+tested against SciPy in ``test_losses.py``; ``gradcheck`` checks the analytic gradients against
+finite differences directly.
+"""
 
 import pytest
 import torch
@@ -8,75 +13,194 @@ from hypothesis import strategies as st
 from causalqwen.action import ActionNetwork
 from causalqwen.losses import fused_ovr_classification_loss, ovr_classification_loss
 
-N, C, V, EPS = 11, 6, 9, 1e-6
+EPS = 1e-6
+NAMES = ["loc_U", "scale_U", "W", "b", "b_noise", "threshold"]
 
 
-def _setup(seed, per_class, learnable):
+def _setup(seed, n, c, v, threshold_kind="scalar", learnable=True, dtype=torch.float64, ignored=(), clamp_row=True, zero_class=True):
     g = torch.Generator().manual_seed(seed)
-    action = ActionNetwork(C, V, noise_init=0.3, scale_eps=EPS).double()
+    action = ActionNetwork(c, v, noise_init=0.3, scale_eps=EPS).to(dtype)
     with torch.no_grad():
-        action.classification_head.weight.copy_(torch.randn(V, C, generator=g, dtype=torch.float64) * 2)
-        action.classification_head.weight[2] = 0.0  # a class whose scale is all clamp
-        action.classification_head.bias.copy_(torch.randn(V, generator=g, dtype=torch.float64))
-        action.b_noise.copy_(torch.randn(C, generator=g, dtype=torch.float64))  # signs vary: |b_noise| path
-    loc_U = (torch.randn(N, C, generator=g, dtype=torch.float64) * 20).requires_grad_()
-    scale_U = (torch.rand(N, C, generator=g, dtype=torch.float64) * 3 + 0.01)
-    scale_U[0] = 1e-9  # with a tiny noise this row's input scale is clamped
+        action.classification_head.weight.copy_(torch.randn(v, c, generator=g, dtype=dtype) * 2)
+        if zero_class:
+            action.classification_head.weight[min(2, v - 1)] = 0.0  # a class whose scale is all clamp
+        action.classification_head.bias.copy_(torch.randn(v, generator=g, dtype=dtype))
+        action.b_noise.copy_(torch.randn(c, generator=g, dtype=dtype))  # signs vary: the |b_noise| path
+    loc_U = (torch.randn(n, c, generator=g, dtype=dtype) * 20).requires_grad_()
+    scale_U = torch.rand(n, c, generator=g, dtype=dtype) * 3 + 0.01
+    if clamp_row:
+        scale_U[0] = 1e-9  # with a tiny noise this row's input scale is clamped
     scale_U.requires_grad_()
-    shape = (V,) if per_class else ()
-    threshold = torch.full(shape, 5.0, dtype=torch.float64) + (torch.randn(shape, generator=g, dtype=torch.float64) if per_class else 0)
-    threshold.requires_grad_(learnable)
-    labels = torch.randint(0, V, (N,), generator=g)
-    labels[[1, 4]] = -100
-    labels[3] = 2
+    if threshold_kind == "per_class":
+        threshold = torch.full((v,), 5.0, dtype=dtype) + torch.randn(v, generator=g, dtype=dtype)
+    else:
+        threshold = torch.tensor(5.0, dtype=dtype)
+    if threshold_kind == "number":
+        threshold = 5.0
+    else:
+        threshold.requires_grad_(learnable)
+    labels = torch.randint(0, v, (n,), generator=g)
+    labels[list(ignored)] = -100
+    if n > 3 and 3 not in ignored:
+        labels[3] = min(2, v - 1)  # a label on the all-clamp class
     return action, loc_U, scale_U, threshold, labels
 
 
+def _inputs(action, loc_U, scale_U, threshold):
+    head = action.classification_head
+    tensors = [loc_U, scale_U, head.weight, head.bias, action.b_noise]
+    if isinstance(threshold, torch.Tensor) and threshold.requires_grad:
+        tensors.append(threshold)
+    return tensors
+
+
 def _grads(loss, tensors):
-    return torch.autograd.grad(loss, tensors, allow_unused=True)
+    return torch.autograd.grad(loss, tensors, allow_unused=True, retain_graph=True)
 
 
-@given(seed=st.integers(0, 1000), per_class=st.booleans(), chunk=st.sampled_from([1, 3, 4, 1000]))
-def test_fused_equals_literal_values_and_gradients(seed, per_class, chunk):
-    action, loc_U, scale_U, threshold, labels = _setup(seed, per_class, learnable=True)
-    if seed % 2:
+def _literal(action, loc_U, scale_U, threshold, labels):
+    decision = action(loc_U, scale_U)
+    return ovr_classification_loss(decision.loc_S, decision.scale_S, labels, threshold)
+
+
+def _fused(action, loc_U, scale_U, threshold, labels, **kwargs):
+    head = action.classification_head
+    return fused_ovr_classification_loss(loc_U, scale_U, head.weight, head.bias, action.noise_scale, threshold, labels,
+                                         scale_eps=EPS, **kwargs)
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 9),
+    c=st.integers(1, 5),
+    v=st.integers(1, 12),
+    chunk=st.sampled_from([1, 2, 3, 1000]),
+    vocab_chunk=st.sampled_from([1, 2, 5, 1000]),
+    threshold_kind=st.sampled_from(["number", "scalar", "per_class"]),
+    learnable=st.booleans(),
+    ignore_pattern=st.sampled_from(["none", "some", "all"]),
+    tiny_noise=st.booleans(),
+)
+def test_fused_equals_literal_in_values_and_every_gradient(seed, n, c, v, chunk, vocab_chunk, threshold_kind, learnable,
+                                                          ignore_pattern, tiny_noise):
+    ignored = {"none": (), "some": tuple(range(0, n, 2))[1:], "all": tuple(range(n))}[ignore_pattern]
+    action, loc_U, scale_U, threshold, labels = _setup(seed, n, c, v, threshold_kind, learnable, ignored=ignored)
+    if tiny_noise:
         with torch.no_grad():
             action.b_noise[:] = 1e-12  # the input-scale clamp is active in row 0
-    weights = torch.randn(N, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
-    tensors = [loc_U, scale_U, action.classification_head.weight, action.classification_head.bias, action.b_noise, threshold]
+    tensors = _inputs(action, loc_U, scale_U, threshold)
+    weights = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
 
-    decision = action(loc_U, scale_U)
-    literal = ovr_classification_loss(decision.loc_S, decision.scale_S, labels, threshold)
-    literal_grads = _grads((literal * weights).sum(), tensors)
-
-    fused = fused_ovr_classification_loss(loc_U, scale_U, action.classification_head.weight, action.classification_head.bias,
-                                          action.noise_scale, threshold, labels, chunk_size=chunk, scale_eps=EPS)
-    fused_grads = _grads((fused * weights).sum(), tensors)
-
+    literal = _literal(action, loc_U, scale_U, threshold, labels)
+    fused = _fused(action, loc_U, scale_U, threshold, labels, chunk_size=chunk, vocab_chunk_size=vocab_chunk)
     torch.testing.assert_close(fused, literal, rtol=1e-12, atol=1e-12)
-    assert torch.all(fused[[1, 4]] == 0)
-    for name, a, b in zip(["loc_U", "scale_U", "W", "b", "b_noise", "threshold"], fused_grads, literal_grads):
+    assert torch.all(fused[list(ignored)] == 0)
+    for name, a, b in zip(NAMES, _grads((fused * weights).sum(), tensors), _grads((literal * weights).sum(), tensors)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+
+    # reduction="sum": the gradients are formed in the forward pass; scale them by a non-unit factor
+    total = _fused(action, loc_U, scale_U, threshold, labels, chunk_size=chunk, vocab_chunk_size=vocab_chunk, reduction="sum")
+    torch.testing.assert_close(total, literal.sum(), rtol=1e-12, atol=1e-12)
+    for name, a, b in zip(NAMES, _grads(2.5 * total, tensors), _grads(2.5 * literal.sum(), tensors)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
 
 
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+@pytest.mark.parametrize("threshold_kind", ["scalar", "per_class"])
+def test_fused_gradcheck(reduction, threshold_kind):
+    action, loc_U, scale_U, threshold, labels = _setup(3, 5, 3, 7, threshold_kind, clamp_row=False, zero_class=False, ignored=(1,))
+    head = action.classification_head  # no zero weight, no clamp: |.| and the clamps are smooth here
+
+    def f(loc_U, scale_U, weight, bias, b_noise, threshold):
+        return fused_ovr_classification_loss(loc_U, scale_U, weight, bias, b_noise.abs(), threshold, labels,
+                                             chunk_size=2, vocab_chunk_size=3, scale_eps=EPS, reduction=reduction)
+
+    inputs = (loc_U, scale_U, head.weight, head.bias, action.b_noise, threshold)
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
 def test_fused_float32_matches_float64_literal():
-    action, loc_U, scale_U, threshold, labels = _setup(7, per_class=False, learnable=False)
-    decision = action(loc_U, scale_U)
-    reference = ovr_classification_loss(decision.loc_S, decision.scale_S, labels, threshold)
-    f32 = action.float()
-    fused = fused_ovr_classification_loss(loc_U.float(), scale_U.float(), f32.classification_head.weight,
-                                          f32.classification_head.bias, f32.noise_scale, 5.0, labels, scale_eps=EPS)
-    torch.testing.assert_close(fused.double(), reference, rtol=1e-5, atol=1e-5)
+    action, loc_U, scale_U, threshold, labels = _setup(7, 11, 6, 9, learnable=False)
+    reference = _literal(action, loc_U, scale_U, threshold, labels)
+    action32 = action.float()
+    for reduction in ("none", "sum"):
+        fused = _fused(action32, loc_U.float(), scale_U.float(), 5.0, labels, reduction=reduction)
+        expected = reference if reduction == "none" else reference.sum()
+        torch.testing.assert_close(fused.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_fused_is_finite_for_extreme_finite_float32_inputs(reduction):
+    """|loc| up to 1e30 and every scale at scale_eps: the loss is huge but finite, and so is every gradient."""
+    n, c, v = 6, 4, 10
+    g = torch.Generator().manual_seed(0)
+    action = ActionNetwork(c, v, noise_init=0.0, scale_eps=EPS)
+    with torch.no_grad():
+        action.classification_head.weight.copy_(torch.randn(v, c, generator=g))
+        action.b_noise.fill_(1e-30)  # |b_noise| adds nothing; input scales sit at the clamp
+    signs = torch.where(torch.rand(n, c, generator=g) > 0.5, 1.0, -1.0)
+    loc_U = (signs * 1e30).requires_grad_()
+    loc_U.data[0] = 0.0  # one ordinary row
+    scale_U = torch.full((n, c), EPS).requires_grad_()
+    labels = torch.randint(0, v, (n,), generator=g)
+    head = action.classification_head
+    tensors = [loc_U, scale_U, head.weight, head.bias, action.b_noise]
+    loss = fused_ovr_classification_loss(loc_U, scale_U, head.weight, head.bias, action.noise_scale, 100.0, labels,
+                                         scale_eps=EPS, reduction=reduction)
+    assert torch.isfinite(loss).all()
+    assert loss.sum() > 1e3  # the far-wrong rows cost many nats: the test is not vacuous
+    for name, grad in zip(NAMES, _grads(loss.sum(), tensors)):
+        assert torch.isfinite(grad).all(), name
+    literal = _literal(action, loc_U, scale_U, 100.0, labels)
+    torch.testing.assert_close(loss.sum() if reduction == "sum" else loss, literal.sum() if reduction == "sum" else literal,
+                               rtol=1e-5, atol=1e-3)
+
+
+def test_fused_only_computes_the_gradients_asked_for():
+    action, loc_U, scale_U, threshold, labels = _setup(1, 6, 4, 8, learnable=False)
+    action.classification_head.weight.requires_grad_(False)  # a frozen head (the "abduction" preset)
+    literal = _literal(action, loc_U, scale_U, threshold, labels).sum()
+    fused = _fused(action, loc_U, scale_U, threshold, labels, reduction="sum")
+    tensors = [loc_U, scale_U, action.classification_head.bias, action.b_noise]
+    for a, b in zip(_grads(fused, tensors), _grads(literal, tensors)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    with torch.no_grad():  # no gradient is formed or kept under no_grad
+        torch.testing.assert_close(_fused(action, loc_U, scale_U, threshold, labels, reduction="sum"), literal)
+
+
+def test_fused_bfloat16_weights_compute_in_float32():
+    action, loc_U, scale_U, threshold, labels = _setup(2, 8, 6, 9, learnable=False, dtype=torch.float32)
+    reference = _literal(action, loc_U, scale_U, threshold, labels)
+    low = action.to(torch.bfloat16)
+    fused = _fused(low, loc_U.bfloat16(), scale_U.bfloat16(), 5.0, labels)
+    assert fused.dtype == torch.bfloat16
+    torch.testing.assert_close(fused.float(), reference, rtol=0.05, atol=0.05)
+    fused.float().sum().backward()
+    assert low.classification_head.weight.grad.dtype == torch.bfloat16
+    assert torch.isfinite(low.classification_head.weight.grad.float()).all()
 
 
 def test_fused_rejects_bad_input():
-    action, loc_U, scale_U, threshold, labels = _setup(0, False, False)
-    args = (action.classification_head.weight, action.classification_head.bias, action.noise_scale)
+    action, loc_U, scale_U, threshold, labels = _setup(0, 11, 6, 9, learnable=False)
+    head = action.classification_head
+    args = (head.weight, head.bias, action.noise_scale)
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels, chunk_size=0)
+    with pytest.raises(ValueError, match="vocab_chunk_size must be a positive int"):
+        fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels, vocab_chunk_size=2.0)
+    with pytest.raises(ValueError, match="reduction must be"):
+        fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels, reduction="mean")
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 9\)"):
         fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels.clamp_min(0) + 9)
+    with pytest.raises(TypeError, match="labels must be an integer tensor"):
+        fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels.double())
     with pytest.raises(ValueError, match="a per-class threshold must have shape"):
         fused_ovr_classification_loss(loc_U, scale_U, *args, torch.zeros(3), labels)
+    with pytest.raises(ValueError, match=r"weight must be \[V, C\]"):
+        fused_ovr_classification_loss(loc_U, scale_U, head.weight[:, :3], head.bias, action.noise_scale, 5.0, labels)
+    with pytest.raises(ValueError, match=r"bias must be \[V\] and noise_scale \[C\]"):
+        fused_ovr_classification_loss(loc_U, scale_U, head.weight, head.bias[:3], action.noise_scale, 5.0, labels)
     with pytest.raises(ValueError, match=r"loc_U and scale_U must both be \[N, C\]"):
         fused_ovr_classification_loss(loc_U[None], scale_U[None], *args, 5.0, labels)
+    with pytest.raises(ValueError, match=r"labels shape \(10,\) must be \[N\]"):
+        fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels[:10])

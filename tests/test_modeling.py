@@ -112,16 +112,58 @@ def test_forward_loss_applies_the_shift_and_pair_mask():
     mask[1, :2] = 0  # left padding in row 1
     labels = ids.clone()
     labels[0, 5] = -100
-    out = model(ids, numeric_values=values, attention_mask=mask, labels=labels)
+    decisions = model(ids, numeric_values=values, attention_mask=mask)  # no labels: the [B, S, V] decisions
     parts = total_loss(
-        out.loc_S[:, :-1], out.scale_S[:, :-1], out.loc_Y[:, :-1], out.scale_Y[:, :-1],
+        decisions.loc_S[:, :-1], decisions.scale_S[:, :-1], decisions.loc_Y[:, :-1], decisions.scale_Y[:, :-1],
         labels[:, 1:], values[:, 1:], num_token_id=NUM_ID, threshold=1.0, gate_alpha=0.3,
         attention_mask=mask[:, :-1] * mask[:, 1:],
     )
-    torch.testing.assert_close(out.loss, parts.total)
-    torch.testing.assert_close(out.cls_loss, parts.cls_loss_mean)
-    torch.testing.assert_close(out.reg_loss, parts.reg_loss_effective)
     assert parts.n_cls.item() == 7 + (7 - 2) - 1 and parts.n_reg.item() == 3
+    for return_decisions in (False, True):  # the fused path (the default with labels) and the literal one
+        out = model(ids, numeric_values=values, attention_mask=mask, labels=labels, return_decisions=return_decisions)
+        torch.testing.assert_close(out.loss, parts.total)
+        torch.testing.assert_close(out.cls_loss, parts.cls_loss_mean)
+        torch.testing.assert_close(out.reg_loss, parts.reg_loss_effective)
+        torch.testing.assert_close(out.loc_Y, decisions.loc_Y)
+        assert (out.loc_S is not None) == return_decisions
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(),
+    dict(ovr_threshold_per_class=True, learnable_threshold=True, gate_alpha=0.4),
+    dict(learnable_threshold=True, detach_gate=True, ovr_threshold=3.0),
+])
+def test_fused_and_literal_training_paths_agree_in_loss_and_every_gradient(overrides):
+    """The default training forward (fused, no [B, S, V] tensor) equals the literal path, in float64."""
+    qwen = _qwen(seed=8, dtype=torch.float64)
+    model = _causal(qwen, **overrides).train()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, NUM_ID, (3, 9), generator=g)
+    ids[:, 4] = NUM_ID
+    values = torch.zeros(3, 9, dtype=torch.float64)
+    values[:, 4] = torch.tensor([7.0, -250.0, 0.5], dtype=torch.float64)
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[2, :3] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[0, 6] = -100
+    results = []
+    for return_decisions in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = model(ids, numeric_values=values, attention_mask=mask, labels=labels, return_decisions=return_decisions)
+        out.loss.backward()
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (fused, fused_grads), (literal, literal_grads) = results
+    torch.testing.assert_close(fused.loss, literal.loss, rtol=1e-12, atol=0)
+    torch.testing.assert_close(fused.reg_loss, literal.reg_loss, rtol=1e-12, atol=0)
+    assert fused_grads.keys() == literal_grads.keys() and "action.classification_head.weight" in fused_grads
+    for name in literal_grads:
+        torch.testing.assert_close(fused_grads[name], literal_grads[name], rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_return_decisions_false_needs_labels():
+    model = _causal(_qwen())
+    with pytest.raises(ValueError, match="return_decisions=False without labels"):
+        model(torch.ones(1, 3, dtype=torch.long), return_decisions=False)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
