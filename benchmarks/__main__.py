@@ -2,9 +2,9 @@
 
 import sys
 
-from . import generation
+from . import generation, head, training_step
 
-BENCHMARKS = {"generation": generation.main}
+BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main}
 
 
 def main(argv: list[str]) -> int:

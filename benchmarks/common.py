@@ -56,3 +56,34 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def peak_extra_memory(run: Callable[[], object], device: str = "cpu") -> int:
+    """Bytes by which one call of ``run`` raises the peak memory above what is held before it.
+
+    CUDA: ``max_memory_allocated``. CPU (Linux): the peak resident set ``VmHWM``, reset by writing 5 to
+    ``/proc/self/clear_refs``, minus ``VmRSS`` before the call. Use a fresh process per measurement:
+    memory freed earlier but kept by the allocator would otherwise be reused and not counted.
+    """
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        run()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = status_kib("VmRSS")
+    if status_kib("VmHWM") > before + 1024:
+        raise RuntimeError("could not reset the peak resident set (/proc/self/clear_refs)")
+    run()
+    return (status_kib("VmHWM") - before) * 1024

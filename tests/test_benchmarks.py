@@ -1,7 +1,10 @@
 """The benchmarks run (on the tiny shape, one repeat): a smoke test, with no timing asserted."""
 
+import torch
+
 from benchmarks import __main__ as benchmarks_main
-from benchmarks import generation
+from benchmarks import generation, head, training_step
+from benchmarks.common import peak_extra_memory
 from causalqwen.inference import MODES
 
 
@@ -17,3 +20,34 @@ def test_generation_benchmark_reports_every_mode_and_both_contexts(tmp_path):
 def test_benchmark_runner_rejects_an_unknown_name(capsys):
     assert benchmarks_main.main(["nope"]) == 2
     assert "unknown benchmark 'nope'" in capsys.readouterr().err
+
+
+def test_head_benchmark_reports_every_variant_and_the_flatness_table():
+    report, _ = head.run(ns=(8, 16), hidden=8, vocab=300, repeats=1, own_process=False)
+    for n in (8, 16):
+        for variant in head.VARIANTS:
+            assert f"| {n} | {variant} |" in report
+    assert "Extra memory against N (N = 16 vs 8)" in report and "| fused_sum |" in report
+
+
+def test_head_benchmark_variants_compute_the_same_gradient():
+    """The timed variants are the same computation: their gradients of W agree."""
+    inputs = head.make_inputs(6, 8, 50)
+    grads = {}
+    for name in ("literal", "fused", "fused_sum"):
+        head.variant_run(name, inputs)()
+        grads[name] = inputs["action"].classification_head.weight.grad.clone()
+    torch.testing.assert_close(grads["fused"], grads["literal"], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(grads["fused_sum"], grads["literal"], rtol=1e-4, atol=1e-6)
+
+
+def test_peak_extra_memory_sees_a_large_allocation():
+    held = []
+    extra = peak_extra_memory(lambda: held.append(torch.ones(64 * 2**20 // 4)))  # 64 MiB, touched
+    assert 60 * 2**20 <= extra <= 200 * 2**20
+
+
+def test_training_step_benchmark_runs_both_models_on_the_tiny_shape():
+    report, _ = training_step.run(shape="tiny", tokens=32, steps=1, rounds=1, own_process=False)
+    assert "| Qwen2ForCausalLM |" in report and "| CausalQwenForCausalLM |" in report
+    assert "peak vs allowance" in report
