@@ -267,7 +267,7 @@ def fused_total_loss(
 # computed tile by tile (rows x a block of classes) and no tile outlives its loop iteration; the
 # correction needs one class per row and is computed on [n] vectors.
 
-FUSED_CHUNK_SIZE = 512  # rows per tile; measured by `python -m benchmarks head --tune`
+FUSED_CHUNK_SIZE = 128  # rows per tile; measured by `python -m benchmarks head` (and `--tune`)
 FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile; measured likewise
 
 
