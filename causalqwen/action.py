@@ -14,7 +14,7 @@ $$\mathrm{loc}_{S} = W_{\mathrm{cls}}\,\mathrm{loc}_{U'} + b_{\mathrm{cls}},\qua
 
 $W_{\mathrm{cls}}$ is ``classification_head.weight`` (``[V, C]``, a copy of the base model's lm_head),
 $w_{\mathrm{reg}}$ is ``regression_head.weight`` (``[1, C]``). Initialization: $b_{\mathrm{cls}} = 0$,
-$w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}} = $ ``noise_init`` (0.1) in every component.
+$w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}}$ equal to ``noise_init`` (0.1) in every component.
 A zero ``b_noise`` is possible but never learns: $\partial|b|/\partial b = 0$ at $b = 0$ in PyTorch.
 """
 

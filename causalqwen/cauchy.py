@@ -304,7 +304,7 @@ def log_sf(x, loc, scale) -> Tensor:
 
 
 def log_cdf(x, loc, scale) -> Tensor:
-    r"""$\log P(X \le x) = \log \mathrm{sf}(\mu; x, \gamma)$ (the mirror image of :func:`log_sf`)."""
+    r"""$\log P(X \le x) = \log \mathrm{sf}(\mu; x, \gamma)$ (the mirror image of `log_sf`)."""
     x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(loc, x, scale, "log_sf")
 
@@ -336,7 +336,10 @@ def rsample(loc, scale, uniform) -> Tensor:
 def linear(loc, scale, weight: Tensor, bias: Tensor | None = None, *, abs_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     r"""Law of $Y = W X + b$ for $X$ with independent $\mathrm{Cauchy}(\mu_j, \gamma_j)$ components.
 
-    $$Y_k \sim \mathrm{Cauchy}\Big(\sum_j W_{kj}\mu_j + b_k,\ \sum_j |W_{kj}|\,\gamma_j\Big),$$
+    $$
+    Y_k \sim \mathrm{Cauchy}\Big(\sum_j W_{kj}\mu_j + b_k,\ \sum_j |W_{kj}|\,\gamma_j\Big),
+    $$
+
     i.e. ``(loc @ weight.T + bias, scale @ weight.abs().T)``. Shapes: loc, scale ``[..., C]``,
     weight ``[K, C]``, bias ``[K]``; result ``[..., K]`` twice.
 

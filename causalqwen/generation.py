@@ -51,17 +51,19 @@ __all__ = ["generate", "GenerationOutput"]
 class GenerationOutput(ModelOutput):
     r"""Result of `generate`; prompts included, left padding kept.
 
-    Args:
+    Attributes:
         sequences: token ids ``[B, S + T]`` (prompt, then $T \le$ ``max_new_tokens`` generated steps).
         numeric_values: the value beside each token ``[B, S + T]``: the prompt's values, then
             $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere.
         attention_mask: ``[B, S + T]``, the prompt's mask, then 1 for each generated token up to and
             including the row's EOS and 0 for the padding after it.
-        loc_U, scale_U: the law of $U$ at each generated step, ``[B, T, C]`` (only with
+        loc_U: location of the law of $U$ at each generated step, ``[B, T, C]`` (only with
             ``output_decision_inputs=True``).
-        decision_loc, decision_scale: the decision input $U'$ the action map received at each step,
+        scale_U: its scale, ``[B, T, C]`` (same condition).
+        decision_loc: location of the decision input $U'$ the action map received at each step,
             ``[B, T, C]`` (only with ``output_decision_inputs=True``; for ``traditional``, the
             standard one).
+        decision_scale: its scale, ``[B, T, C]`` (same condition).
     """
 
     sequences: torch.LongTensor | None = None
@@ -137,11 +139,16 @@ def generate(
 
     Args:
         model: a `CausalQwenForCausalLM` (its train/eval mode is left as it is).
-        input_ids, numeric_values, attention_mask: the prompts ``[B, S]``, left-padded.
+        input_ids: the prompt ids ``[B, S]``, left-padded.
+        numeric_values: the values beside them ``[B, S]``.
+        attention_mask: the prompts' mask ``[B, S]``.
         mode: ``"standard"``, ``"causal"``, ``"shared_individual"``, ``"shared_noise"`` or ``"traditional"``.
         generator: the source of every random draw; the same seed gives the same output.
-        temperature, top_k, top_p, normalize: the ``traditional`` mode's sampling distribution
-            (`traditional_probabilities`); other modes reject non-default values.
+        temperature: the ``traditional`` mode's temperature (see `traditional_probabilities`);
+            other modes reject non-default values of this and the next three.
+        top_k: the ``traditional`` mode's top-k cut.
+        top_p: the ``traditional`` mode's nucleus cut.
+        normalize: the ``traditional`` mode's normalization of the class scores.
         eos_token_id: id or ids that end a row (default: ``model.config.eos_token_id``).
         use_cache: keep a ``DynamicCache`` (True) or rerun the whole sequence at every step (False,
             the reference the cache is tested against).

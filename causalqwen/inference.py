@@ -108,7 +108,8 @@ def decision_input(
     - ``shared_noise``: $(\mathrm{loc}_U + |b_{\mathrm{noise}}| \odot \varepsilon_n,\ \mathrm{scale}_U)$.
 
     Args:
-        loc_U, scale_U: law of $U$, ``[..., C]``.
+        loc_U: location of the law of $U$, ``[..., C]``.
+        scale_U: its scale, ``[..., C]``.
         noise_scale: $|b_{\mathrm{noise}}|$, ``[C]``.
         uniform: $\varepsilon$, values in $(0, 1)$ broadcastable to ``[..., C]``; drawn from ``generator`` if omitted.
         noise: $\varepsilon_n$, standard-Cauchy values broadcastable to ``[..., C]``; drawn if omitted.

@@ -192,10 +192,15 @@ def total_loss(
 ) -> LossParts:
     r"""$L = \bar L_{\mathrm{cls}} + \lambda\, L_{\mathrm{reg,eff}}$ with the masks of decisions D8–D9.
 
-    $$\mathrm{valid}_i = \mathrm{mask}_i \wedge (y_i \ne \mathrm{ignore}),\quad
-    \bar L_{\mathrm{cls}} = \frac{\sum_i \mathrm{valid}_i L_{\mathrm{cls},i}}{\max(\sum_i \mathrm{valid}_i, 1)},$$
-    $$m_i = \mathrm{valid}_i \wedge (y_i = \langle NUM\rangle),\quad
-    L_{\mathrm{reg,eff}} = \frac{\sum_i \mathrm{gate}_i\,\mathrm{nll}_i}{\max(\sum_i m_i, 1)}.$$
+    $$
+    \mathrm{valid}_i = \mathrm{mask}_i \wedge (y_i \ne \mathrm{ignore}),\quad
+    \bar L_{\mathrm{cls}} = \frac{\sum_i \mathrm{valid}_i L_{\mathrm{cls},i}}{\max(\sum_i \mathrm{valid}_i, 1)},
+    $$
+
+    $$
+    m_i = \mathrm{valid}_i \wedge (y_i = \langle NUM\rangle),\quad
+    L_{\mathrm{reg,eff}} = \frac{\sum_i \mathrm{gate}_i\,\mathrm{nll}_i}{\max(\sum_i m_i, 1)}.
+    $$
 
     Inputs are aligned (position $i$ is scored against ``labels[i]``); ``attention_mask`` (optional,
     0/1, same shape as ``labels``) switches positions off. ``threshold`` is a number or a ``[V]``

@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 class CausalQwenConfig(Qwen2Config):
     r"""A `Qwen2Config` plus the CausalQwen hyper-parameters (decisions D2–D10).
 
-    Args:
+    Attributes:
         num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added, decision D2).
         causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
         abduction_scale_init: $\gamma$, the initial ``scale_U`` (10.0).
@@ -101,13 +101,16 @@ class CausalQwenConfig(Qwen2Config):
 class CausalQwenOutput(ModelOutput):
     r"""Output of `CausalQwenForCausalLM.forward`.
 
-    Args:
+    Attributes:
         loss: total loss $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ (when ``labels`` are given).
         cls_loss: $\bar L_{\mathrm{cls}}$, the mean OvR loss over scored positions.
         reg_loss: $L_{\mathrm{reg,eff}}$, the gated regression loss averaged over ``<NUM>`` targets.
-        loc_U, scale_U: law of the individual $U$, ``[B, S, C]``.
-        loc_S, scale_S: law of the class scores $S_k$, ``[B, S, V]`` (noise infused).
-        loc_Y, scale_Y: law of the regression value $Y$, ``[B, S]`` (noise infused).
+        loc_U: location of the individual $U$, ``[B, S, C]``.
+        scale_U: scale of $U$, ``[B, S, C]``.
+        loc_S: locations of the class scores $S_k$, ``[B, S, V]`` (noise infused).
+        scale_S: scales of the class scores, ``[B, S, V]``.
+        loc_Y: location of the regression value $Y$, ``[B, S]`` (noise infused).
+        scale_Y: scale of $Y$, ``[B, S]``.
         past_key_values: the Qwen2 KV cache, when ``use_cache``.
     """
 

@@ -4,15 +4,15 @@ The real CausalQwen starts from a pretrained Qwen2.5 checkpoint. For tests, exam
 walkthroughs we want something with exactly the same *structure* that is built in well under a
 second and never touches the Hugging Face Hub:
 
-* :func:`build_tiny_tokenizer` trains a small byte-level BPE on :data:`TINY_CORPUS` with exactly
+* `build_tiny_tokenizer` trains a small byte-level BPE on `TINY_CORPUS` with exactly
   Qwen2's normalizer (NFC) and pre-tokenizer (the ``PRETOKENIZE_REGEX`` split followed by a
-  byte-level mapping), and wraps it in a :class:`transformers.Qwen2Tokenizer` with Qwen2's special
+  byte-level mapping), and wraps it in a `transformers.Qwen2Tokenizer` with Qwen2's special
   tokens ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>``.
-* :func:`build_tiny_qwen` builds a randomly initialised :class:`transformers.Qwen2ForCausalLM`
+* `build_tiny_qwen` builds a randomly initialised `transformers.Qwen2ForCausalLM`
   whose embedding matrix has more rows (V) than the tokenizer has tokens (K), just like Qwen2.5
   (K = 151665, V = 151936). The spare rows leave room for the ``<NUM>`` token that
-  :class:`causalqwen.tokenization.NumericTokenizer` appends with id K.
-* :func:`build_tiny_base` returns both, and :func:`save_tiny_base` writes them to a directory
+  `causalqwen.tokenization.NumericTokenizer` appends with id K.
+* `build_tiny_base` returns both, and `save_tiny_base` writes them to a directory
   that ``from_pretrained`` can load offline.
 
 Everything here is deterministic: the same ``seed`` gives the same weights, and the tokenizer
@@ -118,7 +118,7 @@ def _qwen2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
 
 
 def build_tiny_tokenizer() -> Qwen2Tokenizer:
-    """Train a small byte-level BPE on :data:`TINY_CORPUS` and wrap it as a ``Qwen2Tokenizer``.
+    """Train a small byte-level BPE on `TINY_CORPUS` and wrap it as a ``Qwen2Tokenizer``.
 
     The trainer sees the corpus through exactly the normalizer (NFC) and pre-tokenizer that
     ``Qwen2Tokenizer`` uses, so the learned merges are consistent with how the tokenizer will
@@ -212,15 +212,19 @@ def build_tiny_qwen(
     """Build a small, randomly initialised ``Qwen2ForCausalLM`` in float32.
 
     Args:
-        tokenizer: the tokenizer the model is meant for; defaults to :func:`build_tiny_tokenizer`.
-            Its length K decides the vocabulary size V = :func:`tiny_vocab_size` (K), so the
+        tokenizer: the tokenizer the model is meant for; defaults to `build_tiny_tokenizer`.
+            Its length K decides the vocabulary size V = `tiny_vocab_size` (K), so the
             model has at least 64 reserved embedding rows. Its pad and eos ids go into the
             config; the bos id is the tokenizer's bos id, or its eos id when it has no bos token
             (Qwen2.5's base config does the same with ``<|endoftext|>``).
         seed: seed for the weight initialisation. The same seed gives the same weights; the
             global torch random state is left as it was.
-        hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
-        intermediate_size, tie_word_embeddings: the usual ``Qwen2Config`` fields.
+        hidden_size: the usual ``Qwen2Config`` field.
+        num_hidden_layers: the usual ``Qwen2Config`` field.
+        num_attention_heads: the usual ``Qwen2Config`` field.
+        num_key_value_heads: the usual ``Qwen2Config`` field.
+        intermediate_size: the usual ``Qwen2Config`` field.
+        tie_word_embeddings: the usual ``Qwen2Config`` field.
         **config_overrides: any other ``Qwen2Config`` fields (for example
             ``max_position_embeddings``), including ``vocab_size`` if a caller really wants a
             different V (it must still be at least K).

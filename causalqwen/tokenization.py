@@ -12,10 +12,10 @@ tokens of ``"元"``; the values are ``[0.0, ..., 0.0, 99.9, 0.0, ...]`` with 99.
 float32) exactly at the ``<NUM>`` position.
 
 Decoding writes each ``<NUM>`` back as the shortest decimal text that rounds to the same float32
-value (:func:`format_number`), so ``decode(encode(t)) == t`` whenever every number in ``t`` is
+value (`format_number`), so ``decode(encode(t)) == t`` whenever every number in ``t`` is
 already written in that canonical form.
 
-The number grammar is defined once, in :data:`NUMBER_REGEX`, and documented next to it.
+The number grammar is defined once, in `NUMBER_REGEX`, and documented next to it.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _round_decimal_to_float32(magnitude: str) -> float:
 
 
 def _value_of_match(match: regex.Match) -> float:
-    """Return the float32 value (as a Python float) of a match of :data:`NUMBER_REGEX`.
+    """Return the float32 value (as a Python float) of a match of `NUMBER_REGEX`.
 
     Raises:
         _NumberError: the value overflows float32, or a non-zero literal rounds to zero.
@@ -172,7 +172,7 @@ def _value_of_match(match: regex.Match) -> float:
 
 
 def find_numbers(text: str) -> list[NumberMatch]:
-    """Return every number in ``text``, left to right, following the grammar of :data:`NUMBER_REGEX`.
+    """Return every number in ``text``, left to right, following the grammar of `NUMBER_REGEX`.
 
     Raises:
         TypeError: ``text`` is not a str.
@@ -197,7 +197,7 @@ def split_numbers(text: str) -> list[tuple[str, str | float]]:
     """Split ``text`` into pieces ``("text", str)`` and ``("number", value)``, in order.
 
     Text pieces are never empty, and joining the text pieces with the original number literals
-    gives back ``text``. Raises like :func:`find_numbers`.
+    gives back ``text``. Raises like `find_numbers`.
     """
     pieces: list[tuple[str, str | float]] = []
     position = 0
@@ -214,7 +214,7 @@ def split_numbers(text: str) -> list[tuple[str, str | float]]:
 def parse_number(literal: str) -> float:
     """Return the float32 value (as a Python float) of a single number literal.
 
-    The whole of ``literal`` must be one number of the grammar of :data:`NUMBER_REGEX`, for
+    The whole of ``literal`` must be one number of the grammar of `NUMBER_REGEX`, for
     example ``"-15.5"``, ``"1,000,000"``, ``"2E-2"`` or ``"1e+30"``.
 
     Raises:
@@ -288,7 +288,7 @@ class NumericTokenizer:
     ``num_token`` is added to ``hf_tokenizer`` **in place** as a special token, so its id is
     K = ``len(hf_tokenizer)`` before the call and the wrapped tokenizer has K + 1 tokens
     afterwards. A tokenizer that already holds ``num_token`` as a special added token (for
-    example one written by :meth:`save_pretrained`) is used as it is.
+    example one written by `save_pretrained`) is used as it is.
 
     Text between numbers is encoded with the special-token matching of the wrapped tokenizer
     switched off (``split_special_tokens=True``): a literal ``"<NUM>"``, ``"<|endoftext|>"`` or
@@ -344,7 +344,7 @@ class NumericTokenizer:
     def save_pretrained(self, path: str | os.PathLike):
         """Save the wrapped tokenizer, ``<NUM>`` included, with its ``save_pretrained``.
 
-        A custom ``num_token`` is not recorded: pass it again to :meth:`from_pretrained`.
+        A custom ``num_token`` is not recorded: pass it again to `from_pretrained`.
         """
         return self._hf_tokenizer.save_pretrained(path)
 
@@ -409,7 +409,7 @@ class NumericTokenizer:
     def encode(self, text: str) -> tuple[list[int], list[float]]:
         """Encode one text into ``(input_ids, numeric_values)`` of equal length.
 
-        Each number (see :data:`NUMBER_REGEX`) becomes one ``<NUM>`` id, with its float32 value at
+        Each number (see `NUMBER_REGEX`) becomes one ``<NUM>`` id, with its float32 value at
         the same position of ``numeric_values``; every other position holds 0.0. The text between
         numbers is encoded by the wrapped tokenizer, run by run, without special tokens. No
         spaces are added around numbers.
@@ -527,7 +527,7 @@ class NumericTokenizer:
     ) -> str:
         """Turn ``(input_ids, numeric_values)`` back into text.
 
-        Each ``<NUM>`` position is written as :func:`format_number` of its value. The runs of
+        Each ``<NUM>`` position is written as `format_number` of its value. The runs of
         other ids between them are decoded by the wrapped tokenizer; ``skip_special_tokens``
         applies to those runs (pad, eos, ...). Values at positions that are not ``<NUM>`` are not
         used.
@@ -589,7 +589,7 @@ class NumericTokenizer:
     def batch_decode(
         self, input_ids, numeric_values, skip_special_tokens: bool = True, out_of_vocab: str = "raise"
     ) -> list[str]:
-        """Decode each row of ``input_ids`` [B, S] and ``numeric_values`` [B, S] with :meth:`decode`.
+        """Decode each row of ``input_ids`` [B, S] and ``numeric_values`` [B, S] with `decode`.
 
         Rows may be tensors/arrays of two dimensions or lists of lists; the number of rows must
         match, and within each row the lengths must match.
