@@ -24,6 +24,7 @@ from torch import Tensor
 from . import cauchy
 from .action import ActionOutput
 
+
 __all__ = [
     "ovr_probability",
     "ovr_log_probability",
@@ -33,8 +34,14 @@ __all__ = [
     "fused_total_loss",
     "LossParts",
     "as_bool_mask",
+    "at_least_float32",
     "fused_ovr_classification_loss",
 ]
+
+
+def at_least_float32(t: Tensor) -> Tensor:
+    """Losses are computed in float32 (or float64) even for a bf16/fp16 model."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def _check_threshold(threshold, num_classes: int) -> None:
@@ -247,16 +254,18 @@ def fused_total_loss(
     head = action.classification_head
     num_classes = head.weight.shape[0]
     _check_threshold(threshold, num_classes)
-    decision = action(loc_U, scale_U, classes=[num_token_id])  # loc_S, scale_S: the <NUM> column [..., 1]
-    valid, num_mask = _loss_masks(labels, num_classes, numeric_targets, decision.loc_Y, decision.scale_Y,
+    # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
+    decision = action(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[num_token_id])
+    loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in decision)  # [..., 1] x2, [...] x2
+    valid, num_mask = _loss_masks(labels, num_classes, numeric_targets, loc_Y, scale_Y,
                                   attention_mask, num_token_id, ignore_index)
     C = loc_U.shape[-1]
     cls_loss_sum = fused_ovr_classification_loss(
         loc_U.reshape(-1, C), scale_U.reshape(-1, C), head.weight, head.bias, action.noise_scale, threshold,
         labels.masked_fill(~valid, ignore_index).reshape(-1), ignore_index, chunk_size, action.scale_eps,
         vocab_chunk_size=vocab_chunk_size, reduction="sum")
-    p_num = ovr_probability(decision.loc_S, decision.scale_S, _class_threshold(threshold, num_token_id)).squeeze(-1)
-    parts = _assemble(cls_loss_sum, None, p_num, decision.loc_Y, decision.scale_Y, numeric_targets, valid, num_mask,
+    p_num = ovr_probability(loc_S_num, scale_S_num, _class_threshold(threshold, num_token_id)).squeeze(-1)
+    parts = _assemble(cls_loss_sum, None, p_num, loc_Y, scale_Y, numeric_targets, valid, num_mask,
                       regression_weight, gate_alpha, detach_gate)
     return parts, decision
 

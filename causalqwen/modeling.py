@@ -36,7 +36,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
 from .embedding import NumericalEmbedding
-from .losses import as_bool_mask, fused_total_loss, total_loss
+from .losses import at_least_float32, as_bool_mask, fused_total_loss, total_loss
 
 __all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput"]
 
@@ -126,11 +126,6 @@ class CausalQwenOutput(ModelOutput):
     past_key_values: Cache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
-
-
-def _at_least_float32(t: Tensor) -> Tensor:
-    """Losses are computed in float32 (or float64) even for a bf16/fp16 model."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 class CausalQwenForCausalLM(Qwen2PreTrainedModel):
@@ -303,7 +298,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             # position i is scored against token i+1; the last position has no target
             pair_mask = F.pad(mask[:, :-1].bool() & mask[:, 1:].bool(), (0, 1), value=False)  # [B, S]
             next_labels = F.pad(labels[:, 1:], (0, 1), value=self.config.ignore_index)  # [B, S]
-            next_targets = F.pad(_at_least_float32(targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
+            next_targets = F.pad(at_least_float32(targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
             settings = dict(
                 num_token_id=self.config.num_token_id,
                 threshold=self.ovr_threshold,
@@ -315,17 +310,17 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             )
             if return_decisions:
                 parts = total_loss(
-                    _at_least_float32(loc_S),
-                    _at_least_float32(scale_S),
-                    _at_least_float32(loc_Y),
-                    _at_least_float32(scale_Y),
+                    at_least_float32(loc_S),
+                    at_least_float32(scale_S),
+                    at_least_float32(loc_Y),
+                    at_least_float32(scale_Y),
                     next_labels,
                     next_targets,
                     **settings,
                 )
             else:
                 parts, num_decision = fused_total_loss(
-                    _at_least_float32(loc_U), _at_least_float32(scale_U), self.action, next_labels, next_targets, **settings
+                    at_least_float32(loc_U), at_least_float32(scale_U), self.action, next_labels, next_targets, **settings
                 )
                 loc_Y, scale_Y = num_decision.loc_Y, num_decision.scale_Y  # [B, S] each
             loss, cls_loss, reg_loss = parts.total, parts.cls_loss_mean, parts.reg_loss_effective

@@ -160,6 +160,30 @@ def test_fused_and_literal_training_paths_agree_in_loss_and_every_gradient(overr
         torch.testing.assert_close(fused_grads[name], literal_grads[name], rtol=1e-9, atol=1e-12, msg=name)
 
 
+def test_bfloat16_model_trains_through_the_fused_path():
+    """A bf16 model's default training forward works and matches its literal path to bf16 precision.
+
+    Both paths form the ``<NUM>`` column in bf16 and score it in float32; the fused classification
+    loss computes in float32 from the bf16 weights, the literal one from bf16 ``loc_S``/``scale_S``.
+    """
+    model = _causal(_qwen(seed=9, dtype=torch.bfloat16)).train()
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, NUM_ID, (2, 7), generator=g)
+    ids[:, 3] = NUM_ID
+    values = torch.zeros(2, 7)
+    values[:, 3] = torch.tensor([12.5, -3.0])
+    losses = []
+    for return_decisions in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = model(ids, numeric_values=values, labels=ids, return_decisions=return_decisions)
+        assert out.loss.dtype == torch.float32
+        out.loss.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        assert grads and all(grad.dtype == torch.bfloat16 and torch.isfinite(grad).all() for grad in grads)
+        losses.append(out.loss.detach())
+    torch.testing.assert_close(losses[0], losses[1], rtol=2e-2, atol=0)
+
+
 def test_return_decisions_false_needs_labels():
     model = _causal(_qwen())
     with pytest.raises(ValueError, match="return_decisions=False without labels"):
