@@ -1,6 +1,8 @@
 # Two entry points, each of which sets up the virtual environment on its own:
 #   make demo   -- install and run the main job
-#   make test   -- install with the dev extras and run the whole test suite
+#   make test   -- install with the dev extras, build the docs site and run the whole test suite
+#                  (including the browser test of the site, which needs Debian's chromium)
+# and `make docs`, which builds the site alone (`mkdocs build --strict` into site/).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -8,8 +10,9 @@ BIN     = $(VENV)/bin
 # several GB of CUDA packages from the registry. Override with `make TORCH_SPEC=torch ...` elsewhere.
 TORCH_SPEC ?= torch==2.13.0
 HYPOTHESIS_PROFILE ?= ci
+PYTEST_ARGS ?=
 
-.PHONY: setup setup-dev demo test clean
+.PHONY: setup setup-dev setup-docs docs chromium demo test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +26,28 @@ setup-dev: $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/pip install --quiet -e ".[dev]"
 
+setup-docs: $(BIN)/python
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[docs]"
+
+# KaTeX and mermaid come from the npm registry at the versions pinned in package-lock.json;
+# docs_hooks/vendor.py copies the files the pages load into the site.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+docs: setup-docs node_modules/.package-lock.json
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The docs browser test drives Debian's Chromium (Playwright's own browser download is not used);
+# a CJK font makes the Chinese legible in its screenshots.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q --no-install-recommends chromium fonts-wqy-microhei; }
+
 demo: setup
 	$(BIN)/causalqwen demo
 
-test: setup-dev
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest
+test: setup-dev docs chromium
+	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info site node_modules
