@@ -73,6 +73,7 @@ class ActionNetwork(nn.Module):
         (`cauchy.linear`). ``classes`` (a list or index tensor of class ids) keeps only those columns
         of ``loc_S``/``scale_S``, in that order, in the spirit of transformers' ``logits_to_keep``.
         """
+        self._check_decision_input(loc, scale)
         scale = scale.clamp_min(self.scale_eps)  # [..., C]
         weight, bias = self.classification_head.weight, self.classification_head.bias
         if classes is not None:
@@ -87,6 +88,23 @@ class ActionNetwork(nn.Module):
             scale_Y=scale_Y.squeeze(-1).clamp_min(self.scale_eps),
         )
 
+    def _check_decision_input(self, loc: Tensor, scale: Tensor, names: tuple[str, str] = ("loc", "scale")) -> None:
+        """``loc`` and ``scale`` must be tensors with last dimension $C$, and ``scale >= 0`` (NaN fails).
+
+        The clamp at ``scale_eps`` is for spreads that are legitimately zero or tiny (decision D10); a
+        negative or NaN scale is not a Cauchy law and is an error, not something to clamp away.
+        """
+        causal_size = self.b_noise.shape[0]
+        for name, tensor in zip(names, (loc, scale)):
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor [..., C], got {type(tensor).__name__}")
+            if tensor.dim() == 0 or tensor.shape[-1] != causal_size:
+                raise ValueError(f"{name} must have last dimension C = {causal_size}, got shape {tuple(tensor.shape)}")
+        if not bool((scale >= 0).all()):
+            bad = scale[~(scale >= 0)].flatten()[0].item()
+            raise ValueError(f"{names[1]} must be >= 0 everywhere (a Cauchy scale); found {bad!r}")
+
     def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
         r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|, classes=classes)``."""
+        self._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))
         return self.decide(loc_U, scale_U + self.noise_scale, classes=classes)  # [..., C] + [C]

@@ -90,6 +90,13 @@ def check_scale(scale: Tensor, name: str = "scale") -> None:
 
 def _prepare(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
     x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
+    try:
+        torch.broadcast_shapes(x.shape, loc.shape, scale.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{names[0]}, {names[1]} and {names[2]} must broadcast together; got shapes "
+            f"{tuple(x.shape)}, {tuple(loc.shape)} and {tuple(scale.shape)}"
+        ) from None
     check_scale(scale, names[2])
     return list(torch.broadcast_tensors(x, loc, scale))
 

@@ -295,10 +295,10 @@ def convert_command(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "walkthrough":
-        return walkthrough(args.text, args.seed)
-    if args.command in ("demo", "train", "convert"):
+    if args.command in ("walkthrough", "demo", "train", "convert"):
         try:
+            if args.command == "walkthrough":
+                return walkthrough(args.text, args.seed)
             if args.command == "demo":
                 from .demo import DEMO_STEPS, run_demo
 

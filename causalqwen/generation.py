@@ -75,12 +75,14 @@ class GenerationOutput(ModelOutput):
     decision_scale: torch.FloatTensor | None = None
 
 
-def _token_ids(value, name: str) -> list[int]:
+def _token_ids(value, name: str, vocab_size: int) -> list[int]:
     if value is None:
         return []
     ids = [value] if isinstance(value, int) else list(value)
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
         raise ValueError(f"{name} must be a non-negative int or a list of them, got {value!r}")
+    if any(i >= vocab_size for i in ids):
+        raise ValueError(f"{name} must be a token id (or a list of them) in [0, vocab_size={vocab_size}), got {value!r}")
     return ids
 
 
@@ -157,6 +159,13 @@ def generate(
         noise: fixes $\varepsilon_n$ of ``shared_noise``, ``[B, C]`` or ``[C]``, finite.
         output_decision_inputs: also return $U$ and $U'$ of every step.
     """
+    from .modeling import CausalQwenForCausalLM  # modeling imports this module lazily, so no cycle
+
+    if not isinstance(model, CausalQwenForCausalLM):
+        raise TypeError(
+            f"model must be a CausalQwenForCausalLM (convert a Qwen2 model with CausalQwenForCausalLM.from_qwen), "
+            f"got {type(model).__name__}"
+        )
     check_mode(mode)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
@@ -170,6 +179,10 @@ def generate(
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError("input_ids must be a [B, S] integer tensor")
+    if input_ids.numel() == 0:
+        raise ValueError(
+            f"input_ids must hold at least one prompt of at least one token, got shape {tuple(input_ids.shape)}"
+        )
     config = model.config
     batch, prompt_length = input_ids.shape
     device = input_ids.device
@@ -186,10 +199,10 @@ def generate(
             f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
             f"max_position_embeddings={config.max_position_embeddings}; lower max_new_tokens"
         )
-    eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id")
+    eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id", config.vocab_size)
     if pad_token_id is None:
         pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
-    _token_ids(pad_token_id, "pad_token_id")
+    _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
     fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, config.causal_size)
     fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, config.causal_size)
     if mode == "shared_individual" and fixed_uniform is None:

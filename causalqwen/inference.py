@@ -25,6 +25,7 @@ $\mathrm{loc}_Y$ where that token is ``<NUM>``.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor
@@ -91,6 +92,19 @@ def _check_noise(noise: Tensor) -> Tensor:
     return noise
 
 
+def _check_law_of_U(loc_U, scale_U, noise_scale) -> None:
+    """``loc_U``, ``scale_U`` tensors of one shape ``[..., C]``; ``noise_scale`` ``[C]`` and >= 0 (it is $|b_{noise}|$)."""
+    for name, tensor in (("loc_U", loc_U), ("scale_U", scale_U), ("noise_scale", noise_scale)):
+        if not isinstance(tensor, Tensor) or not tensor.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor, got {getattr(tensor, 'dtype', type(tensor).__name__)}")
+    if loc_U.dim() == 0 or scale_U.shape != loc_U.shape:
+        raise ValueError(f"loc_U and scale_U must have one shape [..., C]; got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
+    if noise_scale.shape != loc_U.shape[-1:]:
+        raise ValueError(f"noise_scale must have shape [C] = {tuple(loc_U.shape[-1:])}, got {tuple(noise_scale.shape)}")
+    if not bool((noise_scale >= 0).all()):
+        raise ValueError("noise_scale must be >= 0 everywhere: it is |b_noise|, a Cauchy scale")
+
+
 def decision_input(
     mode: str,
     loc_U: Tensor,
@@ -120,6 +134,7 @@ def decision_input(
     resulting decision scales at ``scale_eps``.
     """
     check_mode(mode, DECISION_MODES)
+    _check_law_of_U(loc_U, scale_U, noise_scale)
     if mode == "standard":
         return loc_U, scale_U + noise_scale  # [..., C]
     if mode in ("causal", "shared_individual"):
@@ -144,6 +159,11 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
     monotone in $P_k$ but keeps classes apart where $P_k$ itself rounds to 1. Shapes: ``loc_S``,
     ``scale_S`` ``[..., V]``, ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
     """
+    num_classes = loc_S.shape[-1]
+    if isinstance(num_token_id, bool) or not isinstance(num_token_id, numbers.Integral) or not 0 <= num_token_id < num_classes:
+        raise ValueError(f"num_token_id must be a class index in [0, {num_classes}), got {num_token_id!r}")
+    if tuple(loc_Y.shape) != tuple(loc_S.shape[:-1]):
+        raise ValueError(f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim {tuple(loc_S.shape[:-1])}")
     log_p = cauchy.log_sf(threshold, loc_S, scale_S)  # [..., V]
     token_ids = log_p.argmax(dim=-1)  # [...]
     values = torch.where(token_ids == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]

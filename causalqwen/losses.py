@@ -15,6 +15,7 @@ aligned with positions; the model's ``forward`` does the next-token shift (decis
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -45,11 +46,20 @@ def at_least_float32(t: Tensor) -> Tensor:
 
 
 def _check_threshold(threshold, num_classes: int) -> None:
+    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0 or 1)."""
     if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
         raise ValueError(
             f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
             f"got {tuple(threshold.shape)}"
         )
+    if isinstance(threshold, Tensor):
+        finite = bool(torch.isfinite(threshold).all())
+    elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
+        finite = math.isfinite(threshold)
+    else:
+        raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
+    if not finite:
+        raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
 
 
 def _check_labels(labels: Tensor, num_classes: int, ignore_index: int) -> Tensor:
@@ -141,6 +151,14 @@ class LossParts:
     reg_loss: Tensor  # [...] per position (gated)
 
 
+def _check_loss_weights(regression_weight, gate_alpha) -> None:
+    r"""$\lambda \ge 0$ finite and $\alpha \in [0, 1]$, checked before any work is done."""
+    if not (math.isfinite(float(regression_weight)) and float(regression_weight) >= 0):
+        raise ValueError(f"regression_weight (lambda) must be a finite number >= 0, got {regression_weight}")
+    if not 0.0 <= gate_alpha <= 1.0:
+        raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {gate_alpha}")
+
+
 def _loss_masks(labels, num_classes, numeric_targets, loc_Y, scale_Y, attention_mask, num_token_id, ignore_index):
     """Check shapes and labels; return ``(valid, num_mask)`` of decisions D8–D9."""
     shapes = {"loc_Y": loc_Y.shape, "scale_Y": scale_Y.shape, "numeric_targets": numeric_targets.shape}
@@ -151,6 +169,9 @@ def _loss_masks(labels, num_classes, numeric_targets, loc_Y, scale_Y, attention_
             raise ValueError(f"{name} shape {tuple(shape)} must equal labels shape {tuple(labels.shape)}")
     if not 0 <= num_token_id < num_classes:
         raise ValueError(f"num_token_id={num_token_id} is not a class index in [0, {num_classes})")
+    if not bool(torch.isfinite(numeric_targets).all()):  # even where unscored: its NaN gradient would reach loc_Y
+        where = tuple((~torch.isfinite(numeric_targets)).nonzero()[0].tolist())
+        raise ValueError(f"numeric_targets must be finite: found {numeric_targets[where].item()} at position {list(where)}")
     valid = _check_labels(labels, num_classes, ignore_index)
     if attention_mask is not None:
         valid = valid & as_bool_mask(attention_mask, "attention_mask")
@@ -217,6 +238,7 @@ def total_loss(
     """
     num_classes = loc_S.shape[-1]
     _check_threshold(threshold, num_classes)
+    _check_loss_weights(regression_weight, gate_alpha)
     valid, num_mask = _loss_masks(labels, num_classes, numeric_targets, loc_Y, scale_Y, attention_mask, num_token_id,
                                   ignore_index)
     cls_loss = ovr_classification_loss(loc_S, scale_S, labels.masked_fill(~valid, ignore_index), threshold, ignore_index)
@@ -254,6 +276,7 @@ def fused_total_loss(
     head = action.classification_head
     num_classes = head.weight.shape[0]
     _check_threshold(threshold, num_classes)
+    _check_loss_weights(regression_weight, gate_alpha)
     # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
     decision = action(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[num_token_id])
     loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in decision)  # [..., 1] x2, [...] x2

@@ -18,6 +18,7 @@ differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
+from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 from transformers import initialization as init
@@ -90,6 +92,8 @@ class CausalQwenConfig(Qwen2Config):
             raise ValueError(f"scale_eps must be > 0, got {self.scale_eps}")
         if not 0.0 <= self.gate_alpha <= 1.0:
             raise ValueError(f"gate_alpha must lie in [0, 1], got {self.gate_alpha}")
+        if not (math.isfinite(self.regression_weight) and self.regression_weight >= 0):
+            raise ValueError(f"regression_weight must be a finite number >= 0, got {self.regression_weight}")
         if not (math.isfinite(self.noise_init) and math.isfinite(self.ovr_threshold)):
             raise ValueError("noise_init and ovr_threshold must be finite")
         if self.num_token_id is not None and not 0 <= self.num_token_id < self.vocab_size:
@@ -170,16 +174,18 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
 
     # ---- input checks ----
 
-    def _check_inputs(self, input_ids, numeric_values, attention_mask, past_length):
+    def _check_inputs(self, input_ids, numeric_values, attention_mask, past_length, position_ids=None):
         if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
             raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
+        if input_ids.numel() == 0:
+            raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
         vocab_size = self.config.vocab_size
         if bool(((input_ids < 0) | (input_ids >= vocab_size)).any()):
             raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")
         if numeric_values is not None:
-            self._check_like_input_ids("numeric_values", numeric_values, input_ids, finite=True)
+            self._check_like_input_ids("numeric_values", numeric_values, input_ids, values=True)
             stray = (numeric_values != 0) & (input_ids != self.config.num_token_id)
             if bool(stray.any()):
                 b, s = stray.nonzero()[0].tolist()
@@ -188,6 +194,8 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                     f"found {numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}"
                 )
         if attention_mask is not None:
+            if not isinstance(attention_mask, Tensor):
+                raise TypeError(f"attention_mask must be a torch.Tensor of 0s and 1s, got {type(attention_mask).__name__}")
             expected = (input_ids.shape[0], past_length + input_ids.shape[1])
             if tuple(attention_mask.shape) != expected:
                 raise ValueError(
@@ -195,13 +203,38 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                     f"([B, cached + new tokens])"
                 )
             as_bool_mask(attention_mask, "attention_mask")
+        if position_ids is not None:
+            allowed = [tuple(input_ids.shape)] + ([(1, input_ids.shape[1])] if input_ids.shape[0] != 1 else [])
+            if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in allowed:
+                got = tuple(position_ids.shape) if isinstance(position_ids, Tensor) else type(position_ids).__name__
+                raise ValueError(
+                    f"position_ids must be a tensor of shape {' or '.join(map(str, allowed))} to match input_ids, got {got}"
+                )
 
     @staticmethod
-    def _check_like_input_ids(name, tensor, input_ids, finite=False):
+    def _check_like_input_ids(name, tensor, input_ids, values=False):
+        r"""``tensor`` must be a tensor of input_ids' shape; with ``values``, real numbers that float32 holds.
+
+        The values enter $\phi$ in float32 (decision D3: a number beyond float32 is an error, never clamped), so
+        a float64 value beyond $\pm 3.4\cdot10^{38}$ is rejected here rather than turning into ±inf.
+        """
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape [B, S] like input_ids, got {type(tensor).__name__}")
         if tuple(tensor.shape) != tuple(input_ids.shape):
             raise ValueError(f"{name} shape {tuple(tensor.shape)} must equal input_ids shape {tuple(input_ids.shape)}")
-        if finite and not bool(torch.isfinite(tensor).all()):
+        if not values:
+            return
+        if tensor.dtype == torch.bool or tensor.is_complex():
+            raise TypeError(f"{name} must hold real numbers (a float or integer tensor), got {tensor.dtype}")
+        if not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"{name} must be finite: found NaN or ±inf")
+        too_large = ~torch.isfinite(tensor.float())  # finite here, but beyond float32 once cast
+        if bool(too_large.any()):
+            b, s = too_large.nonzero()[0].tolist()
+            raise ValueError(
+                f"{name} must be representable in float32 (|v| <= {torch.finfo(torch.float32).max:.8g}); "
+                f"found {tensor[b, s].item()!r} at position [{b}, {s}]"
+            )
 
     # ---- forward ----
 
@@ -225,7 +258,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         left padding does not shift them.
         """
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        self._check_inputs(input_ids, numeric_values, attention_mask, past_length)
+        self._check_inputs(input_ids, numeric_values, attention_mask, past_length, position_ids)
         if numeric_values is None:
             numeric_values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
         if position_ids is None and attention_mask is not None:
@@ -277,7 +310,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         if labels is not None:
             self._check_like_input_ids("labels", labels, input_ids)
         if numeric_labels is not None:
-            self._check_like_input_ids("numeric_labels", numeric_labels, input_ids, finite=True)
+            self._check_like_input_ids("numeric_labels", numeric_labels, input_ids, values=True)
         if return_decisions is None:
             return_decisions = labels is None
         if not return_decisions and labels is None:
@@ -346,9 +379,66 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         This is not transformers' ``GenerationMixin.generate``: each step emits a (token, value) pair,
         and the value must re-enter the next step's embedding.
         """
-        from .generation import generate  # generation imports nothing from here; a late import keeps it so
+        from .generation import generate  # a late import: generation imports this module inside generate()
 
         return generate(self, input_ids, **kwargs)
+
+    # ---- loading a saved CausalQwen: all of it, or an error ----
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs) -> "CausalQwenForCausalLM":
+        """`PreTrainedModel.from_pretrained`, made strict: a checkpoint loads completely or raises ``OSError``.
+
+        transformers only *warns* when a checkpoint lacks some of the model's tensors and initialises
+        them at random, which hands back a half-loaded model. Here every one of these is an ``OSError``
+        that names the checkpoint and the problem:
+
+        - a safetensors file that cannot be read (truncated, or a corrupt header);
+        - a tensor of the model missing from the checkpoint, or a checkpoint tensor the model does not have;
+        - a tensor whose shape differs from the model's (unless ``ignore_mismatched_sizes=True`` is
+          passed, transformers' explicit request to re-initialise those);
+        - an integer or boolean checkpoint tensor for a floating-point parameter (its bits would be
+          cast to nonsense values);
+        - a parameter or buffer holding NaN or ±inf.
+
+        Every other argument is passed on; ``output_loading_info=True`` still returns ``(model, info)``.
+        """
+        want_info = kwargs.pop("output_loading_info", False)
+        allow_mismatch = kwargs.pop("ignore_mismatched_sizes", False)
+        where = str(pretrained_model_name_or_path)
+        files = _local_safetensors_files(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        for file in files:
+            _check_safetensors_file(file)
+        try:
+            # mismatches are reported in the loading info (and raised below) rather than as transformers' generic error
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+            )
+        except SafetensorError as error:  # a remote or cached file: the local files were checked above
+            raise OSError(f"the safetensors checkpoint {where!r} cannot be read: {error} (truncated or corrupt file)") from error
+        problems = []
+        if info["missing_keys"]:
+            problems.append(f"missing from the checkpoint: {', '.join(sorted(info['missing_keys']))}")
+        if info["unexpected_keys"]:
+            problems.append(f"in the checkpoint but not in the model: {', '.join(sorted(info['unexpected_keys']))}")
+        if info["mismatched_keys"] and not allow_mismatch:
+            problems.extend(
+                f"{key} has shape {tuple(saved)} in the checkpoint but {tuple(expected)} in the model"
+                for key, saved, expected in sorted(info["mismatched_keys"])
+            )
+        problems.extend(info["error_msgs"])
+        problems.extend(_non_float_checkpoint_tensors(files, model))
+        problems.extend(
+            f"{name} holds NaN or ±inf values"
+            for name, tensor in model.state_dict().items()
+            if tensor.dtype.is_floating_point and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
+        )
+        if problems:
+            raise OSError(
+                f"the checkpoint {where!r} does not hold a complete, valid {cls.__name__}; refusing to return a "
+                "partly loaded model:\n  - " + "\n  - ".join(problems)
+            )
+        return (model, info) if want_info else model
 
     # ---- construction from a Qwen2 base ----
 
@@ -408,6 +498,50 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             model.model.load_state_dict(backbone)
             model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)
         return model
+
+
+def _local_safetensors_files(path, subfolder: str = "") -> list[str]:
+    """The safetensors weight files ``from_pretrained`` reads from a local directory (none for a hub id).
+
+    ``model.safetensors``, or the shards named by ``model.safetensors.index.json``.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(os.path.join(path, subfolder or "")):
+        return []
+    directory = os.path.join(path, subfolder or "")
+    single = os.path.join(directory, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as handle:
+            try:
+                shards = sorted(set(json.load(handle)["weight_map"].values()))
+            except (ValueError, KeyError, AttributeError) as error:
+                raise OSError(f"the checkpoint index {index!r} is not a valid safetensors index: {error}") from error
+        return [os.path.join(directory, shard) for shard in shards]
+    return []
+
+
+def _check_safetensors_file(file: str) -> None:
+    """Raise ``OSError`` naming ``file`` unless its header parses and covers the file exactly."""
+    try:
+        with safe_open(file, framework="pt") as handle:
+            handle.keys()
+    except SafetensorError as error:
+        raise OSError(f"the safetensors file {file!r} cannot be read: {error} (truncated or corrupt file)") from error
+
+
+def _non_float_checkpoint_tensors(files: list[str], model: nn.Module) -> list[str]:
+    """Problems for checkpoint tensors stored as integers/booleans where the model has a floating-point tensor."""
+    floating = {name for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point}
+    problems = []
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            for key in handle.keys():
+                stored = handle.get_slice(key).get_dtype()  # e.g. "F32", "BF16", "I32", "BOOL"
+                if key in floating and not stored.startswith(("F", "BF")):
+                    problems.append(f"{key} is stored as {stored} in {file!r}, but the model's tensor is floating-point")
+    return problems
 
 
 def _num_token_id_from_tokenizer(path) -> int:

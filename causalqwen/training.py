@@ -37,6 +37,8 @@ from functools import partial
 import numpy as np
 import torch
 import torch.distributed as dist
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
@@ -191,8 +193,6 @@ def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_g
 
 
 def _load_checkpoint(path, model, optimizer, scheduler, eval_generator) -> tuple[int, list]:
-    from safetensors.torch import load_file
-
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
     differing = sorted(k for k in set(saved) | set(current)
@@ -200,7 +200,11 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator) -> tuple
                        and saved.get(k) != current.get(k))
     if differing:
         raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}")
-    state = load_file(os.path.join(path, "model.safetensors"))
+    weights = os.path.join(path, "model.safetensors")
+    try:
+        state = load_file(weights)
+    except SafetensorError as error:
+        raise OSError(f"cannot resume from {path}: {weights} cannot be read: {error} (truncated or corrupt file)") from error
     model.load_state_dict(state, strict=True)
     training_state = torch.load(os.path.join(path, "training_state.pt"), weights_only=False)
     optimizer.load_state_dict(training_state["optimizer"])

@@ -128,6 +128,17 @@ def test_resume_refuses_a_checkpoint_of_another_model_config(tokenizer, tmp_path
               out_dir=str(tmp_path), resume=True, progress=False)
 
 
+def test_resume_from_a_truncated_checkpoint_names_the_file(tokenizer, tmp_path):
+    config = TrainingConfig(**CONFIG | {"steps": 3})
+    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
+    (checkpoint,) = [d for d in os.listdir(tmp_path) if d.startswith("checkpoint-")]
+    weights = tmp_path / checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(OSError, match=r"cannot resume from .*model\.safetensors cannot be read"):
+        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
+              out_dir=str(tmp_path), resume=True, progress=False)
+
+
 def test_bad_training_configs_and_datasets(tokenizer):
     for field, value in [("steps", 0), ("batch_size", -1), ("learning_rate", 0.0), ("report_to", "mlflow")]:
         with pytest.raises(ValueError, match=field):

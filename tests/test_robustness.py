@@ -1,0 +1,253 @@
+"""The robustness suite (issue 7, item 2): bad inputs fail clearly, tampered checkpoints are refused,
+extreme but finite inputs stay finite through forward, loss and backward.
+
+The cases are data in ``validation/robustness.py`` (the validation report runs the same tables);
+here every bad-input and checkpoint case is a test of its own, and Hypothesis draws the extreme inputs.
+"""
+
+import math
+import os
+import re
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from validation import robustness as rb
+
+# ---------------------------------------------------------------------------------------------
+# The bad-input table
+# ---------------------------------------------------------------------------------------------
+
+
+def _assert_raises_as_listed(case: rb.BadInputCase) -> None:
+    with pytest.raises(Exception) as raised:
+        case.trigger()
+    error = raised.value
+    assert type(error) is case.error, f"{case.id}: expected {case.error.__name__}, got {type(error).__name__}: {error}"
+    assert re.search(case.message, str(error)), f"{case.id}: message {str(error)!r} does not match {case.message!r}"
+
+
+@pytest.mark.parametrize("case", rb.BAD_INPUT_CASES, ids=lambda case: case.id)
+def test_bad_input_raises_its_clear_error(case):
+    _assert_raises_as_listed(case)
+
+
+def test_the_table_covers_every_component_with_at_least_15_kinds():
+    ids = [case.id for case in rb.BAD_INPUT_CASES + rb.CHECKPOINT_CASES]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    assert len(rb.BAD_INPUT_CASES) >= 15
+    for component in rb.COMPONENTS:
+        assert sum(case.component == component for case in rb.BAD_INPUT_CASES) >= 2, component
+    for case in rb.BAD_INPUT_CASES + rb.CHECKPOINT_CASES:
+        assert case.component in rb.COMPONENTS + ("checkpoint",), case.id
+        assert issubclass(case.error, Exception) and case.error is not Exception, case.id
+        re.compile(case.message)
+
+
+def test_run_case_accepts_only_the_exact_type_and_a_matching_message():
+    def raise_(error):
+        raise error
+
+    listed = rb.BadInputCase("x", "model", "x", lambda: raise_(ValueError("width must be 3")), ValueError, r"width must be \d")
+    assert rb.run_case(listed).passed
+    assert rb.run_case(rb.BadInputCase("x", "model", "x", listed.trigger, ValueError, "height")).passed is False
+    subclass = rb.BadInputCase("x", "model", "x", lambda: raise_(UnicodeError("width must be 3")), ValueError, "width")
+    assert rb.run_case(subclass).passed is False  # a subclass is not the listed type
+    silent = rb.run_case(rb.BadInputCase("x", "model", "x", lambda: None, ValueError, ""))
+    assert silent.passed is False and silent.actual == "no error raised"
+
+
+def test_run_cli_reports_the_exit_status_and_the_error_line():
+    with pytest.raises(rb.CommandLineExit, match=r"^exit status 2: .*invalid choice: 'no-such-command'"):
+        rb.run_cli(["no-such-command"])
+
+
+# ---- regression tests for the package changes the table forced (each was an unclear error before) ----
+
+
+def test_float64_numeric_values_at_the_float32_boundary():
+    """Values that float32 holds are accepted whatever the input dtype; beyond it, a clear error (it used to
+    surface as 'scale must be > 0 ... nan' from deep inside the action network)."""
+    model = rb._model()
+    ids, _ = rb._prompt()
+    largest = torch.tensor([[0.0, rb.FLOAT32_MAX, 0.0]], dtype=torch.float64)
+    with torch.no_grad():
+        out = model(ids, numeric_values=largest)
+    assert bool(torch.isfinite(out.loc_S).all())
+    beyond = torch.tensor([[0.0, -2.0 * rb.FLOAT32_MAX, 0.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"numeric_values must be representable in float32.*\[0, 1\]"):
+        model(ids, numeric_values=beyond)
+    with pytest.raises(ValueError, match="numeric_labels must be representable in float32"):
+        model(ids, labels=ids, numeric_labels=beyond)
+
+
+def test_a_non_finite_numeric_target_anywhere_is_an_error_not_a_nan_gradient():
+    """Before: a NaN target at an unscored position gave a finite loss but NaN gradients (0 * NaN in backward)."""
+    from causalqwen.action import ActionNetwork
+    from causalqwen.losses import fused_total_loss
+
+    action = ActionNetwork(4, 6)
+    targets = torch.tensor([[1.0, math.inf, 0.0]])
+    with pytest.raises(ValueError, match=r"numeric_targets must be finite: found inf at position \[0, 1\]"):
+        fused_total_loss(torch.zeros(1, 3, 4), torch.ones(1, 3, 4), action, torch.tensor([[3, 1, 2]]), targets,
+                         num_token_id=3)
+
+
+def test_a_zero_scale_is_still_clamped_but_a_negative_one_is_refused():
+    """D10's clamp stays for zero spreads (b_noise = 0 in causal mode); only an impossible scale is an error."""
+    action = rb._model().action
+    decision = action.decide(torch.zeros(1, 64), torch.zeros(1, 64))
+    assert bool((decision.scale_S >= action.scale_eps).all()) and bool(torch.isfinite(decision.loc_S).all())
+    with pytest.raises(ValueError, match="scale must be >= 0 everywhere"):
+        action.decide(torch.zeros(1, 64), torch.full((1, 64), math.nan))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampered checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", rb.CHECKPOINT_CASES, ids=lambda case: case.id)
+def test_a_tampered_checkpoint_is_refused(case):
+    _assert_raises_as_listed(case)
+
+
+def test_the_intact_checkpoint_loads_completely():
+    assert rb.intact_checkpoint_round_trip()
+    from causalqwen import CausalQwenForCausalLM
+
+    model, info = CausalQwenForCausalLM.from_pretrained(rb._saved_checkpoint(), output_loading_info=True)
+    assert isinstance(model, CausalQwenForCausalLM)
+    assert not any(info.values()), info
+
+
+def test_ignore_mismatched_sizes_is_the_one_explicit_way_to_accept_a_reinitialised_tensor():
+    from causalqwen import CausalQwenForCausalLM
+
+    with rb._quiet_transformers():
+        model = CausalQwenForCausalLM.from_pretrained(rb._tampered_checkpoint("reshaped-tensor"), ignore_mismatched_sizes=True)
+    assert model.action.b_noise.shape == (64,)
+    assert bool((model.action.b_noise == model.config.noise_init).all())  # re-initialised (to its init value), as transformers documents
+    saved = rb._model().state_dict()
+    for name, tensor in model.state_dict().items():
+        if name != "action.b_noise":
+            assert torch.equal(tensor, saved[name]), name  # everything else is the checkpoint's
+
+
+def test_a_truncated_shard_of_a_sharded_checkpoint_is_named(tmp_path):
+    from causalqwen import CausalQwenForCausalLM
+
+    with rb._quiet_transformers():
+        rb._model().save_pretrained(tmp_path, max_shard_size="200KB")
+    shards = sorted(name for name in os.listdir(tmp_path) if name.endswith(".safetensors"))
+    assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
+    with rb._quiet_transformers():
+        assert isinstance(CausalQwenForCausalLM.from_pretrained(tmp_path), CausalQwenForCausalLM)
+    broken = tmp_path / shards[-1]
+    broken.write_bytes(broken.read_bytes()[:-8])
+    with pytest.raises(OSError, match=rf"the safetensors file '.*{re.escape(shards[-1])}' cannot be read"):
+        CausalQwenForCausalLM.from_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Extreme but finite inputs: no NaN or ±inf in the loss or any gradient
+# ---------------------------------------------------------------------------------------------
+
+_float32 = st.floats(-rb.FLOAT32_MAX, rb.FLOAT32_MAX, width=32, allow_nan=False, allow_infinity=False)
+_extreme_number = st.one_of(
+    st.builds(lambda m, s: m * s, st.sampled_from(rb.NUMBER_MAGNITUDES), st.sampled_from((-1.0, 1.0))),
+    _float32,  # Hypothesis' float32s include denormals, the largest finite value and ±0
+)
+_six_numbers = st.tuples(*[_extreme_number] * 6)
+
+model_cases = st.builds(
+    rb.ModelCase,
+    values=_six_numbers,
+    targets=_six_numbers,
+    loc_scale=st.sampled_from(rb.LOC_SCALES),
+    scale_setting=st.sampled_from(rb.SCALE_SETTINGS),
+    noise=st.sampled_from(rb.NOISE_VALUES),
+    mask=st.sampled_from(rb.MASK_PATTERNS),
+    labels=st.sampled_from(rb.LABEL_PATTERNS),
+    path=st.sampled_from(rb.LOSS_PATHS),
+)
+
+_MAX = rb.FLOAT32_MAX
+_WORST_VALUES = (_MAX, -_MAX, rb.FLOAT32_DENORMAL, -rb.FLOAT32_TINY, 0.0, 3e38)
+
+
+@given(case=model_cases)
+@example(case=rb.ModelCase(_WORST_VALUES, tuple(-v for v in _WORST_VALUES), 1e30, "scale_eps", 0.0, "full",
+                           "extreme_numeric_labels", "fused"))
+@example(case=rb.ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "scale_eps", 0.0, "left_padded", "next_tokens", "literal"))
+@example(case=rb.ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "large", 0.1, "one_row_all_padding", "some_ignored", "fused"))
+@example(case=rb.ModelCase((0.0,) * 6, (0.0,) * 6, 1.0, "init", 0.1, "all_padding", "next_tokens", "fused"))
+@example(case=rb.ModelCase(_WORST_VALUES, _WORST_VALUES, 1e20, "scale_eps", 1e-6, "none", "all_ignored", "literal"))
+def test_model_forward_loss_backward_stay_finite_on_extreme_inputs(case):
+    check = rb.run_model_case(case)
+    assert check.ok, f"non-finite: {check.non_finite}"
+
+
+def test_the_extreme_model_cases_do_reach_the_claimed_extremes():
+    """|loc_U| ~ 1e30 and decision scales at scale_eps are actually reached, not just asked for."""
+    check = rb.run_model_case(rb.ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "scale_eps", 0.0, "full",
+                                           "next_tokens", "fused"))
+    assert check.ok and check.max_abs_loc >= 1e30 and check.min_scale == pytest.approx(1e-6)
+
+
+def test_the_finite_check_does_see_a_nan():
+    """A negative control: a NaN planted in the classification bias must be reported."""
+    _, pristine = rb._fuzz_model()
+    bias = pristine["action.classification_head.bias"]
+    saved = bias.clone()
+    try:
+        bias[0] = math.nan
+        check = rb.run_model_case(rb.ModelCase((1.0,) * 6, (1.0,) * 6, 1.0, "init", 0.1, "full", "next_tokens", "fused"))
+    finally:
+        bias.copy_(saved)
+    assert "loss" in check.non_finite and "grad of action.classification_head.bias" in check.non_finite
+
+
+_magnitude_subsets = lambda choices: st.lists(st.sampled_from(choices), min_size=1, unique=True).map(  # noqa: E731
+    lambda values: tuple(sorted(values)))
+
+loss_cases = st.builds(
+    rb.LossCase,
+    seed=st.integers(0, 2**31 - 1),
+    loc_magnitudes=_magnitude_subsets(rb.LOC_MAGNITUDES),
+    scale_at_eps=st.booleans(),
+    threshold=st.sampled_from(rb.THRESHOLDS),
+    target_magnitudes=_magnitude_subsets(rb.NUMBER_MAGNITUDES),
+    labels=st.sampled_from(rb.LABEL_PATTERNS[:3]),
+    mask=st.sampled_from(rb.MASK_PATTERNS),
+)
+
+
+@given(case=loss_cases)
+@example(case=rb.LossCase(0, (1e30,), True, -1e30, (rb.FLOAT32_MAX,), "next_tokens", "full"))
+@example(case=rb.LossCase(1, (1e30,), True, 1e30, (rb.FLOAT32_DENORMAL, rb.FLOAT32_MAX), "next_tokens", "none"))
+@example(case=rb.LossCase(2, (0.0, 1e30), True, 0.0, (0.0,), "all_ignored", "all_padding"))
+@example(case=rb.LossCase(3, (1e-30, 1e30), False, 100.0, (3e38,), "some_ignored", "one_row_all_padding"))
+def test_losses_stay_finite_on_extreme_locations_and_scales(case):
+    check = rb.run_loss_case(case)
+    assert check.ok, f"non-finite: {check.non_finite}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The report's summary
+# ---------------------------------------------------------------------------------------------
+
+
+def test_summary_runs_the_tables_and_a_fuzz_sample_and_reports_every_row():
+    result = rb.run_suite(model_examples=3, loss_examples=3)
+    assert result.passed, result.markdown
+    markdown = result.markdown
+    for case in rb.BAD_INPUT_CASES + rb.CHECKPOINT_CASES:
+        assert f"`{case.id}`" in markdown
+    assert markdown.count("**PASS**") == len(rb.BAD_INPUT_CASES) + len(rb.CHECKPOINT_CASES) + 4  # + headline, control, 2 fuzz rows
+    assert "**FAIL**" not in markdown
+    assert f"{len(rb.BAD_INPUT_CASES)} of {len(rb.BAD_INPUT_CASES)} bad inputs give their clear error" in markdown
+    assert "0 of 6 extreme inputs left a NaN or ±inf" in markdown
+    assert rb._scratch_dir() not in markdown  # temporary paths are written DIR
