@@ -12,7 +12,7 @@ TORCH_SPEC ?= torch==2.13.0
 HYPOTHESIS_PROFILE ?= ci
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-dev setup-docs docs chromium demo test clean
+.PHONY: setup setup-dev setup-docs docs chromium demo test validation clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ demo: setup
 
 test: setup-dev docs chromium
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The full validation run (about 2 minutes): rewrites the report docs/validation/ that the site renders.
+validation: setup-dev
+	$(BIN)/python -m validation
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info site node_modules

@@ -218,7 +218,7 @@ def _problems(report: dict) -> list[str]:
 
 def test_every_page_renders_offline(site_url, browser):
     pages = _site_pages(SITE)
-    expected = {"", "inference/", "losses/", "api/cauchy/", "glossary/", "decisions/"}
+    expected = {"", "inference/", "losses/", "api/cauchy/", "glossary/", "decisions/", "validation/"}
     assert expected <= set(pages), f"pages missing from the site: {sorted(expected - set(pages))}"
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

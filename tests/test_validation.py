@@ -1,0 +1,154 @@
+"""The validation report (`python -m validation`): the quick run passes every claim, and the report helpers."""
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from validation import common
+from validation.common import Claim, ExperimentResult, check, fmt, table, write_report
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENTS = [f"V{i}" for i in range(1, 9)]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _run_validation(out_dir: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "validation", *args, "--out", str(out_dir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _check_report(out_dir: Path) -> str:
+    report = (out_dir / "index.md").read_text(encoding="utf-8")
+    for name in EXPERIMENTS:
+        section = re.search(rf"^## {name} · .*?$\n\n(.*?)(?=^## |\Z)", report, flags=re.S | re.M)
+        assert section, f"section {name} missing from the report"
+        text = section.group(1)
+        assert text.startswith("**PASS** ·"), f"{name} does not pass: {text[:200]}"
+        assert "**FAIL**" not in text
+        assert "| claim | measured | threshold | verdict |" in text
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)
+    assert len(figures) >= len(EXPERIMENTS)
+    for figure in figures:
+        data = (out_dir / figure).read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_MAGIC), f"{figure} is not a non-empty PNG"
+    assert "## Robustness" in report
+    assert "| mode | quick (`--quick`) |" in report or "| mode | full |" in report
+    return report
+
+
+def test_quick_run_passes_every_claim_and_writes_the_report(tmp_path):
+    result = _run_validation(tmp_path, "--quick", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "all claims hold" in result.stdout
+    report = _check_report(tmp_path)
+    assert "| mode | quick (`--quick`) |" in report
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("CAUSALQWEN_FULL_VALIDATION"),
+                    reason="the full run takes a few minutes; set CAUSALQWEN_FULL_VALIDATION=1 to run it")
+def test_full_run_passes_every_claim(tmp_path):
+    result = _run_validation(tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    _check_report(tmp_path)
+
+
+# ---- the report helpers ----
+
+
+def test_fmt_writes_numbers_plainly_or_in_e_notation():
+    assert fmt(3) == "3"
+    assert fmt(0.0) == "0"
+    assert fmt(2.0) == "2"
+    assert fmt(0.012345678) == "0.01235"
+    assert fmt(1e-6) == "1e-06"
+    assert fmt(1.5e-7) == "1.5e-07"
+    assert fmt(123456.0) == "1.235e+05"
+    assert fmt(float("nan")) == "nan"
+    assert fmt(-math.inf) == "-inf"
+    assert fmt(True) == "yes"
+
+
+def test_table_formats_numbers_and_escapes_pipes():
+    text = table(["a", "|x|"], [[1, 0.5], ["p|q", 1e-9]])
+    assert text.splitlines() == [
+        r"| a | \|x\| |",
+        "|---|---|",
+        "| 1 | 0.5 |",
+        r"| p\|q | 1e-09 |",
+    ]
+
+
+@pytest.mark.parametrize(
+    "measured, op, limit, passed",
+    [(1e-6, "<=", 1e-5, True), (1e-4, "<=", 1e-5, False), (0.5, ">=", 0.5, True), (0.0, "==", 0.0, True),
+     (1.0, ">", 1.0, False), (float("nan"), "<=", 1.0, False), (float("nan"), ">=", 0.0, False)],
+)
+def test_check_applies_the_threshold_and_a_nan_never_passes(measured, op, limit, passed):
+    claim = check("statement", measured, op, limit)
+    assert claim.passed is passed
+    assert claim.threshold.endswith(fmt(limit))
+
+
+def test_an_experiment_passes_only_with_claims_that_all_pass():
+    good, bad = Claim("a", 1.0, "≤ 2", True), Claim("b", 3.0, "≤ 2", False)
+    assert ExperimentResult("V1", "t", [good], "").passed
+    assert not ExperimentResult("V1", "t", [good, bad], "").passed
+    assert not ExperimentResult("V1", "t", [], "").passed
+
+
+def test_write_report_has_settings_summary_sections_figures_and_robustness(tmp_path):
+    result = ExperimentResult("V1", "A title", [Claim("the claim", 0.5, "≤ 1", True)], "Body text.",
+                              figures=["v1_figure.png"], headline="headline 0.5", settings="n = 3", seconds=1.25)
+    failed = ExperimentResult("V2", "Another", [Claim("other claim", 2.0, "≤ 1", False)], "More.")
+    path = write_report([result, failed], [("mode", "quick")], tmp_path, "robustness body")
+    report = path.read_text(encoding="utf-8")
+    assert "| mode | quick |" in report
+    assert "1 of 2 experiments pass all their claims." in report
+    assert "## V1 · A title {#v1}" in report and "## V2 · Another {#v2}" in report
+    assert "**PASS** · 1 of 1 claims · wall time 1.2 s" in report
+    assert "| the claim | 0.5 | ≤ 1 | **PASS** |" in report
+    assert "| other claim | 2 | ≤ 1 | **FAIL** |" in report
+    assert "![V1: v1_figure.png](v1_figure.png)" in report
+    assert report.rstrip().endswith("## Robustness\n\nrobustness body")
+
+
+def test_robustness_section_says_so_when_the_module_does_not_exist(monkeypatch):
+    real_find_spec = common.importlib.util.find_spec
+    monkeypatch.setattr(common.importlib.util, "find_spec",
+                        lambda name, *args: None if name == "validation.robustness" else real_find_spec(name, *args))
+    text = common.robustness_markdown()
+    assert "does not exist" in text and "validation.robustness" in text
+
+
+def test_a_crashing_experiment_is_a_failed_claim_and_a_nonzero_exit(tmp_path, monkeypatch, capsys):
+    import types
+
+    import torch
+
+    import validation.__main__ as runner
+
+    crashing = types.ModuleType("validation_test_crashing")
+    crashing.__doc__ = "A crashing experiment\n\nIt raises."
+
+    def run(quick, out_dir):
+        raise RuntimeError("boom")
+
+    crashing.run = run
+    monkeypatch.setitem(sys.modules, "validation_test_crashing", crashing)
+    monkeypatch.setitem(runner.EXPERIMENTS, "V1", "validation_test_crashing")
+    threads = torch.get_num_threads()
+    try:
+        code = runner.main(["--quick", "--only", "V1", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 1
+    assert "V1: the experiment ran to completion" in capsys.readouterr().out
+    report = (tmp_path / "index.md").read_text(encoding="utf-8")
+    assert "## V1 · A crashing experiment" in report
+    assert "RuntimeError: boom" in report and "**FAIL**" in report

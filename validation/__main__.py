@@ -1,0 +1,134 @@
+r"""``python -m validation [--quick] [--out DIR] [--only V1,V3]``: run the experiments, write the report.
+
+The report (``index.md``) and its figures go to ``DIR`` (default: ``docs/validation/`` under the
+repository root, where the docs site renders it). The exit status is 0 when every claim holds and 1
+otherwise; the failing claims are printed. ``--quick`` (for CI, under a minute) runs the same code
+with smaller samples, fewer configurations and fewer training steps.
+
+All experiments run with one torch thread: the models are tiny, so a second thread only adds
+contention on a shared machine, and one thread keeps every number reproducible bit for bit on a
+given machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+EXPERIMENTS = {
+    "V1": "validation.v1_closure",
+    "V2": "validation.v2_ovr_precision",
+    "V3": "validation.v3_init_equivalence",
+    "V4": "validation.v4_ovr_sum",
+    "V5": "validation.v5_sampling",
+    "V6": "validation.v6_noise_init",
+    "V7": "validation.v7_gate",
+    "V8": "validation.v8_learning",
+}
+
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"
+
+
+def _failed_run(name: str, module_name: str, error: BaseException):
+    """The result of an experiment that raised: one failed claim and the traceback."""
+    from .common import Claim, ExperimentResult, module_text
+
+    try:
+        title, _ = module_text(module_name)
+    except Exception:  # the module itself may not import
+        title = module_name
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return ExperimentResult(
+        name=name,
+        title=title,
+        claims=[Claim("the experiment ran to completion", float("nan"), "no exception", False)],
+        body=f"The experiment raised an exception:\n\n```text\n{trace}\n```",
+        headline=f"error: {type(error).__name__}",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller samples and fewer steps (CI, under a minute)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
+    parser.add_argument("--only", default=None, help="comma-separated experiments to run, e.g. V1,V3 (default: all)")
+    args = parser.parse_args(argv)
+
+    names = list(EXPERIMENTS) if args.only is None else [name.strip().upper() for name in args.only.split(",")]
+    unknown = [name for name in names if name not in EXPERIMENTS]
+    if unknown:
+        parser.error(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
+
+    started = time.perf_counter()
+    import matplotlib
+    import numpy
+    import scipy
+    import torch
+
+    torch.set_num_threads(1)
+    import causalqwen  # noqa: F401  (imported here, so that no experiment's wall time includes transformers)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+
+    from .common import robustness_markdown, write_report
+
+    out_dir = args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("v[0-9]_*.png"):  # figures of an earlier run that this run may not rewrite
+        old.unlink()
+
+    results = []
+    for name in names:
+        module_name = EXPERIMENTS[name]
+        print(f"{name}: running {module_name} ...", flush=True)
+        begin = time.perf_counter()
+        try:
+            result = importlib.import_module(module_name).run(args.quick, out_dir)
+        except Exception as error:  # a crash is a failed experiment, reported like one
+            result = _failed_run(name, module_name, error)
+        result.seconds = time.perf_counter() - begin
+        status = "PASS" if result.passed else "FAIL"
+        print(f"{name}: {status} in {result.seconds:.1f} s -- {result.headline}", flush=True)
+        results.append(result)
+
+    begin = time.perf_counter()
+    robustness = robustness_markdown() if args.only is None else None
+    robustness_seconds = time.perf_counter() - begin
+
+    settings = [
+        ("mode", "quick (`--quick`)" if args.quick else "full"),
+        ("command", "`python -m validation" + (" --quick" if args.quick else "") + "`"),
+        ("experiments", ", ".join(names)),
+        ("seeds", "fixed per experiment (listed in each section's settings)"),
+        ("torch threads", str(torch.get_num_threads())),
+        ("python", platform.python_version()),
+        ("torch", torch.__version__),
+        ("numpy / scipy / matplotlib", f"{numpy.__version__} / {scipy.__version__} / {matplotlib.__version__}"),
+        ("machine", f"{platform.machine()}, {platform.system()}"),
+        ("wall time per experiment (s)", ", ".join(f"{r.name} {r.seconds:.1f}" for r in results)),
+    ]
+    if robustness is not None:
+        settings.append(("robustness summary (s)", f"{robustness_seconds:.1f}"))
+    settings.append(("total wall time (s)", f"{time.perf_counter() - started:.1f} (imports included)"))
+    path = write_report(results, settings, out_dir, robustness)
+
+    failed = [(result.name, claim) for result in results for claim in result.claims if not claim.passed]
+    print(f"wrote {path} ({len(results)} experiments, {time.perf_counter() - started:.1f} s)")
+    if failed:
+        print("FAILED claims:")
+        for name, claim in failed:
+            print(f"  {name}: {claim.statement} -- measured {claim.measured!r}, needs {claim.threshold}")
+        return 1
+    print("all claims hold")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
