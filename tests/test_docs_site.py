@@ -11,7 +11,8 @@ unreachable, and check what a reader would see:
   (``\\(``, ``\\[``, ``$$``, ``$...$``, ``\\macro``) is left in the text outside code;
 * every mermaid diagram rendered: no ``pre.mermaid`` left, and each diagram's SVG has non-zero size.
   Material draws diagrams into a *closed* shadow root, so an init script forces shadow roots open
-  before any page script runs.
+  before any page script runs;
+* every image of the article loaded (the validation report's figures).
 
 Two negative tests feed the same checks a page with a broken formula and one with a broken diagram
 and require that both are caught. Screenshots of the overview, the inference page and one API page
@@ -99,8 +100,13 @@ INSPECT_PAGE = r"""
   const text = copy.textContent;
   const patterns = [/\\\(/, /\\\)/, /\\\[/, /\\\]/, /\$\$/, /\$[^$\s][^$]*\$/, /\\[a-zA-Z]{2,}\b/];
   const rawTex = patterns.map(p => text.match(p)).filter(m => m).map(m => m[0].slice(0, 60));
+  const brokenImages = [...document.querySelectorAll("article img")]
+    .filter(img => !img.complete || img.naturalWidth === 0)
+    .map(img => img.getAttribute("src"));
   return {
     formulas: formulas.length,
+    images: document.querySelectorAll("article img").length,
+    brokenImages,
     unrendered,
     diagrams,
     preMermaid: document.querySelectorAll("pre.mermaid").length,
@@ -213,6 +219,7 @@ def _problems(report: dict) -> list[str]:
     if report["preMermaid"]:
         problems.append(f"{report['preMermaid']} pre.mermaid block(s) left unrendered")
     problems += [f"diagram not rendered: {d['why']}" for d in report["diagrams"] if not d["ok"]]
+    problems += [f"image not loaded: {src}" for src in report["brokenImages"]]
     return problems
 
 
@@ -230,7 +237,9 @@ def test_every_page_renders_offline(site_url, browser):
             problems = _problems(report)
             if problems:
                 failures[page or "/"] = problems
-            summary[page or "/"] = {"formulas": report["formulas"], "diagrams": len(report["diagrams"])}
+            summary[page or "/"] = {
+                "formulas": report["formulas"], "diagrams": len(report["diagrams"]), "images": report["images"]
+            }
             for name, target in SCREENSHOTS.items():
                 if page == target:
                     visit.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
@@ -242,6 +251,7 @@ def test_every_page_renders_offline(site_url, browser):
         "pages": len(pages),
         "formulas": sum(p["formulas"] for p in summary.values()),
         "diagrams": sum(p["diagrams"] for p in summary.values()),
+        "images": sum(p["images"] for p in summary.values()),
     }
     (ARTIFACTS / "summary.json").write_text(json.dumps({"totals": totals, "pages": summary}, indent=1))
 
@@ -251,6 +261,7 @@ def test_every_page_renders_offline(site_url, browser):
     for page in ("/", "inference/", "losses/"):
         assert summary[page]["diagrams"] >= 1, f"{page} has no rendered mermaid diagram"
     assert summary["api/cauchy/"]["formulas"] >= 10, "the Cauchy API page lost its docstring formulas"
+    assert summary["validation/"]["images"] >= 8, "the validation report lost its figures"
     for name in SCREENSHOTS:
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000
 
