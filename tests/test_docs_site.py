@@ -8,7 +8,8 @@ unreachable, and check what a reader would see:
   uncaught error by ``docs/javascripts/katex-init.js``; a missing asset is a console error);
 * no request for anything but 127.0.0.1;
 * every formula rendered: each ``.arithmatex`` element holds KaTeX output, and no raw TeX
-  (``\\(``, ``\\[``, ``$$``, ``$...$``, ``\\macro``) is left in the text outside code;
+  (``\\(``, ``\\[``, ``$$``, ``$...$``, ``\\macro``) is left in the text outside code, in the
+  article or in the navigation (where headings with math reappear);
 * every mermaid diagram rendered: no ``pre.mermaid`` left, and each diagram's SVG has non-zero size.
   Material draws diagrams into a *closed* shadow root, so an init script forces shadow roots open
   before any page script runs;
@@ -93,8 +94,8 @@ INSPECT_PAGE = r"""
     return { ok: box.width > 0 && box.height > 0 && !error, width: box.width, height: box.height,
              why: error ? "mermaid drew its syntax-error image" : "zero size" };
   });
-  const article = document.querySelector("article") || document.body;
-  const copy = article.cloneNode(true);
+  // the whole page: the article, and the navigation where headings with math reappear
+  const copy = document.body.cloneNode(true);
   copy.querySelectorAll("pre, code, .katex, .arithmatex, script, style, .doc-signature")
     .forEach(el => el.remove());
   const text = copy.textContent;

@@ -1,7 +1,39 @@
 // Render every formula that pymdownx.arithmatex (generic mode) marked: inline math arrives as
 // <span class="arithmatex">\(...\)</span>, display math as <div class="arithmatex">\[...\]</div>.
-// KaTeX runs with throwOnError, and any formula that fails to parse is reported as an uncaught
-// error naming the formula, after all others are rendered, so a broken formula is never silent.
+// Headings with math also reach the navigation (the table of contents) as plain text "\(...\)";
+// those inline pieces are rendered too. KaTeX runs with throwOnError, and any formula that fails to
+// parse is reported as an uncaught error naming the formula, after all others are rendered, so a
+// broken formula is never silent.
+const INLINE_MATH = /\\\((.+?)\\\)/g;
+
+function renderNavigationMath(root, failures) {
+  for (const link of root.querySelectorAll(".md-nav__link")) {
+    const walker = document.createTreeWalker(link, NodeFilter.SHOW_TEXT);
+    const textNodes = [];
+    while (walker.nextNode()) {
+      if (walker.currentNode.nodeValue.includes("\\(")) textNodes.push(walker.currentNode);
+    }
+    for (const node of textNodes) {
+      const fragment = document.createDocumentFragment();
+      let last = 0;
+      for (const match of node.nodeValue.matchAll(INLINE_MATH)) {
+        fragment.append(node.nodeValue.slice(last, match.index));
+        const span = document.createElement("span");
+        try {
+          katex.render(match[1], span, { displayMode: false, throwOnError: true });
+        } catch (error) {
+          failures.push(`${error.message} in: ${match[1]}`);
+          span.textContent = match[0];
+        }
+        fragment.append(span);
+        last = match.index + match[0].length;
+      }
+      fragment.append(node.nodeValue.slice(last));
+      node.replaceWith(fragment);
+    }
+  }
+}
+
 document$.subscribe(({ body }) => {
   const failures = [];
   for (const element of body.querySelectorAll(".arithmatex")) {
@@ -15,6 +47,7 @@ document$.subscribe(({ body }) => {
       failures.push(`${error.message} in: ${tex}`);
     }
   }
+  renderNavigationMath(body, failures);
   if (failures.length > 0) {
     throw new Error(`KaTeX could not render ${failures.length} formula(s): ${failures.join(" | ")}`);
   }
