@@ -15,6 +15,8 @@ unreachable, and check what a reader would see:
   before any page script runs;
 * every image of the article loaded (the validation report's figures).
 
+The search box finds English and Chinese terms (jieba segments the Chinese at build time).
+
 Two negative tests feed the same checks a page with a broken formula and one with a broken diagram
 and require that both are caught. Screenshots of the overview, the inference page and one API page
 go to ``artifacts/docs-screenshots/`` (git-ignored) with ``summary.json`` (pages, formula and
@@ -298,3 +300,20 @@ def test_broken_diagram_is_caught(site_url, browser):
     finally:
         visit.close()
     assert _problems(report), report
+
+
+@pytest.mark.parametrize("query, expected_page", [("abduction", "abduction/"), ("柯西", "glossary/"), ("外生噪声", "glossary/")])
+def test_search_serves_english_and_chinese(site_url, browser, query, expected_page):
+    """The built-in search (lunr, with jieba's segmentation of the Chinese at build time) finds both."""
+    visit = Visit(browser)
+    try:
+        visit.open(site_url)
+        visit.page.locator("label.md-search__icon, .md-search__input").first.click()
+        visit.page.fill("input.md-search__input", query)
+        visit.page.wait_for_selector(".md-search-result__item", timeout=10_000)
+        links = visit.page.eval_on_selector_all(".md-search-result__item a", "links => links.map(a => a.href)")
+        errors, blocked = list(visit.errors), list(visit.blocked)
+    finally:
+        visit.close()
+    assert any(urlparse(link).path.endswith("/" + expected_page) for link in links), (query, links)
+    assert not errors and not blocked, (errors, blocked)
