@@ -36,6 +36,7 @@ __all__ = [
     "classification_metrics",
     "regression_metrics",
     "distribution_stats",
+    "ovr_prob_sums",
     "ovr_prob_sum_median",
     "evaluate_batch",
     "with_log_prefixes",
@@ -97,30 +98,74 @@ def distribution_stats(values: Tensor, mask: Tensor, prefix: str) -> dict[str, f
     }
 
 
+def ovr_prob_sums(loc_S: Tensor, scale_S: Tensor, threshold, mask: Tensor) -> Tensor:
+    r"""$\sum_k P_{k,i}$ at the positions in ``mask``, ``[N]`` (``loc_S``, ``scale_S`` ``[..., V]``, ``mask`` ``[...]``)."""
+    return ovr_probability(loc_S, scale_S, threshold).sum(-1)[mask]  # [N]
+
+
+def _median(values: Tensor) -> float:
+    return float(np.median(values.double().cpu().numpy())) if values.numel() else 0.0
+
+
 def ovr_prob_sum_median(loc_S: Tensor, scale_S: Tensor, threshold, mask: Tensor) -> float:
     r"""$\mathrm{median}_i \sum_k P_{k,i}$ over the positions in ``mask``; 0.0 if there are none."""
-    sums = ovr_probability(loc_S, scale_S, threshold).sum(-1)[mask]  # [N]
-    return float(np.median(sums.double().cpu().numpy())) if sums.numel() else 0.0
+    return _median(ovr_prob_sums(loc_S, scale_S, threshold, mask))
+
+
+# The largest [rows, S, V] decision tensor `evaluate_batch` forms at once (2^25 floats: 128 MiB in float32).
+EVAL_MAX_DECISION_ELEMENTS = 2**25
 
 
 @torch.no_grad()
-def evaluate_batch(model, batch: dict[str, Tensor], generator: torch.Generator | None = None) -> dict[str, float]:
+def evaluate_batch(
+    model,
+    batch: dict[str, Tensor],
+    generator: torch.Generator | None = None,
+    *,
+    max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS,
+) -> dict[str, float]:
     """Every ``eval/*`` and ``dist/*`` metric of D13 on one batch (``input_ids``, ``numeric_values``,
-    ``attention_mask``, ``labels``), by standard inference; the causal OvR sum draws from ``generator``."""
-    out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"])
-    config = model.config
-    valid = next_token_valid_mask(batch["labels"], batch["attention_mask"], config.ignore_index)  # [B, S-1]
-    targets = batch["labels"][:, 1:]
-    predicted, _ = predict(out.loc_S[:, :-1], out.scale_S[:, :-1], out.loc_Y[:, :-1], model.ovr_threshold, config.num_token_id)
-    metrics = classification_metrics(predicted, targets, valid, config.num_token_id)
-    metrics |= regression_metrics(out.loc_Y[:, :-1], batch["numeric_values"][:, 1:], valid & (targets == config.num_token_id))
+    ``attention_mask``, ``labels``), by standard inference; the causal OvR sum draws from ``generator``.
 
-    real = batch["attention_mask"].bool()  # [B, S]
-    metrics |= distribution_stats(out.loc_U, real, "U_loc") | distribution_stats(out.scale_U, real, "U_scale")
-    metrics["ovr_prob_sum_median"] = ovr_prob_sum_median(out.loc_S[:, :-1], out.scale_S[:, :-1], model.ovr_threshold, valid)
-    loc, scale = decision_input("causal", out.loc_U[:, :-1], out.scale_U[:, :-1], model.action.noise_scale, generator=generator)
-    causal = model.action.decide(loc, scale)
-    metrics["ovr_prob_sum_median_causal"] = ovr_prob_sum_median(causal.loc_S, causal.scale_S, model.ovr_threshold, valid)
+    The rows go through the model a few at a time, so that no ``[rows, S, V]`` decision tensor holds more
+    than ``max_decision_elements`` values (at Qwen2.5's $V = 151936$ and $S = 128$ that is one row); the
+    per-position quantities are gathered and every metric is computed once over all rows, so the result
+    does not depend on the chunking (except through the causal draws, which follow the chunks).
+    """
+    if isinstance(max_decision_elements, bool) or not isinstance(max_decision_elements, int) or max_decision_elements < 1:
+        raise ValueError(f"max_decision_elements must be an int >= 1, got {max_decision_elements!r}")
+    config = model.config
+    num_rows, length = batch["input_ids"].shape
+    rows_per_chunk = max(1, max_decision_elements // (length * config.vocab_size))
+    gathered = {name: [] for name in ("predicted", "targets", "predicted_values", "target_values", "loc_U", "scale_U",
+                                      "sums", "sums_causal")}
+    for start in range(0, num_rows, rows_per_chunk):
+        rows = {key: value[start : start + rows_per_chunk] for key, value in batch.items()}
+        out = model(rows["input_ids"], numeric_values=rows["numeric_values"], attention_mask=rows["attention_mask"])
+        valid = next_token_valid_mask(rows["labels"], rows["attention_mask"], config.ignore_index)  # [b, S-1]
+        loc_S, scale_S, loc_Y = out.loc_S[:, :-1], out.scale_S[:, :-1], out.loc_Y[:, :-1]  # [b, S-1, V] x2, [b, S-1]
+        predicted, _ = predict(loc_S, scale_S, loc_Y, model.ovr_threshold, config.num_token_id)
+        gathered["predicted"].append(predicted[valid])
+        gathered["targets"].append(rows["labels"][:, 1:][valid])
+        gathered["predicted_values"].append(loc_Y[valid])
+        gathered["target_values"].append(rows["numeric_values"][:, 1:][valid])
+        real = rows["attention_mask"].bool()  # [b, S]
+        gathered["loc_U"].append(out.loc_U[real])  # [n, C]
+        gathered["scale_U"].append(out.scale_U[real])
+        gathered["sums"].append(ovr_prob_sums(loc_S, scale_S, model.ovr_threshold, valid))
+        loc, scale = decision_input("causal", out.loc_U[:, :-1], out.scale_U[:, :-1], model.action.noise_scale, generator=generator)
+        causal = model.action.decide(loc, scale)
+        gathered["sums_causal"].append(ovr_prob_sums(causal.loc_S, causal.scale_S, model.ovr_threshold, valid))
+    flat = {name: torch.cat(parts) for name, parts in gathered.items()}  # every position, in batch order
+
+    targets = flat["targets"]  # [N]
+    everywhere = torch.ones_like(targets, dtype=torch.bool)
+    metrics = classification_metrics(flat["predicted"], targets, everywhere, config.num_token_id)
+    metrics |= regression_metrics(flat["predicted_values"], flat["target_values"], targets == config.num_token_id)
+    real = torch.ones(flat["loc_U"].shape[0], dtype=torch.bool)
+    metrics |= distribution_stats(flat["loc_U"], real, "U_loc") | distribution_stats(flat["scale_U"], real, "U_scale")
+    metrics["ovr_prob_sum_median"] = _median(flat["sums"])
+    metrics["ovr_prob_sum_median_causal"] = _median(flat["sums_causal"])
     return metrics
 
 

@@ -105,3 +105,21 @@ def test_evaluate_batch_reports_every_d13_metric_finite():
     # at initialization scale_U = gamma = 10 everywhere and the OvR sum is far from 1 under standard inference
     assert metrics["U_scale_median"] == pytest.approx(10.0) and metrics["U_scale_iqr"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["num_targets"] > 0 and metrics["reg_count"] == metrics["num_targets"]
+
+
+def test_evaluate_batch_in_chunks_of_rows_equals_one_pass():
+    """A small decision budget (one row per chunk) gives the metrics of a single pass over the batch."""
+    qwen, hf_tokenizer = build_tiny_base(seed=0)
+    tokenizer = NumericTokenizer(hf_tokenizer)
+    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval()
+    batch = collate(TextDataset(synthetic_texts(7, seed=3), tokenizer).items, tokenizer.pad_token_id)
+    whole = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
+    one_row = batch["input_ids"].shape[1] * model.config.vocab_size
+    chunked = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0), max_decision_elements=one_row)
+    assert whole.keys() == chunked.keys()
+    for name in whole:
+        if name != "ovr_prob_sum_median_causal":  # the causal draws follow the chunks
+            assert chunked[name] == pytest.approx(whole[name], rel=1e-5, abs=1e-6), name
+    assert math.isfinite(chunked["ovr_prob_sum_median_causal"])
+    with pytest.raises(ValueError, match="max_decision_elements must be an int >= 1"):
+        evaluate_batch(model, batch, max_decision_elements=0)
