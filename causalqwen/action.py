@@ -74,6 +74,10 @@ class ActionNetwork(nn.Module):
         of ``loc_S``/``scale_S``, in that order, in the spirit of transformers' ``logits_to_keep``.
         """
         self._check_decision_input(loc, scale)
+        return self._decide(loc, scale, abs_weight, classes)
+
+    def _decide(self, loc: Tensor, scale: Tensor, abs_weight: Tensor | None, classes) -> ActionOutput:
+        """`decide` on an input already checked."""
         scale = scale.clamp_min(self.scale_eps)  # [..., C]
         weight, bias = self.classification_head.weight, self.classification_head.bias
         if classes is not None:
@@ -106,5 +110,5 @@ class ActionNetwork(nn.Module):
 
     def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
         r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|, classes=classes)``."""
-        self._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))
-        return self.decide(loc_U, scale_U + self.noise_scale, classes=classes)  # [..., C] + [C]
+        self._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))  # scale_U >= 0, so the sum is too
+        return self._decide(loc_U, scale_U + self.noise_scale, None, classes)  # [..., C] + [C]
