@@ -59,7 +59,7 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
 
     with torch.no_grad():
         out = model(ids, numeric_values=values, labels=ids, return_decisions=True)
-        plain = model(ids)  # the same tokens with every value set to 0
+        plain = model(ids, numeric_values=torch.zeros_like(values))  # the same tokens with every value set to 0
         logits = qwen(ids).logits
     print("\n2. Forward pass (shapes)")
     print(f"   e = embed(x) + sign(v) ln(1+|v|) w_num     {_shape(ids)} -> [1, {ids.shape[1]}, {cfg.hidden_size}]")
@@ -203,12 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the main job: train on the synthetic corpus from the tiny base and show that it learns",
         description="Build the embedded tiny Qwen2 base, convert it, train (preset 'all') on the synthetic corpus, "
         "print a before/after table and one sample per inference mode, write plots and the trained model. "
-        "Exits 1 if the model did not learn (held-out num_f1 < 0.9 or reg_mdae > 0.5x its value at init).",
+        "Exits 1 if the model did not learn (held-out num_f1 < 0.9 or reg_mdae > 0.5x its value at init). "
+        "--out must be new, empty or an earlier demo's directory (replaced); anything else is refused.",
     )
     demo.add_argument("--out", default="artifacts/demo", help="output directory (default: %(default)s)")
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's 1500)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--overwrite", action="store_true", help="replace an existing directory that is not a demo run")
 
     tr = sub.add_parser(
         "train",
@@ -232,8 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--save-every", type=int, default=500)
     tr.add_argument("--log-every", type=int, default=10, help="steps between training-metric records")
     tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    tr.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    tr.add_argument("--resume", action="store_true",
+                    help="continue from the newest checkpoint in --out (same settings and data, checked)")
+    tr.add_argument("--allow-changed-settings", action="store_true",
+                    help="with --resume: continue although settings or data differ from the checkpoint's")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="replace an earlier training run in --out (only the files a run writes are removed)")
     tr.add_argument("--report-to", choices=("tensorboard", "wandb"), help="also log there (package must be installed)")
 
     conv = sub.add_parser("convert", help="from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
@@ -247,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 def train_command(args) -> int:
     """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo."""
     from .data import TextDataset, collate, read_jsonl
+    from .rundir import RunDirectory
     from .training import TrainingConfig, train
 
     config = TrainingConfig(
@@ -270,11 +275,20 @@ def train_command(args) -> int:
         texts, sources = read_jsonl(args.eval_data)
         eval_set = TextDataset(texts, tokenizer, args.max_length, sources)
         eval_batch = collate(eval_set.items, tokenizer.pad_token_id)
-    train(model, train_set, config, eval_batch=eval_batch, out_dir=args.out, resume=args.resume, overwrite=args.overwrite)
-    if not dist.is_initialized() or dist.get_rank() == 0:  # only rank 0 writes
-        model.save_pretrained(os.path.join(args.out, "model"))
-        tokenizer.save_pretrained(os.path.join(args.out, "model"))
-        print(f"trained model written to {os.path.join(args.out, 'model')}")
+    if args.allow_changed_settings and not args.resume:
+        raise ValueError("--allow-changed-settings applies to --resume only")
+    writer = not dist.is_initialized() or dist.get_rank() == 0  # only rank 0 writes
+    run_dir = RunDirectory.claim(args.out, "train", resume=args.resume, overwrite=args.overwrite) if writer else None
+    try:
+        train(model, train_set, config, eval_batch=eval_batch, out_dir=run_dir if writer else args.out,
+              resume=args.resume, allow_changed_settings=args.allow_changed_settings)
+        if writer:
+            model.save_pretrained(os.path.join(args.out, "model"))
+            tokenizer.save_pretrained(os.path.join(args.out, "model"))
+            print(f"trained model written to {os.path.join(args.out, 'model')}")
+    finally:
+        if run_dir is not None:
+            run_dir.release()
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -292,44 +306,61 @@ def convert_command(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command in ("walkthrough", "demo", "train", "convert"):
-        try:
-            if args.command == "walkthrough":
-                return walkthrough(args.text, args.seed)
-            if args.command == "demo":
-                from .demo import DEMO_STEPS, run_demo
+def _one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (a CLI error never prints a traceback or a multi-line block)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
-                return run_demo(args.out, args.steps or DEMO_STEPS, args.seed, args.overwrite)
-            return train_command(args) if args.command == "train" else convert_command(args)
-        except (ValueError, TypeError, OSError) as error:
-            parser.error(str(error))
-    if args.command == "generate":
-        if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
-            parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
-        try:
-            texts = generate_text(
-                args.prompt,
-                args.model,
-                args.mode,
-                args.seed,
-                args.max_new_tokens,
-                args.temperature,
-                args.top_k,
-                args.top_p,
-                args.normalize,
-                use_cache=not args.no_cache,
-            )
-        except (ValueError, TypeError, OSError) as error:
-            parser.error(str(error))
-        for text in texts:
-            print(text)
-        return 0
-    parser.print_help()
+
+def _run(parser: argparse.ArgumentParser, args) -> int:
+    if args.command == "walkthrough":
+        return walkthrough(args.text, args.seed)
+    if args.command == "demo":
+        from .demo import DEMO_STEPS, run_demo
+
+        return run_demo(args.out, DEMO_STEPS if args.steps is None else args.steps, args.seed)
+    if args.command == "train":
+        return train_command(args)
+    if args.command == "convert":
+        return convert_command(args)
+    # generate
+    if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
+        parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
+    texts = generate_text(
+        args.prompt,
+        args.model,
+        args.mode,
+        args.seed,
+        args.max_new_tokens,
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.normalize,
+        use_cache=not args.no_cache,
+    )
+    for text in texts:
+        print(text)
     return 0
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``causalqwen`` command. Usage and data errors (a bad argument, file, setting or checkpoint)
+    print one line naming what is wrong and exit with status 2; any other failure prints one line and
+    exits with status 1."""
+    from huggingface_hub.errors import StrictDataclassError
+    from safetensors import SafetensorError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return _run(parser, args)
+    except (ValueError, TypeError, OSError, StrictDataclassError, SafetensorError) as error:
+        parser.error(_one_line(error))
+    except RuntimeError as error:
+        print(f"causalqwen {args.command}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -90,12 +90,19 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
     """``(texts, sources)``: the ``"text"`` of every non-blank line of a JSONL file, and for each a
     ``"PATH, line N"`` name that `TextDataset` uses in its errors.
 
-    Raises ``ValueError`` naming the line for a line that is not a JSON object with a string
-    ``"text"``, and for a file with no texts at all.
+    Raises ``ValueError`` naming the line (and the byte, for invalid UTF-8) for a line that is not
+    UTF-8 or not a JSON object with a string ``"text"``, and for a file with no texts at all.
     """
     texts, sources = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{path}, line {number}: invalid UTF-8 at byte {error.start} of the line "
+                    f"({raw[error.start:error.start + 4]!r}); the file must be UTF-8 text"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -115,7 +122,8 @@ class TextDataset(Dataset):
     """Texts encoded with `NumericTokenizer`, each truncated to ``max_length`` tokens, EOS appended.
 
     An item is a dict of 1-D tensors ``input_ids`` (long), ``numeric_values`` (float32). Encoding
-    happens once, here; a number that does not fit float32 raises a ``ValueError`` naming the text
+    happens once, here, and reads only as much of a long text as ``max_length`` tokens need; a number
+    that does not fit float32 or a lone surrogate raises a ``ValueError`` naming the text
     (``sources[i]``, e.g. ``"data.jsonl, line 7"``; by default ``"text i"``, counted from 1).
     """
 
@@ -129,7 +137,7 @@ class TextDataset(Dataset):
         self.items = []
         for index, text in enumerate(texts):
             try:
-                ids, values = tokenizer.encode(text)
+                ids, values = tokenizer.encode(text, max_length)  # only a prefix of a long text is encoded
             except ValueError as error:
                 name = sources[index] if sources is not None else f"text {index + 1}"
                 raise ValueError(f"{name}: {error}") from None

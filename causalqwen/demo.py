@@ -28,7 +28,8 @@ import torch
 from .data import TEMPLATES, TextDataset, collate, synthetic_texts
 from .inference import MODES
 from .metrics import evaluate_batch, next_token_valid_mask, regression_metrics, with_log_prefixes
-from .training import RUN_MARKER, TrainingConfig, train
+from .rundir import MARKER, RunDirectory
+from .training import TrainingConfig, train
 
 __all__ = ["DEMO_STEPS", "run_demo"]
 
@@ -96,20 +97,31 @@ def _plots(history: list[dict], out_dir: str) -> list[str]:
     return paths
 
 
-def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int = 0, overwrite: bool = False,
-             progress: bool = True) -> int:
-    """Run the demo; return the process exit code (0: it learned, 1: it did not)."""
+def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int = 0, progress: bool = True) -> int:
+    """Run the demo; return the process exit code (0: it learned, 1: it did not).
+
+    ``out_dir`` must be new, empty, or an earlier demo's directory, which is replaced (only the files a
+    demo writes are removed, `causalqwen.rundir`); any other directory, a training run's above all, is
+    refused with a ``ValueError`` before anything is written.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # no "Writing model shards" bars in the demo's output
+    started = time.perf_counter()
+    previous_demo = os.path.isfile(os.path.join(out_dir, MARKER))  # claim() checks that it is a demo's
+    with RunDirectory.claim(out_dir, "demo", overwrite=previous_demo) as run_dir:
+        return _run_demo(run_dir, steps, seed, progress, started)
+
+
+def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, started: float) -> int:
     from .generation import generate
     from .modeling import CausalQwenForCausalLM
     from .tiny import build_tiny_base
     from .tokenization import NumericTokenizer
 
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # no "Writing model shards" bars in the demo's output
-    started = time.perf_counter()
-    if os.path.isdir(out_dir) and os.path.exists(os.path.join(out_dir, RUN_MARKER)):
-        overwrite = True  # a previous demo run: replace it
+    out_dir = run_dir.path
     torch.manual_seed(seed)
     qwen, hf_tokenizer = build_tiny_base(seed=seed)
     tokenizer = NumericTokenizer(hf_tokenizer)
@@ -126,8 +138,7 @@ def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int
     model.eval()
     before = with_log_prefixes(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
     before_templates = _per_template_mdae(model, tokenizer, seed + 2)
-    history = train(model, train_set, config, eval_batch=eval_batch, out_dir=out_dir, overwrite=overwrite,
-                    progress=progress)
+    history = train(model, train_set, config, eval_batch=eval_batch, out_dir=run_dir, progress=progress)
     after = with_log_prefixes(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
     after_templates = _per_template_mdae(model, tokenizer, seed + 2)
 

@@ -33,6 +33,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
 from .inference import (
+    as_number,
     check_mode,
     check_sampling_args,
     decision_input,
@@ -54,7 +55,9 @@ class GenerationOutput(ModelOutput):
     Attributes:
         sequences: token ids ``[B, S + T]`` (prompt, then $T \le$ ``max_new_tokens`` generated steps).
         numeric_values: the value beside each token ``[B, S + T]``: the prompt's values, then
-            $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere.
+            $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere. float64 if the prompt's
+            values were float64, else float32 (integer and 16-bit prompt values are widened, never
+            the predictions narrowed).
         attention_mask: ``[B, S + T]``, the prompt's mask, then 1 for each generated token up to and
             including the row's EOS and 0 for the padding after it.
         loc_U: location of the law of $U$ at each generated step, ``[B, T, C]`` (only with
@@ -78,8 +81,12 @@ class GenerationOutput(ModelOutput):
 def _token_ids(value, name: str, vocab_size: int) -> list[int]:
     if value is None:
         return []
-    ids = [value] if isinstance(value, int) else list(value)
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+    single = as_number(value, integer=True)
+    try:
+        ids = [single] if single is not None else [as_number(i, integer=True) for i in value]
+    except TypeError:
+        ids = [None]
+    if not all(i is not None and i >= 0 for i in ids):
         raise ValueError(f"{name} must be a non-negative int or a list of them, got {value!r}")
     if any(i >= vocab_size for i in ids):
         raise ValueError(f"{name} must be a token id (or a list of them) in [0, vocab_size={vocab_size}), got {value!r}")
@@ -167,9 +174,11 @@ def generate(
             f"got {type(model).__name__}"
         )
     check_mode(mode)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    check_sampling_args(temperature, top_k, top_p)
+    requested = max_new_tokens
+    max_new_tokens = as_number(max_new_tokens, integer=True)
+    if max_new_tokens is None or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {requested!r}")
+    temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
     if mode != "traditional" and (temperature != 1.0 or top_k != 0 or top_p != 1.0 or normalize != "softmax"):
         raise ValueError(
             f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "
@@ -211,7 +220,21 @@ def generate(
         fixed_noise = draw_standard_cauchy((batch, config.causal_size), generator=generator, device=device)
 
     sequences = input_ids  # [B, S]
-    values = numeric_values if numeric_values is not None else torch.zeros(input_ids.shape, device=device)  # [B, S]
+    if numeric_values is None:
+        if bool((input_ids == config.num_token_id).any()):
+            raise ValueError(
+                f"input_ids hold <NUM> (id {config.num_token_id}) but numeric_values is None: pass the values the "
+                "tokenizer returned (a <NUM> never stands for 0 by default)"
+            )
+        values = torch.zeros(input_ids.shape, device=device)  # [B, S]
+    elif isinstance(numeric_values, Tensor) and numeric_values.dtype.is_floating_point and torch.finfo(numeric_values.dtype).bits >= 32:
+        values = numeric_values  # float32 or float64: kept
+    elif isinstance(numeric_values, Tensor):
+        # integer, float16 or bfloat16 prompts: the generated values are float32 predictions and must not be
+        # cast into a type that truncates (11.58 -> 11), wraps (uint8) or overflows (-1e5 -> -inf) them
+        values = numeric_values.to(torch.float32)
+    else:
+        values = numeric_values  # abduce names the wrong type
     eos = torch.tensor(eos_ids, dtype=input_ids.dtype, device=device)
     unfinished = torch.ones(batch, dtype=torch.bool, device=device)  # [B]
     cache = DynamicCache(config=config) if use_cache else None
@@ -245,7 +268,8 @@ def generate(
                 trace.append((loc_U, scale_U, loc, scale))
 
             token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))  # [B]
-            value = torch.where(unfinished, value, torch.zeros_like(value)).to(values.dtype)  # [B]
+            value = torch.where(unfinished, value.float(), torch.zeros_like(value, dtype=torch.float32))  # [B], float32
+            value = value.to(values.dtype)  # float32 or float64, never narrower
             sequences = torch.cat([sequences, token[:, None]], dim=1)  # [B, S + t]
             values = torch.cat([values, value[:, None]], dim=1)
             mask = torch.cat([mask, unfinished.long()[:, None]], dim=1)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -38,6 +39,7 @@ __all__ = [
     "DECISION_MODES",
     "check_mode",
     "check_sampling_args",
+    "as_number",
     "draw_uniform",
     "draw_standard_cauchy",
     "decision_input",
@@ -170,16 +172,31 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
     return token_ids, values
 
 
-def check_sampling_args(temperature, top_k, top_p) -> None:
-    """Raise a ``ValueError`` naming the argument unless temperature > 0, top_k >= 0 and top_p in (0, 1]."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        math.isfinite(temperature) and temperature > 0
-    ):
+def as_number(value, integer: bool = False):
+    """``value`` as a Python ``int`` (``integer``) or ``float`` if it is a real number: a Python number, a
+    NumPy scalar or a 0-d real tensor; otherwise ``None``. Booleans are not numbers here."""
+    if isinstance(value, Tensor):
+        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
+            return None
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    if integer:
+        return int(value) if isinstance(value, numbers.Integral) else None
+    return float(value)
+
+
+def check_sampling_args(temperature, top_k, top_p) -> tuple[float, int, float]:
+    """Return ``(temperature, top_k, top_p)`` as Python numbers (NumPy scalars and 0-d tensors accepted);
+    raise a ``ValueError`` naming the argument unless temperature > 0, top_k >= 0 and top_p in (0, 1]."""
+    temperature_, top_k_, top_p_ = as_number(temperature), as_number(top_k, integer=True), as_number(top_p)
+    if temperature_ is None or not (math.isfinite(temperature_) and temperature_ > 0):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+    if top_k_ is None or top_k_ < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 keeps every class), got {top_k!r}")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+    if top_p_ is None or not 0 < top_p_ <= 1:
         raise ValueError(f"top_p must lie in (0, 1] (1 keeps every class), got {top_p!r}")
+    return temperature_, top_k_, top_p_
 
 
 def traditional_probabilities(
@@ -203,16 +220,18 @@ def traditional_probabilities(
     least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
     summing to 1.
     """
-    check_sampling_args(temperature, top_k, top_p)
+    temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
     if normalize == "softmax":
-        log_weights = loc_S / temperature  # [..., V]
+        scores = loc_S  # [..., V]
     elif normalize == "ovr":
         if scale_S is None or threshold is None:
             raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
-        log_p, _ = ovr_log_probability(loc_S, scale_S, threshold)
-        log_weights = log_p / temperature  # [..., V]
+        scores, _ = ovr_log_probability(loc_S, scale_S, threshold)  # log P_k
     else:
         raise ValueError(f'normalize must be "softmax" or "ovr", got {normalize!r}')
+    # Shifted by the row maximum before the division: the softmax is unchanged, and a tiny temperature
+    # sends the other classes to -inf (weight 0) instead of the maximum to +inf (NaN).
+    log_weights = (scores - scores.amax(dim=-1, keepdim=True)) / temperature  # [..., V], <= 0
 
     num_classes = log_weights.shape[-1]
     if 0 < top_k < num_classes:

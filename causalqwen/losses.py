@@ -14,6 +14,7 @@ aligned with positions; the model's ``forward`` does the next-token shift (decis
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -463,6 +464,28 @@ def _fused_pass(loc_U, scale_U, weight, bias, noise_scale, threshold, labels, ro
     return loss, grads
 
 
+def _first_order_only(backward):
+    """Like ``torch.autograd.function.once_differentiable``, but loud when a graph of the gradient is asked for.
+
+    The fused backward returns gradients formed without autograd, so a second derivative through them
+    would be exactly 0. ``once_differentiable`` only complains when the incoming gradient itself requires
+    grad, which ``loss.backward(create_graph=True)`` does not; this raises whenever grad mode is on in
+    backward, i.e. whenever ``create_graph=True``.
+    """
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "the fused OvR loss has no second derivative (create_graph=True, a gradient of a gradient or a "
+                "Hessian): use the literal path, forward(..., return_decisions=True) or losses.total_loss, "
+                "which autograd differentiates twice"
+            )
+        return backward(ctx, *grad_outputs)
+
+    return wrapper
+
+
 class _FusedOvRLoss(torch.autograd.Function):
     """``reduction="none"``: saves only its inputs; backward recomputes every tile (8 GEMMs per tile in all)."""
 
@@ -476,7 +499,7 @@ class _FusedOvRLoss(torch.autograd.Function):
         return loss.to(loc_U.dtype)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_first_order_only
     def backward(ctx, grad_loss):
         return (*_recomputed_grads(ctx, grad_loss), None, None, None, None, None)
 
@@ -497,7 +520,7 @@ class _FusedOvRLossSum(torch.autograd.Function):
         return loss.sum().to(loc_U.dtype)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_first_order_only
     def backward(ctx, grad_total):
         if ctx.grads is not None:
             grads, ctx.grads = ctx.grads, None  # hand the buffers over: nothing [V, C] is copied

@@ -18,16 +18,19 @@ differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
 
 from __future__ import annotations
 
-import json
+import difflib
 import logging
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
-from safetensors import SafetensorError, safe_open
+from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 from transformers import initialization as init
@@ -37,12 +40,59 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
+from .checkpoint import (
+    check_sizes_against_headers,
+    expected_state_shapes,
+    header_shapes,
+    shape_problems,
+    state_problems,
+    weight_files,
+)
 from .embedding import NumericalEmbedding
 from .losses import at_least_float32, as_bool_mask, fused_total_loss, total_loss
 
 __all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput"]
 
 logger = logging.getLogger(__name__)
+
+
+# Magnitude bound of the real-valued settings. The stability tests (validation/robustness.py) cover
+# thresholds, noise and scales up to 1e30; beyond that the float32 head overflows (a threshold of -1e35
+# gives an infinite loss), so such a setting is refused when the config is made or loaded.
+SETTING_LIMIT = 1e30
+
+_FIELD_KINDS = {
+    "num_token_id": "int",
+    "causal_size": "int",
+    "abduction_scale_init": "real",
+    "noise_init": "real",
+    "ovr_threshold": "real",
+    "ovr_threshold_per_class": "bool",
+    "learnable_threshold": "bool",
+    "regression_weight": "real",
+    "gate_alpha": "real",
+    "detach_gate": "bool",
+    "scale_eps": "real",
+    "ignore_index": "int",
+}
+
+
+def _checked_field(name: str, value, kind: str):
+    """``value`` as a Python bool / int / finite float, or a ``TypeError`` naming the field (never a cast
+    of a string: ``"false"`` is not a boolean)."""
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"config field {name} must be true or false (a JSON boolean), got {value!r}")
+        return bool(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"config field {name} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
+    if kind == "int":
+        if not isinstance(value, numbers.Integral):
+            raise TypeError(f"config field {name} must be an integer, got {value!r}")
+        return int(value)
+    if not math.isfinite(value):
+        raise ValueError(f"config field {name} must be finite, got {value!r}")
+    return float(value)
 
 
 @strict
@@ -79,6 +129,11 @@ class CausalQwenConfig(Qwen2Config):
     ignore_index: int = -100
 
     def __post_init__(self, **kwargs):
+        for name, kind in _FIELD_KINDS.items():
+            value = getattr(self, name)
+            if value is None and name in ("num_token_id", "causal_size"):
+                continue
+            setattr(self, name, _checked_field(name, value, kind))
         if self.causal_size is None:
             self.causal_size = self.hidden_size
         if self.causal_size != self.hidden_size:
@@ -86,16 +141,18 @@ class CausalQwenConfig(Qwen2Config):
                 f"causal_size ({self.causal_size}) must equal hidden_size ({self.hidden_size}): "
                 "the abduction network is initialised as the identity (decision D6)"
             )
-        if not self.abduction_scale_init > 0:
-            raise ValueError(f"abduction_scale_init must be > 0, got {self.abduction_scale_init}")
-        if not self.scale_eps > 0:
-            raise ValueError(f"scale_eps must be > 0, got {self.scale_eps}")
-        if not 0.0 <= self.gate_alpha <= 1.0:
-            raise ValueError(f"gate_alpha must lie in [0, 1], got {self.gate_alpha}")
-        if not (math.isfinite(self.regression_weight) and self.regression_weight >= 0):
-            raise ValueError(f"regression_weight must be a finite number >= 0, got {self.regression_weight}")
-        if not (math.isfinite(self.noise_init) and math.isfinite(self.ovr_threshold)):
-            raise ValueError("noise_init and ovr_threshold must be finite")
+        limit = SETTING_LIMIT
+        ranges = {
+            "abduction_scale_init": (0 < self.abduction_scale_init <= limit, f"in (0, {limit:g}]"),
+            "scale_eps": (1 / limit <= self.scale_eps <= limit, f"in [{1 / limit:g}, {limit:g}]"),
+            "gate_alpha": (0.0 <= self.gate_alpha <= 1.0, "in [0, 1]"),
+            "regression_weight": (0 <= self.regression_weight <= limit, f"in [0, {limit:g}]"),
+            "noise_init": (abs(self.noise_init) <= limit, f"in [-{limit:g}, {limit:g}]"),
+            "ovr_threshold": (abs(self.ovr_threshold) <= limit, f"in [-{limit:g}, {limit:g}]"),
+        }
+        for name, (ok, allowed) in ranges.items():
+            if not ok:
+                raise ValueError(f"config field {name} must be a number {allowed}, got {getattr(self, name)!r}")
         if self.num_token_id is not None and not 0 <= self.num_token_id < self.vocab_size:
             raise ValueError(f"num_token_id ({self.num_token_id}) must lie in [0, vocab_size={self.vocab_size})")
         super().__post_init__(**kwargs)
@@ -132,11 +189,20 @@ class CausalQwenOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+# Keywords that forward/abduce hand on to Qwen2Model; everything else is refused by name.
+PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
+_ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids", "past_key_values", "use_cache")
+_FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions")
+
+
 class CausalQwenForCausalLM(Qwen2PreTrainedModel):
     """CausalQwen: numerical embedding, the Qwen2 decoder stack, abduction, action, OvR + gated losses."""
 
     config: CausalQwenConfig
     config_class = CausalQwenConfig
+    # The loss is a mean over this batch's scored positions and ignores Trainer's num_items_in_batch, so
+    # Trainer must divide by the gradient-accumulation steps itself (and not pass that keyword).
+    accepts_loss_kwargs = False
 
     def __init__(self, config: CausalQwenConfig):
         super().__init__(config)
@@ -166,6 +232,25 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         elif isinstance(module, CausalQwenForCausalLM) and isinstance(module.ovr_threshold, Tensor):
             init.constant_(module.ovr_threshold, module.config.ovr_threshold)
 
+    def _check_extra_kwargs(self, method: str, kwargs: dict, own: tuple[str, ...]) -> None:
+        """Only transformers' output switches pass through to Qwen2Model; any other keyword is a ``TypeError``.
+
+        Qwen2Model silently drops keywords it does not know, so a misspelt ``numeric_value=`` or
+        ``attention_masks=`` would lose the numbers or the mask without a word.
+        """
+        unknown = sorted(set(kwargs) - set(PASSED_TO_QWEN2))
+        if not unknown:
+            return
+        if "inputs_embeds" in unknown:
+            raise TypeError(
+                f"{method}() does not take inputs_embeds: CausalQwen forms the embeddings itself, "
+                "embed(input_ids) + phi(numeric_values)"
+            )
+        known = own + PASSED_TO_QWEN2
+        hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1)) else repr(name)
+                 for name in unknown]
+        raise TypeError(f"{method}() got unexpected keyword argument(s) {', '.join(hints)}")
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
 
@@ -184,7 +269,14 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         vocab_size = self.config.vocab_size
         if bool(((input_ids < 0) | (input_ids >= vocab_size)).any()):
             raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")
-        if numeric_values is not None:
+        if numeric_values is None:
+            if bool((input_ids == self.config.num_token_id).any()):
+                b, s = (input_ids == self.config.num_token_id).nonzero()[0].tolist()
+                raise ValueError(
+                    f"input_ids hold <NUM> (id {self.config.num_token_id}) at position [{b}, {s}] but numeric_values is "
+                    "None: pass the values the tokenizer returned (a <NUM> never stands for 0 by default)"
+                )
+        else:
             self._check_like_input_ids("numeric_values", numeric_values, input_ids, values=True)
             stray = (numeric_values != 0) & (input_ids != self.config.num_token_id)
             if bool(stray.any()):
@@ -203,6 +295,15 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                     f"([B, cached + new tokens])"
                 )
             as_bool_mask(attention_mask, "attention_mask")
+        if attention_mask is not None:
+            longest = int(attention_mask.sum(-1).max())  # positions count real tokens only
+        else:
+            longest = past_length + input_ids.shape[1]
+        if longest > self.config.max_position_embeddings:
+            raise ValueError(
+                f"the sequence has {longest} positions, more than max_position_embeddings="
+                f"{self.config.max_position_embeddings}"
+            )
         if position_ids is not None:
             allowed = [tuple(input_ids.shape)] + ([(1, input_ids.shape[1])] if input_ids.shape[0] != 1 else [])
             if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in allowed:
@@ -257,6 +358,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         With an ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that
         left padding does not shift them.
         """
+        self._check_extra_kwargs("abduce", kwargs, _ABDUCE_ARGS)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, numeric_values, attention_mask, past_length, position_ids)
         if numeric_values is None:
@@ -307,6 +409,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         never forms a ``[B, S, V]`` tensor; with them it takes the literal path (`losses.total_loss`).
         The two are equal; the fused one is what training should use.
         """
+        self._check_extra_kwargs("forward", kwargs, _FORWARD_ARGS)
         if labels is not None:
             self._check_like_input_ids("labels", labels, input_ids)
         if numeric_labels is not None:
@@ -326,6 +429,11 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         if labels is not None:
             targets = numeric_labels if numeric_labels is not None else numeric_values
             if targets is None:
+                if bool((labels[:, 1:] == self.config.num_token_id).any()):
+                    raise ValueError(
+                        "labels hold <NUM> targets but neither numeric_labels nor numeric_values is given: the "
+                        "regression would be trained toward 0; pass the values beside the labels"
+                    )
                 targets = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
             mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else torch.ones_like(labels)
             # position i is scored against token i+1; the last position has no target
@@ -390,29 +498,41 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         """`PreTrainedModel.from_pretrained`, made strict: a checkpoint loads completely or raises ``OSError``.
 
         transformers only *warns* when a checkpoint lacks some of the model's tensors and initialises
-        them at random, which hands back a half-loaded model. Here every one of these is an ``OSError``
-        that names the checkpoint and the problem:
+        them at random, which hands back a half-loaded model. Here, for a local directory, before any
+        model is built (`causalqwen.checkpoint`):
 
-        - a safetensors file that cannot be read (truncated, or a corrupt header);
-        - a tensor of the model missing from the checkpoint, or a checkpoint tensor the model does not have;
-        - a tensor whose shape differs from the model's (unless ``ignore_mismatched_sizes=True`` is
-          passed, transformers' explicit request to re-initialise those);
-        - an integer or boolean checkpoint tensor for a floating-point parameter (its bits would be
-          cast to nonsense values);
-        - a parameter or buffer holding NaN or ±inf.
+        - the weights must be safetensors (``model.safetensors``, or shards named by its index that
+          stay inside the directory); a pickled ``pytorch_model.bin`` is never loaded;
+        - every safetensors file must be readable (not truncated, header intact);
+        - ``config.json`` is validated field by field (types and ranges) and its sizes are compared
+          with the tensors' headers, so that no oversized model is allocated;
+        - every tensor of the model must be in the checkpoint with its shape, and no other tensor may
+          be (unless ``ignore_mismatched_sizes=True`` is passed, transformers' explicit request to
+          re-initialise mismatched ones).
 
-        Every other argument is passed on; ``output_loading_info=True`` still returns ``(model, info)``.
+        After loading, an integer or boolean checkpoint tensor for a floating-point parameter and a
+        parameter holding NaN or ±inf are refused as well. Every other argument is passed on;
+        ``output_loading_info=True`` still returns ``(model, info)``.
         """
         want_info = kwargs.pop("output_loading_info", False)
         allow_mismatch = kwargs.pop("ignore_mismatched_sizes", False)
+        if kwargs.pop("use_safetensors", True) is False:
+            raise ValueError("use_safetensors=False would unpickle pytorch_model.bin; causalqwen loads safetensors only")
         where = str(pretrained_model_name_or_path)
-        files = _local_safetensors_files(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
-        for file in files:
-            _check_safetensors_file(file)
+        files = weight_files(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        if files and not allow_mismatch:
+            config = kwargs.get("config")
+            if not isinstance(config, CausalQwenConfig):
+                config = _load_config(cls.config_class, pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+            check_sizes_against_headers(config, files)
+            problems = shape_problems(expected_state_shapes(cls, config), header_shapes(files))
+            if problems:
+                raise OSError(_refusal(where, cls.__name__, problems))
         try:
             # mismatches are reported in the loading info (and raised below) rather than as transformers' generic error
             model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
+                use_safetensors=True, **kwargs
             )
         except SafetensorError as error:  # a remote or cached file: the local files were checked above
             raise OSError(f"the safetensors checkpoint {where!r} cannot be read: {error} (truncated or corrupt file)") from error
@@ -427,17 +547,9 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                 for key, saved, expected in sorted(info["mismatched_keys"])
             )
         problems.extend(info["error_msgs"])
-        problems.extend(_non_float_checkpoint_tensors(files, model))
-        problems.extend(
-            f"{name} holds NaN or ±inf values"
-            for name, tensor in model.state_dict().items()
-            if tensor.dtype.is_floating_point and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
-        )
+        problems.extend(state_problems(files, model))
         if problems:
-            raise OSError(
-                f"the checkpoint {where!r} does not hold a complete, valid {cls.__name__}; refusing to return a "
-                "partly loaded model:\n  - " + "\n  - ".join(problems)
-            )
+            raise OSError(_refusal(where, cls.__name__, problems))
         return (model, info) if want_info else model
 
     # ---- construction from a Qwen2 base ----
@@ -459,9 +571,16 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             base_config = AutoConfig.from_pretrained(base)
             if base_config.model_type != "qwen2":
                 raise ValueError(f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base")
+            files = weight_files(base)
+            if files:  # a local directory: sizes and tensors checked before the base is built
+                check_sizes_against_headers(base_config, files)
+                tied = ("lm_head.weight",) if base_config.tie_word_embeddings else ()
+                problems = shape_problems(expected_state_shapes(Qwen2ForCausalLM, base_config), header_shapes(files), tied)
+                if problems:
+                    raise OSError(_refusal(str(base), "Qwen2ForCausalLM", problems))
             if "num_token_id" not in config_overrides:
                 config_overrides["num_token_id"] = _num_token_id_from_tokenizer(base)
-            base = Qwen2ForCausalLM.from_pretrained(base)
+            base = Qwen2ForCausalLM.from_pretrained(base, use_safetensors=True)
         if not isinstance(base, Qwen2ForCausalLM):
             raise TypeError(
                 f"base must be a transformers Qwen2ForCausalLM (or a path / hub id of one), got {type(base).__name__}"
@@ -500,48 +619,18 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         return model
 
 
-def _local_safetensors_files(path, subfolder: str = "") -> list[str]:
-    """The safetensors weight files ``from_pretrained`` reads from a local directory (none for a hub id).
-
-    ``model.safetensors``, or the shards named by ``model.safetensors.index.json``.
-    """
-    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(os.path.join(path, subfolder or "")):
-        return []
-    directory = os.path.join(path, subfolder or "")
-    single = os.path.join(directory, "model.safetensors")
-    if os.path.isfile(single):
-        return [single]
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index, encoding="utf-8") as handle:
-            try:
-                shards = sorted(set(json.load(handle)["weight_map"].values()))
-            except (ValueError, KeyError, AttributeError) as error:
-                raise OSError(f"the checkpoint index {index!r} is not a valid safetensors index: {error}") from error
-        return [os.path.join(directory, shard) for shard in shards]
-    return []
-
-
-def _check_safetensors_file(file: str) -> None:
-    """Raise ``OSError`` naming ``file`` unless its header parses and covers the file exactly."""
+def _load_config(config_class, path, subfolder: str = ""):
+    """The config of a local checkpoint, validated; a bad field is a ``ValueError`` naming ``config.json``."""
+    file = os.path.join(path, subfolder or "", "config.json")
     try:
-        with safe_open(file, framework="pt") as handle:
-            handle.keys()
-    except SafetensorError as error:
-        raise OSError(f"the safetensors file {file!r} cannot be read: {error} (truncated or corrupt file)") from error
+        return config_class.from_pretrained(path, subfolder=subfolder or "")
+    except (ValueError, TypeError, StrictDataclassError) as error:
+        raise ValueError(f"{file}: {' '.join(str(error).split())}") from error
 
 
-def _non_float_checkpoint_tensors(files: list[str], model: nn.Module) -> list[str]:
-    """Problems for checkpoint tensors stored as integers/booleans where the model has a floating-point tensor."""
-    floating = {name for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point}
-    problems = []
-    for file in files:
-        with safe_open(file, framework="pt") as handle:
-            for key in handle.keys():
-                stored = handle.get_slice(key).get_dtype()  # e.g. "F32", "BF16", "I32", "BOOL"
-                if key in floating and not stored.startswith(("F", "BF")):
-                    problems.append(f"{key} is stored as {stored} in {file!r}, but the model's tensor is floating-point")
-    return problems
+def _refusal(where: str, name: str, problems: list[str]) -> str:
+    return (f"the checkpoint {where!r} does not hold a complete, valid {name}; refusing to return a partly loaded "
+            "model: " + "; ".join(problems))
 
 
 def _num_token_id_from_tokenizer(path) -> int:

@@ -86,8 +86,10 @@ __all__ = [
 # Digits other than ASCII 0-9 (full-width "１", Arabic-Indic "٣", superscripts, ...) are text.
 #
 # The value of a number is its exact decimal value rounded to the nearest float32 (half to even).
-# A number too large for float32 ("1e39") or a non-zero number that rounds to 0.0 ("1e-50") is an
-# error, never clamped. Decoding writes the canonical form, so "1,000", "007" or "1.50" come back
+# A number too large for float32 ("1e39"), a non-zero number that rounds to 0.0 ("1e-50"), or one that
+# rounds to a subnormal float32 that changes it beyond float32's usual precision ("8e-46", which would
+# become 1.4e-45) is an error, never clamped or rounded away. The shortest text of a subnormal float32
+# ("1e-45", as decode writes it) is accepted. Decoding writes the canonical form, so "1,000", "007" or "1.50" come back
 # as "1000", "7" and "1.5".
 NUMBER_REGEX = regex.compile(
     r"""
@@ -100,6 +102,11 @@ NUMBER_REGEX = regex.compile(
 )
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
+# The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
+# and aborts the process when it cannot get them, so longer texts are refused before they reach it
+# (or, with a token limit, only a prefix is encoded).
+MAX_TEXT_CHARS = 10_000_000
 # format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
 # positionally, all others in scientific notation (numpy's bounds for float64 scalars).
 _POSITIONAL_LOWER = 1e-4
@@ -168,6 +175,16 @@ def _value_of_match(match: regex.Match) -> float:
         raise _NumberError(f"overflows float32 (the largest finite float32 is {_FLOAT32_MAX:.8g})")
     if magnitude == 0.0 and any(digit in "123456789" for digit in integer + fraction):
         raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
+    if 0.0 < magnitude < _FLOAT32_TINY:
+        # A subnormal float32 keeps fewer than 24 bits. The literal is taken only if float32 holds it as
+        # closely as a normal number would, or if it is the shortest text of its float32 (what decode writes).
+        exact = Decimal(integer + fraction + exponent)
+        faithful = abs(Decimal(magnitude) - exact) <= exact * Decimal(2) ** -24
+        if not (faithful or Decimal(format_number(magnitude)) == exact):
+            raise _NumberError(
+                f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is the "
+                f"subnormal {format_number(magnitude)}, which would silently change it"
+            )
     return -magnitude if match.group("sign") else magnitude
 
 
@@ -275,6 +292,32 @@ def format_number(value) -> str:
 # The tokenizer
 # ---------------------------------------------------------------------------------------------
 
+def _check_text(text) -> None:
+    """A ``TypeError`` unless ``text`` is a str; a ``ValueError`` naming the character if it holds a lone
+    surrogate (a str that is not Unicode text: it has no UTF-8 encoding, and the tokenizer would fail)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"character {error.start} of the text is {text[error.start]!r}, a lone surrogate: not valid Unicode "
+            "(decode bytes with errors='strict', or replace it)"
+        ) from None
+
+
+def _safe_cut(text: str, budget: int) -> int:
+    """An end index <= ``budget`` at which a prefix tokenizes as the start of the whole text: just before a
+    space that follows a non-space. ``len(text)`` if the text is within the budget; ``budget`` if no such
+    space exists in its second half (then only the last few tokens of the prefix can differ)."""
+    if len(text) <= budget:
+        return len(text)
+    for cut in range(budget, budget // 2, -1):
+        if text[cut] == " " and not text[cut - 1].isspace():
+            return cut
+    return budget
+
+
 class NumericTokenizer:
     """Wrap a Hugging Face tokenizer so that every number becomes one ``<NUM>`` token and a value.
 
@@ -338,8 +381,20 @@ class NumericTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, num_token: str = "<NUM>", **kwargs) -> "NumericTokenizer":
-        """Load the wrapped tokenizer with ``AutoTokenizer.from_pretrained(path, **kwargs)`` and wrap it."""
-        return cls(AutoTokenizer.from_pretrained(path, **kwargs), num_token=num_token)
+        """Load the wrapped tokenizer with ``AutoTokenizer.from_pretrained(path, **kwargs)`` and wrap it.
+
+        A local path that does not exist, or tokenizer files that are missing or corrupt, raise an
+        ``OSError`` that names the path (and the loader's reason, on one line).
+        """
+        where = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if isinstance(where, str) and (os.path.isabs(where) or where.startswith((".", "~"))):  # a local path, not a hub id
+            if not os.path.exists(os.path.expanduser(where)):
+                raise OSError(f"tokenizer directory {where!r} does not exist")
+        try:
+            hf_tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        except Exception as error:  # noqa: BLE001 -- the loaders raise many types, the Rust one a bare Exception
+            raise OSError(f"cannot load a tokenizer from {where!r}: {' '.join(str(error).split())}") from error
+        return cls(hf_tokenizer, num_token=num_token)
 
     def save_pretrained(self, path: str | os.PathLike):
         """Save the wrapped tokenizer, ``<NUM>`` included, with its ``save_pretrained``.
@@ -406,7 +461,7 @@ class NumericTokenizer:
                 backend.encode_special_tokens = previous_flag
         return [list(ids) for ids in encoded["input_ids"]]
 
-    def encode(self, text: str) -> tuple[list[int], list[float]]:
+    def encode(self, text: str, max_length: int | None = None) -> tuple[list[int], list[float]]:
         """Encode one text into ``(input_ids, numeric_values)`` of equal length.
 
         Each number (see `NUMBER_REGEX`) becomes one ``<NUM>`` id, with its float32 value at
@@ -414,11 +469,40 @@ class NumericTokenizer:
         numbers is encoded by the wrapped tokenizer, run by run, without special tokens. No
         spaces are added around numbers.
 
+        With ``max_length``, at most that many tokens are returned, and only a prefix of the text is
+        encoded: the text is cut at a space that follows a non-space character (where neither the
+        number grammar nor a byte-level BPE pre-tokenizer joins across), growing the prefix until it
+        gives more than ``max_length`` tokens. So a 50 MB text costs what its first tokens cost.
+
         Raises:
             TypeError: ``text`` is not a str.
-            ValueError: a number overflows float32 or underflows to zero (the message names the
-                number and its character offsets).
+            ValueError: a number overflows float32 or underflows its normal range (the message names
+                the number and its character offsets); the text holds a lone surrogate (not valid
+                Unicode: the message names the character); or the text is longer than
+                `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
         """
+        _check_text(text)
+        if max_length is not None:
+            if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
+                raise ValueError(f"max_length must be a positive int, got {max_length!r}")
+            return self._encode_prefix(text, int(max_length))
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(
+                f"the text has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} encoded whole (the Rust "
+                "tokenizer needs about 100 bytes per character); pass max_length (with truncation) or split the text"
+            )
+        return self._encode_whole(text)
+
+    def _encode_prefix(self, text: str, max_length: int) -> tuple[list[int], list[float]]:
+        budget = 16 * max_length + 64  # characters; most tokens are far shorter
+        while True:
+            cut = _safe_cut(text, budget)
+            ids, values = self._encode_whole(text[:cut])
+            if cut == len(text) or len(ids) > max_length:
+                return ids[:max_length], values[:max_length]
+            budget *= 4
+
+    def _encode_whole(self, text: str) -> tuple[list[int], list[float]]:
         pieces = split_numbers(text)
         runs = [content for kind, content in pieces if kind == "text"]
         run_ids = iter(self._encode_text_runs(runs))
@@ -488,13 +572,17 @@ class NumericTokenizer:
         if truncation and max_length is None:
             raise ValueError("truncation=True needs max_length")
 
-        rows = [self.encode(text) for text in texts]
+        rows = []
+        for index, text in enumerate(texts):
+            try:
+                rows.append(self.encode(text, max_length + 1 if max_length is not None else None))
+            except ValueError as error:
+                raise ValueError(f"text {index}: {error}") from None
         if max_length is not None:
             for index, (ids, _) in enumerate(rows):
                 if len(ids) > max_length and not truncation:
                     raise ValueError(
-                        f"text {index} has {len(ids)} tokens, more than max_length={max_length}; "
-                        "pass truncation=True to cut it"
+                        f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
                     )
             rows = [(ids[:max_length], values[:max_length]) for ids, values in rows]
 

@@ -15,15 +15,19 @@ $b_{\mathrm{noise}}$, learnable thresholds), ``abduction`` (the abduction networ
 (everything, the Qwen2 backbone included -- needed for a randomly initialised base). Weight decay
 applies to matrices only (``dim >= 2``), never to biases, norms, ``w_num`` or ``b_noise``.
 
-A checkpoint ``checkpoint-{step}/`` holds the model (``save_pretrained``: safetensors), the optimizer,
-the scheduler and every RNG state; it is written under a temporary name and renamed, so a directory
-with that name is always complete. ``resume=True`` continues from the newest one and ends with
-exactly the parameters of an uninterrupted run (on CPU: bit for bit).
+A checkpoint ``checkpoint-{step}/`` holds the model (``save_pretrained``: safetensors), the optimizer's
+tensors and every RNG state (``training_state.safetensors``), the scheduler, the optimizer's groups and
+the run's settings and data fingerprints (``trainer_state.json``), and the history; nothing in it is a
+pickle (`causalqwen.checkpoint`). It is written under a temporary name, fsynced and renamed, so a
+directory with that name is always complete. ``resume=True`` continues from the newest one, after
+checking that the model config, the settings and the data are the ones it was written with, and ends
+with exactly the parameters of an uninterrupted run (on CPU: bit for bit).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -37,15 +41,22 @@ from functools import partial
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from .checkpoint import (
+    fsync_directory,
+    fsync_tree,
+    load_training_state,
+    load_weights_strictly,
+    read_training_record,
+    save_training_state,
+)
 from .data import TextDataset, collate
 from .metrics import classification_metrics, evaluate_batch, next_token_valid_mask, with_log_prefixes
 from .inference import predict
+from .rundir import RunDirectory
 
 __all__ = [
     "PRESETS",
@@ -55,12 +66,14 @@ __all__ = [
     "globally_normalized_loss",
     "train",
     "latest_checkpoint",
+    "fingerprint",
+    "run_settings",
+    "TrainingDiverged",
 ]
 
 logger = logging.getLogger(__name__)
 
 PRESETS = ("causal", "abduction", "all")
-RUN_MARKER = "training_config.json"  # marks a directory as a causalqwen training run
 
 
 @dataclass
@@ -160,39 +173,70 @@ def globally_normalized_loss(out, batch: dict, config) -> torch.Tensor:
     return _world_size() * (out.cls_loss * shares[0] + config.regression_weight * out.reg_loss * shares[1])
 
 
-def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+# Settings that change only what is logged or saved, not the trajectory of the parameters: a resumed run may
+# change them freely. Every other field of TrainingConfig must match the checkpoint's.
+LOGGING_SETTINGS = ("eval_every", "save_every", "log_every", "report_to")
 
 
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+class TrainingDiverged(ValueError):
+    """Training produced a non-finite loss or gradient (or parameters that break the forward pass)."""
 
 
-def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator) -> str:
+def fingerprint(items) -> str:
+    """SHA-256 of a dataset (an indexable of dicts of tensors) or of a batch (a dict of tensors): the
+    resumed run must see the same data, token for token and value for value."""
+    digest = hashlib.sha256()
+    rows = [items] if isinstance(items, dict) else (items[index] for index in range(len(items)))
+    for row in rows:
+        for key in sorted(row):
+            tensor = row[key].detach().cpu().contiguous()
+            digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+            digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def run_settings(config: TrainingConfig, train_dataset, eval_batch) -> dict:
+    """What a checkpoint records of its run and a resume compares: the optimisation settings and the data."""
+    return {
+        "training": {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS},
+        "train_data_sha256": fingerprint(train_dataset),
+        "eval_data_sha256": fingerprint(eval_batch) if eval_batch is not None else None,
+    }
+
+
+def settings_differences(saved: dict, current: dict) -> list[str]:
+    """One line per setting that differs between a checkpoint's `run_settings` and this run's."""
+    differences = []
+    saved_fields, current_fields = saved.get("training", {}), current["training"]
+    for name in sorted(set(saved_fields) | set(current_fields)):
+        if saved_fields.get(name) != current_fields.get(name):
+            differences.append(f"{name} is {saved_fields.get(name)!r} in the checkpoint, {current_fields.get(name)!r} now")
+    for key, what in (("train_data_sha256", "the training data"), ("eval_data_sha256", "the evaluation data")):
+        if saved.get(key) != current[key]:
+            differences.append(f"{what} differ (sha256 {str(saved.get(key))[:12]} in the checkpoint, {str(current[key])[:12]} now)")
+    return differences
+
+
+def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings) -> str:
+    """Write ``checkpoint-{step}`` under a temporary name, fsync it, and rename it into place."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     partial_dir = final + ".partial"
-    shutil.rmtree(partial_dir, ignore_errors=True)
+    shutil.rmtree(partial_dir, ignore_errors=True)  # our own leftover from a killed save
     os.makedirs(partial_dir)
     model.save_pretrained(partial_dir)  # config.json + model.safetensors
-    torch.save(
-        {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": _rng_state() | {"eval": eval_generator.get_state()},
-            "step": step,
-        },
-        os.path.join(partial_dir, "training_state.pt"),
-    )
+    save_training_state(partial_dir, step=step, optimizer=optimizer, scheduler=scheduler,
+                        eval_generator=eval_generator, settings=settings)
     with open(os.path.join(partial_dir, "history.json"), "w", encoding="utf-8") as handle:
         json.dump(history, handle)
+    fsync_tree(partial_dir)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial_dir, final)  # atomic: a checkpoint-{step} directory is always complete
+    fsync_directory(out_dir)
     return final
 
 
-def _load_checkpoint(path, model, optimizer, scheduler, eval_generator) -> tuple[int, list]:
+def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings, allow_changed_settings) -> tuple[int, list]:
+    """Restore a checkpoint strictly: the model config, the run's settings and data, every tensor."""
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
     differing = sorted(k for k in set(saved) | set(current)
@@ -200,35 +244,44 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator) -> tuple
                        and saved.get(k) != current.get(k))
     if differing:
         raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}")
-    weights = os.path.join(path, "model.safetensors")
+    record = read_training_record(path)
+    differences = settings_differences(record.get("settings") or {}, settings)
+    if differences and not allow_changed_settings:
+        raise ValueError(
+            f"cannot resume from {path}: {'; '.join(differences)}. Resume with the same settings and data, or pass "
+            "allow_changed_settings (--allow-changed-settings) to continue anyway (no longer bit-exact)"
+        )
+    if differences:
+        logger.warning("resuming from %s with changed settings: %s", path, "; ".join(differences))
     try:
-        state = load_file(weights)
-    except SafetensorError as error:
-        raise OSError(f"cannot resume from {path}: {weights} cannot be read: {error} (truncated or corrupt file)") from error
-    model.load_state_dict(state, strict=True)
-    training_state = torch.load(os.path.join(path, "training_state.pt"), weights_only=False)
-    optimizer.load_state_dict(training_state["optimizer"])
-    scheduler.load_state_dict(training_state["scheduler"])
-    _set_rng_state(training_state["rng"])
-    eval_generator.set_state(training_state["rng"]["eval"])
-    with open(os.path.join(path, "history.json"), encoding="utf-8") as handle:
-        history = json.load(handle)
-    return training_state["step"], history
+        load_weights_strictly(model, os.path.join(path, "model.safetensors"))
+    except OSError as error:
+        raise OSError(f"cannot resume from {path}: {error}") from error
+    load_training_state(path, optimizer=optimizer, scheduler=scheduler, eval_generator=eval_generator, record=record)
+    history_file = os.path.join(path, "history.json")
+    try:
+        with open(history_file, encoding="utf-8") as handle:
+            history = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise OSError(f"cannot resume from {path}: {history_file} cannot be read: {error}") from error
+    if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
+        raise OSError(f"cannot resume from {path}: {history_file} is not a list of records")
+    return record["step"], history
 
 
-def prepare_output_dir(out_dir: str, config: TrainingConfig, resume: bool, overwrite: bool) -> None:
-    """Refuse an existing directory that is not a previous run, unless ``overwrite``; write the marker."""
-    marker = os.path.join(out_dir, RUN_MARKER)
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
-        if not os.path.exists(marker):
-            raise ValueError(f"output directory {out_dir!r} exists and is not a causalqwen run; pass overwrite to use it")
-        if not resume:
-            raise ValueError(f"output directory {out_dir!r} holds a previous run; pass resume to continue it or overwrite")
-    if overwrite and not resume:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(marker, "w", encoding="utf-8") as handle:
-        json.dump(dataclasses.asdict(config), handle, indent=2)
+def _check_config_file(run_dir: str, config: TrainingConfig, allow_changed_settings: bool) -> None:
+    """A resumed run that has no checkpoint yet compares its settings with the run's ``training_config.json``."""
+    file = os.path.join(run_dir, "training_config.json")
+    try:
+        with open(file, encoding="utf-8") as handle:
+            stored = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot resume in {run_dir}: {file} cannot be read ({error})") from None
+    current = {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS}
+    differences = settings_differences({"training": {k: v for k, v in stored.items() if k in current}},
+                                       {"training": current, "train_data_sha256": None, "eval_data_sha256": None})
+    if differences and not allow_changed_settings:
+        raise ValueError(f"cannot resume in {run_dir}: {'; '.join(differences)}; pass allow_changed_settings to continue")
 
 
 class _Reporter:
@@ -239,7 +292,16 @@ class _Reporter:
         self.sink = None
         if self.path and os.path.exists(self.path):  # drop what a resumed run will redo
             with open(self.path, encoding="utf-8") as handle:
-                kept = [line for line in handle if json.loads(line)["step"] <= resumed_step]
+                lines = handle.readlines()
+            kept = []
+            for number, line in enumerate(lines, start=1):
+                if number == len(lines) and not line.endswith("\n"):
+                    break  # the last line of a killed run, cut short while being written: it will be redone
+                try:
+                    if json.loads(line)["step"] <= resumed_step:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):
+                    raise ValueError(f"{self.path}, line {number}: not a metrics record") from None
             with open(self.path, "w", encoding="utf-8") as handle:
                 handle.writelines(kept)
         if report_to == "tensorboard":
@@ -272,22 +334,61 @@ def train(
     train_dataset: TextDataset,
     config: TrainingConfig,
     eval_batch: dict[str, torch.Tensor] | None = None,
-    out_dir: str | None = None,
+    out_dir: str | os.PathLike | RunDirectory | None = None,
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    allow_changed_settings: bool = False,
 ) -> list[dict]:
     """Train ``model`` in place; return the history (one dict of metrics per logged step).
 
     ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics. With
-    ``out_dir`` the run writes ``metrics.jsonl`` and checkpoints there (rank 0 only). Under
-    ``torchrun`` (an initialised process group) the model is wrapped in DDP, each process reads its
+    ``out_dir`` the run writes ``metrics.jsonl`` and checkpoints there (rank 0 only); the directory is
+    claimed first (`causalqwen.rundir`: a new or empty directory, or a previous run with ``resume``
+    or ``overwrite``; locked while the run lasts), unless a claimed `RunDirectory` is passed.
+
+    ``resume`` continues from the newest checkpoint and refuses one whose model config, training
+    settings (all of `TrainingConfig` but the logging intervals and ``report_to``) or data
+    (SHA-256 of the tokenized texts) differ from this run's, naming each difference;
+    ``allow_changed_settings`` continues anyway (the result is then no longer the uninterrupted run's).
+
+    Under ``torchrun`` (an initialised process group) the model is wrapped in DDP, each process reads its
     shard of every global batch (``batch_size`` per process), and the loss is normalised over the
     global batch (`globally_normalized_loss`). Batches go to the device of the model's parameters.
+    A non-finite loss or gradient stops the run with `TrainingDiverged` before the optimizer step.
     """
+    rank = _rank()
+    if not isinstance(config, TrainingConfig):
+        raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
+    scored = sum(int(len(train_dataset[i]["input_ids"]) >= 2) for i in range(len(train_dataset)))
+    if scored == 0:
+        raise ValueError(
+            f"none of the {len(train_dataset)} training texts has two tokens: there is no next token to learn from"
+        )
+    run_dir, owned = None, False
+    if isinstance(out_dir, RunDirectory):
+        run_dir = out_dir
+    elif out_dir is not None and rank == 0:
+        run_dir, owned = RunDirectory.claim(out_dir, "train", resume=resume, overwrite=overwrite), True
+    try:
+        return _train(model, train_dataset, config, eval_batch, run_dir, os.fspath(out_dir) if out_dir is not None else None,
+                      resume, progress, allow_changed_settings)
+    finally:
+        if owned:
+            run_dir.release()
+
+
+def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, progress, allow_changed_settings):
     rank, world = _rank(), _world_size()
-    if out_dir and rank == 0:
-        prepare_output_dir(out_dir, config, resume, overwrite)
+    settings = run_settings(config, train_dataset, eval_batch)
+    checkpoint = latest_checkpoint(out_dir) if (resume and out_dir) else None
+    if run_dir is not None and checkpoint is None:
+        config_file = os.path.join(out_dir, "training_config.json")
+        if resume and os.path.exists(config_file):
+            _check_config_file(out_dir, config, allow_changed_settings)
+            logger.warning("%s has no complete checkpoint yet: the resumed run starts at step 0", out_dir)
+        with open(config_file, "w", encoding="utf-8") as handle:
+            json.dump(dataclasses.asdict(config), handle, indent=2)
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     np.random.seed(config.seed)
@@ -298,9 +399,14 @@ def train(
     scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
     eval_generator = torch.Generator().manual_seed(config.seed)  # the causal draws of the eval metrics
     step, history = 0, []
-    if resume and out_dir and (checkpoint := latest_checkpoint(out_dir)):
-        step, history = _load_checkpoint(checkpoint, model, optimizer, scheduler, eval_generator)
+    if checkpoint is not None:
+        step, history = _load_checkpoint(checkpoint, model, optimizer, scheduler, eval_generator, settings,
+                                         allow_changed_settings)
         logger.info("resumed from %s at step %d", checkpoint, step)
+        if allow_changed_settings and run_dir is not None:
+            with open(os.path.join(out_dir, "training_config.json"), "w", encoding="utf-8") as handle:
+                json.dump(dataclasses.asdict(config), handle, indent=2)
+    start_step = step
 
     trained = model
     if world > 1:
@@ -316,6 +422,7 @@ def train(
         raise ValueError(
             f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on {world} process(es)"
         )
+    trainable = [p for p in model.parameters() if p.requires_grad]
     reporter = _Reporter(out_dir, config.report_to, step) if rank == 0 else None
     bar = tqdm(total=config.steps, initial=step, disable=not progress or rank != 0, desc="training")
 
@@ -327,10 +434,24 @@ def train(
                 offset -= 1
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
-            out = trained(**batch)
+            try:
+                out = trained(**batch)
+            except ValueError as error:
+                if step == start_step:
+                    raise
+                largest = max(float(p.detach().abs().max()) for p in trainable)
+                raise TrainingDiverged(
+                    f"training diverged before step {step + 1}: the forward pass failed ({error}) after the parameters "
+                    f"grew to max |p| = {largest:.3g}; lower the learning rate (now {config.learning_rate:g})"
+                ) from error
             loss = globally_normalized_loss(out, batch, model.config) if world > 1 else out.loss
             loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+            if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one sync, before the update
+                raise TrainingDiverged(
+                    f"training diverged at step {step + 1}: loss = {loss.item():g}, gradient norm = {float(grad_norm):g}; "
+                    f"lower the learning rate (now {config.learning_rate:g}); the parameters are those after step {step}"
+                )
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -366,7 +487,7 @@ def train(
                                 acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
             bar.update(1)
             if out_dir and rank == 0 and (step % config.save_every == 0 or step == config.steps):
-                _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator)
+                _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings)
             if step >= config.steps:
                 break
     bar.close()

@@ -173,7 +173,7 @@ def test_convert_then_train_then_generate(qwen_dir, tmp_path, capsys):
     assert not torch.equal(trained.abduction.W_loc, model.abduction.W_loc)  # preset causal trained abduction
     assert torch.equal(trained.model.embed_tokens.weight, model.model.embed_tokens.weight)  # ... and not the backbone
     assert cli.main(["train", "--base", str(converted), "--data", data, "--out", str(run), "--steps", "6",
-                     "--batch-size", "4", "--save-every", "2", "--resume"]) == 0
+                     "--batch-size", "4", "--save-every", "2", "--resume", "--allow-changed-settings"]) == 0
     assert (run / "checkpoint-6").exists()
     capsys.readouterr()
     assert cli.main(["generate", "--model", str(run / "model"), "--prompt", "A cup of tea costs", "--max-new-tokens", "3"]) == 0
@@ -207,7 +207,7 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
         (["train", "--base", qwen_dir, "--data", str(empty), "--out", str(tmp_path / "r3")], "the dataset is empty"),
         (["train", "--base", str(llama), "--data", data, "--out", str(tmp_path / "r4")], "CausalQwen needs a Qwen2 base"),
         (["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r5"), "--preset", "most"], "unknown preset 'most'"),
-        (["train", "--base", qwen_dir, "--data", data, "--out", str(foreign)], "is not a causalqwen run; pass overwrite"),
+        (["train", "--base", qwen_dir, "--data", data, "--out", str(foreign)], "is not a causalqwen run"),
         (["convert", "--base", qwen_dir, "--out", str(foreign)], "exists and is not empty; pass --overwrite"),
     ]
     for args, message in cases:

@@ -100,7 +100,7 @@ def test_a_predicted_number_is_fed_back_through_the_numerical_embedding(tiny):
     ids = out.sequences[:, : prompt + 1]
     with torch.no_grad():
         with_value = model.abduce(ids, out.numeric_values[:, : prompt + 1]).loc_U[0, -1]
-        without_value = model.abduce(ids).loc_U[0, -1]
+        without_value = model.abduce(ids, torch.zeros(ids.shape)).loc_U[0, -1]
     torch.testing.assert_close(out.loc_U[0, 1], with_value, rtol=1e-5, atol=1e-5)
     assert (with_value - without_value).abs().max() > 1e-3
     text = numeric.decode(out.sequences[0], out.numeric_values[0], out_of_vocab="mark")

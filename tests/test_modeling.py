@@ -88,7 +88,7 @@ def test_numbers_change_only_positions_from_the_first_num_on():
     values[0, 4] = 99.9
     values[0, 7] = -15.5
     with torch.no_grad():
-        plain = model(ids)  # <NUM> tokens with value 0: phi = 0, identical to Qwen
+        plain = model(ids, numeric_values=torch.zeros(1, 10))  # <NUM> tokens with value 0: phi = 0, identical to Qwen
         numeric = model(ids, numeric_values=values)
         logits = qwen(ids).logits
     torch.testing.assert_close(plain.loc_S, logits, rtol=1e-5, atol=1e-6)
@@ -328,7 +328,7 @@ def test_bad_forward_inputs(small_model):
     ]
     for kwargs, error, pattern in cases:
         with pytest.raises(error, match=pattern):
-            small_model(ids, **kwargs)
+            small_model(ids, **({"numeric_values": values} | kwargs))
     with pytest.raises(TypeError, match="input_ids must be an integer"):
         small_model(ids.float())
     with pytest.raises(ValueError, match="input_ids must have shape"):
@@ -348,7 +348,7 @@ def test_bad_construction():
         CausalQwenForCausalLM.from_qwen(llama, num_token_id=3)
     with pytest.raises(TypeError, match="base must be"):
         CausalQwenForCausalLM.from_qwen(qwen.model, num_token_id=3)
-    with pytest.raises(ValueError, match="gate_alpha must lie in"):
+    with pytest.raises(ValueError, match=r"config field gate_alpha must be a number in \[0, 1\]"):
         CausalQwenConfig(hidden_size=32, num_attention_heads=4, gate_alpha=2.0)
     with pytest.raises(ValueError, match="num_token_id"):
         CausalQwenConfig(hidden_size=32, num_attention_heads=4, vocab_size=10, num_token_id=10)

@@ -197,7 +197,10 @@ def test_parse_number_rounds_correctly(integer, fraction, exponent):
     if exact != 0 and (exact < Fraction(1, 10**44) or exact > Fraction(3 * 10**38)):
         return  # outside float32's range; the error cases are tested separately
     expected = _float32_nearest(exact)
-    if expected == 0.0 and exact != 0:
+    subnormal_changed = 0 < abs(expected) < float(np.finfo(np.float32).tiny) and not (
+        abs(Fraction(expected) - exact) <= exact * Fraction(1, 2**24) or Fraction(Decimal(format_number(expected))) == exact
+    )
+    if exact != 0 and (expected == 0.0 or subnormal_changed):  # rounds to zero, or to a subnormal that changes it
         with pytest.raises(ValueError, match="underflow"):
             parse_number(literal)
     else:
@@ -555,7 +558,7 @@ def test_padding_false(tokenizer):
 def test_truncation(tokenizer):
     lengths = [len(tokenizer.encode(text)[0]) for text in BATCH]
     index = next(i for i, length in enumerate(lengths) if length > 3)  # the first row that is too long
-    with pytest.raises(ValueError, match=rf"text {index} has {lengths[index]} tokens, more than max_length=3"):
+    with pytest.raises(ValueError, match=rf"text {index} has more than max_length=3 tokens"):
         tokenizer(BATCH, max_length=3)
     batch = tokenizer(BATCH, max_length=3, truncation=True)
     assert batch["input_ids"].shape == (len(BATCH), 3)

@@ -70,7 +70,8 @@ def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path)
     assert latest_checkpoint(str(tmp_path)).endswith("checkpoint-12")
     for step in (3, 6, 9, 12):
         files = set(os.listdir(tmp_path / f"checkpoint-{step}"))
-        assert {"config.json", "model.safetensors", "training_state.pt", "history.json"} <= files
+        assert files == {"config.json", "model.safetensors", "training_state.safetensors", "trainer_state.json",
+                         "history.json"}  # no pickle anywhere
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
     reloaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "checkpoint-12")
     for (name, a), (_, b) in zip(model.state_dict().items(), reloaded.state_dict().items()):
@@ -109,15 +110,18 @@ def test_output_directory_rules(tokenizer, tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="exists and is not a causalqwen run; pass overwrite"):
-        train(_model(tokenizer), _data(tokenizer), config, out_dir=str(foreign), progress=False)
-    assert os.listdir(foreign) == ["notes.txt"]  # nothing half-written
+    for overwrite in (False, True):  # a directory no run wrote is never used, let alone emptied
+        with pytest.raises(ValueError, match="exists and is not a causalqwen run .*never deletes files it did not write"):
+            train(_model(tokenizer), _data(tokenizer), config, out_dir=str(foreign), overwrite=overwrite, progress=False)
+        assert os.listdir(foreign) == ["notes.txt"]  # nothing written, nothing deleted
     run = tmp_path / "run"
     train(_model(tokenizer), _data(tokenizer), config, out_dir=str(run), progress=False)
-    with pytest.raises(ValueError, match="holds a previous run; pass resume to continue it or overwrite"):
+    with pytest.raises(ValueError, match="holds a previous train run; pass resume to continue it or overwrite"):
         train(_model(tokenizer), _data(tokenizer), config, out_dir=str(run), progress=False)
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(foreign), overwrite=True, progress=False)
-    assert "notes.txt" not in os.listdir(foreign)
+    (run / "train.jsonl").write_text("the user's data, kept in the run directory")
+    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(run), overwrite=True, progress=False)
+    assert (run / "train.jsonl").read_text().startswith("the user's data")
+    assert {"causalqwen-run.json", "training_config.json", "metrics.jsonl", "checkpoint-3", "train.jsonl"} <= set(os.listdir(run))
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_config(tokenizer, tmp_path):
@@ -134,9 +138,9 @@ def test_resume_from_a_truncated_checkpoint_names_the_file(tokenizer, tmp_path):
     (checkpoint,) = [d for d in os.listdir(tmp_path) if d.startswith("checkpoint-")]
     weights = tmp_path / checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    with pytest.raises(OSError, match=r"cannot resume from .*model\.safetensors cannot be read"):
+    with pytest.raises(OSError, match=r"cannot resume from .*model\.safetensors.* cannot be read"):
         train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
-              out_dir=str(tmp_path), resume=True, progress=False)
+              out_dir=str(tmp_path), resume=True, progress=False, allow_changed_settings=True)
 
 
 def test_bad_training_configs_and_datasets(tokenizer):

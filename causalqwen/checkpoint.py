@@ -1,0 +1,379 @@
+r"""What causalqwen reads from disk, and the checks it makes before trusting it.
+
+A checkpoint is data, never code. This module is the one door through which weights and training
+state come in:
+
+- **Safetensors only.** Weights load from ``model.safetensors`` or from the shards that
+  ``model.safetensors.index.json`` names; a directory that holds only a pickled
+  ``pytorch_model.bin`` (or a ``training_state.pt`` of an older causalqwen) is refused, not unpickled.
+- **Inside its directory.** A shard name in the index must be a plain relative path that stays inside
+  the checkpoint directory: no absolute path, no ``..``.
+- **Sizes before allocation.** The configuration is checked against the safetensors *headers*
+  (`check_sizes_against_headers`) before a model is built, so a ``config.json`` that announces a
+  vocabulary of $10^{12}$ rows fails in milliseconds instead of allocating it.
+- **Complete and well-typed.** After loading, every tensor of the model must come from the
+  checkpoint, with its shape, a floating-point dtype for a floating-point parameter, and finite
+  values (`state_problems`).
+- **Training state without pickle.** The optimizer's tensors and the RNG states are written to
+  ``training_state.safetensors``, everything else to ``trainer_state.json``
+  (`save_training_state`, `load_training_state`), and every file is fsynced before the
+  checkpoint directory is renamed into place (`fsync_tree`).
+
+Every failure is an ``OSError`` (a file that is not what it should be) or a ``ValueError`` (a
+setting that does not fit) whose message names the file and the tensor or field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+__all__ = [
+    "SAFE_WEIGHTS",
+    "SAFE_INDEX",
+    "PICKLED_FILES",
+    "weight_files",
+    "check_readable",
+    "header_shapes",
+    "check_sizes_against_headers",
+    "expected_state_shapes",
+    "state_problems",
+    "load_weights_strictly",
+    "save_training_state",
+    "load_training_state",
+    "fsync_tree",
+    "fsync_directory",
+]
+
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+# Files that other tools write as pickles. causalqwen never loads them; their presence only improves the error.
+PICKLED_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "training_state.pt", "optimizer.pt")
+TRAINING_TENSORS = "training_state.safetensors"
+TRAINING_JSON = "trainer_state.json"
+TRAINING_FORMAT = 1
+
+
+# =============================================================================================
+# Weight files: which ones, and are they readable
+# =============================================================================================
+
+
+def _confined_name(index: str, name) -> str:
+    """``name`` as a path relative to the index's directory; ``OSError`` unless it stays inside it."""
+    if not isinstance(name, str) or not name:
+        raise OSError(f"the checkpoint index {index!r} names a shard that is not a file name: {name!r}")
+    normal = os.path.normpath(name)
+    if os.path.isabs(name) or os.path.isabs(normal) or normal == ".." or normal.startswith(".." + os.sep):
+        raise OSError(
+            f"the checkpoint index {index!r} names the shard {name!r} outside its directory; "
+            "shards must be plain relative file names"
+        )
+    return normal
+
+
+def weight_files(path, subfolder: str = "") -> list[str]:
+    """The safetensors files a local checkpoint directory provides (``[]`` for a hub id).
+
+    ``model.safetensors`` if present, else the shards named by ``model.safetensors.index.json``, each
+    confined to the directory. A local directory with neither is an ``OSError`` (that names a pickled
+    ``pytorch_model.bin`` if one is there: it is never loaded).
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return []
+    directory = os.path.join(path, subfolder or "")
+    single = os.path.join(directory, SAFE_WEIGHTS)
+    if os.path.isfile(single):
+        return [single]
+    index = os.path.join(directory, SAFE_INDEX)
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as handle:
+                weight_map = json.load(handle)["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise OSError(f"the checkpoint index {index!r} is not a valid safetensors index: {error}") from error
+        files = [os.path.join(directory, _confined_name(index, shard)) for shard in shards]
+        for file in files:
+            if not os.path.isfile(file):
+                raise OSError(f"the checkpoint index {index!r} names {os.path.basename(file)!r}, which does not exist")
+        return files
+    pickled = [name for name in PICKLED_FILES if os.path.exists(os.path.join(directory, name))]
+    hint = f"; it holds {', '.join(pickled)} (pickle), which causalqwen never loads" if pickled else ""
+    raise OSError(f"the checkpoint directory {str(directory)!r} holds no {SAFE_WEIGHTS} or {SAFE_INDEX}{hint}")
+
+
+def check_readable(file: str) -> None:
+    """Raise ``OSError`` naming ``file`` unless its safetensors header parses and covers the file exactly."""
+    try:
+        with safe_open(file, framework="pt") as handle:
+            handle.keys()
+    except SafetensorError as error:
+        raise OSError(f"the safetensors file {file!r} cannot be read: {error} (truncated or corrupt file)") from error
+
+
+def header_shapes(files: Iterable[str]) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    """``{name: (shape, dtype, file)}`` from the safetensors headers alone (no tensor is read)."""
+    shapes = {}
+    for file in files:
+        check_readable(file)
+        with safe_open(file, framework="pt") as handle:
+            for key in handle.keys():
+                piece = handle.get_slice(key)
+                shapes[key] = (tuple(piece.get_shape()), piece.get_dtype(), file)
+    return shapes
+
+
+# =============================================================================================
+# Sizes against headers, before a model is built
+# =============================================================================================
+
+
+def _layer_count(keys: Iterable[str], prefix: str) -> int:
+    layers = {int(m.group(1)) for key in keys if (m := re.match(re.escape(prefix) + r"layers\.(\d+)\.", key))}
+    return max(layers) + 1 if layers else 0
+
+
+def check_sizes_against_headers(config, files: list[str], prefix: str = "model.") -> None:
+    """Compare the sizes a config announces with the tensors its weight files hold, before allocating.
+
+    Checks ``vocab_size`` and ``hidden_size`` against the embedding, ``intermediate_size`` against
+    the first MLP and ``num_hidden_layers`` against the layers present. These are the fields that
+    make a model large; everything else is compared tensor by tensor after a meta-device build
+    (`expected_state_shapes`). Raises ``ValueError`` naming the field, the file and both sizes.
+    """
+    shapes = header_shapes(files)
+    embed = shapes.get(prefix + "embed_tokens.weight")
+    if embed is None:
+        raise OSError(f"the checkpoint {files[0]!r} holds no {prefix}embed_tokens.weight")
+    shape, _, file = embed
+    if shape != (config.vocab_size, config.hidden_size):
+        raise ValueError(
+            f"config.json says vocab_size={config.vocab_size}, hidden_size={config.hidden_size}, but "
+            f"{prefix}embed_tokens.weight in {file!r} has shape {list(shape)}"
+        )
+    layers = _layer_count(shapes, prefix)
+    if config.num_hidden_layers != layers:
+        raise ValueError(
+            f"config.json says num_hidden_layers={config.num_hidden_layers}, but {files[0]!r} holds {layers} layers"
+        )
+    gate = shapes.get(prefix + "layers.0.mlp.gate_proj.weight")
+    if gate is not None and tuple(gate[0]) != (config.intermediate_size, config.hidden_size):
+        raise ValueError(
+            f"config.json says intermediate_size={config.intermediate_size}, but {prefix}layers.0.mlp.gate_proj.weight "
+            f"in {gate[2]!r} has shape {list(gate[0])}"
+        )
+
+
+def expected_state_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of ``model_class(config)``'s state dict, built on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = model_class(config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def shape_problems(expected: dict[str, tuple[int, ...]], stored: dict, allowed_missing=()) -> list[str]:
+    """Differences between the model's tensors and the checkpoint's: missing, unexpected, reshaped."""
+    problems = []
+    missing = sorted(set(expected) - set(stored) - set(allowed_missing))
+    unexpected = sorted(set(stored) - set(expected))
+    if missing:
+        problems.append(f"missing from the checkpoint: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"in the checkpoint but not in the model: {', '.join(unexpected)}")
+    for name in sorted(set(expected) & set(stored)):
+        if tuple(stored[name][0]) != tuple(expected[name]):
+            problems.append(f"{name} has shape {tuple(stored[name][0])} in the checkpoint but {tuple(expected[name])} in the model")
+    return problems
+
+
+# =============================================================================================
+# The loaded state: complete, well-typed, finite
+# =============================================================================================
+
+
+def state_problems(files: list[str], model: nn.Module) -> list[str]:
+    """Problems of a loaded ``model`` against its weight ``files``: integer or boolean tensors stored for
+    floating-point parameters (their bits would be cast to nonsense values) and non-finite values."""
+    floating = {name for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point}
+    problems = [
+        f"{key} is stored as {dtype} in {file!r}, but the model's tensor is floating-point"
+        for key, (_, dtype, file) in header_shapes(files).items()
+        if key in floating and not dtype.startswith(("F", "BF"))
+    ]
+    problems.extend(
+        f"{name} holds NaN or ±inf values"
+        for name, tensor in model.state_dict().items()
+        if tensor.dtype.is_floating_point and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
+    )
+    return problems
+
+
+def load_weights_strictly(model: nn.Module, file: str) -> None:
+    """Load ``file`` into ``model`` in place, as strictly as ``from_pretrained``: every tensor present,
+    with its shape, a floating dtype where the model's is floating, finite. ``OSError`` naming ``file``."""
+    stored = header_shapes([file])
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    problems = shape_problems(expected, stored)
+    if not problems:
+        floating = {name for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point}
+        problems = [
+            f"{key} is stored as {dtype}, but the model's tensor is floating-point"
+            for key, (_, dtype, _) in stored.items()
+            if key in floating and not dtype.startswith(("F", "BF"))
+        ]
+    if not problems:
+        state = load_file(file)
+        problems = [f"{name} holds NaN or ±inf values" for name, tensor in state.items()
+                    if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all())]
+    if problems:
+        raise OSError(f"the weights {file!r} do not fit the model: " + "; ".join(problems))
+    model.load_state_dict(state, strict=True)
+
+
+# =============================================================================================
+# Training state: safetensors + JSON
+# =============================================================================================
+
+
+def _json_default(value):
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"cannot store {type(value).__name__} in {TRAINING_JSON}")
+
+
+def save_training_state(directory: str, *, step: int, optimizer, scheduler, eval_generator, settings: dict) -> None:
+    r"""Write the optimizer, the scheduler and every RNG state of a run to ``directory``, without pickle.
+
+    Tensors (AdamW's moments and step counts, the torch and numpy RNG states, the evaluation
+    generator) go to ``training_state.safetensors``; numbers and lists (the parameter groups, the
+    scheduler, Python's RNG, ``settings``) to ``trainer_state.json``.
+    """
+    optimizer_state = optimizer.state_dict()
+    tensors = {}
+    for index, state in optimizer_state["state"].items():
+        for name, value in state.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"optimizer state {index}.{name} is a {type(value).__name__}, not a tensor")
+            tensors[f"optimizer.{index}.{name}"] = value.detach().cpu().contiguous()
+    np_state = np.random.get_state()
+    tensors["rng.torch"] = torch.get_rng_state()
+    tensors["rng.numpy"] = torch.from_numpy(np_state[1].astype(np.int64))
+    tensors["rng.eval"] = eval_generator.get_state()
+    save_file(tensors, os.path.join(directory, TRAINING_TENSORS))
+    record = {
+        "format": TRAINING_FORMAT,
+        "step": step,
+        "settings": settings,
+        "optimizer_param_groups": optimizer_state["param_groups"],
+        "scheduler": scheduler.state_dict(),
+        "rng_python": random.getstate(),
+        "rng_numpy": [np_state[0], *map(_plain, np_state[2:])],
+    }
+    with open(os.path.join(directory, TRAINING_JSON), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, default=_json_default, allow_nan=False)
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def read_training_record(directory: str) -> dict:
+    """``trainer_state.json`` of a checkpoint, checked to be a record this version writes."""
+    legacy = os.path.join(directory, "training_state.pt")
+    path = os.path.join(directory, TRAINING_JSON)
+    if not os.path.isfile(path):
+        if os.path.exists(legacy):
+            raise OSError(
+                f"{legacy!r} is a pickle written by an older causalqwen; it is never loaded (a pickle can run code). "
+                "Start a new run"
+            )
+        raise OSError(f"the checkpoint {directory!r} has no {TRAINING_JSON}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise OSError(f"{path!r} is not valid JSON: {error}") from error
+    if not isinstance(record, dict) or record.get("format") != TRAINING_FORMAT:
+        raise OSError(f"{path!r} is not a causalqwen training state of format {TRAINING_FORMAT}")
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise OSError(f"{path!r}: step must be an int >= 1, got {step!r}")
+    return record
+
+
+def load_training_state(directory: str, *, optimizer, scheduler, eval_generator, record: dict) -> None:
+    """Restore what `save_training_state` wrote, after checking every tensor against the optimizer's
+    parameters (shape, floating dtype, finite). ``OSError`` naming the file and the tensor."""
+    file = os.path.join(directory, TRAINING_TENSORS)
+    json_file = os.path.join(directory, TRAINING_JSON)
+    check_readable(file)
+    tensors = load_file(file)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    state, problems = {}, []
+    for key, tensor in tensors.items():
+        if not key.startswith("optimizer."):
+            continue
+        parts = key.split(".")
+        if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(params):
+            problems.append(f"{key} names no parameter of the optimizer ({len(params)} parameters)")
+            continue
+        index, name = int(parts[1]), parts[2]
+        wanted = () if name == "step" else tuple(params[index].shape)
+        if tuple(tensor.shape) != wanted:
+            problems.append(f"{key} has shape {tuple(tensor.shape)}, the parameter needs {wanted}")
+        elif not tensor.dtype.is_floating_point:
+            problems.append(f"{key} is stored as {tensor.dtype}, not a floating-point tensor")
+        elif not bool(torch.isfinite(tensor).all()):
+            problems.append(f"{key} holds NaN or ±inf values")
+        state.setdefault(index, {})[name] = tensor
+    for name, size in (("rng.torch", torch.get_rng_state().numel()), ("rng.eval", eval_generator.get_state().numel()),
+                       ("rng.numpy", 624)):
+        if name not in tensors or tuple(tensors[name].shape) != (size,):
+            problems.append(f"{name} is missing or not a vector of {size} values")
+    if problems:
+        raise OSError(f"the training state {file!r} does not fit this run: " + "; ".join(problems))
+
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": record["optimizer_param_groups"]})
+        scheduler.load_state_dict(record["scheduler"])
+        version, internal, gauss = record["rng_python"]
+        random.setstate((version, tuple(internal), gauss))
+        np.random.set_state((record["rng_numpy"][0], tensors["rng.numpy"].numpy().astype(np.uint32),
+                             *record["rng_numpy"][1:]))
+        torch.set_rng_state(tensors["rng.torch"].to(torch.uint8))
+        eval_generator.set_state(tensors["rng.eval"].to(torch.uint8))
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise OSError(f"the training state in {json_file!r} does not fit this run: {error}") from error
+
+
+def fsync_tree(directory: str) -> None:
+    """fsync every file under ``directory`` and the directories themselves, so a rename after it publishes
+    data that is on disk."""
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_directory(root)
+
+
+def fsync_directory(directory: str) -> None:
+    """fsync a directory's entry list (after a rename into it)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:  # platforms that cannot open a directory (Windows)
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
