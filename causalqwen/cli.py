@@ -295,10 +295,28 @@ def train_command(args) -> int:
     return 0
 
 
+def _holds_causalqwen_model(directory: str) -> bool:
+    import json
+
+    try:
+        with open(os.path.join(directory, "config.json"), encoding="utf-8") as handle:
+            return json.load(handle).get("model_type") == "causal_qwen"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def convert_command(args) -> int:
     """``causalqwen convert``: from_qwen + save_pretrained, model and tokenizer."""
-    if os.path.exists(args.out) and os.listdir(args.out) and not args.overwrite:
-        raise ValueError(f"output directory {args.out!r} exists and is not empty; pass --overwrite to replace it")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"output {args.out!r} is a file, not a directory")
+    if os.path.isdir(args.out) and os.listdir(args.out):
+        if not args.overwrite:
+            raise ValueError(f"output directory {args.out!r} exists and is not empty; pass --overwrite to replace it")
+        if not _holds_causalqwen_model(args.out):  # save_pretrained would delete its own kind of weight files there
+            raise ValueError(
+                f"output directory {args.out!r} does not hold a CausalQwen model; --overwrite replaces only an earlier "
+                "convert's output, never another directory: choose a new or empty one"
+            )
     model, tokenizer = load_model_and_tokenizer(args.base)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)

@@ -259,24 +259,26 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
         raise OSError(f"cannot resume from {path}: {error}") from error
     load_training_state(path, optimizer=optimizer, scheduler=scheduler, eval_generator=eval_generator, record=record)
     history_file = os.path.join(path, "history.json")
-    try:
-        with open(history_file, encoding="utf-8") as handle:
-            history = json.load(handle)
-    except (OSError, ValueError) as error:
-        raise OSError(f"cannot resume from {path}: {history_file} cannot be read: {error}") from error
+    history = _read_json(history_file, f"cannot resume from {path}")
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise OSError(f"cannot resume from {path}: {history_file} is not a list of records")
     return record["step"], history
 
 
-def _check_config_file(run_dir: str, config: TrainingConfig, allow_changed_settings: bool) -> None:
-    """A resumed run that has no checkpoint yet compares its settings with the run's ``training_config.json``."""
-    file = os.path.join(run_dir, "training_config.json")
+def _read_json(file: str, context: str):
+    """The JSON in ``file``; an ``OSError`` that starts with ``context`` and names the file otherwise."""
     try:
         with open(file, encoding="utf-8") as handle:
-            stored = json.load(handle)
+            return json.load(handle)
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot resume in {run_dir}: {file} cannot be read ({error})") from None
+        raise OSError(f"{context}: {file} cannot be read: {error}") from error
+
+
+def _check_config_file(run_dir: str, config: TrainingConfig, allow_changed_settings: bool) -> None:
+    """A resumed run that has no checkpoint yet compares its settings with the run's ``training_config.json``."""
+    stored = _read_json(os.path.join(run_dir, "training_config.json"), f"cannot resume in {run_dir}")
+    if not isinstance(stored, dict):
+        raise OSError(f"cannot resume in {run_dir}: training_config.json is not a JSON object")
     current = {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS}
     differences = settings_differences({"training": {k: v for k, v in stored.items() if k in current}},
                                        {"training": current, "train_data_sha256": None, "eval_data_sha256": None})

@@ -19,6 +19,10 @@ validation report (`summary_markdown`):
    loss or in any gradient. The tests draw these cases with Hypothesis; the report draws a fixed-seed
    sample with `random.Random`.
 
+4. **Trust boundaries** (`validation.trust`): files and inputs from outside -- planted pickles, shard paths
+   that leave their directory, oversized configs, foreign output directories, changed settings on resume,
+   misspelt keywords, wrong types -- with what the project reads and refuses (the report's security section).
+
 Fixtures (the tiny base, the model, the saved checkpoint) are built on first use and cached, so that
 importing this module costs nothing and the whole summary runs in a few seconds.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import html
 import io
@@ -1019,12 +1024,13 @@ class SuiteResult:
     model_checks: list[FiniteCheck]
     loss_checks: list[FiniteCheck]
     seconds: float
+    trust: list = dataclasses.field(default_factory=list)  # outcomes of validation.trust.TRUST_CASES
     markdown: str = ""
 
     @property
     def passed(self) -> bool:
-        return (all(outcome.passed for outcome in self.bad_inputs + self.checkpoints) and self.intact_round_trip
-                and all(check.ok for check in self.model_checks + self.loss_checks))
+        return (all(outcome.passed for outcome in self.bad_inputs + self.checkpoints + self.trust)
+                and self.intact_round_trip and all(check.ok for check in self.model_checks + self.loss_checks))
 
 
 def _code(text: str) -> str:
@@ -1068,7 +1074,11 @@ def run_suite(model_examples: int = 24, loss_examples: int = 60, seed: int = 0) 
     loss_cases = [random_loss_case(rng) for _ in range(loss_examples)]
     model_checks = [run_model_case(case) for case in model_cases]
     loss_checks = [run_loss_case(case) for case in loss_cases]
-    result = SuiteResult(bad_inputs, checkpoints, round_trip, model_checks, loss_checks, time.perf_counter() - started)
+    from .trust import TRUST_CASES, run_trust_case
+
+    trust = [run_trust_case(case) for case in TRUST_CASES]
+    result = SuiteResult(bad_inputs, checkpoints, round_trip, model_checks, loss_checks, time.perf_counter() - started,
+                         trust)
     result.markdown = _markdown(result, model_cases, loss_cases, seed)
     return result
 
@@ -1107,8 +1117,10 @@ def _markdown(result: SuiteResult, model_cases: list[ModelCase], loss_cases: lis
         ],
     ]
     largest_number = max(abs(v) for case in model_cases for v in case.values + case.targets) if model_cases else 0.0
+    trust_passed = sum(outcome.passed for outcome in result.trust)
     parts = [
         f"{verdict(result.passed)} · {bad_passed} of {len(result.bad_inputs)} bad inputs give their clear error · "
+        f"{trust_passed} of {len(result.trust)} trust-boundary cases hold · "
         f"{checkpoint_passed} of {len(result.checkpoints)} tampered checkpoints are refused · "
         f"{model_failures + loss_failures} of {len(result.model_checks) + len(result.loss_checks)} extreme inputs "
         f"left a NaN or ±inf · {result.seconds:.1f} s",
@@ -1148,7 +1160,39 @@ def _markdown(result: SuiteResult, model_cases: list[ModelCase], loss_cases: lis
     ]
     if failures:
         parts += ["Non-finite values found: " + ", ".join(sorted(set(failures))), ""]
-    return "\n".join(parts)
+    return "\n".join(parts + _trust_markdown(result.trust))
+
+
+def _trust_markdown(outcomes) -> list[str]:
+    """The security section: what the project reads and refuses, then the trust-boundary cases."""
+    from .trust import GROUPS, READS_AND_REFUSALS
+
+    if not outcomes:
+        return []
+    counts = ", ".join(f"{group} {sum(o.passed for o in outcomes if o.case.group == group)} of "
+                       f"{sum(o.case.group == group for o in outcomes)}" for group in GROUPS)
+    rows = [[f"`{o.case.id}`", o.case.group, html.escape(o.case.description, quote=False),
+             f"`{o.case.error.__name__}`" if o.case.error is not None else "the right result",
+             _code(_shortened(o)), verdict(o.passed)] for o in outcomes]
+    return [
+        "### Security: what the project reads, and what it refuses",
+        "",
+        "Nothing the project reads is unpickled, and nothing it did not write is deleted "
+        "(`causalqwen.checkpoint`, `causalqwen.rundir`; the [trust boundaries](../security.md) page explains why).",
+        "",
+        table(["what", "read from", "refused"], [list(row) for row in READS_AND_REFUSALS]),
+        "",
+        "### Trust boundaries: files and inputs from outside",
+        "",
+        f"{verdict(all(o.passed for o in outcomes))} · {sum(o.passed for o in outcomes)} of {len(outcomes)} cases "
+        f"({counts}). A row must raise exactly its exception with a message naming the file, line, field or "
+        "character, or, where the expected outcome is *the right result*, run and give it. Rows that plant a "
+        "pickle or keep a user's file also check that the pickle never ran and the file is still there "
+        "(`validation/trust.py`).",
+        "",
+        table(["case", "group", "input", "expected", "outcome", "verdict"], rows),
+        "",
+    ]
 
 
 def summary_markdown() -> str:
