@@ -55,7 +55,7 @@ from .checkpoint import (
 )
 from .data import TextDataset, collate
 from .metrics import classification_metrics, evaluate_batch, next_token_valid_mask, with_log_prefixes
-from .inference import predict
+from .inference import as_number, predict
 from .rundir import RunDirectory
 
 __all__ = [
@@ -96,13 +96,21 @@ class TrainingConfig:
     def __post_init__(self):
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        for name in ("steps", "batch_size", "eval_every", "save_every", "log_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not (isinstance(self.warmup_steps, int) and self.warmup_steps >= 0):
-            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+        # NumPy scalars and 0-d tensors are taken as the Python numbers they hold (stored as such, so that
+        # the settings compare and serialise as plain JSON); booleans and strings are refused by name.
+        for name in ("steps", "batch_size", "eval_every", "save_every", "log_every", "warmup_steps", "seed"):
+            value = as_number(getattr(self, name), integer=True)
+            lowest = 0 if name in ("warmup_steps", "seed") else 1
+            if value is None or value < lowest:
+                kind = "a positive int" if lowest else "an int >= 0"
+                raise ValueError(f"{name} must be {kind}, got {getattr(self, name)!r}")
+            setattr(self, name, value)
+        for name in ("learning_rate", "weight_decay", "max_grad_norm"):
+            value = as_number(getattr(self, name))
+            if value is None or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+            setattr(self, name, value)
+        if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate!r}")
         if not (self.max_grad_norm > 0 and self.weight_decay >= 0):
             raise ValueError("max_grad_norm must be > 0 and weight_decay >= 0")

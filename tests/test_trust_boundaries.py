@@ -545,3 +545,12 @@ def test_cli_errors_are_one_line_with_exit_status_2(saved, tmp_path, capsys):
         assert exit_info.value.code == 2 and message in err[-1], (args, err)
         assert not any("Traceback" in line for line in err)
     assert not (tmp_path / "d").exists()
+
+
+def test_training_settings_take_numpy_and_tensor_scalars_and_refuse_strings():
+    config = TrainingConfig(steps=np.int64(5), batch_size=torch.tensor(2), learning_rate=np.float32(0.5), seed=np.int32(3))
+    assert (config.steps, config.batch_size, config.learning_rate, config.seed) == (5, 2, 0.5, 3)
+    assert all(type(v) in (int, float, str, type(None)) for v in vars(config).values())  # plain JSON in checkpoints
+    for field, value in [("steps", True), ("steps", "5"), ("learning_rate", "1e-3"), ("seed", -1), ("weight_decay", float("nan"))]:
+        with pytest.raises(ValueError, match=field):
+            TrainingConfig(**{field: value})
