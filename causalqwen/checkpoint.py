@@ -143,18 +143,19 @@ def _layer_count(keys: Iterable[str], prefix: str) -> int:
     return max(layers) + 1 if layers else 0
 
 
-def check_sizes_against_headers(config, files: list[str], prefix: str = "model.") -> None:
+def check_sizes_against_headers(config, shapes: dict, prefix: str = "model.") -> None:
     """Compare the sizes a config announces with the tensors its weight files hold, before allocating.
 
     Checks ``vocab_size`` and ``hidden_size`` against the embedding, ``intermediate_size`` against
     the first MLP and ``num_hidden_layers`` against the layers present. These are the fields that
     make a model large; everything else is compared tensor by tensor after a meta-device build
-    (`expected_state_shapes`). Raises ``ValueError`` naming the field, the file and both sizes.
+    (`expected_state_shapes`). ``shapes`` is `header_shapes` of the weight files. Raises ``ValueError``
+    naming the field, the file and both sizes.
     """
-    shapes = header_shapes(files)
+    first_file = next(iter(shapes.values()))[2] if shapes else "the checkpoint"
     embed = shapes.get(prefix + "embed_tokens.weight")
     if embed is None:
-        raise OSError(f"the checkpoint {files[0]!r} holds no {prefix}embed_tokens.weight")
+        raise OSError(f"the checkpoint {first_file!r} holds no {prefix}embed_tokens.weight")
     shape, _, file = embed
     if shape != (config.vocab_size, config.hidden_size):
         raise ValueError(
@@ -164,7 +165,7 @@ def check_sizes_against_headers(config, files: list[str], prefix: str = "model."
     layers = _layer_count(shapes, prefix)
     if config.num_hidden_layers != layers:
         raise ValueError(
-            f"config.json says num_hidden_layers={config.num_hidden_layers}, but {files[0]!r} holds {layers} layers"
+            f"config.json says num_hidden_layers={config.num_hidden_layers}, but {first_file!r} holds {layers} layers"
         )
     gate = shapes.get(prefix + "layers.0.mlp.gate_proj.weight")
     if gate is not None and tuple(gate[0]) != (config.intermediate_size, config.hidden_size):
@@ -201,36 +202,34 @@ def shape_problems(expected: dict[str, tuple[int, ...]], stored: dict, allowed_m
 # =============================================================================================
 
 
-def state_problems(files: list[str], model: nn.Module) -> list[str]:
-    """Problems of a loaded ``model`` against its weight ``files``: integer or boolean tensors stored for
-    floating-point parameters (their bits would be cast to nonsense values) and non-finite values."""
+def _dtype_problems(shapes: dict, model: nn.Module, name_file: bool = True) -> list[str]:
+    """Integer or boolean checkpoint tensors for floating-point parameters (their bits would be cast to
+    nonsense values). ``shapes`` is `header_shapes` of the weight files; ``name_file`` adds each file."""
     floating = {name for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point}
-    problems = [
-        f"{key} is stored as {dtype} in {file!r}, but the model's tensor is floating-point"
-        for key, (_, dtype, file) in header_shapes(files).items()
+    return [
+        f"{key} is stored as {dtype}{f' in {file!r}' if name_file else ''}, but the model's tensor is floating-point"
+        for key, (_, dtype, file) in shapes.items()
         if key in floating and not dtype.startswith(("F", "BF"))
     ]
-    problems.extend(
+
+
+def state_problems(shapes: dict, model: nn.Module) -> list[str]:
+    """Problems of a loaded ``model`` against its weight files' headers ``shapes``: wrong dtypes
+    (`_dtype_problems`) and non-finite values."""
+    return _dtype_problems(shapes, model) + [
         f"{name} holds NaN or ±inf values"
         for name, tensor in model.state_dict().items()
         if tensor.dtype.is_floating_point and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
-    )
-    return problems
+    ]
 
 
 def load_weights_strictly(model: nn.Module, file: str) -> None:
     """Load ``file`` into ``model`` in place, as strictly as ``from_pretrained``: every tensor present,
-    with its shape, a floating dtype where the model's is floating, finite. ``OSError`` naming ``file``."""
+    with its shape, a floating dtype where the model's is floating, finite -- all checked before the
+    model is touched. ``OSError`` naming ``file``."""
     stored = header_shapes([file])
     expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
-    problems = shape_problems(expected, stored)
-    if not problems:
-        floating = {name for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point}
-        problems = [
-            f"{key} is stored as {dtype}, but the model's tensor is floating-point"
-            for key, (_, dtype, _) in stored.items()
-            if key in floating and not dtype.startswith(("F", "BF"))
-        ]
+    problems = shape_problems(expected, stored) or _dtype_problems(stored, model, name_file=False)  # named below
     if not problems:
         state = load_file(file)
         problems = [f"{name} holds NaN or ±inf values" for name, tensor in state.items()
@@ -243,12 +242,6 @@ def load_weights_strictly(model: nn.Module, file: str) -> None:
 # =============================================================================================
 # Training state: safetensors + JSON
 # =============================================================================================
-
-
-def _json_default(value):
-    if isinstance(value, tuple):
-        return list(value)
-    raise TypeError(f"cannot store {type(value).__name__} in {TRAINING_JSON}")
 
 
 def save_training_state(directory: str, *, step: int, optimizer, scheduler, eval_generator, settings: dict) -> None:
@@ -277,14 +270,10 @@ def save_training_state(directory: str, *, step: int, optimizer, scheduler, eval
         "optimizer_param_groups": optimizer_state["param_groups"],
         "scheduler": scheduler.state_dict(),
         "rng_python": random.getstate(),
-        "rng_numpy": [np_state[0], *map(_plain, np_state[2:])],
+        "rng_numpy": [np_state[0], *np_state[2:]],  # name, position, has_gauss, cached_gaussian
     }
     with open(os.path.join(directory, TRAINING_JSON), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, default=_json_default, allow_nan=False)
-
-
-def _plain(value):
-    return value.item() if isinstance(value, np.generic) else value
+        json.dump(record, handle, allow_nan=False)
 
 
 def read_training_record(directory: str) -> dict:

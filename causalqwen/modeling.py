@@ -524,8 +524,8 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             config = kwargs.get("config")
             if not isinstance(config, CausalQwenConfig):
                 config = _load_config(cls.config_class, pretrained_model_name_or_path, kwargs.get("subfolder", ""))
-            check_sizes_against_headers(config, files)
-            problems = shape_problems(expected_state_shapes(cls, config), header_shapes(files))
+            check_sizes_against_headers(config, shapes := header_shapes(files))
+            problems = shape_problems(expected_state_shapes(cls, config), shapes)
             if problems:
                 raise OSError(_refusal(where, cls.__name__, problems))
         try:
@@ -547,7 +547,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                 for key, saved, expected in sorted(info["mismatched_keys"])
             )
         problems.extend(info["error_msgs"])
-        problems.extend(state_problems(files, model))
+        problems.extend(state_problems(header_shapes(files), model))
         if problems:
             raise OSError(_refusal(where, cls.__name__, problems))
         return (model, info) if want_info else model
@@ -573,9 +573,9 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                 raise ValueError(f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base")
             files = weight_files(base)
             if files:  # a local directory: sizes and tensors checked before the base is built
-                check_sizes_against_headers(base_config, files)
+                check_sizes_against_headers(base_config, shapes := header_shapes(files))
                 tied = ("lm_head.weight",) if base_config.tie_word_embeddings else ()
-                problems = shape_problems(expected_state_shapes(Qwen2ForCausalLM, base_config), header_shapes(files), tied)
+                problems = shape_problems(expected_state_shapes(Qwen2ForCausalLM, base_config), shapes, tied)
                 if problems:
                     raise OSError(_refusal(str(base), "Qwen2ForCausalLM", problems))
             if "num_token_id" not in config_overrides:
