@@ -1,12 +1,14 @@
 """causalqwen: a test-first mathematical reference implementation of CausalQwen.
 
-Modules follow the sections of the specification: ``cauchy`` (the Cauchy toolkit), ``tokenization``,
-``embedding``, ``abduction``, ``action``, ``losses``, ``modeling``, ``inference`` (the five modes)
-and ``generation``.
+One small module per concept: ``cauchy`` (the Cauchy toolkit and the OvR tail kernel), ``tokenization``,
+``embedding``, ``abduction``, ``action``, ``head`` (the decision head), ``losses`` (literal) and ``fused``
+(the tiled head + loss), ``modeling`` (`CausalQwenModel`, `CausalQwenForCausalLM`), ``inference`` (the five
+modes) and ``generation``; ``doors`` and ``checks`` hold the input checks, ``loading`` and ``checkpoint``
+what is read from disk.
 """
 
 from .generation import GenerationOutput, generate
-from .modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenOutput
+from .modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel, CausalQwenOutput
 from .tokenization import NumericTokenizer
 
 __version__ = "0.1.0"
@@ -14,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CausalQwenConfig",
     "CausalQwenForCausalLM",
+    "CausalQwenModel",
     "CausalQwenOutput",
     "GenerationOutput",
     "NumericTokenizer",

@@ -23,12 +23,22 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import initialization as init
 
-from . import cauchy
+__all__ = ["ActionNetwork", "ActionOutput", "scale_floor", "class_law"]
 
-__all__ = ["ActionNetwork", "ActionOutput"]
+
+def scale_floor(scale: Tensor, scale_eps: float) -> Tensor:
+    r"""$\max(\mathrm{scale}, \epsilon)$: every scale passes this floor before it divides (decision D10)."""
+    return scale.clamp_min(scale_eps)
+
+
+def class_law(loc: Tensor, scale: Tensor, weight: Tensor, bias: Tensor | None, abs_weight: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The linear Cauchy closure $(\mathrm{loc}\,W^\top + b,\ \mathrm{scale}\,|W|^\top)$ (`cauchy.linear`) on inputs
+    already checked, with $|W|$ given. Shapes: ``[..., C]`` in, ``[..., K]`` out."""
+    return F.linear(loc, weight, bias), F.linear(scale, abs_weight)
 
 
 class ActionOutput(NamedTuple):
@@ -78,18 +88,20 @@ class ActionNetwork(nn.Module):
 
     def _decide(self, loc: Tensor, scale: Tensor, abs_weight: Tensor | None, classes) -> ActionOutput:
         """`decide` on an input already checked."""
-        scale = scale.clamp_min(self.scale_eps)  # [..., C]
+        scale = scale_floor(scale, self.scale_eps)  # [..., C]
         weight, bias = self.classification_head.weight, self.classification_head.bias
         if classes is not None:
             weight, bias = weight[classes], bias[classes]  # [K, C], [K]
             abs_weight = abs_weight[classes] if abs_weight is not None else None
-        loc_S, scale_S = cauchy.linear(loc, scale, weight, bias, abs_weight=abs_weight)  # [..., V] (or [..., K])
-        loc_Y, scale_Y = cauchy.linear(loc, scale, self.regression_head.weight, self.regression_head.bias)  # [..., 1]
+        abs_weight = weight.abs() if abs_weight is None else abs_weight
+        loc_S, scale_S = class_law(loc, scale, weight, bias, abs_weight)  # [..., V] (or [..., K])
+        w_reg = self.regression_head.weight
+        loc_Y, scale_Y = class_law(loc, scale, w_reg, self.regression_head.bias, w_reg.abs())  # [..., 1]
         return ActionOutput(
             loc_S=loc_S,
-            scale_S=scale_S.clamp_min(self.scale_eps),
+            scale_S=scale_floor(scale_S, self.scale_eps),
             loc_Y=loc_Y.squeeze(-1),
-            scale_Y=scale_Y.squeeze(-1).clamp_min(self.scale_eps),
+            scale_Y=scale_floor(scale_Y.squeeze(-1), self.scale_eps),
         )
 
     def _check_decision_input(self, loc: Tensor, scale: Tensor, names: tuple[str, str] = ("loc", "scale")) -> None:
@@ -111,4 +123,8 @@ class ActionNetwork(nn.Module):
     def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
         r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|, classes=classes)``."""
         self._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))  # scale_U >= 0, so the sum is too
+        return self.standard(loc_U, scale_U, classes=classes)
+
+    def standard(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
+        """`forward` for a caller that has checked the law of $U$ (the model's own ``scale_U`` is >= ``scale_eps``)."""
         return self._decide(loc_U, scale_U + self.noise_scale, None, classes)  # [..., C] + [C]

@@ -55,6 +55,9 @@ __all__ = [
     "icdf",
     "rsample",
     "linear",
+    "TailTerms",
+    "tail_terms",
+    "tail_nll",
 ]
 
 LOG_PI = math.log(math.pi)
@@ -79,6 +82,12 @@ def _as_float_tensors(*values, names: tuple[str, ...]) -> list[Tensor]:
     return [torch.as_tensor(v, dtype=dtype, device=device) for v in values]
 
 
+def check_arguments(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
+    """The door of every function here: numbers or tensors of one floating dtype, shapes that broadcast,
+    ``scale > 0``. Returns the three broadcast tensors; raises ``TypeError``/``ValueError`` naming the argument."""
+    return _prepare(x, loc, scale, names)
+
+
 def check_scale(scale: Tensor, name: str = "scale") -> None:
     """Raise ``ValueError`` unless every element of ``scale`` is a number $> 0$ (NaN fails too)."""
     if not bool((scale > 0).all()):
@@ -88,8 +97,11 @@ def check_scale(scale: Tensor, name: str = "scale") -> None:
         )
 
 
-def _prepare(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
+def _prepare(x, loc, scale, names=("x", "loc", "scale"), checked: bool = True) -> list[Tensor]:
+    """Common dtype, broadcast shapes and (unless ``checked`` is False: a caller that has checked) ``scale > 0``."""
     x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
+    if not checked:
+        return list(torch.broadcast_tensors(x, loc, scale))
     try:
         torch.broadcast_shapes(x.shape, loc.shape, scale.shape)
     except RuntimeError:
@@ -261,69 +273,69 @@ class _StandardizedFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------
 
 
-def log_prob(x, loc, scale) -> Tensor:
+def log_prob(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""Log density $\log f(x) = -\log(\pi\gamma) - \log(1 + z^2)$, $z = (x - \mu)/\gamma$.
 
     Finite for every finite input: $\log(1+z^2)$ is evaluated as $\log(1+r^2) - 2\log r$ far from
     the location, so neither $z$ nor $z^2$ is ever formed.
     """
-    x, loc, scale = _prepare(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale, checked=checked)
     return -LOG_PI - torch.log(scale) - _StandardizedFunction.apply(x, loc, scale, "log1p_square")
 
 
-def nll(x, loc, scale) -> Tensor:
+def nll(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""Negative log-likelihood $\log(\pi\gamma) + \log\big(1 + ((x-\mu)/\gamma)^2\big) = -\log f(x)$."""
-    return -log_prob(x, loc, scale)
+    return -log_prob(x, loc, scale, checked=checked)
 
 
-def prob(x, loc, scale) -> Tensor:
+def prob(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$; far from the location $r^2/(\pi\gamma(1 + r^2))$ with $r = 1/|z|$."""
-    x, loc, scale = _prepare(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale, checked=checked)
     return _StandardizedFunction.apply(x, loc, scale, "prob")
 
 
-def sf(x, loc, scale) -> Tensor:
+def sf(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""Survival function $P(X > x) = \tfrac12 - \tfrac1\pi\arctan z$.
 
     In the upper tail it is evaluated as $\arctan(1/z)/\pi$, which keeps full relative precision.
     """
-    x, loc, scale = _prepare(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale, checked=checked)
     return _StandardizedFunction.apply(x, loc, scale, "sf")
 
 
-def cdf(x, loc, scale) -> Tensor:
+def cdf(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""Distribution function $P(X \le x) = \tfrac12 + \tfrac1\pi\arctan z$.
 
     By symmetry $F(x; \mu, \gamma) = \mathrm{sf}(\mu; x, \gamma)$, which is how it is computed.
     """
-    x, loc, scale = _prepare(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale, checked=checked)
     return _StandardizedFunction.apply(loc, x, scale, "sf")
 
 
-def log_sf(x, loc, scale) -> Tensor:
+def log_sf(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""$\log P(X > x)$, accurate to a few ulps for every finite input.
 
     Upper tail ($z > 1$): $\log\arctan(1/z) - \log\pi$; lower tail ($z < -1$):
     $\log\big(1 - \arctan(1/|z|)/\pi\big)$ via ``log1p``; in between the direct form.
     """
-    x, loc, scale = _prepare(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale, checked=checked)
     return _StandardizedFunction.apply(x, loc, scale, "log_sf")
 
 
-def log_cdf(x, loc, scale) -> Tensor:
+def log_cdf(x, loc, scale, *, checked: bool = True) -> Tensor:
     r"""$\log P(X \le x) = \log \mathrm{sf}(\mu; x, \gamma)$ (the mirror image of `log_sf`)."""
-    x, loc, scale = _prepare(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale, checked=checked)
     return _StandardizedFunction.apply(loc, x, scale, "log_sf")
 
 
-def icdf(p, loc, scale) -> Tensor:
+def icdf(p, loc, scale, *, checked: bool = True) -> Tensor:
     r"""Quantile function $F^{-1}(p) = \mu + \gamma \tan\big(\pi(p - \tfrac12)\big)$, $p \in [0, 1]$.
 
     Written as $-\gamma\cot(\pi p)$ for $p < \tfrac14$ and $\gamma\cot(\pi(1 - p))$ for $p > \tfrac34$, so
     that a small $p$ is not rounded away in $p - \tfrac12$. $F^{-1}(0) = -\infty$, $F^{-1}(1) = +\infty$.
     """
-    p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"))
-    if not bool(((p >= 0) & (p <= 1)).all()):
+    p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"), checked=checked)
+    if checked and not bool(((p >= 0) & (p <= 1)).all()):
         raise ValueError("p must lie in [0, 1] everywhere (it is a probability)")
     lower = -1.0 / torch.tan(math.pi * p)
     upper = 1.0 / torch.tan(math.pi * (1.0 - p))
@@ -369,3 +381,71 @@ def linear(loc, scale, weight: Tensor, bias: Tensor | None = None, *, abs_weight
     loc_out = F.linear(loc, weight, bias)  # [..., K]
     scale_out = F.linear(scale, abs_weight)  # [..., K]
     return loc_out, scale_out
+
+
+# --------------------------------------------------------------------------------------------
+# The tail kernel of the One-vs-Rest loss
+# --------------------------------------------------------------------------------------------
+
+
+class TailTerms(NamedTuple):
+    """`tail_terms` of a tile: the value $a$ and its two partial derivatives (each None unless asked for)."""
+
+    value: Tensor | None  # a(d, s) = -log P(X > d)
+    d_diff: Tensor | None  # da/dd
+    d_scale: Tensor | None  # da/ds
+
+
+def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool = False) -> TailTerms:
+    r"""$a(d, s) = -\log P(X > d)$ for $X \sim \mathrm{Cauchy}(0, s)$, elementwise, with its derivatives.
+
+    This is the one kernel both OvR paths use. With $d = \mathrm{loc}_{S_k} - C_k$ and $s = \mathrm{scale}_{S_k}$,
+    $P(X > d) = F(-d/s) = 1 - P_k$, so $-\log(1 - P_k) = a(d, s)$ and $-\log P_k = a(-d, s)$.
+
+    With $t = d/s$, everything is formed from $r = \min(|t|, 1/|t|) \in [0, 1]$ (as $s/|d|$ where $|d| > s$, so
+    nothing overflows) and the smaller tail mass $m = F(-|t|)$: $\arctan(r)/\pi$ beyond $|t| = 1$, else
+    $\tfrac12 - \arctan(r)/\pi$. Then $a = -\log m$ for $d > 0$ and $a = -\operatorname{log1p}(-m)$ otherwise, and
+
+    $$\frac{\partial a}{\partial d} = \frac{f(t)}{F(-t)\,s},\qquad
+    \frac{\partial a}{\partial s} = -\frac{t\,f(t)}{F(-t)\,s},$$
+
+    with $\pi f(t) = 1/(1 + r^2)$ for $|t| \le 1$, $r^2/(1 + r^2)$ beyond, and $\pi t f(t) = \mathrm{sign}(t)\,r/(1 + r^2)$
+    on both sides; the ratio $z = r / (\pi F(-t) (1 + r^2))$ stays bounded even where $F(-t)$ is tiny. In float32
+    the value is finite while $|t| < 2^{149}$ (where $r$ underflows to 0). ``scale`` must be $> 0$; no check is
+    made here (the callers clamp at ``scale_eps``).
+    """
+    size = diff.abs()
+    far = size > scale  # |t| > 1
+    r = torch.where(far, scale / size, size / scale)  # min(|t|, 1/|t|)
+    tail = torch.atan(r) / math.pi  # arctan(r) / pi, in [0, 1/4]
+    m = torch.where(far, tail, 0.5 - tail)  # F(-|t|), in (0, 1/2]
+    positive = diff > 0
+    a = d_diff = d_scale = None
+    if value:
+        a = -torch.where(positive, torch.log(m), torch.log1p(-m))
+    if grads:
+        den = math.pi * torch.where(positive, m, 1.0 - m) * (1.0 + r * r)  # pi F(-t) (1 + r^2)
+        z = r / den
+        d_diff = torch.where(far, r * z, 1.0 / den) / scale  # f(t) / (F(-t) s)
+        d_scale = -torch.where(positive, z, -z) / scale  # -t f(t) / (F(-t) s)
+    return TailTerms(a, d_diff, d_scale)
+
+
+class _TailNLL(torch.autograd.Function):
+    """`tail_terms` as an autograd function: backward applies its analytic derivatives (differentiable again)."""
+
+    @staticmethod
+    def forward(ctx, diff: Tensor, scale: Tensor) -> Tensor:
+        ctx.save_for_backward(diff, scale)
+        return tail_terms(diff, scale).value
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        diff, scale = ctx.saved_tensors
+        terms = tail_terms(diff, scale, value=False, grads=True)
+        return grad * terms.d_diff, grad * terms.d_scale
+
+
+def tail_nll(diff: Tensor, scale: Tensor) -> Tensor:
+    r"""$-\log P(X > d)$ for $X \sim \mathrm{Cauchy}(0, s)$ (`tail_terms`), differentiable in ``diff`` and ``scale``."""
+    return _TailNLL.apply(diff, scale)

@@ -27,7 +27,7 @@ import torch
 
 from .data import TEMPLATES, TextDataset, collate, synthetic_texts
 from .inference import MODES
-from .metrics import evaluate_batch, next_token_valid_mask, regression_metrics, with_log_prefixes
+from .metrics import evaluate_batch, regression_metrics, with_log_prefixes
 from .rundir import MARKER, RunDirectory
 from .training import TrainingConfig, train
 
@@ -54,9 +54,8 @@ def _per_template_mdae(model, tokenizer, seed: int) -> dict[str, float]:
         batch = collate(TextDataset([template(rng) for _ in range(100)], tokenizer, 64).items, tokenizer.pad_token_id)
         with torch.no_grad():
             out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"])
-        valid = next_token_valid_mask(batch["labels"], batch["attention_mask"])
-        num = valid & (batch["labels"][:, 1:] == model.config.num_token_id)
-        result[name] = regression_metrics(out.loc_Y[:, :-1], batch["numeric_values"][:, 1:], num)["reg_mdae"]
+        targets = model.action.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
+        result[name] = regression_metrics(out.loc_Y, targets.values, targets.is_num)["reg_mdae"]
     return result
 
 

@@ -32,18 +32,19 @@ from torch import Tensor
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
+from .checks import as_bool_mask
+from .doors import check_forward
+from .head import DecisionHead
 from .inference import (
     as_number,
     check_mode,
+    check_normalize,
+    check_noise,
     check_sampling_args,
-    decision_input,
+    check_uniform,
     draw_standard_cauchy,
     draw_uniform,
-    predict,
-    sample_token,
-    traditional_probabilities,
 )
-from .losses import as_bool_mask
 
 __all__ = ["generate", "GenerationOutput"]
 
@@ -121,6 +122,7 @@ def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: s
         raise TypeError(f"{name} must be a tensor of shape [B, C] or [C], got {type(value).__name__}")
     if value.shape not in ((causal_size,), (batch, causal_size)):
         raise ValueError(f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}")
+    value = check_uniform(value) if name == "uniform" else check_noise(value)
     return value.expand(batch, causal_size)
 
 
@@ -166,9 +168,7 @@ def generate(
         noise: fixes $\varepsilon_n$ of ``shared_noise``, ``[B, C]`` or ``[C]``, finite.
         output_decision_inputs: also return $U$ and $U'$ of every step.
     """
-    from .modeling import CausalQwenForCausalLM  # modeling imports this module lazily, so no cycle
-
-    if not isinstance(model, CausalQwenForCausalLM):
+    if not isinstance(getattr(model, "action", None), DecisionHead) or not hasattr(model, "model"):
         raise TypeError(
             f"model must be a CausalQwenForCausalLM (convert a Qwen2 model with CausalQwenForCausalLM.from_qwen), "
             f"got {type(model).__name__}"
@@ -178,8 +178,8 @@ def generate(
     max_new_tokens = as_number(max_new_tokens, integer=True)
     if max_new_tokens is None or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {requested!r}")
-    temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
-    if mode != "traditional" and (temperature != 1.0 or top_k != 0 or top_p != 1.0 or normalize != "softmax"):
+    sampling = (*check_sampling_args(temperature, top_k, top_p), check_normalize(normalize))
+    if mode != "traditional" and sampling != (1.0, 0, 1.0, "softmax"):
         raise ValueError(
             f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "
             "from a categorical distribution"
@@ -193,7 +193,7 @@ def generate(
             f"input_ids must hold at least one prompt of at least one token, got shape {tuple(input_ids.shape)}"
         )
     config = model.config
-    batch, prompt_length = input_ids.shape
+    batch = input_ids.shape[0]
     device = input_ids.device
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
@@ -214,73 +214,78 @@ def generate(
     _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
     fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, config.causal_size)
     fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, config.causal_size)
+    check_forward(config, input_ids, _prompt_values(input_ids, numeric_values, config), mask)  # the prompt, once
     if mode == "shared_individual" and fixed_uniform is None:
         fixed_uniform = draw_uniform((batch, config.causal_size), generator=generator, device=device)  # once per row
     if mode == "shared_noise" and fixed_noise is None:
         fixed_noise = draw_standard_cauchy((batch, config.causal_size), generator=generator, device=device)
-
-    sequences = input_ids  # [B, S]
-    if numeric_values is None:
-        if bool((input_ids == config.num_token_id).any()):
-            raise ValueError(
-                f"input_ids hold <NUM> (id {config.num_token_id}) but numeric_values is None: pass the values the "
-                "tokenizer returned (a <NUM> never stands for 0 by default)"
-            )
-        values = torch.zeros(input_ids.shape, device=device)  # [B, S]
-    elif isinstance(numeric_values, Tensor) and numeric_values.dtype.is_floating_point and torch.finfo(numeric_values.dtype).bits >= 32:
-        values = numeric_values  # float32 or float64: kept
-    elif isinstance(numeric_values, Tensor):
-        # integer, float16 or bfloat16 prompts: the generated values are float32 predictions and must not be
-        # cast into a type that truncates (11.58 -> 11), wraps (uint8) or overflows (-1e5 -> -inf) them
-        values = numeric_values.to(torch.float32)
-    else:
-        values = numeric_values  # abduce names the wrong type
-    eos = torch.tensor(eos_ids, dtype=input_ids.dtype, device=device)
-    unfinished = torch.ones(batch, dtype=torch.bool, device=device)  # [B]
-    cache = DynamicCache(config=config) if use_cache else None
-    step_ids, step_values = sequences, values
-    trace = []
+    draws = dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator, sampling=sampling)
+    values = _widened(numeric_values, input_ids)  # [B, S]
     with torch.no_grad():
-        abs_weight = model.action.classification_head.weight.abs()  # |W_cls| [V, C], formed once, not per step
-        for _ in range(max_new_tokens):
-            if use_cache:
-                individual = model.abduce(step_ids, step_values, attention_mask=mask, past_key_values=cache, use_cache=True)
-            else:
-                individual = model.abduce(sequences, values, attention_mask=mask, use_cache=False)
-            loc_U = individual.loc_U[:, -1]  # [B, C]
-            scale_U = individual.scale_U[:, -1]  # [B, C]
-
-            if mode == "traditional":
-                loc, scale = decision_input("standard", loc_U, scale_U, model.action.noise_scale)
-                decision = model.action.decide(loc, scale, abs_weight=abs_weight)  # [B, V] x2, [B] x2
-                probs = traditional_probabilities(
-                    decision.loc_S, temperature, top_k, top_p, decision.scale_S, model.ovr_threshold, normalize
-                )
-                token = sample_token(probs, generator)  # [B]
-                value = torch.where(token == config.num_token_id, decision.loc_Y, torch.zeros_like(decision.loc_Y))
-            else:
-                loc, scale = decision_input(
-                    mode, loc_U, scale_U, model.action.noise_scale, uniform=fixed_uniform, noise=fixed_noise, generator=generator
-                )
-                decision = model.action.decide(loc, scale, abs_weight=abs_weight)
-                token, value = predict(decision.loc_S, decision.scale_S, decision.loc_Y, model.ovr_threshold, config.num_token_id)
-            if output_decision_inputs:
-                trace.append((loc_U, scale_U, loc, scale))
-
-            token = torch.where(unfinished, token, torch.full_like(token, pad_token_id))  # [B]
-            value = torch.where(unfinished, value.float(), torch.zeros_like(value, dtype=torch.float32))  # [B], float32
-            value = value.to(values.dtype)  # float32 or float64, never narrower
-            sequences = torch.cat([sequences, token[:, None]], dim=1)  # [B, S + t]
-            values = torch.cat([values, value[:, None]], dim=1)
-            mask = torch.cat([mask, unfinished.long()[:, None]], dim=1)
-            unfinished = unfinished & ~torch.isin(token, eos)
-            step_ids, step_values = token[:, None], value[:, None]  # [B, 1]
-            if not bool(unfinished.any()):
-                break
-
+        sequences, values, mask, trace = _loop(model, input_ids, values, mask, mode, draws, max_new_tokens, eos_ids,
+                                               pad_token_id, use_cache, output_decision_inputs)
     traced = {}
     if output_decision_inputs and trace:
         names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
         traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
     return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
 
+
+def _prompt_values(input_ids: Tensor, numeric_values, config):
+    """The prompt's values as the door checks them (a <NUM> without values is refused there)."""
+    if numeric_values is None and bool((input_ids == config.num_token_id).any()):
+        raise ValueError(
+            f"input_ids hold <NUM> (id {config.num_token_id}) but numeric_values is None: pass the values the "
+            "tokenizer returned (a <NUM> never stands for 0 by default)"
+        )
+    return numeric_values
+
+
+def _widened(numeric_values, input_ids: Tensor) -> Tensor:
+    """The values column the generated values are appended to: float32 or float64, never narrower.
+
+    Integer, float16 or bfloat16 prompts are widened to float32: the generated values are float32
+    predictions and must not be cast into a type that truncates (11.58 -> 11), wraps (uint8) or
+    overflows (-1e5 -> -inf) them."""
+    if numeric_values is None:
+        return torch.zeros(input_ids.shape, device=input_ids.device)  # [B, S]
+    if numeric_values.dtype.is_floating_point and torch.finfo(numeric_values.dtype).bits >= 32:
+        return numeric_values
+    return numeric_values.to(torch.float32)
+
+
+def _loop(model, sequences, values, mask, mode, draws, max_new_tokens, eos_ids, pad_token_id, use_cache, trace_inputs):
+    """The generation loop on checked inputs: abduce, let the head choose, append, stop when every row has.
+
+    One host synchronisation per step (whether any row is still running)."""
+    config, head = model.config, model.action
+    eos = torch.tensor(eos_ids, dtype=sequences.dtype, device=sequences.device)
+    unfinished = torch.ones(sequences.shape[0], dtype=torch.bool, device=sequences.device)  # [B]
+    cache = DynamicCache(config=config) if use_cache else None
+    abs_weight = head.classification_head.weight.abs()  # |W_cls| [V, C], formed once, not per step
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, S] real tokens only (left padding)
+    # What Qwen2 sees: the prompts' padding, then every step as real. A finished row goes on attending to its own
+    # pad tokens, but its outputs are discarded; without prompt padding Qwen2 gets no mask (and checks none).
+    seen = mask if not bool(mask.all()) else None
+    step_ids, step_values, step_positions, trace = sequences, values, positions, []
+    for _ in range(max_new_tokens):
+        if not use_cache:
+            step_ids, step_values, step_positions = sequences, values, positions
+        law = model.model.law_of_U(step_ids, step_values, seen, step_positions, cache, use_cache)
+        loc_U, scale_U = law.loc_U[:, -1], law.scale_U[:, -1]  # [B, C] each
+        choice = head.choose(mode, loc_U, scale_U, abs_weight=abs_weight, **draws)
+        if trace_inputs:
+            trace.append((loc_U, scale_U, choice.loc, choice.scale))
+        token = torch.where(unfinished, choice.token, torch.full_like(choice.token, pad_token_id))  # [B]
+        value = torch.where(unfinished, choice.value.float(), 0.0).to(values.dtype)  # [B], float32 or wider
+        sequences = torch.cat([sequences, token[:, None]], dim=1)  # [B, S + t]
+        values = torch.cat([values, value[:, None]], dim=1)
+        next_position = positions[:, -1:] + 1  # [B, 1]
+        positions = torch.cat([positions, next_position], dim=1)
+        mask = torch.cat([mask, unfinished.long()[:, None]], dim=1)
+        seen = torch.cat([seen, torch.ones_like(seen[:, :1])], dim=1) if seen is not None else None
+        unfinished = unfinished & ~torch.isin(token, eos)
+        step_ids, step_values, step_positions = token[:, None], value[:, None], next_position  # [B, 1]
+        if not bool(unfinished.any()):  # the one synchronisation per step
+            break
+    return sequences, values, mask, trace

@@ -32,13 +32,17 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .losses import ovr_log_probability
+from .checks import check_threshold
+from .losses import ovr_tail_nll
 
 __all__ = [
     "MODES",
     "DECISION_MODES",
     "check_mode",
     "check_sampling_args",
+    "check_normalize",
+    "check_uniform",
+    "check_noise",
     "as_number",
     "draw_uniform",
     "draw_standard_cauchy",
@@ -75,18 +79,18 @@ def draw_uniform(shape, *, generator: torch.Generator | None = None, device=None
 
 def draw_standard_cauchy(shape, *, generator: torch.Generator | None = None, device=None) -> Tensor:
     r"""$\varepsilon_n = F^{-1}(\varepsilon) = \tan(\pi(\varepsilon - \tfrac12))$, $\varepsilon$ from `draw_uniform`; float64."""
-    return cauchy.icdf(draw_uniform(shape, generator=generator, device=device), 0.0, 1.0)
+    return cauchy.icdf(draw_uniform(shape, generator=generator, device=device), 0.0, 1.0, checked=False)
 
 
-def _check_uniform(uniform: Tensor) -> Tensor:
+def check_uniform(uniform: Tensor) -> Tensor:
     if not isinstance(uniform, Tensor) or not uniform.dtype.is_floating_point:
         raise TypeError(f"uniform must be a floating-point tensor, got {type(uniform).__name__}")
     if not bool(((uniform > 0) & (uniform < 1)).all()):
         raise ValueError("uniform must lie strictly inside (0, 1): it is the epsilon of the inverse-CDF sampling")
-    return uniform.to(torch.float64).clamp(UNIFORM_EPS, 1.0 - UNIFORM_EPS)  # D10
+    return uniform
 
 
-def _check_noise(noise: Tensor) -> Tensor:
+def check_noise(noise: Tensor) -> Tensor:
     if not isinstance(noise, Tensor) or not noise.dtype.is_floating_point:
         raise TypeError(f"noise must be a floating-point tensor, got {type(noise).__name__}")
     if not bool(torch.isfinite(noise).all()):
@@ -116,6 +120,7 @@ def decision_input(
     uniform: Tensor | None = None,
     noise: Tensor | None = None,
     generator: torch.Generator | None = None,
+    checked: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Location and scale of the decision input $U'$ for ``mode`` (the table above, decision D11).
 
@@ -130,27 +135,30 @@ def decision_input(
         uniform: $\varepsilon$, values in $(0, 1)$ broadcastable to ``[..., C]``; drawn from ``generator`` if omitted.
         noise: $\varepsilon_n$, standard-Cauchy values broadcastable to ``[..., C]``; drawn if omitted.
         generator: the source of the draws when ``uniform`` / ``noise`` are omitted.
+        checked: False for a caller that has checked the arguments at its own door (`DecisionHead.choose`).
 
     Returns ``(loc, scale)``, both ``[..., C]`` in the dtype of ``loc_U``. The sampled modes form
     $\tan(\cdot)$ in float64. A zero $|b_{\mathrm{noise}}|$ is allowed: the action network clamps the
     resulting decision scales at ``scale_eps``.
     """
-    check_mode(mode, DECISION_MODES)
-    _check_law_of_U(loc_U, scale_U, noise_scale)
+    if checked:
+        check_mode(mode, DECISION_MODES)
+        _check_law_of_U(loc_U, scale_U, noise_scale)
+        uniform = check_uniform(uniform) if uniform is not None else None
+        noise = check_noise(noise) if noise is not None else None
     if mode == "standard":
         return loc_U, scale_U + noise_scale  # [..., C]
     if mode in ("causal", "shared_individual"):
         if uniform is None:
             uniform = draw_uniform(loc_U.shape, generator=generator, device=loc_U.device)  # on the grid, in range
-        else:
-            uniform = _check_uniform(uniform)
-        standard = cauchy.icdf(uniform, 0.0, 1.0)  # tan(pi (eps - 1/2)), float64
+        uniform = uniform.to(torch.float64).clamp(UNIFORM_EPS, 1.0 - UNIFORM_EPS)  # D10
+        standard = cauchy.icdf(uniform, 0.0, 1.0, checked=False)  # tan(pi (eps - 1/2)), float64
         u = (loc_U.double() + scale_U.double() * standard).to(loc_U.dtype)  # [..., C], the sampled individual
         return u, noise_scale.expand_as(u)
     # shared_noise
     if noise is None:
         noise = draw_standard_cauchy(loc_U.shape, generator=generator, device=loc_U.device)
-    shifted = (loc_U.double() + noise_scale.double() * _check_noise(noise).double()).to(loc_U.dtype)  # [..., C]
+    shifted = (loc_U.double() + noise_scale.double() * noise.double()).to(loc_U.dtype)  # [..., C]
     return shifted, scale_U
 
 
@@ -166,8 +174,10 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
         raise ValueError(f"num_token_id must be a class index in [0, {num_classes}), got {num_token_id!r}")
     if tuple(loc_Y.shape) != tuple(loc_S.shape[:-1]):
         raise ValueError(f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim {tuple(loc_S.shape[:-1])}")
-    log_p = cauchy.log_sf(threshold, loc_S, scale_S)  # [..., V]
-    token_ids = log_p.argmax(dim=-1)  # [...]
+    check_threshold(threshold, num_classes)
+    cauchy.check_scale(scale_S)
+    neg_log_p, _ = ovr_tail_nll(loc_S, scale_S, threshold, off=False)  # -log P_k [..., V]
+    token_ids = neg_log_p.argmin(dim=-1)  # argmax_k log P_k [...]
     values = torch.where(token_ids == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]
     return token_ids, values
 
@@ -199,6 +209,13 @@ def check_sampling_args(temperature, top_k, top_p) -> tuple[float, int, float]:
     return temperature_, top_k_, top_p_
 
 
+def check_normalize(normalize) -> str:
+    """``normalize`` if it is ``"softmax"`` or ``"ovr"``; otherwise a ``ValueError``."""
+    if normalize not in ("softmax", "ovr"):
+        raise ValueError(f'normalize must be "softmax" or "ovr", got {normalize!r}')
+    return normalize
+
+
 def traditional_probabilities(
     loc_S: Tensor,
     temperature: float = 1.0,
@@ -207,6 +224,7 @@ def traditional_probabilities(
     scale_S: Tensor | None = None,
     threshold=None,
     normalize: str = "softmax",
+    checked: bool = True,
 ) -> Tensor:
     r"""A categorical distribution over the $V$ classes for top-k / top-p sampling (inference §3).
 
@@ -220,15 +238,18 @@ def traditional_probabilities(
     least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
     summing to 1.
     """
-    temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
+    if checked:
+        temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
+        check_normalize(normalize)
+        if normalize == "ovr":
+            if scale_S is None or threshold is None:
+                raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
+            check_threshold(threshold, loc_S.shape[-1])
+            cauchy.check_scale(scale_S)
     if normalize == "softmax":
         scores = loc_S  # [..., V]
-    elif normalize == "ovr":
-        if scale_S is None or threshold is None:
-            raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
-        scores, _ = ovr_log_probability(loc_S, scale_S, threshold)  # log P_k
     else:
-        raise ValueError(f'normalize must be "softmax" or "ovr", got {normalize!r}')
+        scores = -ovr_tail_nll(loc_S, scale_S, threshold, off=False)[0]  # log P_k
     # Shifted by the row maximum before the division: the softmax is unchanged, and a tiny temperature
     # sends the other classes to -inf (weight 0) instead of the maximum to +inf (NaN).
     log_weights = (scores - scores.amax(dim=-1, keepdim=True)) / temperature  # [..., V], <= 0

@@ -24,11 +24,15 @@ sampling this should hold for each individual (the reviewed draft's comment).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from .inference import decision_input, predict
+from .head import DecisionHead
+from .inference import decision_input
+
 from .losses import ovr_probability
 
 __all__ = [
@@ -44,12 +48,11 @@ __all__ = [
 
 
 def next_token_valid_mask(labels: Tensor, attention_mask: Tensor | None, ignore_index: int = -100) -> Tensor:
-    """``[B, S-1]`` bool: position $i$ and its target $i+1$ are real, and ``labels[i+1]`` is scored."""
-    valid = labels[:, 1:] != ignore_index
-    if attention_mask is not None:
-        real = attention_mask.bool()
-        valid = valid & real[:, :-1] & real[:, 1:]
-    return valid
+    """``[B, S-1]`` bool: position $i$ and its target $i+1$ are real, and ``labels[i+1]`` is scored.
+
+    The rule itself is `DecisionHead.next_token_targets`; this is it for a caller without a model."""
+    head = SimpleNamespace(ignore_index=ignore_index, num_token_id=-1)  # no <NUM> needed for the mask
+    return DecisionHead.next_token_targets(head, labels, None, attention_mask).scored[:, :-1]
 
 
 def _rate(numerator: Tensor, denominator: Tensor) -> float:
@@ -112,8 +115,28 @@ def ovr_prob_sum_median(loc_S: Tensor, scale_S: Tensor, threshold, mask: Tensor)
     return _median(ovr_prob_sums(loc_S, scale_S, threshold, mask))
 
 
-# The largest [rows, S, V] decision tensor `evaluate_batch` forms at once (2^25 floats: 128 MiB in float32).
+# The largest [positions, V] decision tensor `evaluate_batch` forms at once (2^25 floats: 128 MiB in float32).
 EVAL_MAX_DECISION_ELEMENTS = 2**25
+
+
+@torch.no_grad()
+def position_statistics(head, loc_U: Tensor, scale_U: Tensor, generator: torch.Generator | None = None,
+                        max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS, causal_sums: bool = True) -> dict:
+    r"""Per-position quantities from the law of $U$ ``[N, C]``, a few positions at a time, so that no ``[n, V]``
+    decision tensor holds more than ``max_decision_elements`` values: the prediction, $\mathrm{loc}_Y$, and
+    $\sum_k P_k$ under standard inference and (with ``causal_sums``) under causal sampling. Each ``[N]``."""
+    rows = max(1, max_decision_elements // head.classification_head.weight.shape[0])
+    parts = {name: [] for name in ("predicted", "loc_Y", "sums", "sums_causal")}
+    for start in range(0, loc_U.shape[0], rows):
+        loc, scale = loc_U[start:start + rows], scale_U[start:start + rows]  # [n, C]
+        decision = head.standard(loc, scale)  # [n, V] x2, [n] x2
+        parts["predicted"].append(head.predict(decision)[0])
+        parts["loc_Y"].append(decision.loc_Y)
+        parts["sums"].append(head.probabilities(decision).sum(-1))
+        if causal_sums:
+            loc_c, scale_c = decision_input("causal", loc, scale, head.noise_scale, generator=generator, checked=False)
+            parts["sums_causal"].append(head.probabilities(head._decide(loc_c, scale_c, None, None)).sum(-1))
+    return {name: torch.cat(values) for name, values in parts.items() if values}
 
 
 @torch.no_grad()
@@ -127,45 +150,26 @@ def evaluate_batch(
     """Every ``eval/*`` and ``dist/*`` metric of D13 on one batch (``input_ids``, ``numeric_values``,
     ``attention_mask``, ``labels``), by standard inference; the causal OvR sum draws from ``generator``.
 
-    The rows go through the model a few at a time, so that no ``[rows, S, V]`` decision tensor holds more
-    than ``max_decision_elements`` values (at Qwen2.5's $V = 151936$ and $S = 128$ that is one row); the
-    per-position quantities are gathered and every metric is computed once over all rows, so the result
-    does not depend on the chunking (except through the causal draws, which follow the chunks).
+    The model runs once on the batch and forms the law of $U$ only; the decisions are formed for the
+    scored positions a few at a time (`position_statistics`), so no decision tensor holds more than
+    ``max_decision_elements`` values. The result does not depend on that chunking (except through the
+    causal draws, which follow the chunks).
     """
     if isinstance(max_decision_elements, bool) or not isinstance(max_decision_elements, int) or max_decision_elements < 1:
         raise ValueError(f"max_decision_elements must be an int >= 1, got {max_decision_elements!r}")
-    config = model.config
-    num_rows, length = batch["input_ids"].shape
-    rows_per_chunk = max(1, max_decision_elements // (length * config.vocab_size))
-    gathered = {name: [] for name in ("predicted", "targets", "predicted_values", "target_values", "loc_U", "scale_U",
-                                      "sums", "sums_causal")}
-    for start in range(0, num_rows, rows_per_chunk):
-        rows = {key: value[start : start + rows_per_chunk] for key, value in batch.items()}
-        out = model(rows["input_ids"], numeric_values=rows["numeric_values"], attention_mask=rows["attention_mask"])
-        valid = next_token_valid_mask(rows["labels"], rows["attention_mask"], config.ignore_index)  # [b, S-1]
-        loc_S, scale_S, loc_Y = out.loc_S[:, :-1], out.scale_S[:, :-1], out.loc_Y[:, :-1]  # [b, S-1, V] x2, [b, S-1]
-        predicted, _ = predict(loc_S, scale_S, loc_Y, model.ovr_threshold, config.num_token_id)
-        gathered["predicted"].append(predicted[valid])
-        gathered["targets"].append(rows["labels"][:, 1:][valid])
-        gathered["predicted_values"].append(loc_Y[valid])
-        gathered["target_values"].append(rows["numeric_values"][:, 1:][valid])
-        real = rows["attention_mask"].bool()  # [b, S]
-        gathered["loc_U"].append(out.loc_U[real])  # [n, C]
-        gathered["scale_U"].append(out.scale_U[real])
-        gathered["sums"].append(ovr_prob_sums(loc_S, scale_S, model.ovr_threshold, valid))
-        loc, scale = decision_input("causal", out.loc_U[:, :-1], out.scale_U[:, :-1], model.action.noise_scale, generator=generator)
-        causal = model.action.decide(loc, scale)
-        gathered["sums_causal"].append(ovr_prob_sums(causal.loc_S, causal.scale_S, model.ovr_threshold, valid))
-    flat = {name: torch.cat(parts) for name, parts in gathered.items()}  # every position, in batch order
-
-    targets = flat["targets"]  # [N]
-    everywhere = torch.ones_like(targets, dtype=torch.bool)
-    metrics = classification_metrics(flat["predicted"], targets, everywhere, config.num_token_id)
-    metrics |= regression_metrics(flat["predicted_values"], flat["target_values"], targets == config.num_token_id)
-    real = torch.ones(flat["loc_U"].shape[0], dtype=torch.bool)
-    metrics |= distribution_stats(flat["loc_U"], real, "U_loc") | distribution_stats(flat["scale_U"], real, "U_scale")
-    metrics["ovr_prob_sum_median"] = _median(flat["sums"])
-    metrics["ovr_prob_sum_median_causal"] = _median(flat["sums_causal"])
+    config, head = model.config, model.action
+    law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
+    scored = targets.scored  # [B, S]
+    stats = position_statistics(head, law.loc_U[scored], law.scale_U[scored], generator, max_decision_elements)
+    labels = targets.labels[scored]  # [N]
+    everywhere = torch.ones_like(labels, dtype=torch.bool)
+    metrics = classification_metrics(stats["predicted"], labels, everywhere, config.num_token_id)
+    metrics |= regression_metrics(stats["loc_Y"], targets.values[scored], labels == config.num_token_id)
+    real = batch["attention_mask"].bool()  # [B, S]
+    metrics |= distribution_stats(law.loc_U, real, "U_loc") | distribution_stats(law.scale_U, real, "U_scale")
+    metrics["ovr_prob_sum_median"] = _median(stats["sums"])
+    metrics["ovr_prob_sum_median_causal"] = _median(stats["sums_causal"])
     return metrics
 
 

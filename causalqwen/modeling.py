@@ -1,4 +1,4 @@
-r"""CausalQwen on the `transformers` Qwen2 stack (forward_pass §1–5, math_overview §4).
+r"""CausalQwen on the `transformers` Qwen2 stack: `CausalQwenModel` (the law of $U$) and `CausalQwenForCausalLM`.
 
 The forward pass, position by position:
 
@@ -18,7 +18,6 @@ differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import numbers
@@ -27,31 +26,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from huggingface_hub.dataclasses import strict
-from huggingface_hub.errors import StrictDataclassError
-from safetensors import SafetensorError
-from torch import Tensor, nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
-from transformers import initialization as init
+from torch import Tensor
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
-from .checkpoint import (
-    check_sizes_against_headers,
-    expected_state_shapes,
-    header_shapes,
-    shape_problems,
-    state_problems,
-    weight_files,
-)
+from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
-from .losses import at_least_float32, as_bool_mask, fused_total_loss, total_loss
+from .generation import generate
+from .head import LOSS_ALGORITHMS, DecisionHead
+from .loading import check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
 
-__all__ = ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenOutput"]
+__all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +101,8 @@ class CausalQwenConfig(Qwen2Config):
         detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
         scale_eps: lower clamp for every scale before it divides (1e-6).
         ignore_index: label value that is not scored (-100).
+        loss_algorithm: ``"fused"`` (the default: the tiled head + loss of `causalqwen.fused`, never forming
+            ``[B, S, V]``) or ``"literal"`` (the full decisions, differentiable twice). Equal in value and gradient.
     """
 
     model_type = "causal_qwen"
@@ -127,8 +119,11 @@ class CausalQwenConfig(Qwen2Config):
     detach_gate: bool = False
     scale_eps: float = 1e-6
     ignore_index: int = -100
+    loss_algorithm: str = "fused"
 
     def __post_init__(self, **kwargs):
+        if self.loss_algorithm not in LOSS_ALGORITHMS:
+            raise ValueError(f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}")
         for name, kind in _FIELD_KINDS.items():
             value = getattr(self, name)
             if value is None and name in ("num_token_id", "causal_size"):
@@ -159,6 +154,25 @@ class CausalQwenConfig(Qwen2Config):
 
 
 @dataclass
+class CausalQwenModelOutput(ModelOutput):
+    r"""Output of `CausalQwenModel.forward`: the law of the individual $U$ and the Qwen2 outputs.
+
+    Attributes:
+        loc_U: location of $U$, ``[B, S, C]``.
+        scale_U: scale of $U$, ``[B, S, C]``.
+        last_hidden_state: the features $z$, ``[B, S, H]``.
+        past_key_values: the Qwen2 KV cache, when ``use_cache``.
+    """
+
+    loc_U: torch.FloatTensor | None = None
+    scale_U: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    past_key_values: Cache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
 class CausalQwenOutput(ModelOutput):
     r"""Output of `CausalQwenForCausalLM.forward`.
 
@@ -166,6 +180,8 @@ class CausalQwenOutput(ModelOutput):
         loss: total loss $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ (when ``labels`` are given).
         cls_loss: $\bar L_{\mathrm{cls}}$, the mean OvR loss over scored positions.
         reg_loss: $L_{\mathrm{reg,eff}}$, the gated regression loss averaged over ``<NUM>`` targets.
+        n_cls: the number of scored positions (a 0-d tensor; the denominator of ``cls_loss``).
+        n_reg: the number of scored ``<NUM>`` targets (the denominator of ``reg_loss``).
         loc_U: location of the individual $U$, ``[B, S, C]``.
         scale_U: scale of $U$, ``[B, S, C]``.
         loc_S: locations of the class scores $S_k$, ``[B, S, V]`` (noise infused).
@@ -178,6 +194,8 @@ class CausalQwenOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     cls_loss: torch.FloatTensor | None = None
     reg_loss: torch.FloatTensor | None = None
+    n_cls: torch.LongTensor | None = None
+    n_reg: torch.LongTensor | None = None
     loc_U: torch.FloatTensor | None = None
     scale_U: torch.FloatTensor | None = None
     loc_S: torch.FloatTensor | None = None
@@ -189,200 +207,122 @@ class CausalQwenOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-# Keywords that forward/abduce hand on to Qwen2Model; everything else is refused by name.
-PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
 _ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids", "past_key_values", "use_cache")
 _FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions")
 
 
-class CausalQwenForCausalLM(Qwen2PreTrainedModel):
-    """CausalQwen: numerical embedding, the Qwen2 decoder stack, abduction, action, OvR + gated losses."""
+class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
+    """What both CausalQwen classes share: the config class, the initialization of the new modules
+    (decisions D4–D7, called by transformers for every module whose weights were not loaded), and
+    strict loading (`causalqwen.loading`)."""
 
     config: CausalQwenConfig
     config_class = CausalQwenConfig
+    base_model_prefix = "model"
+    is_base_model = False
+
+    def _init_weights(self, module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, (NumericalEmbedding, AbductionNetwork, ActionNetwork)):
+            module.reset_parameters()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, made strict: a checkpoint loads completely or raises ``OSError``
+        (`causalqwen.loading.strict_from_pretrained`). Every argument is passed on."""
+        load = super().from_pretrained
+        return strict_from_pretrained(cls, load, pretrained_model_name_or_path, model_args, kwargs)
+
+
+class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
+    r"""The Qwen2 stack with the numerical embedding in front and the abduction network on top:
+    $e = \mathrm{embed}(x) + \phi(v)$, $z = \mathrm{Qwen2}(e)$, $(\mathrm{loc}_U, \mathrm{scale}_U) = \mathrm{abduction}(z)$.
+
+    It *is* a `Qwen2Model` (``embed_tokens``, ``layers``, ``norm`` keep their names, so a Qwen2 state dict
+    and peft's module names apply unchanged) plus ``numerical_embedding`` and ``abduction``.
+    """
+
+    is_base_model = True
+
+    def __init__(self, config: CausalQwenConfig):
+        super().__init__(config)
+        self.numerical_embedding = NumericalEmbedding(config.hidden_size)
+        self.abduction = AbductionNetwork(config.hidden_size, config.causal_size, config.abduction_scale_init,
+                                          config.scale_eps)
+        self.post_init()
+
+    def forward(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.LongTensor | None = None,
+                past_key_values: Cache | None = None, use_cache: bool | None = None, **kwargs) -> CausalQwenModelOutput:
+        r"""The law of $U$ at every position, ``[B, S, C]`` twice. Inputs are checked here (one host
+        synchronisation, `causalqwen.doors`). With an ``attention_mask`` and no ``position_ids``, positions
+        count real tokens only, so that left padding does not shift them."""
+        check_keywords("forward", kwargs, _ABDUCE_ARGS)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        mask = check_forward(self.config, input_ids, numeric_values, attention_mask, past_length, position_ids)
+        if position_ids is None and mask is not None:
+            position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -input_ids.shape[1]:]  # [B, S]
+        return self.law_of_U(input_ids, numeric_values, mask, position_ids, past_key_values, use_cache, **kwargs)
+
+    def law_of_U(self, input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache,
+                 **kwargs) -> CausalQwenModelOutput:
+        """`forward` on inputs already checked (and positions already formed): no check, no synchronisation."""
+        inputs_embeds = self.embed_tokens(input_ids)  # [B, S, H]
+        if numeric_values is not None:
+            inputs_embeds = inputs_embeds + self.numerical_embedding(numeric_values)  # phi(0) = 0 elsewhere
+        features = Qwen2Model.forward(self, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                      position_ids=position_ids, past_key_values=past_key_values,
+                                      use_cache=use_cache, **kwargs)
+        loc_U, scale_U = self.abduction(features.last_hidden_state)  # [B, S, C] each
+        return CausalQwenModelOutput(loc_U=loc_U, scale_U=scale_U, last_hidden_state=features.last_hidden_state,
+                                     past_key_values=features.past_key_values, hidden_states=features.hidden_states,
+                                     attentions=features.attentions)
+
+
+class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
+    """CausalQwen: `CausalQwenModel` (the law of $U$) and the `DecisionHead` (decisions and loss).
+
+    Attributes: ``model`` (the `CausalQwenModel`, a `Qwen2Model`), ``action`` (the `DecisionHead`, an
+    `ActionNetwork`), and for reading convenience ``numerical_embedding``, ``abduction`` and
+    ``ovr_threshold``, which belong to those two.
+    """
+
     # The loss is a mean over this batch's scored positions and ignores Trainer's num_items_in_batch, so
     # Trainer must divide by the gradient-accumulation steps itself (and not pass that keyword).
     accepts_loss_kwargs = False
 
     def __init__(self, config: CausalQwenConfig):
         super().__init__(config)
-        self.model = Qwen2Model(config)
-        self.numerical_embedding = NumericalEmbedding(config.hidden_size)
-        self.abduction = AbductionNetwork(
-            config.hidden_size, config.causal_size, config.abduction_scale_init, config.scale_eps
-        )
-        self.action = ActionNetwork(config.causal_size, config.vocab_size, config.noise_init, config.scale_eps)
-        if config.ovr_threshold_per_class or config.learnable_threshold:
-            shape = (config.vocab_size,) if config.ovr_threshold_per_class else ()
-            threshold = torch.full(shape, config.ovr_threshold)
-            if config.learnable_threshold:
-                self.ovr_threshold = nn.Parameter(threshold)
-            else:
-                self.register_buffer("ovr_threshold", threshold, persistent=True)
-        else:
-            self.ovr_threshold = config.ovr_threshold  # a plain number
+        self.model = CausalQwenModel(config)
+        self.action = DecisionHead(config)
         self.post_init()
 
-    # ---- initialization (called by transformers for every module whose weights were not loaded) ----
+    @property
+    def numerical_embedding(self) -> NumericalEmbedding:
+        return self.model.numerical_embedding
 
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, (NumericalEmbedding, AbductionNetwork, ActionNetwork)):
-            module.reset_parameters()
-        elif isinstance(module, CausalQwenForCausalLM) and isinstance(module.ovr_threshold, Tensor):
-            init.constant_(module.ovr_threshold, module.config.ovr_threshold)
+    @property
+    def abduction(self) -> AbductionNetwork:
+        return self.model.abduction
 
-    def _check_extra_kwargs(self, method: str, kwargs: dict, own: tuple[str, ...]) -> None:
-        """Only transformers' output switches pass through to Qwen2Model; any other keyword is a ``TypeError``.
+    @property
+    def ovr_threshold(self):
+        """The OvR threshold $C_k$ (a number, or a ``[]`` / ``[V]`` tensor), owned by the head."""
+        return self.action.ovr_threshold
 
-        Qwen2Model silently drops keywords it does not know, so a misspelt ``numeric_value=`` or
-        ``attention_masks=`` would lose the numbers or the mask without a word.
-        """
-        unknown = sorted(set(kwargs) - set(PASSED_TO_QWEN2))
-        if not unknown:
-            return
-        if "inputs_embeds" in unknown:
-            raise TypeError(
-                f"{method}() does not take inputs_embeds: CausalQwen forms the embeddings itself, "
-                "embed(input_ids) + phi(numeric_values)"
-            )
-        known = own + PASSED_TO_QWEN2
-        hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1)) else repr(name)
-                 for name in unknown]
-        raise TypeError(f"{method}() got unexpected keyword argument(s) {', '.join(hints)}")
-
-    def get_input_embeddings(self) -> nn.Embedding:
+    def get_input_embeddings(self):
         return self.model.embed_tokens
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
+    def set_input_embeddings(self, value) -> None:
         self.model.embed_tokens = value
 
-    # ---- input checks ----
-
-    def _check_inputs(self, input_ids, numeric_values, attention_mask, past_length, position_ids=None):
-        if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-            raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
-        if input_ids.numel() == 0:
-            raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
-        vocab_size = self.config.vocab_size
-        if bool(((input_ids < 0) | (input_ids >= vocab_size)).any()):
-            raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")
-        if numeric_values is None:
-            if bool((input_ids == self.config.num_token_id).any()):
-                b, s = (input_ids == self.config.num_token_id).nonzero()[0].tolist()
-                raise ValueError(
-                    f"input_ids hold <NUM> (id {self.config.num_token_id}) at position [{b}, {s}] but numeric_values is "
-                    "None: pass the values the tokenizer returned (a <NUM> never stands for 0 by default)"
-                )
-        else:
-            self._check_like_input_ids("numeric_values", numeric_values, input_ids, values=True)
-            stray = (numeric_values != 0) & (input_ids != self.config.num_token_id)
-            if bool(stray.any()):
-                b, s = stray.nonzero()[0].tolist()
-                raise ValueError(
-                    f"numeric_values must be 0 wherever input_ids is not <NUM> (id {self.config.num_token_id}); "
-                    f"found {numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}"
-                )
-        if attention_mask is not None:
-            if not isinstance(attention_mask, Tensor):
-                raise TypeError(f"attention_mask must be a torch.Tensor of 0s and 1s, got {type(attention_mask).__name__}")
-            expected = (input_ids.shape[0], past_length + input_ids.shape[1])
-            if tuple(attention_mask.shape) != expected:
-                raise ValueError(
-                    f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} "
-                    f"([B, cached + new tokens])"
-                )
-            as_bool_mask(attention_mask, "attention_mask")
-        if attention_mask is not None:
-            longest = int(attention_mask.sum(-1).max())  # positions count real tokens only
-        else:
-            longest = past_length + input_ids.shape[1]
-        if longest > self.config.max_position_embeddings:
-            raise ValueError(
-                f"the sequence has {longest} positions, more than max_position_embeddings="
-                f"{self.config.max_position_embeddings}"
-            )
-        if position_ids is not None:
-            allowed = [tuple(input_ids.shape)] + ([(1, input_ids.shape[1])] if input_ids.shape[0] != 1 else [])
-            if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in allowed:
-                got = tuple(position_ids.shape) if isinstance(position_ids, Tensor) else type(position_ids).__name__
-                raise ValueError(
-                    f"position_ids must be a tensor of shape {' or '.join(map(str, allowed))} to match input_ids, got {got}"
-                )
-
-    @staticmethod
-    def _check_like_input_ids(name, tensor, input_ids, values=False):
-        r"""``tensor`` must be a tensor of input_ids' shape; with ``values``, real numbers that float32 holds.
-
-        The values enter $\phi$ in float32 (decision D3: a number beyond float32 is an error, never clamped), so
-        a float64 value beyond $\pm 3.4\cdot10^{38}$ is rejected here rather than turning into ±inf.
-        """
-        if not isinstance(tensor, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape [B, S] like input_ids, got {type(tensor).__name__}")
-        if tuple(tensor.shape) != tuple(input_ids.shape):
-            raise ValueError(f"{name} shape {tuple(tensor.shape)} must equal input_ids shape {tuple(input_ids.shape)}")
-        if not values:
-            return
-        if tensor.dtype == torch.bool or tensor.is_complex():
-            raise TypeError(f"{name} must hold real numbers (a float or integer tensor), got {tensor.dtype}")
-        if not bool(torch.isfinite(tensor).all()):
-            raise ValueError(f"{name} must be finite: found NaN or ±inf")
-        too_large = ~torch.isfinite(tensor.float())  # finite here, but beyond float32 once cast
-        if bool(too_large.any()):
-            b, s = too_large.nonzero()[0].tolist()
-            raise ValueError(
-                f"{name} must be representable in float32 (|v| <= {torch.finfo(torch.float32).max:.8g}); "
-                f"found {tensor[b, s].item()!r} at position [{b}, {s}]"
-            )
-
-    # ---- forward ----
-
-    def abduce(
-        self,
-        input_ids: torch.LongTensor,
-        numeric_values: torch.FloatTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        use_cache: bool | None = None,
-        **kwargs,
-    ) -> CausalQwenOutput:
-        r"""The first half of the forward pass: $e = \mathrm{embed}(x) + \phi(v)$, $z = \mathrm{Qwen2}(e)$,
-        $(\mathrm{loc}_U, \mathrm{scale}_U) = \mathrm{abduction}(z)$.
-
-        Returns a `CausalQwenOutput` with ``loc_U``, ``scale_U`` ``[B, S, C]`` and the Qwen2 outputs
-        (``past_key_values``, ``hidden_states``, ``attentions``); the decision fields are left empty.
-        The inference modes (`causalqwen.inference`) start from here.
-        With an ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that
-        left padding does not shift them.
-        """
-        self._check_extra_kwargs("abduce", kwargs, _ABDUCE_ARGS)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        self._check_inputs(input_ids, numeric_values, attention_mask, past_length, position_ids)
-        if numeric_values is None:
-            numeric_values = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-        if position_ids is None and attention_mask is not None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)[:, -input_ids.shape[1] :]  # [B, S]
-
-        inputs_embeds = self.model.embed_tokens(input_ids) + self.numerical_embedding(numeric_values)  # [B, S, H]
-        features = self.model(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        loc_U, scale_U = self.abduction(features.last_hidden_state)  # [B, S, C] each
-        return CausalQwenOutput(
-            loc_U=loc_U,
-            scale_U=scale_U,
-            past_key_values=features.past_key_values,
-            hidden_states=features.hidden_states,
-            attentions=features.attentions,
-        )
+    def abduce(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,
+               attention_mask: torch.Tensor | None = None, position_ids: torch.LongTensor | None = None,
+               past_key_values: Cache | None = None, use_cache: bool | None = None, **kwargs) -> CausalQwenModelOutput:
+        r"""The first half of the forward pass, `CausalQwenModel.forward`: the law of $U$ ``[B, S, C]`` and the
+        Qwen2 outputs. The inference modes (`causalqwen.inference`) start from here."""
+        check_keywords("abduce", kwargs, _ABDUCE_ARGS)
+        return self.model(input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
 
     def forward(
         self,
@@ -397,89 +337,44 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         return_decisions: bool | None = None,
         **kwargs,
     ) -> CausalQwenOutput:
-        r"""Run the whole model (`abduce`, then the standard action); with ``labels``, also the loss of D8–D9.
+        r"""Run the whole model (the law of $U$, then the standard action); with ``labels``, also the loss of D8–D9.
 
-        ``labels`` are aligned with ``input_ids`` (transformers convention) and shifted inside:
-        position $i$ is scored against ``labels[i+1]`` and ``numeric_labels[i+1]`` (default:
-        ``numeric_values``), and only where ``attention_mask[i]``, ``attention_mask[i+1]`` are both 1
-        and ``labels[i+1] != ignore_index``.
+        ``labels`` are aligned with ``input_ids`` (transformers convention) and shifted inside
+        (`DecisionHead.next_token_targets`): position $i$ is scored against ``labels[i+1]`` and
+        ``numeric_labels[i+1]`` (default: ``numeric_values``), and only where ``attention_mask[i]``,
+        ``attention_mask[i+1]`` are both 1 and ``labels[i+1] != ignore_index``. The loss algorithm is
+        ``config.loss_algorithm``.
 
         ``return_decisions`` (default: only when no ``labels`` are given) fills ``loc_S``/``scale_S``
-        ``[B, S, V]``. Without them the loss takes the fused path (`losses.fused_total_loss`), which
-        never forms a ``[B, S, V]`` tensor; with them it takes the literal path (`losses.total_loss`).
-        The two are equal; the fused one is what training should use.
+        ``[B, S, V]``; it changes what is returned, never how the loss is computed.
+        All inputs are checked here with one host synchronisation (`causalqwen.doors`).
         """
-        self._check_extra_kwargs("forward", kwargs, _FORWARD_ARGS)
-        if labels is not None:
-            self._check_like_input_ids("labels", labels, input_ids)
-        if numeric_labels is not None:
-            self._check_like_input_ids("numeric_labels", numeric_labels, input_ids, values=True)
+        check_keywords("forward", kwargs, _FORWARD_ARGS)
         if return_decisions is None:
             return_decisions = labels is None
         if not return_decisions and labels is None:
             raise ValueError("return_decisions=False without labels leaves nothing to compute; pass labels or drop it")
-        individual = self.abduce(
-            input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache, **kwargs
-        )
-        loc_U, scale_U = individual.loc_U, individual.scale_U  # [B, S, C] each
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        mask = check_forward(self.config, input_ids, numeric_values, attention_mask, past_length, position_ids,
+                             labels=labels, numeric_labels=numeric_labels, threshold=self.ovr_threshold)
+        if position_ids is None and mask is not None:
+            position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -input_ids.shape[1]:]  # [B, S]
+        law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids, past_key_values, use_cache, **kwargs)
+        loc_U, scale_U = law.loc_U, law.scale_U  # [B, S, C] each
 
-        loss = cls_loss = reg_loss = loc_S = scale_S = loc_Y = scale_Y = None
-        if return_decisions:
-            loc_S, scale_S, loc_Y, scale_Y = self.action(loc_U, scale_U)  # [B, S, V] x2, [B, S] x2
+        fields = dict(loc_U=loc_U, scale_U=scale_U)
+        decision = self.action.standard(loc_U, scale_U) if return_decisions else None  # [B, S, V] x2, [B, S] x2
+        if decision is not None:
+            fields |= decision._asdict()
         if labels is not None:
-            targets = numeric_labels if numeric_labels is not None else numeric_values
-            if targets is None:
-                if bool((labels[:, 1:] == self.config.num_token_id).any()):
-                    raise ValueError(
-                        "labels hold <NUM> targets but neither numeric_labels nor numeric_values is given: the "
-                        "regression would be trained toward 0; pass the values beside the labels"
-                    )
-                targets = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
-            mask = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else torch.ones_like(labels)
-            # position i is scored against token i+1; the last position has no target
-            pair_mask = F.pad(mask[:, :-1].bool() & mask[:, 1:].bool(), (0, 1), value=False)  # [B, S]
-            next_labels = F.pad(labels[:, 1:], (0, 1), value=self.config.ignore_index)  # [B, S]
-            next_targets = F.pad(at_least_float32(targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
-            settings = dict(
-                num_token_id=self.config.num_token_id,
-                threshold=self.ovr_threshold,
-                attention_mask=pair_mask,
-                ignore_index=self.config.ignore_index,
-                regression_weight=self.config.regression_weight,
-                gate_alpha=self.config.gate_alpha,
-                detach_gate=self.config.detach_gate,
-            )
-            if return_decisions:
-                parts = total_loss(
-                    at_least_float32(loc_S),
-                    at_least_float32(scale_S),
-                    at_least_float32(loc_Y),
-                    at_least_float32(scale_Y),
-                    next_labels,
-                    next_targets,
-                    **settings,
-                )
-            else:
-                parts, num_decision = fused_total_loss(
-                    at_least_float32(loc_U), at_least_float32(scale_U), self.action, next_labels, next_targets, **settings
-                )
-                loc_Y, scale_Y = num_decision.loc_Y, num_decision.scale_Y  # [B, S] each
-            loss, cls_loss, reg_loss = parts.total, parts.cls_loss_mean, parts.reg_loss_effective
-
-        return CausalQwenOutput(
-            loss=loss,
-            cls_loss=cls_loss,
-            reg_loss=reg_loss,
-            loc_U=loc_U,
-            scale_U=scale_U,
-            loc_S=loc_S,
-            scale_S=scale_S,
-            loc_Y=loc_Y,
-            scale_Y=scale_Y,
-            past_key_values=individual.past_key_values,
-            hidden_states=individual.hidden_states,
-            attentions=individual.attentions,
-        )
+            window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
+            targets = self.action.next_token_targets(
+                labels, numeric_labels if numeric_labels is not None else numeric_values, window)
+            parts, fields["loc_Y"], fields["scale_Y"] = self.action.loss(loc_U, scale_U, targets, decision)
+            fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
+                           n_cls=parts.n_cls, n_reg=parts.n_reg)
+        return CausalQwenOutput(**fields, past_key_values=law.past_key_values, hidden_states=law.hidden_states,
+                                attentions=law.attentions)
 
     def generate(self, input_ids: torch.LongTensor, **kwargs):
         """`causalqwen.generation.generate` with this model; see there for the arguments.
@@ -487,70 +382,7 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
         This is not transformers' ``GenerationMixin.generate``: each step emits a (token, value) pair,
         and the value must re-enter the next step's embedding.
         """
-        from .generation import generate  # a late import: generation imports this module inside generate()
-
         return generate(self, input_ids, **kwargs)
-
-    # ---- loading a saved CausalQwen: all of it, or an error ----
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs) -> "CausalQwenForCausalLM":
-        """`PreTrainedModel.from_pretrained`, made strict: a checkpoint loads completely or raises ``OSError``.
-
-        transformers only *warns* when a checkpoint lacks some of the model's tensors and initialises
-        them at random, which hands back a half-loaded model. Here, for a local directory, before any
-        model is built (`causalqwen.checkpoint`):
-
-        - the weights must be safetensors (``model.safetensors``, or shards named by its index that
-          stay inside the directory); a pickled ``pytorch_model.bin`` is never loaded;
-        - every safetensors file must be readable (not truncated, header intact);
-        - ``config.json`` is validated field by field (types and ranges) and its sizes are compared
-          with the tensors' headers, so that no oversized model is allocated;
-        - every tensor of the model must be in the checkpoint with its shape, and no other tensor may
-          be (unless ``ignore_mismatched_sizes=True`` is passed, transformers' explicit request to
-          re-initialise mismatched ones).
-
-        After loading, an integer or boolean checkpoint tensor for a floating-point parameter and a
-        parameter holding NaN or ±inf are refused as well. Every other argument is passed on;
-        ``output_loading_info=True`` still returns ``(model, info)``.
-        """
-        want_info = kwargs.pop("output_loading_info", False)
-        allow_mismatch = kwargs.pop("ignore_mismatched_sizes", False)
-        if kwargs.pop("use_safetensors", True) is False:
-            raise ValueError("use_safetensors=False would unpickle pytorch_model.bin; causalqwen loads safetensors only")
-        where = str(pretrained_model_name_or_path)
-        files = weight_files(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
-        if files and not allow_mismatch:
-            config = kwargs.get("config")
-            if not isinstance(config, CausalQwenConfig):
-                config = _load_config(cls.config_class, pretrained_model_name_or_path, kwargs.get("subfolder", ""))
-            check_sizes_against_headers(config, shapes := header_shapes(files))
-            problems = shape_problems(expected_state_shapes(cls, config), shapes)
-            if problems:
-                raise OSError(_refusal(where, cls.__name__, problems))
-        try:
-            # mismatches are reported in the loading info (and raised below) rather than as transformers' generic error
-            model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
-                use_safetensors=True, **kwargs
-            )
-        except SafetensorError as error:  # a remote or cached file: the local files were checked above
-            raise OSError(f"the safetensors checkpoint {where!r} cannot be read: {error} (truncated or corrupt file)") from error
-        problems = []
-        if info["missing_keys"]:
-            problems.append(f"missing from the checkpoint: {', '.join(sorted(info['missing_keys']))}")
-        if info["unexpected_keys"]:
-            problems.append(f"in the checkpoint but not in the model: {', '.join(sorted(info['unexpected_keys']))}")
-        if info["mismatched_keys"] and not allow_mismatch:
-            problems.extend(
-                f"{key} has shape {tuple(saved)} in the checkpoint but {tuple(expected)} in the model"
-                for key, saved, expected in sorted(info["mismatched_keys"])
-            )
-        problems.extend(info["error_msgs"])
-        problems.extend(state_problems(header_shapes(files), model))
-        if problems:
-            raise OSError(_refusal(where, cls.__name__, problems))
-        return (model, info) if want_info else model
 
     # ---- construction from a Qwen2 base ----
 
@@ -571,15 +403,9 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
             base_config = AutoConfig.from_pretrained(base)
             if base_config.model_type != "qwen2":
                 raise ValueError(f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base")
-            files = weight_files(base)
-            if files:  # a local directory: sizes and tensors checked before the base is built
-                check_sizes_against_headers(base_config, shapes := header_shapes(files))
-                tied = ("lm_head.weight",) if base_config.tie_word_embeddings else ()
-                problems = shape_problems(expected_state_shapes(Qwen2ForCausalLM, base_config), shapes, tied)
-                if problems:
-                    raise OSError(_refusal(str(base), "Qwen2ForCausalLM", problems))
+            check_qwen_base(base, base_config)
             if "num_token_id" not in config_overrides:
-                config_overrides["num_token_id"] = _num_token_id_from_tokenizer(base)
+                config_overrides["num_token_id"] = num_token_id_from_tokenizer(base)
             base = Qwen2ForCausalLM.from_pretrained(base, use_safetensors=True)
         if not isinstance(base, Qwen2ForCausalLM):
             raise TypeError(
@@ -590,54 +416,41 @@ class CausalQwenForCausalLM(Qwen2PreTrainedModel):
                 "from_qwen(instance) needs num_token_id: pass num_token_id=NumericTokenizer(tokenizer).num_token_id "
                 "(= len(tokenizer) before <NUM> is added)"
             )
-
-        base_vocab = base.config.vocab_size
-        settings = {
-            k: v
-            for k, v in base.config.to_dict().items()
-            if k not in ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
-        }
-        settings.update(config_overrides)
-        settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
-        grow = settings["num_token_id"] == base_vocab
-        if grow:
-            settings["vocab_size"] = base_vocab + 1
-            logger.warning(
-                "num_token_id=%d equals the base vocab_size: growing the embedding and the head by one row for <NUM>",
-                base_vocab,
-            )
-        config = CausalQwenConfig.from_dict(settings)
-
+        config = _config_from_base(base.config, config_overrides)
         model = cls(config).to(base.dtype)
-        with torch.no_grad():
-            backbone = base.model.state_dict()
-            if grow:
-                new_row = model.model.embed_tokens.weight[base_vocab:]  # initialised like the other rows
-                backbone["embed_tokens.weight"] = torch.cat([backbone["embed_tokens.weight"], new_row], dim=0)
-            model.model.load_state_dict(backbone)
-            model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)
+        _copy_base_weights(base, model)
         return model
 
 
-def _load_config(config_class, path, subfolder: str = ""):
-    """The config of a local checkpoint, validated; a bad field is a ``ValueError`` naming ``config.json``."""
-    file = os.path.join(path, subfolder or "", "config.json")
-    try:
-        return config_class.from_pretrained(path, subfolder=subfolder or "")
-    except (ValueError, TypeError, StrictDataclassError) as error:
-        raise ValueError(f"{file}: {' '.join(str(error).split())}") from error
+def _config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
+    """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size (D2)."""
+    settings = {k: v for k, v in base_config.to_dict().items()
+                if k not in ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")}
+    settings.update(overrides)
+    settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
+    if settings["num_token_id"] == base_config.vocab_size:
+        settings["vocab_size"] = base_config.vocab_size + 1
+        logger.warning("num_token_id=%d equals the base vocab_size: growing the embedding and the head by one row "
+                       "for <NUM>", base_config.vocab_size)
+    return CausalQwenConfig.from_dict(settings)
 
 
-def _refusal(where: str, name: str, problems: list[str]) -> str:
-    return (f"the checkpoint {where!r} does not hold a complete, valid {name}; refusing to return a partly loaded "
-            "model: " + "; ".join(problems))
-
-
-def _num_token_id_from_tokenizer(path) -> int:
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    vocab = tokenizer.get_vocab()
-    return vocab["<NUM>"] if "<NUM>" in vocab else len(tokenizer)
+@torch.no_grad()
+def _copy_base_weights(base: Qwen2ForCausalLM, model: CausalQwenForCausalLM) -> None:
+    """The Qwen2 stack into ``model.model`` and lm_head into $W_{\\mathrm{cls}}$ (decision D4–D7's initialization)."""
+    base_vocab = base.config.vocab_size
+    backbone = base.model.state_dict()
+    if model.config.vocab_size > base_vocab:
+        new_row = model.model.embed_tokens.weight[base_vocab:]  # initialised like the other rows
+        backbone["embed_tokens.weight"] = torch.cat([backbone["embed_tokens.weight"], new_row], dim=0)
+    missing, unexpected = model.model.load_state_dict(backbone, strict=False)
+    own = tuple(name for name, _ in model.model.named_parameters() if name.startswith(("numerical_embedding.", "abduction.")))
+    if unexpected or set(missing) - set(own):
+        raise ValueError(f"the base's Qwen2 stack does not fit: missing {sorted(set(missing) - set(own))}, "
+                         f"unexpected {sorted(unexpected)}")
+    model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)
 
 
 AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)
-AutoModel.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)
+AutoModel.register(CausalQwenConfig, CausalQwenModel, exist_ok=True)
+AutoModelForCausalLM.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)

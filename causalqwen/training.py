@@ -54,8 +54,8 @@ from .checkpoint import (
     save_training_state,
 )
 from .data import TextDataset, collate
-from .metrics import classification_metrics, evaluate_batch, next_token_valid_mask, with_log_prefixes
-from .inference import as_number, predict
+from .inference import as_number
+from .metrics import evaluate_batch, position_statistics, with_log_prefixes
 from .rundir import RunDirectory
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "fingerprint",
     "run_settings",
     "TrainingDiverged",
+    "training_metrics",
 ]
 
 logger = logging.getLogger(__name__)
@@ -122,14 +123,15 @@ def set_trainable(model, preset: str) -> list[str]:
     """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    prefixes = {
-        "all": ("",),
-        "causal": ("numerical_embedding.", "abduction.", "action.", "ovr_threshold"),
-        "abduction": ("abduction.",),
+    modules = {
+        "all": [model],
+        "causal": [model.model.numerical_embedding, model.model.abduction, model.action],  # the head owns C_k
+        "abduction": [model.model.abduction],
     }[preset]
+    chosen = {id(parameter) for module in modules for parameter in module.parameters()}
     names = []
     for name, parameter in model.named_parameters():
-        parameter.requires_grad_(name.startswith(prefixes))
+        parameter.requires_grad_(id(parameter) in chosen)
         if parameter.requires_grad:
             names.append(name)
     return names
@@ -160,7 +162,7 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def globally_normalized_loss(out, batch: dict, config) -> torch.Tensor:
+def globally_normalized_loss(out, config) -> torch.Tensor:
     r"""This process's share of the loss of the *global* batch, for DDP (which averages gradients).
 
     The model's loss is a mean over this process's $n^{(r)}_{\mathrm{cls}}$ scored positions and
@@ -173,8 +175,7 @@ def globally_normalized_loss(out, batch: dict, config) -> torch.Tensor:
     so that the DDP average $\frac1W\sum_r \nabla L^{(r)}$ is the gradient of one process holding the
     whole batch, whatever the padding and the number of numbers in each shard.
     """
-    valid = next_token_valid_mask(batch["labels"], batch["attention_mask"], config.ignore_index)
-    counts = torch.stack([valid.sum(), (valid & (batch["labels"][:, 1:] == config.num_token_id)).sum()]).double()
+    counts = torch.stack([out.n_cls, out.n_reg]).double()
     totals = counts.clone()
     dist.all_reduce(totals)  # [N_cls, N_reg]
     shares = (counts / totals.clamp_min(1)).to(out.cls_loss.dtype)
@@ -223,6 +224,22 @@ def settings_differences(saved: dict, current: dict) -> list[str]:
         if saved.get(key) != current[key]:
             differences.append(f"{what} differ (sha256 {str(saved.get(key))[:12]} in the checkpoint, {str(current[key])[:12]} now)")
     return differences
+
+
+@torch.no_grad()
+def training_metrics(model, out, batch: dict) -> dict[str, float]:
+    """The ``train/*`` losses and accuracy of a step, from its forward output: the decisions are formed a few
+    positions at a time (`metrics.position_statistics`), never as the ``[B, S, V]`` tensors the fused loss avoids."""
+    targets = model.action.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
+    scored = targets.scored  # [B, S]
+    stats = position_statistics(model.action, out.loc_U[scored].detach(), out.scale_U[scored].detach(), causal_sums=False)
+    correct, total = (stats["predicted"] == targets.labels[scored]).sum(), scored.sum()
+    return {
+        "train/total_loss": out.loss.item(),
+        "train/cls_loss_mean": out.cls_loss.item(),
+        "train/reg_loss_effective": out.reg_loss.item(),
+        "train/accuracy": float(correct) / float(total) if int(total) > 0 else 0.0,
+    }
 
 
 def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings) -> str:
@@ -454,7 +471,7 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
                     f"training diverged before step {step + 1}: the forward pass failed ({error}) after the parameters "
                     f"grew to max |p| = {largest:.3g}; lower the learning rate (now {config.learning_rate:g})"
                 ) from error
-            loss = globally_normalized_loss(out, batch, model.config) if world > 1 else out.loss
+            loss = globally_normalized_loss(out, model.config) if world > 1 else out.loss
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
             if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one sync, before the update
@@ -469,17 +486,7 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
 
             record = {}
             if step % config.log_every == 0 or step == config.steps:
-                with torch.no_grad():  # the training forward formed no [B, S, V] decisions: form them once here
-                    decision = model.action(out.loc_U[:, :-1], out.scale_U[:, :-1])
-                    predicted, _ = predict(decision.loc_S, decision.scale_S, decision.loc_Y,
-                                           model.ovr_threshold, model.config.num_token_id)
-                    valid = next_token_valid_mask(batch["labels"], batch["attention_mask"], model.config.ignore_index)
-                    accuracy = classification_metrics(predicted, batch["labels"][:, 1:], valid, model.config.num_token_id)["accuracy"]
-                record |= {
-                    "train/total_loss": out.loss.item(),
-                    "train/cls_loss_mean": out.cls_loss.item(),
-                    "train/reg_loss_effective": out.reg_loss.item(),
-                    "train/accuracy": accuracy,
+                record |= training_metrics(model, out, batch) | {
                     "train/grad_norm": float(grad_norm),
                     "train/learning_rate": scheduler.get_last_lr()[0],
                 }

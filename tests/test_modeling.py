@@ -4,9 +4,18 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoConfig, AutoModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen2Model,
+)
 
-from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
+from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel
 from causalqwen.losses import total_loss
 
 NUM_ID = 90  # <NUM> sits in the reserved rows: K = 90 used tokens, V = 96 embedding rows
@@ -256,11 +265,34 @@ def test_save_load_round_trip_and_auto_classes(tmp_path):
     model.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").exists()
     assert AutoConfig.from_pretrained(tmp_path).model_type == "causal_qwen"
-    for loader in (CausalQwenForCausalLM.from_pretrained, AutoModel.from_pretrained):
+    for loader in (CausalQwenForCausalLM.from_pretrained, AutoModelForCausalLM.from_pretrained):
         loaded = loader(tmp_path).eval()
         assert type(loaded) is CausalQwenForCausalLM
         for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
             assert torch.equal(a, b), name
+    # AutoModel gives the base model (the law of U), as for every transformers causal LM
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    assert type(base) is CausalQwenModel and isinstance(base, Qwen2Model)
+    ids = torch.randint(0, NUM_ID, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(base(ids).loc_U, model(ids).loc_U)
+
+
+def test_a_checkpoint_of_the_unsplit_layout_still_loads(tmp_path):
+    """causalqwen 0.1.0 saved numerical_embedding.*, abduction.* and ovr_threshold at the top level."""
+    from safetensors.torch import load_file, save_file
+
+    model = _causal(_qwen(seed=12), learnable_threshold=True)
+    model.save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    renamed = {name.removeprefix("model.") if name.startswith(("model.numerical_embedding.", "model.abduction."))
+               else name.removeprefix("action.") if name == "action.ovr_threshold" else name: tensor
+               for name, tensor in state.items()}
+    assert "abduction.W_loc" in renamed and "ovr_threshold" in renamed
+    save_file(renamed, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    loaded = CausalQwenForCausalLM.from_pretrained(tmp_path)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
 
 
 def test_from_qwen_from_a_local_path_equals_from_the_instance(tmp_path):

@@ -27,7 +27,7 @@ def test_trainer_trains_three_steps(tmp_path):
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
     changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
-    assert "action.b_noise" in changed and "abduction.W_loc" in changed and "model.embed_tokens.weight" in changed
+    assert "action.b_noise" in changed and "model.abduction.W_loc" in changed and "model.embed_tokens.weight" in changed
     # the output puts the loss first, as Trainer expects of a model output
     batch = collate([data[0], data[1]], tokenizer.pad_token_id)
     out = model(**batch)

@@ -416,9 +416,10 @@ def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
     model = _model(tokenizer)
     batch = tokenizer(["A cup of tea costs 1.5 dollars."])
     out = model(**batch, labels=batch["input_ids"])
-    with pytest.raises(RuntimeError, match=r"no second derivative .* return_decisions=True"):
+    with pytest.raises(RuntimeError, match=r"no second derivative .* loss_algorithm='literal'"):
         torch.autograd.grad(out.loss, model.action.b_noise, create_graph=True)
-    literal = model(**batch, labels=batch["input_ids"], return_decisions=True)
+    model.config.loss_algorithm = "literal"  # an explicit choice, not an output flag
+    literal = model(**batch, labels=batch["input_ids"])
     (gradient,) = torch.autograd.grad(literal.loss, model.action.b_noise, create_graph=True)
     (second,) = torch.autograd.grad(gradient.sum(), model.action.b_noise)
     assert second.abs().max() > 0  # the literal path has a real Hessian

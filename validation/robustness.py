@@ -640,8 +640,8 @@ def _halve_b_noise_in_header(data: bytes) -> bytes:
 
 
 def _set_nan(tensors: dict) -> None:
-    tensors["numerical_embedding.w_num"] = tensors["numerical_embedding.w_num"].clone()
-    tensors["numerical_embedding.w_num"][0] = math.nan
+    tensors["model.numerical_embedding.w_num"] = tensors["model.numerical_embedding.w_num"].clone()
+    tensors["model.numerical_embedding.w_num"][0] = math.nan
 
 
 TAMPERINGS: dict[str, tuple[str, Callable[[str], None]]] = {
@@ -658,7 +658,7 @@ TAMPERINGS: dict[str, tuple[str, Callable[[str], None]]] = {
                           _rewrite_tensors(lambda tensors: tensors.update({"action.extra_head.weight": torch.zeros(3)}))),
     "integer-dtype": ("action.b_noise stored as int32 (its float bits reinterpreted)",
                       _rewrite_tensors(lambda tensors: tensors.update({"action.b_noise": tensors["action.b_noise"].view(torch.int32).clone()}))),
-    "non-finite-value": ("a NaN in numerical_embedding.w_num", _rewrite_tensors(_set_nan)),
+    "non-finite-value": ("a NaN in model.numerical_embedding.w_num", _rewrite_tensors(_set_nan)),
 }
 
 
@@ -672,11 +672,11 @@ def _tampered_checkpoint(kind: str) -> str:
 
 
 def _load(kind: str, auto: bool = False):
-    from transformers import AutoModel
+    from transformers import AutoModelForCausalLM
 
     from causalqwen import CausalQwenForCausalLM
 
-    loader = AutoModel if auto else CausalQwenForCausalLM
+    loader = AutoModelForCausalLM if auto else CausalQwenForCausalLM
     with _quiet_transformers():
         return loader.from_pretrained(_tampered_checkpoint(kind))
 
@@ -696,7 +696,7 @@ CHECKPOINT_CASES: list[BadInputCase] = [
     BadInputCase("checkpoint-missing-tensor", "checkpoint", TAMPERINGS["missing-tensor"][0],
                  lambda: _load("missing-tensor"), OSError, _INCOMPLETE + r"[\s\S]*missing from the checkpoint: action\.b_noise"),
     BadInputCase("checkpoint-missing-tensor-auto-model", "checkpoint",
-                 TAMPERINGS["missing-tensor"][0] + ", loaded through AutoModel",
+                 TAMPERINGS["missing-tensor"][0] + ", loaded through AutoModelForCausalLM",
                  lambda: _load("missing-tensor", auto=True), OSError, r"missing from the checkpoint: action\.b_noise"),
     BadInputCase("checkpoint-reshaped-tensor", "checkpoint", TAMPERINGS["reshaped-tensor"][0],
                  lambda: _load("reshaped-tensor"), OSError,
@@ -708,7 +708,7 @@ CHECKPOINT_CASES: list[BadInputCase] = [
                  lambda: _load("integer-dtype"), OSError,
                  r"action\.b_noise is stored as I32 in '.*model\.safetensors', but the model's tensor is floating-point"),
     BadInputCase("checkpoint-non-finite-value", "checkpoint", TAMPERINGS["non-finite-value"][0],
-                 lambda: _load("non-finite-value"), OSError, r"numerical_embedding\.w_num holds NaN or ±inf values"),
+                 lambda: _load("non-finite-value"), OSError, r"model\.numerical_embedding\.w_num holds NaN or ±inf values"),
 ]
 
 

@@ -106,7 +106,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     batch = sentence_batch(tokenizer, 8 if quick else 32, DATA_SEED)
     model_rows, model_signs = [], {}
     for detach in (False, True):
-        model = tiny_model(qwen, tokenizer, detach_gate=detach)
+        model = tiny_model(qwen, tokenizer, detach_gate=detach, loss_algorithm="literal")  # loc_S in the graph
         out = model(**batch, return_decisions=True)
         out.loc_S.retain_grad()
         out.reg_loss.backward()

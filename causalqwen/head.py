@@ -1,0 +1,165 @@
+r"""The decision head: the action network plus everything that turns the law of $U$ into decisions.
+
+`DecisionHead` is the one owner of the decision state: $W_{\mathrm{cls}}$, $b_{\mathrm{cls}}$, $b_{\mathrm{noise}}$ and the
+regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``scale_eps``, the ``<NUM>`` id,
+``ignore_index`` and the loss weights. Everything downstream of $U$ goes through it:
+
+| method | what it gives |
+|---|---|
+| ``forward`` / ``decide`` | the law of $S_k$ and $Y$ (decision D7) |
+| ``probabilities``, ``log_probabilities`` | $P_k = P(S_k > C_k)$ and its logs (D8) |
+| ``predict`` | $\arg\max_k P_k$ and $\mathrm{loc}_Y$ at ``<NUM>`` (D11) |
+| ``choose`` | one generation step's (token, value) in any of the five modes (D11) |
+| ``next_token_targets`` | the scoring rule: which position is scored against which label (D9) |
+| ``loss`` | $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$, literal or fused (D8–D9) |
+
+Its methods trust their inputs: the model's ``forward``, ``generate`` and the public functions of
+`causalqwen.losses` and `causalqwen.inference` check them at the door.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import initialization as init
+
+from . import cauchy, inference
+from .action import ActionNetwork, ActionOutput
+from .losses import LossParts, LossSettings, at_least_float32, fused_total, literal_total, ovr_tail_nll
+
+__all__ = ["DecisionHead", "NextTokenTargets", "Choice", "LOSS_ALGORITHMS"]
+
+LOSS_ALGORITHMS = ("fused", "literal")
+
+
+class NextTokenTargets(NamedTuple):
+    """What position $i$ is scored against (decision D9), all ``[B, S]`` and aligned with the positions."""
+
+    scored: Tensor  # bool: positions i and i+1 are real and labels[i+1] != ignore_index; False at the last position
+    labels: Tensor  # labels[i+1] where scored, ignore_index elsewhere
+    values: Tensor  # the numeric target v[i+1] (at least float32), 0 at the last position
+    is_num: Tensor  # bool: scored and labels[i+1] == <NUM>
+
+
+class Choice(NamedTuple):
+    """One generation step: the chosen token and value per row, and the decision input $U'$ that led to it."""
+
+    token: Tensor  # [B] long
+    value: Tensor  # [B]: loc_Y where the token is <NUM>, 0.0 elsewhere
+    loc: Tensor  # [B, C]
+    scale: Tensor  # [B, C]
+
+
+class DecisionHead(ActionNetwork):
+    """`ActionNetwork` plus the threshold, the ``<NUM>`` id and the loss settings of a `CausalQwenConfig`."""
+
+    def __init__(self, config):
+        super().__init__(config.causal_size, config.vocab_size, config.noise_init, config.scale_eps)
+        self.config = config  # the settings stay the config's: the head reads them, never copies them
+        if config.ovr_threshold_per_class or config.learnable_threshold:
+            threshold = torch.full((config.vocab_size,) if config.ovr_threshold_per_class else (), config.ovr_threshold)
+            if config.learnable_threshold:
+                self.ovr_threshold = nn.Parameter(threshold)
+            else:
+                self.register_buffer("ovr_threshold", threshold, persistent=True)
+        else:
+            self.ovr_threshold = config.ovr_threshold  # a plain number
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Decision D7, and every threshold back at ``ovr_threshold``."""
+        super().reset_parameters()
+        if isinstance(getattr(self, "ovr_threshold", None), Tensor):
+            init.constant_(self.ovr_threshold, self.config.ovr_threshold)
+
+    @property
+    def num_token_id(self) -> int:
+        return self.config.num_token_id
+
+    @property
+    def ignore_index(self) -> int:
+        return self.config.ignore_index
+
+    # ---- probabilities and prediction ----
+
+    def log_probabilities(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
+        r"""$(\log P_k, \log(1 - P_k))$, ``[..., V]`` each, from the tail kernel."""
+        on, off = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold)
+        return -on, -off
+
+    def probabilities(self, decision: ActionOutput) -> Tensor:
+        r"""$P_k = P(S_k > C_k)$, ``[..., V]``."""
+        return cauchy.sf(self.ovr_threshold, decision.loc_S, decision.scale_S, checked=False)
+
+    def value_at(self, token: Tensor, loc_Y: Tensor) -> Tensor:
+        r"""The value beside a chosen token: $\mathrm{loc}_Y$ where it is ``<NUM>``, 0.0 elsewhere."""
+        return torch.where(token == self.num_token_id, loc_Y, torch.zeros_like(loc_Y))
+
+    def predict(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
+        r"""$\hat k = \arg\max_k \log P_k$ and its value (`value_at`); ``[...]`` each."""
+        token = self._argmax(decision)  # [...]
+        return token, self.value_at(token, decision.loc_Y)
+
+    def _argmax(self, decision: ActionOutput) -> Tensor:
+        neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)
+        return neg_log_p.argmin(dim=-1)  # argmax_k log P_k
+
+    def choose(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
+               uniform=None, noise=None, generator=None, sampling=None) -> Choice:
+        r"""One step's (token, value) for rows with law of $U$ ``[B, C]``, in any of the five modes (decision D11).
+
+        The four decision modes form their decision input (`inference.decision_input`), decide and take
+        the OvR argmax. ``traditional`` decides on the standard input and samples the token from
+        `inference.traditional_probabilities` with ``sampling = (temperature, top_k, top_p, normalize)``.
+        """
+        decision_mode = "standard" if mode == "traditional" else mode
+        loc, scale = inference.decision_input(decision_mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
+                                              noise=noise, generator=generator, checked=False)
+        decision = self._decide(loc, scale, abs_weight, None)  # [B, V] x2, [B] x2
+        if mode == "traditional":
+            temperature, top_k, top_p, normalize = sampling
+            probs = inference.traditional_probabilities(decision.loc_S, temperature, top_k, top_p, decision.scale_S,
+                                                        self.ovr_threshold, normalize, checked=False)
+            token = inference.sample_token(probs, generator)  # [B]
+        else:
+            token = self._argmax(decision)  # [B]
+        return Choice(token, self.value_at(token, decision.loc_Y), loc, scale)
+
+    # ---- the scoring rule and the loss ----
+
+    def next_token_targets(self, labels: Tensor, numeric_targets: Tensor | None,
+                           attention_mask: Tensor | None) -> NextTokenTargets:
+        r"""Position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``) when positions $i$ and
+        $i+1$ are both real tokens and ``labels[i+1] != ignore_index`` (decision D9). All inputs ``[B, S]``."""
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
+        next_labels = F.pad(labels[:, 1:], (0, 1), value=self.ignore_index)  # [B, S]
+        scored = F.pad(real[:, :-1] & real[:, 1:], (0, 1), value=False) & (next_labels != self.ignore_index)
+        if numeric_targets is None:
+            next_values = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+        else:
+            next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
+        return NextTokenTargets(scored, next_labels.masked_fill(~scored, self.ignore_index), next_values,
+                                scored & (next_labels == self.num_token_id))
+
+    def loss(self, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets,
+             decision: ActionOutput | None = None) -> tuple[LossParts, Tensor, Tensor]:
+        r"""The total loss of D8–D9 by ``loss_algorithm``; returns the parts, $\mathrm{loc}_Y$ and $\mathrm{scale}_Y$ ``[B, S]``.
+
+        ``literal`` scores the full ``[B, S, V]`` decisions (``decision``, formed here if not given) and
+        autograd differentiates it (twice, if asked). ``fused`` never forms them (`causalqwen.fused`).
+        """
+        if self.config.loss_algorithm == "literal":
+            decision = decision if decision is not None else self.standard(loc_U, scale_U)
+            parts = literal_total(decision, targets.labels, targets.values, targets.scored, self._settings())
+            return parts, decision.loc_Y, decision.scale_Y
+        parts, num_decision = fused_total(at_least_float32(loc_U), at_least_float32(scale_U), self, targets.labels,
+                                          targets.values, targets.scored, self._settings())
+        return parts, num_decision.loc_Y, num_decision.scale_Y
+
+    def _settings(self) -> LossSettings:
+        config = self.config
+        return LossSettings(config.num_token_id, self.ovr_threshold, config.ignore_index, config.regression_weight,
+                            config.gate_alpha, config.detach_gate)
