@@ -1,4 +1,4 @@
-r"""Abduction network (forward_pass §3, decision D6): from features $z$ to the law of the individual $U$.
+r"""Abduction network (decision D6; docs: abduction.md): from features $z$ to the law of the individual $U$.
 
 $$\mathrm{loc}_U = W_{\mathrm{loc}}\, z + b_{\mathrm{loc}}, \qquad
 \mathrm{scale}_U = \operatorname{softplus}(W_{\mathrm{scale}}\, z + b_{\mathrm{scale}}), \qquad

@@ -1,4 +1,4 @@
-r"""Action network (forward_pass §4, decision D7): exogenous noise, then the linear Cauchy closure.
+r"""Action network (decision D7; docs: action.md): exogenous noise, then the linear Cauchy closure.
 
 Noise infusion adds independent $\varepsilon \sim \mathrm{Cauchy}(0, |b_{\mathrm{noise}}|)$ to each component of
 $U$; by closure under addition

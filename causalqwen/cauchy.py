@@ -1,4 +1,4 @@
-r"""The Cauchy toolkit (math_foundations §2).
+r"""The Cauchy toolkit (docs: cauchy.md; decision D10).
 
 A random variable $X \sim \mathrm{Cauchy}(\mu, \gamma)$ with location $\mu$ and scale $\gamma > 0$ has
 

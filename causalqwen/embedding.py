@@ -1,4 +1,4 @@
-r"""Numerical embedding (forward_pass §1.2–1.3, decision D4).
+r"""Numerical embedding (decision D4; docs: embedding.md).
 
 Every position carries a token id $x_i$ and a value $v_i$ (0 except at ``<NUM>``). The embedding
 that enters the Qwen2 stack is

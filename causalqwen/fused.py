@@ -27,7 +27,8 @@ from . import cauchy
 from .action import class_law, scale_floor
 from .checks import check_labels, check_positive_int, check_threshold
 
-__all__ = ["fused_ovr_classification_loss", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE", "HeadInputs"]
+__all__ = ["fused_ovr_classification_loss", "ovr_argmax", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE", "HeadInputs",
+           "Tiling"]
 
 FUSED_CHUNK_SIZE = 128  # rows per tile; measured by `python -m benchmarks head` (and `--tune`)
 FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile; measured likewise
@@ -188,6 +189,32 @@ def _input_grads(inputs: HeadInputs, rows: Tensor, grads: HeadInputs, floored: T
         # d C = -d loc_S, summed over the rows (and over the classes for a shared threshold)
         threshold=(-grads.bias if per_class else -grads.bias.sum()) if need.threshold else None,
     )
+
+
+@torch.no_grad()
+def ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tiling) -> Tensor:
+    r"""$\arg\max_k \log P_k$ for each row of the law of $U$ ``[N, C]`` under standard inference, tile by tile:
+    `DecisionHead.predict`'s token, with no ``[N, V]`` tensor beyond one tile. Ties go to the lower class id."""
+    dtype = torch.promote_types(inputs.weight.dtype, torch.float32)
+    loc = loc_U.to(dtype)  # [N, C]
+    scale = scale_floor(scale_U.to(dtype) + inputs.noise_scale.to(dtype), tiling.scale_eps)  # [N, C]
+    best = torch.full((loc.shape[0],), torch.inf, dtype=dtype, device=loc.device)  # smallest -log P so far
+    token = torch.zeros(loc.shape[0], dtype=torch.long, device=loc.device)
+    for v0 in range(0, inputs.weight.shape[0], tiling.classes):
+        block = slice(v0, v0 + tiling.classes)
+        weight_b = inputs.weight[block].to(dtype)  # [b, C]
+        threshold_b = inputs.threshold[block] if inputs.threshold.dim() > 0 else inputs.threshold
+        shift_b = inputs.bias[block].to(dtype) - threshold_b
+        abs_weight_b = weight_b.abs()
+        for r0 in range(0, loc.shape[0], tiling.rows):
+            chunk = slice(r0, r0 + tiling.rows)
+            diff, scale_raw = class_law(loc[chunk], scale[chunk], weight_b, shift_b, abs_weight_b)  # [c, b] each
+            neg_log_p = cauchy.tail_terms(-diff, scale_floor(scale_raw, tiling.scale_eps)).value  # -log P
+            value, index = neg_log_p.min(-1)  # [c]: the first of equal values, as argmax
+            better = value < best[chunk]  # strictly: an earlier block keeps a tie
+            best[chunk] = torch.where(better, value, best[chunk])
+            token[chunk] = torch.where(better, index + v0, token[chunk])
+    return token
 
 
 def _first_order_only(backward):

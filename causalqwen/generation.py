@@ -1,4 +1,4 @@
-r"""Autoregressive generation with numbers (inference §5, decision D12).
+r"""Autoregressive generation with numbers (decision D12; docs: generation.md).
 
 Every step emits a *pair*: a token id and a value. When the chosen token is ``<NUM>`` its value is
 the predicted $\mathrm{loc}_Y$ of that step, and it re-enters the model at the next step through the
@@ -168,6 +168,32 @@ def generate(
         noise: fixes $\varepsilon_n$ of ``shared_noise``, ``[B, C]`` or ``[C]``, finite.
         output_decision_inputs: also return $U$ and $U'$ of every step.
     """
+    mask, eos_ids, pad_token_id, max_new_tokens, sampling = _check_arguments(
+        model, input_ids, numeric_values, attention_mask, mode, max_new_tokens, generator, (temperature, top_k, top_p),
+        normalize, eos_token_id, pad_token_id)
+    batch, causal_size, device = input_ids.shape[0], model.config.causal_size, input_ids.device
+    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, causal_size)
+    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, causal_size)
+    if mode == "shared_individual" and fixed_uniform is None:
+        fixed_uniform = draw_uniform((batch, causal_size), generator=generator, device=device)  # once per row
+    if mode == "shared_noise" and fixed_noise is None:
+        fixed_noise = draw_standard_cauchy((batch, causal_size), generator=generator, device=device)
+    draws = dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator, sampling=sampling)
+    values = _widened(numeric_values, input_ids)  # [B, S]
+    with torch.no_grad():
+        sequences, values, mask, trace = _loop(model, input_ids, values, mask, mode, draws, max_new_tokens, eos_ids,
+                                               pad_token_id, use_cache, output_decision_inputs)
+    traced = {}
+    if output_decision_inputs and trace:
+        names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
+        traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
+    return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
+
+
+def _check_arguments(model, input_ids, numeric_values, attention_mask, mode, max_new_tokens, generator, sampling,
+                     normalize, eos_token_id, pad_token_id):
+    """`generate`'s door: every argument checked once (the prompt with `doors.check_forward`), before the loop.
+    Returns the prompt mask, the EOS ids, the pad id, ``max_new_tokens`` and the sampling settings."""
     if not isinstance(getattr(model, "action", None), DecisionHead) or not hasattr(model, "model"):
         raise TypeError(
             f"model must be a CausalQwenForCausalLM (convert a Qwen2 model with CausalQwenForCausalLM.from_qwen), "
@@ -178,7 +204,7 @@ def generate(
     max_new_tokens = as_number(max_new_tokens, integer=True)
     if max_new_tokens is None or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {requested!r}")
-    sampling = (*check_sampling_args(temperature, top_k, top_p), check_normalize(normalize))
+    sampling = (*check_sampling_args(*sampling), check_normalize(normalize))
     if mode != "traditional" and sampling != (1.0, 0, 1.0, "softmax"):
         raise ValueError(
             f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "
@@ -193,8 +219,6 @@ def generate(
             f"input_ids must hold at least one prompt of at least one token, got shape {tuple(input_ids.shape)}"
         )
     config = model.config
-    batch = input_ids.shape[0]
-    device = input_ids.device
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     mask = _check_left_padding(attention_mask, input_ids).long()  # [B, S]
@@ -212,23 +236,8 @@ def generate(
     if pad_token_id is None:
         pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
-    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, config.causal_size)
-    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, config.causal_size)
     check_forward(config, input_ids, _prompt_values(input_ids, numeric_values, config), mask)  # the prompt, once
-    if mode == "shared_individual" and fixed_uniform is None:
-        fixed_uniform = draw_uniform((batch, config.causal_size), generator=generator, device=device)  # once per row
-    if mode == "shared_noise" and fixed_noise is None:
-        fixed_noise = draw_standard_cauchy((batch, config.causal_size), generator=generator, device=device)
-    draws = dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator, sampling=sampling)
-    values = _widened(numeric_values, input_ids)  # [B, S]
-    with torch.no_grad():
-        sequences, values, mask, trace = _loop(model, input_ids, values, mask, mode, draws, max_new_tokens, eos_ids,
-                                               pad_token_id, use_cache, output_decision_inputs)
-    traced = {}
-    if output_decision_inputs and trace:
-        names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
-        traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
-    return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
+    return mask, eos_ids, pad_token_id, max_new_tokens, sampling
 
 
 def _prompt_values(input_ids: Tensor, numeric_values, config):

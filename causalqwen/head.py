@@ -28,6 +28,7 @@ from transformers import initialization as init
 
 from . import cauchy, inference
 from .action import ActionNetwork, ActionOutput
+from .fused import FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, HeadInputs, Tiling, ovr_argmax
 from .losses import LossParts, LossSettings, at_least_float32, fused_total, literal_total, ovr_tail_nll
 
 __all__ = ["DecisionHead", "NextTokenTargets", "Choice", "LOSS_ALGORITHMS"]
@@ -102,6 +103,16 @@ class DecisionHead(ActionNetwork):
         r"""$\hat k = \arg\max_k \log P_k$ and its value (`value_at`); ``[...]`` each."""
         token = self._argmax(decision)  # [...]
         return token, self.value_at(token, decision.loc_Y)
+
+    def predict_tiled(self, loc_U: Tensor, scale_U: Tensor) -> Tensor:
+        r"""`predict`'s token under standard inference from the law of $U$ ``[N, C]``, never forming ``[N, V]``
+        (`fused.ovr_argmax`); for metrics at the vocabulary sizes where the decisions would not fit."""
+        threshold = self.ovr_threshold
+        if not isinstance(threshold, Tensor):
+            threshold = torch.tensor(float(threshold), device=loc_U.device)
+        inputs = HeadInputs(None, None, self.classification_head.weight, self.classification_head.bias,
+                            self.noise_scale, threshold)
+        return ovr_argmax(loc_U, scale_U, inputs, Tiling(FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, self.scale_eps))
 
     def _argmax(self, decision: ActionOutput) -> Tensor:
         neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)

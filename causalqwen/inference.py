@@ -1,4 +1,4 @@
-r"""The five inference modes (inference §1–4, decision D11).
+r"""The five inference modes (decision D11; docs: inference.md).
 
 Four of the modes differ in one thing only: the *decision input* $U'$ that the linear action map
 receives. Everything downstream is the same closed-form Cauchy algebra
@@ -226,7 +226,7 @@ def traditional_probabilities(
     normalize: str = "softmax",
     checked: bool = True,
 ) -> Tensor:
-    r"""A categorical distribution over the $V$ classes for top-k / top-p sampling (inference §3).
+    r"""A categorical distribution over the $V$ classes for top-k / top-p sampling (decision D11).
 
     ``normalize="softmax"``: $p_k \propto \exp(\mathrm{loc}_{S_k} / T)$, the base model's sampling
     distribution (at initialization $\mathrm{loc}_S$ are Qwen's logits).

@@ -1,4 +1,4 @@
-r"""Monitoring metrics (math_overview §5, decision D13).
+r"""Monitoring metrics (decision D13; docs: training.md).
 
 All metrics look at *valid* positions only. For next-token metrics a position $i$ is valid when it and
 its target $i+1$ are real tokens (``attention_mask``) and ``labels[i+1] != ignore_index`` -- the same

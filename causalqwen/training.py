@@ -55,7 +55,7 @@ from .checkpoint import (
 )
 from .data import TextDataset, collate
 from .inference import as_number
-from .metrics import evaluate_batch, position_statistics, with_log_prefixes
+from .metrics import evaluate_batch, with_log_prefixes
 from .rundir import RunDirectory
 
 __all__ = [
@@ -228,12 +228,12 @@ def settings_differences(saved: dict, current: dict) -> list[str]:
 
 @torch.no_grad()
 def training_metrics(model, out, batch: dict) -> dict[str, float]:
-    """The ``train/*`` losses and accuracy of a step, from its forward output: the decisions are formed a few
-    positions at a time (`metrics.position_statistics`), never as the ``[B, S, V]`` tensors the fused loss avoids."""
+    """The ``train/*`` losses and accuracy of a step, from its forward output: the predictions are taken tile by
+    tile (`DecisionHead.predict_tiled`), never from the ``[B, S, V]`` decisions the fused loss exists to avoid."""
     targets = model.action.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
     scored = targets.scored  # [B, S]
-    stats = position_statistics(model.action, out.loc_U[scored].detach(), out.scale_U[scored].detach(), causal_sums=False)
-    correct, total = (stats["predicted"] == targets.labels[scored]).sum(), scored.sum()
+    predicted = model.action.predict_tiled(out.loc_U[scored], out.scale_U[scored])  # [N]
+    correct, total = (predicted == targets.labels[scored]).sum(), scored.sum()
     return {
         "train/total_loss": out.loss.item(),
         "train/cls_loss_mean": out.cls_loss.item(),
@@ -433,8 +433,38 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
         if allow_changed_settings and run_dir is not None:
             with open(os.path.join(out_dir, "training_config.json"), "w", encoding="utf-8") as handle:
                 json.dump(dataclasses.asdict(config), handle, indent=2)
-    start_step = step
+    return _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator,
+                  settings, step, history)
 
+
+def _forward_backward(trained, model, batch, trainable, config, step: int, first: bool):
+    """Loss and gradients of one batch, clipped; `TrainingDiverged` (before any update) when they are not finite."""
+    try:
+        out = trained(**batch)
+    except ValueError as error:
+        if first:
+            raise
+        largest = max(float(p.detach().abs().max()) for p in trainable)
+        raise TrainingDiverged(
+            f"training diverged before step {step + 1}: the forward pass failed ({error}) after the parameters "
+            f"grew to max |p| = {largest:.3g}; lower the learning rate (now {config.learning_rate:g})"
+        ) from error
+    loss = globally_normalized_loss(out, model.config) if _world_size() > 1 else out.loss
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+    if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one sync, before the update
+        raise TrainingDiverged(
+            f"training diverged at step {step + 1}: loss = {loss.item():g}, gradient norm = {float(grad_norm):g}; "
+            f"lower the learning rate (now {config.learning_rate:g}); the parameters are those after step {step}"
+        )
+    return out, grad_norm
+
+
+def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator, settings,
+           step: int, history: list) -> list[dict]:
+    """The optimisation steps from ``step`` on (the numbered list in the module docstring), then the model in eval mode."""
+    rank, world = _rank(), _world_size()
+    start_step = step
     trained = model
     if world > 1:
         trained = torch.nn.parallel.DistributedDataParallel(model)
@@ -461,24 +491,7 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
                 offset -= 1
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
-            try:
-                out = trained(**batch)
-            except ValueError as error:
-                if step == start_step:
-                    raise
-                largest = max(float(p.detach().abs().max()) for p in trainable)
-                raise TrainingDiverged(
-                    f"training diverged before step {step + 1}: the forward pass failed ({error}) after the parameters "
-                    f"grew to max |p| = {largest:.3g}; lower the learning rate (now {config.learning_rate:g})"
-                ) from error
-            loss = globally_normalized_loss(out, model.config) if world > 1 else out.loss
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-            if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one sync, before the update
-                raise TrainingDiverged(
-                    f"training diverged at step {step + 1}: loss = {loss.item():g}, gradient norm = {float(grad_norm):g}; "
-                    f"lower the learning rate (now {config.learning_rate:g}); the parameters are those after step {step}"
-                )
+            out, grad_norm = _forward_backward(trained, model, batch, trainable, config, step, step == start_step)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
