@@ -402,8 +402,8 @@ def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool =
     This is the one kernel both OvR paths use. With $d = \mathrm{loc}_{S_k} - C_k$ and $s = \mathrm{scale}_{S_k}$,
     $P(X > d) = F(-d/s) = 1 - P_k$, so $-\log(1 - P_k) = a(d, s)$ and $-\log P_k = a(-d, s)$.
 
-    With $t = d/s$, everything is formed from $r = \min(|t|, 1/|t|) \in [0, 1]$ (as $s/|d|$ where $|d| > s$, so
-    nothing overflows) and the smaller tail mass $m = F(-|t|)$: $\arctan(r)/\pi$ beyond $|t| = 1$, else
+    With $t = d/s$, everything is formed from $r = \min(|t|, 1/|t|) = \min(|d|, s)/\max(|d|, s) \in [0, 1]$ (so
+    nothing overflows and nothing divides by 0, in the value or in any derivative) and the smaller tail mass $m = F(-|t|)$: $\arctan(r)/\pi$ beyond $|t| = 1$, else
     $\tfrac12 - \arctan(r)/\pi$. Then $a = -\log m$ for $d > 0$ and $a = -\operatorname{log1p}(-m)$ otherwise, and
 
     $$\frac{\partial a}{\partial d} = \frac{f(t)}{F(-t)\,s},\qquad
@@ -412,11 +412,12 @@ def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool =
     with $\pi f(t) = 1/(1 + r^2)$ for $|t| \le 1$, $r^2/(1 + r^2)$ beyond, and $\pi t f(t) = \mathrm{sign}(t)\,r/(1 + r^2)$
     on both sides; the ratio $z = r / (\pi F(-t) (1 + r^2))$ stays bounded even where $F(-t)$ is tiny. In float32
     the value is finite while $|t| < 2^{149}$ (where $r$ underflows to 0). ``scale`` must be $> 0$; no check is
-    made here (the callers clamp at ``scale_eps``).
+    made here (the callers clamp at ``scale_eps``). Second derivatives taken through `tail_nll` (the literal
+    path's Hessian) are exact everywhere except at $d = 0$ exactly, where this branchwise form is not smooth.
     """
     size = diff.abs()
     far = size > scale  # |t| > 1
-    r = torch.where(far, scale / size, size / scale)  # min(|t|, 1/|t|)
+    r = torch.minimum(size, scale) / torch.maximum(size, scale)  # min(|t|, 1/|t|); no division by 0, no overflow
     tail = torch.atan(r) / math.pi  # arctan(r) / pi, in [0, 1/4]
     m = torch.where(far, tail, 0.5 - tail)  # F(-|t|), in (0, 1/2]
     positive = diff > 0

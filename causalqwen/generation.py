@@ -236,18 +236,8 @@ def _check_arguments(model, input_ids, numeric_values, attention_mask, mode, max
     if pad_token_id is None:
         pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
-    check_forward(config, input_ids, _prompt_values(input_ids, numeric_values, config), mask)  # the prompt, once
+    check_forward(config, input_ids, numeric_values, mask)  # the prompt, once: ids, values, <NUM> without values
     return mask, eos_ids, pad_token_id, max_new_tokens, sampling
-
-
-def _prompt_values(input_ids: Tensor, numeric_values, config):
-    """The prompt's values as the door checks them (a <NUM> without values is refused there)."""
-    if numeric_values is None and bool((input_ids == config.num_token_id).any()):
-        raise ValueError(
-            f"input_ids hold <NUM> (id {config.num_token_id}) but numeric_values is None: pass the values the "
-            "tokenizer returned (a <NUM> never stands for 0 by default)"
-        )
-    return numeric_values
 
 
 def _widened(numeric_values, input_ids: Tensor) -> Tensor:

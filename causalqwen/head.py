@@ -31,7 +31,7 @@ from .action import ActionNetwork, ActionOutput
 from .fused import FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, HeadInputs, Tiling, ovr_argmax
 from .losses import LossParts, LossSettings, at_least_float32, fused_total, literal_total, ovr_tail_nll
 
-__all__ = ["DecisionHead", "NextTokenTargets", "Choice", "LOSS_ALGORITHMS"]
+__all__ = ["DecisionHead", "NextTokenTargets", "next_token_targets", "Choice", "LOSS_ALGORITHMS"]
 
 LOSS_ALGORITHMS = ("fused", "literal")
 
@@ -52,6 +52,22 @@ class Choice(NamedTuple):
     value: Tensor  # [B]: loc_Y where the token is <NUM>, 0.0 elsewhere
     loc: Tensor  # [B, C]
     scale: Tensor  # [B, C]
+
+
+def next_token_targets(labels: Tensor, numeric_targets: Tensor | None, attention_mask: Tensor | None,
+                       ignore_index: int = -100, num_token_id: int | None = None) -> NextTokenTargets:
+    r"""The scoring rule (decision D9): position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``)
+    when positions $i$ and $i+1$ are both real tokens and ``labels[i+1] != ignore_index``. All inputs ``[B, S]``;
+    ``is_num`` is all False without a ``num_token_id``."""
+    real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
+    next_labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index)  # [B, S]
+    scored = F.pad(real[:, :-1] & real[:, 1:], (0, 1), value=False) & (next_labels != ignore_index)
+    if numeric_targets is None:
+        next_values = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+    else:
+        next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
+    is_num = scored & (next_labels == num_token_id) if num_token_id is not None else torch.zeros_like(scored)
+    return NextTokenTargets(scored, next_labels.masked_fill(~scored, ignore_index), next_values, is_num)
 
 
 class DecisionHead(ActionNetwork):
@@ -143,17 +159,8 @@ class DecisionHead(ActionNetwork):
 
     def next_token_targets(self, labels: Tensor, numeric_targets: Tensor | None,
                            attention_mask: Tensor | None) -> NextTokenTargets:
-        r"""Position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``) when positions $i$ and
-        $i+1$ are both real tokens and ``labels[i+1] != ignore_index`` (decision D9). All inputs ``[B, S]``."""
-        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
-        next_labels = F.pad(labels[:, 1:], (0, 1), value=self.ignore_index)  # [B, S]
-        scored = F.pad(real[:, :-1] & real[:, 1:], (0, 1), value=False) & (next_labels != self.ignore_index)
-        if numeric_targets is None:
-            next_values = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
-        else:
-            next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
-        return NextTokenTargets(scored, next_labels.masked_fill(~scored, self.ignore_index), next_values,
-                                scored & (next_labels == self.num_token_id))
+        """`next_token_targets` with this head's ``ignore_index`` and ``<NUM>`` id."""
+        return next_token_targets(labels, numeric_targets, attention_mask, self.ignore_index, self.num_token_id)
 
     def loss(self, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets,
              decision: ActionOutput | None = None) -> tuple[LossParts, Tensor, Tensor]:

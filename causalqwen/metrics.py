@@ -24,13 +24,11 @@ sampling this should hold for each individual (the reviewed draft's comment).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import torch
 from torch import Tensor
 
-from .head import DecisionHead
+from .head import next_token_targets
 from .inference import decision_input
 
 from .losses import ovr_probability
@@ -51,8 +49,7 @@ def next_token_valid_mask(labels: Tensor, attention_mask: Tensor | None, ignore_
     """``[B, S-1]`` bool: position $i$ and its target $i+1$ are real, and ``labels[i+1]`` is scored.
 
     The rule itself is `DecisionHead.next_token_targets`; this is it for a caller without a model."""
-    head = SimpleNamespace(ignore_index=ignore_index, num_token_id=-1)  # no <NUM> needed for the mask
-    return DecisionHead.next_token_targets(head, labels, None, attention_mask).scored[:, :-1]
+    return next_token_targets(labels, None, attention_mask, ignore_index).scored[:, :-1]
 
 
 def _rate(numerator: Tensor, denominator: Tensor) -> float:

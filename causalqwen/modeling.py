@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from huggingface_hub.dataclasses import strict
-from torch import Tensor
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput

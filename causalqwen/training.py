@@ -406,7 +406,6 @@ def train(
 
 
 def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, progress, allow_changed_settings):
-    rank, world = _rank(), _world_size()
     settings = run_settings(config, train_dataset, eval_batch)
     checkpoint = latest_checkpoint(out_dir) if (resume and out_dir) else None
     if run_dir is not None and checkpoint is None:

@@ -204,3 +204,18 @@ def test_fused_rejects_bad_input():
         fused_ovr_classification_loss(loc_U[None], scale_U[None], *args, 5.0, labels)
     with pytest.raises(ValueError, match=r"labels shape \(10,\) must be \[N\]"):
         fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels[:10])
+
+
+@given(seed=st.integers(0, 10_000), rows=st.sampled_from([1, 2, 1000]), classes=st.sampled_from([1, 3, 1000]),
+       per_class=st.booleans())
+def test_the_tiled_argmax_equals_the_literal_prediction(seed, rows, classes, per_class):
+    """`fused.ovr_argmax` (the log step's prediction) is the OvR argmax of the literal decisions, whatever the tiles."""
+    from causalqwen.fused import HeadInputs, Tiling, ovr_argmax
+    from causalqwen.inference import predict
+
+    action, loc_U, scale_U, threshold, _ = _setup(seed, 7, 4, 11, "per_class" if per_class else "scalar", learnable=False)
+    decision = action(loc_U.detach(), scale_U.detach())
+    literal, _ = predict(decision.loc_S, decision.scale_S, decision.loc_Y, threshold, 0)
+    head = action.classification_head
+    inputs = HeadInputs(None, None, head.weight.detach(), head.bias.detach(), action.noise_scale.detach(), threshold)
+    assert torch.equal(ovr_argmax(loc_U.detach(), scale_U.detach(), inputs, Tiling(rows, classes, EPS)), literal)

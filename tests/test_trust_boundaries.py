@@ -555,3 +555,10 @@ def test_training_settings_take_numpy_and_tensor_scalars_and_refuse_strings():
     for field, value in [("steps", True), ("steps", "5"), ("learning_rate", "1e-3"), ("seed", -1), ("weight_decay", float("nan"))]:
         with pytest.raises(ValueError, match=field):
             TrainingConfig(**{field: value})
+
+
+def test_the_loss_algorithm_is_a_named_config_choice():
+    from causalqwen import CausalQwenConfig
+
+    with pytest.raises(ValueError, match="config field loss_algorithm must be one of fused, literal, got 'fast'"):
+        CausalQwenConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, loss_algorithm="fast")
