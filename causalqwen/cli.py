@@ -32,14 +32,11 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
     """Print the forward pass of CausalQwen on the tiny base for ``text``; return a process exit code."""
     import torch
 
-    from .modeling import CausalQwenForCausalLM
-    from .tiny import build_tiny_base
-    from .tokenization import NumericTokenizer
+    from .tiny import build_tiny_causal_lm
 
     torch.manual_seed(seed)
-    qwen, hf_tokenizer = build_tiny_base(seed=seed)
-    tokenizer = NumericTokenizer(hf_tokenizer)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval()
+    model, tokenizer, qwen = build_tiny_causal_lm(seed=seed)
+    hf_tokenizer = tokenizer.hf_tokenizer
     cfg = model.config
     print(f"Base: tiny random Qwen2 (hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, "
           f"{cfg.num_attention_heads} heads / {cfg.num_key_value_heads} kv heads), "
@@ -100,14 +97,13 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
     from transformers import AutoConfig
 
     from .modeling import CausalQwenConfig, CausalQwenForCausalLM
-    from .tiny import build_tiny_base
+    from .tiny import build_tiny_causal_lm
     from .tokenization import NumericTokenizer
 
     torch.manual_seed(seed)
     if model == TINY:
-        qwen, hf_tokenizer = build_tiny_base(seed=seed)
-        tokenizer = NumericTokenizer(hf_tokenizer)
-        return CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval(), tokenizer
+        tiny = build_tiny_causal_lm(seed=seed)
+        return tiny.model, tiny.tokenizer
     if (os.path.isabs(model) or model.startswith((".", "~"))) and not os.path.isdir(os.path.expanduser(model)):
         raise ValueError(f"model directory {model!r} does not exist")
     config = AutoConfig.from_pretrained(model)

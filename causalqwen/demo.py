@@ -116,15 +116,11 @@ def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int
 
 def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, started: float) -> int:
     from .generation import generate
-    from .modeling import CausalQwenForCausalLM
-    from .tiny import build_tiny_base
-    from .tokenization import NumericTokenizer
+    from .tiny import build_tiny_causal_lm
 
     out_dir = run_dir.path
     torch.manual_seed(seed)
-    qwen, hf_tokenizer = build_tiny_base(seed=seed)
-    tokenizer = NumericTokenizer(hf_tokenizer)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id, **DEMO_OVERRIDES)
+    model, tokenizer, _ = build_tiny_causal_lm(seed=seed, **DEMO_OVERRIDES)
     train_set = TextDataset(synthetic_texts(4000, seed=seed), tokenizer, max_length=64)
     eval_batch = collate(TextDataset(synthetic_texts(400, seed=seed + 1), tokenizer, max_length=64).items,
                          tokenizer.pad_token_id)

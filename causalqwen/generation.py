@@ -126,6 +126,18 @@ def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: s
     return value.expand(batch, causal_size)
 
 
+def _draws(model, input_ids, mode: str, uniform, noise, generator, sampling) -> dict:
+    """The random inputs of every step: the shared modes' one draw per row (given or drawn now), the generator."""
+    batch, causal_size, device = input_ids.shape[0], model.config.causal_size, input_ids.device
+    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, causal_size)
+    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, causal_size)
+    if mode == "shared_individual" and fixed_uniform is None:
+        fixed_uniform = draw_uniform((batch, causal_size), generator=generator, device=device)  # once per row
+    if mode == "shared_noise" and fixed_noise is None:
+        fixed_noise = draw_standard_cauchy((batch, causal_size), generator=generator, device=device)
+    return dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator, sampling=sampling)
+
+
 def generate(
     model,
     input_ids: torch.LongTensor,
@@ -171,14 +183,7 @@ def generate(
     mask, eos_ids, pad_token_id, max_new_tokens, sampling = _check_arguments(
         model, input_ids, numeric_values, attention_mask, mode, max_new_tokens, generator, (temperature, top_k, top_p),
         normalize, eos_token_id, pad_token_id)
-    batch, causal_size, device = input_ids.shape[0], model.config.causal_size, input_ids.device
-    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, causal_size)
-    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, causal_size)
-    if mode == "shared_individual" and fixed_uniform is None:
-        fixed_uniform = draw_uniform((batch, causal_size), generator=generator, device=device)  # once per row
-    if mode == "shared_noise" and fixed_noise is None:
-        fixed_noise = draw_standard_cauchy((batch, causal_size), generator=generator, device=device)
-    draws = dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator, sampling=sampling)
+    draws = _draws(model, input_ids, mode, uniform, noise, generator, sampling)
     values = _widened(numeric_values, input_ids)  # [B, S]
     with torch.no_grad():
         sequences, values, mask, trace = _loop(model, input_ids, values, mask, mode, draws, max_new_tokens, eos_ids,

@@ -18,6 +18,8 @@ differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 import numbers
@@ -398,6 +400,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
         parameter, never tied), and the new modules get their D4–D7 initialization. If
         ``num_token_id == vocab_size`` the embedding and the head grow by one row (decision D2).
         """
+        unknown = sorted(set(config_overrides) - _config_fields())
+        if unknown:
+            raise ValueError(f"from_qwen: {', '.join(map(repr, unknown))} is not a CausalQwenConfig field")
         if isinstance(base, (str, os.PathLike)):
             base_config = AutoConfig.from_pretrained(base)
             if base_config.model_type != "qwen2":
@@ -419,6 +424,13 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
         model = cls(config).to(base.dtype)
         _copy_base_weights(base, model)
         return model
+
+
+@functools.cache
+def _config_fields() -> frozenset[str]:
+    """The names `CausalQwenConfig` knows: its own and `Qwen2Config`'s arguments and serialized keys."""
+    arguments = set(inspect.signature(CausalQwenConfig.__init__).parameters) - {"self", "kwargs"}
+    return frozenset(arguments | set(CausalQwenConfig().to_dict()))
 
 
 def _config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:

@@ -14,6 +14,8 @@ second and never touches the Hugging Face Hub:
   `causalqwen.tokenization.NumericTokenizer` appends with id K.
 * `build_tiny_base` returns both, and `save_tiny_base` writes them to a directory
   that ``from_pretrained`` can load offline.
+* `build_tiny_causal_lm` converts the tiny base to CausalQwen with its `NumericTokenizer`: the
+  one recipe the CLI, demo, tests, benchmarks and experiments share.
 
 Everything here is deterministic: the same ``seed`` gives the same weights, and the tokenizer
 never changes between builds.
@@ -23,13 +25,21 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 from transformers import Qwen2Config, Qwen2ForCausalLM
-from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+from transformers.models.qwen2.tokenization_qwen2 import (
+    PRETOKENIZE_REGEX,
+    Qwen2Tokenizer,
+)
+
+if TYPE_CHECKING:  # imported inside build_tiny_causal_lm: the model modules do not need this one loaded
+    from .modeling import CausalQwenForCausalLM
+    from .tokenization import NumericTokenizer
 
 __all__ = [
     "TINY_CORPUS",
@@ -41,6 +51,8 @@ __all__ = [
     "build_tiny_qwen",
     "build_tiny_base",
     "save_tiny_base",
+    "TinyCausalLM",
+    "build_tiny_causal_lm",
 ]
 
 # A small bilingual corpus that mixes words with the kinds of numbers CausalQwen cares about:
@@ -198,6 +210,46 @@ def tiny_vocab_size(num_tokens: int, reserved_rows: int = TINY_RESERVED_ROWS) ->
     return -(-(num_tokens + reserved_rows) // multiple) * multiple
 
 
+def _check_shape(seed, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+                 intermediate_size, tie_word_embeddings) -> None:
+    """The argument checks of `build_tiny_qwen` (the public door)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    for name, value in [
+        ("hidden_size", hidden_size),
+        ("num_hidden_layers", num_hidden_layers),
+        ("num_attention_heads", num_attention_heads),
+        ("num_key_value_heads", num_key_value_heads),
+        ("intermediate_size", intermediate_size),
+    ]:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if hidden_size % num_attention_heads != 0:
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})"
+        )
+    if num_attention_heads % num_key_value_heads != 0:
+        raise ValueError(
+            f"num_attention_heads ({num_attention_heads}) must be divisible by "
+            f"num_key_value_heads ({num_key_value_heads})"
+        )
+    if not isinstance(tie_word_embeddings, bool):
+        raise TypeError(f"tie_word_embeddings must be a bool, got {type(tie_word_embeddings).__name__}")
+
+
+def _vocab_size(num_tokens: int, vocab_size) -> int:
+    """V: `tiny_vocab_size` (K) unless the caller asked for its own ``vocab_size`` (at least K)."""
+    if vocab_size is None:
+        return tiny_vocab_size(num_tokens)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    if vocab_size < num_tokens:
+        raise ValueError(f"vocab_size ({vocab_size}) must be at least the tokenizer length ({num_tokens})")
+    return vocab_size
+
+
 def build_tiny_qwen(
     tokenizer=None,
     seed: int = 0,
@@ -232,62 +284,20 @@ def build_tiny_qwen(
     Returns:
         The model, in eval mode.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
-    for name, value in [
-        ("hidden_size", hidden_size),
-        ("num_hidden_layers", num_hidden_layers),
-        ("num_attention_heads", num_attention_heads),
-        ("num_key_value_heads", num_key_value_heads),
-        ("intermediate_size", intermediate_size),
-    ]:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if hidden_size % num_attention_heads != 0:
-        raise ValueError(
-            f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})"
-        )
-    if num_attention_heads % num_key_value_heads != 0:
-        raise ValueError(
-            f"num_attention_heads ({num_attention_heads}) must be divisible by "
-            f"num_key_value_heads ({num_key_value_heads})"
-        )
-    if not isinstance(tie_word_embeddings, bool):
-        raise TypeError(f"tie_word_embeddings must be a bool, got {type(tie_word_embeddings).__name__}")
-
+    _check_shape(seed, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+                 intermediate_size, tie_word_embeddings)
     if tokenizer is None:
         tokenizer = build_tiny_tokenizer()
-    num_tokens = len(tokenizer)
-    vocab_size = config_overrides.pop("vocab_size", None)
-    if vocab_size is None:
-        vocab_size = tiny_vocab_size(num_tokens)
-    elif isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
-    elif vocab_size < num_tokens:
-        raise ValueError(f"vocab_size ({vocab_size}) must be at least the tokenizer length ({num_tokens})")
-
+    vocab_size = _vocab_size(len(tokenizer), config_overrides.pop("vocab_size", None))
     eos_token_id = tokenizer.eos_token_id
-    pad_token_id = tokenizer.pad_token_id
     bos_token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos_token_id
-    config_values = dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        intermediate_size=intermediate_size,
-        tie_word_embeddings=tie_word_embeddings,
-        max_position_embeddings=2048,
-        bos_token_id=bos_token_id,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        dtype=torch.float32,
-    )
-    config_values.update(config_overrides)
-    config = Qwen2Config(**config_values)
-
+    config = Qwen2Config(**{
+        "vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads, "num_key_value_heads": num_key_value_heads,
+        "intermediate_size": intermediate_size, "tie_word_embeddings": tie_word_embeddings,
+        "max_position_embeddings": 2048, "bos_token_id": bos_token_id, "eos_token_id": eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id, "dtype": torch.float32, **config_overrides,
+    })
     previous_dtype = torch.get_default_dtype()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -305,6 +315,40 @@ def build_tiny_base(seed: int = 0) -> tuple[Qwen2ForCausalLM, Qwen2Tokenizer]:
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_qwen(tokenizer, seed=seed)
     return model, tokenizer
+
+
+class TinyCausalLM(NamedTuple):
+    """What `build_tiny_causal_lm` returns."""
+
+    model: "CausalQwenForCausalLM"  # the converted model, in eval mode
+    tokenizer: "NumericTokenizer"  # the tiny tokenizer with <NUM> appended
+    qwen: Qwen2ForCausalLM  # the base it was converted from (its weights are copied, not shared)
+
+
+def build_tiny_causal_lm(seed: int = 0, init_seed: int | None = None, **config_overrides) -> TinyCausalLM:
+    """The tiny base converted to CausalQwen: ``(model, tokenizer, qwen)``.
+
+    One recipe for every test, benchmark, experiment and CLI command that needs a small model:
+    `build_tiny_base` (``seed`` fixes the Qwen2 weights), `NumericTokenizer` around its
+    tokenizer, and `CausalQwenForCausalLM.from_qwen` with the tokenizer's ``<NUM>`` id and the
+    given `CausalQwenConfig` overrides.
+
+    ``from_qwen`` draws the new random parameters (w_num, w_reg) from torch's generator. With
+    ``init_seed=None`` that is the global generator, as ``from_qwen`` alone does; with an int it is
+    a generator seeded with ``init_seed``, and the global random state is left as it was.
+    """
+    from .modeling import CausalQwenForCausalLM
+    from .tokenization import NumericTokenizer
+
+    if init_seed is not None and (isinstance(init_seed, bool) or not isinstance(init_seed, int)):
+        raise TypeError(f"init_seed must be an int or None, got {type(init_seed).__name__}")
+    qwen, hf_tokenizer = build_tiny_base(seed=seed)
+    tokenizer = NumericTokenizer(hf_tokenizer)
+    with torch.random.fork_rng(devices=[], enabled=init_seed is not None):
+        if init_seed is not None:
+            torch.manual_seed(init_seed)
+        model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id, **config_overrides)
+    return TinyCausalLM(model.eval(), tokenizer, qwen)
 
 
 def save_tiny_base(path: str | os.PathLike, seed: int = 0) -> str:

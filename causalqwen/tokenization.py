@@ -543,49 +543,29 @@ class NumericTokenizer:
             ``attention_mask`` (int64, [B, S], 1 on real tokens and 0 on padding). Padded
             positions hold the pad id and the value 0.0.
         """
-        if isinstance(texts, str):
-            texts = [texts]
-        elif isinstance(texts, (list, tuple)):
-            texts = list(texts)
-            for index, text in enumerate(texts):
-                if not isinstance(text, str):
-                    raise TypeError(f"texts[{index}] must be a str, got {type(text).__name__}")
-        else:
-            raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
-        if not texts:
-            raise ValueError("texts is an empty list; give at least one text")
-        padding_is_valid = padding is True or padding is False or (
-            isinstance(padding, str) and padding in ("longest", "max_length")
-        )
-        if not padding_is_valid:
-            raise ValueError(f"padding must be one of True, False, 'longest', 'max_length'; got {padding!r}")
-        if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-        if not isinstance(truncation, bool):
-            raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
-        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
-            raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
-        if max_length is not None and max_length <= 0:
-            raise ValueError(f"max_length must be positive, got {max_length}")
-        if padding == "max_length" and max_length is None:
-            raise ValueError("padding='max_length' needs max_length")
-        if truncation and max_length is None:
-            raise ValueError("truncation=True needs max_length")
+        texts = _check_call_arguments(texts, padding, max_length, padding_side, truncation)
+        rows = self._encode_rows(texts, max_length, truncation)
+        return self._pad(rows, padding, max_length, padding_side)
 
+    def _encode_rows(self, texts: list[str], max_length: int | None, truncation: bool) -> list[tuple[list, list]]:
+        """``(ids, values)`` per text, cut to ``max_length`` where ``truncation`` allows it."""
         rows = []
         for index, text in enumerate(texts):
             try:
                 rows.append(self.encode(text, max_length + 1 if max_length is not None else None))
             except ValueError as error:
                 raise ValueError(f"text {index}: {error}") from None
-        if max_length is not None:
-            for index, (ids, _) in enumerate(rows):
-                if len(ids) > max_length and not truncation:
-                    raise ValueError(
-                        f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
-                    )
-            rows = [(ids[:max_length], values[:max_length]) for ids, values in rows]
+        if max_length is None:
+            return rows
+        for index, (ids, _) in enumerate(rows):
+            if len(ids) > max_length and not truncation:
+                raise ValueError(
+                    f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
+                )
+        return [(ids[:max_length], values[:max_length]) for ids, values in rows]
 
+    def _pad(self, rows: list[tuple[list, list]], padding, max_length, padding_side: str) -> dict[str, torch.Tensor]:
+        """The rows as ``[B, S]`` tensors; padded positions hold the pad id, the value 0.0 and mask 0."""
         lengths = [len(ids) for ids, _ in rows]
         if padding is False:
             if len(set(lengths)) > 1:
@@ -597,9 +577,9 @@ class NumericTokenizer:
             width = max(lengths)
 
         pad_token_id = self.pad_token_id if any(length < width for length in lengths) else 0
-        input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.int64)
-        numeric_values = torch.zeros((len(rows), width), dtype=torch.float32)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.int64)
+        input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.int64)  # [B, S]
+        numeric_values = torch.zeros((len(rows), width), dtype=torch.float32)  # [B, S]
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.int64)  # [B, S]
         for row, (ids, values) in enumerate(rows):
             start = width - len(ids) if padding_side == "left" else 0
             end = start + len(ids)
@@ -752,3 +732,36 @@ def _as_value_list(data, name: str) -> list[float]:
         except OverflowError:  # a Python int beyond the float64 range
             values.append(math.copysign(math.inf, value))
     return values
+
+
+def _check_call_arguments(texts, padding, max_length, padding_side, truncation) -> list[str]:
+    """The argument checks of `NumericTokenizer.__call__` (its public door); the texts as a list."""
+    if isinstance(texts, str):
+        texts = [texts]
+    elif isinstance(texts, (list, tuple)):
+        texts = list(texts)
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{index}] must be a str, got {type(text).__name__}")
+    else:
+        raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
+    if not texts:
+        raise ValueError("texts is an empty list; give at least one text")
+    padding_is_valid = padding is True or padding is False or (
+        isinstance(padding, str) and padding in ("longest", "max_length")
+    )
+    if not padding_is_valid:
+        raise ValueError(f"padding must be one of True, False, 'longest', 'max_length'; got {padding!r}")
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if not isinstance(truncation, bool):
+        raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
+        raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
+    if max_length is not None and max_length <= 0:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    if padding == "max_length" and max_length is None:
+        raise ValueError("padding='max_length' needs max_length")
+    if truncation and max_length is None:
+        raise ValueError("truncation=True needs max_length")
+    return texts

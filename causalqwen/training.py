@@ -459,6 +459,18 @@ def _forward_backward(trained, model, batch, trainable, config, step: int, first
     return out, grad_norm
 
 
+def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSampler, DataLoader]:
+    """This process's shuffled share of the data in full batches (``config.seed`` fixes the order per epoch)."""
+    sampler = DistributedSampler(train_dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True)
+    loader = DataLoader(train_dataset, batch_size=config.batch_size, sampler=sampler, drop_last=True,
+                        collate_fn=partial(collate, pad_token_id=train_dataset.pad_token_id))
+    if len(loader) == 0:
+        raise ValueError(
+            f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on {world} process(es)"
+        )
+    return sampler, loader
+
+
 def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator, settings,
            step: int, history: list) -> list[dict]:
     """The optimisation steps from ``step`` on (the numbered list in the module docstring), then the model in eval mode."""
@@ -470,14 +482,8 @@ def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimize
     device = next(model.parameters()).device
     if eval_batch is not None:
         eval_batch = {key: value.to(device) for key, value in eval_batch.items()}
-    sampler = DistributedSampler(train_dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True)
-    loader = DataLoader(train_dataset, batch_size=config.batch_size, sampler=sampler, drop_last=True,
-                        collate_fn=partial(collate, pad_token_id=train_dataset.pad_token_id))
+    sampler, loader = _loader(train_dataset, config, rank, world)
     batches_per_epoch = len(loader)
-    if batches_per_epoch == 0:
-        raise ValueError(
-            f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on {world} process(es)"
-        )
     trainable = [p for p in model.parameters() if p.requires_grad]
     reporter = _Reporter(out_dir, config.report_to, step) if rank == 0 else None
     bar = tqdm(total=config.steps, initial=step, disable=not progress or rank != 0, desc="training")

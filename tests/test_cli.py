@@ -38,16 +38,11 @@ def test_unknown_subcommand_is_an_error():
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     """A CausalQwen converted from the tiny base and saved with save_pretrained, tokenizer beside it."""
-    import torch
-
-    from causalqwen import CausalQwenForCausalLM, NumericTokenizer
-    from causalqwen.tiny import build_tiny_base
+    from causalqwen.tiny import build_tiny_causal_lm
 
     path = tmp_path_factory.mktemp("causal_tiny")
-    qwen, hf_tokenizer = build_tiny_base(seed=3)
-    tokenizer = NumericTokenizer(hf_tokenizer)
-    torch.manual_seed(3)
-    CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).save_pretrained(path)
+    model, tokenizer, _ = build_tiny_causal_lm(seed=3, init_seed=3)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 

@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from causalqwen import NumericTokenizer
-from causalqwen.data import BAG_WEIGHTS, DRINK_PRICES, TEMPLATES, TextDataset, collate, read_jsonl, synthetic_texts
+from causalqwen.data import (
+    BAG_WEIGHTS,
+    DRINK_PRICES,
+    TEMPLATES,
+    TextDataset,
+    collate,
+    read_jsonl,
+    synthetic_texts,
+)
 from causalqwen.tiny import build_tiny_tokenizer
 from causalqwen.tokenization import find_numbers
 

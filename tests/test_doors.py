@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
+from causalqwen import generate
 from causalqwen.data import TextDataset, collate, synthetic_texts
 from causalqwen.inference import MODES
-from causalqwen.tiny import build_tiny_base
+from causalqwen.tiny import build_tiny_causal_lm
 
 PACKAGE = os.path.dirname(__import__("causalqwen").__file__)
 SYNCING = {torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.nonzero, torch.nonzero,
@@ -49,10 +49,8 @@ class HostSyncs(TorchFunctionMode):
 
 @pytest.fixture(scope="module")
 def tiny():
-    qwen, hf = build_tiny_base(seed=0)
-    tokenizer = NumericTokenizer(hf)
-    torch.manual_seed(0)
-    return CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id), tokenizer
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer
 
 
 def test_a_training_forward_with_loss_synchronises_at_most_twice(tiny):

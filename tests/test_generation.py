@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
+from causalqwen import generate
 from causalqwen.inference import MODES
-from causalqwen.tiny import build_tiny_base
+from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.tokenization import format_number
 
 SAMPLING_MODES = ("causal", "shared_individual", "shared_noise", "traditional")
@@ -16,11 +16,8 @@ PROMPTS = ["the price of tea rose by 12.5 percent and", "hello", "on day 3 we co
 
 @pytest.fixture(scope="module")
 def tiny():
-    qwen, tokenizer = build_tiny_base(seed=0)
-    numeric = NumericTokenizer(tokenizer)
-    torch.manual_seed(0)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=numeric.num_token_id).eval()
-    return qwen.eval(), model, numeric
+    model, numeric, qwen = build_tiny_causal_lm(seed=0, init_seed=0)
+    return qwen, model, numeric
 
 
 def _batch(numeric, prompts=PROMPTS):
@@ -112,7 +109,7 @@ def test_same_seed_same_output_different_seed_different_output(tiny, mode):
     _, model, numeric = tiny
     # with the default noise_init = 0.1 against scale_U = 10, a fixed noise instance barely moves
     # shared_noise at initialization; a larger exogenous noise makes every sampling mode visibly random
-    noisy = CausalQwenForCausalLM.from_qwen(build_tiny_base(seed=0)[0], num_token_id=numeric.num_token_id, noise_init=5.0)
+    noisy = build_tiny_causal_lm(seed=0, noise_init=5.0).model
     batch = _batch(numeric)
     first = _run(noisy.eval(), batch, mode, seed=1, max_new_tokens=12, eos_token_id=[])
     again = _run(noisy, batch, mode, seed=1, max_new_tokens=12, eos_token_id=[])
@@ -174,7 +171,7 @@ def test_model_generate_method_and_float64(tiny):
     as_method = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
                                attention_mask=batch["attention_mask"], max_new_tokens=4)
     assert torch.equal(as_method.sequences, _run(model, batch, max_new_tokens=4).sequences)
-    wide = CausalQwenForCausalLM.from_qwen(build_tiny_base(seed=0)[0], num_token_id=numeric.num_token_id).double()
+    wide = build_tiny_causal_lm(seed=0).model.double()
     out = _run(wide.eval(), batch, "causal", max_new_tokens=4, eos_token_id=[])
     assert out.sequences.shape[1] == batch["input_ids"].shape[1] + 4
 
@@ -202,9 +199,7 @@ def test_generation_rejects_bad_input(tiny):
         generate(model, right["input_ids"], right["numeric_values"], right["attention_mask"])
     with pytest.raises(ValueError, match="row 0 has no real token"):
         generate(model, ids, values, torch.zeros_like(mask))
-    short = CausalQwenForCausalLM.from_qwen(
-        build_tiny_base(seed=0)[0], num_token_id=numeric.num_token_id, max_position_embeddings=8
-    )
+    short = build_tiny_causal_lm(seed=0, max_position_embeddings=8).model
     with pytest.raises(ValueError, match="more than max_position_embeddings=8"):
         generate(short, ids, values, mask)
     with pytest.raises(ValueError, match="exceeds max_position_embeddings=8; lower max_new_tokens"):

@@ -9,7 +9,6 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scipy import stats
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer
 from causalqwen.action import ActionNetwork
 from causalqwen.inference import (
     DECISION_MODES,
@@ -21,7 +20,7 @@ from causalqwen.inference import (
     sample_token,
     traditional_probabilities,
 )
-from causalqwen.tiny import build_tiny_base
+from causalqwen.tiny import build_tiny_causal_lm
 
 C, V = 8, 12
 
@@ -187,9 +186,7 @@ def test_argmax_probability_can_differ_from_argmax_location():
 
 def test_standard_prediction_differs_from_qwen_greedy_at_initialization():
     """The equivalence theorem covers loc_S = logits, not argmax P: scales differ per class."""
-    qwen, tokenizer = build_tiny_base(seed=0)
-    numeric = NumericTokenizer(tokenizer)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=numeric.num_token_id).eval()
+    model, numeric, qwen = build_tiny_causal_lm(seed=0)
     batch = numeric(["the market grew by a third and the price of tea", "hello world"])
     with torch.no_grad():
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"])

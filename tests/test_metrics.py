@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer
-from causalqwen.data import collate, synthetic_texts, TextDataset
+from causalqwen.data import TextDataset, collate, synthetic_texts
 from causalqwen.metrics import (
     classification_metrics,
     distribution_stats,
@@ -19,7 +18,7 @@ from causalqwen.metrics import (
     ovr_prob_sum_median,
     regression_metrics,
 )
-from causalqwen.tiny import build_tiny_base
+from causalqwen.tiny import build_tiny_causal_lm
 
 NUM = 3
 
@@ -94,9 +93,7 @@ def test_valid_mask_pairs_positions_with_their_targets():
 
 
 def test_evaluate_batch_reports_every_d13_metric_finite():
-    qwen, hf_tokenizer = build_tiny_base(seed=0)
-    tokenizer = NumericTokenizer(hf_tokenizer)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval()
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0)
     batch = collate(TextDataset(synthetic_texts(12, seed=0), tokenizer).items, tokenizer.pad_token_id)
     metrics = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
     expected = {"accuracy", "num_precision", "num_recall", "num_f1", "reg_mae", "reg_mdae", "ovr_prob_sum_median",
@@ -109,9 +106,7 @@ def test_evaluate_batch_reports_every_d13_metric_finite():
 
 def test_evaluate_batch_in_chunks_of_rows_equals_one_pass():
     """A small decision budget (one row per chunk) gives the metrics of a single pass over the batch."""
-    qwen, hf_tokenizer = build_tiny_base(seed=0)
-    tokenizer = NumericTokenizer(hf_tokenizer)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval()
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0)
     batch = collate(TextDataset(synthetic_texts(7, seed=3), tokenizer).items, tokenizer.pad_token_id)
     whole = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
     one_row = batch["input_ids"].shape[1] * model.config.vocab_size

@@ -375,6 +375,8 @@ def test_bad_construction():
         CausalQwenForCausalLM.from_qwen(qwen, num_token_id=NUM_ID, causal_size=16)
     with pytest.raises(ValueError, match="needs num_token_id"):
         CausalQwenForCausalLM.from_qwen(qwen)
+    with pytest.raises(ValueError, match="'noise_int' is not a CausalQwenConfig field"):  # a typo is not a new field
+        CausalQwenForCausalLM.from_qwen(qwen, num_token_id=NUM_ID, noise_int=0.5)
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
     with pytest.raises(TypeError, match="base must be a transformers Qwen2ForCausalLM.*LlamaForCausalLM"):
         CausalQwenForCausalLM.from_qwen(llama, num_token_id=3)

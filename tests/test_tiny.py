@@ -10,6 +10,7 @@ from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 from causalqwen.tiny import (
     TINY_CORPUS,
     build_tiny_base,
+    build_tiny_causal_lm,
     build_tiny_qwen,
     build_tiny_tokenizer,
     save_tiny_base,
@@ -212,3 +213,45 @@ def test_save_tiny_base_rejects_a_file_path(tmp_path):
     file_path.write_text("not a directory")
     with pytest.raises(ValueError, match="not a directory"):
         save_tiny_base(file_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The converted tiny model: one recipe
+# ---------------------------------------------------------------------------------------------
+def test_build_tiny_causal_lm_is_from_qwen_of_the_tiny_base():
+    """The same weights as seeding torch and calling from_qwen on build_tiny_base by hand; the global
+    random state is left as it was, and the model's <NUM> id is the tokenizer's."""
+    from causalqwen import CausalQwenForCausalLM
+
+    before = torch.random.get_rng_state()
+    model, tokenizer, qwen = build_tiny_causal_lm(seed=2, init_seed=5, noise_init=0.3)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert not model.training and model.config.noise_init == 0.3
+    assert model.config.num_token_id == tokenizer.num_token_id == len(tokenizer) - 1
+    assert torch.equal(qwen.model.embed_tokens.weight, build_tiny_qwen(seed=2).model.embed_tokens.weight)
+    torch.manual_seed(5)
+    by_hand = CausalQwenForCausalLM.from_qwen(build_tiny_base(seed=2)[0], num_token_id=tokenizer.num_token_id,
+                                              noise_init=0.3)
+    assert model.state_dict().keys() == by_hand.state_dict().keys()
+    for name, tensor in by_hand.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+def test_build_tiny_causal_lm_without_init_seed_draws_from_the_global_generator():
+    torch.manual_seed(11)
+    first = build_tiny_causal_lm().model.model.numerical_embedding.w_num.detach().clone()
+    torch.manual_seed(11)
+    second = build_tiny_causal_lm().model.model.numerical_embedding.w_num
+    third = build_tiny_causal_lm().model.model.numerical_embedding.w_num  # the generator has moved on
+    assert torch.equal(first, second) and not torch.equal(first, third)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"init_seed": 1.5}, TypeError, "init_seed must be an int or None, got float"),
+    ({"init_seed": True}, TypeError, "init_seed must be an int or None, got bool"),
+    ({"seed": -1}, ValueError, "seed must be non-negative"),
+    ({"no_such_field": 1}, ValueError, "'no_such_field' is not a CausalQwenConfig field"),
+])
+def test_build_tiny_causal_lm_bad_input(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        build_tiny_causal_lm(**kwargs)

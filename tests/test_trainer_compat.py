@@ -5,16 +5,12 @@ from functools import partial
 import torch
 from transformers import Trainer, TrainingArguments
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer
 from causalqwen.data import TextDataset, collate, synthetic_texts
-from causalqwen.tiny import build_tiny_base
+from causalqwen.tiny import build_tiny_causal_lm
 
 
 def test_trainer_trains_three_steps(tmp_path):
-    qwen, hf_tokenizer = build_tiny_base(seed=0)
-    tokenizer = NumericTokenizer(hf_tokenizer)
-    torch.manual_seed(0)
-    model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id)
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     data = TextDataset(synthetic_texts(24, seed=0), tokenizer, max_length=32)
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3,

@@ -6,11 +6,16 @@ import os
 import pytest
 import torch
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer
-from causalqwen import training
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, training
 from causalqwen.data import TextDataset, collate, synthetic_texts
-from causalqwen.tiny import build_tiny_base
-from causalqwen.training import TrainingConfig, latest_checkpoint, parameter_groups, set_trainable, train
+from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm
+from causalqwen.training import (
+    TrainingConfig,
+    latest_checkpoint,
+    parameter_groups,
+    set_trainable,
+    train,
+)
 
 
 @pytest.fixture(scope="module")
@@ -18,9 +23,9 @@ def tokenizer():
     return NumericTokenizer(build_tiny_base(seed=0)[1])
 
 
-def _model(tokenizer, **overrides):
-    torch.manual_seed(0)
-    return CausalQwenForCausalLM.from_qwen(build_tiny_base(seed=0)[0], num_token_id=tokenizer.num_token_id, **overrides)
+def _model(**overrides):
+    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
+    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
 
 
 def _data(tokenizer, n=48, seed=0):
@@ -32,7 +37,7 @@ CONFIG = dict(steps=6, batch_size=4, learning_rate=3e-3, warmup_steps=2, preset=
 
 
 def test_presets_choose_the_trainable_parameters(tokenizer):
-    model = _model(tokenizer)
+    model = _model()
     causal = set_trainable(model, "causal")
     new_modules = ("model.numerical_embedding.", "model.abduction.", "action.")  # the Qwen2 stack is the rest of model.*
     assert causal and all(n.startswith(new_modules) for n in causal)
@@ -40,7 +45,7 @@ def test_presets_choose_the_trainable_parameters(tokenizer):
     assert not any(p.requires_grad for n, p in model.named_parameters() if not n.startswith(new_modules))
     assert set(set_trainable(model, "abduction")) == {n for n, _ in model.named_parameters() if n.startswith("model.abduction.")}
     assert len(set_trainable(model, "all")) == len(list(model.parameters()))
-    learnable = _model(tokenizer, learnable_threshold=True)
+    learnable = _model(learnable_threshold=True)
     assert "action.ovr_threshold" in set_trainable(learnable, "causal")  # the head owns the threshold
     with pytest.raises(ValueError, match="unknown preset 'everything'; choose one of causal, abduction, all"):
         set_trainable(model, "everything")
@@ -49,7 +54,7 @@ def test_presets_choose_the_trainable_parameters(tokenizer):
 
 
 def test_weight_decay_applies_to_matrices_only(tokenizer):
-    model = _model(tokenizer)
+    model = _model()
     set_trainable(model, "causal")
     decay, no_decay = parameter_groups(model, 0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -60,7 +65,7 @@ def test_weight_decay_applies_to_matrices_only(tokenizer):
 
 
 def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path):
-    model = _model(tokenizer)
+    model = _model()
     eval_batch = collate(_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
     history = train(model, _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 12}), eval_batch, str(tmp_path), progress=False)
     losses = [r["train/total_loss"] for r in history]
@@ -83,7 +88,7 @@ def test_resume_after_an_interruption_is_bit_exact(tokenizer, tmp_path, monkeypa
     """Kill the run right after its step-3 checkpoint; resuming ends with the uninterrupted run's parameters."""
     eval_batch = collate(_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
     config = TrainingConfig(**CONFIG | {"steps": 7, "batch_size": 5})  # 48 // 5 = 9 batches: step 3 is mid-epoch
-    uninterrupted = _model(tokenizer)
+    uninterrupted = _model()
     full_history = train(uninterrupted, _data(tokenizer), config, eval_batch, str(tmp_path / "a"), progress=False)
 
     save = training._save_checkpoint
@@ -94,9 +99,9 @@ def test_resume_after_an_interruption_is_bit_exact(tokenizer, tmp_path, monkeypa
 
     monkeypatch.setattr(training, "_save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train(_model(tokenizer), _data(tokenizer), config, eval_batch, str(tmp_path / "b"), progress=False)
+        train(_model(), _data(tokenizer), config, eval_batch, str(tmp_path / "b"), progress=False)
     monkeypatch.setattr(training, "_save_checkpoint", save)
-    resumed = _model(tokenizer)  # a fresh process would rebuild the model the same way
+    resumed = _model()  # a fresh process would rebuild the model the same way
     history = train(resumed, _data(tokenizer), config, eval_batch, str(tmp_path / "b"), resume=True, progress=False)
 
     for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
@@ -113,34 +118,34 @@ def test_output_directory_rules(tokenizer, tmp_path):
     (foreign / "notes.txt").write_text("mine")
     for overwrite in (False, True):  # a directory no run wrote is never used, let alone emptied
         with pytest.raises(ValueError, match="exists and is not a causalqwen run .*never deletes files it did not write"):
-            train(_model(tokenizer), _data(tokenizer), config, out_dir=str(foreign), overwrite=overwrite, progress=False)
+            train(_model(), _data(tokenizer), config, out_dir=str(foreign), overwrite=overwrite, progress=False)
         assert os.listdir(foreign) == ["notes.txt"]  # nothing written, nothing deleted
     run = tmp_path / "run"
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(run), progress=False)
+    train(_model(), _data(tokenizer), config, out_dir=str(run), progress=False)
     with pytest.raises(ValueError, match="holds a previous train run; pass resume to continue it or overwrite"):
-        train(_model(tokenizer), _data(tokenizer), config, out_dir=str(run), progress=False)
+        train(_model(), _data(tokenizer), config, out_dir=str(run), progress=False)
     (run / "train.jsonl").write_text("the user's data, kept in the run directory")
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(run), overwrite=True, progress=False)
+    train(_model(), _data(tokenizer), config, out_dir=str(run), overwrite=True, progress=False)
     assert (run / "train.jsonl").read_text().startswith("the user's data")
     assert {"causalqwen-run.json", "training_config.json", "metrics.jsonl", "checkpoint-3", "train.jsonl"} <= set(os.listdir(run))
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_config(tokenizer, tmp_path):
     config = TrainingConfig(**CONFIG | {"steps": 3})
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
+    train(_model(), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
     with pytest.raises(ValueError, match="its model config differs in ovr_threshold"):
-        train(_model(tokenizer, ovr_threshold=50.0), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
+        train(_model(ovr_threshold=50.0), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
               out_dir=str(tmp_path), resume=True, progress=False)
 
 
 def test_resume_from_a_truncated_checkpoint_names_the_file(tokenizer, tmp_path):
     config = TrainingConfig(**CONFIG | {"steps": 3})
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
+    train(_model(), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
     (checkpoint,) = [d for d in os.listdir(tmp_path) if d.startswith("checkpoint-")]
     weights = tmp_path / checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(OSError, match=r"cannot resume from .*model\.safetensors.* cannot be read"):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
               out_dir=str(tmp_path), resume=True, progress=False, allow_changed_settings=True)
 
 
@@ -149,7 +154,7 @@ def test_bad_training_configs_and_datasets(tokenizer):
         with pytest.raises(ValueError, match=field):
             TrainingConfig(**{field: value})
     with pytest.raises(ValueError, match="too few for one batch of 64"):
-        train(_model(tokenizer), _data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False)
+        train(_model(), _data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False)
 
 
 @pytest.mark.parametrize("sink, package", [("tensorboard", "tensorboard"), ("wandb", "wandb")])
@@ -160,4 +165,4 @@ def test_report_to_needs_its_package_and_is_never_required(tokenizer, tmp_path, 
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed here; the error path cannot be exercised")
     with pytest.raises(ValueError, match=f"report_to='{sink}' needs the {package} package"):
-        train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
+        train(_model(), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)

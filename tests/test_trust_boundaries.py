@@ -17,15 +17,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, cli, generate
-from causalqwen import training
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, cli, generate, training
 from causalqwen.checkpoint import weight_files
-from causalqwen.data import TextDataset, collate, read_jsonl, synthetic_texts
+from causalqwen.data import TextDataset, read_jsonl, synthetic_texts
 from causalqwen.inference import traditional_probabilities
 from causalqwen.losses import fused_ovr_classification_loss
 from causalqwen.modeling import CausalQwenConfig
 from causalqwen.rundir import LOCK, MARKER, RunDirectory
-from causalqwen.tiny import build_tiny_base, save_tiny_base
+from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm, save_tiny_base
 from causalqwen.training import TrainingConfig, TrainingDiverged, train
 
 
@@ -49,15 +48,15 @@ def tokenizer():
     return NumericTokenizer(build_tiny_base(seed=0)[1])
 
 
-def _model(tokenizer, **overrides):
-    torch.manual_seed(0)
-    return CausalQwenForCausalLM.from_qwen(build_tiny_base(seed=0)[0], num_token_id=tokenizer.num_token_id, **overrides)
+def _model(**overrides):
+    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
+    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
 
 
 @pytest.fixture(scope="module")
 def saved(tokenizer, tmp_path_factory):
     path = tmp_path_factory.mktemp("saved") / "model"
-    _model(tokenizer).save_pretrained(path)
+    _model().save_pretrained(path)
     return path
 
 
@@ -85,7 +84,7 @@ def _run_until_first_checkpoint(tokenizer, out, monkeypatch, **overrides):
 
     monkeypatch.setattr(training, "_save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG | overrides), out_dir=str(out), progress=False)
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | overrides), out_dir=str(out), progress=False)
     monkeypatch.setattr(training, "_save_checkpoint", save)
 
 
@@ -100,7 +99,7 @@ def test_a_planted_training_state_pickle_is_never_loaded(tokenizer, tmp_path, mo
     checkpoint = out / "checkpoint-2"
     assert not [name for name in os.listdir(checkpoint) if name.endswith((".pt", ".bin", ".pkl"))]
     _plant(checkpoint / "training_state.pt", witness)  # beside the real state: ignored
-    train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
+    train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
     assert not witness.exists()
 
     out2 = tmp_path / "run2"
@@ -109,7 +108,7 @@ def test_a_planted_training_state_pickle_is_never_loaded(tokenizer, tmp_path, mo
         os.remove(out2 / "checkpoint-2" / name)
     _plant(out2 / "checkpoint-2" / "training_state.pt", witness)
     with pytest.raises(OSError, match=r"training_state\.pt' is a pickle .* never loaded"):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out2), resume=True, progress=False)
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out2), resume=True, progress=False)
     assert not witness.exists()
 
 
@@ -215,7 +214,7 @@ def test_config_fields_are_type_and_range_checked(saved, tmp_path, field, value,
 @pytest.mark.parametrize("settings", [dict(ovr_threshold=-1e30), dict(ovr_threshold=1e30), dict(noise_init=1e30),
                                       dict(abduction_scale_init=1e30), dict(scale_eps=1e-30), dict(scale_eps=1e30)])
 def test_settings_at_their_limits_keep_loss_and_gradients_finite(tokenizer, settings, return_decisions):
-    model = _model(tokenizer, **settings)
+    model = _model(**settings)
     batch = tokenizer(["The price is 12.5 yuan and 3 cups.", "A week has 7 days"])
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     out = model(**batch, labels=labels, return_decisions=return_decisions)
@@ -233,10 +232,10 @@ def test_settings_at_their_limits_keep_loss_and_gradients_finite(tokenizer, sett
 def test_overwrite_removes_only_run_outputs_and_never_a_foreign_directory(tokenizer, tmp_path):
     config = TrainingConfig(**CONFIG | {"steps": 2})
     data_file = tmp_path / "run" / "train.jsonl"
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
+    train(_model(), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
     data_file.write_text('{"text": "mine"}\n')
     (tmp_path / "run" / "notes.txt").write_text("mine")
-    train(_model(tokenizer), _data(tokenizer), config, out_dir=str(tmp_path / "run"), overwrite=True, progress=False)
+    train(_model(), _data(tokenizer), config, out_dir=str(tmp_path / "run"), overwrite=True, progress=False)
     assert data_file.read_text() == '{"text": "mine"}\n' and (tmp_path / "run" / "notes.txt").exists()
 
     for marker in (None, "training_config.json"):  # an old run's file is not a marker
@@ -255,7 +254,7 @@ def test_overwrite_removes_only_run_outputs_and_never_a_foreign_directory(tokeni
 
 def test_the_demo_never_replaces_a_training_run(tokenizer, tmp_path, capsys):
     run = tmp_path / "run"
-    train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 2}), out_dir=str(run), progress=False)
+    train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 2}), out_dir=str(run), progress=False)
     before = sorted(os.listdir(run))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["demo", "--out", str(run), "--steps", "1"])
@@ -308,8 +307,8 @@ def test_resume_names_every_changed_setting_and_the_flag_overrides(tokenizer, tm
     data = _data(tokenizer, seed=change.pop("data_seed", 0))
     config = TrainingConfig(**CONFIG | change | {"log_every": 2, "eval_every": 1})  # logging may change freely
     with pytest.raises(ValueError, match=pattern + ".*pass allow_changed_settings"):
-        train(_model(tokenizer), data, config, out_dir=str(out), resume=True, progress=False)
-    history = train(_model(tokenizer), data, config, out_dir=str(out), resume=True, progress=False,
+        train(_model(), data, config, out_dir=str(out), resume=True, progress=False)
+    history = train(_model(), data, config, out_dir=str(out), resume=True, progress=False,
                     allow_changed_settings=True)
     assert history[-1]["step"] == 4
 
@@ -322,7 +321,7 @@ def test_resume_refuses_a_checkpoint_tensor_of_the_wrong_dtype(tokenizer, tmp_pa
     state["action.b_noise"] = torch.full_like(state["action.b_noise"], 10**9, dtype=torch.int32)
     save_file(state, weights)
     with pytest.raises(OSError, match=r"action\.b_noise is stored as I32, but the model's tensor is floating-point"):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
     optimizer_file = out / "checkpoint-2" / "training_state.safetensors"
     state["action.b_noise"] = state["action.b_noise"].float()
     save_file(state, weights)
@@ -331,35 +330,35 @@ def test_resume_refuses_a_checkpoint_tensor_of_the_wrong_dtype(tokenizer, tmp_pa
     tensors[first] = tensors[first][:1]
     save_file(tensors, optimizer_file)
     with pytest.raises(OSError, match=rf"{first} has shape .* the parameter needs"):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
 
 
 def test_resume_needs_a_run_and_survives_a_metrics_line_cut_short(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="nothing to resume: .* holds no causalqwen run"):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(tmp_path / "none"),
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(tmp_path / "none"),
               resume=True, progress=False)
     assert not (tmp_path / "none").exists()
     out = tmp_path / "run"
     _run_until_first_checkpoint(tokenizer, out, monkeypatch)
     with open(out / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"step": 3, "train/tot')  # the line a kill -9 cut in half
-    train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
+    train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
     (out / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl, line 2: not a metrics record"):
-        train(_model(tokenizer), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
+        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
 
 
 def test_divergence_stops_with_a_clear_error(tokenizer):
     config = TrainingConfig(**CONFIG | {"learning_rate": 1e30, "steps": 6})
     with pytest.raises(TrainingDiverged, match=r"training diverged .* lower the learning rate \(now 1e\+30\)"):
-        train(_model(tokenizer), _data(tokenizer), config, progress=False)
+        train(_model(), _data(tokenizer), config, progress=False)
 
 
 def test_training_on_texts_without_a_next_token_is_refused(tokenizer):
     with pytest.raises(ValueError, match="none of the 8 training texts has two tokens"):
-        train(_model(tokenizer), TextDataset([""] * 8, tokenizer), TrainingConfig(**CONFIG), progress=False)
+        train(_model(), TextDataset([""] * 8, tokenizer), TrainingConfig(**CONFIG), progress=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +369,7 @@ def test_training_on_texts_without_a_next_token_is_refused(tokenizer):
 @pytest.mark.parametrize("keyword, hint", [("numeric_value", "numeric_values"), ("attention_masks", "attention_mask"),
                                            ("label", "labels"), ("numeric_label", "numeric_labels")])
 def test_misspelt_forward_keywords_are_refused_by_name(tokenizer, keyword, hint):
-    model = _model(tokenizer)
+    model = _model()
     batch = tokenizer(["The price is 12.5 yuan."])
     with pytest.raises(TypeError, match=rf"forward\(\) got unexpected keyword argument\(s\) '{keyword}' \(did you mean '{hint}'\?\)"):
         model(batch["input_ids"], numeric_values=batch["numeric_values"], **{keyword: batch["input_ids"]})
@@ -379,7 +378,7 @@ def test_misspelt_forward_keywords_are_refused_by_name(tokenizer, keyword, hint)
 
 
 def test_inputs_embeds_gets_a_short_clear_error(tokenizer):
-    model = _model(tokenizer)
+    model = _model()
     with pytest.raises(TypeError) as raised:
         model(torch.tensor([[1, 2]]), inputs_embeds=torch.zeros(1, 2, 64))
     assert "does not take inputs_embeds" in str(raised.value) and len(str(raised.value)) < 200
@@ -387,7 +386,7 @@ def test_inputs_embeds_gets_a_short_clear_error(tokenizer):
 
 
 def test_a_num_without_its_value_is_an_error_not_zero(tokenizer):
-    model = _model(tokenizer)
+    model = _model()
     batch = tokenizer(["The price is 12.5 yuan."])
     with pytest.raises(ValueError, match=r"input_ids hold <NUM> .* at position \[0, \d+\] but numeric_values is None"):
         model(batch["input_ids"])
@@ -401,7 +400,7 @@ def test_a_num_without_its_value_is_an_error_not_zero(tokenizer):
 
 
 def test_forward_refuses_more_positions_than_the_model_has(tokenizer):
-    model = _model(tokenizer)
+    model = _model()
     limit = model.config.max_position_embeddings
     with pytest.raises(ValueError, match=rf"{limit + 1} positions, more than max_position_embeddings={limit}"):
         model(torch.ones(1, limit + 1, dtype=torch.long))
@@ -413,7 +412,7 @@ def test_forward_refuses_more_positions_than_the_model_has(tokenizer):
 
 def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
     torch.manual_seed(0)
-    model = _model(tokenizer)
+    model = _model()
     batch = tokenizer(["A cup of tea costs 1.5 dollars."])
     out = model(**batch, labels=batch["input_ids"])
     with pytest.raises(RuntimeError, match=r"no second derivative .* loss_algorithm='literal'"):
@@ -439,7 +438,7 @@ def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
 @pytest.fixture(scope="module")
 def number_model(tokenizer):
     """A model whose every step predicts <NUM> with value loc_Y = -12345.67 (beyond float16's precision)."""
-    model = copy.deepcopy(_model(tokenizer)).eval()
+    model = copy.deepcopy(_model()).eval()
     with torch.no_grad():
         model.action.classification_head.bias[tokenizer.num_token_id] = 1e4
         model.action.regression_head.weight.zero_()

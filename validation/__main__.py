@@ -48,7 +48,7 @@ def _failed_run(name: str, module_name: str, error: BaseException):
         title=title,
         claims=[Claim("the experiment ran to completion", float("nan"), "no exception", False)],
         body=f"The experiment raised an exception:\n\n```text\n{trace}\n```",
-        headline=f"error: {type(error).__name__}",
+        headline=f"error: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
     )
 
 
@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    import causalqwen  # noqa: F401  (imported here, so that no experiment's wall time includes transformers)
     from transformers.utils import logging as transformers_logging
+
+    import causalqwen  # noqa: F401  (imported here, so that no experiment's wall time includes transformers)
 
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()

@@ -123,14 +123,9 @@ def _scratch_dir() -> str:
 def _tiny():
     """``(qwen, tokenizer, model)``: the embedded tiny Qwen2 base, its `NumericTokenizer`, and CausalQwen
     converted from it (eval mode). The global torch random state is left as it was."""
-    from causalqwen import CausalQwenForCausalLM, NumericTokenizer
-    from causalqwen.tiny import build_tiny_base
+    from causalqwen.tiny import build_tiny_causal_lm
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        qwen, hf_tokenizer = build_tiny_base(seed=0)
-        tokenizer = NumericTokenizer(hf_tokenizer)
-        model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id).eval()
+    model, tokenizer, qwen = build_tiny_causal_lm(seed=0, init_seed=0)
     return qwen, tokenizer, model
 
 
@@ -834,12 +829,9 @@ class FiniteCheck:
 @functools.cache
 def _fuzz_model():
     """``(model, pristine state)``: a CausalQwen in train mode whose parameters each case resets and then distorts."""
-    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.tiny import build_tiny_causal_lm
 
-    qwen, tokenizer, _ = _tiny()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id)
+    model = build_tiny_causal_lm(seed=0, init_seed=1).model
     model.train()  # dropout is 0 in the tiny config; train mode as in training
     pristine = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     return model, pristine

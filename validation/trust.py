@@ -32,7 +32,13 @@ from typing import Callable
 
 import torch
 
-from .robustness import CommandLineExit, _quiet_transformers, _scratch_dir, _tiny, run_cli
+from .robustness import (
+    CommandLineExit,
+    _quiet_transformers,
+    _scratch_dir,
+    _tiny,
+    run_cli,
+)
 
 __all__ = ["TrustCase", "TRUST_CASES", "GROUPS", "WrongResult", "run_trust_case", "READS_AND_REFUSALS"]
 
@@ -125,12 +131,9 @@ def _guarded(witness: str | None = None, kept: tuple[str, ...] = ()):
 
 
 def _model(**overrides):
-    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.tiny import build_tiny_causal_lm
 
-    qwen, tokenizer, _ = _tiny()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return CausalQwenForCausalLM.from_qwen(qwen, num_token_id=tokenizer.num_token_id, **overrides)
+    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
 
 
 def _dataset(n: int = 16, seed: int = 0):
@@ -454,9 +457,9 @@ def _divergence():
 
 
 def _numpy_scalars():
-    from causalqwen import generate
-
     import numpy as np
+
+    from causalqwen import generate
 
     batch = _tiny()[1](["A cup of tea costs"], padding_side="left")
     generate(_tiny()[2], batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode="traditional",

@@ -36,9 +36,10 @@ from scipy import optimize, stats
 
 from causalqwen.inference import decision_input
 from causalqwen.metrics import next_token_valid_mask, ovr_prob_sum_median
+from causalqwen.tiny import build_tiny_causal_lm
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .fixtures import sentence_batch, tiny_base, tiny_model
+from .fixtures import sentence_batch
 
 GAMMAS = [0.1, 1.0, 10.0, 100.0]
 TABLE_THRESHOLDS = [-100.0, 0.0, 10.0, 100.0, 1000.0, 10000.0]
@@ -65,7 +66,7 @@ def _calibrating_threshold(median_sum, grid: np.ndarray, sums: np.ndarray) -> fl
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
     sentences = 12 if quick else 32
     grid = _threshold_grid(13 if quick else 31)
-    qwen, tokenizer = tiny_base()
+    tokenizer = build_tiny_causal_lm().tokenizer
     batch = sentence_batch(tokenizer, sentences, DATA_SEED)
     valid = next_token_valid_mask(batch["labels"], batch["attention_mask"])  # [B, S-1]
     everywhere = torch.ones(int(valid.sum()), dtype=torch.bool)  # the decisions below are taken at valid positions only
@@ -74,7 +75,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     table_rows, calibrating_rows = [], []
     oracle_error, violations = 0.0, 0
     for gamma in GAMMAS:
-        model = tiny_model(qwen, tokenizer, abduction_scale_init=gamma)
+        model = build_tiny_causal_lm(init_seed=0, abduction_scale_init=gamma).model
         with torch.no_grad():
             out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"])
             loc_U, scale_U = out.loc_U[:, :-1], out.scale_U[:, :-1]
@@ -111,7 +112,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         axis.set(yscale="log", xlim=(grid[0], grid[-1]), xlabel="OvR threshold C (symmetric log scale)",
                  title=f"{mode} inference at init")
         axis.legend(fontsize=7)
-    axes[0].set_ylabel(f"median over positions of Σ_k P_k (V = {qwen.config.vocab_size})")
+    axes[0].set_ylabel(f"median over positions of Σ_k P_k (V = {model.config.vocab_size})")
     figure_name = save_figure(figure, out_dir, "v4_ovr_sum.png")
 
     default_standard = next(r for r in table_rows if r[0] == "standard" and r[1] == fmt(DEFAULT[1]))[2 + TABLE_THRESHOLDS.index(DEFAULT[0])]
@@ -120,7 +121,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     body = "\n\n".join([
         text,
         f"**Results.** Median over {int(valid.sum())} scored positions of $\\sum_k P_k$ "
-        f"($V = {qwen.config.vocab_size}$ classes) at selected thresholds:",
+        f"($V = {model.config.vocab_size}$ classes) at selected thresholds:",
         table(["inference", "γ"] + [f"C = {fmt(c)}" for c in TABLE_THRESHOLDS], table_rows),
         "The threshold $C$ at which the median sum is 1 at init (nan: no crossing on the grid):",
         table(["inference", "γ", "calibrating C"], [[mode, fmt(gamma), c] for mode, gamma, c in calibrating_rows]),

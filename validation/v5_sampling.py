@@ -44,9 +44,9 @@ from scipy import stats
 
 from causalqwen import generate
 from causalqwen.inference import MODES
+from causalqwen.tiny import build_tiny_causal_lm
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .fixtures import tiny_base, tiny_model
 
 PROMPTS = [
     "A cup of coffee costs",
@@ -96,8 +96,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     steps = 8 if quick else 16
     seeds = 6 if quick else 16
     diversity_steps = 6 if quick else 10
-    qwen, tokenizer = tiny_base()
-    model = tiny_model(qwen, tokenizer)
+    model, tokenizer, _ = build_tiny_causal_lm(init_seed=0)
     noise_scale = model.action.noise_scale.detach().double().numpy()
     prompts = PROMPTS * (1 if quick else 4)  # every row draws its own epsilon: more rows, more shared-mode draws
     batch = tokenizer(prompts, padding_side="left")
@@ -137,7 +136,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
 
     # ---- (c) diversity across seeds ----
     prompt = tokenizer([DIVERSITY_PROMPT], padding_side="left")
-    noisy = tiny_model(qwen, tokenizer, noise_init=LARGE_NOISE)
+    noisy = build_tiny_causal_lm(init_seed=0, noise_init=LARGE_NOISE).model
     diversity_rows, distinct, reproducible = [], {}, True
     for mode in MODES:
         row = [mode]

@@ -27,10 +27,11 @@ import matplotlib.pyplot as plt
 import torch
 
 from causalqwen.data import TextDataset, synthetic_texts
+from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.training import TrainingConfig, train
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .fixtures import sentence_batch, tiny_base, tiny_model
+from .fixtures import sentence_batch
 
 NOISE_INITS = [0.0, 1e-6, 1e-3, 0.1, 1.0, -0.1]
 DATA_SEED = 21
@@ -47,7 +48,7 @@ def _b_noise_gradient(model, batch, literal: bool) -> torch.Tensor:
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
     sentences = 8 if quick else 32
     train_steps = 5 if quick else 20
-    qwen, tokenizer = tiny_base()
+    tokenizer = build_tiny_causal_lm().tokenizer
     batch = sentence_batch(tokenizer, sentences, DATA_SEED)
 
     abs_at_zero = torch.zeros((), requires_grad=True)
@@ -56,7 +57,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
 
     rows, fused_norms = [], {}
     for noise_init in NOISE_INITS:
-        model = tiny_model(qwen, tokenizer, noise_init=noise_init)
+        model = build_tiny_causal_lm(init_seed=0, noise_init=noise_init).model
         fused = _b_noise_gradient(model, batch, literal=False)
         literal = _b_noise_gradient(model, batch, literal=True)
         fused_norms[noise_init] = float(fused.norm())
@@ -68,7 +69,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
                             eval_every=train_steps, save_every=train_steps, log_every=train_steps, seed=TRAIN_SEED)
     moved = {}
     for noise_init in (0.0, 0.1):
-        model = tiny_model(qwen, tokenizer, noise_init=noise_init)
+        model = build_tiny_causal_lm(init_seed=0, noise_init=noise_init).model
         start = model.action.b_noise.detach().clone()
         train(model, train_set, config, progress=False)
         moved[noise_init] = (float((model.action.b_noise.detach() - start).abs().max()),

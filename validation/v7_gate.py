@@ -38,9 +38,10 @@ import torch
 from scipy import stats
 
 from causalqwen.losses import total_loss
+from causalqwen.tiny import build_tiny_causal_lm
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .fixtures import sentence_batch, tiny_base, tiny_model
+from .fixtures import sentence_batch
 
 CLASSES = 8
 NUM_ID = 5
@@ -102,11 +103,11 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         plot[alpha] = (grad, grad_detached)
 
     # ---- the tiny model at init ----
-    qwen, tokenizer = tiny_base()
+    tokenizer = build_tiny_causal_lm().tokenizer
     batch = sentence_batch(tokenizer, 8 if quick else 32, DATA_SEED)
     model_rows, model_signs = [], {}
     for detach in (False, True):
-        model = tiny_model(qwen, tokenizer, detach_gate=detach, loss_algorithm="literal")  # loc_S in the graph
+        model = build_tiny_causal_lm(init_seed=0, detach_gate=detach, loss_algorithm="literal").model  # loc_S in the graph
         out = model(**batch, return_decisions=True)
         out.loc_S.retain_grad()
         out.reg_loss.backward()

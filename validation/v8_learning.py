@@ -34,10 +34,11 @@ import torch
 from causalqwen.data import TextDataset, synthetic_texts
 from causalqwen.demo import DEMO_OVERRIDES, DEMO_STEPS
 from causalqwen.metrics import evaluate_batch, with_log_prefixes
+from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.training import TrainingConfig, train
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .fixtures import sentence_batch, tiny_base, tiny_model
+from .fixtures import sentence_batch
 
 SEED = 0
 QUICK = dict(steps=150, learning_rate=1e-2, warmup_steps=15, eval_every=30, train_sentences=2000, eval_sentences=100,
@@ -55,8 +56,7 @@ def _held_out_loss(model, batch) -> dict[str, float]:
 
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
     settings = QUICK if quick else FULL
-    qwen, tokenizer = tiny_base(seed=SEED)
-    model = tiny_model(qwen, tokenizer, init_seed=SEED, **DEMO_OVERRIDES)
+    model, tokenizer, _ = build_tiny_causal_lm(seed=SEED, init_seed=SEED, **DEMO_OVERRIDES)
     train_set = TextDataset(synthetic_texts(settings["train_sentences"], seed=SEED), tokenizer, max_length=64)
     eval_batch = sentence_batch(tokenizer, settings["eval_sentences"], SEED + 1)
     config = TrainingConfig(steps=settings["steps"], batch_size=16, learning_rate=settings["learning_rate"],
