@@ -2,9 +2,10 @@
 
 import sys
 
-from . import generation, head, training_step
+from . import generation, head, tokenizer, training_step
 
-BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main}
+BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main,
+              "tokenizer": tokenizer.main}
 
 
 def main(argv: list[str]) -> int:

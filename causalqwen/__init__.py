@@ -1,6 +1,7 @@
 """causalqwen: a test-first mathematical reference implementation of CausalQwen.
 
-One small module per concept: ``cauchy`` (the Cauchy toolkit and the OvR tail kernel), ``tokenization``,
+One small module per concept: ``cauchy`` (the Cauchy toolkit and the OvR tail kernel), ``numbers`` (the
+number grammar), ``tokenization``,
 ``embedding``, ``abduction``, ``action``, ``head`` (the decision head), ``losses`` (literal) and ``fused``
 (the tiled head + loss), ``modeling`` (`CausalQwenModel`, `CausalQwenForCausalLM`), ``inference`` (the five
 modes) and ``generation``; ``doors`` and ``checks`` hold the input checks, ``loading`` and ``checkpoint``
@@ -9,7 +10,7 @@ what is read from disk.
 
 from .generation import GenerationOutput, generate
 from .modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel, CausalQwenOutput
-from .tokenization import NumericTokenizer
+from .tokenization import NumericEncoding, NumericTokenizer
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,7 @@ __all__ = [
     "CausalQwenModel",
     "CausalQwenOutput",
     "GenerationOutput",
+    "NumericEncoding",
     "NumericTokenizer",
     "generate",
     "__version__",

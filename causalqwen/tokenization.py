@@ -1,4 +1,4 @@
-"""Numeric-aware tokenization: every number in a text becomes one ``<NUM>`` token plus a value.
+"""Numeric-aware tokenization: every quantity in a text becomes one ``<NUM>`` token plus a value.
 
 CausalQwen reads numbers as values rather than as strings of digit tokens. Encoding a text
 produces two aligned sequences of the same length:
@@ -9,13 +9,14 @@ produces two aligned sequences of the same length:
 
 For example ``"价格是99.9元"`` encodes to the tokens of ``"价格是"``, one ``<NUM>``, and the
 tokens of ``"元"``; the values are ``[0.0, ..., 0.0, 99.9, 0.0, ...]`` with 99.9 (rounded to
-float32) exactly at the ``<NUM>`` position.
+float32) exactly at the ``<NUM>`` position. Which spans are quantities is the grammar of
+`causalqwen.numbers` (decision D3).
 
-Decoding writes each ``<NUM>`` back as the shortest decimal text that rounds to the same float32
-value (`format_number`), so ``decode(encode(t)) == t`` whenever every number in ``t`` is
-already written in that canonical form.
-
-The number grammar is defined once, in `NUMBER_REGEX`, and documented next to it.
+The encoding also keeps the *surface text* of every number (``"43.60"``, ``"−2"``, ``"1,000"``), as
+`NumericEncoding.number_texts`, and decoding writes those back, so that
+``tokenizer.batch_decode(tokenizer(texts)) == texts``. A number the model generated has no surface
+text and is written in its shortest float32 form (`format_number`), with a space where it would
+otherwise run into its neighbours and read back as something else.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from decimal import Decimal
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
-import regex
 import torch
 from tokenizers import AddedToken
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
+
+from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, join_numbers, parse_number, split_numbers
 
 __all__ = [
     "NUMBER_REGEX",
@@ -39,253 +41,14 @@ __all__ = [
     "split_numbers",
     "parse_number",
     "format_number",
+    "NumericEncoding",
     "NumericTokenizer",
 ]
 
-# ---------------------------------------------------------------------------------------------
-# The number grammar
-# ---------------------------------------------------------------------------------------------
-#
-# A number is, in this order:
-#
-#   sign      optional. An ASCII hyphen-minus "-" counts as a sign only when the character right
-#             before it is NOT an ASCII digit and NOT a cased letter (Unicode categories Lu, Ll,
-#             Lt: Latin, Greek, Cyrillic, ...). After anything else (start of text, a space,
-#             punctuation, a CJK character, ...) it is a sign. "+" is never a sign: it stays text,
-#             so that decoding gives back the original characters. Other dashes (such as U+2212
-#             "−") are always text.
-#   integer   required. ASCII digits only. Either
-#               - 1 to 3 digits followed by one or more groups of "," and exactly 3 digits, where
-#                 the last group is not followed by another digit ("1,000,000", "12,345"), or
-#               - a plain run of digits ("0", "2020", "007").
-#             Any other comma is text.
-#   fraction  optional. "." followed by at least one digit. A dot with no digit after it is text.
-#   exponent  optional. "e" or "E", an optional "+" or "-", then at least one digit. Without
-#             digits the letter is text.
-#
-# Examples (| separates the pieces, numbers are shown as their values):
-#
-#   "温度-15.5度"     ->  温度 | -15.5 | 度          (a "-" after a CJK character is a sign)
-#   "-3"              ->  -3                          (a "-" at the start is a sign)
-#   "(-5)"            ->  ( | -5 | )                 (a "-" after punctuation is a sign)
-#   "2020-2021"       ->  2020 | - | 2021            (a "-" after a digit is text)
-#   "x-5"             ->  x | - | 5                  (a "-" after a cased letter is text)
-#   "+5"              ->  + | 5                      ("+" is never a sign)
-#   "1.5e3", "2E-2"   ->  1500.0, 0.02
-#   "1e+30"           ->  1e30
-#   "3eggs"           ->  3 | eggs                   (no digit after "e": no exponent)
-#   "5."              ->  5 | .                      (no digit after ".": no fraction)
-#   ".5"              ->  . | 5                      (a number starts with a digit or a sign)
-#   "1,000,000"       ->  1000000.0
-#   "1,234.5"         ->  1234.5
-#   "1,00"            ->  1 | , | 00 (value 0.0)    (a group must be exactly 3 digits)
-#   "1,0000"          ->  1 | , | 0000 (value 0.0)  (a group must not run on into more digits)
-#   "1,000,0000"      ->  1,000 (value 1000.0) | , | 0000
-#   "12,34"           ->  12 | , | 34
-#
-# Digits other than ASCII 0-9 (full-width "１", Arabic-Indic "٣", superscripts, ...) are text.
-#
-# The value of a number is its exact decimal value rounded to the nearest float32 (half to even).
-# A number too large for float32 ("1e39"), a non-zero number that rounds to 0.0 ("1e-50"), or one that
-# rounds to a subnormal float32 that changes it beyond float32's usual precision ("8e-46", which would
-# become 1.4e-45) is an error, never clamped or rounded away. The shortest text of a subnormal float32
-# ("1e-45", as decode writes it) is accepted. Decoding writes the canonical form, so "1,000", "007" or "1.50" come back
-# as "1000", "7" and "1.5".
-NUMBER_REGEX = regex.compile(
-    r"""
-    (?P<sign> (?<! [0-9\p{Lu}\p{Ll}\p{Lt}] ) - )?
-    (?P<integer> [0-9]{1,3} (?: ,[0-9]{3} )+ (?! [0-9] ) | [0-9]+ )
-    (?P<fraction> \. [0-9]+ )?
-    (?P<exponent> [eE] [+-]? [0-9]+ )?
-    """,
-    regex.VERBOSE,
-)
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-_FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
 # The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
 # and aborts the process when it cannot get them, so longer texts are refused before they reach it
 # (or, with a token limit, only a prefix is encoded).
 MAX_TEXT_CHARS = 10_000_000
-# format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
-# positionally, all others in scientific notation (numpy's bounds for float64 scalars).
-_POSITIONAL_LOWER = 1e-4
-_POSITIONAL_UPPER = 1e16
-
-
-class NumberMatch(NamedTuple):
-    """One number found in a text: its character span ``[start, end)``, its text and value."""
-
-    start: int
-    end: int
-    text: str
-    value: float
-
-
-class _NumberError(ValueError):
-    """A literal that matches the grammar but has no finite, faithful float32 value."""
-
-
-def _round_decimal_to_float32(magnitude: str) -> float:
-    """Round a non-negative decimal literal (digits, optional fraction and exponent) to float32.
-
-    The result is the correctly rounded float32 value (round half to even), returned as a Python
-    float; it is ``inf`` when the literal is too large for float32.
-
-    Python's ``float`` rounds the literal correctly to float64, and numpy rounds that float64 to
-    float32. Rounding twice can only go wrong when the float64 lands exactly on the midpoint
-    between two neighbouring float32 values although the literal itself is not on it; that case
-    is settled by comparing the exact decimal value with the midpoint.
-    """
-    as_double = float(magnitude)
-    with np.errstate(over="ignore"):
-        as_single = np.float32(as_double)
-        if float(as_single) == as_double:
-            return float(as_single)
-        # The two float32 values around as_double; an infinite upper neighbour stands for 2**128,
-        # where the next float32 would be if the exponent range went on.
-        if float(as_single) > as_double:
-            upper, lower = as_single, np.nextafter(as_single, np.float32(0))
-        else:
-            lower, upper = as_single, np.nextafter(as_single, np.float32(np.inf))
-    upper_value = float(upper) if np.isfinite(upper) else 2.0**128
-    midpoint = (float(lower) + upper_value) / 2  # exact: both are float32 values
-    if as_double != midpoint:
-        return float(as_single)
-
-    exact = Decimal(magnitude)
-    if exact < Decimal(midpoint):
-        return float(lower)
-    if exact > Decimal(midpoint):
-        return float(upper)
-    return float(as_single)  # a true tie: numpy already rounded half to even
-
-
-def _value_of_match(match: regex.Match) -> float:
-    """Return the float32 value (as a Python float) of a match of `NUMBER_REGEX`.
-
-    Raises:
-        _NumberError: the value overflows float32, or a non-zero literal rounds to zero.
-    """
-    integer = match.group("integer").replace(",", "")
-    fraction = match.group("fraction") or ""
-    exponent = match.group("exponent") or ""
-    magnitude = _round_decimal_to_float32(integer + fraction + exponent)
-    if math.isinf(magnitude):
-        raise _NumberError(f"overflows float32 (the largest finite float32 is {_FLOAT32_MAX:.8g})")
-    if magnitude == 0.0 and any(digit in "123456789" for digit in integer + fraction):
-        raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
-    if 0.0 < magnitude < _FLOAT32_TINY:
-        # A subnormal float32 keeps fewer than 24 bits. The literal is taken only if float32 holds it as
-        # closely as a normal number would, or if it is the shortest text of its float32 (what decode writes).
-        exact = Decimal(integer + fraction + exponent)
-        faithful = abs(Decimal(magnitude) - exact) <= exact * Decimal(2) ** -24
-        if not (faithful or Decimal(format_number(magnitude)) == exact):
-            raise _NumberError(
-                f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is the "
-                f"subnormal {format_number(magnitude)}, which would silently change it"
-            )
-    return -magnitude if match.group("sign") else magnitude
-
-
-def find_numbers(text: str) -> list[NumberMatch]:
-    """Return every number in ``text``, left to right, following the grammar of `NUMBER_REGEX`.
-
-    Raises:
-        TypeError: ``text`` is not a str.
-        ValueError: a number overflows float32 or underflows to zero; the message names the
-            number and its character offsets.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    found = []
-    for match in NUMBER_REGEX.finditer(text):
-        try:
-            value = _value_of_match(match)
-        except _NumberError as error:
-            raise ValueError(
-                f"number {match.group()!r} at characters {match.start()}:{match.end()} of the text {error}"
-            ) from None
-        found.append(NumberMatch(match.start(), match.end(), match.group(), value))
-    return found
-
-
-def split_numbers(text: str) -> list[tuple[str, str | float]]:
-    """Split ``text`` into pieces ``("text", str)`` and ``("number", value)``, in order.
-
-    Text pieces are never empty, and joining the text pieces with the original number literals
-    gives back ``text``. Raises like `find_numbers`.
-    """
-    pieces: list[tuple[str, str | float]] = []
-    position = 0
-    for number in find_numbers(text):
-        if number.start > position:
-            pieces.append(("text", text[position : number.start]))
-        pieces.append(("number", number.value))
-        position = number.end
-    if position < len(text):
-        pieces.append(("text", text[position:]))
-    return pieces
-
-
-def parse_number(literal: str) -> float:
-    """Return the float32 value (as a Python float) of a single number literal.
-
-    The whole of ``literal`` must be one number of the grammar of `NUMBER_REGEX`, for
-    example ``"-15.5"``, ``"1,000,000"``, ``"2E-2"`` or ``"1e+30"``.
-
-    Raises:
-        TypeError: ``literal`` is not a str.
-        ValueError: ``literal`` is not exactly one number, or its value overflows float32, or a
-            non-zero literal underflows to zero.
-    """
-    if not isinstance(literal, str):
-        raise TypeError(f"literal must be a str, got {type(literal).__name__}")
-    match = NUMBER_REGEX.fullmatch(literal)
-    if match is None:
-        raise ValueError(f"{literal!r} is not a single number of the numeric grammar")
-    try:
-        return _value_of_match(match)
-    except _NumberError as error:
-        raise ValueError(f"number {literal!r} {error}") from None
-
-
-def format_number(value) -> str:
-    """Return the shortest decimal text that rounds back to the float32 value of ``value``.
-
-    ``value`` is first rounded to float32, giving v. When v is zero or ``1e-4 <= |v| < 1e16``
-    (compared exactly, in float64) it is written positionally, otherwise in scientific notation.
-    The digits are numpy's shortest unique digits for float32 (so they are the same decimal
-    number as ``str(np.float32(v))``), and no trailing ``.0`` is kept. The bounds are the ones
-    numpy uses for float64 scalars; numpy itself switches float32 scalars to scientific notation
-    from 1e6 on, which this function does not::
-
-        99.9 -> "99.9"    5.0 -> "5"    -0.0 -> "-0"    1e30 -> "1e+30"    1e-5 -> "1e-05"
-
-    Note that float32(1e-4) is slightly below 1e-4, so it is written ``"1e-04"``.
-
-    Every output is accepted by the number grammar and parses back to the same float32 value.
-
-    Raises:
-        TypeError: ``value`` is not a real number (bools are rejected too).
-        ValueError: ``value`` is NaN or infinite, or overflows float32.
-    """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
-        raise TypeError(f"value must be a real number, got {type(value).__name__}")
-    try:
-        as_float = float(value)
-    except OverflowError:  # a Python int beyond the float64 range
-        raise ValueError(f"cannot format {value!r}: it overflows float32") from None
-    if not math.isfinite(as_float):
-        raise ValueError(f"cannot format {value!r}: the numeric grammar has no NaN or infinity")
-    with np.errstate(over="ignore"):
-        single = np.float32(value)
-    if not np.isfinite(single):
-        raise ValueError(f"cannot format {value!r}: it overflows float32")
-    magnitude = abs(float(single))
-    if magnitude == 0.0 or _POSITIONAL_LOWER <= magnitude < _POSITIONAL_UPPER:
-        return np.format_float_positional(single, unique=True, trim="-")
-    return np.format_float_scientific(single, unique=True, trim="-")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,6 +67,48 @@ def _check_text(text) -> None:
             f"character {error.start} of the text is {text[error.start]!r}, a lone surrogate: not valid Unicode "
             "(decode bytes with errors='strict', or replace it)"
         ) from None
+
+
+def _check_length(text: str, max_length: int | None) -> None:
+    """A ``ValueError`` for a text too long to encode whole when no ``max_length`` bounds it."""
+    if max_length is None and len(text) > MAX_TEXT_CHARS:
+        raise ValueError(
+            f"the text has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} encoded whole (the Rust "
+            "tokenizer needs about 100 bytes per character); pass max_length (with truncation) or split the text"
+        )
+
+
+def _runs(text: str, found: list[NumberMatch]) -> list[str]:
+    """The text before, between and after the numbers: one more run than numbers (runs may be empty)."""
+    runs, position = [], 0
+    for number in found:
+        runs.append(text[position : number.start])
+        position = number.end
+    runs.append(text[position:])
+    return runs
+
+
+def _with_placeholders(text: str, found: list[NumberMatch], placeholder: str) -> str:
+    """``text`` with each number replaced by the text of the ``<NUM>`` token."""
+    return placeholder.join(_runs(text, found))
+
+
+def _encode_batch(backend, texts: list[str]) -> list[list[int]]:
+    r"""The fast path: texts whose numbers are replaced by ``<NUM>`` (and that hold no other special token's
+    text), encoded in one call of the Rust tokenizer. Its added-token matching splits each text at ``<NUM>``
+    and encodes the pieces separately: the same ids as `NumericTokenizer._encode_by_runs`, at a fraction of
+    the calls. Truncation and padding are off, as the wrapped tokenizer sets them for a call without either."""
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    previous_flag = backend.encode_special_tokens
+    backend.encode_special_tokens = False
+    try:
+        encodings = backend.encode_batch(texts, add_special_tokens=False)
+    finally:
+        backend.encode_special_tokens = previous_flag
+    return [encoding.ids for encoding in encodings]
 
 
 def _safe_cut(text: str, budget: int) -> int:
@@ -348,7 +153,7 @@ class NumericTokenizer:
             raise TypeError(f"num_token must be a str, got {type(num_token).__name__}")
         if num_token == "" or num_token.strip() != num_token:
             raise ValueError(f"num_token must be non-empty without surrounding whitespace, got {num_token!r}")
-        if NUMBER_REGEX.search(num_token):
+        if find_numbers(num_token):
             raise ValueError(f"num_token {num_token!r} must not contain a number")
 
         vocab = hf_tokenizer.get_vocab()
@@ -447,11 +252,102 @@ class NumericTokenizer:
 
     # -- encoding ----------------------------------------------------------------------------
 
+    def encode(
+        self, text: str, max_length: int | None = None, return_number_texts: bool = False
+    ) -> tuple[list[int], list[float]] | tuple[list[int], list[float], list[str]]:
+        """Encode one text into ``(input_ids, numeric_values)`` of equal length.
+
+        Each quantity (see `causalqwen.numbers`) becomes one ``<NUM>`` id, with its float32 value at
+        the same position of ``numeric_values``; every other position holds 0.0. The text between
+        numbers is encoded by the wrapped tokenizer, piece by piece, without special tokens. No
+        spaces are added around numbers. With ``return_number_texts=True`` a third list holds the
+        surface text of each ``<NUM>``, in order (what `decode` needs to give back ``text``).
+
+        With ``max_length``, at most that many tokens are returned, and only a prefix of the text is
+        encoded: the text is cut at a space that follows a non-space character (where neither the
+        number grammar nor a byte-level BPE pre-tokenizer joins across), growing the prefix until it
+        gives more than ``max_length`` tokens. So a 50 MB text costs what its first tokens cost.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+            ValueError: the text holds a lone surrogate (not valid Unicode: the message names the
+                character), or it is longer than `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
+        """
+        _check_text(text)
+        if max_length is not None:
+            if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
+                raise ValueError(f"max_length must be a positive int, got {max_length!r}")
+            max_length = int(max_length)
+        _check_length(text, max_length)
+        row = self._encode_texts([text], max_length)[0]
+        return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
+
+    def _encode_texts(self, texts: list[str], max_length: int | None) -> list[_Row]:
+        """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens."""
+        if max_length is None:
+            return self._encode_whole(texts)
+        budget = 16 * max_length + 64  # characters; most tokens are far shorter
+        cuts = [_safe_cut(text, budget) for text in texts]
+        rows = self._encode_whole([text[:cut] for text, cut in zip(texts, cuts)])
+        for index, text in enumerate(texts):
+            grown = budget
+            while cuts[index] < len(text) and len(rows[index].input_ids) <= max_length:
+                grown *= 4
+                cuts[index] = _safe_cut(text, grown)
+                rows[index] = self._encode_whole([text[: cuts[index]]])[0]
+        return [self._cut(row, max_length) for row in rows]
+
+    def _encode_whole(self, texts: list[str]) -> list[_Row]:
+        """Encode every text: the numbers found by the grammar, the text between them by the wrapped tokenizer."""
+        found = [find_numbers(text) for text in texts]
+        fast = self._fast_backend()
+        if fast is not None:
+            specials = self._special_texts()
+            plain = [not any(special in text for special in specials) for text in texts]
+        else:
+            plain = [False] * len(texts)
+        id_rows: list[list[int] | None] = [None] * len(texts)
+        quick = [index for index, ok in enumerate(plain) if ok]
+        if quick:
+            joined = [_with_placeholders(texts[index], found[index], self._num_token) for index in quick]
+            for index, ids in zip(quick, _encode_batch(fast, joined)):
+                id_rows[index] = ids
+        slow = [index for index, ok in enumerate(plain) if not ok]
+        if slow:
+            for index, ids in zip(slow, self._encode_by_runs([texts[i] for i in slow], [found[i] for i in slow])):
+                id_rows[index] = ids
+        return [self._row(ids, numbers_found) for ids, numbers_found in zip(id_rows, found)]
+
+    def _fast_backend(self):
+        """The Rust tokenizer behind the wrapped one, or None for a slow (Python) tokenizer."""
+        return getattr(self._hf_tokenizer, "backend_tokenizer", None)
+
+    def _special_texts(self) -> list[str]:
+        """The text of every special added token (``<NUM>`` included): texts holding one take the slow path."""
+        return [token.content for token in self._hf_tokenizer.added_tokens_decoder.values() if token.special]
+
+    def _encode_by_runs(self, texts: list[str], found: list[list[NumberMatch]]) -> list[list[int]]:
+        """The reference path: the text runs between numbers of every text encoded in one call, special-token
+        matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text), then ``<NUM>`` ids put between them."""
+        runs_per_text = [_runs(text, numbers_found) for text, numbers_found in zip(texts, found)]
+        flat = [run for runs in runs_per_text for run in runs if run]
+        encoded = iter(self._encode_text_runs(flat))
+        id_rows = []
+        for runs in runs_per_text:
+            ids: list[int] = []
+            for index, run in enumerate(runs):
+                if index:
+                    ids.append(self._num_token_id)
+                if run:
+                    ids.extend(next(encoded))
+            id_rows.append(ids)
+        return id_rows
+
     def _encode_text_runs(self, runs: list[str]) -> list[list[int]]:
         """Token ids of each text run, with no special tokens added and none recognised in the text."""
         if not runs:
             return []
-        backend = getattr(self._hf_tokenizer, "backend_tokenizer", None)
+        backend = self._fast_backend()
         previous_flag = getattr(backend, "encode_special_tokens", None)
         try:
             encoded = self._hf_tokenizer(runs, add_special_tokens=False, split_special_tokens=True)
@@ -461,63 +357,23 @@ class NumericTokenizer:
                 backend.encode_special_tokens = previous_flag
         return [list(ids) for ids in encoded["input_ids"]]
 
-    def encode(self, text: str, max_length: int | None = None) -> tuple[list[int], list[float]]:
-        """Encode one text into ``(input_ids, numeric_values)`` of equal length.
-
-        Each number (see `NUMBER_REGEX`) becomes one ``<NUM>`` id, with its float32 value at
-        the same position of ``numeric_values``; every other position holds 0.0. The text between
-        numbers is encoded by the wrapped tokenizer, run by run, without special tokens. No
-        spaces are added around numbers.
-
-        With ``max_length``, at most that many tokens are returned, and only a prefix of the text is
-        encoded: the text is cut at a space that follows a non-space character (where neither the
-        number grammar nor a byte-level BPE pre-tokenizer joins across), growing the prefix until it
-        gives more than ``max_length`` tokens. So a 50 MB text costs what its first tokens cost.
-
-        Raises:
-            TypeError: ``text`` is not a str.
-            ValueError: a number overflows float32 or underflows its normal range (the message names
-                the number and its character offsets); the text holds a lone surrogate (not valid
-                Unicode: the message names the character); or the text is longer than
-                `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
-        """
-        _check_text(text)
-        if max_length is not None:
-            if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
-                raise ValueError(f"max_length must be a positive int, got {max_length!r}")
-            return self._encode_prefix(text, int(max_length))
-        if len(text) > MAX_TEXT_CHARS:
-            raise ValueError(
-                f"the text has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} encoded whole (the Rust "
-                "tokenizer needs about 100 bytes per character); pass max_length (with truncation) or split the text"
+    def _row(self, ids: list[int], found: list[NumberMatch]) -> _Row:
+        """Put each number's value at its ``<NUM>`` position."""
+        positions = [position for position, token_id in enumerate(ids) if token_id == self._num_token_id]
+        if len(positions) != len(found):
+            raise RuntimeError(
+                f"the wrapped tokenizer gave {len(positions)} <NUM> ids for {len(found)} numbers; it must encode "
+                f"{self._num_token!r} as its one added token"
             )
-        return self._encode_whole(text)
+        values = [0.0] * len(ids)
+        for position, number in zip(positions, found):
+            values[position] = number.value
+        return _Row(ids, values, [number.text for number in found])
 
-    def _encode_prefix(self, text: str, max_length: int) -> tuple[list[int], list[float]]:
-        budget = 16 * max_length + 64  # characters; most tokens are far shorter
-        while True:
-            cut = _safe_cut(text, budget)
-            ids, values = self._encode_whole(text[:cut])
-            if cut == len(text) or len(ids) > max_length:
-                return ids[:max_length], values[:max_length]
-            budget *= 4
-
-    def _encode_whole(self, text: str) -> tuple[list[int], list[float]]:
-        pieces = split_numbers(text)
-        runs = [content for kind, content in pieces if kind == "text"]
-        run_ids = iter(self._encode_text_runs(runs))
-
-        input_ids: list[int] = []
-        numeric_values: list[float] = []
-        for kind, content in pieces:
-            if kind == "number":
-                input_ids.append(self._num_token_id)
-                numeric_values.append(content)
-            else:
-                ids = next(run_ids)
-                input_ids.extend(ids)
-                numeric_values.extend([0.0] * len(ids))
-        return input_ids, numeric_values
+    def _cut(self, row: _Row, length: int) -> _Row:
+        """The first ``length`` tokens of a row, and the surface texts of the numbers among them."""
+        kept = row.input_ids[:length]
+        return _Row(kept, row.numeric_values[:length], row.number_texts[: kept.count(self._num_token_id)])
 
     def __call__(
         self,
@@ -526,7 +382,7 @@ class NumericTokenizer:
         max_length: int | None = None,
         padding_side: str = "right",
         truncation: bool = False,
-    ) -> dict[str, torch.Tensor]:
+    ) -> NumericEncoding:
         """Encode a batch of texts into padded tensors.
 
         Args:
@@ -539,34 +395,31 @@ class NumericTokenizer:
                 tokens; if False, such a row is an error.
 
         Returns:
-            A dict with ``input_ids`` (int64, [B, S]), ``numeric_values`` (float32, [B, S]) and
-            ``attention_mask`` (int64, [B, S], 1 on real tokens and 0 on padding). Padded
-            positions hold the pad id and the value 0.0.
+            A `NumericEncoding`: ``input_ids`` (int64, [B, S]), ``numeric_values`` (float32, [B, S]) and
+            ``attention_mask`` (int64, [B, S], 1 on real tokens and 0 on padding; padded positions hold
+            the pad id and the value 0.0), and ``number_texts``, the surface text of each row's
+            numbers, which `batch_decode` writes back.
         """
         texts = _check_call_arguments(texts, padding, max_length, padding_side, truncation)
-        rows = self._encode_rows(texts, max_length, truncation)
-        return self._pad(rows, padding, max_length, padding_side)
-
-    def _encode_rows(self, texts: list[str], max_length: int | None, truncation: bool) -> list[tuple[list, list]]:
-        """``(ids, values)`` per text, cut to ``max_length`` where ``truncation`` allows it."""
-        rows = []
         for index, text in enumerate(texts):
             try:
-                rows.append(self.encode(text, max_length + 1 if max_length is not None else None))
+                _check_text(text)
+                _check_length(text, max_length)
             except ValueError as error:
                 raise ValueError(f"text {index}: {error}") from None
-        if max_length is None:
-            return rows
-        for index, (ids, _) in enumerate(rows):
-            if len(ids) > max_length and not truncation:
-                raise ValueError(
-                    f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
-                )
-        return [(ids[:max_length], values[:max_length]) for ids, values in rows]
+        rows = self._encode_texts(texts, max_length + 1 if max_length is not None else None)
+        if max_length is not None:
+            for index, row in enumerate(rows):
+                if len(row.input_ids) > max_length and not truncation:
+                    raise ValueError(
+                        f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
+                    )
+            rows = [self._cut(row, max_length) for row in rows]
+        return self._pad(rows, padding, max_length, padding_side)
 
-    def _pad(self, rows: list[tuple[list, list]], padding, max_length, padding_side: str) -> dict[str, torch.Tensor]:
+    def _pad(self, rows: list[_Row], padding, max_length, padding_side: str) -> NumericEncoding:
         """The rows as ``[B, S]`` tensors; padded positions hold the pad id, the value 0.0 and mask 0."""
-        lengths = [len(ids) for ids, _ in rows]
+        lengths = [len(row.input_ids) for row in rows]
         if padding is False:
             if len(set(lengths)) > 1:
                 raise ValueError(f"padding=False needs texts of equal token length, got lengths {lengths}")
@@ -577,28 +430,40 @@ class NumericTokenizer:
             width = max(lengths)
 
         pad_token_id = self.pad_token_id if any(length < width for length in lengths) else 0
-        input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.int64)  # [B, S]
-        numeric_values = torch.zeros((len(rows), width), dtype=torch.float32)  # [B, S]
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.int64)  # [B, S]
-        for row, (ids, values) in enumerate(rows):
-            start = width - len(ids) if padding_side == "left" else 0
-            end = start + len(ids)
-            input_ids[row, start:end] = torch.tensor(ids, dtype=torch.int64)
-            numeric_values[row, start:end] = torch.tensor(values, dtype=torch.float32)
-            attention_mask[row, start:end] = 1
-        return {"input_ids": input_ids, "numeric_values": numeric_values, "attention_mask": attention_mask}
+        left = padding_side == "left"
+
+        def padded(row: list, fill) -> list:
+            return [fill] * (width - len(row)) + row if left else row + [fill] * (width - len(row))
+
+        input_ids = torch.tensor([padded(row.input_ids, pad_token_id) for row in rows], dtype=torch.int64)  # [B, S]
+        numeric_values = torch.tensor([padded(row.numeric_values, 0.0) for row in rows], dtype=torch.float32)  # [B, S]
+        attention_mask = torch.tensor([padded([1] * length, 0) for length in lengths], dtype=torch.int64)  # [B, S]
+        input_ids = input_ids.reshape(len(rows), width)  # [B, S], also when S = 0
+        numeric_values = numeric_values.reshape(len(rows), width)
+        attention_mask = attention_mask.reshape(len(rows), width)
+        data = {"input_ids": input_ids, "numeric_values": numeric_values, "attention_mask": attention_mask}
+        return NumericEncoding(data, [row.number_texts for row in rows])
 
     # -- decoding ----------------------------------------------------------------------------
 
     def decode(
-        self, input_ids, numeric_values, skip_special_tokens: bool = True, out_of_vocab: str = "raise"
+        self,
+        input_ids,
+        numeric_values,
+        skip_special_tokens: bool = True,
+        out_of_vocab: str = "raise",
+        *,
+        number_texts=None,
     ) -> str:
         """Turn ``(input_ids, numeric_values)`` back into text.
 
-        Each ``<NUM>`` position is written as `format_number` of its value. The runs of
-        other ids between them are decoded by the wrapped tokenizer; ``skip_special_tokens``
-        applies to those runs (pad, eos, ...). Values at positions that are not ``<NUM>`` are not
-        used.
+        The k-th ``<NUM>`` is written as ``number_texts[k]`` when given (the surface text `encode`
+        returns with ``return_number_texts=True``); every further ``<NUM>`` (one the model generated) is
+        written as `format_number` of its value, with a space before it, or around it, wherever it
+        would otherwise run into its neighbours and read back as a different number (two adjacent
+        numbers, a letter or a ``-`` before it, ...). The runs of other ids are decoded by the wrapped
+        tokenizer; ``skip_special_tokens`` applies to those runs (pad, eos, ...). Values at positions
+        that are not ``<NUM>`` are not used.
 
         Args:
             input_ids: a list of ints or a 1-D integer tensor/array.
@@ -607,11 +472,14 @@ class NumericTokenizer:
             out_of_vocab: what to do with an id at or beyond ``len(self)`` -- one of the model's
                 reserved rows, which an untrained model can predict: ``"raise"`` (default) or
                 ``"mark"``, which writes it as ``<unk:ID>``.
+            number_texts: the surface texts of the first ``<NUM>`` positions, a list of str; each must
+                read as the value at its position.
 
         Raises:
             TypeError: wrong element types.
             ValueError: the lengths differ, an id is negative or (with ``out_of_vocab="raise"``)
-                at least ``len(self)``, or a ``<NUM>`` value is NaN or infinite.
+                at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, or ``number_texts`` has
+                more texts than there are ``<NUM>`` or a text that does not read as its value.
         """
         ids = _as_id_list(input_ids, "input_ids")
         values = _as_value_list(numeric_values, "numeric_values")
@@ -621,32 +489,46 @@ class NumericTokenizer:
             )
         if out_of_vocab not in ("raise", "mark"):
             raise ValueError(f'out_of_vocab must be "raise" or "mark", got {out_of_vocab!r}')
+        surfaces = _as_text_list(number_texts)
         size = len(self)
         for position, token_id in enumerate(ids):
             if token_id < 0 or (token_id >= size and out_of_vocab == "raise"):
                 raise ValueError(
-                    f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1})"
+                    f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}); "
+                    'an untrained model can predict its reserved rows: pass out_of_vocab="mark" to write them as <unk:ID>'
                 )
+        pieces = self._pieces(ids, values, surfaces, skip_special_tokens)
+        return join_numbers(pieces)
 
-        parts: list[str] = []
+    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool) -> list[tuple[str, float | None]]:
+        """``(text, None)`` for decoded runs and surface texts, ``(text, value)`` for generated numbers."""
+        pieces: list[tuple[str, float | None]] = []
         run: list[int] = []
+        size, count = len(self), 0
         for position, token_id in enumerate(ids):
             if token_id != self._num_token_id and token_id < size:
                 run.append(token_id)
                 continue
             if run:
-                parts.append(self._decode_run(run, skip_special_tokens))
+                pieces.append((self._decode_run(run, skip_special_tokens), None))
                 run = []
             if token_id >= size:
-                parts.append(f"<unk:{token_id}>")
+                pieces.append((f"<unk:{token_id}>", None))
                 continue
             try:
-                parts.append(format_number(values[position]))
+                written = format_number(values[position])
             except ValueError as error:
                 raise ValueError(f"numeric_values[{position}]: {error}") from None
+            if count < len(surfaces):
+                pieces.append((_surface_for(surfaces[count], values[position], count, position), None))
+            else:
+                pieces.append((written, values[position]))
+            count += 1
         if run:
-            parts.append(self._decode_run(run, skip_special_tokens))
-        return "".join(parts)
+            pieces.append((self._decode_run(run, skip_special_tokens), None))
+        if count < len(surfaces):
+            raise ValueError(f"number_texts has {len(surfaces)} texts but the row has only {count} <NUM> tokens")
+        return pieces
 
     def _decode_run(self, ids: list[int], skip_special_tokens: bool) -> str:
         """Decode a run of ordinary ids exactly, without any clean-up of spaces."""
@@ -655,26 +537,80 @@ class NumericTokenizer:
         )
 
     def batch_decode(
-        self, input_ids, numeric_values, skip_special_tokens: bool = True, out_of_vocab: str = "raise"
+        self,
+        input_ids,
+        numeric_values=None,
+        skip_special_tokens: bool = True,
+        out_of_vocab: str = "raise",
+        *,
+        number_texts=None,
     ) -> list[str]:
-        """Decode each row of ``input_ids`` [B, S] and ``numeric_values`` [B, S] with `decode`.
+        """Decode each row with `decode`.
 
-        Rows may be tensors/arrays of two dimensions or lists of lists; the number of rows must
-        match, and within each row the lengths must match.
+        Either the whole encoding, ``batch_decode(tokenizer(texts)) == texts``, or the output of
+        `causalqwen.generate` (its ``attention_mask`` drops the padding, its prompts' numbers take
+        their surface texts from ``number_texts=encoding.number_texts``), or ``input_ids`` [B, S] and
+        ``numeric_values`` [B, S] as tensors, arrays or lists of rows. ``number_texts[b]`` lists the
+        surface texts of the first ``<NUM>`` of row b (see `decode`).
         """
+        mask = None
+        if isinstance(input_ids, Mapping):
+            if numeric_values is not None:
+                raise TypeError("pass the encoding alone, or input_ids and numeric_values, not both")
+            encoding = input_ids
+            input_ids, numeric_values, mask = _unpack_encoding(encoding)
+            number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
+        if numeric_values is None:
+            raise TypeError("batch_decode needs numeric_values beside input_ids (or the whole encoding)")
         id_rows = _as_rows(input_ids, "input_ids")
         value_rows = _as_rows(numeric_values, "numeric_values")
-        if len(id_rows) != len(value_rows):
+        mask_rows = _as_rows(mask, "attention_mask") if mask is not None else [None] * len(id_rows)
+        text_rows = _as_text_rows(number_texts, len(id_rows))
+        if not len(id_rows) == len(value_rows) == len(mask_rows):
             raise ValueError(
-                f"input_ids has {len(id_rows)} rows but numeric_values has {len(value_rows)}; they must match"
+                f"input_ids has {len(id_rows)} rows but numeric_values has {len(value_rows)}"
+                + (f" and attention_mask {len(mask_rows)}" if mask is not None else "") + "; they must match"
             )
         texts = []
-        for row, (ids, values) in enumerate(zip(id_rows, value_rows)):
+        for row, (ids, values, keep, surfaces) in enumerate(zip(id_rows, value_rows, mask_rows, text_rows)):
             try:
-                texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab))
+                if keep is not None:
+                    ids, values = _kept(ids, values, keep)
+                texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab, number_texts=surfaces))
             except ValueError as error:
                 raise ValueError(f"row {row}: {error}") from None
         return texts
+
+
+class _Row(NamedTuple):
+    """One encoded text."""
+
+    input_ids: list[int]
+    numeric_values: list[float]
+    number_texts: list[str]  # the surface text of each <NUM>, in order
+
+
+class NumericEncoding(BatchEncoding):
+    """What `NumericTokenizer.__call__` returns: a `transformers.BatchEncoding` with ``input_ids``,
+    ``numeric_values`` and ``attention_mask`` (``[B, S]`` tensors; ``model(**encoding)`` works), plus the
+    attribute ``number_texts``.
+
+    ``number_texts[b][k]`` is the text of the k-th number of row b as it was written (``"43.60"``,
+    ``"−2"``, ``"1,000"``). It is an attribute, not a key, so that it never reaches the model; pass the
+    whole encoding to `NumericTokenizer.batch_decode` to get the texts back, or give
+    ``number_texts=encoding.number_texts`` when decoding what `causalqwen.generate` made from it.
+    """
+
+    def __init__(self, data: dict, number_texts: list[list[str]]):
+        super().__init__(data)
+        self.number_texts = number_texts
+
+    def __getstate__(self):
+        return super().__getstate__() | {"number_texts": self.number_texts}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.number_texts = state.get("number_texts", [])
 
 
 def _as_rows(data, name: str) -> list:
@@ -732,6 +668,64 @@ def _as_value_list(data, name: str) -> list[float]:
         except OverflowError:  # a Python int beyond the float64 range
             values.append(math.copysign(math.inf, value))
     return values
+
+
+def _as_text_list(number_texts) -> list[str]:
+    """``number_texts`` of one row: None (no surface texts) or a list/tuple of str."""
+    if number_texts is None:
+        return []
+    if not isinstance(number_texts, (list, tuple)):
+        raise TypeError(f"number_texts must be a list of str, got {type(number_texts).__name__}")
+    for index, text in enumerate(number_texts):
+        if not isinstance(text, str):
+            raise TypeError(f"number_texts[{index}] must be a str, got {type(text).__name__}")
+    return list(number_texts)
+
+
+def _as_text_rows(number_texts, rows: int) -> list:
+    """``number_texts`` of a batch: None, or one list of str per row."""
+    if number_texts is None:
+        return [None] * rows
+    if not isinstance(number_texts, (list, tuple)):
+        raise TypeError(f"number_texts must be a list with one list of str per row, got {type(number_texts).__name__}")
+    if len(number_texts) != rows:
+        raise ValueError(f"number_texts has {len(number_texts)} rows but input_ids has {rows}; they must match")
+    return list(number_texts)
+
+
+def _surface_for(surface: str, value: float, index: int, position: int) -> str:
+    """The surface text of the ``index``-th number, checked to read as the value at its position."""
+    try:
+        read = parse_number(surface)
+    except ValueError:
+        raise ValueError(f"number_texts[{index}] = {surface!r} is not a number of the grammar") from None
+    if read != float(np.float32(value)):
+        raise ValueError(
+            f"number_texts[{index}] = {surface!r} reads as {format_number(read)}, but numeric_values[{position}] "
+            f"holds {format_number(value)}; leave number_texts out to write the values"
+        )
+    return surface
+
+
+def _unpack_encoding(encoding: Mapping):
+    """``(input_ids, numeric_values, attention_mask or None)`` of an encoding or a generation output."""
+    key = "input_ids" if "input_ids" in encoding else "sequences"
+    missing = [name for name in (key, "numeric_values") if encoding.get(name) is None]
+    if missing:
+        raise ValueError(
+            f"the encoding has no {' and no '.join(missing)} (keys: {', '.join(map(str, encoding.keys()))})"
+        )
+    return encoding[key], encoding["numeric_values"], encoding.get("attention_mask")
+
+
+def _kept(ids, values, mask) -> tuple[list, list]:
+    """The positions of one row where ``mask`` is not 0 (padding and what follows an EOS are dropped)."""
+    keep = [bool(flag) for flag in (mask.tolist() if isinstance(mask, (torch.Tensor, np.ndarray)) else mask)]
+    ids = ids.tolist() if isinstance(ids, (torch.Tensor, np.ndarray)) else list(ids)
+    values = values.tolist() if isinstance(values, (torch.Tensor, np.ndarray)) else list(values)
+    if not len(keep) == len(ids) == len(values):
+        raise ValueError(f"attention_mask has length {len(keep)} but input_ids {len(ids)}; they must match")
+    return [i for i, k in zip(ids, keep) if k], [v for v, k in zip(values, keep) if k]
 
 
 def _check_call_arguments(texts, padding, max_length, padding_side, truncation) -> list[str]:

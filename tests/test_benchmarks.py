@@ -54,3 +54,15 @@ def test_training_step_benchmark_runs_both_models_on_the_tiny_shape():
     report, _ = training_step.run(shape="tiny", tokens=32, steps=1, rounds=1, own_process=False)
     assert "| Qwen2ForCausalLM |" in report and "| CausalQwenForCausalLM |" in report
     assert "peak vs allowance" in report
+
+
+def test_tokenizer_benchmark_reports_every_call_shape(tmp_path):
+    from benchmarks import tokenizer
+
+    out = tmp_path / "tokenizer.md"
+    status = tokenizer.main(["--vocab", "tiny", "--megabytes", "0.05", "--repeats", "1", "--out", str(out)])
+    report = out.read_text()
+    assert status == (0 if "| NO |" not in report else 1)
+    for call in ("batch", "single", "whole"):
+        assert f"| {call} |" in report
+    assert "numbers per line" in report

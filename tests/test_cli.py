@@ -190,7 +190,9 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
     build_tiny_tokenizer().save_pretrained(llama)
     bad_line = tmp_path / "bad.jsonl"
     bad_line.write_text('{"text": "ok"}\n{"txt": "no"}\n')
-    huge = _jsonl(tmp_path / "huge.jsonl", ["fine", "too big 1e40"])
+    huge = tmp_path / "huge.jsonl"  # a text that is not valid Unicode (a JSON-escaped lone surrogate)
+    huge.write_text('{"text": "fine"}\n{"text": "bad \\ud800"}\n')
+    huge = str(huge)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     foreign = tmp_path / "foreign"

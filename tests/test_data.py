@@ -104,11 +104,12 @@ def test_read_jsonl_rejects_bad_lines(tmp_path, content, message):
         read_jsonl(path)
 
 
-def test_a_number_overflowing_float32_names_its_line(tmp_path, tokenizer):
+def test_a_text_the_tokenizer_refuses_names_its_source(tmp_path, tokenizer):
     path = tmp_path / "big.jsonl"
     path.write_text('{"text": "fine 1"}\n\n{"text": "huge 1e39 here"}\n')
     texts, sources = read_jsonl(path)
-    with pytest.raises(ValueError, match=r"big.jsonl, line 3: .*float32"):
-        TextDataset(texts, tokenizer, 64, sources)
+    assert TextDataset(texts, tokenizer, 64, sources)[1]["numeric_values"].count_nonzero() == 0  # 1e39 is text
+    with pytest.raises(ValueError, match=r"big.jsonl, line 3: character 4 of the text is '\\ud800', a lone surrogate"):
+        TextDataset([texts[0], "bad \ud800"], tokenizer, 64, sources)
     with pytest.raises(ValueError, match="the dataset is empty"):
         TextDataset([], tokenizer)

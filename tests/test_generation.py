@@ -101,7 +101,13 @@ def test_a_predicted_number_is_fed_back_through_the_numerical_embedding(tiny):
     torch.testing.assert_close(out.loc_U[0, 1], with_value, rtol=1e-5, atol=1e-5)
     assert (with_value - without_value).abs().max() > 1e-3
     text = numeric.decode(out.sequences[0], out.numeric_values[0], out_of_vocab="mark")
-    assert text.startswith("we counted the birds and found" + format_number(value.item()))
+    # "found5" would read back as text: the generated number gets a space before it
+    assert text.startswith("we counted the birds and found " + format_number(value.item()))
+    # the prompt's own numbers come back as written, the generated ones in shortest form
+    prompts = numeric(["on day 03 we counted 41.50 birds and found"], padding_side="left")
+    out = _run(model, prompts, "standard", max_new_tokens=1)
+    decoded = numeric.batch_decode(out, number_texts=prompts.number_texts, out_of_vocab="mark")
+    assert decoded == ["on day 03 we counted 41.50 birds and found " + format_number(out.numeric_values[0, -1].item())]
 
 
 @pytest.mark.parametrize("mode", SAMPLING_MODES)

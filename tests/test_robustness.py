@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from validation import robustness as rb
 from validation import trust
+from validation.real_text import REAL_TEXT_CASES
 
 # ---------------------------------------------------------------------------------------------
 # The bad-input table
@@ -265,8 +266,11 @@ def test_summary_runs_the_tables_and_a_fuzz_sample_and_reports_every_row():
     markdown = result.markdown
     for case in rb.BAD_INPUT_CASES + rb.CHECKPOINT_CASES + trust.TRUST_CASES:
         assert f"`{case.id}`" in markdown
-    # every row, plus the headline, the control, the 2 fuzz rows and the trust table's headline
-    assert markdown.count("**PASS**") == len(rb.BAD_INPUT_CASES) + len(rb.CHECKPOINT_CASES) + len(trust.TRUST_CASES) + 5
+    # every row, plus the headline, the control, the 2 fuzz rows, the trust table's headline, and the real-text
+    # table's headline and rows
+    assert markdown.count("**PASS**") == (len(rb.BAD_INPUT_CASES) + len(rb.CHECKPOINT_CASES) + len(trust.TRUST_CASES)
+                                          + 5 + 1 + len(REAL_TEXT_CASES))
+    assert "### Real text survives tokenization" in markdown
     assert "### Security: what the project reads, and what it refuses" in markdown
     assert f"{len(trust.TRUST_CASES)} of {len(trust.TRUST_CASES)} trust-boundary cases hold" in markdown
     assert "**FAIL**" not in markdown

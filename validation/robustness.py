@@ -297,16 +297,28 @@ def _right_padded_prompts():
 BAD_INPUT_CASES: list[BadInputCase] = [
     # ---- tokenizer ----
     BadInputCase(
-        "tokenizer-number-overflows-float32", "tokenizer",
-        "a number in the text beyond float32 (1e400)",
-        lambda: _tokenizer()("It costs 1e400 dollars"),
-        ValueError, r"number '1e400' at characters 9:14 of the text overflows float32",
+        "tokenizer-literal-overflows-float32", "tokenizer",
+        "parse_number of a literal beyond float32 (1e400; in a text it is simply text)",
+        lambda: __import__("causalqwen.numbers").numbers.parse_number("1e400"),
+        ValueError, r"number '1e400' overflows float32",
     ),
     BadInputCase(
-        "tokenizer-number-underflows-float32", "tokenizer",
-        "a non-zero number that rounds to 0.0 in float32 (1e-50)",
-        lambda: _tokenizer()("a mass of 1e-50 kg"),
-        ValueError, r"number '1e-50' at characters 10:15 of the text is not zero but rounds to 0\.0 in float32",
+        "tokenizer-literal-is-an-identifier", "tokenizer",
+        "parse_number of a digit run float32 cannot hold (a phone number)",
+        lambda: __import__("causalqwen.numbers").numbers.parse_number("13409860099"),
+        ValueError, r"'13409860099' has more digits than float32 holds .*identifier",
+    ),
+    BadInputCase(
+        "tokenizer-stale-number-text", "tokenizer",
+        "decoding with a surface text that no longer reads as the value beside it",
+        lambda: _tokenizer().decode([_num_id()], [50.0], number_texts=["43.60"]),
+        ValueError, r"number_texts\[0\] = '43.60' reads as 43.6, but numeric_values\[0\] holds 50",
+    ),
+    BadInputCase(
+        "tokenizer-number-texts-rows", "tokenizer",
+        "batch_decode with number_texts for 2 rows of a 1-row batch",
+        lambda: _tokenizer().batch_decode([[_num_id()]], [[5.0]], number_texts=[["5"], ["6"]]),
+        ValueError, r"number_texts has 2 rows but input_ids has 1",
     ),
     BadInputCase(
         "tokenizer-not-text", "tokenizer",
@@ -554,16 +566,16 @@ BAD_INPUT_CASES: list[BadInputCase] = [
         CommandLineExit, r"exit status 2: causalqwen: error: input_ids must hold at least one prompt of at least one token",
     ),
     BadInputCase(
-        "cli-number-overflows-in-prompt", "cli",
-        "generate --prompt 'costs 1e400'",
-        lambda: run_cli(["generate", "--prompt", "costs 1e400", "--max-new-tokens", "2"]),
-        CommandLineExit, r"exit status 2: causalqwen: error: text 0: number '1e400' at characters 6:11 of the text overflows float32",
+        "cli-prompt-invalid-utf8", "cli",
+        "generate --prompt holding a byte that is not UTF-8 (argv gives it as a lone surrogate)",
+        lambda: run_cli(["generate", "--prompt", "costs \udcff", "--max-new-tokens", "2"]),
+        CommandLineExit, r"exit status 2: causalqwen: error: text 0: character 6 of the text is '\\udcff', a lone surrogate",
     ),
     BadInputCase(
-        "cli-walkthrough-number-overflows", "cli",
-        "walkthrough --text 1e400 (it used to end in a ValueError traceback)",
-        lambda: run_cli(["walkthrough", "--text", "1e400"]),
-        CommandLineExit, r"exit status 2: causalqwen: error: text 0: number '1e400' at characters 0:5 of the text overflows float32",
+        "cli-walkthrough-invalid-utf8", "cli",
+        "walkthrough --text holding a byte that is not UTF-8",
+        lambda: run_cli(["walkthrough", "--text", "\udcff"]),
+        CommandLineExit, r"exit status 2: causalqwen: error: text 0: character 0 of the text is '\\udcff', a lone surrogate",
     ),
     BadInputCase(
         "cli-truncated-checkpoint", "cli",
@@ -1017,12 +1029,14 @@ class SuiteResult:
     loss_checks: list[FiniteCheck]
     seconds: float
     trust: list = dataclasses.field(default_factory=list)  # outcomes of validation.trust.TRUST_CASES
+    real_text: bool = True  # every row of validation.real_text holds
     markdown: str = ""
 
     @property
     def passed(self) -> bool:
         return (all(outcome.passed for outcome in self.bad_inputs + self.checkpoints + self.trust)
-                and self.intact_round_trip and all(check.ok for check in self.model_checks + self.loss_checks))
+                and self.intact_round_trip and self.real_text
+                and all(check.ok for check in self.model_checks + self.loss_checks))
 
 
 def _code(text: str) -> str:
@@ -1069,9 +1083,12 @@ def run_suite(model_examples: int = 24, loss_examples: int = 60, seed: int = 0) 
     from .trust import TRUST_CASES, run_trust_case
 
     trust = [run_trust_case(case) for case in TRUST_CASES]
+    from .real_text import real_text_markdown
+
+    real_text, real_text_ok = real_text_markdown()
     result = SuiteResult(bad_inputs, checkpoints, round_trip, model_checks, loss_checks, time.perf_counter() - started,
-                         trust)
-    result.markdown = _markdown(result, model_cases, loss_cases, seed)
+                         trust, real_text_ok)
+    result.markdown = _markdown(result, model_cases, loss_cases, seed) + "\n" + real_text
     return result
 
 

@@ -386,7 +386,11 @@ def _settings_extreme(**settings):
 
 
 def _subnormal_text():
-    _tiny()[1].encode("a tolerance of 8e-46 units")
+    tokenizer = _tiny()[1]
+    text = "a tolerance of 8e-46 units"
+    encoding = tokenizer([text])
+    if encoding.number_texts != [[]] or tokenizer.batch_decode(encoding) != [text]:
+        raise WrongResult(f"8e-46 became a number or did not come back: {encoding.number_texts}")
 
 
 def _demo_zero_steps():
@@ -539,8 +543,8 @@ TRUST_CASES = [
               _settings_extreme(ovr_threshold=-3e38), ValueError, r"ovr_threshold must be a number in \[-1e\+30, 1e\+30\]"),
     TrustCase("config-noise-overflows", "silent", "noise_init = 3e38 (non-finite gradients)",
               _settings_extreme(noise_init=3e38), ValueError, r"noise_init must be a number in \[-1e\+30, 1e\+30\]"),
-    TrustCase("text-subnormal-number", "silent", "the number 8e-46 in a text (became 1.4e-45)",
-              _subnormal_text, ValueError, r"'8e-46' .*underflows float32's normal range .*subnormal 1e-45"),
+    TrustCase("text-subnormal-number", "silent", "the number 8e-46 in a text (became 1.4e-45; stays text now)",
+              _subnormal_text, None, ""),
     TrustCase("demo-zero-steps", "silent", "demo --steps 0 (ran 1,500 steps)", _demo_zero_steps, CommandLineExit,
               "exit status 2: .*steps must be a positive int, got 0"),
     TrustCase("train-on-empty-texts", "silent", "training on texts that are all empty (loss 0 on nothing)",
