@@ -51,7 +51,7 @@ def base_round_trips(base, text: str) -> bool:
 
 
 # characters that take part in numbers, ranges and identifiers, mixed with arbitrary Unicode
-NUMERIC_CHARACTERS = st.sampled_from(list("0123456789.,-−+eExXabfABF_ %℃月年元:#$") + ["<NUM>", "<|endoftext|>"])
+NUMERIC_CHARACTERS = st.sampled_from(list("0123456789.,-−+eExXabfABF_ %℃月年元:#$") + ["<NUM>", "<|endoftext|>", "<tool_call>"])
 TEXTS = st.lists(st.one_of(NUMERIC_CHARACTERS, st.characters(codec="utf-8")), max_size=40).map("".join)
 
 
