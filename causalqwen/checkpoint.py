@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 __all__ = [
+    "check_local_source",
     "SAFE_WEIGHTS",
     "SAFE_INDEX",
     "PICKLED_FILES",
@@ -53,6 +54,35 @@ __all__ = [
     "fsync_tree",
     "fsync_directory",
 ]
+
+def check_local_source(source, what: str) -> None:
+    """An ``OSError`` naming ``source`` when it is meant as a local directory and there is none.
+
+    ``source`` (a path, or a string for a path or a hub id) is taken for a local path when it is an
+    ``os.PathLike``, absolute, starts with ``.`` or ``~``, cannot be a hub id (``a/b/c``, spaces), or
+    its first component is a local directory (``runs/missing`` next to ``runs/``). Such a source that is
+    not a directory never reaches the hub, where it would cost network retries and an error about the
+    hub instead of the path. A string of the form ``name`` or ``org/name`` with no such directory is
+    left to the loader (a hub id, possibly in the local cache).
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    text = os.fspath(source)
+    expanded = os.path.expanduser(text)
+    if os.path.isdir(expanded):
+        return
+    local = isinstance(source, os.PathLike) or os.path.isabs(text) or text.startswith((".", "~"))
+    if not local:
+        try:
+            validate_repo_id(text)
+        except HFValidationError:
+            local = True
+    head = text.replace(os.sep, "/").split("/")[0]
+    if local or ("/" in text.replace(os.sep, "/") and os.path.isdir(head)):
+        where = "exists but is not a directory" if os.path.exists(expanded) else "does not exist"
+        raise OSError(f"{what} directory {text!r} {where}")
+
 
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"

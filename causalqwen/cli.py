@@ -96,6 +96,7 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
     import torch
     from transformers import AutoConfig
 
+    from .checkpoint import check_local_source
     from .modeling import CausalQwenConfig, CausalQwenForCausalLM
     from .tiny import build_tiny_causal_lm
     from .tokenization import NumericTokenizer
@@ -104,8 +105,10 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
     if model == TINY:
         tiny = build_tiny_causal_lm(seed=seed)
         return tiny.model, tiny.tokenizer
-    if (os.path.isabs(model) or model.startswith((".", "~"))) and not os.path.isdir(os.path.expanduser(model)):
-        raise ValueError(f"model directory {model!r} does not exist")
+    try:
+        check_local_source(model, "model")
+    except OSError as error:
+        raise ValueError(str(error)) from None
     config = AutoConfig.from_pretrained(model)
     tokenizer = NumericTokenizer.from_pretrained(model)
     if config.model_type == CausalQwenConfig.model_type:

@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 
 from .checkpoint import (
+    check_local_source,
     check_sizes_against_headers,
     expected_state_shapes,
     header_shapes,
@@ -100,6 +101,8 @@ def strict_from_pretrained(cls, load, path, model_args, kwargs):
     floating-point parameter, nothing NaN or ±inf. ``output_loading_info=True`` still returns
     ``(model, info)``.
     """
+    if isinstance(path, (str, os.PathLike)):
+        check_local_source(path, "model")
     want_info = kwargs.pop("output_loading_info", False)
     allow_mismatch = kwargs.pop("ignore_mismatched_sizes", False)
     if kwargs.pop("use_safetensors", True) is False:

@@ -36,6 +36,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
+from .checkpoint import check_local_source
 from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
 from .generation import generate
@@ -404,6 +405,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
         if unknown:
             raise ValueError(f"from_qwen: {', '.join(map(repr, unknown))} is not a CausalQwenConfig field")
         if isinstance(base, (str, os.PathLike)):
+            check_local_source(base, "base model")
             base_config = AutoConfig.from_pretrained(base)
             if base_config.model_type != "qwen2":
                 raise ValueError(f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base")

@@ -32,6 +32,7 @@ import torch
 from tokenizers import AddedToken
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 
+from .checkpoint import check_local_source
 from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, join_numbers, parse_number, split_numbers
 
 __all__ = [
@@ -192,9 +193,8 @@ class NumericTokenizer:
         ``OSError`` that names the path (and the loader's reason, on one line).
         """
         where = os.fspath(path) if isinstance(path, os.PathLike) else path
-        if isinstance(where, str) and (os.path.isabs(where) or where.startswith((".", "~"))):  # a local path, not a hub id
-            if not os.path.exists(os.path.expanduser(where)):
-                raise OSError(f"tokenizer directory {where!r} does not exist")
+        if isinstance(path, (str, os.PathLike)):
+            check_local_source(path, "tokenizer")  # a missing local path never falls through to the hub
         try:
             hf_tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
         except Exception as error:  # noqa: BLE001 -- the loaders raise many types, the Rust one a bare Exception

@@ -518,8 +518,9 @@ def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimize
                 history.append(record)
                 if reporter:
                     reporter.log(step, {k: v for k, v in record.items() if k != "step"})
-                bar.set_postfix(loss=f"{record.get('train/total_loss', float('nan')):.3f}",
-                                acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
+                if "train/total_loss" in record:  # an eval-only step keeps the last training figures on the bar
+                    bar.set_postfix(loss=f"{record['train/total_loss']:.3f}",
+                                    acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
             bar.update(1)
             if out_dir and rank == 0 and (step % config.save_every == 0 or step == config.steps):
                 _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings)

@@ -166,3 +166,12 @@ def test_report_to_needs_its_package_and_is_never_required(tokenizer, tmp_path, 
         pytest.skip(f"{package} is installed here; the error path cannot be exercised")
     with pytest.raises(ValueError, match=f"report_to='{sink}' needs the {package} package"):
         train(_model(), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
+
+
+def test_the_progress_bar_never_shows_a_nan_loss_at_eval_only_steps(tokenizer, capsys):
+    """An eval step that is not a log step has no training loss: the bar keeps the last one (it showed nan)."""
+    eval_batch = collate(_data(tokenizer, n=4, seed=1).items, tokenizer.pad_token_id)
+    config = TrainingConfig(**CONFIG | {"steps": 4, "log_every": 4, "eval_every": 1})
+    train(_model(), _data(tokenizer), config, eval_batch=eval_batch, progress=True)
+    bar = capsys.readouterr().err
+    assert "training" in bar and "loss=" in bar and "nan" not in bar

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import re
 import time
 
 import numpy as np
@@ -564,3 +565,28 @@ def test_the_loss_algorithm_is_a_named_config_choice():
 
     with pytest.raises(ValueError, match="config field loss_algorithm must be one of fused, literal, got 'fast'"):
         CausalQwenConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, loss_algorithm="fast")
+
+
+# ---------------------------------------------------------------------------------------------
+# A missing local path never falls through to the hub
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pathlike", "absolute", "dot", "nested", "under_existing_dir"])
+def test_a_missing_local_path_is_named_not_looked_up_on_the_hub(tmp_path, monkeypatch, capsys, kind):
+    from causalqwen import NumericTokenizer
+    from causalqwen.cli import main as cli_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    source = {"pathlike": tmp_path / "missing", "absolute": str(tmp_path / "missing"), "dot": "./missing",
+              "nested": "a/b/missing", "under_existing_dir": "runs/missing"}[kind]
+    started = time.perf_counter()
+    for load, what in [(CausalQwenForCausalLM.from_pretrained, "model"), (CausalQwenForCausalLM.from_qwen, "base model"),
+                       (NumericTokenizer.from_pretrained, "tokenizer")]:
+        with pytest.raises(OSError, match=f"{what} directory '{re.escape(str(source))}' does not exist"):
+            load(source)
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["generate", "--model", str(source), "--prompt", "x"])
+    assert exited.value.code == 2 and f"model directory '{source}' does not exist" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5  # no network retries
