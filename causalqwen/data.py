@@ -160,7 +160,10 @@ class TextDataset(Dataset):
 
 def collate(items: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Right-pad a list of items into a batch: ``input_ids``, ``numeric_values``, ``attention_mask``,
-    and ``labels`` (= ``input_ids``, -100 at padding; the model shifts them inside)."""
+    ``labels`` (= ``input_ids``, -100 at padding; the model shifts them inside) and ``numeric_labels``
+    (= ``numeric_values``, what the model uses when none are given). Both label keys are there because
+    `transformers.Trainer` takes every ``forward`` argument named ``*label*`` for a label, and computes an
+    ``eval_loss`` only for batches that carry all of them."""
     length = max(len(item["input_ids"]) for item in items)
     batch = len(items)
     input_ids = torch.full((batch, length), pad_token_id, dtype=torch.long)
@@ -172,4 +175,5 @@ def collate(items: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str
         numeric_values[row, :n] = item["numeric_values"]
         attention_mask[row, :n] = 1
     labels = input_ids.masked_fill(attention_mask == 0, -100)
-    return {"input_ids": input_ids, "numeric_values": numeric_values, "attention_mask": attention_mask, "labels": labels}
+    return {"input_ids": input_ids, "numeric_values": numeric_values, "attention_mask": attention_mask, "labels": labels,
+            "numeric_labels": numeric_values.clone()}

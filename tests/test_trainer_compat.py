@@ -2,6 +2,7 @@
 
 from functools import partial
 
+import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
@@ -28,3 +29,18 @@ def test_trainer_trains_three_steps(tmp_path):
     batch = collate([data[0], data[1]], tokenizer.pad_token_id)
     out = model(**batch)
     assert out.to_tuple()[0] is out.loss and out.loss.dim() == 0
+
+
+def test_trainer_evaluate_reports_the_models_loss(tmp_path):
+    """Trainer takes both `labels` and `numeric_labels` for labels (forward arguments named *label*); the collated
+    batches carry both, so `evaluate()` reports an `eval_loss`: the model's own loss on the batch."""
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    data = TextDataset(synthetic_texts(8, seed=1), tokenizer, max_length=32)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=8, report_to=[], use_cpu=True,
+                             remove_unused_columns=False, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, eval_dataset=data,
+                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    metrics = trainer.evaluate()
+    with torch.no_grad():
+        expected = model.eval()(**collate(data.items, tokenizer.pad_token_id)).loss.item()
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
