@@ -59,7 +59,15 @@ def _per_template_mdae(model, tokenizer, seed: int) -> dict[str, float]:
     return result
 
 
+def _smoothed(values: list[float], window: int = 10) -> list[float]:
+    """The trailing mean over up to ``window`` values: the trend of a noisy per-batch loss."""
+    return [sum(values[max(0, i + 1 - window):i + 1]) / (i + 1 - max(0, i + 1 - window)) for i in range(len(values))]
+
+
 def _plots(history: list[dict], out_dir: str) -> list[str]:
+    """``loss.png`` (each loss part per batch, faint, and its trailing mean; symmetric-log axis, since the
+    first steps' loss is tens of times the final one and the gated regression loss can be negative) and
+    ``metrics.png`` (held-out metrics from step 0, the model before training, on three panels)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,22 +79,30 @@ def _plots(history: list[dict], out_dir: str) -> list[str]:
 
     paths = []
     figure, axis = plt.subplots(figsize=(7, 4))
-    for key in ("train/total_loss", "train/cls_loss_mean", "train/reg_loss_effective"):
-        axis.plot(*series(key), label=key.split("/")[1])
-    axis.set(xlabel="step", ylabel="loss", title="CausalQwen demo: loss parts (training batches)")
+    for key, color in (("train/total_loss", "C0"), ("train/cls_loss_mean", "C1"), ("train/reg_loss_effective", "C2")):
+        steps, values = series(key)
+        axis.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
+        axis.plot(steps, _smoothed(values), color=color, linewidth=2, label=f"{key.split('/')[1]} (mean of 10 logs)")
+    axis.set_yscale("symlog", linthresh=1.0)
+    axis.set(xlabel="step", ylabel="loss (symmetric log scale)", title="CausalQwen demo: loss parts (training batches)")
     axis.legend()
     figure.tight_layout()
     paths.append(os.path.join(out_dir, "loss.png"))
     figure.savefig(paths[-1], dpi=120)
     plt.close(figure)
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for key in ("eval/accuracy", "eval/num_f1", "dist/ovr_prob_sum_median", "dist/ovr_prob_sum_median_causal"):
-        left.plot(*series(key), marker="o", label=key.split("/")[1])
-    left.set(xlabel="step", title="held-out classification and calibration")
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4))
+    for key, style in (("eval/accuracy", "o-"), ("eval/num_f1", "s--")):
+        left.plot(*series(key), style, label=key.split("/")[1])
+    left.set(xlabel="step", ylim=(-0.05, 1.05), title="held-out classification (step 0: before training)")
     left.legend()
-    for key in ("eval/reg_mae", "eval/reg_mdae"):
-        right.plot(*series(key), marker="o", label=key.split("/")[1])
+    for key, style in (("dist/ovr_prob_sum_median", "o-"), ("dist/ovr_prob_sum_median_causal", "s--")):
+        middle.plot(*series(key), style, label=key.split("/")[1])
+    middle.axhline(1.0, color="grey", linewidth=0.8, linestyle=":", label="calibrated (1)")
+    middle.set(xlabel="step", yscale="log", title="median of the OvR probability sum")
+    middle.legend()
+    for key, style in (("eval/reg_mae", "o-"), ("eval/reg_mdae", "s--")):
+        right.plot(*series(key), style, label=key.split("/")[1])
     right.set(xlabel="step", ylabel="absolute error", yscale="log", title="held-out regression at <NUM> targets")
     right.legend()
     figure.tight_layout()
@@ -155,7 +171,7 @@ def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, star
     model_dir = os.path.join(out_dir, "model")
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    plots = _plots(history, out_dir)
+    plots = _plots([{"step": 0, **before}] + history, out_dir)
     print(f"\nWrote {', '.join(plots)}, {os.path.join(out_dir, 'metrics.jsonl')} and the trained model to {model_dir}")
 
     learned_f1 = after["eval/num_f1"] >= 0.9

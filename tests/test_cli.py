@@ -1,5 +1,6 @@
 """The ``causalqwen`` command line."""
 
+import os
 import subprocess
 import sys
 
@@ -214,3 +215,16 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
         assert message in capsys.readouterr().err, args
     for name in ("r1", "r2", "r3", "r4", "r5"):
         assert not (tmp_path / name).exists(), name  # nothing half-written
+
+
+def test_demo_plots_show_the_trend_and_the_model_before_training(tmp_path):
+    from causalqwen.demo import _plots, _smoothed
+
+    assert _smoothed([4.0, 2.0, 0.0, -2.0], window=2) == [4.0, 3.0, 1.0, -1.0]  # trailing means, by hand
+    history = [{"step": 0, "eval/accuracy": 0.0, "eval/num_f1": 0.0, "dist/ovr_prob_sum_median": 23.0,
+                "dist/ovr_prob_sum_median_causal": 0.2, "eval/reg_mae": 30.0, "eval/reg_mdae": 20.0}]
+    history += [{"step": s, "train/total_loss": 30.0 / s, "train/cls_loss_mean": 20.0 / s,
+                 "train/reg_loss_effective": -0.5 + 5.0 / s} for s in range(1, 40)]
+    paths = _plots(history, str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == ["loss.png", "metrics.png"]
+    assert all(os.path.getsize(p) > 10_000 for p in paths)
