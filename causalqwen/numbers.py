@@ -31,27 +31,34 @@ __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "pars
 #   skip      an identifier written with digits, taken whole so that no part of it becomes a number:
 #               - a UUID, 8-4-4-4-12 hex digits            "550e8400-e29b-41d4-a716-446655440000"
 #               - three or more dot-separated digit runs   "3.10.2", "10.0.172.16"
+#               - hex groups joined by colons, with a letter  "fe80::1ff:fe23", "12:34:56:78:9a:bc"
+#               - three or more digit runs joined by the same "-", "/" or ":"
+#                                                          "2024-03-15", "3/14/2024", "2:03:59",
+#                                                          "138-0013-8000", "123-45-6789"
 #               - a hex literal                            "0x1e10", "0XFF"
 #   number    a quantity:
 #     sign      optional: "-" or U+2212 "−". It is a sign only when the character before it is
 #               (a) not a digit, a cased letter (Latin, Greek, Cyrillic, ...) or "_", and
-#               (b) not the end of "digit + a short unit", one or two letters or unit symbols
-#                   (%, ％, ‰, ℃, ℉, °, ′, ″) after a digit: a range dash, as in "3月-5月",
-#                   "16℃-32℃", "5%-10%", "2020年-2021年".
+#               (b) not a range dash: "digit + unit" before it and "number + the same unit"
+#                   after it, the unit one or two letters or unit symbols (%, ％, ‰, ℃, ℉, °,
+#                   ′, ″), as in "3月-5月", "16℃-32℃", "5%-10%", "2020年-2021年". With
+#                   another word in between it stays a sign: "气温从-5到-3度", "-5℃至-10℃".
 #               "+" is never a sign (it stays text; the value is the unsigned number).
 #     start     the number does not continue a word: the character before it (before the sign, if
-#               any) is not a digit, a cased letter or "_", and not the dot of "digit + dot".
+#               any) is not a digit, a cased letter, "_" or "#" (an issue number, a colour), and
+#               not the dot of "digit + dot".
 #               So "a1e5f9", "x2", "H2O", "mp3" keep their digits as text, while a CJK character
 #               (Chinese has no spaces: "价格是99.9元") may stand right before a number.
 #     integer   "0", or digits without a leading zero: 1-3 digits and groups of "," and exactly 3
 #               digits ("1,000,000"), else a plain run ("2020", "1234" of "1234,567"); once taken,
 #               a grouped integer is not given up for a shorter one. A run with a leading zero
 #               ("007", "0013", the "03" of "2007-03-13") is an identifier: text.
-#     fraction  "." and at least one digit. It may stand alone: ".05" is 0.05.
+#     fraction  "." and at least one digit. It may stand alone: ".05" is 0.05, but not after
+#               another dot ("wait...5" holds 5, not 0.5).
 #     exponent  optional: "e" or "E", an optional "+" or "-", then at least one digit.
 #     end       the number is not followed by a digit, by "." and a digit, or by the rest of an
 #               identifier: ASCII letters and digits to the end of the word with a digit after a
-#               letter ("3e45a1c", "#1e90ff", "1Z999AA1", "9f2b7d0"), or, after an unsigned
+#               letter ("3e45a1c", "1Z999AA1", "9f2b7d0", "1e5g1"), or, after an unsigned
 #               exponent, any hex digits ("1e5f").
 #               Units follow freely: "5kg", "3eggs", "10am", "98.6F", "$5B".
 #
@@ -61,10 +68,11 @@ __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "pars
 #       0.0 for a non-zero literal, and, if subnormal, is as close as a normal float32 would be
 #       (or the literal is the shortest text of that subnormal, as decode writes it).
 #       So "1e100", "1e-50" and "8e-46" are text, never an error.
-#   V2  a plain digit run (no group commas, fraction or exponent) must be the shortest text of its
-#       own float32: "13409860099" (a phone number, float32 13409860608) and "9787111213826" (an
-#       ISBN) are identifiers, text. A run written with group commas ("162,881,323") is a quantity
-#       and keeps its float32 value.
+#   V2  a plain digit run (no group commas, fraction or exponent) with more than 9 significant
+#       digits (trailing zeros do not count) is an identifier, text: "13409860099" (a phone
+#       number), "9787111213826" (an ISBN). "123456789" and "1412600000" are quantities, and so is
+#       a run written with group commas ("162,881,323"); float32 holds their value to about 7
+#       digits (the surface text keeps them all).
 #   V3  the value is negative iff a sign was matched.
 #
 # Examples (| separates the pieces; numbers are shown as their float32 values):
@@ -76,6 +84,7 @@ __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "pars
 #   "x-5", "+5"         ->  x- | 5,  + | 5
 #   ".05 cups"          ->  0.05 |  cups
 #   "43.60元", "12:00"  ->  43.6 | 元,  12 | :00        surface text "43.60" comes back as written
+#   "2024-03-15"        ->  2024-03-15                  skip: a date
 #   "Python 3.10.2"     ->  Python 3.10.2               skip: a version
 #   "1,000,000"         ->  1000000
 #   "1,0000", "12,34"   ->  1 | ,0000,  12 | , | 34
@@ -95,19 +104,26 @@ NUMBER_REGEX = regex.compile(
     (?P<skip>
         (?<! [0-9A-Za-z_\-] ) [0-9a-fA-F]{{8}} (?: -[0-9a-fA-F]{{4}} ){{3}} -[0-9a-fA-F]{{12}} (?! [0-9A-Za-z_] )
       | (?<! [0-9A-Za-z_.] ) [0-9]+ (?: \.[0-9]+ ){{2,}} (?! [0-9] )
+      | (?<! [0-9A-Za-z_:] ) (?= [0-9a-fA-F:]* [a-fA-F] ) [0-9a-fA-F]{{1,4}} (?: :{{1,2}} [0-9a-fA-F]{{1,4}} ){{2,7}}
+            (?! [0-9A-Za-z_:] )
+      | (?<! [0-9A-Za-z_] ) [0-9]+ (?: (?P<joint> [\-/:] ) [0-9]+ ) (?: (?P=joint) [0-9]+ )+
+            (?! [0-9A-Za-z_] | (?P=joint) [0-9A-Za-z] )
       | (?<! [0-9A-Za-z_] ) 0[xX][0-9a-fA-F]+
     )
   | (?P<number>
-        (?<! [0-9{_CASED}_] | [0-9]\. )
-        (?P<sign> (?<! [0-9][{_UNIT}]{{1,2}} ) [\-\u2212] (?= \.?[0-9] ) )?
+        (?<! [0-9{_CASED}_\#] | [0-9]\. )
+        (?P<sign>
+            (?! (?<= [0-9] (?P<unit> [{_UNIT}]{{1,2}} ) ) [\-\u2212] [0-9][0-9.,]* (?P=unit) )
+            [\-\u2212] (?= \.?[0-9] ) )?
         (?:
             (?P<integer> (?> [1-9][0-9]{{0,2}} (?: ,[0-9]{{3}} )+ (?! [0-9] ) | [1-9][0-9]* | 0 ) )
             (?P<fraction> \.[0-9]+ )?
-          | (?P<fraction_only> \.[0-9]+ )
+          | (?<! \. ) (?P<fraction_only> \.[0-9]+ )
         )
         (?P<exponent> [eE][+\-]?[0-9]+ )?
         (?! [0-9] | \.[0-9]
-          | (?(exponent) (?<= [eE][0-9]+ ) [0-9a-fA-F]+ | [A-Za-z][0-9A-Za-z]*?[0-9][0-9A-Za-z]* ) (?! [0-9A-Za-z_] ) )
+          | [A-Za-z][0-9A-Za-z]*?[0-9][0-9A-Za-z]* (?! [0-9A-Za-z_] )
+          | (?(exponent) (?<= [eE][0-9]+ ) [0-9a-fA-F]+ (?! [0-9A-Za-z_] ) | (?!) ) )
     )
     )
     """,
@@ -115,6 +131,7 @@ NUMBER_REGEX = regex.compile(
 )
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_IDENTIFIER_DIGITS = 9  # rule V2: a plain digit run with more significant digits than this is an identifier
 _OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103  # halfway between the largest float32 and 2**128
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
 # format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
@@ -218,11 +235,11 @@ def _check_underflow(literal: str, mantissa: str, magnitude: float) -> None:
         )
 
 
-def _is_identifier(integer, fraction, exponent, magnitude: float) -> bool:
-    """Rule V2: a plain digit run that is not the shortest text of its own float32."""
-    if integer is None or len(integer) <= 7 or fraction or exponent or "," in integer:
-        return False  # 7 digits and fewer: below 2**24, every integer is a float32
-    return format_number(magnitude) != integer
+def _is_identifier(integer, fraction, exponent) -> bool:
+    """Rule V2: a plain digit run with more than 9 significant digits (trailing zeros do not count)."""
+    if integer is None or fraction or exponent or "," in integer:
+        return False
+    return len(integer.rstrip("0")) > _IDENTIFIER_DIGITS
 
 
 def find_numbers(text: str) -> list[NumberMatch]:
@@ -245,7 +262,7 @@ def find_numbers(text: str) -> list[NumberMatch]:
             value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
         except _NumberError:
             continue
-        if not _is_identifier(integer, fraction, exponent, abs(value)):
+        if not _is_identifier(integer, fraction, exponent):
             start, end = match.span()
             found.append(NumberMatch(start, end, number, value))
     return found
@@ -269,17 +286,17 @@ def split_numbers(text: str) -> list[tuple[str, str | float]]:
     return pieces
 
 
-def join_numbers(pieces: list[tuple[str, float | None]]) -> str:
-    """Concatenate ``(text, value)`` pieces so that each generated number reads back as itself.
+def join_numbers(pieces: list[tuple[str, bool]]) -> str:
+    """Concatenate ``(text, is_number)`` pieces so that every number piece reads back as itself.
 
-    A piece with a value is a number the model generated, written in its shortest form; a piece with
-    None is text, or a number written as it was read. Concatenated, a generated number can run into
-    its neighbours ("0.88" and "-0.24" read as 0.88 and a dash and 0.24; "e" and "5" as text). Such a
+    Concatenated, a number can run into its neighbours: "0.88" and "-0.24" read as 0.88, a dash and
+    0.24; "found" and "5" as the identifier "found5"; "0" and "xe" as the hex literal "0xe". Such a
     number gets a space before it, and if that is not enough, a space after it too: between spaces,
-    every output of `format_number` reads as itself.
+    every output of `format_number` and every number as written in a text reads as itself. Pieces
+    that came from one text, unchanged, already read back: they are joined as they are.
     """
-    generated = [index for index, (_, value) in enumerate(pieces) if value is not None]
-    spaces = dict.fromkeys(generated, 0)
+    numbers_at = [index for index, (_, is_number) in enumerate(pieces) if is_number]
+    spaces = dict.fromkeys(numbers_at, 0)
     for _ in range(3):
         parts, spans, length = [], {}, 0
         for index, (text, _) in enumerate(pieces):
@@ -289,15 +306,15 @@ def join_numbers(pieces: list[tuple[str, float | None]]) -> str:
             parts += [before, text, after]
             length += len(before) + len(text) + len(after)
         joined = "".join(parts)
-        if not generated:
+        if not numbers_at:
             return joined
         read = {(number.start, number.end) for number in find_numbers(joined)}
-        wrong = [index for index in generated if spans[index] not in read]
+        wrong = [index for index in numbers_at if spans[index] not in read]
         if not wrong:
             return joined
         for index in wrong:
             spaces[index] += 1
-    raise RuntimeError(f"a generated number does not read back even between spaces: {joined!r}")
+    raise RuntimeError(f"a number does not read back even between spaces: {joined!r}")
 
 
 def parse_number(literal: str) -> float:
@@ -321,10 +338,10 @@ def parse_number(literal: str) -> float:
         value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
     except _NumberError as error:
         raise ValueError(f"number {literal!r} {error}") from None
-    if _is_identifier(integer, fraction, exponent, abs(value)):
+    if _is_identifier(integer, fraction, exponent):
         raise ValueError(
-            f"{literal!r} has more digits than float32 holds (it would read as {format_number(value)}): "
-            "the grammar takes it for an identifier, not a quantity"
+            f"{literal!r} has more than {_IDENTIFIER_DIGITS} significant digits (float32 would read it as "
+            f"{format_number(value)}): the grammar takes it for an identifier, not a quantity"
         )
     return value
 

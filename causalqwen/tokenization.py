@@ -112,16 +112,33 @@ def _encode_batch(backend, texts: list[str]) -> list[list[int]]:
     return [encoding.ids for encoding in encodings]
 
 
-def _safe_cut(text: str, budget: int) -> int:
-    """An end index <= ``budget`` at which a prefix tokenizes as the start of the whole text: just before a
-    space that follows a non-space. ``len(text)`` if the text is within the budget; ``budget`` if no such
-    space exists in its second half (then only the last few tokens of the prefix can differ)."""
+# Characters a number can end with or continue through: a prefix must not end on one of them, or its last
+# number could read differently from the whole text ("1,000|,000", "3e4|5a1c", "5|月" of a range).
+_CUT_BLOCKERS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.,-\u2212+:/#")
+# A prefix cut at a place that is not a space keeps this many tokens in reserve: the BPE merges of its last
+# piece can differ from the whole text's.
+_UNSAFE_CUT_MARGIN = 8
+
+
+def _safe_cut(text: str, budget: int) -> tuple[int, bool]:
+    """``(end, exact)``: an end index <= ``budget`` for a prefix to encode instead of the whole text.
+
+    Exact: just before a space that follows a non-space (where neither the number grammar nor a byte-level
+    BPE pre-tokenizer joins across), searched in the budget's second half; ``len(text)`` when the text is
+    within the budget. Otherwise (a long run without spaces, as Chinese is written) the last place whose
+    preceding character cannot be part of a number, so the prefix reads the same numbers with the same
+    values; only its last few text tokens may differ, and are not used (`_UNSAFE_CUT_MARGIN`). With no
+    such place either, ``len(text)``: the whole text is encoded.
+    """
     if len(text) <= budget:
-        return len(text)
+        return len(text), True
     for cut in range(budget, budget // 2, -1):
         if text[cut] == " " and not text[cut - 1].isspace():
-            return cut
-    return budget
+            return cut, True
+    for cut in range(budget, 0, -1):
+        if text[cut - 1] not in _CUT_BLOCKERS:
+            return cut, False
+    return len(text), True
 
 
 class NumericTokenizer:
@@ -288,13 +305,14 @@ class NumericTokenizer:
             return self._encode_whole(texts)
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
         cuts = [_safe_cut(text, budget) for text in texts]
-        rows = self._encode_whole([text[:cut] for text, cut in zip(texts, cuts)])
+        rows = self._encode_whole([text[:cut] for text, (cut, _) in zip(texts, cuts)])
         for index, text in enumerate(texts):
             grown = budget
-            while cuts[index] < len(text) and len(rows[index].input_ids) <= max_length:
+            while cuts[index][0] < len(text) and len(rows[index].input_ids) <= max_length + (
+                    0 if cuts[index][1] else _UNSAFE_CUT_MARGIN):
                 grown *= 4
                 cuts[index] = _safe_cut(text, grown)
-                rows[index] = self._encode_whole([text[: cuts[index]]])[0]
+                rows[index] = self._encode_whole([text[: cuts[index][0]]])[0]
         return [self._cut(row, max_length) for row in rows]
 
     def _encode_whole(self, texts: list[str]) -> list[_Row]:
@@ -401,6 +419,7 @@ class NumericTokenizer:
             numbers, which `batch_decode` writes back.
         """
         texts = _check_call_arguments(texts, padding, max_length, padding_side, truncation)
+        max_length = int(max_length) if max_length is not None else None
         for index, text in enumerate(texts):
             try:
                 _check_text(text)
@@ -489,6 +508,8 @@ class NumericTokenizer:
             )
         if out_of_vocab not in ("raise", "mark"):
             raise ValueError(f'out_of_vocab must be "raise" or "mark", got {out_of_vocab!r}')
+        if not isinstance(skip_special_tokens, bool):
+            raise TypeError(f"skip_special_tokens must be a bool, got {type(skip_special_tokens).__name__}")
         surfaces = _as_text_list(number_texts)
         size = len(self)
         for position, token_id in enumerate(ids):
@@ -500,9 +521,9 @@ class NumericTokenizer:
         pieces = self._pieces(ids, values, surfaces, skip_special_tokens)
         return join_numbers(pieces)
 
-    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool) -> list[tuple[str, float | None]]:
-        """``(text, None)`` for decoded runs and surface texts, ``(text, value)`` for generated numbers."""
-        pieces: list[tuple[str, float | None]] = []
+    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool) -> list[tuple[str, bool]]:
+        """``(text, is_number)``: decoded runs, and each number as written (its surface text) or generated."""
+        pieces: list[tuple[str, bool]] = []
         run: list[int] = []
         size, count = len(self), 0
         for position, token_id in enumerate(ids):
@@ -510,22 +531,22 @@ class NumericTokenizer:
                 run.append(token_id)
                 continue
             if run:
-                pieces.append((self._decode_run(run, skip_special_tokens), None))
+                pieces.append((self._decode_run(run, skip_special_tokens), False))
                 run = []
             if token_id >= size:
-                pieces.append((f"<unk:{token_id}>", None))
+                pieces.append((f"<unk:{token_id}>", False))
                 continue
             try:
                 written = format_number(values[position])
             except ValueError as error:
                 raise ValueError(f"numeric_values[{position}]: {error}") from None
             if count < len(surfaces):
-                pieces.append((_surface_for(surfaces[count], values[position], count, position), None))
+                pieces.append((_surface_for(surfaces[count], values[position], count, position), True))
             else:
-                pieces.append((written, values[position]))
+                pieces.append((written, True))
             count += 1
         if run:
-            pieces.append((self._decode_run(run, skip_special_tokens), None))
+            pieces.append((self._decode_run(run, skip_special_tokens), False))
         if count < len(surfaces):
             raise ValueError(f"number_texts has {len(surfaces)} texts but the row has only {count} <NUM> tokens")
         return pieces
@@ -665,8 +686,8 @@ def _as_value_list(data, name: str) -> list[float]:
             raise TypeError(f"{name}[{position}] must be a real number, got {type(value).__name__}")
         try:
             values.append(float(value))
-        except OverflowError:  # a Python int beyond the float64 range
-            values.append(math.copysign(math.inf, value))
+        except OverflowError:  # a Python int beyond the float64 range: decode then names it as infinite
+            values.append(math.inf if value > 0 else -math.inf)
     return values
 
 
@@ -720,7 +741,10 @@ def _unpack_encoding(encoding: Mapping):
 
 def _kept(ids, values, mask) -> tuple[list, list]:
     """The positions of one row where ``mask`` is not 0 (padding and what follows an EOS are dropped)."""
-    keep = [bool(flag) for flag in (mask.tolist() if isinstance(mask, (torch.Tensor, np.ndarray)) else mask)]
+    flags = mask.tolist() if isinstance(mask, (torch.Tensor, np.ndarray)) else list(mask)
+    if any(flag not in (0, 1) for flag in flags):  # bools compare equal to 0 and 1
+        raise ValueError(f"attention_mask must hold only 0 and 1, got {sorted(set(flags) - {0, 1})[:3]}")
+    keep = [bool(flag) for flag in flags]
     ids = ids.tolist() if isinstance(ids, (torch.Tensor, np.ndarray)) else list(ids)
     values = values.tolist() if isinstance(values, (torch.Tensor, np.ndarray)) else list(values)
     if not len(keep) == len(ids) == len(values):
@@ -750,7 +774,7 @@ def _check_call_arguments(texts, padding, max_length, padding_side, truncation) 
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     if not isinstance(truncation, bool):
         raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral)):
         raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
     if max_length is not None and max_length <= 0:
         raise ValueError(f"max_length must be positive, got {max_length}")

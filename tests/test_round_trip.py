@@ -213,3 +213,45 @@ def test_the_rebuilt_vocabulary_is_qwen25s():
     assert tokenizer.num_token_id == 151665 and len(tokenizer) == 151666
     ids, values = tokenizer.encode("价格是99.9元")
     assert ids.count(151665) == 1 and values[ids.index(151665)] == float(np.float32(99.9))
+
+
+def test_a_prefix_cut_without_spaces_never_cuts_a_number(pair):
+    """With max_length only a prefix is encoded; where the text has no space to cut at, the cut never ends on
+    a character a number can continue through, so the kept numbers and values are the whole text's."""
+    tokenizer, _ = pair
+    for filler in ("/", "价", "x"):
+        for before in range(100, 132, 3):
+            text = filler * before + "1,000,000 3e45a1c 3月-5月" + filler * 1500
+            ids, values, texts = tokenizer.encode(text, return_number_texts=True)
+            for length in (1, 3, 6, 11):
+                cut = tokenizer.encode(text, max_length=length, return_number_texts=True)
+                assert cut == (ids[:length], values[:length], texts[:ids[:length].count(tokenizer.num_token_id)])
+                batch = tokenizer([text], max_length=length, truncation=True)
+                assert batch["input_ids"][0].tolist() == ids[:length]
+
+
+def test_a_number_as_written_is_protected_from_generated_neighbours(pair):
+    """A prompt's "0" followed by generated "x", "e" would read as the hex literal "0xe": it gets spaces."""
+    tokenizer, base = pair
+    ids, values, texts = tokenizer.encode("0", return_number_texts=True)
+    x_e = base_ids(base, "x") + base_ids(base, "e")
+    written = tokenizer.decode(ids + x_e + [tokenizer.num_token_id], values + [0.0] * len(x_e) + [5.0],
+                               number_texts=texts)
+    assert [number.text for number in find_numbers(written)] == ["0", "5"]
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda t: t.decode([t.num_token_id], [10**400]), ValueError, r"numeric_values\[0\]: cannot format inf"),
+    (lambda t: t.decode([5], [0.0], skip_special_tokens="no"), TypeError, "skip_special_tokens must be a bool"),
+    (lambda t: t.batch_decode({"input_ids": torch.tensor([[5]]), "numeric_values": torch.tensor([[0.0]]),
+                               "attention_mask": torch.tensor([[0.5]])}), ValueError, "attention_mask must hold only 0 and 1"),
+    (lambda t: t.batch_decode({"input_ids": torch.tensor([[5]])}), ValueError, "the encoding has no numeric_values"),
+])
+def test_decoding_bad_input(pair, call, error, match):
+    with pytest.raises(error, match=match):
+        call(pair[0])
+
+
+def test_max_length_takes_any_integer(pair):
+    tokenizer, _ = pair
+    assert tokenizer(["1 2 3 4"], max_length=np.int64(3), truncation=True)["input_ids"].shape == (1, 3)

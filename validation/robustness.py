@@ -306,7 +306,7 @@ BAD_INPUT_CASES: list[BadInputCase] = [
         "tokenizer-literal-is-an-identifier", "tokenizer",
         "parse_number of a digit run float32 cannot hold (a phone number)",
         lambda: __import__("causalqwen.numbers").numbers.parse_number("13409860099"),
-        ValueError, r"'13409860099' has more digits than float32 holds .*identifier",
+        ValueError, r"'13409860099' has more than 9 significant digits .*identifier",
     ),
     BadInputCase(
         "tokenizer-stale-number-text", "tokenizer",
