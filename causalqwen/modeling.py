@@ -213,6 +213,17 @@ _ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids",
 _FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions")
 
 
+# The module save_pretrained writes beside config.json, and the Auto classes it names (see save_pretrained).
+AUTO_MODULE = "causalqwen_auto"
+AUTO_MODULE_SOURCE = (
+    '"""Written by causalqwen\'s save_pretrained: the classes config.json names in auto_map, from the installed '
+    'causalqwen package (pip install causalqwen)."""\n'
+    "from causalqwen.modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel  # noqa: F401\n"
+)
+AUTO_MAP = {"AutoConfig": f"{AUTO_MODULE}.CausalQwenConfig", "AutoModel": f"{AUTO_MODULE}.CausalQwenModel",
+            "AutoModelForCausalLM": f"{AUTO_MODULE}.CausalQwenForCausalLM"}
+
+
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
     """What both CausalQwen classes share: the config class, the initialization of the new modules
     (decisions D4–D7, called by transformers for every module whose weights were not loaded), and
@@ -222,6 +233,27 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
     config_class = CausalQwenConfig
     base_model_prefix = "model"
     is_base_model = False
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus what lets a process that never imported causalqwen load the
+        directory through the Auto classes: ``config.json`` names the classes (``auto_map``, transformers'
+        mechanism for code outside the library) in a two-line module ``causalqwen_auto.py`` written beside
+        it, which imports them from the installed package. Loading through it needs
+        ``trust_remote_code=True``, transformers' consent to run a module from the directory."""
+        had_auto_map = "auto_map" in self.config.__dict__
+        previous = self.config.__dict__.get("auto_map")
+        self.config.auto_map = dict(AUTO_MAP)
+        try:
+            result = super().save_pretrained(save_directory, *args, **kwargs)
+        finally:  # the model in memory keeps its config as it was
+            if had_auto_map:
+                self.config.auto_map = previous
+            else:
+                del self.config.auto_map
+        if kwargs.get("is_main_process", True):
+            with open(os.path.join(save_directory, AUTO_MODULE + ".py"), "w", encoding="utf-8") as handle:
+                handle.write(AUTO_MODULE_SOURCE)
+        return result
 
     def _init_weights(self, module) -> None:
         super()._init_weights(module)

@@ -426,3 +426,50 @@ def test_text_with_numbers_end_to_end_left_and_right_padding_agree():
         losses_by_side[side] = out.loss
         assert out.reg_loss > 0  # <NUM> targets are present and scored
     torch.testing.assert_close(losses_by_side["left"], losses_by_side["right"], rtol=1e-5, atol=1e-5)
+
+
+def test_auto_classes_load_a_saved_model_in_a_process_that_never_imported_causalqwen(tmp_path):
+    """config.json names the classes (auto_map) in the module save_pretrained writes beside it, so transformers'
+    Auto classes load the directory in a fresh process, offline, with trust_remote_code=True (its consent to
+    run that module, which imports the installed package); without that consent, transformers refuses."""
+    import json
+    import subprocess
+    import sys
+
+    from causalqwen.tiny import build_tiny_causal_lm
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert "auto_map" not in model.config.__dict__  # the model in memory keeps its config
+    batch = tokenizer(["The price is 99.9 yuan."])
+    with torch.no_grad():
+        expected = model.eval()(**batch).loc_Y
+    code = f"""
+import sys, torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+path = {str(tmp_path)!r}
+import json
+refused = False
+try:  # first, before anything imported causalqwen: without consent transformers runs no module
+    AutoModelForCausalLM.from_pretrained(path)
+except ValueError as error:
+    refused = "trust_remote_code" in str(error)
+config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()
+base = AutoModel.from_pretrained(path, trust_remote_code=True)
+batch = {{k: torch.tensor(v) for k, v in {{"input_ids": {batch["input_ids"].tolist()},
+          "numeric_values": {batch["numeric_values"].tolist()}}}.items()}}
+with torch.no_grad():
+    loc_Y = model(**batch).loc_Y
+print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(base).__name__, loc_Y.tolist(), refused,
+                  "causalqwen" in sys.modules]))
+"""
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                            stdin=subprocess.DEVNULL)  # transformers asks on stdin before it refuses
+    assert result.returncode == 0, result.stderr[-3000:]
+    config_name, model_name, base_name, loc_Y, refused, imported = json.loads(result.stdout.split("RESULT ")[-1])
+    assert [config_name, model_name, base_name] == ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenModel"]
+    torch.testing.assert_close(torch.tensor(loc_Y), expected, rtol=1e-5, atol=1e-5)
+    assert refused and imported  # no consent, no code run; with it, the module imported the installed package
