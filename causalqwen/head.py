@@ -142,10 +142,8 @@ class DecisionHead(ActionNetwork):
         the OvR argmax. ``traditional`` decides on the standard input and samples the token from
         `inference.traditional_probabilities` with ``sampling = (temperature, top_k, top_p, normalize)``.
         """
-        decision_mode = "standard" if mode == "traditional" else mode
-        loc, scale = inference.decision_input(decision_mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
-                                              noise=noise, generator=generator, checked=False)
-        decision = self._decide(loc, scale, abs_weight, None)  # [B, V] x2, [B] x2
+        decision, loc, scale = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform,
+                                                noise=noise, generator=generator)
         if mode == "traditional":
             temperature, top_k, top_p, normalize = sampling
             probs = inference.traditional_probabilities(decision.loc_S, temperature, top_k, top_p, decision.scale_S,
@@ -154,6 +152,25 @@ class DecisionHead(ActionNetwork):
         else:
             token = self._argmax(decision)  # [B]
         return Choice(token, self.value_at(token, decision.loc_Y), loc, scale)
+
+    def decide_step(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
+                    uniform=None, noise=None, generator=None) -> tuple[ActionOutput, Tensor, Tensor]:
+        r"""One step's decision for rows with law of $U$ ``[B, C]``: the mode's decision input $U'$
+        (`inference.decision_input`; ``traditional`` uses the standard one), and the class and value laws
+        the action network maps it to. Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
+        decision_mode = "standard" if mode == "traditional" else mode
+        loc, scale = inference.decision_input(decision_mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
+                                              noise=noise, generator=generator, checked=False)
+        return self._decide(loc, scale, abs_weight, None), loc, scale  # [B, V] x2, [B] x2; [B, C] x2
+
+    def step_logits(self, mode: str, decision: ActionOutput) -> Tensor:
+        r"""The scores a transformers generation loop picks the next token from, ``[B, V]``: $\log P_k$ of the
+        decision, whose argmax is the mode's choice, or for ``traditional`` the class locations
+        $\mathrm{loc}_S$, which transformers' temperature, top-k, top-p and softmax sampling then use."""
+        if mode == "traditional":
+            return decision.loc_S
+        neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)
+        return -neg_log_p
 
     # ---- the scoring rule and the loss ----
 

@@ -39,8 +39,8 @@ from .action import ActionNetwork
 from .checkpoint import check_local_source
 from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
-from .generation import generate
 from .head import LOSS_ALGORITHMS, DecisionHead
+from .hf_generation import CausalQwenGenerationMixin
 from .loading import check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
 
 __all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
@@ -191,6 +191,11 @@ class CausalQwenOutput(ModelOutput):
         loc_Y: location of the regression value $Y$, ``[B, S]`` (noise infused).
         scale_Y: scale of $Y$, ``[B, S]``.
         past_key_values: the Qwen2 KV cache, when ``use_cache``.
+        logits: what transformers reads as the next-token scores. With decisions, $\mathrm{loc}_S$ (the
+            class locations, which equal Qwen's logits at initialization, decision D7). In a transformers
+            generation step, the last position's scores ``[B, 1, V]`` under the step's mode:
+            $\log P_k$ of the decision input (argmax: the mode's choice), or $\mathrm{loc}_S$ for
+            ``traditional`` (`causalqwen.hf_generation`).
     """
 
     loss: torch.FloatTensor | None = None
@@ -207,10 +212,13 @@ class CausalQwenOutput(ModelOutput):
     past_key_values: Cache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    logits: torch.FloatTensor | None = None
 
 
 _ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids", "past_key_values", "use_cache")
-_FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions")
+_FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions", "generation_state")
+# what transformers' generation loop passes besides: positions come from position_ids, the output is always a dict
+_GENERATION_LOOP_ARGS = ("cache_position", "return_dict")
 
 
 # The module save_pretrained writes beside config.json, and the Auto classes it names (see save_pretrained).
@@ -313,7 +321,7 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
                                      attentions=features.attentions)
 
 
-class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
+class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin):
     """CausalQwen: `CausalQwenModel` (the law of $U$) and the `DecisionHead` (decisions and loss).
 
     Attributes: ``model`` (the `CausalQwenModel`, a `Qwen2Model`), ``action`` (the `DecisionHead`, an
@@ -383,7 +391,13 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
         ``[B, S, V]``; it changes what is returned, never how the loss is computed.
         All inputs are checked here with one host synchronisation (`causalqwen.doors`).
         """
+        generation_state = kwargs.pop("generation_state", None)
+        for name in _GENERATION_LOOP_ARGS:
+            kwargs.pop(name, None)
         check_keywords("forward", kwargs, _FORWARD_ARGS)
+        if generation_state is not None:
+            return self._generation_step(input_ids, numeric_values, attention_mask, position_ids, past_key_values,
+                                         use_cache, generation_state, **kwargs)
         if return_decisions is None:
             return_decisions = labels is None
         if not return_decisions and labels is None:
@@ -399,7 +413,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
         fields = dict(loc_U=loc_U, scale_U=scale_U)
         decision = self.action.standard(loc_U, scale_U) if return_decisions else None  # [B, S, V] x2, [B, S] x2
         if decision is not None:
-            fields |= decision._asdict()
+            fields |= decision._asdict() | dict(logits=decision.loc_S)
         if labels is not None:
             window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
             targets = self.action.next_token_targets(
@@ -410,13 +424,15 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel):
         return CausalQwenOutput(**fields, past_key_values=law.past_key_values, hidden_states=law.hidden_states,
                                 attentions=law.attentions)
 
-    def generate(self, input_ids: torch.LongTensor, **kwargs):
-        """`causalqwen.generation.generate` with this model; see there for the arguments.
-
-        This is not transformers' ``GenerationMixin.generate``: each step emits a (token, value) pair,
-        and the value must re-enter the next step's embedding.
-        """
-        return generate(self, input_ids, **kwargs)
+    def _generation_step(self, input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache,
+                         state, **kwargs) -> CausalQwenOutput:
+        """One step of transformers' generation loop: the law of U, then the mode's scores at the last position."""
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        mask = check_forward(self.config, input_ids, numeric_values, attention_mask, past_length, position_ids)
+        law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids, past_key_values, use_cache, **kwargs)
+        logits = self._step_logits(law.loc_U, law.scale_U, state)  # [B, 1, V]
+        return CausalQwenOutput(logits=logits, loc_U=law.loc_U, scale_U=law.scale_U, past_key_values=law.past_key_values,
+                                hidden_states=law.hidden_states, attentions=law.attentions)
 
     # ---- construction from a Qwen2 base ----
 

@@ -175,7 +175,7 @@ def test_model_generate_method_and_float64(tiny):
     _, model, numeric = tiny
     batch = _batch(numeric)
     as_method = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                               attention_mask=batch["attention_mask"], max_new_tokens=4)
+                               attention_mask=batch["attention_mask"], max_new_tokens=4, return_dict_in_generate=True)
     assert torch.equal(as_method.sequences, _run(model, batch, max_new_tokens=4).sequences)
     wide = build_tiny_causal_lm(seed=0).model.double()
     out = _run(wide.eval(), batch, "causal", max_new_tokens=4, eos_token_id=[])

@@ -1,0 +1,122 @@
+r"""transformers-native generation: `CausalQwenForCausalLM.generate` is `GenerationMixin.generate`.
+
+transformers' loop asks the model for the next token's scores (``logits``), picks a token (argmax, or
+sampling with temperature, top-k, top-p), appends it and calls the model again. CausalQwen adds two
+things that travel beside the ids, in a `GenerationState` passed through the model kwargs:
+
+* the **mode** (decision D11) and its random draws. The model forms the mode's decision input at the
+  last position and returns as ``logits`` the scores whose argmax is the mode's choice: $\log P_k$ for
+  ``standard``, ``causal`` (a fresh draw of $U$ each step, from ``generator``), ``shared_individual``
+  and ``shared_noise`` (one draw per row for the whole sequence); for ``traditional`` the class
+  locations $\mathrm{loc}_S$, which transformers' own sampling then turns into a token
+  (``do_sample``, ``temperature``, ``top_k``, ``top_p``; its draws come from torch's global RNG).
+* the **values**: after each step the model keeps $\mathrm{loc}_Y$ of the decision; when the chosen
+  token is ``<NUM>``, that value enters ``numeric_values`` beside it, and so the next step's
+  numerical embedding (decision D12).
+
+``return_dict_in_generate=True`` gives a `CausalQwenGenerateOutput`: transformers' output plus
+``numeric_values`` ``[B, S + T]``. `causalqwen.generate` is the reference loop this one is tested
+against (equal sequences and values in every mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import GenerationMixin
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from .generation import _draws, _widened
+from .inference import MODES
+
+__all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationMixin"]
+
+
+@dataclass
+class CausalQwenGenerateOutput(GenerateDecoderOnlyOutput):
+    r"""transformers' `GenerateDecoderOnlyOutput` plus ``numeric_values`` ``[B, S + T]``: the prompt's values,
+    then $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere."""
+
+    numeric_values: torch.FloatTensor | None = None
+
+
+class GenerationState:
+    """What travels between the steps of transformers' generation loop besides the ids: the mode, its
+    draws, the values beside every token so far, and the last step's $\\mathrm{loc}_Y$ ``[B]``."""
+
+    def __init__(self, mode: str, values: Tensor, draws: dict, num_token_id: int):
+        self.mode = mode
+        self.values = values  # [B, S + t]
+        self.draws = draws  # uniform, noise, generator (see causalqwen.generation._draws)
+        self.num_token_id = num_token_id
+        self.abs_weight: Tensor | None = None  # |W_cls|, formed once per generate call
+        self.last_loc_Y: Tensor | None = None  # [B]
+
+    def catch_up(self, input_ids: Tensor) -> None:
+        """Append the value of the token chosen after the last step: its $\\mathrm{loc}_Y$ if ``<NUM>``, else 0."""
+        if input_ids.shape[1] == self.values.shape[1]:
+            return
+        token = input_ids[:, -1]  # [B]
+        value = torch.where(token == self.num_token_id, self.last_loc_Y.to(self.values.dtype), 0.0)
+        self.values = torch.cat([self.values, value.to(self.values.dtype)[:, None]], dim=1)
+
+
+class CausalQwenGenerationMixin(GenerationMixin):
+    """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
+
+    def generate(self, inputs: Tensor | None = None, generation_config=None, *, numeric_values: Tensor | None = None,
+                 mode: str | None = None, generator: torch.Generator | None = None, uniform: Tensor | None = None,
+                 noise: Tensor | None = None, **kwargs):
+        r"""transformers' `generate` with CausalQwen's ``mode`` (default: ``generation_config.mode``, else
+        ``"standard"``), ``numeric_values`` beside the prompt ids (required where they hold ``<NUM>``),
+        ``generator`` for the draws of ``causal`` and the shared modes, and ``uniform`` / ``noise`` to fix
+        the shared modes' draws. Every other argument is transformers' own (``max_new_tokens``,
+        ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``, ``stopping_criteria``,
+        ``streamer``, ``return_dict_in_generate``, ...); sampling applies to ``traditional`` only.
+        """
+        input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise TypeError("generate needs input_ids, a [B, S] tensor of token ids")
+        config = generation_config if generation_config is not None else self.generation_config
+        mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if mode != "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
+            raise ValueError(f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
+                             "(pass generator= for its draws)")
+        num_token_id = self.config.num_token_id
+        if numeric_values is None and bool((input_ids == num_token_id).any()):
+            raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
+                             "tokenizer's numeric_values, or every number would silently become 0")
+        values = _widened(numeric_values if numeric_values is not None else torch.zeros(input_ids.shape), input_ids)
+        draws = _draws(self, input_ids, mode, uniform, noise, generator, None)
+        draws.pop("sampling")
+        state = GenerationState(mode, values, draws, num_token_id)
+        state.abs_weight = self.action.classification_head.weight.abs()  # [V, C]
+        with torch.no_grad():
+            output = super().generate(input_ids, generation_config=generation_config, generation_state=state,
+                                      **kwargs)
+        sequences = output if isinstance(output, Tensor) else output.sequences
+        state.catch_up(sequences)
+        if isinstance(output, Tensor):
+            return output
+        return CausalQwenGenerateOutput(**output, numeric_values=state.values)
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, generation_state: GenerationState | None = None,
+                                      **kwargs):
+        """transformers' inputs for the next step, with the values of the ids it passes on."""
+        inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
+        if generation_state is not None:
+            generation_state.catch_up(input_ids)
+            inputs["numeric_values"] = generation_state.values[:, -inputs["input_ids"].shape[1]:]
+            inputs["generation_state"] = generation_state
+        return inputs
+
+    def _step_logits(self, loc_U: Tensor, scale_U: Tensor, state: GenerationState) -> Tensor:
+        """The last position's scores ``[B, 1, V]`` under the state's mode; keeps $\\mathrm{loc}_Y$ for the value."""
+        decision, _, _ = self.action.decide_step(state.mode, loc_U[:, -1], scale_U[:, -1], abs_weight=state.abs_weight,
+                                            **state.draws)
+        state.last_loc_Y = decision.loc_Y  # [B]
+        return self.action.step_logits(state.mode, decision)[:, None, :]  # [B, 1, V]

@@ -1,0 +1,115 @@
+"""Executable specification of transformers-native generation (causalqwen.hf_generation).
+
+The oracles: the reference loop `causalqwen.generate` (equal sequences and values in every mode) and Qwen2's
+own `generate` (``traditional`` with top-k 1 is its greedy decoding).
+"""
+
+import copy
+
+import pytest
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from causalqwen import generate
+from causalqwen.hf_generation import CausalQwenGenerateOutput
+from causalqwen.tiny import build_tiny_causal_lm
+
+PROMPTS = ["the price of tea rose by 12.5 percent and", "hello", "on day 3 we counted 41 birds"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, qwen = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer, qwen.eval()
+
+
+def _hf(model, batch, **kwargs):
+    return model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
+                          attention_mask=batch["attention_mask"], return_dict_in_generate=True, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["standard", "causal", "shared_individual", "shared_noise"])
+def test_model_generate_equals_the_reference_loop(tiny, mode):
+    model, tokenizer, _ = tiny
+    batch = tokenizer(PROMPTS, padding_side="left")
+    out = _hf(model, batch, mode=mode, max_new_tokens=6, generator=torch.Generator().manual_seed(3))
+    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
+                   max_new_tokens=6, generator=torch.Generator().manual_seed(3))
+    assert isinstance(out, CausalQwenGenerateOutput)
+    assert torch.equal(out.sequences, ref.sequences) and torch.equal(out.numeric_values, ref.numeric_values)
+
+
+def test_a_predicted_number_carries_its_value_into_the_next_step(tiny):
+    model, tokenizer, _ = tiny
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        model.action.classification_head.bias[model.config.num_token_id] = 1e4  # every step predicts <NUM>
+    batch = tokenizer(PROMPTS, padding_side="left")
+    out = _hf(model, batch, max_new_tokens=3)
+    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=3)
+    new = out.sequences[:, batch["input_ids"].shape[1]:]
+    assert (new == model.config.num_token_id).all() and (out.numeric_values[:, -3:] != 0).all()
+    torch.testing.assert_close(out.numeric_values, ref.numeric_values)  # each step saw the previous values
+
+
+def test_traditional_with_top_k_1_is_qwens_greedy_decoding(tiny):
+    model, tokenizer, qwen = tiny
+    batch = tokenizer(PROMPTS, padding_side="left")
+    out = _hf(model, batch, mode="traditional", do_sample=True, top_k=1, max_new_tokens=6)
+    greedy = qwen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6, do_sample=False)
+    assert torch.equal(out.sequences, greedy)
+
+
+def test_transformers_arguments_work(tiny):
+    model, tokenizer, _ = tiny
+    batch = tokenizer(PROMPTS, padding_side="left")
+    start = batch["input_ids"].shape[1]
+
+    class AfterTwo(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= start + 2, dtype=torch.bool)
+
+    ids = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
+                         attention_mask=batch["attention_mask"], max_new_tokens=9,
+                         stopping_criteria=StoppingCriteriaList([AfterTwo()]))
+    assert isinstance(ids, torch.Tensor) and ids.shape == (3, start + 2)  # without return_dict: the ids, as always
+    torch.manual_seed(0)
+    sampled = _hf(model, batch, mode="traditional", do_sample=True, temperature=0.7, top_p=0.9, max_new_tokens=3,
+                  output_scores=True)
+    assert len(sampled.scores) == 3 and sampled.scores[0].shape == (3, model.config.vocab_size)
+
+
+def test_the_mode_can_live_on_the_generation_config(tiny):
+    model, tokenizer, _ = tiny
+    model = copy.deepcopy(model)
+    model.generation_config.mode = "causal"
+    batch = tokenizer(PROMPTS, padding_side="left")
+    out = _hf(model, batch, max_new_tokens=4, generator=torch.Generator().manual_seed(5))
+    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode="causal",
+                   max_new_tokens=4, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(out.sequences, ref.sequences)
+
+
+def test_the_logits_field(tiny):
+    """logits: loc_S in a plain forward (at initialization Qwen's own logits); in generation, log P_k."""
+    model, tokenizer, qwen = tiny
+    batch = tokenizer(["hello world"])
+    with torch.no_grad():
+        out = model(**batch)
+        expected = qwen(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(out.logits[..., :expected.shape[-1]], expected, rtol=1e-4, atol=1e-4)
+    scored = _hf(model, tokenizer(PROMPTS, padding_side="left"), max_new_tokens=1, output_scores=True)
+    assert (scored.scores[0] <= 0).all()  # log-probabilities
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"mode": "causal", "do_sample": True}, ValueError, "do_sample applies to mode='traditional'"),
+    ({"mode": "greedy"}, ValueError, "mode must be one of"),
+    ({"numeric_values": None}, ValueError, r"input_ids hold <NUM> \(id \d+\) but no numeric_values"),
+])
+def test_generate_refuses_bad_arguments(tiny, kwargs, error, match):
+    model, tokenizer, _ = tiny
+    batch = tokenizer(["a price of 5 yuan"])
+    arguments = {"numeric_values": batch["numeric_values"], "max_new_tokens": 2} | kwargs
+    with pytest.raises(error, match=match):
+        model.generate(batch["input_ids"], **arguments)
