@@ -113,3 +113,18 @@ def test_generate_refuses_bad_arguments(tiny, kwargs, error, match):
     arguments = {"numeric_values": batch["numeric_values"], "max_new_tokens": 2} | kwargs
     with pytest.raises(error, match=match):
         model.generate(batch["input_ids"], **arguments)
+
+
+def test_a_text_generation_pipeline_runs_the_decision_modes(tiny):
+    """pipeline("text-generation") with the wrapped tokenizer: the pipeline's own default is do_sample=True,
+    which the decision modes refuse with a clear error; with do_sample=False every mode runs. (Numbers are
+    written out only by NumericTokenizer, which is not a transformers tokenizer yet.)"""
+    from transformers import pipeline
+
+    model, tokenizer, _ = tiny
+    pipe = pipeline("text-generation", model=model, tokenizer=tokenizer.hf_tokenizer)
+    with pytest.raises(ValueError, match="do_sample applies to mode='traditional'"):
+        pipe("The price is", max_new_tokens=2)
+    for mode in ("standard", "causal"):
+        text = pipe("The price is", max_new_tokens=3, do_sample=False, mode=mode)[0]["generated_text"]
+        assert text.startswith("The price is")
