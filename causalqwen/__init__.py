@@ -1,15 +1,17 @@
 """causalqwen: a test-first mathematical reference implementation of CausalQwen.
 
 One small module per concept: ``cauchy`` (the Cauchy toolkit and the OvR tail kernel), ``numbers`` (the
-number grammar), ``tokenization``,
-``embedding``, ``abduction``, ``action``, ``head`` (the decision head), ``losses`` (literal) and ``fused``
-(the tiled head + loss), ``modeling`` (`CausalQwenModel`, `CausalQwenForCausalLM`), ``inference`` (the five
-modes) and ``generation``; ``doors`` and ``checks`` hold the input checks, ``loading`` and ``checkpoint``
+number grammar), ``tokenization``, ``embedding``, ``abduction``, ``action``, ``head`` (the decision head),
+``losses`` (literal) and ``fused`` (the tiled head + loss), ``modeling`` (`CausalQwenModel`,
+`CausalQwenForCausalLM`), ``inference`` (the five modes), ``generation`` and ``hf_generation``
+(``model.generate``), ``pipelines`` (``"text-generation"``) and ``auto`` (what a saved directory names for
+transformers' Auto classes); ``doors`` and ``checks`` hold the input checks, ``loading`` and ``checkpoint``
 what is read from disk.
 """
 
 from .generation import GenerationOutput, generate
 from .modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel, CausalQwenOutput
+from .pipelines import NumericTextGenerationPipeline
 from .tokenization import NumericEncoding, NumericTokenizer
 
 __version__ = "0.1.0"
@@ -21,6 +23,7 @@ __all__ = [
     "CausalQwenOutput",
     "GenerationOutput",
     "NumericEncoding",
+    "NumericTextGenerationPipeline",
     "NumericTokenizer",
     "generate",
     "__version__",

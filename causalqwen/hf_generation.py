@@ -107,6 +107,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
     def prepare_inputs_for_generation(self, input_ids: Tensor, generation_state: GenerationState | None = None,
                                       **kwargs):
         """transformers' inputs for the next step, with the values of the ids it passes on."""
+        kwargs.pop("tokenizer", None)  # transformers' loop passes on the stop-string tokenizer; the model has no use
         inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         if generation_state is not None:
             generation_state.catch_up(input_ids)

@@ -41,6 +41,7 @@ __all__ = [
     "ovr_prob_sums",
     "ovr_prob_sum_median",
     "evaluate_batch",
+    "TrainerMetrics",
     "with_log_prefixes",
 ]
 
@@ -157,17 +158,88 @@ def evaluate_batch(
     config, head = model.config, model.action
     law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
-    scored = targets.scored  # [B, S]
-    stats = position_statistics(head, law.loc_U[scored], law.scale_U[scored], generator, max_decision_elements)
-    labels = targets.labels[scored]  # [N]
-    everywhere = torch.ones_like(labels, dtype=torch.bool)
-    metrics = classification_metrics(stats["predicted"], labels, everywhere, config.num_token_id)
-    metrics |= regression_metrics(stats["loc_Y"], targets.values[scored], labels == config.num_token_id)
+    stats = position_statistics(head, law.loc_U[targets.scored], law.scale_U[targets.scored], generator,
+                                max_decision_elements)
     real = batch["attention_mask"].bool()  # [B, S]
-    metrics |= distribution_stats(law.loc_U, real, "U_loc") | distribution_stats(law.scale_U, real, "U_scale")
+    return _metrics(config.num_token_id, stats, targets, law.loc_U[real], law.scale_U[real])
+
+
+def _metrics(num_token_id: int, stats: dict, targets, loc_U: Tensor, scale_U: Tensor) -> dict[str, float]:
+    """The metrics of D13 from `position_statistics` at the scored positions of ``targets`` (in order) and the
+    law of $U$ ``[N, C]`` at real tokens."""
+    labels = targets.labels[targets.scored]  # [N]
+    everywhere = torch.ones_like(labels, dtype=torch.bool)
+    metrics = classification_metrics(stats["predicted"], labels, everywhere, num_token_id)
+    metrics |= regression_metrics(stats["loc_Y"], targets.values[targets.scored], labels == num_token_id)
+    real = torch.ones(loc_U.shape[:-1], dtype=torch.bool, device=loc_U.device)
+    metrics |= distribution_stats(loc_U, real, "U_loc") | distribution_stats(scale_U, real, "U_scale")
     metrics["ovr_prob_sum_median"] = _median(stats["sums"])
     metrics["ovr_prob_sum_median_causal"] = _median(stats["sums_causal"])
     return metrics
+
+
+class TrainerMetrics:
+    r"""The metrics of `evaluate_batch` over a whole evaluation set, for `transformers.Trainer`::
+
+        metrics = TrainerMetrics(model, generator=torch.Generator().manual_seed(0))
+        Trainer(model, args, eval_dataset=..., data_collator=..., compute_metrics=metrics.compute_metrics,
+                preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics)
+
+    Trainer passes `preprocess_logits_for_metrics` each evaluation batch's outputs -- $\mathrm{loc}_U$ and
+    $\mathrm{scale}_U$ first, since `CausalQwenConfig.keys_to_ignore_at_inference` leaves out the losses, counts
+    and cache -- and its labels ``(labels, numeric_labels)``. It keeps per position ``[B, S, 4 + 2C]``: the
+    prediction, $\mathrm{loc}_Y$ and the two OvR sums at scored positions (`position_statistics`), then
+    $\mathrm{loc}_U$ and $\mathrm{scale}_U$, not the ``[B, S, V]`` decisions. Trainer concatenates the batches
+    (padding with -100), and `compute_metrics` forms the metrics from them. On one batch they equal
+    `evaluate_batch` with the same generator.
+
+    Trainer hands over no attention mask, so the labels stand for it: a position is scored when the next
+    position's label is not ``ignore_index`` (D9's rule for batches padded on the right with ignored labels, as
+    `causalqwen.data.collate` makes them), and the statistics of $U$ pool the positions whose own label is not
+    ignored.
+    """
+
+    def __init__(self, model, generator: torch.Generator | None = None,
+                 max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS):
+        self.model = model
+        self.generator = generator
+        self.max_decision_elements = max_decision_elements
+
+    @torch.no_grad()
+    def preprocess_logits_for_metrics(self, outputs, labels) -> Tensor:
+        r"""``[B, S, 4 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, OvR sum (standard, causal) at
+        scored positions (0 elsewhere), then $\mathrm{loc}_U$, $\mathrm{scale}_U$."""
+        loc_U, scale_U = outputs[0], outputs[1]  # [B, S, C] each
+        labels, numeric_labels = _label_pair(labels)
+        head = self.model.action
+        scored = head.next_token_targets(labels, numeric_labels, None).scored  # [B, S]
+        stats = position_statistics(head, loc_U[scored], scale_U[scored], self.generator, self.max_decision_elements)
+        per_position = torch.zeros(*scored.shape, 4, device=loc_U.device)  # [B, S, 4], float32: ids < 2^24 exact
+        per_position[scored] = torch.stack([stats[name].float() for name in ("predicted", "loc_Y", "sums",
+                                                                             "sums_causal")], -1)
+        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 4 + 2C]
+
+    def compute_metrics(self, prediction) -> dict[str, float]:
+        """The metrics of `evaluate_batch` from Trainer's ``EvalPrediction`` of the whole evaluation set."""
+        kept = torch.as_tensor(prediction.predictions)  # [N, S, 4 + 2C]
+        labels, numeric_labels = (torch.as_tensor(part) for part in _label_pair(prediction.label_ids))
+        head = self.model.action
+        targets = head.next_token_targets(labels, numeric_labels, None)
+        scored = targets.scored
+        stats = {"predicted": kept[..., 0][scored].round().long(), "loc_Y": kept[..., 1][scored],
+                 "sums": kept[..., 2][scored], "sums_causal": kept[..., 3][scored]}
+        causal_size = (kept.shape[-1] - 4) // 2
+        labelled = labels != head.ignore_index  # [N, S]
+        loc_U, scale_U = kept[..., 4:4 + causal_size][labelled], kept[..., 4 + causal_size:][labelled]
+        return _metrics(head.num_token_id, stats, targets, loc_U, scale_U)
+
+
+def _label_pair(labels) -> tuple:
+    """``(labels, numeric_labels)`` from what Trainer passes: the tuple of the batch's label columns."""
+    if not isinstance(labels, (tuple, list)) or len(labels) != 2:
+        raise ValueError("TrainerMetrics needs the labels (labels, numeric_labels): use causalqwen.data.collate, or "
+                         'set TrainingArguments(label_names=["labels", "numeric_labels"])')
+    return labels[0], labels[1]
 
 
 def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:

@@ -36,6 +36,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
+from .auto import CUSTOM_PIPELINES, MODEL_AUTO_MAP, write_auto_module
 from .checkpoint import check_local_source
 from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
@@ -108,6 +109,11 @@ class CausalQwenConfig(Qwen2Config):
     """
 
     model_type = "causal_qwen"
+    # What transformers.Trainer leaves out of the outputs it gathers in evaluation: the losses and counts (the
+    # loss is gathered on its own), the cache and the [B, S, V] decisions; loc_U and scale_U come first
+    # (causalqwen.metrics.TrainerMetrics reads them).
+    keys_to_ignore_at_inference = ["cls_loss", "reg_loss", "n_cls", "n_reg", "loc_S", "scale_S", "past_key_values",
+                                   "logits", "hidden_states", "attentions"]
 
     num_token_id: int | None = None
     causal_size: int | None = None
@@ -221,15 +227,7 @@ _FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions", 
 _GENERATION_LOOP_ARGS = ("cache_position", "return_dict")
 
 
-# The module save_pretrained writes beside config.json, and the Auto classes it names (see save_pretrained).
-AUTO_MODULE = "causalqwen_auto"
-AUTO_MODULE_SOURCE = (
-    '"""Written by causalqwen\'s save_pretrained: the classes config.json names in auto_map, from the installed '
-    'causalqwen package (pip install causalqwen)."""\n'
-    "from causalqwen.modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel  # noqa: F401\n"
-)
-AUTO_MAP = {"AutoConfig": f"{AUTO_MODULE}.CausalQwenConfig", "AutoModel": f"{AUTO_MODULE}.CausalQwenModel",
-            "AutoModelForCausalLM": f"{AUTO_MODULE}.CausalQwenForCausalLM"}
+_AUTO_FIELDS = ("auto_map", "custom_pipelines")  # the config fields save_pretrained sets for the saved file only
 
 
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
@@ -244,23 +242,23 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus what lets a process that never imported causalqwen load the
-        directory through the Auto classes: ``config.json`` names the classes (``auto_map``, transformers'
-        mechanism for code outside the library) in a two-line module ``causalqwen_auto.py`` written beside
-        it, which imports them from the installed package. Loading through it needs
+        directory through the Auto classes and ``pipeline``: ``config.json`` names the classes (``auto_map``,
+        and ``custom_pipelines`` for ``"text-generation"``) in a module ``causalqwen_auto.py`` written beside
+        it, which imports them from the installed package (`causalqwen.auto`). Loading through it needs
         ``trust_remote_code=True``, transformers' consent to run a module from the directory."""
-        had_auto_map = "auto_map" in self.config.__dict__
-        previous = self.config.__dict__.get("auto_map")
-        self.config.auto_map = dict(AUTO_MAP)
+        saved = {name: self.config.__dict__[name] for name in _AUTO_FIELDS if name in self.config.__dict__}
+        self.config.auto_map = dict(MODEL_AUTO_MAP)
+        self.config.custom_pipelines = dict(CUSTOM_PIPELINES)
         try:
             result = super().save_pretrained(save_directory, *args, **kwargs)
         finally:  # the model in memory keeps its config as it was
-            if had_auto_map:
-                self.config.auto_map = previous
-            else:
-                del self.config.auto_map
+            for name in _AUTO_FIELDS:
+                if name in saved:
+                    setattr(self.config, name, saved[name])
+                else:
+                    delattr(self.config, name)
         if kwargs.get("is_main_process", True):
-            with open(os.path.join(save_directory, AUTO_MODULE + ".py"), "w", encoding="utf-8") as handle:
-                handle.write(AUTO_MODULE_SOURCE)
+            write_auto_module(save_directory)
         return result
 
     def _init_weights(self, module) -> None:
@@ -338,6 +336,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         self.model = CausalQwenModel(config)
         self.action = DecisionHead(config)
         self.post_init()
+        # Set, not left to defaults, so that callers which sample unless told otherwise (the text-generation
+        # pipeline) do not: four of the five modes draw inside the model, and do_sample is traditional's.
+        self.generation_config.do_sample = False
 
     @property
     def numerical_embedding(self) -> NumericalEmbedding:
@@ -486,7 +487,8 @@ def _config_fields() -> frozenset[str]:
 def _config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
     """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size (D2)."""
     settings = {k: v for k, v in base_config.to_dict().items()
-                if k not in ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")}
+                if k not in ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path",
+                             "custom_pipelines")}
     settings.update(overrides)
     settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
     if settings["num_token_id"] == base_config.vocab_size:

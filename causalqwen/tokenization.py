@@ -32,6 +32,7 @@ import torch
 from tokenizers import AddedToken
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 
+from .auto import AUTO_MODULE, TOKENIZER_AUTO_MAP, update_json, write_auto_module
 from .checkpoint import check_local_source
 from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, join_numbers, parse_number, split_numbers
 
@@ -160,7 +161,14 @@ class NumericTokenizer:
     switched off (``split_special_tokens=True``): a literal ``"<NUM>"``, ``"<|endoftext|>"`` or
     ``"<|im_start|>"`` typed in the text is encoded as ordinary characters and never becomes a
     special token. Special tokens are meant to be inserted as ids, not as text.
+
+    It is not a ``PreTrainedTokenizerBase``: its encodings carry values beside the ids, which transformers'
+    tokenizer interface has no place for. It works where transformers takes a tokenizer and only saves or
+    reads it (``Trainer(processing_class=...)``, ``AutoTokenizer`` with ``trust_remote_code=True``), and
+    `causalqwen.pipelines.NumericTextGenerationPipeline` is the ``"text-generation"`` pipeline that uses it.
     """
+
+    model_input_names = ["input_ids", "numeric_values", "attention_mask"]
 
     def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, num_token: str = "<NUM>"):
         if not isinstance(hf_tokenizer, PreTrainedTokenizerBase):
@@ -203,27 +211,45 @@ class NumericTokenizer:
     # -- loading and saving ------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, num_token: str = "<NUM>", **kwargs) -> "NumericTokenizer":
+    def from_pretrained(cls, path: str | os.PathLike, num_token: str | None = None, **kwargs) -> "NumericTokenizer":
         """Load the wrapped tokenizer with ``AutoTokenizer.from_pretrained(path, **kwargs)`` and wrap it.
 
-        A local path that does not exist, or tokenizer files that are missing or corrupt, raise an
-        ``OSError`` that names the path (and the loader's reason, on one line).
+        ``num_token`` defaults to the one `save_pretrained` recorded in ``tokenizer_config.json``, else
+        ``"<NUM>"``. This is also what ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` calls
+        for a directory `save_pretrained` wrote. A local path that does not exist, or tokenizer files that
+        are missing or corrupt, raise an ``OSError`` that names the path (and the loader's reason, on one line).
         """
         where = os.fspath(path) if isinstance(path, os.PathLike) else path
         if isinstance(path, (str, os.PathLike)):
             check_local_source(path, "tokenizer")  # a missing local path never falls through to the hub
+        kwargs.pop("trust_remote_code", None)  # the wrapped tokenizer is transformers' own class: no remote code
         try:
-            hf_tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+            hf_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
         except Exception as error:  # noqa: BLE001 -- the loaders raise many types, the Rust one a bare Exception
             raise OSError(f"cannot load a tokenizer from {where!r}: {' '.join(str(error).split())}") from error
+        if num_token is None:
+            recorded = getattr(hf_tokenizer, "num_token", None)  # transformers keeps a *_token entry as a special token
+            num_token = str(recorded) if recorded is not None else "<NUM>"
         return cls(hf_tokenizer, num_token=num_token)
 
-    def save_pretrained(self, path: str | os.PathLike):
-        """Save the wrapped tokenizer, ``<NUM>`` included, with its ``save_pretrained``.
+    def save_pretrained(self, path: str | os.PathLike, **kwargs) -> tuple[str, ...]:
+        """Save the wrapped tokenizer, ``<NUM>`` included, with its ``save_pretrained(path, **kwargs)``, and
+        name this class in ``tokenizer_config.json``: ``num_token``, and ``auto_map`` so that
+        ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` gives a `NumericTokenizer` (see
+        `causalqwen.auto`); without ``trust_remote_code`` it gives the wrapped tokenizer, which knows
+        ``<NUM>`` as its special ``num_token``."""
+        files = self._hf_tokenizer.save_pretrained(path, **kwargs)
+        config_file = next((file for file in files if os.path.basename(file) == "tokenizer_config.json"), None)
+        if config_file is None:
+            raise RuntimeError(f"the wrapped tokenizer wrote no tokenizer_config.json to {os.fspath(path)!r}")
+        update_json(config_file, {"num_token": self._num_token, "auto_map": dict(TOKENIZER_AUTO_MAP)})
+        write_auto_module(path)
+        return tuple(files) + (os.path.join(path, AUTO_MODULE + ".py"),)
 
-        A custom ``num_token`` is not recorded: pass it again to `from_pretrained`.
-        """
-        return self._hf_tokenizer.save_pretrained(path)
+    @classmethod
+    def register_for_auto_class(cls, auto_class: str = "AutoTokenizer") -> None:
+        """What ``AutoTokenizer`` calls on a class it loaded from a directory's ``auto_map``. The directory
+        already names this class (`save_pretrained`), so there is nothing to record."""
 
     # -- properties --------------------------------------------------------------------------
 
@@ -256,6 +282,18 @@ class NumericTokenizer:
     def eos_token_id(self) -> int | None:
         """The end-of-sequence id of the wrapped tokenizer (None if it has none)."""
         return self._hf_tokenizer.eos_token_id
+
+    @property
+    def padding_side(self) -> str:
+        """The wrapped tokenizer's ``padding_side``, where transformers' batching (``pipeline`` with
+        ``batch_size``) pads; `__call__` takes its own ``padding_side`` argument."""
+        return self._hf_tokenizer.padding_side
+
+    @padding_side.setter
+    def padding_side(self, side: str) -> None:
+        if side not in ("left", "right"):
+            raise ValueError(f'padding_side must be "left" or "right", got {side!r}')
+        self._hf_tokenizer.padding_side = side
 
     def __len__(self) -> int:
         """The number of tokens, ``<NUM>`` included (K + 1 for a tokenizer of K tokens)."""

@@ -265,7 +265,8 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
     differing = sorted(k for k in set(saved) | set(current)
-                       if k not in ("transformers_version", "architectures", "_name_or_path", "dtype", "auto_map")
+                       if k not in ("transformers_version", "architectures", "_name_or_path", "dtype", "auto_map",
+                                     "custom_pipelines")
                        and saved.get(k) != current.get(k))
     if differing:
         raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}")

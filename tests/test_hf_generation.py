@@ -115,16 +115,21 @@ def test_generate_refuses_bad_arguments(tiny, kwargs, error, match):
         model.generate(batch["input_ids"], **arguments)
 
 
-def test_a_text_generation_pipeline_runs_the_decision_modes(tiny):
-    """pipeline("text-generation") with the wrapped tokenizer: the pipeline's own default is do_sample=True,
-    which the decision modes refuse with a clear error; with do_sample=False every mode runs. (Numbers are
-    written out only by NumericTokenizer, which is not a transformers tokenizer yet.)"""
-    from transformers import pipeline
+def test_the_stock_text_generation_pipeline_runs_the_decision_modes(tiny):
+    """transformers' own TextGenerationPipeline with the wrapped tokenizer (prompts without numbers): the model's
+    generation config sets do_sample=False, so the pipeline's sampling default does not apply and its plain call
+    runs the standard mode; do_sample=True with a mode that draws inside the model is refused clearly."""
+    from transformers import TextGenerationPipeline, pipeline
 
     model, tokenizer, _ = tiny
     pipe = pipeline("text-generation", model=model, tokenizer=tokenizer.hf_tokenizer)
+    assert type(pipe) is TextGenerationPipeline
+    batch = tokenizer(["The price is"])
+    expected = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], max_new_tokens=3)
+    plain = pipe("The price is", max_new_tokens=3, return_tensors=True)[0]["generated_token_ids"]
+    assert plain == expected[0].tolist()
     with pytest.raises(ValueError, match="do_sample applies to mode='traditional'"):
-        pipe("The price is", max_new_tokens=2)
+        pipe("The price is", max_new_tokens=2, do_sample=True, mode="causal")
     for mode in ("standard", "causal"):
-        text = pipe("The price is", max_new_tokens=3, do_sample=False, mode=mode)[0]["generated_text"]
+        text = pipe("The price is", max_new_tokens=3, mode=mode)[0]["generated_text"]
         assert text.startswith("The price is")

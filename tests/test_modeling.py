@@ -429,25 +429,34 @@ def test_text_with_numbers_end_to_end_left_and_right_padding_agree():
 
 
 def test_auto_classes_load_a_saved_model_in_a_process_that_never_imported_causalqwen(tmp_path):
-    """config.json names the classes (auto_map) in the module save_pretrained writes beside it, so transformers'
-    Auto classes load the directory in a fresh process, offline, with trust_remote_code=True (its consent to
-    run that module, which imports the installed package); without that consent, transformers refuses."""
+    """config.json and tokenizer_config.json name the classes (auto_map, custom_pipelines) in the module
+    save_pretrained writes beside them, so transformers' Auto classes and pipeline() load the directory in a fresh
+    process, offline, with trust_remote_code=True (its consent to run that module, which imports the installed
+    package); without that consent, transformers refuses the model and AutoTokenizer gives the wrapped tokenizer."""
     import json
     import subprocess
     import sys
 
     from causalqwen.tiny import build_tiny_causal_lm
 
+    from transformers import pipeline
+
+    from causalqwen.pipelines import NumericTextGenerationPipeline
+
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    with torch.no_grad():  # every step predicts <NUM>: the pipeline's text must have the numbers written out
+        model.action.classification_head.bias[model.config.num_token_id] = 1e4
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     assert "auto_map" not in model.config.__dict__  # the model in memory keeps its config
     batch = tokenizer(["The price is 99.9 yuan."])
     with torch.no_grad():
         expected = model.eval()(**batch).loc_Y
+    pipe = pipeline("text-generation", model=model, tokenizer=tokenizer, pipeline_class=NumericTextGenerationPipeline)
+    expected_text = pipe("The price is 99.90 yuan.", max_new_tokens=2)[0]["generated_text"]
     code = f"""
 import sys, torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
 path = {str(tmp_path)!r}
 import json
 refused = False
@@ -458,18 +467,31 @@ except ValueError as error:
 config = AutoConfig.from_pretrained(path, trust_remote_code=True)
 model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()
 base = AutoModel.from_pretrained(path, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+wrapped = AutoTokenizer.from_pretrained(path)
+pipe = pipeline("text-generation", model=path, trust_remote_code=True)
+text = pipe("The price is 99.90 yuan.", max_new_tokens=2)[0]["generated_text"]
 batch = {{k: torch.tensor(v) for k, v in {{"input_ids": {batch["input_ids"].tolist()},
           "numeric_values": {batch["numeric_values"].tolist()}}}.items()}}
 with torch.no_grad():
     loc_Y = model(**batch).loc_Y
 print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(base).__name__, loc_Y.tolist(), refused,
-                  "causalqwen" in sys.modules]))
+                  "causalqwen" in sys.modules, type(tokenizer).__name__, tokenizer("99.9").numeric_values.tolist(),
+                  type(wrapped).__name__, wrapped.num_token, type(pipe).__name__, text]))
 """
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
                             stdin=subprocess.DEVNULL)  # transformers asks on stdin before it refuses
     assert result.returncode == 0, result.stderr[-3000:]
-    config_name, model_name, base_name, loc_Y, refused, imported = json.loads(result.stdout.split("RESULT ")[-1])
+    (config_name, model_name, base_name, loc_Y, refused, imported, tokenizer_name, values, wrapped_name, wrapped_num,
+     pipe_name, text) = json.loads(result.stdout.split("RESULT ")[-1])
     assert [config_name, model_name, base_name] == ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenModel"]
+    assert tokenizer_name == "NumericTokenizer" and values == [[pytest.approx(99.9)]]
+    assert wrapped_name == "Qwen2Tokenizer" and wrapped_num == "<NUM>"  # no consent: transformers' own class
+    assert pipe_name == "NumericTextGenerationPipeline"
+    got_ids, got_values = tokenizer.encode(text)
+    want_ids, want_values = tokenizer.encode(expected_text)  # the same numbers, to float32 rounding across processes
+    assert got_ids == want_ids and got_values == pytest.approx(want_values, rel=1e-5)
+    assert text.startswith("The price is 99.90 yuan.") and "<NUM>" not in text and len(text) > 26
     torch.testing.assert_close(torch.tensor(loc_Y), expected, rtol=1e-5, atol=1e-5)
     assert refused and imported  # no consent, no code run; with it, the module imported the installed package

@@ -785,6 +785,44 @@ def test_save_and_load(tokenizer, tmp_path):
     assert loaded.batch_decode(batch["input_ids"], batch["numeric_values"]) == BATCH
 
 
+def test_save_records_the_class_and_num_token_for_transformers(tmp_path):
+    """tokenizer_config.json names NumericTokenizer (auto_map) and its num_token: a custom one comes back without
+    being passed again, AutoTokenizer with trust_remote_code gives a NumericTokenizer, and without it
+    transformers' own class, which knows the number token as its special ``num_token``. (A fresh process that
+    never imported causalqwen is tested in test_modeling.)"""
+    import json
+    import os
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+    custom = NumericTokenizer(build_tiny_tokenizer(), num_token="<QTY>")
+    files = custom.save_pretrained(tmp_path)
+    assert {os.path.basename(f) for f in files} == {"tokenizer.json", "tokenizer_config.json", "causalqwen_auto.py"}
+    with open(tmp_path / "tokenizer_config.json", encoding="utf-8") as handle:
+        config = json.load(handle)
+    assert config["num_token"] == "<QTY>"
+    assert config["auto_map"] == {"AutoTokenizer": [None, "causalqwen_auto.NumericTokenizer"]}
+    loaded = NumericTokenizer.from_pretrained(tmp_path)
+    assert loaded.num_token == "<QTY>" and loaded.num_token_id == custom.num_token_id
+    assert loaded.encode("a 5 b") == custom.encode("a 5 b")
+    auto = AutoTokenizer.from_pretrained(tmp_path, trust_remote_code=True)
+    assert isinstance(auto, NumericTokenizer) and auto.encode("x 2.5") == custom.encode("x 2.5")
+    plain = AutoTokenizer.from_pretrained(tmp_path)
+    assert isinstance(plain, PreTrainedTokenizerBase) and plain.num_token == "<QTY>"
+    assert plain.convert_tokens_to_ids("<QTY>") == custom.num_token_id
+
+
+def test_the_attributes_transformers_reads(tokenizer):
+    """Trainer reads model_input_names and pad_token_id; pipeline batching reads and sets padding_side."""
+    assert tokenizer.model_input_names[0] == "input_ids" and set(tokenizer.model_input_names) == set(tokenizer(["a"]))
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    assert tokenizer.hf_tokenizer.padding_side == "left"
+    tokenizer.padding_side = side
+    with pytest.raises(ValueError, match='padding_side must be "left" or "right"'):
+        tokenizer.padding_side = "middle"
+
+
 def test_decode_can_mark_ids_of_reserved_rows(tokenizer):
     """A model has more rows than the tokenizer has tokens; an untrained one can predict those ids."""
     size = len(tokenizer)

@@ -68,3 +68,90 @@ def test_a_compiled_training_step_matches_eager():
     for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
         if a.grad is not None:
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def _eval_trainer(tmp_path, model, data, tokenizer, metrics, batch_size):
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=batch_size, report_to=[],
+                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True)
+    return Trainer(model=model, args=args, eval_dataset=data, processing_class=tokenizer,
+                   data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
+                   compute_metrics=metrics.compute_metrics,
+                   preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics)
+
+
+def test_trainer_metrics_equal_evaluate_batch(tmp_path):
+    """TrainerMetrics gives Trainer.evaluate the metrics of causalqwen.metrics.evaluate_batch: on one batch all
+    of them, the causal OvR sum included (the same generator); over three batches of different lengths (Trainer
+    pads them with -100 to concatenate) every metric that draws nothing."""
+    from causalqwen.metrics import TrainerMetrics, evaluate_batch
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    model.eval()
+    data = TextDataset(synthetic_texts(12, seed=3) + ["a 5", "the 1,000 yuan and 2.5 kg of tea cost 7 more today"],
+                       tokenizer, max_length=48)
+    expected = evaluate_batch(model, collate(data.items, tokenizer.pad_token_id),
+                              generator=torch.Generator().manual_seed(0))
+    one = _eval_trainer(tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)),
+                        len(data)).evaluate()
+    assert set(expected) <= {name.removeprefix("eval_") for name in one}
+    for name, value in expected.items():
+        assert one[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+    assert expected["reg_count"] > 0 and expected["tokens"] > 100
+    three = _eval_trainer(tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)),
+                          5).evaluate()
+    for name, value in expected.items():
+        if name != "ovr_prob_sum_median_causal":
+            assert three[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def test_trainer_saves_the_tokenizer_given_as_processing_class(tmp_path):
+    """Trainer(processing_class=NumericTokenizer) saves it beside the model; both load back through the Auto classes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from causalqwen import NumericTokenizer
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    data = TextDataset(synthetic_texts(8, seed=0), tokenizer, max_length=32)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to=[],
+                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True, save_strategy="no")
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    trainer.train()
+    trainer.save_model(str(tmp_path / "final"))
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "final", trust_remote_code=True)
+    assert isinstance(loaded, NumericTokenizer) and loaded.encode("tea 2.5 kg") == tokenizer.encode("tea 2.5 kg")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final", trust_remote_code=True)
+    for (name, a), b in zip(model.named_parameters(), reloaded.parameters()):
+        assert torch.equal(a.detach(), b.detach()), name
+
+
+def test_trainer_and_causalqwen_train_give_the_same_loss_curve(tmp_path):
+    """Same data, preset, AdamW groups, cosine schedule with warm-up and clipping: transformers.Trainer and
+    causalqwen.training.train give the same loss at every step. Each step takes the whole data set as its batch,
+    so the two samplers' orders do not matter (the loss is a mean over scored positions)."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    from causalqwen.training import TrainingConfig, parameter_groups, set_trainable, train
+
+    config = TrainingConfig(steps=6, batch_size=12, learning_rate=5e-3, warmup_steps=2, log_every=1, eval_every=100,
+                            save_every=100, preset="causal")
+    ours, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    data = TextDataset(synthetic_texts(12, seed=0), tokenizer, max_length=32)
+    history = train(ours, data, config, progress=False)
+    expected = [record["train/total_loss"] for record in history]
+
+    theirs, _, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    set_trainable(theirs, config.preset)
+    optimizer = torch.optim.AdamW(parameter_groups(theirs, config.weight_decay), lr=config.learning_rate)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=config.steps, per_device_train_batch_size=12,
+                             max_grad_norm=config.max_grad_norm, logging_steps=1, save_strategy="no", report_to=[],
+                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True)
+    trainer = Trainer(model=theirs, args=args, train_dataset=data, processing_class=tokenizer,
+                      optimizers=(optimizer, scheduler),
+                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == len(expected) == config.steps
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-4, atol=1e-5)
+    assert expected[-1] < expected[0]  # it learned

@@ -1,0 +1,56 @@
+"""What a saved directory needs so that transformers' Auto classes and ``pipeline`` load CausalQwen from it.
+
+transformers' mechanism for classes that live outside the library: ``config.json`` (``auto_map``,
+``custom_pipelines``) and ``tokenizer_config.json`` (``auto_map``) name them as ``module.Class``, and the
+module is a file in the directory. causalqwen writes that module, `AUTO_MODULE` ``.py``, as a few import
+lines from the installed package, so the directory carries no code of its own. Loading through it needs
+``trust_remote_code=True``: transformers' consent to import a module found in a directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+AUTO_MODULE = "causalqwen_auto"
+
+AUTO_MODULE_SOURCE = (
+    '"""Written by causalqwen\'s save_pretrained: the classes that config.json and tokenizer_config.json name, '
+    'from the installed causalqwen package (pip install causalqwen)."""\n'
+    "from causalqwen.modeling import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel  # noqa: F401\n"
+    "from causalqwen.pipelines import NumericTextGenerationPipeline  # noqa: F401\n"
+    "from causalqwen.tokenization import NumericTokenizer  # noqa: F401\n"
+)
+
+MODEL_AUTO_MAP = {
+    "AutoConfig": f"{AUTO_MODULE}.CausalQwenConfig",
+    "AutoModel": f"{AUTO_MODULE}.CausalQwenModel",
+    "AutoModelForCausalLM": f"{AUTO_MODULE}.CausalQwenForCausalLM",
+}
+
+# AutoTokenizer reads a pair (slow class, fast class) and takes the fast one when it is given.
+TOKENIZER_AUTO_MAP = {"AutoTokenizer": [None, f"{AUTO_MODULE}.NumericTokenizer"]}
+
+CUSTOM_PIPELINES = {
+    "text-generation": {
+        "impl": f"{AUTO_MODULE}.NumericTextGenerationPipeline",
+        "pt": ["AutoModelForCausalLM"],
+        "type": "text",
+    }
+}
+
+
+def write_auto_module(directory: str | os.PathLike) -> None:
+    """Write `AUTO_MODULE` ``.py`` into ``directory`` (the same text every time)."""
+    with open(os.path.join(directory, AUTO_MODULE + ".py"), "w", encoding="utf-8") as handle:
+        handle.write(AUTO_MODULE_SOURCE)
+
+
+def update_json(path: str | os.PathLike, entries: dict) -> None:
+    """Add ``entries`` to the JSON object in ``path`` (written by transformers a moment before)."""
+    with open(path, encoding="utf-8") as handle:
+        content = json.load(handle)
+    content.update(entries)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(content, handle, indent=2, ensure_ascii=False, sort_keys=True)
+        handle.write("\n")

@@ -1,0 +1,101 @@
+"""The ``"text-generation"`` pipeline of CausalQwen: transformers' own, with the numbers carried through.
+
+transformers' `TextGenerationPipeline` tokenizes a prompt, calls ``model.generate(input_ids,
+attention_mask)`` and decodes the ids. For CausalQwen three things must travel besides the ids: the
+prompt's ``numeric_values`` (into ``generate``), the values ``generate`` gives the ``<NUM>`` tokens it
+chose (``return_dict_in_generate=True``), and the surface text of the prompt's numbers (into
+`NumericTokenizer.decode`). `NumericTextGenerationPipeline` overrides exactly those three steps;
+everything else (batching, ``return_full_text``, ``max_new_tokens``, ``stop_sequence``, CausalQwen's
+``mode`` and ``generator`` passed on to ``generate``) is the parent's.
+
+A saved CausalQwen names this class in ``config.json`` (``custom_pipelines``), so
+``pipeline("text-generation", model=directory, trust_remote_code=True)`` builds it; for a model in
+memory pass ``pipeline_class=NumericTextGenerationPipeline``.
+"""
+
+from __future__ import annotations
+
+from transformers import TextGenerationPipeline
+from transformers.pipelines.text_generation import ReturnType
+
+from .tokenization import NumericTokenizer
+
+__all__ = ["NumericTextGenerationPipeline"]
+
+# preprocess arguments of the parent that need a chat template or the wrapped tokenizer's own encoding
+_UNSUPPORTED = ("handle_long_generation", "continue_final_message", "tokenizer_encode_kwargs", "tools", "documents")
+
+
+class NumericTextGenerationPipeline(TextGenerationPipeline):
+    """`TextGenerationPipeline` for a CausalQwen model and its `NumericTokenizer`: each record's
+    ``generated_text`` has every number written out -- the prompt's as they were written, the generated
+    ones as their values (`NumericTokenizer.decode`) -- and ``numeric_values`` lists the value beside
+    every token of the sequence."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.tokenizer, NumericTokenizer):
+            raise TypeError(f"{type(self).__name__} needs a causalqwen NumericTokenizer as its tokenizer, got "
+                            f"{type(self.tokenizer).__name__}")
+
+    def _sanitize_parameters(self, prefix=None, stop_sequence=None, **kwargs):
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
+            stop_sequence=stop_sequence, **kwargs)
+        if prefix is not None:  # the parent measures the prefix with a transformers tokenizer call
+            preprocess_params["prefix"] = prefix
+            if prefix:
+                forward_params["prefix_length"] = len(self.tokenizer.encode(prefix)[0])
+        if stop_sequence is not None:  # transformers' stop-string matcher reads the wrapped tokenizer's vocabulary
+            forward_params["tokenizer"] = self.tokenizer.hf_tokenizer
+        return preprocess_params, forward_params, postprocess_params
+
+    def preprocess(self, prompt_text, prefix="", add_special_tokens=None, truncation=None, padding=None,
+                   max_length=None, **generate_kwargs):
+        if not isinstance(prompt_text, str):
+            raise TypeError(f"{type(self).__name__} takes str prompts (no chats), got {type(prompt_text).__name__}")
+        unsupported = [name for name in _UNSUPPORTED if generate_kwargs.get(name) is not None]
+        if add_special_tokens:
+            unsupported.append("add_special_tokens")
+        if unsupported:
+            raise ValueError(f"{type(self).__name__} does not support {', '.join(unsupported)}")
+        encoding = self.tokenizer(prefix + prompt_text, max_length=max_length, truncation=bool(truncation))
+        return {
+            "input_ids": encoding["input_ids"],  # [1, S]
+            "attention_mask": encoding["attention_mask"],  # [1, S]
+            "numeric_values": encoding["numeric_values"],  # [1, S]
+            "number_texts": encoding.number_texts[0],
+            "prompt_text": prompt_text,
+        }
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        numeric_values = model_inputs.pop("numeric_values")  # [B, S]
+        number_texts = model_inputs.pop("number_texts")
+        generate_kwargs = {**generate_kwargs, "numeric_values": numeric_values, "return_dict_in_generate": True}
+        model_outputs = super()._forward(model_inputs, **generate_kwargs)  # numeric_values: [B, n, S + T]
+        model_outputs["number_texts"] = number_texts
+        return model_outputs
+
+    def postprocess(self, model_outputs, return_type=ReturnType.FULL_TEXT, clean_up_tokenization_spaces=None,
+                    continue_final_message=None, skip_special_tokens=None, tools=None):
+        """One record per generated sequence: the text (the prompt as given, then the continuation with its
+        numbers written out) or, with ``return_tensors=True``, the ids; and the values beside the ids."""
+        sequences = model_outputs["generated_sequence"][0].tolist()  # n rows of S + T ids
+        values = model_outputs["numeric_values"][0].tolist()  # n rows of S + T values
+        number_texts = model_outputs["number_texts"]
+        input_ids = model_outputs["input_ids"]
+        prompt_length = 0 if input_ids is None else input_ids.shape[-1]
+        skip = True if skip_special_tokens is None else skip_special_tokens
+        records = []
+        for ids, row_values in zip(sequences, values):
+            if return_type == ReturnType.TENSORS:
+                records.append({"generated_token_ids": ids, "numeric_values": row_values})
+                continue
+            full = self.tokenizer.decode(ids, row_values, skip, out_of_vocab="mark", number_texts=number_texts)
+            prompt = self.tokenizer.decode(ids[:prompt_length], row_values[:prompt_length], skip,
+                                           number_texts=number_texts)
+            if not full.startswith(prompt):
+                raise RuntimeError(f"the decoded sequence {full!r} does not begin with its decoded prompt {prompt!r}")
+            new_text = full[len(prompt):]
+            text = model_outputs["prompt_text"] + new_text if return_type == ReturnType.FULL_TEXT else new_text
+            records.append({"generated_text": text, "numeric_values": row_values})
+        return records
