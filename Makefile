@@ -49,7 +49,7 @@ demo: setup
 test: setup-dev docs chromium
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The full validation run (about 2 minutes): rewrites the report docs/validation/ that the site renders.
+# The full validation run (34 s on a 2-core CPU): rewrites the report docs/validation/ that the site renders.
 validation: setup-dev
 	$(BIN)/python -m validation
 
