@@ -86,6 +86,10 @@ class CausalQwenGenerationMixin(GenerationMixin):
         if mode != "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
             raise ValueError(f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
                              "(pass generator= for its draws)")
+        for name in ("num_beams", "num_return_sequences"):
+            if (kwargs.get(name) or getattr(config, name, None) or 1) > 1:
+                raise ValueError(f"{name} > 1 is not supported: the values beside the ids and the modes' draws are "
+                                 "kept per row, and transformers would copy and reorder the rows without them")
         num_token_id = self.config.num_token_id
         if numeric_values is None and bool((input_ids == num_token_id).any()):
             raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "

@@ -106,6 +106,9 @@ def test_the_logits_field(tiny):
     ({"mode": "causal", "do_sample": True}, ValueError, "do_sample applies to mode='traditional'"),
     ({"mode": "greedy"}, ValueError, "mode must be one of"),
     ({"numeric_values": None}, ValueError, r"input_ids hold <NUM> \(id \d+\) but no numeric_values"),
+    ({"num_beams": 2}, ValueError, "num_beams > 1 is not supported"),
+    ({"mode": "traditional", "do_sample": True, "num_return_sequences": 2}, ValueError,
+     "num_return_sequences > 1 is not supported"),
 ])
 def test_generate_refuses_bad_arguments(tiny, kwargs, error, match):
     model, tokenizer, _ = tiny
