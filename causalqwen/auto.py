@@ -40,6 +40,10 @@ CUSTOM_PIPELINES = {
 }
 
 
+# The config fields a CausalQwen save_pretrained sets for the saved file only (the model in memory keeps its own).
+SAVED_ONLY_FIELDS = ("auto_map", "custom_pipelines")
+
+
 def write_auto_module(directory: str | os.PathLike) -> None:
     """Write `AUTO_MODULE` ``.py`` into ``directory`` (the same text every time)."""
     with open(os.path.join(directory, AUTO_MODULE + ".py"), "w", encoding="utf-8") as handle:

@@ -36,7 +36,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .abduction import AbductionNetwork
 from .action import ActionNetwork
-from .auto import CUSTOM_PIPELINES, MODEL_AUTO_MAP, write_auto_module
+from .auto import CUSTOM_PIPELINES, MODEL_AUTO_MAP, SAVED_ONLY_FIELDS, write_auto_module
 from .checkpoint import check_local_source
 from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
@@ -227,9 +227,6 @@ _FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions", 
 _GENERATION_LOOP_ARGS = ("cache_position", "return_dict")
 
 
-_AUTO_FIELDS = ("auto_map", "custom_pipelines")  # the config fields save_pretrained sets for the saved file only
-
-
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
     """What both CausalQwen classes share: the config class, the initialization of the new modules
     (decisions D4–D7, called by transformers for every module whose weights were not loaded), and
@@ -246,13 +243,13 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
         and ``custom_pipelines`` for ``"text-generation"``) in a module ``causalqwen_auto.py`` written beside
         it, which imports them from the installed package (`causalqwen.auto`). Loading through it needs
         ``trust_remote_code=True``, transformers' consent to run a module from the directory."""
-        saved = {name: self.config.__dict__[name] for name in _AUTO_FIELDS if name in self.config.__dict__}
+        saved = {name: self.config.__dict__[name] for name in SAVED_ONLY_FIELDS if name in self.config.__dict__}
         self.config.auto_map = dict(MODEL_AUTO_MAP)
         self.config.custom_pipelines = dict(CUSTOM_PIPELINES)
         try:
             result = super().save_pretrained(save_directory, *args, **kwargs)
         finally:  # the model in memory keeps its config as it was
-            for name in _AUTO_FIELDS:
+            for name in SAVED_ONLY_FIELDS:
                 if name in saved:
                     setattr(self.config, name, saved[name])
                 else:
@@ -487,8 +484,8 @@ def _config_fields() -> frozenset[str]:
 def _config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
     """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size (D2)."""
     settings = {k: v for k, v in base_config.to_dict().items()
-                if k not in ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path",
-                             "custom_pipelines")}
+                if k not in ("model_type", "architectures", "transformers_version", "_name_or_path")
+                and k not in SAVED_ONLY_FIELDS}
     settings.update(overrides)
     settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
     if settings["num_token_id"] == base_config.vocab_size:

@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from .auto import SAVED_ONLY_FIELDS
 from .checkpoint import (
     fsync_directory,
     fsync_tree,
@@ -265,8 +266,8 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
     differing = sorted(k for k in set(saved) | set(current)
-                       if k not in ("transformers_version", "architectures", "_name_or_path", "dtype", "auto_map",
-                                     "custom_pipelines")
+                       if k not in ("transformers_version", "architectures", "_name_or_path", "dtype")
+                       and k not in SAVED_ONLY_FIELDS
                        and saved.get(k) != current.get(k))
     if differing:
         raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}")
