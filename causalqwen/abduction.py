@@ -6,18 +6,42 @@ U \sim \mathrm{Cauchy}(\mathrm{loc}_U, \mathrm{scale}_U)\ \text{(independent com
 
 Initialization: $W_{\mathrm{loc}} = I$ (so $C = H$ is required), $b_{\mathrm{loc}} = 0$, $W_{\mathrm{scale}} = 0$,
 $b_{\mathrm{scale}} = \operatorname{softplus}^{-1}(\gamma)$, which gives $U_i \sim \mathrm{Cauchy}(z_i, \gamma\mathbf 1)$ at the start.
+
+A second architecture (``abduction_type="mlp"``, `MLPAbductionNetwork`) adds a residual MLP to both maps,
+
+$$h = \operatorname{GELU}(W_{\mathrm{in}}\, z + b_{\mathrm{in}}), \qquad
+\mathrm{loc}_U = W_{\mathrm{loc}}\, z + b_{\mathrm{loc}} + W_{\mathrm{loc},h}\, h, \qquad
+\mathrm{scale}_U = \operatorname{softplus}(W_{\mathrm{scale}}\, z + b_{\mathrm{scale}} + W_{\mathrm{scale},h}\, h),$$
+
+with $W_{\mathrm{loc},h} = W_{\mathrm{scale},h} = 0$ at the start, so it begins at exactly the same law of $U$ (and
+Qwen's logits, D7) while $W_{\mathrm{in}}$ is random, so the residual weights receive a gradient from the first step.
+`save_abduction` / `load_abduction` move a trained abduction network between models of the same base.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformers import initialization as init
 
-__all__ = ["AbductionNetwork", "inverse_softplus"]
+__all__ = [
+    "ABDUCTION_TYPES",
+    "AbductionNetwork",
+    "MLPAbductionNetwork",
+    "build_abduction",
+    "inverse_softplus",
+    "save_abduction",
+    "load_abduction",
+]
+
+ABDUCTION_TYPES = ("linear", "mlp")
 
 
 def inverse_softplus(y: float) -> float:
@@ -39,6 +63,11 @@ class AbductionNetwork(nn.Module):
 
     def __init__(self, hidden_size: int, causal_size: int, scale_init: float = 10.0, scale_eps: float = 1e-6):
         super().__init__()
+        self._create(hidden_size, causal_size, scale_init, scale_eps)
+        self.reset_parameters()
+
+    def _create(self, hidden_size: int, causal_size: int, scale_init: float, scale_eps: float) -> None:
+        """The linear maps' parameters (uninitialised)."""
         if causal_size != hidden_size:
             raise ValueError(
                 f"causal_size ({causal_size}) must equal hidden_size ({hidden_size}): "
@@ -50,7 +79,6 @@ class AbductionNetwork(nn.Module):
         self.b_loc = nn.Parameter(torch.empty(causal_size))
         self.W_scale = nn.Parameter(torch.empty(causal_size, hidden_size))
         self.b_scale = nn.Parameter(torch.empty(causal_size))
-        self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -64,3 +92,126 @@ class AbductionNetwork(nn.Module):
         loc_U = F.linear(z, self.W_loc, self.b_loc)  # [B, S, C]
         scale_U = F.softplus(F.linear(z, self.W_scale, self.b_scale)).clamp_min(self.scale_eps)  # [B, S, C]
         return loc_U, scale_U
+
+
+class MLPAbductionNetwork(AbductionNetwork):
+    r"""The linear abduction plus a residual MLP of width $M$ (``mlp_size``) on both maps.
+
+    $$h = \operatorname{GELU}(W_{\mathrm{in}}\, z + b_{\mathrm{in}}) \quad [\dots, M],$$
+    $$\mathrm{loc}_U = W_{\mathrm{loc}}\, z + b_{\mathrm{loc}} + W_{\mathrm{loc},h}\, h, \qquad
+    \mathrm{scale}_U = \operatorname{softplus}(W_{\mathrm{scale}}\, z + b_{\mathrm{scale}} + W_{\mathrm{scale},h}\, h).$$
+
+    The linear maps are the residual (skip) path and start as in D6; ``W_loc_h`` and ``W_scale_h`` ``[C, M]``
+    start at zero, so the initial law of $U$ is bit for bit the linear network's ($x + 0 = x$ in floating
+    point). ``W_in`` ``[M, H]`` starts at $\mathcal N(0, 1/H)$ and ``b_in`` ``[M]`` at zero. The module holds
+    $2H(H+1) + M(H + 1) + 2CM$ parameters.
+    """
+
+    def __init__(self, hidden_size: int, causal_size: int, scale_init: float = 10.0, scale_eps: float = 1e-6,
+                 mlp_size: int | None = None):
+        mlp_size = hidden_size if mlp_size is None else mlp_size
+        if isinstance(mlp_size, bool) or not isinstance(mlp_size, int) or mlp_size < 1:
+            raise ValueError(f"mlp_size must be a positive int, got {mlp_size!r}")
+        self.mlp_size = mlp_size
+        nn.Module.__init__(self)
+        self._create(hidden_size, causal_size, scale_init, scale_eps)
+        self.W_in = nn.Parameter(torch.empty(mlp_size, hidden_size))
+        self.b_in = nn.Parameter(torch.empty(mlp_size))
+        self.W_loc_h = nn.Parameter(torch.empty(causal_size, mlp_size))
+        self.W_scale_h = nn.Parameter(torch.empty(causal_size, mlp_size))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        r"""D6 for the linear path; $W_{\mathrm{in}} \sim \mathcal N(0, 1/H)$, $b_{\mathrm{in}} = 0$ and zero residual weights."""
+        super().reset_parameters()
+        init.normal_(self.W_in, mean=0.0, std=self.W_in.shape[1] ** -0.5)
+        init.zeros_(self.b_in)
+        init.zeros_(self.W_loc_h)
+        init.zeros_(self.W_scale_h)
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        h = F.gelu(F.linear(z, self.W_in, self.b_in))  # [B, S, M]
+        loc_U = F.linear(z, self.W_loc, self.b_loc) + F.linear(h, self.W_loc_h)  # [B, S, C]
+        scale_U = F.softplus(F.linear(z, self.W_scale, self.b_scale) + F.linear(h, self.W_scale_h))  # [B, S, C]
+        return loc_U, scale_U.clamp_min(self.scale_eps)
+
+
+def build_abduction(config) -> AbductionNetwork:
+    """The abduction network that ``config.abduction_type`` names (``"linear"``: D6; ``"mlp"``: with a residual MLP
+    of width ``config.abduction_mlp_size``, default ``hidden_size``)."""
+    arguments = (config.hidden_size, config.causal_size, config.abduction_scale_init, config.scale_eps)
+    if config.abduction_type == "linear":
+        return AbductionNetwork(*arguments)
+    if config.abduction_type == "mlp":
+        return MLPAbductionNetwork(*arguments, mlp_size=config.abduction_mlp_size)
+    raise ValueError(f"abduction_type must be one of {', '.join(ABDUCTION_TYPES)}, got {config.abduction_type!r}")
+
+
+ABDUCTION_FILE = "abduction.safetensors"
+
+
+def _architecture(model) -> dict[str, str]:
+    """What a saved abduction network must match in the model it is loaded into."""
+    config = model.config
+    return {"abduction_type": config.abduction_type, "hidden_size": str(config.hidden_size),
+            "causal_size": str(config.causal_size), "abduction_mlp_size": str(config.abduction_mlp_size),
+            "scale_eps": repr(float(config.scale_eps)), "num_hidden_layers": str(config.num_hidden_layers),
+            "vocab_size": str(config.vocab_size)}
+
+
+def save_abduction(model, directory: str | os.PathLike) -> str:
+    """Write ``model``'s abduction network to ``directory/abduction.safetensors`` (its tensors, and the architecture
+    in the file's metadata); return the file's path. ``directory`` is created if needed; an existing file is replaced.
+
+    This is how an abduction network fine-tuned on one domain travels to another model of the same base
+    (`load_abduction`)."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, ABDUCTION_FILE)
+    tensors = {name: parameter.detach().contiguous().cpu() for name, parameter in model.abduction.named_parameters()}
+    metadata = {"format": "pt", "causalqwen_abduction": json.dumps(_architecture(model), sort_keys=True)}
+    save_file(tensors, path + ".tmp", metadata=metadata)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+@torch.no_grad()
+def load_abduction(model, path: str | os.PathLike) -> None:
+    """Load an abduction network written by `save_abduction` (a directory or the file itself) into ``model``, in place.
+
+    Refused with ``ValueError`` (naming each difference) unless the file was written from a model with the same
+    abduction architecture and base shape (``abduction_type``, sizes, ``scale_eps``, layers, vocabulary); refused with
+    ``FileNotFoundError`` when there is no such file. The file is read with ``safetensors`` (nothing is unpickled);
+    every tensor must be present with its shape and a floating dtype.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, ABDUCTION_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no abduction network at {path!r} (save_abduction writes {ABDUCTION_FILE})")
+    try:
+        with safe_open(path, framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except Exception as error:  # safetensors raises its own error types for a damaged file
+        raise ValueError(f"{path!r} is not a readable safetensors file: {error}") from error
+    try:
+        saved = json.loads(metadata["causalqwen_abduction"])
+    except (KeyError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path!r} was not written by save_abduction (no architecture in its metadata)") from error
+    expected = _architecture(model)
+    differences = [f"{key}: file {saved.get(key)!r}, model {value!r}" for key, value in expected.items()
+                   if saved.get(key) != value]
+    if differences:
+        raise ValueError(f"the abduction network in {path!r} does not fit this model: " + "; ".join(differences))
+    parameters = dict(model.abduction.named_parameters())
+    if set(tensors) != set(parameters):
+        raise ValueError(f"{path!r} holds tensors {sorted(tensors)}; the model's abduction network has {sorted(parameters)}")
+    for name, tensor in tensors.items():
+        if tensor.shape != parameters[name].shape or not tensor.is_floating_point():
+            raise ValueError(f"{path!r}: tensor {name} has shape {tuple(tensor.shape)} and dtype {tensor.dtype}; "
+                             f"expected {tuple(parameters[name].shape)}, floating point")
+        if not torch.isfinite(tensor).all():
+            raise ValueError(f"{path!r}: tensor {name} holds non-finite values")
+    for name, tensor in tensors.items():
+        parameters[name].copy_(tensor)

@@ -213,13 +213,17 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train CausalQwen from a Qwen2 checkpoint on a JSONL file of {\"text\": ...} lines",
         description="Convert --base with from_qwen (or load a saved CausalQwen), train with the chosen preset, "
-        "and write metrics.jsonl, checkpoints and the final model (model/) to --out.",
+        "and write metrics.jsonl, checkpoints and the final model (model/) to --out; with --preset lora also "
+        "the adapters (adapter/), and model/ has them merged in.",
     )
     tr.add_argument("--base", required=True, help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen")
     tr.add_argument("--data", required=True, help="training data: JSONL, one {\"text\": ...} per line")
     tr.add_argument("--eval-data", help="held-out JSONL for the eval/* metrics (default: none)")
     tr.add_argument("--out", required=True, help="output directory")
-    tr.add_argument("--preset", default="causal", help="causal (default), abduction or all")
+    tr.add_argument("--preset", default="causal",
+                    help="causal (default), abduction, all, or lora (LoRA adapters on the Qwen2 stack + causal)")
+    tr.add_argument("--lora-rank", type=int, default=8, help="preset lora: the adapters' rank (default: %(default)s)")
+    tr.add_argument("--lora-alpha", type=float, default=16.0, help="preset lora: LoRA's alpha (default: %(default)s)")
     tr.add_argument("--steps", type=int, default=1000)
     tr.add_argument("--batch-size", type=int, default=8)
     tr.add_argument("--learning-rate", type=float, default=1e-4)
@@ -238,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--overwrite", action="store_true",
                     help="replace an earlier training run in --out (only the files a run writes are removed)")
     tr.add_argument("--report-to", choices=("tensorboard", "wandb"), help="also log there (package must be installed)")
+    tr.add_argument("--max-u-divergence", type=float, default=None, metavar="EPS",
+                    help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
+                    "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)")
+    tr.add_argument("--divergence-dual-lr", type=float, default=1.0,
+                    help="dual-ascent step of that multiplier (default: %(default)s)")
 
     conv = sub.add_parser("convert", help="from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
                           description="Convert a Qwen2 checkpoint (directory or hub id) and save model and tokenizer.")
@@ -257,12 +266,16 @@ def train_command(args) -> int:
         steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
         warmup_steps=args.warmup_steps, max_grad_norm=args.max_grad_norm, preset=args.preset,
         eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every, seed=args.seed,
-        report_to=args.report_to,
+        report_to=args.report_to, max_u_divergence=args.max_u_divergence, divergence_dual_lr=args.divergence_dual_lr,
     )
     import torch
     import torch.distributed as dist
 
     model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed)
+    if config.preset == "lora":
+        from .lora import add_lora
+
+        model = add_lora(model, rank=args.lora_rank, alpha=args.lora_alpha)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     if torch.cuda.is_available():
@@ -282,6 +295,12 @@ def train_command(args) -> int:
         train(model, train_set, config, eval_batch=eval_batch, out_dir=run_dir if writer else args.out,
               resume=args.resume, allow_changed_settings=args.allow_changed_settings)
         if writer:
+            if config.preset == "lora":  # the adapters, then the model with them merged in
+                from .lora import merge_lora, save_lora
+
+                save_lora(model, os.path.join(args.out, "adapter"))
+                print(f"LoRA adapters written to {os.path.join(args.out, 'adapter')}")
+                model = merge_lora(model)
             model.save_pretrained(os.path.join(args.out, "model"))
             tokenizer.save_pretrained(os.path.join(args.out, "model"))
             print(f"trained model written to {os.path.join(args.out, 'model')}")

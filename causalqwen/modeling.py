@@ -34,7 +34,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-from .abduction import AbductionNetwork
+from .abduction import ABDUCTION_TYPES, AbductionNetwork, build_abduction
 from .action import ActionNetwork
 from .auto import CUSTOM_PIPELINES, MODEL_AUTO_MAP, SAVED_ONLY_FIELDS, write_auto_module
 from .checkpoint import check_local_source
@@ -57,6 +57,7 @@ SETTING_LIMIT = 1e30
 _FIELD_KINDS = {
     "num_token_id": "int",
     "causal_size": "int",
+    "abduction_mlp_size": "int",
     "abduction_scale_init": "real",
     "noise_init": "real",
     "ovr_threshold": "real",
@@ -96,6 +97,10 @@ class CausalQwenConfig(Qwen2Config):
         num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added, decision D2).
         causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
         abduction_scale_init: $\gamma$, the initial ``scale_U`` (10.0).
+        abduction_type: the abduction architecture, ``"linear"`` (D6, the default) or ``"mlp"`` (D6 plus a residual
+            MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both start at
+            $U \sim \mathrm{Cauchy}(z, \gamma)$.
+        abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
         noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
         ovr_threshold: the OvR threshold $C_k$ (100.0), shared or, with ``ovr_threshold_per_class``, a
             vector of $V$ thresholds initialised to this value; a parameter when ``learnable_threshold``.
@@ -118,6 +123,8 @@ class CausalQwenConfig(Qwen2Config):
     num_token_id: int | None = None
     causal_size: int | None = None
     abduction_scale_init: float = 10.0
+    abduction_type: str = "linear"
+    abduction_mlp_size: int | None = None
     noise_init: float = 0.1
     ovr_threshold: float = 100.0
     ovr_threshold_per_class: bool = False
@@ -134,11 +141,21 @@ class CausalQwenConfig(Qwen2Config):
             raise ValueError(f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}")
         for name, kind in _FIELD_KINDS.items():
             value = getattr(self, name)
-            if value is None and name in ("num_token_id", "causal_size"):
+            if value is None and name in ("num_token_id", "causal_size", "abduction_mlp_size"):
                 continue
             setattr(self, name, _checked_field(name, value, kind))
         if self.causal_size is None:
             self.causal_size = self.hidden_size
+        if not isinstance(self.abduction_type, str) or self.abduction_type not in ABDUCTION_TYPES:
+            raise ValueError(f"config field abduction_type must be one of {', '.join(ABDUCTION_TYPES)}, "
+                             f"got {self.abduction_type!r}")
+        if self.abduction_type == "mlp" and self.abduction_mlp_size is None:
+            self.abduction_mlp_size = self.hidden_size
+        if self.abduction_type == "linear" and self.abduction_mlp_size is not None:
+            raise ValueError("config field abduction_mlp_size is the width of the \"mlp\" abduction; "
+                             f"abduction_type is \"linear\", so it must be None, got {self.abduction_mlp_size!r}")
+        if self.abduction_mlp_size is not None and not (1 <= self.abduction_mlp_size <= SETTING_LIMIT):
+            raise ValueError(f"config field abduction_mlp_size must be a positive int, got {self.abduction_mlp_size!r}")
         if self.causal_size != self.hidden_size:
             raise ValueError(
                 f"causal_size ({self.causal_size}) must equal hidden_size ({self.hidden_size}): "
@@ -284,8 +301,7 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
     def __init__(self, config: CausalQwenConfig):
         super().__init__(config)
         self.numerical_embedding = NumericalEmbedding(config.hidden_size)
-        self.abduction = AbductionNetwork(config.hidden_size, config.causal_size, config.abduction_scale_init,
-                                          config.scale_eps)
+        self.abduction = build_abduction(config)
         self.post_init()
 
     def forward(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,

@@ -26,6 +26,7 @@ with exactly the parameters of an uninterrupted run (on CPU: bit for bit).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,9 +40,11 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import safetensors
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
+from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
@@ -55,7 +58,9 @@ from .checkpoint import (
     save_training_state,
 )
 from .data import TextDataset, collate
+from .divergence import DivergenceBound
 from .inference import as_number
+from .lora import restore_lora, save_lora
 from .metrics import evaluate_batch, with_log_prefixes
 from .rundir import RunDirectory
 
@@ -75,7 +80,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PRESETS = ("causal", "abduction", "all")
+PRESETS = ("causal", "abduction", "all", "lora")
 
 
 @dataclass
@@ -94,6 +99,8 @@ class TrainingConfig:
     log_every: int = 10
     seed: int = 0
     report_to: str | None = None  # "tensorboard" or "wandb", if installed
+    max_u_divergence: float | None = None  # epsilon of the bound on how far U moves from the base (causalqwen.divergence)
+    divergence_dual_lr: float = 1.0  # eta_mu, the dual-ascent step of the bound's Lagrange multiplier
 
     def __post_init__(self):
         if self.preset not in PRESETS:
@@ -116,14 +123,41 @@ class TrainingConfig:
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate!r}")
         if not (self.max_grad_norm > 0 and self.weight_decay >= 0):
             raise ValueError("max_grad_norm must be > 0 and weight_decay >= 0")
+        if self.max_u_divergence is not None:
+            value = as_number(self.max_u_divergence)
+            if value is None or not math.isfinite(value) or value < 0:
+                raise ValueError(f"max_u_divergence must be a finite number >= 0 or None, got {self.max_u_divergence!r}")
+            self.max_u_divergence = value
+        value = as_number(self.divergence_dual_lr)
+        if value is None or not math.isfinite(value) or value < 0:
+            raise ValueError(f"divergence_dual_lr must be a finite number >= 0, got {self.divergence_dual_lr!r}")
+        self.divergence_dual_lr = value
         if self.report_to not in (None, "tensorboard", "wandb"):
             raise ValueError(f'report_to must be "tensorboard", "wandb" or None, got {self.report_to!r}')
 
 
+def _is_peft(model) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
 def set_trainable(model, preset: str) -> list[str]:
-    """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters."""
+    """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters.
+
+    ``lora`` needs the `peft.PeftModel` of `causalqwen.lora.add_lora`: its LoRA matrices and its trained copies of
+    the causal preset's modules train, everything else (the base weights and the base copies) is frozen.
+    """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if (preset == "lora") != _is_peft(model):
+        raise TypeError("preset 'lora' trains the adapters of causalqwen.lora.add_lora(model), and only it does: "
+                        f"got a {type(model).__name__} for preset {preset!r}")
+    if preset == "lora":
+        names = []
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name)
+            if parameter.requires_grad:
+                names.append(name)
+        return names
     modules = {
         "all": [model],
         "causal": [model.model.numerical_embedding, model.model.abduction, model.action],  # the head owns C_k
@@ -243,17 +277,25 @@ def training_metrics(model, out, batch: dict) -> dict[str, float]:
     }
 
 
-def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings) -> str:
+def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings, bound=None) -> str:
     """Write ``checkpoint-{step}`` under a temporary name, fsync it, and rename it into place."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     partial_dir = final + ".partial"
     shutil.rmtree(partial_dir, ignore_errors=True)  # our own leftover from a killed save
     os.makedirs(partial_dir)
-    model.save_pretrained(partial_dir)  # config.json + model.safetensors
+    if _is_peft(model):  # the adapters and the trained causal modules, beside the base model's config
+        save_lora(model, partial_dir)
+        model.get_base_model().config.save_pretrained(partial_dir)
+    else:
+        model.save_pretrained(partial_dir)  # config.json + model.safetensors
     save_training_state(partial_dir, step=step, optimizer=optimizer, scheduler=scheduler,
                         eval_generator=eval_generator, settings=settings)
     with open(os.path.join(partial_dir, "history.json"), "w", encoding="utf-8") as handle:
         json.dump(history, handle)
+    if bound is not None:  # the base law of U (frozen at the run's start) and the multiplier
+        save_file(bound.base.state_dict(), os.path.join(partial_dir, BOUND_TENSORS))
+        with open(os.path.join(partial_dir, BOUND_JSON), "w", encoding="utf-8") as handle:
+            json.dump({"multiplier": bound.multiplier, "last_divergence": bound.last_divergence}, handle, allow_nan=False)
     fsync_tree(partial_dir)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial_dir, final)  # atomic: a checkpoint-{step} directory is always complete
@@ -261,7 +303,8 @@ def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_g
     return final
 
 
-def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings, allow_changed_settings) -> tuple[int, list]:
+def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings, allow_changed_settings,
+                     bound=None) -> tuple[int, list]:
     """Restore a checkpoint strictly: the model config, the run's settings and data, every tensor."""
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
@@ -281,15 +324,41 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
     if differences:
         logger.warning("resuming from %s with changed settings: %s", path, "; ".join(differences))
     try:
-        load_weights_strictly(model, os.path.join(path, "model.safetensors"))
-    except OSError as error:
+        if _is_peft(model):
+            restore_lora(model, path)
+        else:
+            load_weights_strictly(model, os.path.join(path, "model.safetensors"))
+    except (OSError, ValueError) as error:
         raise OSError(f"cannot resume from {path}: {error}") from error
     load_training_state(path, optimizer=optimizer, scheduler=scheduler, eval_generator=eval_generator, record=record)
+    if bound is not None:
+        _load_bound(path, bound)
     history_file = os.path.join(path, "history.json")
     history = _read_json(history_file, f"cannot resume from {path}")
     if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
         raise OSError(f"cannot resume from {path}: {history_file} is not a list of records")
     return record["step"], history
+
+
+BOUND_TENSORS = "divergence_reference.safetensors"
+BOUND_JSON = "divergence_bound.json"
+
+
+def _load_bound(path: str, bound) -> None:
+    """The bound's base reference and multiplier from a checkpoint (`_save_checkpoint`)."""
+    tensors_file = os.path.join(path, BOUND_TENSORS)
+    if not os.path.isfile(tensors_file):
+        raise OSError(f"cannot resume from {path}: it has no {BOUND_TENSORS} (was it written with max_u_divergence?)")
+    try:
+        bound.base.load_state_dict(load_file(tensors_file))
+    except (ValueError, safetensors.SafetensorError) as error:
+        raise OSError(f"cannot resume from {path}: {tensors_file}: {error}") from error
+    state = _read_json(os.path.join(path, BOUND_JSON), f"cannot resume from {path}")
+    multiplier = state.get("multiplier") if isinstance(state, dict) else None
+    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier) or multiplier < 0:
+        raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds no multiplier >= 0")
+    bound.multiplier = float(multiplier)
+    bound.last_divergence = state.get("last_divergence")
 
 
 def _read_json(file: str, context: str):
@@ -422,6 +491,9 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
     np.random.seed(config.seed)
 
     set_trainable(model, config.preset)
+    bound = None
+    if config.max_u_divergence is not None:  # the base law of U is the model's as it is now (or at step 0, resumed)
+        bound = DivergenceBound(model, config.max_u_divergence, config.preset, dual_lr=config.divergence_dual_lr)
     model.train()
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
     scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
@@ -429,19 +501,21 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
     step, history = 0, []
     if checkpoint is not None:
         step, history = _load_checkpoint(checkpoint, model, optimizer, scheduler, eval_generator, settings,
-                                         allow_changed_settings)
+                                         allow_changed_settings, bound)
         logger.info("resumed from %s at step %d", checkpoint, step)
         if allow_changed_settings and run_dir is not None:
             with open(os.path.join(out_dir, "training_config.json"), "w", encoding="utf-8") as handle:
                 json.dump(dataclasses.asdict(config), handle, indent=2)
     return _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator,
-                  settings, step, history)
+                  settings, step, history, bound)
 
 
-def _forward_backward(trained, model, batch, trainable, config, step: int, first: bool):
-    """Loss and gradients of one batch, clipped; `TrainingDiverged` (before any update) when they are not finite."""
+def _forward_backward(trained, model, batch, trainable, config, step: int, first: bool, bound=None):
+    """Loss (plus the bound's $\\mu \\bar D$) and gradients of one batch, clipped; `TrainingDiverged` (before any
+    update) when they are not finite."""
     try:
-        out = trained(**batch)
+        with bound.capturing_features() if bound is not None else contextlib.nullcontext():
+            out = trained(**batch)
     except ValueError as error:
         if first:
             raise
@@ -451,6 +525,8 @@ def _forward_backward(trained, model, batch, trainable, config, step: int, first
             f"grew to max |p| = {largest:.3g}; lower the learning rate (now {config.learning_rate:g})"
         ) from error
     loss = globally_normalized_loss(out, model.config) if _world_size() > 1 else out.loss
+    if bound is not None:
+        loss = loss + bound.penalty(out, batch)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
     if not bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one sync, before the update
@@ -474,7 +550,7 @@ def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSa
 
 
 def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator, settings,
-           step: int, history: list) -> list[dict]:
+           step: int, history: list, bound=None) -> list[dict]:
     """The optimisation steps from ``step`` on (the numbered list in the module docstring), then the model in eval mode."""
     rank, world = _rank(), _world_size()
     start_step = step
@@ -498,9 +574,11 @@ def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimize
                 offset -= 1
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
-            out, grad_norm = _forward_backward(trained, model, batch, trainable, config, step, step == start_step)
+            out, grad_norm = _forward_backward(trained, model, batch, trainable, config, step, step == start_step, bound)
             optimizer.step()
             scheduler.step()
+            if bound is not None:
+                bound.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
 
@@ -510,6 +588,8 @@ def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimize
                     "train/grad_norm": float(grad_norm),
                     "train/learning_rate": scheduler.get_last_lr()[0],
                 }
+                if bound is not None:
+                    record |= bound.metrics()
             if eval_batch is not None and (step % config.eval_every == 0 or step == config.steps) and rank == 0:
                 model.eval()
                 metrics = evaluate_batch(model, eval_batch, generator=eval_generator)
@@ -525,7 +605,7 @@ def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimize
                                     acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
             bar.update(1)
             if out_dir and rank == 0 and (step % config.save_every == 0 or step == config.steps):
-                _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings)
+                _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings, bound)
             if step >= config.steps:
                 break
     bar.close()

@@ -228,3 +228,32 @@ def test_demo_plots_show_the_trend_and_the_model_before_training(tmp_path):
     paths = _plots(history, str(tmp_path))
     assert [os.path.basename(p) for p in paths] == ["loss.png", "metrics.png"]
     assert all(os.path.getsize(p) > 10_000 for p in paths)
+
+
+def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
+    """--preset lora writes the adapters and the merged model; --max-u-divergence logs the bound's figures."""
+    import json
+
+    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.data import synthetic_texts
+    from causalqwen.lora import load_lora
+
+    data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(24, seed=0))
+    run = tmp_path / "run"
+    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "3", "--batch-size", "4",
+                     "--learning-rate", "1e-2", "--preset", "lora", "--lora-rank", "2", "--max-u-divergence", "0.01",
+                     "--log-every", "1", "--save-every", "3"]) == 0
+    assert "LoRA adapters written to" in capsys.readouterr().out
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["constraint/max_u_divergence"] for r in records] == [0.01] * 3
+    assert all(r["constraint/u_divergence"] >= 0 for r in records)
+    merged = CausalQwenForCausalLM.from_pretrained(run / "model").eval()
+    base = CausalQwenForCausalLM.from_qwen(qwen_dir).eval()
+    adapted = load_lora(CausalQwenForCausalLM.from_qwen(qwen_dir), run / "adapter")
+    ids = torch.randint(0, 600, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).loc_S, adapted(ids).loc_S, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(merged(ids).loc_S, base(ids).loc_S)
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--max-u-divergence", "-1"])
+    assert "max_u_divergence must be a finite number >= 0" in capsys.readouterr().err

@@ -29,6 +29,7 @@ EXPERIMENTS = {
     "V6": "validation.v6_noise_init",
     "V7": "validation.v7_gate",
     "V8": "validation.v8_learning",
+    "V9": "validation.v9_comparison",
 }
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"

@@ -1,0 +1,279 @@
+r"""Bounded-divergence fine-tuning: keep the law of $U$ near the base model's (the design's bound on forgetting).
+
+The design asks to fine-tune the abduction network on a new domain *subject to* $D(U, U_{\mathrm{base}}) \le \varepsilon$.
+The divergence is the Kullback–Leibler divergence of the two Cauchy laws of $U$ at each scored position, summed
+over the $C$ independent components (`causalqwen.cauchy.kl_divergence`), and averaged over the $N$ real
+positions of the batch:
+
+$$\bar D(\theta) = \frac1N \sum_{i} \sum_{c=1}^{C}
+\mathrm{KL}\big(\mathrm{Cauchy}(\mathrm{loc}_{U,ic}, \mathrm{scale}_{U,ic}) \,\big\|\,
+\mathrm{Cauchy}(\mathrm{loc}^{\mathrm{base}}_{U,ic}, \mathrm{scale}^{\mathrm{base}}_{U,ic})\big).$$
+
+The constraint $\bar D \le \varepsilon$ is held with a Lagrange multiplier $\mu \ge 0$ (the Lagrangian
+$L(\theta) + \mu(\bar D(\theta) - \varepsilon)$): the parameters take a gradient step on
+
+$$L(\theta) + \mu\, \bar D(\theta)$$
+
+($-\mu\varepsilon$ has no gradient), and after each step $\mu$ takes a projected dual-ascent step on the
+measured violation,
+
+$$\mu \leftarrow \max\big(0,\ \mu + \eta_\mu\, (\bar D - \varepsilon)\big),$$
+
+so $\mu$ grows while the bound is exceeded and decays back to 0 once it holds with room to spare. A fixed
+penalty is the special case $\eta_\mu = 0$ with a starting $\mu$.
+
+Where the base law comes from depends on what is trained (`BaseLawOfU`):
+
+* frozen backbone (presets ``causal`` and ``abduction``): a frozen copy of the base abduction network applied to
+  the *same* features $z$ as the fine-tuned one (captured from the forward pass, so it costs two small matrix
+  products). The numerical embedding that ``causal`` trains moves $z$ itself after a number; the bound is on
+  what the abduction network does with $z$;
+* backbone trained in full (preset ``all``): the base model's own pass, by a frozen copy of the base
+  `CausalQwenModel`;
+* LoRA (preset ``lora``): the same model with its adapters disabled (`causalqwen.lora.base_reference`, peft's
+  ``disable_adapter``), which also switches to the base copies of the modules trained beside the adapters
+  (numerical embedding, abduction, head), so no second model is held: the cost is one more forward pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from transformers import Trainer, TrainerCallback
+
+from .cauchy import kl_divergence
+from .lora import base_reference
+
+__all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrainer", "dual_ascent"]
+
+
+def u_divergence(loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_U: Tensor,
+                 mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    r"""$\sum_i \sum_c \mathrm{KL}$ over the positions where ``mask`` is true, and their number: ``(sum, count)``.
+
+    ``[B, S, C]`` four times and a ``[B, S]`` mask (all positions when None). The mean $\bar D$ is
+    ``sum / count``; the two are returned apart so that several processes can add them up first.
+    """
+    per_position = kl_divergence(loc_U, scale_U, base_loc_U, base_scale_U).sum(-1)  # [B, S]
+    if mask is None:
+        return per_position.sum(), torch.tensor(per_position.numel(), device=per_position.device)
+    mask = mask.bool()
+    return per_position[mask].sum(), mask.sum()
+
+
+def dual_ascent(multiplier: float, divergence: float, max_divergence: float, dual_lr: float) -> float:
+    r"""$\max(0, \mu + \eta_\mu(\bar D - \varepsilon))$."""
+    return max(0.0, multiplier + dual_lr * (divergence - max_divergence))
+
+
+def _peft_model(model):
+    """``model`` when it is a `peft.PeftModel` (held without importing peft when it is not installed)."""
+    return model if hasattr(model, "disable_adapter") and hasattr(model, "peft_config") else None
+
+
+def _causal_lm(model) -> nn.Module:
+    """The `CausalQwenForCausalLM` inside ``model`` (itself, or the one a `PeftModel` wraps)."""
+    return model.get_base_model() if _peft_model(model) is not None else model
+
+
+class BaseLawOfU:
+    """The base model's law of $U$ on a batch, as the preset determines (see the module docstring).
+
+    Made once, at the start of fine-tuning, from the model as it is then. ``kind`` is ``"abduction"`` (a
+    frozen copy of the abduction network on the captured $z$), ``"backbone"`` (a frozen copy of the whole
+    `CausalQwenModel`) or ``"adapters"`` (the `PeftModel` itself with its adapters disabled).
+    """
+
+    KINDS = ("abduction", "backbone", "adapters")
+
+    def __init__(self, model, kind: str):
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
+        if kind == "adapters" and _peft_model(model) is None:
+            raise TypeError("the adapter-disabled base pass needs a peft model (causalqwen.lora.add_lora)")
+        self.kind = kind
+        self.model = model
+        self.frozen = None
+        if kind == "abduction":
+            self.frozen = copy.deepcopy(_causal_lm(model).model.abduction)
+        elif kind == "backbone":
+            self.frozen = copy.deepcopy(_causal_lm(model).model)
+        if self.frozen is not None:
+            self.frozen.requires_grad_(False).eval()
+        self._z = None
+        self._hook = None
+
+    @contextlib.contextmanager
+    def capturing_features(self):
+        """While open, the features $z$ that the model's abduction network receives are kept (kind ``abduction``);
+        `law` reads the last ones kept, until the next ``capturing_features`` starts afresh."""
+        self._z = None
+        if self.kind != "abduction":
+            yield
+            return
+
+        def keep(module, inputs):
+            self._z = inputs[0].detach()
+
+        self._hook = _causal_lm(self.model).model.abduction.register_forward_pre_hook(keep)
+        try:
+            yield
+        finally:
+            self._hook.remove()
+            self._hook = None
+
+    @torch.no_grad()
+    def law(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """The base's ``(loc_U, scale_U)`` ``[B, S, C]`` on ``batch`` (after the fine-tuned forward, for ``abduction``)."""
+        if self.kind == "abduction":
+            if self._z is None:
+                raise RuntimeError("no features captured: run the model's forward inside capturing_features() first")
+            return self.frozen(self._z)
+        inputs = {k: batch[k] for k in ("input_ids", "numeric_values", "attention_mask") if k in batch}
+        if self.kind == "backbone":
+            out = self.frozen(**inputs)
+            return out.loc_U, out.scale_U
+        with base_reference(self.model):  # peft's disable_adapter, trainable flags kept
+            out = _causal_lm(self.model).model(**inputs)
+        return out.loc_U, out.scale_U
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The frozen reference's tensors (empty for ``adapters``: the base lives in the model itself)."""
+        return {} if self.frozen is None else {k: v.detach().cpu() for k, v in self.frozen.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        if self.frozen is None:
+            if state:
+                raise ValueError(f"the adapter-disabled base holds no tensors; got {sorted(state)[:3]}...")
+            return
+        expected = self.frozen.state_dict()
+        if set(state) != set(expected):
+            raise ValueError(f"the base reference holds {len(expected)} tensors {sorted(expected)[:3]}...; "
+                             f"got {len(state)} {sorted(state)[:3]}...")
+        for name, tensor in state.items():
+            if tensor.shape != expected[name].shape:
+                raise ValueError(f"base reference tensor {name}: shape {tuple(tensor.shape)}, "
+                                 f"expected {tuple(expected[name].shape)}")
+        self.frozen.load_state_dict(state, strict=True)
+
+
+PRESET_REFERENCE = {"causal": "abduction", "abduction": "abduction", "all": "backbone", "lora": "adapters"}
+
+
+class DivergenceBound:
+    r"""$\bar D(U, U_{\mathrm{base}}) \le \varepsilon$ during fine-tuning, by a Lagrange multiplier (module docstring).
+
+    Use, per optimisation step::
+
+        with bound.capturing_features():
+            out = model(**batch)
+        loss = out.loss + bound.penalty(out, batch)      # L + mu * D
+        loss.backward(); optimizer.step()
+        bound.step()                                      # mu <- max(0, mu + eta (D - eps))
+
+    ``max_divergence`` is $\varepsilon$ (nats, per position, summed over the $C$ components); ``dual_lr`` is
+    $\eta_\mu$; ``multiplier`` the starting $\mu$. ``preset`` picks the base reference (`PRESET_REFERENCE`).
+    """
+
+    def __init__(self, model, max_divergence: float, preset: str, dual_lr: float = 1.0, multiplier: float = 0.0):
+        for name, value in (("max_divergence", max_divergence), ("dual_lr", dual_lr), ("multiplier", multiplier)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if preset not in PRESET_REFERENCE:
+            raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_REFERENCE)}")
+        self.max_divergence = float(max_divergence)
+        self.dual_lr = float(dual_lr)
+        self.multiplier = float(multiplier)
+        self.base = BaseLawOfU(model, PRESET_REFERENCE[preset])
+        self.last_divergence: float | None = None
+        self._pending: list[Tensor] = []  # the divergence of each batch since the last step (gradient accumulation)
+
+    def capturing_features(self):
+        return self.base.capturing_features()
+
+    def divergence(self, out, batch: dict) -> tuple[Tensor, Tensor]:
+        """``(sum, count)`` of the per-position divergence over the real positions of ``batch`` (`u_divergence`)."""
+        base_loc_U, base_scale_U = self.base.law(batch)
+        return u_divergence(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"))
+
+    def penalty(self, out, batch: dict) -> Tensor:
+        r"""$\mu\, \bar D$ for the loss (differentiable in the fine-tuned law); $\bar D$ is kept for `step`.
+
+        Under DDP ($W$ processes, $n^{(r)}$ positions here, $N$ in all) the mean is over the global batch: the
+        sums are all-reduced and this process contributes $W \mu \sum^{(r)} / N$, so that DDP's average of the
+        gradients is the one-process gradient (as `causalqwen.training.globally_normalized_loss` does for $L$).
+        """
+        total, count = self.divergence(out, batch)
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        global_total, global_count = total.detach(), count
+        if world > 1:
+            sums = torch.stack([total.detach().double(), count.double()])
+            dist.all_reduce(sums)
+            global_total, global_count = sums[0], sums[1]
+        global_count = global_count.clamp_min(1)
+        self._pending.append(global_total / global_count)
+        return self.multiplier * world * total / global_count.to(total.dtype)
+
+    def step(self, divergence: float | None = None) -> float:
+        """The dual-ascent step on ``divergence``, by default the mean divergence of the batches that `penalty` saw
+        since the last step (several with gradient accumulation); returns the new $\\mu$."""
+        if divergence is None:
+            if not self._pending:
+                raise RuntimeError("no divergence measured yet: call penalty() before step()")
+            divergence = float(torch.stack(self._pending).mean())
+        self._pending = []
+        self.last_divergence = divergence
+        self.multiplier = dual_ascent(self.multiplier, divergence, self.max_divergence, self.dual_lr)
+        return self.multiplier
+
+    def metrics(self) -> dict[str, float]:
+        """What the training loop logs: ``constraint/u_divergence``, ``constraint/multiplier`` and the bound."""
+        return {"constraint/u_divergence": self.last_divergence, "constraint/multiplier": self.multiplier,
+                "constraint/max_u_divergence": self.max_divergence}
+
+
+class _DualAscentCallback(TrainerCallback):
+    """After each optimizer step of `transformers.Trainer`: the bound's dual-ascent step."""
+
+    def __init__(self, bound: DivergenceBound):
+        self.bound = bound
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bound.step()
+
+
+class DivergenceBoundTrainer(Trainer):
+    r"""`transformers.Trainer` with the bound $\bar D(U, U_{\mathrm{base}}) \le \varepsilon$ (`DivergenceBound`).
+
+    The keyword arguments ``max_u_divergence`` ($\varepsilon$), ``preset`` (what is trained, which picks the base
+    reference: ``"causal"``, ``"abduction"``, ``"all"`` or ``"lora"``) and ``divergence_dual_lr`` ($\eta_\mu$) are
+    this class's; everything else goes to `Trainer`. The base law is the model's as it is when the trainer is made.
+    Training losses include $\mu \bar D$; evaluation losses do not. The logs carry ``constraint/u_divergence``
+    and ``constraint/multiplier``. With gradient accumulation, $\mu$ steps once per optimizer step, on the mean
+    divergence of the accumulated batches.
+    """
+
+    def __init__(self, *args, max_u_divergence: float, preset: str = "causal", divergence_dual_lr: float = 1.0,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.divergence_bound = DivergenceBound(self.model, max_u_divergence, preset, dual_lr=divergence_dual_lr)
+        self.add_callback(_DualAscentCallback(self.divergence_bound))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        with self.divergence_bound.capturing_features():
+            outputs = model(**inputs)
+        loss = outputs.loss + self.divergence_bound.penalty(outputs, inputs)
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        if "loss" in logs and self.divergence_bound.last_divergence is not None:
+            logs = logs | self.divergence_bound.metrics()
+        super().log(logs, *args, **kwargs)

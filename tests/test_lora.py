@@ -1,0 +1,405 @@
+"""LoRA on the backbone (`causalqwen.lora`): exact at creation, the trainable set, merging, saving and loading
+without pickle, and the adapter-disabled pass as the untouched base model.
+
+Every expectation comes from an independent source: the plain model's own outputs and shapes, an untouched deep
+copy of the base, `causalqwen.training.set_trainable`'s causal preset, and the saved files on disk.
+"""
+
+import copy
+import json
+import os
+import pathlib
+import pickle
+import shutil
+
+import pytest
+import torch
+from torch import nn
+
+from causalqwen import CausalQwenForCausalLM
+from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.generation import generate
+from causalqwen.head import DecisionHead
+from causalqwen.lora import (
+    CAUSAL_MODULES,
+    LORA_TARGET_MODULES,
+    add_lora,
+    base_reference,
+    load_lora,
+    merge_lora,
+    save_lora,
+    trainable_parameter_count,
+)
+from causalqwen.modeling import CausalQwenConfig
+from causalqwen.training import set_trainable
+
+FIELDS = ("loss", "cls_loss", "reg_loss", "loc_U", "scale_U", "loc_S", "scale_S", "loc_Y", "scale_Y")
+OWNER = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+         "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny CausalQwen (never modified: tests work on deep copies) and a batch of 8 synthetic texts."""
+    from causalqwen.tiny import build_tiny_causal_lm
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    batch = collate(TextDataset(synthetic_texts(8, seed=0), tokenizer, max_length=32).items, tokenizer.pad_token_id)
+    return model, batch
+
+
+@pytest.fixture(scope="module")
+def saved(tiny, tmp_path_factory):
+    """An adapter trained a few steps and saved with `save_lora`: its directory, its outputs, its trainable names."""
+    peft_model = _trained(tiny)
+    path = tmp_path_factory.mktemp("adapter")
+    assert save_lora(peft_model, path) == str(path)
+    return path, _outputs(peft_model, tiny[1]), _trainable_names(peft_model)
+
+
+def _copy_of(saved, tmp_path, name: str = "adapter") -> pathlib.Path:
+    """A copy of the saved adapter directory, for a test that damages it."""
+    return pathlib.Path(shutil.copytree(saved[0], tmp_path / name))
+
+
+def _base(tiny) -> CausalQwenForCausalLM:
+    return copy.deepcopy(tiny[0])
+
+
+@torch.no_grad()
+def _outputs(model, batch) -> dict[str, torch.Tensor]:
+    """The loss (a pass with labels) and the decisions (a pass without)."""
+    with_labels = model(**batch)
+    inputs = {key: batch[key] for key in ("input_ids", "numeric_values", "attention_mask")}
+    decisions = model(**inputs)
+    return {"loss": with_labels.loss, "cls_loss": with_labels.cls_loss, "reg_loss": with_labels.reg_loss,
+            "loc_U": with_labels.loc_U, "scale_U": with_labels.scale_U, "loc_S": decisions.loc_S,
+            "scale_S": decisions.scale_S, "loc_Y": decisions.loc_Y, "scale_Y": decisions.scale_Y}
+
+
+def _assert_equal(got: dict, expected: dict) -> None:
+    for name in FIELDS:
+        assert torch.equal(got[name], expected[name]), f"{name} differs"
+
+
+def _train(peft_model, batch, steps: int = 3, lr: float = 1e-2):
+    """A few AdamW steps on the batch (B leaves 0), then eval mode."""
+    peft_model.train()
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=lr)
+    for _ in range(steps):
+        loss = peft_model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    peft_model.eval()
+    return peft_model
+
+
+def _trained(tiny):
+    return _train(add_lora(_base(tiny)), tiny[1])
+
+
+def _backbone_linears(model, targets=LORA_TARGET_MODULES) -> dict[str, nn.Linear]:
+    """The plain model's targeted linear layers, found by walking the decoder layers (not by peft)."""
+    return {f"model.layers.{index}.{OWNER[name]}.{name}": getattr(getattr(layer, OWNER[name]), name)
+            for index, layer in enumerate(model.model.layers) for name in targets}
+
+
+def _trainable_names(model) -> set[str]:
+    return {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+def _saved_name(plain_name: str) -> str:
+    """A causal-preset parameter's name in the PeftModel: the trained copy inside peft's wrapper."""
+    for prefix in CAUSAL_MODULES:
+        if plain_name.startswith(prefix + "."):
+            return f"base_model.model.{prefix}.modules_to_save.default.{plain_name[len(prefix) + 1:]}"
+    raise AssertionError(f"{plain_name} is not in a causal module")
+
+
+# =============================================================================================
+# Creation
+# =============================================================================================
+
+
+def test_at_creation_the_outputs_are_the_plain_models_bit_for_bit(tiny):
+    model, batch = tiny
+    expected = _outputs(model, batch)
+    peft_model = add_lora(_base(tiny), rank=4, alpha=32, dropout=0.1)
+    _assert_equal(_outputs(peft_model.eval(), batch), expected)
+
+
+def test_lora_layers_sit_on_the_backbone_linears_only(tiny):
+    model = _base(tiny)
+    expected = set(_backbone_linears(model))
+    assert len(expected) == 7 * model.config.num_hidden_layers
+    add_lora(model)
+    adapted = {name for name, module in model.named_modules() if hasattr(module, "lora_A")}
+    assert adapted == expected
+    wrapped = {name for name, module in model.named_modules() if hasattr(module, "modules_to_save")
+               and hasattr(module, "original_module")}
+    assert wrapped == set(CAUSAL_MODULES)
+
+
+def test_a_subset_of_targets_gets_adapters_in_every_layer(tiny):
+    model = _base(tiny)
+    expected = set(_backbone_linears(model, ("v_proj", "down_proj")))
+    add_lora(model, target_modules=["down_proj", "v_proj"])
+    assert {name for name, module in model.named_modules() if hasattr(module, "lora_A")} == expected
+
+
+def test_the_trainable_set_is_lora_plus_the_causal_preset(tiny):
+    plain = _base(tiny)
+    causal = set_trainable(plain, "causal")  # the project's own definition of the preset
+    targets = _backbone_linears(plain)
+    expected = {f"base_model.model.{target}.lora_{matrix}.default.weight" for target in targets for matrix in "AB"}
+    expected |= {_saved_name(name) for name in causal}
+    peft_model = add_lora(_base(tiny))
+    assert _trainable_names(peft_model) == expected
+    frozen = {name for name, parameter in peft_model.named_parameters() if not parameter.requires_grad}
+    assert "base_model.model.model.embed_tokens.weight" in frozen
+    assert "base_model.model.model.norm.weight" in frozen
+    assert {f"base_model.model.{target}.base_layer.weight" for target in targets} <= frozen
+    base_copies = {name.replace(".modules_to_save.default.", ".original_module.") for name in expected
+                   if ".modules_to_save." in name}
+    assert base_copies <= frozen
+
+
+@pytest.mark.parametrize("rank, targets", [(8, LORA_TARGET_MODULES), (3, ("q_proj", "up_proj", "down_proj"))])
+def test_the_parameter_count_is_the_lora_formula_plus_the_causal_preset(tiny, rank, targets):
+    plain = _base(tiny)
+    lora = sum(rank * (layer.in_features + layer.out_features) for layer in _backbone_linears(plain, targets).values())
+    set_trainable(plain, "causal")
+    causal = sum(parameter.numel() for parameter in plain.parameters() if parameter.requires_grad)
+    peft_model = add_lora(_base(tiny), rank=rank, target_modules=targets)
+    assert trainable_parameter_count(peft_model) == lora + causal
+    lora_numel = sum(p.numel() for name, p in peft_model.named_parameters() if ".lora_" in name)
+    assert lora_numel == lora
+
+
+def test_gradients_reach_the_lora_matrices_and_the_causal_copies_only(tiny):
+    _, batch = tiny
+    peft_model = add_lora(_base(tiny)).train()
+    peft_model(**batch).loss.backward()
+    for name, parameter in peft_model.named_parameters():
+        if not parameter.requires_grad:
+            assert parameter.grad is None, name
+        elif ".lora_B." in name or ".modules_to_save." in name:
+            assert parameter.grad is not None and bool(parameter.grad.abs().sum() > 0), name
+        else:  # lora_A: its gradient is B^T (...) with B = 0 at creation
+            assert ".lora_A." in name and bool((parameter.grad == 0).all()), name
+    _train(peft_model, batch, steps=1)
+    peft_model.train()
+    peft_model(**batch).loss.backward()
+    for name, parameter in peft_model.named_parameters():
+        if ".lora_A." in name:
+            assert bool(parameter.grad.abs().sum() > 0), name
+
+
+def test_the_trained_head_reads_the_models_config(tiny):
+    model = _base(tiny)
+    peft_model = add_lora(model)
+    heads = [module for module in peft_model.modules() if isinstance(module, DecisionHead)]
+    assert len(heads) == 2  # the base copy and the trained copy
+    assert all(head.config is model.config for head in heads)
+
+
+@pytest.mark.parametrize("arguments, error, match", [
+    (dict(rank=0), ValueError, "rank"),
+    (dict(rank=-2), ValueError, "rank"),
+    (dict(rank=2.0), TypeError, "rank"),
+    (dict(rank=True), TypeError, "rank"),
+    (dict(rank="8"), TypeError, "rank"),
+    (dict(alpha=0), ValueError, "alpha"),
+    (dict(alpha=-1.0), ValueError, "alpha"),
+    (dict(alpha=float("nan")), ValueError, "alpha"),
+    (dict(alpha=float("inf")), ValueError, "alpha"),
+    (dict(alpha="16"), TypeError, "alpha"),
+    (dict(dropout=1.0), ValueError, "dropout"),
+    (dict(dropout=-0.1), ValueError, "dropout"),
+    (dict(dropout=float("nan")), ValueError, "dropout"),
+    (dict(dropout=None), TypeError, "dropout"),
+    (dict(target_modules="q_proj"), TypeError, "target_modules"),
+    (dict(target_modules=()), ValueError, "empty"),
+    (dict(target_modules=("q_proj", "classification_head")), ValueError, "classification_head"),
+    (dict(target_modules=("lm_head",)), ValueError, "lm_head"),
+])
+def test_bad_arguments_are_refused_before_the_model_is_touched(tiny, arguments, error, match):
+    model = _base(tiny)
+    with pytest.raises(error, match=match):
+        add_lora(model, **arguments)
+    assert not any(hasattr(module, "lora_A") for module in model.modules())
+
+
+def test_only_a_plain_causalqwen_model_is_accepted(tiny):
+    from causalqwen.tiny import build_tiny_qwen
+
+    with pytest.raises(TypeError, match="CausalQwenForCausalLM"):
+        add_lora(build_tiny_qwen())
+    peft_model = add_lora(_base(tiny))
+    with pytest.raises(TypeError, match="already a PeftModel"):
+        add_lora(peft_model)
+    with pytest.raises(TypeError, match="already holds peft adapter"):
+        add_lora(peft_model.get_base_model())
+    with pytest.raises(TypeError, match="PeftModel"):
+        merge_lora(_base(tiny))
+    with pytest.raises(TypeError, match="PeftModel"):
+        save_lora(_base(tiny), "unused")
+    with pytest.raises(TypeError, match="Module"):
+        trainable_parameter_count("model")
+
+
+# =============================================================================================
+# The adapter-disabled pass is the base model
+# =============================================================================================
+
+
+def test_disable_adapter_gives_the_untouched_base_even_after_training(tiny):
+    model, batch = tiny
+    base = _outputs(model, batch)
+    peft_model = _trained(tiny)
+    trained = _outputs(peft_model, batch)
+    assert (trained["loc_U"] - base["loc_U"]).abs().max() > 1e-3  # the adapter did move the law of U
+    assert (trained["scale_U"] - base["scale_U"]).abs().max() > 1e-3
+    with peft_model.disable_adapter():
+        _assert_equal(_outputs(peft_model, batch), base)
+        reference = peft_model(**batch)  # with autograd on: nothing requires a gradient inside
+        assert not reference.loc_U.requires_grad and not reference.scale_U.requires_grad
+    _assert_equal(_outputs(peft_model, batch), trained)  # and back to the adapted model on exit
+
+
+@pytest.mark.parametrize("trainable", [False, True])
+def test_base_reference_restores_every_requires_grad_flag(tiny, saved, trainable):
+    model, batch = tiny
+    peft_model = load_lora(_base(tiny), saved[0], trainable=trainable)
+    flags = {name: parameter.requires_grad for name, parameter in peft_model.named_parameters()}
+    assert any(flags.values()) == trainable
+    with base_reference(peft_model) as reference:
+        _assert_equal(_outputs(reference, batch), _outputs(model, batch))
+        assert not any(parameter.requires_grad for parameter in peft_model.parameters())
+    assert {name: parameter.requires_grad for name, parameter in peft_model.named_parameters()} == flags
+
+
+# =============================================================================================
+# Merging
+# =============================================================================================
+
+
+def test_the_merged_model_computes_what_the_adapted_model_computed(tiny, tmp_path):
+    model, batch = tiny
+    base = _outputs(model, batch)
+    peft_model = _trained(tiny)
+    adapted = _outputs(peft_model, batch)
+    trained_head = {name: tensor.clone() for name, tensor in
+                    peft_model.base_model.model.action.modules_to_save["default"].state_dict().items()}
+    prompt = batch["input_ids"][:2, :6]
+    adapted_generation = peft_model.generate(prompt, max_new_tokens=4)
+
+    merged = merge_lora(peft_model)
+    assert type(merged) is CausalQwenForCausalLM
+    assert not any(hasattr(module, "lora_A") or hasattr(module, "original_module") for module in merged.modules())
+    assert type(merged.action) is DecisionHead and merged.action.config is merged.config
+    for name, tensor in merged.action.state_dict().items():
+        assert torch.equal(tensor, trained_head[name]), name
+    got = _outputs(merged, batch)
+    for name in FIELDS:
+        torch.testing.assert_close(got[name], adapted[name], rtol=1e-5, atol=1e-5, msg=name)
+    assert (got["loc_U"] - base["loc_U"]).abs().max() > 1e-3
+    assert torch.equal(merged.generate(prompt, max_new_tokens=4), adapted_generation)
+    assert generate(merged, prompt, max_new_tokens=4).sequences.shape == (2, 10)
+
+    merged.save_pretrained(tmp_path)  # an ordinary CausalQwen checkpoint
+    assert not [name for name in os.listdir(tmp_path) if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
+    reloaded = CausalQwenForCausalLM.from_pretrained(tmp_path)
+    _assert_equal(_outputs(reloaded, batch), got)
+
+
+# =============================================================================================
+# Saving and loading
+# =============================================================================================
+
+
+def _refuse_pickle(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a pickle was read")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+
+
+def test_save_and_load_round_trip_through_safetensors_only(tiny, saved, monkeypatch):
+    model, batch = tiny
+    path, adapted, trainable_names = saved
+    assert sorted(os.listdir(path)) == ["README.md", "adapter_config.json", "adapter_model.safetensors"]
+    config = json.loads((path / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 8
+    assert sorted(config["modules_to_save"]) == sorted(CAUSAL_MODULES)
+
+    _refuse_pickle(monkeypatch)
+    loaded = load_lora(_base(tiny), path)
+    _assert_equal(_outputs(loaded, batch), adapted)
+    assert trainable_parameter_count(loaded) == 0
+    with loaded.disable_adapter():
+        _assert_equal(_outputs(loaded, batch), _outputs(model, batch))
+    resumed = load_lora(_base(tiny), str(path), trainable=True)
+    assert _trainable_names(resumed) == trainable_names
+    _assert_equal(_outputs(resumed, batch), adapted)
+
+
+def test_load_refuses_what_is_not_a_safetensors_lora_adapter(tiny, saved, tmp_path, monkeypatch):
+    _refuse_pickle(monkeypatch)
+    model = _base(tiny)
+    with pytest.raises(OSError, match="does not exist"):
+        load_lora(model, tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError, match="not a directory"):
+        load_lora(model, tmp_path / "file")
+    with pytest.raises(OSError, match="adapter_config.json is missing"):
+        load_lora(model, tmp_path)
+    with pytest.raises(TypeError, match="path"):
+        load_lora(model, 3)
+    with pytest.raises(TypeError, match="trainable"):
+        load_lora(model, tmp_path, trainable=1)
+
+    pickled = _copy_of(saved, tmp_path, "pickled")
+    (pickled / "adapter_model.safetensors").rename(pickled / "adapter_model.bin")
+    with pytest.raises(OSError, match=r"adapter_model\.bin \(pickle\), which causalqwen never loads"):
+        load_lora(model, pickled)
+
+    truncated = _copy_of(saved, tmp_path, "truncated")
+    weights = truncated / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(OSError, match="cannot be read"):
+        load_lora(model, truncated)
+    assert not any(hasattr(module, "lora_A") for module in model.modules())  # refused before touching the model
+
+
+def test_load_refuses_an_adapter_of_another_base(tiny, saved):
+    settings = {key: value for key, value in tiny[0].config.to_dict().items() if key != "layer_types"}
+    for change, message in [({"intermediate_size": 96}, "has shape"),
+                            ({"num_hidden_layers": 1}, "in the checkpoint but not in the model"),
+                            ({"num_hidden_layers": 3}, "missing from the checkpoint")]:
+        other = CausalQwenForCausalLM(CausalQwenConfig.from_dict({**settings, **change}))
+        with pytest.raises(ValueError, match=message):
+            load_lora(other, saved[0])
+        assert not any(hasattr(module, "lora_A") for module in other.modules())
+
+
+def test_load_refuses_non_finite_tensors_and_foreign_configs(tiny, saved, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = _copy_of(saved, tmp_path)
+    weights = path / "adapter_model.safetensors"
+    state = load_file(weights)
+    name = next(key for key in state if key.endswith("lora_B.weight"))
+    state[name][0, 0] = float("nan")
+    save_file(state, weights)
+    with pytest.raises(ValueError, match="NaN"):
+        load_lora(_base(tiny), path)
+
+    config = json.loads((path / "adapter_config.json").read_text())
+    config["modules_to_save"] = ["action"]
+    (path / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="not written by add_lora"):
+        load_lora(_base(tiny), path)

@@ -1,0 +1,101 @@
+"""The ``lora`` preset in the training loop: adapters on the backbone plus the causal modules, the bound's
+adapter-disabled base pass, checkpoints of adapters and a bit-exact resume, and the merged result.
+
+Oracles: an untouched copy of the base model (the base law of U), the uninterrupted run, the unmerged model.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from causalqwen import NumericTokenizer, training
+from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.divergence import DivergenceBound
+from causalqwen.lora import add_lora, load_lora, merge_lora, trainable_parameter_count
+from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm
+from causalqwen.training import TrainingConfig, set_trainable, train
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return NumericTokenizer(build_tiny_base(seed=0)[1])
+
+
+def _model():
+    return build_tiny_causal_lm(seed=0, init_seed=0).model
+
+
+def _data(tokenizer, n=40, seed=0):
+    return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
+
+
+CONFIG = dict(steps=6, batch_size=5, learning_rate=1e-2, warmup_steps=1, preset="lora", eval_every=100, save_every=3,
+              log_every=1, seed=0)
+
+
+def test_lora_preset_trains_adapters_and_causal_modules_only(tokenizer):
+    base = _model()
+    before = copy.deepcopy(base.state_dict())
+    peft_model = add_lora(_model(), rank=4)
+    names = set_trainable(peft_model, "lora")
+    assert names and all(".lora_A." in n or ".lora_B." in n or ".modules_to_save." in n for n in names)
+    assert sum(p.numel() for n, p in peft_model.named_parameters() if n in names) == trainable_parameter_count(peft_model)
+    train(peft_model, _data(tokenizer), TrainingConfig(**CONFIG), progress=False)
+    merged = merge_lora(peft_model)
+    for name, tensor in merged.state_dict().items():
+        if name.startswith("model.layers.") and name.endswith("proj.weight"):
+            assert not torch.equal(tensor, before[name]), name  # LoRA moved every target
+        if name in ("model.embed_tokens.weight", "model.norm.weight") or "layernorm" in name or "proj.bias" in name:
+            assert torch.equal(tensor, before[name]), name  # the rest of the backbone is frozen
+    assert not torch.equal(merged.model.abduction.W_loc, before["model.abduction.W_loc"])
+
+
+def test_presets_and_models_must_agree():
+    with pytest.raises(TypeError, match="preset 'lora' trains the adapters"):
+        set_trainable(_model(), "lora")
+    with pytest.raises(TypeError, match="preset 'causal'"):
+        set_trainable(add_lora(_model(), rank=2), "causal")
+
+
+def test_the_adapter_disabled_base_law_is_the_untouched_models(tokenizer):
+    untouched = _model()
+    peft_model = add_lora(_model(), rank=4)
+    bound = DivergenceBound(peft_model, 0.1, "lora")
+    train(peft_model, _data(tokenizer), TrainingConfig(**CONFIG), progress=False)
+    batch = collate(_data(tokenizer, 6, seed=5).items, tokenizer.pad_token_id)
+    base_loc, base_scale = bound.base.law(batch)
+    with torch.no_grad():
+        expected = untouched.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    assert torch.equal(base_loc, expected.loc_U) and torch.equal(base_scale, expected.scale_U)
+    flags = {n: p.requires_grad for n, p in peft_model.named_parameters()}
+    set_trainable(peft_model, "lora")
+    assert flags == {n: p.requires_grad for n, p in peft_model.named_parameters()}  # the base pass kept them
+
+
+def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, monkeypatch):
+    config = TrainingConfig(**CONFIG | {"steps": 7, "max_u_divergence": 0.05, "divergence_dual_lr": 5.0})
+    uninterrupted = add_lora(_model(), rank=4)
+    full_history = train(uninterrupted, _data(tokenizer), config, None, str(tmp_path / "a"), progress=False)
+    assert any(record["constraint/multiplier"] > 0 for record in full_history)
+    save = training._save_checkpoint
+
+    def save_then_die(*args, **kwargs):
+        raise KeyboardInterrupt("killed after " + save(*args, **kwargs))
+
+    monkeypatch.setattr(training, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(add_lora(_model(), rank=4), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
+    monkeypatch.setattr(training, "_save_checkpoint", save)
+    assert sorted(p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json"))\
+        == ["adapter_config.json", "adapter_model.safetensors", "config.json", "divergence_bound.json",
+            "divergence_reference.safetensors", "history.json", "trainer_state.json", "training_state.safetensors"]
+    resumed = add_lora(_model(), rank=4)
+    history = train(resumed, _data(tokenizer), config, None, str(tmp_path / "b"), resume=True, progress=False)
+    for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert history == full_history
+    reloaded = load_lora(_model(), tmp_path / "b" / "checkpoint-7")
+    batch = collate(_data(tokenizer, 4, seed=6).items, tokenizer.pad_token_id)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**batch).loss, uninterrupted.eval()(**batch).loss)
