@@ -54,13 +54,14 @@ __all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrai
 
 
 def u_divergence(loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_U: Tensor,
-                 mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                 mask: Tensor | None = None, *, checked: bool = True) -> tuple[Tensor, Tensor]:
     r"""$\sum_i \sum_c \mathrm{KL}$ over the positions where ``mask`` is true, and their number: ``(sum, count)``.
 
     ``[B, S, C]`` four times and a ``[B, S]`` mask (all positions when None). The mean $\bar D$ is
     ``sum / count``; the two are returned apart so that several processes can add them up first.
+    ``checked=False`` skips `kl_divergence`'s input checks (for laws that are valid by construction).
     """
-    per_position = kl_divergence(loc_U, scale_U, base_loc_U, base_scale_U).sum(-1)  # [B, S]
+    per_position = kl_divergence(loc_U, scale_U, base_loc_U, base_scale_U, checked=checked).sum(-1)  # [B, S]
     if mask is None:
         return per_position.sum(), torch.tensor(per_position.numel(), device=per_position.device)
     mask = mask.bool()
@@ -200,7 +201,8 @@ class DivergenceBound:
     def divergence(self, out, batch: dict) -> tuple[Tensor, Tensor]:
         """``(sum, count)`` of the per-position divergence over the real positions of ``batch`` (`u_divergence`)."""
         base_loc_U, base_scale_U = self.base.law(batch)
-        return u_divergence(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"))
+        # checked=False: both laws come from abduction networks, whose scales are clamped at scale_eps > 0
+        return u_divergence(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"), checked=False)
 
     def penalty(self, out, batch: dict) -> Tensor:
         r"""$\mu\, \bar D$ for the loss (differentiable in the fine-tuned law); $\bar D$ is kept for `step`.

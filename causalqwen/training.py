@@ -11,8 +11,11 @@ One optimisation step:
    held-out set; every ``save_every`` steps: a checkpoint.
 
 What is trained is a *preset*: ``causal`` (the default; numerical embedding, abduction, action with
-$b_{\mathrm{noise}}$, learnable thresholds), ``abduction`` (the abduction network alone), ``all``
-(everything, the Qwen2 backbone included -- needed for a randomly initialised base). Weight decay
+$b_{\mathrm{noise}}$, learnable thresholds), ``abduction`` (the abduction network alone), ``lora`` (the LoRA
+adapters of `causalqwen.lora.add_lora` on the Qwen2 stack plus the ``causal`` modules), ``all``
+(everything, the Qwen2 backbone included -- needed for a randomly initialised base). With
+``max_u_divergence`` the loss gains $\mu \bar D$, the bound on how far the law of $U$ moves from the starting
+model's (`causalqwen.divergence`), and $\mu$ takes a dual-ascent step after each optimizer step. Weight decay
 applies to matrices only (``dim >= 2``), never to biases, norms, ``w_num`` or ``b_noise``.
 
 A checkpoint ``checkpoint-{step}/`` holds the model (``save_pretrained``: safetensors), the optimizer's

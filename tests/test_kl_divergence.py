@@ -6,6 +6,7 @@ against ``mpmath.quad`` first), its derivatives by ``mpmath.diff`` and by hand. 
 inputs already rounded to the working dtype.
 """
 
+import itertools
 import math
 
 import mpmath as mp
@@ -50,7 +51,7 @@ def _scipy_kl(lp, sp, lq, sq) -> float:
         return math.exp(log_p) * (log_p - stats.cauchy.logpdf(x, loc=lq, scale=sq))
 
     cuts = sorted({lp - sp, lp, lp + sp, lq - sq, lq, lq + sq})
-    pieces = [(-math.inf, cuts[0])] + list(zip(cuts[:-1], cuts[1:])) + [(cuts[-1], math.inf)]
+    pieces = [(-math.inf, cuts[0])] + list(itertools.pairwise(cuts)) + [(cuts[-1], math.inf)]
     return sum(integrate.quad(integrand, a, b, epsabs=1e-13, epsrel=1e-12, limit=200)[0] for a, b in pieces)
 
 
