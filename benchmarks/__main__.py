@@ -2,10 +2,10 @@
 
 import sys
 
-from . import generation, head, tokenizer, training_step
+from . import divergence_bound, generation, head, tokenizer, training_step
 
 BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main,
-              "tokenizer": tokenizer.main}
+              "tokenizer": tokenizer.main, "divergence_bound": divergence_bound.main}
 
 
 def main(argv: list[str]) -> int:

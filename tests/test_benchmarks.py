@@ -66,3 +66,12 @@ def test_tokenizer_benchmark_reports_every_call_shape(tmp_path):
     for call in ("batch", "single", "whole"):
         assert f"| {call} |" in report
     assert "numbers per line" in report
+
+
+def test_divergence_bound_benchmark_reports_every_preset():
+    from benchmarks import divergence_bound
+
+    report = divergence_bound.run(shape="tiny", tokens=16, repeats=1)
+    for preset in divergence_bound.PRESETS:
+        assert f"| {preset} | " in report
+    assert "s / step with the bound" in report
