@@ -42,7 +42,7 @@ MARKER = "causalqwen-run.json"
 LOCK = ".causalqwen.lock"
 RUN_KINDS = ("train", "demo")
 # What a run of each kind writes into its directory (shell patterns); `overwrite` removes these and nothing else.
-_TRAIN_OUTPUTS = ("training_config.json", "metrics.jsonl", "checkpoint-*", "model", "tensorboard", "wandb")
+_TRAIN_OUTPUTS = ("training_config.json", "metrics.jsonl", "checkpoint-*", "model", "adapter", "tensorboard", "wandb")
 RUN_OUTPUTS = {"train": _TRAIN_OUTPUTS, "demo": _TRAIN_OUTPUTS + ("loss.png", "metrics.png")}
 
 

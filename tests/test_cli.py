@@ -254,6 +254,10 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).loc_S, adapted(ids).loc_S, rtol=1e-5, atol=1e-5)
         assert not torch.allclose(merged(ids).loc_S, base(ids).loc_S)
+    # --overwrite by a run of another preset removes the adapters with the other run outputs
+    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "1", "--batch-size", "4",
+                     "--overwrite"]) == 0
+    assert not (run / "adapter").exists() and (run / "model").exists()
     with pytest.raises(SystemExit):
         cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--max-u-divergence", "-1"])
     assert "max_u_divergence must be a finite number >= 0" in capsys.readouterr().err
