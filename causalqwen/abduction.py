@@ -98,6 +98,7 @@ class MLPAbductionNetwork(AbductionNetwork):
     r"""The linear abduction plus a residual MLP of width $M$ (``mlp_size``) on both maps.
 
     $$h = \operatorname{GELU}(W_{\mathrm{in}}\, z + b_{\mathrm{in}}) \quad [\dots, M],$$
+
     $$\mathrm{loc}_U = W_{\mathrm{loc}}\, z + b_{\mathrm{loc}} + W_{\mathrm{loc},h}\, h, \qquad
     \mathrm{scale}_U = \operatorname{softplus}(W_{\mathrm{scale}}\, z + b_{\mathrm{scale}} + W_{\mathrm{scale},h}\, h).$$
 
