@@ -2,10 +2,11 @@
 
 import sys
 
-from . import divergence_bound, generation, head, tokenizer, training_step
+from . import contention, divergence_bound, generation, head, tokenizer, training_step
 
 BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main,
-              "tokenizer": tokenizer.main, "divergence_bound": divergence_bound.main}
+              "tokenizer": tokenizer.main, "divergence_bound": divergence_bound.main,
+              "contention": contention.main}
 
 
 def main(argv: list[str]) -> int:

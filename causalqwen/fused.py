@@ -26,6 +26,7 @@ from torch import Tensor
 from . import cauchy
 from .action import class_law, scale_floor
 from .checks import check_labels, check_positive_int, check_threshold
+from .compiled import compiled
 
 __all__ = ["fused_ovr_classification_loss", "ovr_argmax", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE", "HeadInputs",
            "Tiling"]
@@ -66,13 +67,26 @@ def _scored_rows(inputs: HeadInputs, labels: Tensor, rows: Tensor, dtype, scale_
     return _Rows(loc, scale_floor(scale_raw, scale_eps), scale_raw < scale_eps, labels[rows])
 
 
+def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: bool, grads: bool):
+    r"""The elementwise part of one tile ``[c, b]``: the kernel $a$ on the floored scale, summed per row ``[c]``, and
+    $\partial a/\partial \mathrm{loc}_S$, $\partial a/\partial \mathrm{scale}_S$ (zero where the floor applied) ``[c, b]``.
+
+    This literal function is the specification; the tile runs `tile_elementwise_compiled`, the same function
+    compiled into one loop (`causalqwen.compiled`), or this one where compilation is off or unavailable.
+    """
+    terms = cauchy.tail_terms(diff, scale_floor(scale_raw, scale_eps), value=value, grads=grads)
+    row_sums = terms.value.sum(-1) if value else None  # [c]
+    d_scale = terms.d_scale.masked_fill(scale_raw < scale_eps, 0.0) if grads else None  # through the floor
+    return row_sums, terms.d_diff, d_scale
+
+
+tile_elementwise_compiled = compiled(tile_elementwise)
+
+
 def _tile_terms(rows: _Rows, chunk: slice, weight_b, abs_weight_b, shift_b, tiling: Tiling, value: bool, grads: bool):
     r"""The kernel on one tile: $a$ summed per row, and $\partial a/\partial \mathrm{loc}_S$, $\partial a/\partial \mathrm{scale}_S$."""
     diff, scale_raw = class_law(rows.loc[chunk], rows.scale[chunk], weight_b, shift_b, abs_weight_b)  # [c, b] each
-    terms = cauchy.tail_terms(diff, scale_floor(scale_raw, tiling.scale_eps), value=value, grads=grads)
-    row_sums = terms.value.sum(-1) if value else None  # [c]
-    d_scale = terms.d_scale.masked_fill_(scale_raw < tiling.scale_eps, 0.0) if grads else None  # through the floor
-    return row_sums, terms.d_diff, d_scale
+    return tile_elementwise_compiled(diff, scale_raw, tiling.scale_eps, value, grads)
 
 
 def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, tiling: Tiling, value: bool):

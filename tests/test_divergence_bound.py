@@ -122,7 +122,7 @@ def test_the_base_law_is_the_untouched_models_law(tokenizer, preset):
                                                           expected_loc, expected_scale))).sum(-1)
     expected_mean = expected_total[batch["attention_mask"].bool().numpy()].mean()
     np.testing.assert_allclose(float(total.detach()) / int(count), expected_mean, rtol=1e-4)
-    assert float(total) > 0
+    assert float(total.detach()) > 0
 
 
 def test_the_penalty_gradient_is_the_multiplier_times_the_divergence_gradient(tokenizer):
