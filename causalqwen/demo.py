@@ -31,9 +31,13 @@ from .metrics import evaluate_batch, regression_metrics, with_log_prefixes
 from .rundir import MARKER, RunDirectory
 from .training import TrainingConfig, train
 
-__all__ = ["DEMO_STEPS", "run_demo"]
+__all__ = ["DEMO_STEPS", "DEMO_THREADS", "run_demo"]
 
 DEMO_STEPS = 1500
+# One intra-op thread: the tiny model's kernels are too small for a second thread to pay off (1.07 s against 1.27 s
+# for 60 steps on an idle 2-core machine), and beside another busy process two spinning threads collapse
+# (3.46 s against 1.22 s with one); `python -m benchmarks contention` measures both.
+DEMO_THREADS = 1
 DEMO_OVERRIDES = {"gate_alpha": 1.0, "regression_weight": 0.1}
 PROMPTS = ["A cup of coffee costs", "The team won 12 games, then", "One book costs 7 yuan, so two books cost"]
 TABLE_ROWS = [
@@ -126,8 +130,13 @@ def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int
     transformers_logging.disable_progress_bar()  # no "Writing model shards" bars in the demo's output
     started = time.perf_counter()
     previous_demo = os.path.isfile(os.path.join(out_dir, MARKER))  # claim() checks that it is a demo's
-    with RunDirectory.claim(out_dir, "demo", overwrite=previous_demo) as run_dir:
-        return _run_demo(run_dir, steps, seed, progress, started)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(DEMO_THREADS)
+    try:
+        with RunDirectory.claim(out_dir, "demo", overwrite=previous_demo) as run_dir:
+            return _run_demo(run_dir, steps, seed, progress, started)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, started: float) -> int:

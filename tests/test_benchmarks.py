@@ -75,3 +75,22 @@ def test_divergence_bound_benchmark_reports_every_preset():
     for preset in divergence_bound.PRESETS:
         assert f"| {preset} | " in report
     assert "s / step with the bound" in report
+
+
+def test_contention_benchmark_times_the_demo_beside_a_busy_loop():
+    from benchmarks import contention
+
+    seconds = contention.child("demo", threads=1, busy=1)
+    assert seconds > 0
+
+
+def test_demo_runs_with_its_thread_count_and_restores_the_callers(tmp_path, monkeypatch):
+    import torch
+
+    from causalqwen import demo
+
+    seen = []
+    monkeypatch.setattr(demo, "_run_demo", lambda *args: seen.append(torch.get_num_threads()) or 0)
+    before = torch.get_num_threads()
+    assert demo.run_demo(str(tmp_path / "d"), steps=1) == 0
+    assert seen == [demo.DEMO_THREADS] and torch.get_num_threads() == before
