@@ -41,7 +41,7 @@ from .common import ExperimentResult, check, fmt, module_text, save_figure, tabl
 from .fixtures import sentence_batch
 
 SEED = 0
-QUICK = dict(steps=150, learning_rate=1e-2, warmup_steps=15, eval_every=30, train_sentences=2000, eval_sentences=100,
+QUICK = dict(steps=250, learning_rate=1e-2, warmup_steps=15, eval_every=30, train_sentences=2000, eval_sentences=100,
              min_f1=0.5)
 FULL = dict(steps=600, learning_rate=3e-3, warmup_steps=50, eval_every=60, train_sentences=4000, eval_sentences=200,
             min_f1=0.8)
