@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from transformers import Trainer, TrainerCallback
 
 from .cauchy import kl_divergence
-from .lora import base_reference
+from .lora import base_reference, is_peft_model
 
 __all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrainer", "dual_ascent"]
 
@@ -73,14 +73,9 @@ def dual_ascent(multiplier: float, divergence: float, max_divergence: float, dua
     return max(0.0, multiplier + dual_lr * (divergence - max_divergence))
 
 
-def _peft_model(model):
-    """``model`` when it is a `peft.PeftModel` (held without importing peft when it is not installed)."""
-    return model if hasattr(model, "disable_adapter") and hasattr(model, "peft_config") else None
-
-
 def _causal_lm(model) -> nn.Module:
     """The `CausalQwenForCausalLM` inside ``model`` (itself, or the one a `PeftModel` wraps)."""
-    return model.get_base_model() if _peft_model(model) is not None else model
+    return model.get_base_model() if is_peft_model(model) else model
 
 
 class BaseLawOfU:
@@ -96,7 +91,7 @@ class BaseLawOfU:
     def __init__(self, model, kind: str):
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
-        if kind == "adapters" and _peft_model(model) is None:
+        if kind == "adapters" and not is_peft_model(model):
             raise TypeError("the adapter-disabled base pass needs a peft model (causalqwen.lora.add_lora)")
         self.kind = kind
         self.model = model

@@ -93,6 +93,7 @@ __all__ = [
     "restore_lora",
     "merge_lora",
     "base_reference",
+    "is_peft_model",
     "trainable_parameter_count",
     "lora_target_pattern",
 ]
@@ -127,6 +128,11 @@ def _check_model(model) -> None:
         )
     if any(isinstance(module, (BaseTunerLayer, AuxiliaryTrainingWrapper)) for module in model.modules()):
         raise TypeError("model already holds peft adapter layers; start from a model without adapters")
+
+
+def is_peft_model(model) -> bool:
+    """Whether ``model`` is a `peft.PeftModel` (what `add_lora` and `load_lora` return)."""
+    return isinstance(model, PeftModel)
 
 
 def _check_peft_model(peft_model) -> None:

@@ -63,7 +63,7 @@ from .checkpoint import (
 from .data import TextDataset, collate
 from .divergence import DivergenceBound
 from .inference import as_number
-from .lora import restore_lora, save_lora
+from .lora import is_peft_model, restore_lora, save_lora
 from .metrics import evaluate_batch, with_log_prefixes
 from .rundir import RunDirectory
 
@@ -139,10 +139,6 @@ class TrainingConfig:
             raise ValueError(f'report_to must be "tensorboard", "wandb" or None, got {self.report_to!r}')
 
 
-def _is_peft(model) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
 def set_trainable(model, preset: str) -> list[str]:
     """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters.
 
@@ -151,7 +147,7 @@ def set_trainable(model, preset: str) -> list[str]:
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    if (preset == "lora") != _is_peft(model):
+    if (preset == "lora") != is_peft_model(model):
         raise TypeError("preset 'lora' trains the adapters of causalqwen.lora.add_lora(model), and only it does: "
                         f"got a {type(model).__name__} for preset {preset!r}")
     if preset == "lora":
@@ -286,7 +282,7 @@ def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_g
     partial_dir = final + ".partial"
     shutil.rmtree(partial_dir, ignore_errors=True)  # our own leftover from a killed save
     os.makedirs(partial_dir)
-    if _is_peft(model):  # the adapters and the trained causal modules, beside the base model's config
+    if is_peft_model(model):  # the adapters and the trained causal modules, beside the base model's config
         save_lora(model, partial_dir)
         model.get_base_model().config.save_pretrained(partial_dir)
     else:
@@ -327,7 +323,7 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
     if differences:
         logger.warning("resuming from %s with changed settings: %s", path, "; ".join(differences))
     try:
-        if _is_peft(model):
+        if is_peft_model(model):
             restore_lora(model, path)
         else:
             load_weights_strictly(model, os.path.join(path, "model.safetensors"))

@@ -65,6 +65,7 @@ from transformers import Qwen2ForCausalLM, get_cosine_schedule_with_warmup
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from causalqwen.data import collate
+from causalqwen.lora import LORA_TARGET_MODULES
 from causalqwen.numbers import find_numbers
 
 from .domains import DomainBRecord, batch_order, collate_rows, encode_qwen_rows
@@ -86,7 +87,7 @@ __all__ = [
 ]
 
 VARIANTS = ("head", "adapter", "lora")
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_TARGETS = LORA_TARGET_MODULES  # the same seven projections as CausalQwen's adapters
 ECE_BINS = 15
 NUMBER_CHARS = frozenset("0123456789.,eE+-\u2212")  # characters that can continue a number
 
