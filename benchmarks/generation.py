@@ -1,16 +1,19 @@
 """Benchmark (c): generation speed of CausalQwen against ``Qwen2ForCausalLM.generate`` on the same base.
 
-Goals (issue 3), printed with the measured ratios:
+Goals (issues 3 and 19), printed with the measured ratios:
 
 1. per-token decode time is flat in context length: context 512 vs 32, ratio <= 1.5 (the KV cache);
-2. decode tokens/s >= 0.75x those of ``Qwen2ForCausalLM.generate(do_sample=False)``.
+2. decode tokens/s >= 0.75x those of ``Qwen2ForCausalLM.generate(do_sample=False)`` in every mode;
+3. ``traditional`` (softmax sampling, which needs the class locations alone) >= 0.95x.
 
 Decode time per token is measured by differencing, ``(t(1 + n tokens) - t(1 token)) / n``, which
 removes the prefill and the one-off set-up (for CausalQwen, forming |W_cls| once per call). Every
 timing is the median of interleaved repeats. CausalQwen's standard mode needs two [V, C] matrix-vector
 products per step (loc_S with W_cls and scale_S with |W_cls|) where Qwen needs one, so at the
 Qwen2.5-0.5B shape, where decoding is bound by reading the weights, its floor is roughly
-(weights + |W_cls|) / weights of Qwen's time per token.
+(weights + |W_cls|) / weights of Qwen's time per token. ``traditional`` needs loc_S alone: one [V, C]
+product, as Qwen's lm_head, so its floor is Qwen's own speed. It samples (softmax, multinomial) where
+the Qwen2 row decodes greedily, the cheaper of the two.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .common import build_qwen, interleaved_medians, machine, markdown_table
 
 GOAL_CONTEXT_RATIO = 1.5
 GOAL_SPEED_RATIO = 0.75
+GOAL_TRADITIONAL_RATIO = 0.95
 
 
 def _qwen_run(qwen, ids, new_tokens):
@@ -73,10 +77,11 @@ def run(shape: str = "qwen2.5-0.5b", new_tokens: int = 16, repeats: int = 3, sho
     rows, ok = [], True
     for name, seconds in speed.items():
         ratio = (1 / seconds) / qwen_rate
-        goal = "" if name.startswith("Qwen2") else f">= {GOAL_SPEED_RATIO}"
-        met = "" if not goal else ("yes" if ratio >= GOAL_SPEED_RATIO else "NO")
+        wanted = GOAL_TRADITIONAL_RATIO if name == "causalqwen traditional" else GOAL_SPEED_RATIO
+        goal = "" if name.startswith("Qwen2") else f">= {wanted}"
+        met = "" if not goal else ("yes" if ratio >= wanted else "NO")
         if goal:
-            ok &= ratio >= GOAL_SPEED_RATIO
+            ok &= ratio >= wanted
         rows.append([name, f"{1000 * seconds:.1f}", f"{1 / seconds:.1f}", f"{ratio:.2f}", goal, met])
     table_speed = markdown_table(["variant", "ms / token", "tokens / s", "vs Qwen2", "goal", "met"], rows)
 

@@ -104,6 +104,16 @@ class ActionNetwork(nn.Module):
             scale_Y=scale_floor(scale_Y.squeeze(-1), self.scale_eps),
         )
 
+    def locations(self, loc: Tensor) -> tuple[Tensor, Tensor]:
+        r"""The locations alone, $(\mathrm{loc}_S, \mathrm{loc}_Y) = (W_{\mathrm{cls}}\,\mathrm{loc} + b_{\mathrm{cls}},\
+        w_{\mathrm{reg}}\cdot\mathrm{loc} + b_{\mathrm{reg}})$, ``[..., V]`` and ``[...]``, for a decision input with
+        location ``loc`` ``[..., C]`` (already checked): equal to `decide`'s ``loc_S`` and ``loc_Y``, without the
+        $|W_{\mathrm{cls}}|$ product the scales need. A location does not depend on the scale, so neither the
+        noise nor the floor enters."""
+        loc_S = F.linear(loc, self.classification_head.weight, self.classification_head.bias)  # [..., V]
+        loc_Y = F.linear(loc, self.regression_head.weight, self.regression_head.bias).squeeze(-1)  # [...]
+        return loc_S, loc_Y
+
     def _check_decision_input(self, loc: Tensor, scale: Tensor, names: tuple[str, str] = ("loc", "scale")) -> None:
         """``loc`` and ``scale`` must be tensors with last dimension $C$, and ``scale >= 0`` (NaN fails).
 

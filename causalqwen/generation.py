@@ -266,7 +266,9 @@ def _loop(model, sequences, values, mask, mode, draws, max_new_tokens, eos_ids, 
     eos = torch.tensor(eos_ids, dtype=sequences.dtype, device=sequences.device)
     unfinished = torch.ones(sequences.shape[0], dtype=torch.bool, device=sequences.device)  # [B]
     cache = DynamicCache(config=config) if use_cache else None
-    abs_weight = head.classification_head.weight.abs()  # |W_cls| [V, C], formed once, not per step
+    # |W_cls| [V, C], formed once, not per step; traditional sampling from softmax(loc_S / T) never needs it
+    needs_scales = mode != "traditional" or draws["sampling"][3] == "ovr"
+    abs_weight = head.classification_head.weight.abs() if needs_scales else None
     positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, S] real tokens only (left padding)
     # What Qwen2 sees: the prompts' padding, then every step as real. A finished row goes on attending to its own
     # pad tokens, but its outputs are discarded; without prompt padding Qwen2 gets no mask (and checks none).

@@ -10,6 +10,7 @@ regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``sca
 | ``probabilities``, ``log_probabilities`` | $P_k = P(S_k > C_k)$ and its logs (D8) |
 | ``predict`` | $\arg\max_k P_k$ and $\mathrm{loc}_Y$ at ``<NUM>`` (D11) |
 | ``choose`` | one generation step's (token, value) in any of the five modes (D11) |
+| ``step_scores`` | one step's scores for transformers' generation loop |
 | ``next_token_targets`` | the scoring rule: which position is scored against which label (D9) |
 | ``loss`` | $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$, literal or fused (D8–D9) |
 
@@ -139,38 +140,48 @@ class DecisionHead(ActionNetwork):
         r"""One step's (token, value) for rows with law of $U$ ``[B, C]``, in any of the five modes (decision D11).
 
         The four decision modes form their decision input (`inference.decision_input`), decide and take
-        the OvR argmax. ``traditional`` decides on the standard input and samples the token from
-        `inference.traditional_probabilities` with ``sampling = (temperature, top_k, top_p, normalize)``.
+        the OvR argmax. ``traditional`` samples the token from `inference.traditional_probabilities` with
+        ``sampling = (temperature, top_k, top_p, normalize)`` on the standard decision input; with
+        ``normalize="softmax"`` that needs the class locations alone (`locations`), so a step costs one
+        $[V, C]$ product, as Qwen's lm_head does, instead of two.
         """
-        decision, loc, scale = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform,
-                                                noise=noise, generator=generator)
         if mode == "traditional":
             temperature, top_k, top_p, normalize = sampling
-            probs = inference.traditional_probabilities(decision.loc_S, temperature, top_k, top_p, decision.scale_S,
-                                                        self.ovr_threshold, normalize, checked=False)
+            loc, scale = inference.decision_input("standard", loc_U, scale_U, self.noise_scale, checked=False)
+            if normalize == "softmax":
+                (loc_S, loc_Y), scale_S = self.locations(loc), None  # [B, V], [B]
+            else:
+                loc_S, scale_S, loc_Y, _ = self._decide(loc, scale, abs_weight, None)
+            probs = inference.traditional_probabilities(loc_S, temperature, top_k, top_p, scale_S, self.ovr_threshold,
+                                                        normalize, checked=False)
             token = inference.sample_token(probs, generator)  # [B]
-        else:
-            token = self._argmax(decision)  # [B]
+            return Choice(token, self.value_at(token, loc_Y), loc, scale)
+        decision, loc, scale = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform,
+                                                noise=noise, generator=generator)
+        token = self._argmax(decision)  # [B]
         return Choice(token, self.value_at(token, decision.loc_Y), loc, scale)
 
     def decide_step(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
                     uniform=None, noise=None, generator=None) -> tuple[ActionOutput, Tensor, Tensor]:
-        r"""One step's decision for rows with law of $U$ ``[B, C]``: the mode's decision input $U'$
-        (`inference.decision_input`; ``traditional`` uses the standard one), and the class and value laws
-        the action network maps it to. Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
-        decision_mode = "standard" if mode == "traditional" else mode
-        loc, scale = inference.decision_input(decision_mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
+        r"""One step's decision for rows with law of $U$ ``[B, C]`` in one of the four decision modes: the
+        mode's decision input $U'$ (`inference.decision_input`) and the class and value laws the action
+        network maps it to. Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
+        loc, scale = inference.decision_input(mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
                                               noise=noise, generator=generator, checked=False)
         return self._decide(loc, scale, abs_weight, None), loc, scale  # [B, V] x2, [B] x2; [B, C] x2
 
-    def step_logits(self, mode: str, decision: ActionOutput) -> Tensor:
-        r"""The scores a transformers generation loop picks the next token from, ``[B, V]``: $\log P_k$ of the
-        decision, whose argmax is the mode's choice, or for ``traditional`` the class locations
-        $\mathrm{loc}_S$, which transformers' temperature, top-k, top-p and softmax sampling then use."""
+    def step_scores(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
+                    uniform=None, noise=None, generator=None) -> tuple[Tensor, Tensor]:
+        r"""The scores a transformers generation loop picks the next token from, ``[B, V]``, and $\mathrm{loc}_Y$ ``[B]``,
+        for rows with law of $U$ ``[B, C]``: $\log P_k$ of the mode's decision, whose argmax is the mode's
+        choice, or for ``traditional`` the class locations $\mathrm{loc}_S$ of the standard input (`locations`,
+        one $[V, C]$ product), which transformers' temperature, top-k, top-p and softmax sampling then use."""
         if mode == "traditional":
-            return decision.loc_S
+            return self.locations(loc_U)  # the standard input's location is loc_U
+        decision, _, _ = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform, noise=noise,
+                                          generator=generator)
         neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)
-        return -neg_log_p
+        return -neg_log_p, decision.loc_Y
 
     # ---- the scoring rule and the loss ----
 

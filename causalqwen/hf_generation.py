@@ -98,7 +98,8 @@ class CausalQwenGenerationMixin(GenerationMixin):
         draws = _draws(self, input_ids, mode, uniform, noise, generator, None)
         draws.pop("sampling")
         state = GenerationState(mode, values, draws, num_token_id)
-        state.abs_weight = self.action.classification_head.weight.abs()  # [V, C]
+        if mode != "traditional":  # traditional's scores are the class locations: no |W_cls| product
+            state.abs_weight = self.action.classification_head.weight.abs()  # [V, C], once per call
         with torch.no_grad():
             output = super().generate(input_ids, generation_config=generation_config, generation_state=state,
                                       **kwargs)
@@ -121,7 +122,6 @@ class CausalQwenGenerationMixin(GenerationMixin):
 
     def _step_logits(self, loc_U: Tensor, scale_U: Tensor, state: GenerationState) -> Tensor:
         """The last position's scores ``[B, 1, V]`` under the state's mode; keeps $\\mathrm{loc}_Y$ for the value."""
-        decision, _, _ = self.action.decide_step(state.mode, loc_U[:, -1], scale_U[:, -1], abs_weight=state.abs_weight,
-                                            **state.draws)
-        state.last_loc_Y = decision.loc_Y  # [B]
-        return self.action.step_logits(state.mode, decision)[:, None, :]  # [B, 1, V]
+        scores, state.last_loc_Y = self.action.step_scores(state.mode, loc_U[:, -1], scale_U[:, -1],
+                                                           abs_weight=state.abs_weight, **state.draws)  # [B, V], [B]
+        return scores[:, None, :]  # [B, 1, V]

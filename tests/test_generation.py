@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from causalqwen import generate
-from causalqwen.inference import MODES
+from causalqwen.inference import MODES, traditional_probabilities
 from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.tokenization import format_number
 
@@ -77,6 +77,27 @@ def test_traditional_top_k_one_equals_qwen_greedy_generation(tiny):
         batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=False, max_new_tokens=12
     )
     assert torch.equal(ours.sequences, theirs)
+
+
+@pytest.mark.parametrize("normalize", ["softmax", "ovr"])
+def test_a_traditional_step_samples_from_the_full_standard_decision(tiny, normalize):
+    """`choose` computes only loc_S for softmax sampling; its draw equals one from the full standard decision."""
+    _, model, _ = tiny
+    head = model.action
+    g = torch.Generator().manual_seed(5)
+    loc_U = 3 * torch.randn(4, model.config.causal_size, generator=g)
+    scale_U = torch.rand(4, model.config.causal_size, generator=g) + 0.05
+    sampling = (0.8, 40, 0.9, normalize)
+    with torch.no_grad():
+        choice = head.choose("traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6),
+                             sampling=sampling)
+        full = head.standard(loc_U, scale_U)  # [4, V] x2, [4] x2
+        probs = traditional_probabilities(full.loc_S, 0.8, 40, 0.9, full.scale_S, head.ovr_threshold, normalize)
+    token = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(6))[:, 0]
+    assert torch.equal(choice.token, token)
+    value = torch.where(token == model.config.num_token_id, full.loc_Y, 0.0)
+    assert torch.equal(choice.value, value)
+    assert torch.equal(choice.loc, loc_U) and torch.equal(choice.scale, scale_U + head.noise_scale)
 
 
 def test_a_predicted_number_is_fed_back_through_the_numerical_embedding(tiny):

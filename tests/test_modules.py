@@ -116,6 +116,21 @@ def test_action_forward_is_noise_infusion_then_linear_closure():
     torch.testing.assert_close(direct.scale_S, torch.einsum("bsc,vc->bsv", scale_U, W.abs()))
 
 
+def test_locations_alone_equal_the_decisions_locations():
+    """`locations` (what traditional sampling needs) is the float64 closed form, and bit-equal to `decide`'s."""
+    net = _action()
+    g = torch.Generator().manual_seed(4)
+    loc = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    scale = torch.rand(2, 3, 6, generator=g, dtype=torch.float64)
+    loc_S, loc_Y = net.locations(loc)
+    W, b = net.classification_head.weight.detach(), net.classification_head.bias.detach()
+    w, c = net.regression_head.weight.detach()[0], net.regression_head.bias.detach()[0]
+    torch.testing.assert_close(loc_S, torch.einsum("bsc,vc->bsv", loc, W) + b)
+    torch.testing.assert_close(loc_Y, torch.einsum("bsc,c->bs", loc, w) + c)
+    decided = net.decide(loc, scale)
+    assert torch.equal(loc_S, decided.loc_S) and torch.equal(loc_Y, decided.loc_Y)
+
+
 def test_action_init_values():
     net = ActionNetwork(32, 50, noise_init=0.25)
     assert bool((net.b_noise == 0.25).all())
