@@ -2,11 +2,11 @@
 
 import sys
 
-from . import contention, divergence_bound, generation, head, tokenizer, training_step
+from . import contention, divergence_bound, generation, head, syncs, tokenizer, training_step
 
 BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main,
               "tokenizer": tokenizer.main, "divergence_bound": divergence_bound.main,
-              "contention": contention.main}
+              "contention": contention.main, "syncs": syncs.main}
 
 
 def main(argv: list[str]) -> int:

@@ -276,10 +276,12 @@ def train_command(args) -> int:
         from .lora import add_lora
 
         model = add_lora(model, rank=args.lora_rank, alpha=args.lora_alpha)
+    if torch.cuda.is_available():  # one device per process, chosen before NCCL builds its communicator
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        model.to(device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-    if torch.cuda.is_available():
-        model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
     texts, sources = read_jsonl(args.data)
     train_set = TextDataset(texts, tokenizer, args.max_length, sources)
     eval_batch = None

@@ -3,7 +3,7 @@
 import torch
 
 from benchmarks import __main__ as benchmarks_main
-from benchmarks import generation, head, training_step
+from benchmarks import generation, head, syncs, training_step
 from benchmarks.common import peak_extra_memory
 from causalqwen.inference import MODES
 
@@ -94,3 +94,41 @@ def test_demo_runs_with_its_thread_count_and_restores_the_callers(tmp_path, monk
     before = torch.get_num_threads()
     assert demo.run_demo(str(tmp_path / "d"), steps=1) == 0
     assert seen == [demo.DEMO_THREADS] and torch.get_num_threads() == before
+
+
+def test_the_host_sync_counter_counts_device_reads_and_data_dependent_shapes():
+    """Each construct known to make the host wait for a device counts once; device-side work counts nothing."""
+    x = torch.arange(6.0) - 2
+    mask = x > 0
+    reads = {
+        "x[mask] = 0": lambda: x.clone().__setitem__(mask, 0.0),
+        "bool": lambda: bool(mask.any()),
+        "item": lambda: x.sum().item(),
+        "int": lambda: int(x.argmax()),
+        "tolist": lambda: x.tolist(),
+        "nonzero": lambda: mask.nonzero(),
+        "boolean indexing": lambda: x[mask],
+        "masked_select": lambda: x.masked_select(mask),
+        "unique": lambda: torch.unique(x),
+    }
+    for name, read in reads.items():
+        assert syncs.count(read).total == 1, name
+    on_device = syncs.count(lambda: (x.exp() * mask).cumsum(0).where(mask, 0.0).topk(2).values.softmax(0))
+    assert on_device.total == 0, on_device.counts
+    counted = syncs.count(lambda: [bool(mask.any()) for _ in range(3)])
+    assert counted.total == 3 and sum(counted.sites.values()) == 3
+    (site,) = counted.sites
+    assert site.startswith("tests/test_benchmarks.py:"), site
+
+
+def test_host_syncs_stay_at_the_checks_and_the_stop_test():
+    """CausalQwen's own synchronisations: the input check of a forward (and with labels the scored-row selection of
+    the fused loss), the stop test of a generation step; none in backward. Issue 19 found 17-18 and 12-14."""
+    jobs = {job.name: job for job in syncs.measure()}
+    assert jobs["its backward"].ours == 0
+    assert jobs["training forward (labels)"].ours - jobs["training forward (labels)"].qwen <= 2
+    for name, job in jobs.items():
+        if name != "training forward (labels)":
+            assert job.ours - job.qwen <= 1, (name, job)
+            assert sum(job.own_sites.values()) <= 1, (name, job.own_sites)
+    assert len(jobs) == 3 + 2 * len(MODES)
