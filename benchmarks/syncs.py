@@ -8,8 +8,8 @@ queue runs dry. Counting them needs no GPU: `HostSyncCounter` sees the same call
 * at the operator level (a ``TorchDispatchMode``): ``aten._local_scalar_dense`` (what ``bool``, ``int``,
   ``float`` and ``item`` reduce to), the data-dependent-shape operators (boolean-mask indexing included)
   and copies from a device to the CPU;
-* at the Python level (a ``TorchFunctionMode``): ``Tensor.tolist`` and ``Tensor.numpy``, which on the
-  CPU read memory without an operator.
+* at the Python level (a ``TorchFunctionMode``): ``Tensor.tolist`` and ``Tensor.numpy`` of CPU tensors,
+  which read memory without an operator where on a device they copy to the host.
 
 On CUDA the same counts can be cross-checked with ``torch.cuda.set_sync_debug_mode("warn")``.
 
@@ -90,8 +90,8 @@ class _FunctionLevel(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in SYNC_METHODS:
-            self.counter.record(name)
+        if name in SYNC_METHODS and args and isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu":
+            self.counter.record(name)  # on a device the copy it makes is counted at the operator level
         return func(*args, **(kwargs or {}))
 
 

@@ -21,6 +21,7 @@ import functools
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import cauchy
@@ -28,11 +29,16 @@ from .action import class_law, scale_floor
 from .checks import check_labels, check_positive_int, check_threshold
 from .compiled import compiled
 
-__all__ = ["fused_ovr_classification_loss", "ovr_argmax", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE", "HeadInputs",
-           "Tiling"]
+__all__ = ["fused_ovr_classification_loss", "ovr_argmax", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE",
+           "FUSED_CUDA_CHUNK_SIZE", "FUSED_CUDA_VOCAB_CHUNK_SIZE", "HeadInputs", "Tiling", "default_tiling"]
 
-FUSED_CHUNK_SIZE = 128  # rows per tile; measured by `python -m benchmarks head` (and `--tune`)
-FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile; measured likewise
+FUSED_CHUNK_SIZE = 128  # rows per tile on the CPU; measured by `python -m benchmarks head` (and `--tune`)
+FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile on the CPU; measured likewise
+# On CUDA a tile is a handful of kernel launches whatever its size, so it is sized to keep the launches few:
+# 8 x 2048 positions at V = 151936 make 4 x 19 tiles (not 128 x 149). Chosen by that count, not measured:
+# no GPU was lent while this was written. Four [4096, 8192] float32 tensors are 0.5 GiB.
+FUSED_CUDA_CHUNK_SIZE = 4096
+FUSED_CUDA_VOCAB_CHUNK_SIZE = 8192
 
 
 class HeadInputs(NamedTuple):
@@ -50,6 +56,25 @@ class Tiling(NamedTuple):
     rows: int  # chunk_size
     classes: int  # vocab_chunk_size
     scale_eps: float
+    gemm_dtype: torch.dtype | None = None  # the products' dtype under autocast; None: the working dtype
+
+
+def default_tiling(device: torch.device, scale_eps: float, chunk_size: int | None = None,
+                   vocab_chunk_size: int | None = None) -> Tiling:
+    """The tiles for inputs on ``device``: ``chunk_size`` rows by ``vocab_chunk_size`` classes where given (checked
+    to be positive integers), else the device's defaults (``FUSED_CUDA_*`` on CUDA, ``FUSED_*`` elsewhere)."""
+    cuda = torch.device(device).type == "cuda"
+    rows = (FUSED_CUDA_CHUNK_SIZE if cuda else FUSED_CHUNK_SIZE) if chunk_size is None else chunk_size
+    classes = (FUSED_CUDA_VOCAB_CHUNK_SIZE if cuda else FUSED_VOCAB_CHUNK_SIZE) if vocab_chunk_size is None else vocab_chunk_size
+    return Tiling(check_positive_int("chunk_size", rows), check_positive_int("vocab_chunk_size", classes), scale_eps)
+
+
+def autocast_gemm_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype autocast would run a matrix product of ``dtype`` operands on ``device_type`` in, or None outside
+    autocast (and for float64, which autocast leaves alone)."""
+    if dtype == torch.float64 or not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
 
 
 class _Rows(NamedTuple):
@@ -83,17 +108,42 @@ def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: b
 tile_elementwise_compiled = compiled(tile_elementwise)
 
 
-def _tile_terms(rows: _Rows, chunk: slice, weight_b, abs_weight_b, shift_b, tiling: Tiling, value: bool, grads: bool):
+def _tile_law(loc: Tensor, scale: Tensor, weight_b: Tensor, abs_weight_b: Tensor, shift_b: Tensor) -> tuple[Tensor, Tensor]:
+    r"""One tile's $(\mathrm{loc}_S - C,\ \mathrm{scale}_S)$ ``[c, b]`` in the working dtype of ``shift_b``.
+
+    In the working dtype the threshold is folded into the bias of the product (`action.class_law`). Under
+    autocast the operands come in its dtype (bfloat16, float16): the products run there, as autocast runs
+    the literal path's, and their results are widened before the shift is added, so that $C$ is not rounded
+    to a few significant digits along with them."""
+    if loc.dtype == shift_b.dtype:
+        return class_law(loc, scale, weight_b, shift_b, abs_weight_b)  # [c, b] each
+    diff = F.linear(loc, weight_b).to(shift_b.dtype) + shift_b  # [c, b]
+    return diff, F.linear(scale, abs_weight_b).to(shift_b.dtype)
+
+
+def _add_product(out: Tensor, a: Tensor, b: Tensor) -> None:
+    """``out += a @ b``, the product in ``b``'s dtype (the working one, or autocast's) and accumulated in ``out``'s."""
+    if a.dtype == b.dtype == out.dtype:
+        out.addmm_(a, b)
+    else:
+        out.add_(torch.mm(a.to(b.dtype), b))
+
+
+def _tile_terms(loc, scale, weight_b, abs_weight_b, shift_b, tiling: Tiling, value: bool, grads: bool):
     r"""The kernel on one tile: $a$ summed per row, and $\partial a/\partial \mathrm{loc}_S$, $\partial a/\partial \mathrm{scale}_S$."""
-    diff, scale_raw = class_law(rows.loc[chunk], rows.scale[chunk], weight_b, shift_b, abs_weight_b)  # [c, b] each
+    diff, scale_raw = _tile_law(loc, scale, weight_b, abs_weight_b, shift_b)  # [c, b] each
     return tile_elementwise_compiled(diff, scale_raw, tiling.scale_eps, value, grads)
 
 
 def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, tiling: Tiling, value: bool):
     r"""Every tile: the per-row sum of $a$ ``[n]`` and the gradients of $\sum_n w_n \sum_k a_{nk}$ (``[n, C]`` for the
-    decision input, ``[V, C]`` for $W$, ``[V]`` for $\mathrm{loc}_S$ summed over rows)."""
+    decision input, ``[V, C]`` for $W$, ``[V]`` for $\mathrm{loc}_S$ summed over rows).
+
+    The products run in ``tiling.gemm_dtype`` (autocast's) where it is set, everything else in the working dtype."""
     weight, n = inputs.weight, rows.loc.shape[0]
     dtype = rows.loc.dtype
+    gemm = tiling.gemm_dtype or dtype
+    loc_g, scale_g = rows.loc.to(gemm), rows.scale.to(gemm)  # [n, C]: the same tensors without autocast
     grads = any(need)
     row_loss = rows.loc.new_zeros(n) if value else None
     grad_loc = torch.zeros_like(rows.loc) if need.loc_U else None
@@ -105,7 +155,7 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
     for v0 in range(0, weight.shape[0], tiling.classes):
         block = slice(v0, v0 + tiling.classes)
         weight_b = weight[block].to(dtype)  # [b, C]
-        abs_weight_b = weight_b.abs()
+        weight_g, abs_weight_g = weight_b.to(gemm), weight_b.abs().to(gemm)
         threshold_b = inputs.threshold[block] if inputs.threshold.dim() > 0 else inputs.threshold
         shift_b = inputs.bias[block].to(dtype) - threshold_b  # loc_S - C = loc W^T + (b - C)
         if grad_weight is not None:
@@ -113,7 +163,8 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
             grad_w_abs = block_buffers[1][: weight_b.shape[0]].zero_()  # [b, C] the |W| path
         for r0 in range(0, n, tiling.rows):
             chunk = slice(r0, r0 + tiling.rows)
-            row_sums, d_loc, d_scale = _tile_terms(rows, chunk, weight_b, abs_weight_b, shift_b, tiling, value, grads)
+            row_sums, d_loc, d_scale = _tile_terms(loc_g[chunk], scale_g[chunk], weight_g, abs_weight_g, shift_b,
+                                                   tiling, value, grads)
             if value:
                 row_loss[chunk] += row_sums
             if not grads:
@@ -121,12 +172,12 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
             if row_weight is not None:
                 d_loc, d_scale = d_loc * row_weight[chunk, None], d_scale * row_weight[chunk, None]
             if grad_loc is not None:
-                grad_loc[chunk].addmm_(d_loc, weight_b)
+                _add_product(grad_loc[chunk], d_loc, weight_g)
             if grad_scale is not None:
-                grad_scale[chunk].addmm_(d_scale, abs_weight_b)
+                _add_product(grad_scale[chunk], d_scale, abs_weight_g)
             if grad_weight is not None:
-                grad_w_loc.addmm_(d_loc.t(), rows.loc[chunk])
-                grad_w_abs.addmm_(d_scale.t(), rows.scale[chunk])
+                _add_product(grad_w_loc, d_loc.t(), loc_g[chunk])
+                _add_product(grad_w_abs, d_scale.t(), scale_g[chunk])
             if grad_classes is not None:
                 grad_classes[block] += d_loc.sum(0)
         if grad_weight is not None:
@@ -171,6 +222,12 @@ def _fused_pass(inputs: HeadInputs, labels: Tensor, rows: Tensor, row_weight, ne
                 value: bool) -> tuple[Tensor | None, HeadInputs]:
     r"""The per-row loss ``[N]`` (if ``value``) and the gradients of $\sum_n w_n L_n$ for the inputs flagged in
     ``need`` ($w$ = ``row_weight`` ``[N]``, None for all ones). All arithmetic is in at least float32."""
+    with torch.autocast(inputs.loc_U.device.type, enabled=False):  # the products' dtype is tiling.gemm_dtype
+        return _fused_pass_in_working_dtype(inputs, labels, rows, row_weight, need, tiling, value)
+
+
+def _fused_pass_in_working_dtype(inputs: HeadInputs, labels: Tensor, rows: Tensor, row_weight, need: HeadInputs,
+                                 tiling: Tiling, value: bool) -> tuple[Tensor | None, HeadInputs]:
     dtype = torch.promote_types(inputs.weight.dtype, torch.float32)
     scored = _scored_rows(inputs, labels, rows, dtype, tiling.scale_eps)
     w_n = row_weight[rows].to(dtype) if row_weight is not None else None  # [n]
@@ -210,8 +267,15 @@ def ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tilin
     r"""$\arg\max_k \log P_k$ for each row of the law of $U$ ``[N, C]`` under standard inference, tile by tile:
     `DecisionHead.predict`'s token, with no ``[N, V]`` tensor beyond one tile. Ties go to the lower class id."""
     dtype = torch.promote_types(inputs.weight.dtype, torch.float32)
+    gemm = autocast_gemm_dtype(loc_U.device.type, dtype) or dtype
+    with torch.autocast(loc_U.device.type, enabled=False):
+        return _ovr_argmax(loc_U, scale_U, inputs, tiling, dtype, gemm)
+
+
+def _ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tiling, dtype, gemm) -> Tensor:
     loc = loc_U.to(dtype)  # [N, C]
     scale = scale_floor(scale_U.to(dtype) + inputs.noise_scale.to(dtype), tiling.scale_eps)  # [N, C]
+    loc_g, scale_g = loc.to(gemm), scale.to(gemm)
     best = torch.full((loc.shape[0],), torch.inf, dtype=dtype, device=loc.device)  # smallest -log P so far
     token = torch.zeros(loc.shape[0], dtype=torch.long, device=loc.device)
     for v0 in range(0, inputs.weight.shape[0], tiling.classes):
@@ -219,10 +283,10 @@ def ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tilin
         weight_b = inputs.weight[block].to(dtype)  # [b, C]
         threshold_b = inputs.threshold[block] if inputs.threshold.dim() > 0 else inputs.threshold
         shift_b = inputs.bias[block].to(dtype) - threshold_b
-        abs_weight_b = weight_b.abs()
+        weight_g, abs_weight_g = weight_b.to(gemm), weight_b.abs().to(gemm)
         for r0 in range(0, loc.shape[0], tiling.rows):
             chunk = slice(r0, r0 + tiling.rows)
-            diff, scale_raw = class_law(loc[chunk], scale[chunk], weight_b, shift_b, abs_weight_b)  # [c, b] each
+            diff, scale_raw = _tile_law(loc_g[chunk], scale_g[chunk], weight_g, abs_weight_g, shift_b)  # [c, b] each
             neg_log_p = cauchy.tail_terms(-diff, scale_floor(scale_raw, tiling.scale_eps)).value  # -log P
             value, index = neg_log_p.min(-1)  # [c]: the first of equal values, as argmax
             better = value < best[chunk]  # strictly: an earlier block keeps a tie
@@ -350,9 +414,7 @@ def fused_ovr_classification_loss(
     if labels.shape != loc_U.shape[:1]:
         raise ValueError(f"labels shape {tuple(labels.shape)} must be [N] = {tuple(loc_U.shape[:1])}")
     scored = check_labels(labels, num_classes, ignore_index)
-    tiling = Tiling(check_positive_int("chunk_size", FUSED_CHUNK_SIZE if chunk_size is None else chunk_size),
-                    check_positive_int("vocab_chunk_size", FUSED_VOCAB_CHUNK_SIZE if vocab_chunk_size is None else vocab_chunk_size),
-                    scale_eps)
+    tiling = default_tiling(loc_U.device, scale_eps, chunk_size, vocab_chunk_size)
     if reduction not in ("none", "sum"):
         raise ValueError(f'reduction must be "none" or "sum", got {reduction!r}')
     return fused_loss_unchecked(loc_U, scale_U, weight, bias, noise_scale, threshold, labels, scored, tiling, reduction)
@@ -365,6 +427,7 @@ def fused_loss_unchecked(loc_U, scale_U, weight, bias, noise_scale, threshold, l
         threshold = torch.tensor(float(threshold), dtype=loc_U.dtype, device=loc_U.device)
     rows = scored.nonzero().squeeze(-1)  # [n] the scored rows; the others never reach a GEMM (one synchronisation)
     inputs = HeadInputs(loc_U, scale_U, weight, bias, noise_scale, threshold)
+    tiling = tiling._replace(gemm_dtype=autocast_gemm_dtype(loc_U.device.type, torch.promote_types(weight.dtype, torch.float32)))
     if reduction == "none":
         return _FusedOvRLoss.apply(*inputs, labels, rows, tiling)
     need = HeadInputs(*(torch.is_grad_enabled() and x.requires_grad for x in inputs))

@@ -29,7 +29,7 @@ from transformers import initialization as init
 
 from . import cauchy, inference
 from .action import ActionNetwork, ActionOutput
-from .fused import FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, HeadInputs, Tiling, ovr_argmax
+from .fused import HeadInputs, default_tiling, ovr_argmax
 from .losses import LossParts, LossSettings, at_least_float32, fused_total, literal_total, ovr_tail_nll
 
 __all__ = ["DecisionHead", "NextTokenTargets", "next_token_targets", "Choice", "LOSS_ALGORITHMS"]
@@ -129,7 +129,7 @@ class DecisionHead(ActionNetwork):
             threshold = torch.tensor(float(threshold), device=loc_U.device)
         inputs = HeadInputs(None, None, self.classification_head.weight, self.classification_head.bias,
                             self.noise_scale, threshold)
-        return ovr_argmax(loc_U, scale_U, inputs, Tiling(FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, self.scale_eps))
+        return ovr_argmax(loc_U, scale_U, inputs, default_tiling(loc_U.device, self.scale_eps))
 
     def _argmax(self, decision: ActionOutput) -> Tensor:
         neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)

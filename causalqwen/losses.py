@@ -27,8 +27,8 @@ from torch import Tensor
 
 from . import cauchy
 from .action import ActionOutput
-from .checks import as_bool_mask, check_labels, check_positive_int, check_threshold
-from .fused import FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, Tiling, fused_loss_unchecked, fused_ovr_classification_loss
+from .checks import as_bool_mask, check_labels, check_threshold
+from .fused import Tiling, default_tiling, fused_loss_unchecked, fused_ovr_classification_loss
 
 __all__ = [
     "ovr_probability",
@@ -209,7 +209,7 @@ def fused_total(loc_U: Tensor, scale_U: Tensor, action, labels: Tensor, numeric_
                 settings: LossSettings, tiling: Tiling | None = None) -> tuple[LossParts, ActionOutput]:
     """`fused_total_loss` on checked inputs."""
     head = action.classification_head
-    tiling = tiling or Tiling(FUSED_CHUNK_SIZE, FUSED_VOCAB_CHUNK_SIZE, action.scale_eps)
+    tiling = tiling or default_tiling(loc_U.device, action.scale_eps)
     k = settings.num_token_id
     # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
     decision = action.standard(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[k])
@@ -295,7 +295,5 @@ def fused_total_loss(
     action._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))
     valid = _loss_masks(labels, action.classification_head.weight.shape[0], numeric_targets, loc_U[..., 0],
                         attention_mask, settings)
-    tiling = Tiling(check_positive_int("chunk_size", FUSED_CHUNK_SIZE if chunk_size is None else chunk_size),
-                    check_positive_int("vocab_chunk_size", FUSED_VOCAB_CHUNK_SIZE if vocab_chunk_size is None else vocab_chunk_size),
-                    action.scale_eps)
+    tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
     return fused_total(loc_U, scale_U, action, labels, numeric_targets, valid, settings, tiling)

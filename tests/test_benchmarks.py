@@ -1,5 +1,6 @@
 """The benchmarks run (on the tiny shape, one repeat): a smoke test, with no timing asserted."""
 
+import pytest
 import torch
 
 from benchmarks import __main__ as benchmarks_main
@@ -51,9 +52,28 @@ def test_peak_extra_memory_sees_a_large_allocation():
 
 
 def test_training_step_benchmark_runs_both_models_on_the_tiny_shape():
-    report, _ = training_step.run(shape="tiny", tokens=32, steps=1, rounds=1, own_process=False)
+    report, _ = training_step.run(training_step.Setting(shape="tiny", tokens=32), steps=1, rounds=1, own_process=False)
     assert "| Qwen2ForCausalLM |" in report and "| CausalQwenForCausalLM |" in report
-    assert "peak vs allowance" in report
+    assert "peak vs allowance" in report and "1 x 32 tokens" in report and "CPU" in report
+
+
+def test_training_step_benchmark_in_bfloat16_autocast_with_a_batch_in_its_own_processes(capsys):
+    """The GPU setting's code path (autocast, several rows, the child processes) on the CPU; Liger asked for
+    where it is not installed is said so, not an error."""
+    status = training_step.main(["--shape", "tiny", "--tokens", "16", "--batch", "3", "--dtype", "bfloat16",
+                                 "--steps", "1", "--rounds", "1", "--liger"])
+    report = capsys.readouterr().out
+    assert status in (0, 1) and "3 x 16 tokens" in report and "bfloat16 autocast" in report
+    assert "| CausalQwenForCausalLM |" in report
+    if not training_step.liger_available():
+        assert "`liger-kernel` is not installed" in report
+
+
+def test_training_step_benchmark_refuses_a_device_that_is_not_there(capsys):
+    bad = ["--device", "tpu"] if torch.cuda.is_available() else ["--device", "cuda"]
+    with pytest.raises(SystemExit) as exit_info:
+        training_step.main(["--shape", "tiny", *bad])
+    assert exit_info.value.code == 2 and "--device" in capsys.readouterr().err
 
 
 def test_tokenizer_benchmark_reports_every_call_shape(tmp_path):

@@ -4,6 +4,8 @@ Marked ``cuda``; skipped where no CUDA device is present (CI has none). Oracles:
 (float32, so the tolerances are those of different kernels, not of different formulas), and the literal tile.
 """
 
+import warnings
+
 import pytest
 import torch
 
@@ -72,3 +74,27 @@ def test_training_runs_on_cuda():
                     progress=False)
     assert history[-1]["train/total_loss"] < history[0]["train/total_loss"]
     assert all(p.device.type == "cuda" for p in gpu.parameters())
+
+
+def test_the_host_sync_counter_sees_every_synchronisation_cuda_reports():
+    """`benchmarks.syncs.HostSyncCounter` (which CI runs on the CPU) misses none of the synchronisations that CUDA's
+    own sync debug mode reports, for a training forward and for generation."""
+    from benchmarks import syncs
+
+    _, gpu, tokenizer = _pair()
+    batch = {k: v.cuda() for k, v in _batch(tokenizer).items()}
+    encoding = tokenizer(["The price is 12.5 yuan and", "A cup of tea costs"], padding_side="left")
+    prompt = [encoding[k].cuda() for k in ("input_ids", "numeric_values", "attention_mask")]
+    jobs = {"forward": lambda: gpu(**batch), "generate": lambda: generate(gpu, *prompt, max_new_tokens=4)}
+    for name, job in jobs.items():
+        job()  # warm-up: compiling and caching are not what is counted
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                counted = syncs.count(job)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        reported = [w for w in caught if "synchroniz" in str(w.message)]
+        assert len(reported) <= counted.total, (name, counted.counts, [str(w.message) for w in reported])

@@ -5,6 +5,8 @@ tested against SciPy in ``test_losses.py``; ``gradcheck`` checks the analytic gr
 finite differences directly.
 """
 
+import copy
+
 import pytest
 import torch
 from hypothesis import given
@@ -180,6 +182,41 @@ def test_fused_bfloat16_weights_compute_in_float32():
     assert torch.isfinite(low.classification_head.weight.grad.float()).all()
 
 
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_under_bfloat16_autocast_the_products_run_in_bfloat16_and_as_accurately_as_the_literal_path(reduction):
+    """Autocast runs the literal path's products in bfloat16; the fused path runs its tile products there too
+    (their rounding shows in the gradients) but adds the threshold and scores in float32. Against the float64
+    literal loss, its loss is at least as close as the literal path's under the same autocast, and every gradient
+    within 1.5x of the literal path's error (bfloat16 rounding of different sums: 2e-4 to 7e-3 relative here)."""
+    action, loc_U, scale_U, threshold, labels = _setup(3, 48, 32, 900, learnable=False)
+    with torch.no_grad():
+        loc_U.mul_(0.2)
+    exact = _literal(action, loc_U, scale_U, threshold, labels)
+    exact_grads = _grads(exact.sum(), _inputs(action, loc_U, scale_U, threshold))
+    action32 = copy.deepcopy(action).float()
+    loc32, scale32 = loc_U.detach().float().requires_grad_(), scale_U.detach().float().requires_grad_()
+    tensors = _inputs(action32, loc32, scale32, 5.0)
+
+    def errors(run, autocast):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = run()
+        total = loss.float().sum()
+        grads = _grads(total, tensors)
+        loss_error = abs(total.double() - exact.sum()).item() / abs(exact.sum()).item()
+        return loss, loss_error, [((g.double() - e).norm() / e.norm()).item() for g, e in zip(grads, exact_grads)]
+
+    literal, literal_loss_error, literal_errors = errors(lambda: _literal(action32, loc32, scale32, 5.0, labels), True)
+    fused, fused_loss_error, fused_errors = errors(lambda: _fused(action32, loc32, scale32, 5.0, labels,
+                                                                   reduction=reduction), True)
+    _, _, float32_errors = errors(lambda: _fused(action32, loc32, scale32, 5.0, labels, reduction=reduction), False)
+    assert fused.dtype == torch.float32 and literal.dtype == torch.bfloat16
+    assert fused_loss_error <= literal_loss_error
+    for name, ours, theirs, full in zip(NAMES, fused_errors, literal_errors, float32_errors):
+        assert ours <= 1.5 * theirs, (name, ours, theirs)
+        if name in ("loc_U", "W"):  # the bfloat16 products are really used: their rounding is visible
+            assert ours > 20 * full, (name, ours, full)
+
+
 def test_fused_rejects_bad_input():
     action, loc_U, scale_U, threshold, labels = _setup(0, 11, 6, 9, learnable=False)
     head = action.classification_head
@@ -219,3 +256,16 @@ def test_the_tiled_argmax_equals_the_literal_prediction(seed, rows, classes, per
     head = action.classification_head
     inputs = HeadInputs(None, None, head.weight.detach(), head.bias.detach(), action.noise_scale.detach(), threshold)
     assert torch.equal(ovr_argmax(loc_U.detach(), scale_U.detach(), inputs, Tiling(rows, classes, EPS)), literal)
+
+
+def test_the_default_tiles_depend_on_the_device_and_explicit_sizes_win():
+    from causalqwen import fused
+
+    cpu = fused.default_tiling(torch.device("cpu"), EPS)
+    assert (cpu.rows, cpu.classes) == (fused.FUSED_CHUNK_SIZE, fused.FUSED_VOCAB_CHUNK_SIZE)
+    cuda = fused.default_tiling(torch.device("cuda", 0), EPS)  # a device object needs no GPU
+    assert (cuda.rows, cuda.classes) == (fused.FUSED_CUDA_CHUNK_SIZE, fused.FUSED_CUDA_VOCAB_CHUNK_SIZE)
+    assert fused.default_tiling("cuda", EPS, chunk_size=3, vocab_chunk_size=5)[:2] == (3, 5)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="chunk_size"):
+            fused.default_tiling("cpu", EPS, chunk_size=bad)

@@ -193,6 +193,33 @@ def test_bfloat16_model_trains_through_the_fused_path():
     torch.testing.assert_close(losses[0], losses[1], rtol=2e-2, atol=0)
 
 
+def test_a_float32_model_under_bfloat16_autocast_trains_through_both_paths():
+    """Mixed precision as training runs it (float32 weights, bfloat16 autocast): both loss paths give a float32 loss
+    within bf16 precision of the float32 one, and float32 gradients pointing the same way."""
+    model = _causal(_qwen(seed=9)).train()
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, NUM_ID, (2, 7), generator=g)
+    ids[:, 3] = NUM_ID
+    values = torch.zeros(2, 7)
+    values[:, 3] = torch.tensor([12.5, -3.0])
+    results = {}
+    for autocast in (False, True):
+        for return_decisions in (False, True):  # fused, literal
+            model.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = model(ids, numeric_values=values, labels=ids, return_decisions=return_decisions)
+            out.loss.backward()
+            grad = model.action.classification_head.weight.grad
+            assert grad.dtype == torch.float32 and torch.isfinite(grad).all()
+            results[autocast, return_decisions] = (out.loss.detach(), grad.clone())
+    full_loss, full_grad = results[False, False]
+    for return_decisions in (False, True):
+        loss, grad = results[True, return_decisions]
+        assert loss.dtype == torch.float32
+        torch.testing.assert_close(loss, full_loss, rtol=2e-2, atol=0)
+        assert torch.nn.functional.cosine_similarity(grad.flatten(), full_grad.flatten(), dim=0) > 0.999
+
+
 def test_return_decisions_false_needs_labels():
     model = _causal(_qwen())
     with pytest.raises(ValueError, match="return_decisions=False without labels"):

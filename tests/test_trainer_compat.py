@@ -31,6 +31,25 @@ def test_trainer_trains_three_steps(tmp_path):
     assert out.to_tuple()[0] is out.loss and out.loss.dim() == 0
 
 
+def test_trainer_with_bf16_mixed_precision_trains(tmp_path):
+    """``TrainingArguments(bf16=True)``: transformers' mixed precision (autocast over float32 weights) through the
+    fused loss, whose tile products then run in bfloat16."""
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    data = TextDataset(synthetic_texts(24, seed=0), tokenizer, max_length=32)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3,
+                             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=True,
+                             remove_unused_columns=False, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data,
+                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    autocast_seen = []
+    model.model.abduction.register_forward_pre_hook(lambda *_: autocast_seen.append(torch.is_autocast_enabled("cpu")))
+    assert trainer.train().global_step == 3
+    assert autocast_seen == [True] * 3
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the weights stay float32
+
+
 def test_trainer_evaluate_reports_the_models_loss(tmp_path):
     """Trainer takes both `labels` and `numeric_labels` for labels (forward arguments named *label*); the collated
     batches carry both, so `evaluate()` reports an `eval_loss`: the model's own loss on the batch."""
