@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from transformers import Trainer, TrainerCallback
 
 from .cauchy import kl_divergence
+from .losses import at_least_float32
 from .lora import base_reference, is_peft_model
 
 __all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrainer", "dual_ascent"]
@@ -59,13 +60,15 @@ def u_divergence(loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_
 
     ``[B, S, C]`` four times and a ``[B, S]`` mask (all positions when None). The mean $\bar D$ is
     ``sum / count``; the two are returned apart so that several processes can add them up first.
-    ``checked=False`` skips `kl_divergence`'s input checks (for laws that are valid by construction).
+    ``checked=False`` skips `kl_divergence`'s input checks (for laws that are valid by construction). The
+    divergence is computed in at least float32 (the laws come in bfloat16 under autocast).
     """
-    per_position = kl_divergence(loc_U, scale_U, base_loc_U, base_scale_U, checked=checked).sum(-1)  # [B, S]
+    laws = (at_least_float32(t) for t in (loc_U, scale_U, base_loc_U, base_scale_U))  # bf16 under autocast
+    per_position = kl_divergence(*laws, checked=checked).sum(-1)  # [B, S]
     if mask is None:
         return per_position.sum(), torch.tensor(per_position.numel(), device=per_position.device)
     mask = mask.bool()
-    return per_position[mask].sum(), mask.sum()
+    return torch.where(mask, per_position, 0.0).sum(), mask.sum()  # no boolean indexing: no host synchronisation
 
 
 def dual_ascent(multiplier: float, divergence: float, max_divergence: float, dual_lr: float) -> float:

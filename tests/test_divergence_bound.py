@@ -57,6 +57,18 @@ def test_u_divergence_sums_components_and_averages_masked_positions():
     np.testing.assert_allclose(float(total_all), _kl64(lp, sp, lq, sq).sum(), rtol=1e-12)
 
 
+def test_u_divergence_of_bfloat16_laws_is_computed_in_float32():
+    """Under autocast the laws of U come in bfloat16; the divergence of those very values is computed in float32."""
+    rng = np.random.default_rng(1)
+    shape = (3, 4, 6)
+    laws = [torch.tensor(a, dtype=torch.bfloat16) for a in (rng.normal(0, 3, shape), np.exp(rng.normal(0, 1, shape)),
+                                                            rng.normal(0, 3, shape), np.exp(rng.normal(0, 1, shape)))]
+    total, _ = u_divergence(*laws)
+    assert total.dtype == torch.float32
+    expected = _kl64(*(law.double().numpy() for law in laws)).sum()
+    np.testing.assert_allclose(float(total), expected, rtol=1e-5)
+
+
 def test_sum_over_components_is_the_kl_of_the_joint_law_monte_carlo():
     """KL of the product of C independent Cauchy laws = E_p[log p(U) - log q(U)], estimated with 200k joint draws."""
     rng = np.random.default_rng(1)
