@@ -32,7 +32,7 @@ from .compiled import compiled
 __all__ = ["fused_ovr_classification_loss", "ovr_argmax", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE",
            "FUSED_CUDA_CHUNK_SIZE", "FUSED_CUDA_VOCAB_CHUNK_SIZE", "HeadInputs", "Tiling", "default_tiling"]
 
-FUSED_CHUNK_SIZE = 128  # rows per tile on the CPU; measured by `python -m benchmarks head` (and `--tune`)
+FUSED_CHUNK_SIZE = 512  # rows per tile on the CPU; measured by `python -m benchmarks head` (and `--tune`)
 FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile on the CPU; measured likewise
 # On CUDA a tile is a handful of kernel launches whatever its size, so it is sized to keep the launches few:
 # 8 x 2048 positions at V = 151936 make 4 x 19 tiles (not 128 x 149). Chosen by that count, not measured:
@@ -121,12 +121,14 @@ def _tile_law(loc: Tensor, scale: Tensor, weight_b: Tensor, abs_weight_b: Tensor
     return diff, F.linear(scale, abs_weight_b).to(shift_b.dtype)
 
 
-def _add_product(out: Tensor, a: Tensor, b: Tensor) -> None:
-    """``out += a @ b``, the product in ``b``'s dtype (the working one, or autocast's) and accumulated in ``out``'s."""
+def _add_product(out: Tensor, a: Tensor, b: Tensor, accumulate: bool = True) -> None:
+    """``out += a @ b`` (``out = a @ b`` without ``accumulate``), the product in ``b``'s dtype (the working one, or
+    autocast's) and accumulated in ``out``'s."""
     if a.dtype == b.dtype == out.dtype:
-        out.addmm_(a, b)
+        out.addmm_(a, b) if accumulate else torch.mm(a, b, out=out)
     else:
-        out.add_(torch.mm(a.to(b.dtype), b))
+        product = torch.mm(a.to(b.dtype), b)
+        out.add_(product) if accumulate else out.copy_(product)
 
 
 def _tile_terms(loc, scale, weight_b, abs_weight_b, shift_b, tiling: Tiling, value: bool, grads: bool):
@@ -148,7 +150,8 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
     row_loss = rows.loc.new_zeros(n) if value else None
     grad_loc = torch.zeros_like(rows.loc) if need.loc_U else None
     grad_scale = torch.zeros_like(rows.loc) if (need.scale_U or need.noise_scale) else None
-    grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if need.weight else None
+    # every block writes its own rows of the weight gradient (unless no row is scored): no [V, C] zeroing pass
+    grad_weight = (torch.empty if n else torch.zeros)(weight.shape, dtype=dtype, device=weight.device) if need.weight else None
     grad_classes = torch.zeros(weight.shape[0], dtype=dtype, device=weight.device) if (need.bias or need.threshold) else None
     if grad_weight is not None:  # reused by every block, so that their pages are touched once
         block_buffers = torch.empty(2, min(tiling.classes, weight.shape[0]), weight.shape[1], dtype=dtype, device=weight.device)
@@ -158,9 +161,9 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
         weight_g, abs_weight_g = weight_b.to(gemm), weight_b.abs().to(gemm)
         threshold_b = inputs.threshold[block] if inputs.threshold.dim() > 0 else inputs.threshold
         shift_b = inputs.bias[block].to(dtype) - threshold_b  # loc_S - C = loc W^T + (b - C)
-        if grad_weight is not None:
-            grad_w_loc = block_buffers[0][: weight_b.shape[0]].zero_()  # [b, C] the W path
-            grad_w_abs = block_buffers[1][: weight_b.shape[0]].zero_()  # [b, C] the |W| path
+        if grad_weight is not None:  # written by the first row chunk's products, accumulated by the others
+            grad_w_loc = block_buffers[0][: weight_b.shape[0]]  # [b, C] the W path
+            grad_w_abs = block_buffers[1][: weight_b.shape[0]]  # [b, C] the |W| path
         for r0 in range(0, n, tiling.rows):
             chunk = slice(r0, r0 + tiling.rows)
             row_sums, d_loc, d_scale = _tile_terms(loc_g[chunk], scale_g[chunk], weight_g, abs_weight_g, shift_b,
@@ -176,12 +179,12 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
             if grad_scale is not None:
                 _add_product(grad_scale[chunk], d_scale, abs_weight_g)
             if grad_weight is not None:
-                _add_product(grad_w_loc, d_loc.t(), loc_g[chunk])
-                _add_product(grad_w_abs, d_scale.t(), scale_g[chunk])
+                _add_product(grad_w_loc, d_loc.t(), loc_g[chunk], accumulate=r0 > 0)
+                _add_product(grad_w_abs, d_scale.t(), scale_g[chunk], accumulate=r0 > 0)
             if grad_classes is not None:
                 grad_classes[block] += d_loc.sum(0)
-        if grad_weight is not None:
-            grad_weight[block] = grad_w_loc.addcmul_(grad_w_abs, weight_b.sign())  # d|W|/dW = sign(W)
+        if grad_weight is not None and n:
+            torch.addcmul(grad_w_loc, grad_w_abs, weight_b.sign(), out=grad_weight[block])  # d|W|/dW = sign(W)
     return row_loss, HeadInputs(grad_loc, grad_scale, grad_weight, grad_classes, None, None)
 
 

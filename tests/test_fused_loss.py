@@ -269,3 +269,15 @@ def test_the_default_tiles_depend_on_the_device_and_explicit_sizes_win():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="chunk_size"):
             fused.default_tiling("cpu", EPS, chunk_size=bad)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_no_scored_row_gives_zero_loss_and_zero_gradients(reduction):
+    """With every label ignored no tile runs: the loss and every gradient are exact zeros, never uninitialised memory."""
+    action, loc_U, scale_U, threshold, labels = _setup(4, 5, 3, 7, learnable=True, dtype=torch.float32,
+                                                       ignored=range(5))
+    for _ in range(2):  # the second call would see whatever memory the first one freed
+        loss = _fused(action, loc_U, scale_U, threshold, labels, reduction=reduction)
+        assert bool((loss == 0).all())
+        for name, grad in zip(NAMES, _grads(loss.sum(), _inputs(action, loc_U, scale_U, threshold))):
+            assert grad is None or bool((grad == 0).all()), name
