@@ -10,6 +10,10 @@ one loop over the tile. The literal function stays the readable specification an
   reason and runs the literal function from then on;
 * inside a region that is itself being compiled (``torch.compile`` of a whole training step), the literal
   function is called, so that the outer compilation sees through it;
+* under a Python tensor mode (a ``TorchDispatchMode`` or a ``TorchFunctionMode``, other than the one
+  ``with torch.device(...)`` installs: tracers, counters, fake tensors), the literal function is called too:
+  the mode is there to see the operations, and compiling beneath it is fragile (torch 2.13 can fail to
+  recompile under a function mode after compiling under a dispatch mode);
 * the environment variable ``CAUSALQWEN_COMPILE=0`` (read at each call) turns compilation off: the literal
   function runs everywhere, for debugging or for a comparison.
 
@@ -27,12 +31,22 @@ import warnings
 from collections.abc import Callable
 
 import torch
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._device import DeviceContext
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 __all__ = ["COMPILE_ENV", "compiled", "compile_enabled"]
 
 logger = logging.getLogger(__name__)
 
 COMPILE_ENV = "CAUSALQWEN_COMPILE"
+
+
+def _tensor_mode_active() -> bool:
+    """Whether a Python dispatch mode, or a function mode other than ``torch.device``'s, is active."""
+    if _get_current_dispatch_mode_stack():
+        return True
+    return any(not isinstance(mode, DeviceContext) for mode in _get_current_function_mode_stack())
 
 
 def compile_enabled() -> bool:
@@ -50,7 +64,7 @@ class _Compiled:
         functools.update_wrapper(self, function)
 
     def __call__(self, *args, **kwargs):
-        if self.failure is not None or not compile_enabled() or torch.compiler.is_compiling():
+        if self.failure is not None or not compile_enabled() or torch.compiler.is_compiling() or _tensor_mode_active():
             return self.function(*args, **kwargs)
         if self._compiled is None:
             self._compiled = torch.compile(self.function, dynamic=True)

@@ -98,6 +98,47 @@ def test_a_kernel_that_cannot_compile_falls_back_with_one_warning():
     assert len(calls) == 2
 
 
+def test_under_a_tensor_mode_the_literal_function_runs_and_nothing_is_marked_failed():
+    """A dispatch or function mode (a tracer, a sync counter) sees the literal operations; compiling beneath it is
+    not attempted (in torch 2.13 it can fail after a compile under another mode) and not recorded as a failure.
+    ``with torch.device(...)`` is a function mode too, and does not count."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Functions(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Operators(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    ran = []
+    kernel = compiled(lambda x: ran.append("literal") or x * 2)
+    kernel._compiled = lambda x: ran.append("compiled") or x * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for mode in (Operators, Functions, Operators):
+            with mode():
+                assert torch.equal(kernel(torch.ones(2)), torch.full((2,), 2.0))
+        with torch.device("cpu"):
+            kernel(torch.ones(2))
+        kernel(torch.ones(2))
+    assert ran == ["literal"] * 3 + ["compiled"] * 2 and kernel.failure is None
+
+    # the real tile, in the order that made torch 2.13 fail: under a dispatch mode, then under a function mode
+    tile = compiled(fused.tile_elementwise)
+    diff, scale = torch.randn(16, 32) * 50, torch.rand(16, 32) * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for mode in (Operators, Functions):
+            with mode():
+                got = tile(diff, scale, 1e-6, True, True)
+            for a, b in zip(got, fused.tile_elementwise(diff, scale, 1e-6, True, True)):
+                assert torch.equal(a, b)
+    assert tile.failure is None
+
+
 def _raising(*args, **kwargs):
     raise RuntimeError("no C++ compiler found\nmore detail")
 
