@@ -58,6 +58,13 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
+def write_report(path: str | None, report: str) -> None:
+    """Write a benchmark's markdown report to ``path`` (``--out``), ending in one newline; nothing when None."""
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(report.rstrip("\n") + "\n")
+
+
 def status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:

@@ -25,7 +25,7 @@ import torch
 
 from causalqwen.demo import DEMO_THREADS
 
-from .common import machine, markdown_table
+from .common import machine, markdown_table, write_report
 
 WORKLOADS = ("demo", "head")
 GOAL_SLOWDOWN = 2.0
@@ -128,7 +128,5 @@ def main(argv: list[str]) -> int:
         return 0
     report, ok = run(tuple(args.workload), args.busy)
     print(report)
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(report)
+    write_report(args.out, report)
     return 0 if ok else 1

@@ -19,7 +19,7 @@ from causalqwen.divergence import DivergenceBound
 from causalqwen.lora import add_lora
 from causalqwen.training import TrainingConfig, _forward_backward, parameter_groups, set_trainable
 
-from .common import build_qwen, interleaved_medians, machine, markdown_table, SHAPES
+from .common import SHAPES, build_qwen, interleaved_medians, machine, markdown_table, write_report
 
 PRESETS = ("causal", "abduction", "all", "lora")
 
@@ -84,7 +84,5 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     report = run(args.shape, args.tokens, args.repeats)
     print(report)
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(report)
+    write_report(args.out, report)
     return 0

@@ -25,7 +25,7 @@ import torch
 from causalqwen import CausalQwenForCausalLM, generate
 from causalqwen.inference import MODES
 
-from .common import build_qwen, interleaved_medians, machine, markdown_table
+from .common import build_qwen, interleaved_medians, machine, markdown_table, write_report
 
 GOAL_CONTEXT_RATIO = 1.5
 GOAL_SPEED_RATIO = 0.75
@@ -121,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report, ok = run(args.shape, args.new_tokens, args.repeats, long=args.long)
     print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(report + "\n")
+    write_report(args.out, report)
     print("\nall goals met" if ok else "\nSOME GOALS NOT MET")
     return 0 if ok else 1

@@ -40,7 +40,7 @@ from causalqwen.action import ActionNetwork
 from causalqwen.compiled import COMPILE_ENV
 from causalqwen.losses import fused_ovr_classification_loss, ovr_classification_loss
 
-from .common import interleaved_medians, machine, markdown_table, peak_extra_memory
+from .common import interleaved_medians, machine, markdown_table, peak_extra_memory, write_report
 
 VARIANTS = ("floor", "literal", "fused", "fused_sum", "fused_eager", "fused_sum_eager")
 GOAL_FLOOR_RATIO = {"fused": 1.3, "fused_sum": 1.15}  # the compiled tiles; the eager ones are shown beside them
@@ -213,7 +213,5 @@ def main(argv: list[str]) -> int:
     else:
         report, ok = run(tuple(args.n), args.hidden, args.vocab, args.repeats)
     print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report)
+    write_report(args.out, report)
     return 0 if ok else 1

@@ -38,7 +38,7 @@ from causalqwen import generate
 from causalqwen.inference import MODES
 from causalqwen.tiny import build_tiny_causal_lm
 
-from .common import machine, markdown_table
+from .common import machine, markdown_table, write_report
 
 PROMPTS = ["the price of tea rose by 12.5 percent to 3.40 dollars and", "on day 3 we counted 41 birds", "hello"]
 
@@ -193,8 +193,8 @@ def measure() -> list[Job]:
     return jobs
 
 
-def run() -> tuple[str, bool]:
-    """Measure; return the markdown report (there is no goal, so the second value is always True)."""
+def run() -> str:
+    """Measure; return the markdown report (there is no goal)."""
     rows = [[job.name, f"{job.ours:g}", f"{job.qwen:g}", f"{job.ours - job.qwen:+g}",
              ", ".join(f"`{site}`" + (f" x{n:g}" if n != 1 else "") for site, n in job.own_sites.items()) or "none"]
             for job in measure()]
@@ -207,7 +207,7 @@ def run() -> tuple[str, bool]:
         "count is transformers' own (its attention-mask construction, its generation loop's stop test).",
         table,
     ])
-    return report, True
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,9 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="also write the markdown report to this file")
     args = parser.parse_args(argv)
-    report, ok = run()
+    report = run()
     print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(report + "\n")
-    return 0 if ok else 1
+    write_report(args.out, report)
+    return 0

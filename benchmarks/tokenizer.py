@@ -27,7 +27,7 @@ from causalqwen.data import synthetic_texts
 from causalqwen.tiny import build_tiny_tokenizer
 from causalqwen.tokenization import NumericTokenizer
 
-from .common import interleaved_medians, machine, markdown_table
+from .common import interleaved_medians, machine, markdown_table, write_report
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_text.txt"
 GOAL = 0.75
@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab = "qwen2.5" if qwen_tiktoken_path() is not None else "tiny"
     report, met = run(vocab, args.megabytes, args.batch, args.repeats)
     print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
+    write_report(args.out, report)
     if not met:
         print("SOME GOALS NOT MET", file=sys.stdout)
     return 0 if met else 1

@@ -42,7 +42,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
 
-from .common import SHAPES, machine, markdown_table, status_kib
+from .common import SHAPES, machine, markdown_table, status_kib, write_report
 
 MODELS = ("qwen2", "causalqwen")
 LIGER = "qwen2+liger"
@@ -59,13 +59,12 @@ def build(model: str, shape: str, seed: int = 0):
     """A randomly initialised model of the named shape, in training mode."""
     settings = dict(SHAPES[shape], tie_word_embeddings=True, max_position_embeddings=4096)
     torch.manual_seed(seed)
-    if model == "qwen2":
-        return Qwen2ForCausalLM(Qwen2Config(**settings)).train()
     if model == LIGER:  # patches Qwen2ForCausalLM.forward in this (child) process only
         from liger_kernel.transformers import apply_liger_kernel_to_qwen2
 
         apply_liger_kernel_to_qwen2(rope=False, rms_norm=False, swiglu=False, cross_entropy=False,
                                     fused_linear_cross_entropy=True)
+    if model in ("qwen2", LIGER):
         return Qwen2ForCausalLM(Qwen2Config(**settings)).train()
     if model == "causalqwen":
         settings["tie_word_embeddings"] = False  # W_cls is its own parameter (decision D7)
@@ -226,7 +225,5 @@ def main(argv: list[str]) -> int:
         return 0
     report, ok = run(setting, args.steps, args.rounds, liger=args.liger)
     print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report)
+    write_report(args.out, report)
     return 0 if ok else 1
