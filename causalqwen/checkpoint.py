@@ -14,6 +14,10 @@ state come in:
 - **Complete and well-typed.** After loading, every tensor of the model must come from the
   checkpoint, with its shape, a floating-point dtype for a floating-point parameter, and finite
   values (`state_problems`).
+- **One value check.** Every loader (``from_pretrained``, `load_weights_strictly`, `load_training_state`,
+  ``load_lora``, ``load_abduction``, the divergence bound's reference) applies `value_problem` to each
+  tensor: floating point where a float belongs (never cast from an integer), and finite *in the dtype it
+  is loaded into* -- a float64 1e300 is finite in the file but inf in a float32 parameter.
 - **Training state without pickle.** The optimizer's tensors and the RNG states are written to
   ``training_state.safetensors``, everything else to ``trainer_state.json``
   (`save_training_state`, `load_training_state`), and every file is fsynced before the
@@ -26,6 +30,7 @@ setting that does not fit) whose message names the file and the tensor or field.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -37,6 +42,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .rundir import check_write_targets, open_for_writing
+
 __all__ = [
     "check_local_source",
     "SAFE_WEIGHTS",
@@ -47,6 +54,7 @@ __all__ = [
     "header_shapes",
     "check_sizes_against_headers",
     "expected_state_shapes",
+    "value_problem",
     "state_problems",
     "load_weights_strictly",
     "save_training_state",
@@ -55,15 +63,50 @@ __all__ = [
     "fsync_directory",
 ]
 
+# The JSON files of a model or tokenizer directory that the loaders read; `check_local_source` parses those present.
+SOURCE_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                     "special_tokens_map.json", "added_tokens.json", "vocab.json")
+_checked_json: dict[tuple, None] = {}  # (path, size, mtime) of files found valid, so that each is parsed once
+
+
+def _check_json_file(file: str) -> None:
+    """``OSError`` naming ``file`` unless it is UTF-8 JSON that Python reads (with the line and column, or the
+    byte, of the first fault)."""
+    stat = os.stat(file)
+    key = (os.path.realpath(file), stat.st_size, stat.st_mtime_ns)
+    if key in _checked_json:
+        return
+    with open(file, "rb") as handle:
+        data = handle.read()
+    try:
+        json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise OSError(f"{file!r} is not UTF-8 text (invalid byte {data[error.start]:#04x} at offset {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise OSError(f"{file!r} is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})") from None
+    except RecursionError:
+        raise OSError(f"{file!r} cannot be read: the JSON is nested too deeply") from None
+    except ValueError as error:  # a number Python does not convert (an integer beyond its digit limit)
+        raise OSError(f"{file!r} cannot be read: {' '.join(str(error).split())}") from None
+    _checked_json[key] = None
+
+
 def check_local_source(source, what: str) -> None:
-    """An ``OSError`` naming ``source`` when it is meant as a local directory and there is none.
+    """An ``OSError`` naming ``source`` when it is meant as a local directory and there is none, or when a
+    JSON file of that directory is corrupt.
 
     ``source`` (a path, or a string for a path or a hub id) is taken for a local path when it is an
-    ``os.PathLike``, absolute, starts with ``.`` or ``~``, cannot be a hub id (``a/b/c``, spaces), or
-    its first component is a local directory (``runs/missing`` next to ``runs/``). Such a source that is
-    not a directory never reaches the hub, where it would cost network retries and an error about the
-    hub instead of the path. A string of the form ``name`` or ``org/name`` with no such directory is
-    left to the loader (a hub id, possibly in the local cache).
+    ``os.PathLike``, absolute, starts with ``.`` or ``~``, has no ``/`` (``model_nope``: a hub id has the
+    form ``owner/name``), cannot be a hub id (``a/b/c``, spaces), or its first component is a local
+    directory (``runs/missing`` next to ``runs/``). Such a source that is not a directory never reaches
+    the hub, where it would cost network retries and an error about the hub instead of the path. A
+    string ``owner/name`` with no such directory is left to the loader: a hub id, read from the local
+    Hugging Face cache or downloaded; with ``HF_HUB_OFFLINE=1`` one that is not in the cache is an
+    ``OSError`` here, naming it.
+
+    For an existing directory, each of `SOURCE_JSON_FILES` present there is parsed (once per version
+    of the file), so that a corrupt ``tokenizer.json`` or ``config.json`` is named with its line and
+    column, rather than reported by a loader that names only the directory.
     """
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -71,17 +114,31 @@ def check_local_source(source, what: str) -> None:
     text = os.fspath(source)
     expanded = os.path.expanduser(text)
     if os.path.isdir(expanded):
+        for name in SOURCE_JSON_FILES:
+            if os.path.isfile(os.path.join(expanded, name)):
+                _check_json_file(os.path.join(text, name))
         return
+    slashed = text.replace(os.sep, "/")
     local = isinstance(source, os.PathLike) or os.path.isabs(text) or text.startswith((".", "~"))
+    hint = ""
+    if not local and "/" not in slashed:
+        local, hint = True, " (a hub id has the form owner/name, e.g. Qwen/Qwen2.5-0.5B)"
     if not local:
         try:
             validate_repo_id(text)
         except HFValidationError:
             local = True
-    head = text.replace(os.sep, "/").split("/")[0]
-    if local or ("/" in text.replace(os.sep, "/") and os.path.isdir(head)):
-        where = "exists but is not a directory" if os.path.exists(expanded) else "does not exist"
+    head = slashed.split("/")[0]
+    if local or ("/" in slashed and os.path.isdir(head)):
+        where = "exists but is not a directory" if os.path.exists(expanded) else f"does not exist{hint}"
         raise OSError(f"{what} directory {text!r} {where}")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE and not any(  # offline: a hub id must be in the cache; say so without a lookup
+        isinstance(try_to_load_from_cache(text, name), str) for name in ("config.json", "tokenizer_config.json")
+    ):
+        raise OSError(f"{what} {text!r} is no local directory and, with HF_HUB_OFFLINE=1, not in the local "
+                      "Hugging Face cache either")
 
 
 SAFE_WEIGHTS = "model.safetensors"
@@ -91,6 +148,9 @@ PICKLED_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "training_
 TRAINING_TENSORS = "training_state.safetensors"
 TRAINING_JSON = "trainer_state.json"
 TRAINING_FORMAT = 1
+# The RNG states of a training state, with the dtypes they are saved in; optimizer states that must be >= 0.
+_RNG_TENSORS = {"rng.torch": torch.uint8, "rng.eval": torch.uint8, "rng.numpy": torch.int64}
+_NON_NEGATIVE_STATE = ("step", "exp_avg_sq", "max_exp_avg_sq")
 
 
 # =============================================================================================
@@ -243,13 +303,39 @@ def _dtype_problems(shapes: dict, model: nn.Module, name_file: bool = True) -> l
     ]
 
 
+def value_problem(name: str, tensor: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """What keeps ``tensor``, read from a file, from becoming a floating-point tensor of ``dtype`` with the same
+    values (None: nothing). The one value check of every loader (`from_pretrained` applies it to the loaded
+    model, the other loaders to each tensor before it is copied anywhere):
+
+    - floating point: an integer or boolean tensor where a float belongs is refused, never cast;
+    - finite *in* ``dtype``: NaN and ±inf are refused, and so is a value beyond ``dtype``'s range, which is
+      finite in the file (a float64 1e300) but becomes ±inf once cast (a float32 parameter).
+
+    Values too small for ``dtype`` round towards zero, as any narrowing cast rounds; they are not refused.
+    """
+    if not tensor.dtype.is_floating_point:
+        return f"{name} is stored as {tensor.dtype}, not a floating-point tensor"
+    if tensor.device.type == "meta":
+        return None
+    if not bool(torch.isfinite(tensor).all()):
+        return f"{name} holds NaN or ±inf values"
+    if not dtype.is_floating_point:
+        raise TypeError(f"value_problem: {name} is checked against {dtype}, which is not a floating-point dtype")
+    if torch.finfo(tensor.dtype).max > torch.finfo(dtype).max:
+        largest = float(tensor.detach().abs().max()) if tensor.numel() else 0.0
+        if largest > torch.finfo(dtype).max:
+            return (f"{name} holds {largest:.3g}, beyond the range of {str(dtype).replace('torch.', '')} "
+                    f"(largest {torch.finfo(dtype).max:.3g}): it would become ±inf")
+    return None
+
+
 def state_problems(shapes: dict, model: nn.Module) -> list[str]:
     """Problems of a loaded ``model`` against its weight files' headers ``shapes``: wrong dtypes
-    (`_dtype_problems`) and non-finite values."""
+    (`_dtype_problems`) and values that are not finite in the model (`value_problem`)."""
     return _dtype_problems(shapes, model) + [
-        f"{name} holds NaN or ±inf values"
-        for name, tensor in model.state_dict().items()
-        if tensor.dtype.is_floating_point and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
+        problem for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point
+        if (problem := value_problem(name, tensor, tensor.dtype)) is not None
     ]
 
 
@@ -258,12 +344,13 @@ def load_weights_strictly(model: nn.Module, file: str) -> None:
     with its shape, a floating dtype where the model's is floating, finite -- all checked before the
     model is touched. ``OSError`` naming ``file``."""
     stored = header_shapes([file])
-    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    own = model.state_dict()
+    expected = {name: tuple(tensor.shape) for name, tensor in own.items()}
     problems = shape_problems(expected, stored) or _dtype_problems(stored, model, name_file=False)  # named below
     if not problems:
         state = load_file(file)
-        problems = [f"{name} holds NaN or ±inf values" for name, tensor in state.items()
-                    if tensor.dtype.is_floating_point and not bool(torch.isfinite(tensor).all())]
+        problems = [problem for name, tensor in state.items() if own[name].dtype.is_floating_point
+                    if (problem := value_problem(name, tensor, own[name].dtype)) is not None]
     if problems:
         raise OSError(f"the weights {file!r} do not fit the model: " + "; ".join(problems))
     model.load_state_dict(state, strict=True)
@@ -292,6 +379,7 @@ def save_training_state(directory: str, *, step: int, optimizer, scheduler, eval
     tensors["rng.torch"] = torch.get_rng_state()
     tensors["rng.numpy"] = torch.from_numpy(np_state[1].astype(np.int64))
     tensors["rng.eval"] = eval_generator.get_state()
+    check_write_targets(directory, (TRAINING_TENSORS, TRAINING_JSON))  # save_file follows links: not here
     save_file(tensors, os.path.join(directory, TRAINING_TENSORS))
     record = {
         "format": TRAINING_FORMAT,
@@ -302,8 +390,45 @@ def save_training_state(directory: str, *, step: int, optimizer, scheduler, eval
         "rng_python": random.getstate(),
         "rng_numpy": [np_state[0], *np_state[2:]],  # name, position, has_gauss, cached_gaussian
     }
-    with open(os.path.join(directory, TRAINING_JSON), "w", encoding="utf-8") as handle:
+    with open_for_writing(os.path.join(directory, TRAINING_JSON)) as handle:
         json.dump(record, handle, allow_nan=False)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number a training state may hold (only finite numbers)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond the range of a float (only finite numbers)")
+    return value
+
+
+def _kind_problems(saved, current, where: str) -> list[str]:
+    """Where ``saved`` (read from JSON) differs in structure from ``current`` (what this run would write): each
+    dict with the same keys, each list of the same length, each value of the same JSON kind (a number for a
+    number, a bool for a bool, null for null). The values themselves may differ."""
+    def kind(value):
+        if value is None or isinstance(value, (bool, str)):
+            return type(value).__name__
+        if isinstance(value, (int, float)):
+            return "number"
+        if isinstance(value, (list, tuple)):
+            return "list"
+        return "object" if isinstance(value, dict) else type(value).__name__
+
+    if kind(saved) != kind(current):
+        return [f"{where} is a {kind(saved)}, this run's is a {kind(current)}"]
+    if isinstance(current, dict):
+        if set(saved) != set(current):
+            return [f"{where} has the keys {sorted(saved)}, this run's has {sorted(current)}"]
+        return [problem for key in sorted(current) for problem in _kind_problems(saved[key], current[key], f"{where}.{key}")]
+    if isinstance(current, (list, tuple)):
+        if len(saved) != len(current):
+            return [f"{where} has {len(saved)} entries, this run's has {len(current)}"]
+        return [problem for i, (a, b) in enumerate(zip(saved, current)) for problem in _kind_problems(a, b, f"{where}[{i}]")]
+    return []
 
 
 def read_training_record(directory: str) -> dict:
@@ -319,7 +444,7 @@ def read_training_record(directory: str) -> dict:
         raise OSError(f"the checkpoint {directory!r} has no {TRAINING_JSON}")
     try:
         with open(path, encoding="utf-8") as handle:
-            record = json.load(handle)
+            record = json.load(handle, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, UnicodeDecodeError) as error:
         raise OSError(f"{path!r} is not valid JSON: {error}") from error
     if not isinstance(record, dict) or record.get("format") != TRAINING_FORMAT:
@@ -331,8 +456,18 @@ def read_training_record(directory: str) -> dict:
 
 
 def load_training_state(directory: str, *, optimizer, scheduler, eval_generator, record: dict) -> None:
-    """Restore what `save_training_state` wrote, after checking every tensor against the optimizer's
-    parameters (shape, floating dtype, finite). ``OSError`` naming the file and the tensor."""
+    """Restore what `save_training_state` wrote, after checking every tensor. ``OSError`` naming the file and
+    the tensor.
+
+    - ``optimizer.<i>.<name>``: ``<i>`` one of the optimizer's parameters, the shape of that parameter (a
+      scalar for ``step``), and `value_problem` against the dtype it takes once loaded (the parameter's; a
+      ``step`` stays as stored, checked against float32): floating point and finite there. A ``step``
+      and the second moments (``exp_avg_sq``, ``max_exp_avg_sq``) must be >= 0: AdamW takes their square
+      root, so a negative one would turn the parameters into NaN at the next step.
+    - ``rng.torch``, ``rng.eval``: the uint8 vectors ``torch.get_rng_state()`` gives (any other dtype would be
+      cast into other bytes); ``rng.numpy``: 624 int64 values in $[0, 2^{32})$ (numpy's uint32 key).
+    - nothing else: a tensor this version does not write is refused, not ignored.
+    """
     file = os.path.join(directory, TRAINING_TENSORS)
     json_file = os.path.join(directory, TRAINING_JSON)
     check_readable(file)
@@ -342,6 +477,8 @@ def load_training_state(directory: str, *, optimizer, scheduler, eval_generator,
     state, problems = {}, []
     for key, tensor in tensors.items():
         if not key.startswith("optimizer."):
+            if key not in _RNG_TENSORS:
+                problems.append(f"{key} is not a tensor of a causalqwen training state")
             continue
         parts = key.split(".")
         if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(params):
@@ -351,17 +488,31 @@ def load_training_state(directory: str, *, optimizer, scheduler, eval_generator,
         wanted = () if name == "step" else tuple(params[index].shape)
         if tuple(tensor.shape) != wanted:
             problems.append(f"{key} has shape {tuple(tensor.shape)}, the parameter needs {wanted}")
-        elif not tensor.dtype.is_floating_point:
-            problems.append(f"{key} is stored as {tensor.dtype}, not a floating-point tensor")
-        elif not bool(torch.isfinite(tensor).all()):
-            problems.append(f"{key} holds NaN or ±inf values")
+        elif (problem := value_problem(key, tensor, torch.float32 if name == "step" else params[index].dtype)):
+            problems.append(problem)
+        elif name in _NON_NEGATIVE_STATE and bool((tensor < 0).any()):
+            problems.append(f"{key} holds negative values (AdamW would turn them into NaN: it takes square roots)")
         state.setdefault(index, {})[name] = tensor
+    if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):  # AdamW keeps these for every parameter it has seen
+        wanted = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if any(
+            group.get("amsgrad") for group in optimizer.param_groups) else set())
+        problems += [f"optimizer.{index} holds {sorted(names)}, AdamW keeps {sorted(wanted)}"
+                     for index, names in sorted((i, set(s)) for i, s in state.items()) if names != wanted]
     for name, size in (("rng.torch", torch.get_rng_state().numel()), ("rng.eval", eval_generator.get_state().numel()),
                        ("rng.numpy", 624)):
         if name not in tensors or tuple(tensors[name].shape) != (size,):
             problems.append(f"{name} is missing or not a vector of {size} values")
+        elif tensors[name].dtype != _RNG_TENSORS[name]:
+            problems.append(f"{name} is stored as {tensors[name].dtype}, not {_RNG_TENSORS[name]} (as the state is saved)")
+        elif name == "rng.numpy" and not bool(((tensors[name] >= 0) & (tensors[name] < 2**32)).all()):
+            problems.append(f"{name} holds values outside [0, 2**32) (numpy's key is 32-bit)")
     if problems:
         raise OSError(f"the training state {file!r} does not fit this run: " + "; ".join(problems))
+    problems = (_kind_problems(record.get("optimizer_param_groups"), optimizer.state_dict()["param_groups"],
+                               "optimizer_param_groups")
+                + _kind_problems(record.get("scheduler"), scheduler.state_dict(), "scheduler"))
+    if problems:
+        raise OSError(f"the training state {json_file!r} does not fit this run: " + "; ".join(problems))
 
     try:
         optimizer.load_state_dict({"state": state, "param_groups": record["optimizer_param_groups"]})
@@ -370,8 +521,8 @@ def load_training_state(directory: str, *, optimizer, scheduler, eval_generator,
         random.setstate((version, tuple(internal), gauss))
         np.random.set_state((record["rng_numpy"][0], tensors["rng.numpy"].numpy().astype(np.uint32),
                              *record["rng_numpy"][1:]))
-        torch.set_rng_state(tensors["rng.torch"].to(torch.uint8))
-        eval_generator.set_state(tensors["rng.eval"].to(torch.uint8))
+        torch.set_rng_state(tensors["rng.torch"])
+        eval_generator.set_state(tensors["rng.eval"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise OSError(f"the training state in {json_file!r} does not fit this run: {error}") from error
 

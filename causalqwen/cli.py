@@ -17,11 +17,61 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 import sys
 
 from .inference import MODES
+from .training import SEED_MAX
 
 DEFAULT_TEXT = "The price is 99.9 yuan; 温度-15.5度 in 2020-2021, up 1,250 units."
+
+# Integer options. A count goes into torch and C code as a 64-bit integer; a seed seeds torch, Python and numpy,
+# whose seeds are 32-bit. Values beyond these are refused by argparse, naming the option and the range. The
+# lower bounds of counts are left to the settings' own checks (TrainingConfig, generate, TextDataset), which
+# name the setting, except where noted.
+INT64_MAX = 2**63 - 1
+_BOUND_NAMES = {INT64_MAX: "2**63 - 1", SEED_MAX: "2**32 - 1"}
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message shows it: whole if short, else its start and its length."""
+    return text if len(text) < 40 else f"{text[:12]}... ({len(text)} {'digits' if text.isdecimal() else 'characters'})"
+
+
+def integer(low: int | None = None, high: int = INT64_MAX):
+    """An argparse ``type``: a decimal integer at most ``high`` and, when ``low`` is given, at least ``low``.
+
+    Anything else is an ``argparse.ArgumentTypeError``, which argparse reports as ``argument --OPTION:
+    must be an integer from LOW to HIGH, got VALUE`` with exit status 2. An integer of more digits than
+    Python converts (``sys.get_int_max_str_digits``) is out of range the same way, never a ``ValueError``.
+    """
+    bound = f"{high} ({_BOUND_NAMES[high]})" if high in _BOUND_NAMES else str(high)
+    wanted = f"must be an integer from {low} to {bound}" if low is not None else f"must be an integer no larger than {bound}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            if re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):  # more digits than int() converts: out of range
+                raise argparse.ArgumentTypeError(f"{wanted}, got {_shown(text)}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)!r}") from None
+        if value > high or (low is not None and value < low):
+            raise argparse.ArgumentTypeError(f"{wanted}, got {_shown(text)}")
+        return value
+
+    return parse
+
+
+SEED = integer(0, SEED_MAX)
+COUNT = integer()
+
+
+def path_text(text: str) -> str:
+    """An argparse ``type`` for a file, directory or hub id: anything but an empty (or blank) string."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a file, directory or hub id, got {text!r}")
+    return text
 
 
 def _shape(t) -> str:
@@ -83,6 +133,9 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
 
 
 TINY = "tiny"
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")  # one of them makes a tokenizer directory
+SOURCE_HELP = ("A name with no '/' must be an existing directory (else it fails at once); a hub id has the form "
+               "owner/name and is read from the local Hugging Face cache or downloaded (HF_HUB_OFFLINE=1: the cache only)")
 
 
 def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
@@ -92,6 +145,12 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
     weights), a directory written by ``save_pretrained`` (model and tokenizer), or a Qwen2
     checkpoint path / hub id, converted with ``from_qwen`` on load. ``seed`` seeds the
     initialization of whatever is newly built.
+
+    Before anything is loaded (`causalqwen.checkpoint.check_local_source`): a name without ``/`` that
+    is no directory (``model_nope``) is a ``ValueError`` at once, never a hub lookup; an ``owner/name``
+    that is no local directory is a hub id, read from the local Hugging Face cache or downloaded (with
+    ``HF_HUB_OFFLINE=1`` from the cache only, without network retries). A corrupt JSON file of a local
+    directory is named with its line and column, and a local directory must hold the tokenizer.
     """
     import torch
     from transformers import AutoConfig
@@ -109,7 +168,17 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
         check_local_source(model, "model")
     except OSError as error:
         raise ValueError(str(error)) from None
-    config = AutoConfig.from_pretrained(model)
+    if os.path.isdir(model) and not any(os.path.isfile(os.path.join(model, name)) for name in TOKENIZER_FILES):
+        raise ValueError(  # transformers would build an empty tokenizer from the config alone
+            f"cannot load a tokenizer from {model!r}: the directory holds no tokenizer file "
+            f"({', '.join(TOKENIZER_FILES[:-1])} or {TOKENIZER_FILES[-1]}); causalqwen reads it from the model's directory"
+        )
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except OSError as error:
+        if os.path.isdir(model):
+            raise
+        raise OSError(f"cannot load {model!r} from the Hugging Face hub: {_one_line(error)}") from None
     tokenizer = NumericTokenizer.from_pretrained(model)
     if config.model_type == CausalQwenConfig.model_type:
         loaded = CausalQwenForCausalLM.from_pretrained(model)
@@ -135,7 +204,9 @@ def generate_text(
     normalize: str = "softmax",
     use_cache: bool = True,
 ) -> list[str]:
-    """Generate a continuation of each prompt (one left-padded batch); return prompt + continuation as text."""
+    """Generate a continuation of each prompt (one left-padded batch); return prompt + continuation as text, the
+    prompt exactly as given (its numbers as written) and the continuation told apart by token counts
+    (`NumericTokenizer.decode_continuation`)."""
     import torch
 
     from .generation import generate
@@ -154,7 +225,14 @@ def generate_text(
         use_cache=use_cache,
         **sampling,
     )
-    return tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark")
+    texts = []
+    for row, prompt in enumerate(prompts):
+        kept = out.attention_mask[row].bool()  # the prompt's padding and what follows an EOS are dropped
+        _, continuation = tokenizer.decode_continuation(
+            out.sequences[row][kept], out.numeric_values[row][kept], int(batch["attention_mask"][row].sum()),
+            out_of_vocab="mark", number_texts=batch.number_texts[row])
+        texts.append(prompt + continuation)
+    return texts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         "print every stage, and check the initialization equivalence.",
     )
     walk.add_argument("--text", default=DEFAULT_TEXT, help="input text (default: %(default)r)")
-    walk.add_argument("--seed", type=int, default=0, help="seed of the tiny base and the new modules")
+    walk.add_argument("--seed", type=SEED, default=0, help="seed of the tiny base and the new modules (0 to 2**32 - 1)")
 
     gen = sub.add_parser(
         "generate",
@@ -182,15 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--model",
         default=TINY,
-        help="a directory saved with save_pretrained (model + tokenizer), a Qwen2 checkpoint path or hub id "
-        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base (default)",
+        type=path_text,
+        help="a directory saved with save_pretrained (model + tokenizer), a Qwen2 checkpoint directory or hub id "
+        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base (default). " + SOURCE_HELP,
     )
     gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch")
     gen.add_argument("--mode", default="standard", choices=MODES, help="inference mode (default: %(default)s)")
-    gen.add_argument("--seed", type=int, default=0, help="seed of every random draw (default: %(default)s)")
-    gen.add_argument("--max-new-tokens", type=int, default=32, help="tokens to add per prompt (default: %(default)s)")
+    gen.add_argument("--seed", type=SEED, default=0, help="seed of every random draw, 0 to 2**32 - 1 (default: %(default)s)")
+    gen.add_argument("--max-new-tokens", type=COUNT, default=32, help="tokens to add per prompt (default: %(default)s)")
     gen.add_argument("--temperature", type=float, default=1.0, help="traditional mode: softmax temperature")
-    gen.add_argument("--top-k", type=int, default=0, help="traditional mode: keep the k most probable tokens (0: all)")
+    gen.add_argument("--top-k", type=COUNT, default=0, help="traditional mode: keep the k most probable tokens (0: all)")
     gen.add_argument("--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1]")
     gen.add_argument(
         "--normalize", default="softmax", choices=("softmax", "ovr"), help="traditional mode: softmax of loc_S or P/sum(P)"
@@ -205,9 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Exits 1 if the model did not learn (held-out num_f1 < 0.9 or reg_mdae > 0.5x its value at init). "
         "--out must be new, empty or an earlier demo's directory (replaced); anything else is refused.",
     )
-    demo.add_argument("--out", default="artifacts/demo", help="output directory (default: %(default)s)")
-    demo.add_argument("--steps", type=int, default=None, help="training steps (default: the demo's 1500)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", default="artifacts/demo", type=path_text, help="output directory (default: %(default)s)")
+    demo.add_argument("--steps", type=COUNT, default=None, help="training steps (default: the demo's 1500)")
+    demo.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
 
     tr = sub.add_parser(
         "train",
@@ -216,31 +295,35 @@ def build_parser() -> argparse.ArgumentParser:
         "and write metrics.jsonl, checkpoints and the final model (model/) to --out; with --preset lora also "
         "the adapters (adapter/), and model/ has them merged in.",
     )
-    tr.add_argument("--base", required=True, help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen")
-    tr.add_argument("--data", required=True, help="training data: JSONL, one {\"text\": ...} per line")
-    tr.add_argument("--eval-data", help="held-out JSONL for the eval/* metrics (default: none)")
-    tr.add_argument("--out", required=True, help="output directory")
+    tr.add_argument("--base", required=True, type=path_text,
+                    help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP)
+    tr.add_argument("--data", required=True, type=path_text, help="training data: JSONL, one {\"text\": ...} per line")
+    tr.add_argument("--eval-data", type=path_text, help="held-out JSONL for the eval/* metrics (default: none)")
+    tr.add_argument("--out", required=True, type=path_text, help="output directory")
     tr.add_argument("--preset", default="causal",
                     help="causal (default), abduction, all, or lora (LoRA adapters on the Qwen2 stack + causal)")
-    tr.add_argument("--lora-rank", type=int, default=8, help="preset lora: the adapters' rank (default: %(default)s)")
+    tr.add_argument("--lora-rank", type=integer(1), default=8,
+                    help="preset lora: the adapters' rank, at most the base's hidden size (default: %(default)s)")
     tr.add_argument("--lora-alpha", type=float, default=16.0, help="preset lora: LoRA's alpha (default: %(default)s)")
-    tr.add_argument("--steps", type=int, default=1000)
-    tr.add_argument("--batch-size", type=int, default=8)
+    tr.add_argument("--steps", type=COUNT, default=1000)
+    tr.add_argument("--batch-size", type=COUNT, default=8)
     tr.add_argument("--learning-rate", type=float, default=1e-4)
     tr.add_argument("--weight-decay", type=float, default=0.01)
-    tr.add_argument("--warmup-steps", type=int, default=50)
+    tr.add_argument("--warmup-steps", type=COUNT, default=50)
     tr.add_argument("--max-grad-norm", type=float, default=1.0)
-    tr.add_argument("--max-length", type=int, default=512, help="tokens per text (longer texts are cut)")
-    tr.add_argument("--eval-every", type=int, default=100)
-    tr.add_argument("--save-every", type=int, default=500)
-    tr.add_argument("--log-every", type=int, default=10, help="steps between training-metric records")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--resume", action="store_true",
-                    help="continue from the newest checkpoint in --out (same settings and data, checked)")
+    tr.add_argument("--max-length", type=COUNT, default=512, help="tokens per text (longer texts are cut)")
+    tr.add_argument("--eval-every", type=COUNT, default=100)
+    tr.add_argument("--save-every", type=COUNT, default=500)
+    tr.add_argument("--log-every", type=COUNT, default=10, help="steps between training-metric records")
+    tr.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
+    again = tr.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue from the newest checkpoint in --out (same settings and data, checked); "
+                       "after a Ctrl-C the command prints the exact command line")
     tr.add_argument("--allow-changed-settings", action="store_true",
                     help="with --resume: continue although settings or data differ from the checkpoint's")
-    tr.add_argument("--overwrite", action="store_true",
-                    help="replace an earlier training run in --out (only the files a run writes are removed)")
+    again.add_argument("--overwrite", action="store_true",
+                       help="replace an earlier training run in --out (only the files a run writes are removed)")
     tr.add_argument("--report-to", choices=("tensorboard", "wandb"), help="also log there (package must be installed)")
     tr.add_argument("--max-u-divergence", type=float, default=None, metavar="EPS",
                     help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
@@ -250,14 +333,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     conv = sub.add_parser("convert", help="from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
                           description="Convert a Qwen2 checkpoint (directory or hub id) and save model and tokenizer.")
-    conv.add_argument("--base", required=True, help="a Qwen2 checkpoint directory or hub id, or 'tiny'")
-    conv.add_argument("--out", required=True, help="output directory (must not exist, unless --overwrite)")
+    conv.add_argument("--base", required=True, type=path_text, help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP)
+    conv.add_argument("--out", required=True, type=path_text, help="output directory (must not exist, unless --overwrite)")
     conv.add_argument("--overwrite", action="store_true")
     return parser
 
 
+# How the command's messages name the library's resume and overwrite keywords.
+FLAG_NAMES = {"resume": "--resume", "overwrite": "--overwrite"}
+INTERRUPTED = 130  # the exit status of a command ended by Ctrl-C (128 + SIGINT), as shells report it
+
+
+def _report_interrupted_training(args) -> None:
+    """Two lines on stderr after a Ctrl-C during ``train``: the last checkpoint (or that there is none) and
+    the command that continues the run: this one, with ``--resume`` and without ``--overwrite``."""
+    from .training import latest_checkpoint
+
+    given = getattr(args, "argv", None) or ["train", "..."]
+    words = [word for word in given if not (word.startswith("--ov") and "--overwrite".startswith(word))]
+    again = shlex.join(["causalqwen", *words, *([] if args.resume else ["--resume"])])
+    try:
+        checkpoint = latest_checkpoint(args.out)
+    except OSError as error:  # a checkpoint-N that is a link: resuming would refuse it
+        print(f"causalqwen train: interrupted; {_one_line(error)}", file=sys.stderr)
+        return
+    if checkpoint is None:
+        print(f"causalqwen train: interrupted before the first checkpoint (--save-every {args.save_every}): "
+              "no step is saved", file=sys.stderr)
+        print(f"start again with: {again}", file=sys.stderr)
+    else:
+        step = checkpoint.rsplit("-", 1)[1]
+        print(f"causalqwen train: interrupted; the last checkpoint is {checkpoint} (step {step} of {args.steps})",
+              file=sys.stderr)
+        print(f"continue with: {again}", file=sys.stderr)
+
+
 def train_command(args) -> int:
-    """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo."""
+    """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo.
+
+    A Ctrl-C ends it with exit status 130 and two lines: the last checkpoint and the command that continues
+    the run (``--resume``)."""
     from .data import TextDataset, collate, read_jsonl
     from .rundir import RunDirectory
     from .training import TrainingConfig, train
@@ -268,6 +383,11 @@ def train_command(args) -> int:
         eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every, seed=args.seed,
         report_to=args.report_to, max_u_divergence=args.max_u_divergence, divergence_dual_lr=args.divergence_dual_lr,
     )
+    if args.allow_changed_settings and not args.resume:
+        raise ValueError("--allow-changed-settings applies to --resume only")
+    # The data first: a bad file fails at once, not after a (possibly large) model has been loaded.
+    texts, sources = read_jsonl(args.data)
+    eval_texts, eval_sources = read_jsonl(args.eval_data) if args.eval_data else (None, None)
     import torch
     import torch.distributed as dist
 
@@ -275,6 +395,11 @@ def train_command(args) -> int:
     if config.preset == "lora":
         from .lora import add_lora
 
+        if args.lora_rank > model.config.hidden_size:  # before peft allocates [rank, hidden] matrices
+            raise ValueError(
+                f"--lora-rank {args.lora_rank} exceeds the base's hidden size {model.config.hidden_size}: the rank "
+                "of a LoRA update is at most the smaller dimension of its layer"
+            )
         model = add_lora(model, rank=args.lora_rank, alpha=args.lora_alpha)
     if torch.cuda.is_available():  # one device per process, chosen before NCCL builds its communicator
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -282,17 +407,15 @@ def train_command(args) -> int:
         model.to(device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-    texts, sources = read_jsonl(args.data)
     train_set = TextDataset(texts, tokenizer, args.max_length, sources)
     eval_batch = None
-    if args.eval_data:
-        texts, sources = read_jsonl(args.eval_data)
-        eval_set = TextDataset(texts, tokenizer, args.max_length, sources)
+    if eval_texts is not None:
+        eval_set = TextDataset(eval_texts, tokenizer, args.max_length, eval_sources)
         eval_batch = collate(eval_set.items, tokenizer.pad_token_id)
-    if args.allow_changed_settings and not args.resume:
-        raise ValueError("--allow-changed-settings applies to --resume only")
     writer = not dist.is_initialized() or dist.get_rank() == 0  # only rank 0 writes
-    run_dir = RunDirectory.claim(args.out, "train", resume=args.resume, overwrite=args.overwrite) if writer else None
+    run_dir = RunDirectory.claim(args.out, "train", resume=args.resume, overwrite=args.overwrite,
+                                 option_names=FLAG_NAMES) if writer else None
+    interrupted = False
     try:
         train(model, train_set, config, eval_batch=eval_batch, out_dir=run_dir if writer else args.out,
               resume=args.resume, allow_changed_settings=args.allow_changed_settings)
@@ -306,9 +429,15 @@ def train_command(args) -> int:
             model.save_pretrained(os.path.join(args.out, "model"))
             tokenizer.save_pretrained(os.path.join(args.out, "model"))
             print(f"trained model written to {os.path.join(args.out, 'model')}")
+    except KeyboardInterrupt:  # Ctrl-C: reported below, after the frames (and the progress bar) of train are gone
+        interrupted = True
     finally:
         if run_dir is not None:
             run_dir.release()
+    if interrupted:
+        if writer:
+            _report_interrupted_training(args)
+        return INTERRUPTED
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -383,17 +512,23 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``causalqwen`` command. Usage and data errors (a bad argument, file, setting or checkpoint)
     print one line naming what is wrong and exit with status 2; any other failure prints one line and
-    exits with status 1."""
+    exits with status 1; a Ctrl-C prints one line (``train``: two, the last checkpoint and the command
+    that continues) and exits with status 130."""
     from huggingface_hub.errors import StrictDataclassError
     from safetensors import SafetensorError
 
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # for the command that continues an interrupted run
     if args.command is None:
         parser.print_help()
         return 0
     try:
         return _run(parser, args)
+    except KeyboardInterrupt:
+        print(f"causalqwen {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except (ValueError, TypeError, OSError, StrictDataclassError, SafetensorError) as error:
         parser.error(_one_line(error))
     except RuntimeError as error:

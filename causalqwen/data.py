@@ -24,9 +24,11 @@ through `NumericTokenizer`, and `TextDataset` turns texts into fixed-length trai
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
+import sys
 
 import torch
 from torch.utils.data import Dataset
@@ -86,16 +88,82 @@ def synthetic_texts(n: int, seed: int = 0) -> list[str]:
     return [TEMPLATES[rng.choices(names, weights)[0]](rng) for _ in range(n)]
 
 
+_UTF_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+              (b"\xfe\xff", "UTF-16"))
+
+
+def _lines(handle):
+    r"""The lines of a binary file without their ends. A line ends in ``\n``, ``\r\n`` or a lone ``\r``, as in
+    Python's universal newlines; JSON text never holds a raw CR or LF inside a string, so splitting there is
+    safe. (Unicode's other line separators, such as U+2028, are not line ends: JSON strings may hold them.)"""
+    for chunk in handle:  # split at b"\n" only
+        if chunk.endswith(b"\n"):
+            chunk = chunk[:-2] if chunk.endswith(b"\r\n") else chunk[:-1]
+            yield from chunk.split(b"\r")
+        else:  # the last line, with no LF after it
+            pieces = chunk.split(b"\r")
+            yield from pieces[:-1] if len(pieces) > 1 and not pieces[-1] else pieces
+
+
+class _Unreadable(ValueError):
+    """A JSON line that parses but holds what Python cannot take as it is (raised by the hooks below)."""
+
+
+def _json_int(text: str) -> int:
+    """``int(text)``, or `_Unreadable` for more digits than Python converts (``sys.get_int_max_str_digits``)."""
+    limit = sys.get_int_max_str_digits()
+    digits = len(text) - text.startswith("-")
+    if limit and digits > limit:
+        raise _Unreadable(f"an integer of {digits} digits, more than the {limit} Python converts")
+    return int(text)
+
+
+def _json_object(pairs: list) -> dict:
+    """A JSON object as a dict, or `_Unreadable` when a key appears twice (a dict would keep only the last)."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise _Unreadable(f"the key {twice!r} appears twice in one object")
+    return record
+
+
 def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """``(texts, sources)``: the ``"text"`` of every non-blank line of a JSONL file, and for each a
+    r"""``(texts, sources)``: the ``"text"`` of every non-blank line of a JSONL file, and for each a
     ``"PATH, line N"`` name that `TextDataset` uses in its errors.
 
-    Raises ``ValueError`` naming the line (and the byte, for invalid UTF-8) for a line that is not
-    UTF-8 or not a JSON object with a string ``"text"``, and for a file with no texts at all.
+    The file must be UTF-8 (a byte-order mark at its start is skipped). Lines end in ``\n``, ``\r\n`` or
+    a lone ``\r`` (files from old Mac tools), counted as an editor counts them; a blank line (spaces and tabs
+    only) is skipped, and the other fields of an object are ignored.
+
+    Raises ``OSError`` naming the file when it cannot be read (missing, a directory), and ``ValueError``
+    naming the file, and the line where there is one, for: a UTF-16 or UTF-32 file; a NUL byte (a binary
+    file); invalid UTF-8 (with the byte); a line that is not JSON (with the column), that nests deeper than
+    Python's reader goes, holds an integer of more digits than Python converts or an object with a key
+    twice, or is not an object with a string ``"text"``; and a file with no text at all.
     """
     texts, sources = [], []
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        reason = {errno.ENOENT: "it does not exist", errno.EISDIR: "it is a directory"}.get(error.errno, error.strerror)
+        raise OSError(f"cannot read the JSONL file {os.fspath(path)!r}: {reason}") from None
+    with handle:
+        start = handle.read(4)
+        handle.seek(0)
+        for bom, encoding in _UTF_BOMS:
+            if start.startswith(bom):
+                raise ValueError(f"{path}: the file is {encoding} text (it starts with the byte-order mark {bom!r}); "
+                                 f"JSONL must be UTF-8: convert it (e.g. iconv -f {encoding} -t UTF-8)")
+        for number, raw in enumerate(_lines(handle), start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # the UTF-8 byte-order mark
+            nul = raw.find(b"\x00")  # never in JSON text, where a control character must be escaped
+            if nul >= 0:
+                raise ValueError(
+                    f"{path}, line {number}: a NUL byte at byte {nul} of the line (a binary file, or "
+                    "UTF-16/UTF-32 text without a byte-order mark?); the file must be UTF-8 text"
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -103,12 +171,16 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
                     f"{path}, line {number}: invalid UTF-8 at byte {error.start} of the line "
                     f"({raw[error.start:error.start + 4]!r}); the file must be UTF-8 text"
                 ) from None
-            if not line.strip():
+            if not line.strip(" \t"):
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_int=_json_int, object_pairs_hook=_json_object)
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg})") from None
+                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
+            except RecursionError:
+                raise ValueError(f"{path}, line {number}: the JSON is nested too deeply to read") from None
+            except _Unreadable as error:
+                raise ValueError(f"{path}, line {number}: {error}") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise ValueError(f'{path}, line {number}: expected a JSON object with a string field "text"')
             texts.append(record["text"])

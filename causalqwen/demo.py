@@ -28,7 +28,7 @@ import torch
 from .data import TEMPLATES, TextDataset, collate, synthetic_texts
 from .inference import MODES
 from .metrics import evaluate_batch, regression_metrics, with_log_prefixes
-from .rundir import MARKER, RunDirectory
+from .rundir import MARKER, RunDirectory, open_for_writing
 from .training import TrainingConfig, train
 
 __all__ = ["DEMO_STEPS", "DEMO_THREADS", "run_demo"]
@@ -92,7 +92,8 @@ def _plots(history: list[dict], out_dir: str) -> list[str]:
     axis.legend()
     figure.tight_layout()
     paths.append(os.path.join(out_dir, "loss.png"))
-    figure.savefig(paths[-1], dpi=120)
+    with open_for_writing(paths[-1], "wb") as handle:  # never through a planted link (causalqwen.rundir)
+        figure.savefig(handle, format="png", dpi=120)
     plt.close(figure)
 
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4))
@@ -111,7 +112,8 @@ def _plots(history: list[dict], out_dir: str) -> list[str]:
     right.legend()
     figure.tight_layout()
     paths.append(os.path.join(out_dir, "metrics.png"))
-    figure.savefig(paths[-1], dpi=120)
+    with open_for_writing(paths[-1], "wb") as handle:  # never through a planted link (causalqwen.rundir)
+        figure.savefig(handle, format="png", dpi=120)
     plt.close(figure)
     return paths
 

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from transformers import Trainer, TrainerCallback
 
 from .cauchy import kl_divergence
+from .checkpoint import value_problem
 from .losses import at_least_float32
 from .lora import base_reference, is_peft_model
 
@@ -147,6 +148,10 @@ class BaseLawOfU:
         return {} if self.frozen is None else {k: v.detach().cpu() for k, v in self.frozen.state_dict().items()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load what `state_dict` gave (read back from a checkpoint): the same tensors with the same shapes, and
+        `causalqwen.checkpoint.value_problem` for each (floating point, finite in the reference's own dtype: an
+        integer tensor is never cast, a float64 1e300 never becomes inf); ``ValueError`` naming every tensor at
+        fault, before anything is copied."""
         if self.frozen is None:
             if state:
                 raise ValueError(f"the adapter-disabled base holds no tensors; got {sorted(state)[:3]}...")
@@ -155,10 +160,17 @@ class BaseLawOfU:
         if set(state) != set(expected):
             raise ValueError(f"the base reference holds {len(expected)} tensors {sorted(expected)[:3]}...; "
                              f"got {len(state)} {sorted(state)[:3]}...")
+        problems = []
         for name, tensor in state.items():
             if tensor.shape != expected[name].shape:
-                raise ValueError(f"base reference tensor {name}: shape {tuple(tensor.shape)}, "
-                                 f"expected {tuple(expected[name].shape)}")
+                problems.append(f"{name} has shape {tuple(tensor.shape)}, the reference needs {tuple(expected[name].shape)}")
+            elif expected[name].dtype.is_floating_point:
+                if (problem := value_problem(name, tensor, expected[name].dtype)) is not None:
+                    problems.append(problem)
+            elif tensor.dtype != expected[name].dtype:
+                problems.append(f"{name} is stored as {tensor.dtype}, the reference holds {expected[name].dtype}")
+        if problems:
+            raise ValueError("base reference tensors: " + "; ".join(problems))
         self.frozen.load_state_dict(state, strict=True)
 
 

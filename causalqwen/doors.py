@@ -1,11 +1,13 @@
 r"""The model's door: every check of a ``forward`` (or ``abduce``, or a generation prompt) in one place.
 
-Shape and type checks cost nothing and run at once. Checks of the *data* (token ids in range, values
-finite and representable in float32, a value only beside ``<NUM>``, a 0/1 mask, positions within
-``max_position_embeddings``, labels in range, a finite threshold) each need a value from the device; they
-are collected (`Deferred`) and brought to the host in one transfer, together with whether the mask is
-all ones (then Qwen2 gets no mask, and makes no check of its own). Only when that transfer reports a
-failure is the culprit looked up, so an error still names the position and the value.
+Shape and type checks cost nothing and run at once (a meta tensor, which has no values, is refused among
+them). Checks of the *data* (token ids in range, values finite and representable in float32 -- neither
+beyond it nor so small that float32 makes them 0 --, a value only beside ``<NUM>``, a 0/1 mask, positions
+in ``[0, max_position_embeddings)``, labels in range, a value for every ``<NUM>`` target, a finite
+threshold) each need a value from the device; they are collected (`Deferred`) and brought to the host
+in one transfer, together with whether the mask is all ones (then Qwen2 gets no mask, and makes no check
+of its own). Only when that transfer reports a failure is the culprit looked up, so an error still names
+the position and the value.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import Tensor
 
 from .checks import all_good, first_index
 
-__all__ = ["Deferred", "check_forward", "check_keywords", "PASSED_TO_QWEN2"]
+__all__ = ["Deferred", "check_forward", "check_keywords", "refuse_meta", "PASSED_TO_QWEN2"]
 
 # Keywords that forward/abduce hand on to Qwen2Model; everything else is refused by name.
 PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
@@ -63,6 +65,13 @@ def check_keywords(method: str, kwargs: dict, own: tuple[str, ...]) -> None:
     raise TypeError(f"{method}() got unexpected keyword argument(s) {', '.join(hints)}")
 
 
+def refuse_meta(**tensors) -> None:
+    """A ``ValueError`` naming the first of ``tensors`` that is a meta tensor (a shape without values)."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, Tensor) and tensor.is_meta:
+            raise ValueError(f"{name} is a meta tensor: it has a shape but no values to compute with")
+
+
 def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: Deferred | None = None) -> None:
     r"""``tensor`` must be a tensor of input_ids' shape; with ``deferred``, real numbers that float32 holds.
 
@@ -87,11 +96,24 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: Deferred | N
                           f"found {tensor[b, s].item()!r} at position [{b}, {s}]")
 
     deferred.require(in_float32, too_large)
+    if tensor.dtype == torch.float64:  # the one type wider than float32: a tiny value can become 0 when cast
+        underflow = (tensor != 0) & (tensor.float() == 0)
+
+        def to_zero():
+            b, s = first_index(underflow)
+            return ValueError(f"{name} holds {tensor[b, s].item()!r} at position [{b}, {s}], which underflows to 0 in "
+                              "float32 (the smallest non-zero float32 is 1.4e-45); scale the values, or give 0 where 0 "
+                              "is meant")
+
+        deferred.require(~underflow, to_zero)
 
 
 def _check_ids(config, input_ids, deferred: Deferred) -> None:
     if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got "
+                        f"{input_ids.dtype}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
     if input_ids.numel() == 0:
@@ -148,9 +170,20 @@ def _check_mask_and_positions(config, input_ids, attention_mask, past_length, po
         if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in allowed:
             got = tuple(position_ids.shape) if isinstance(position_ids, Tensor) else type(position_ids).__name__
             raise ValueError(f"position_ids must be a tensor of shape {' or '.join(map(str, allowed))} to match input_ids, got {got}")
+        if position_ids.dtype.is_floating_point or position_ids.is_complex() or position_ids.dtype == torch.bool:
+            raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
+        outside = (position_ids < 0) | (position_ids >= limit)
+
+        def out_of_range():
+            b, s = first_index(outside)
+            return ValueError(f"position_ids must lie in [0, max_position_embeddings={limit}); found "
+                              f"{position_ids[b, s].item()} at position [{b}, {s}]")
+
+        deferred.require(~outside, out_of_range)
 
 
-def _check_labels(config, input_ids, labels, numeric_labels, numeric_values, threshold, deferred: Deferred) -> None:
+def _check_labels(config, input_ids, labels, numeric_labels, numeric_values, attention_mask, threshold,
+                  deferred: Deferred) -> None:
     if labels.dtype == torch.bool or labels.dtype.is_floating_point:
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     next_labels = labels[:, 1:]
@@ -159,10 +192,24 @@ def _check_labels(config, input_ids, labels, numeric_labels, numeric_values, thr
     deferred.require(~out_of_range, lambda: ValueError(
         f"labels must lie in [0, {config.vocab_size}) or equal ignore_index={config.ignore_index}; "
         f"found {next_labels[out_of_range][0].item()}"))
-    if numeric_labels is None and numeric_values is None:
-        deferred.require(next_labels != config.num_token_id, lambda: ValueError(
-            "labels hold <NUM> targets but neither numeric_labels nor numeric_values is given: the "
-            "regression would be trained toward 0; pass the values beside the labels"))
+    if numeric_labels is None:  # a <NUM> target takes its value from numeric_values at the same position
+        num = config.num_token_id
+        unvalued = scored & (next_labels == num) & (input_ids[:, 1:] != num)
+        if attention_mask is not None:  # only what the loss scores: both positions real tokens
+            real = attention_mask[:, -input_ids.shape[1]:].bool()
+            unvalued = unvalued & real[:, :-1] & real[:, 1:]
+
+        def no_value():
+            b, s = first_index(unvalued)
+            if numeric_values is None:
+                return ValueError(f"labels hold <NUM> targets but neither numeric_labels nor numeric_values is given "
+                                  f"(the first at position [{b}, {s + 1}]): the regression would be trained toward 0; "
+                                  "pass the values beside the labels")
+            return ValueError(f"labels put <NUM> at position [{b}, {s + 1}], where input_ids is not <NUM>: "
+                              "numeric_values holds no value there, so the regression would be trained toward 0; "
+                              "pass numeric_labels with the target values")
+
+        deferred.require(~unvalued, no_value)
     if isinstance(threshold, Tensor):  # a learnable threshold that training sent to NaN
         deferred.require(torch.isfinite(threshold), lambda: ValueError(
             "threshold (the OvR threshold C_k) must be finite: found NaN or ±inf"))
@@ -172,6 +219,8 @@ def check_forward(config, input_ids, numeric_values=None, attention_mask=None, p
                   *, labels=None, numeric_labels=None, threshold=None) -> Tensor | None:
     """Check a forward's inputs with at most one host synchronisation; return the attention mask to hand on
     to Qwen2 (None when it is all ones, which Qwen2 would otherwise check itself)."""
+    refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask,
+                position_ids=position_ids, labels=labels, numeric_labels=numeric_labels)
     deferred = Deferred()
     if labels is not None and isinstance(input_ids, Tensor):  # in the order the checks were always made
         _like_input_ids("labels", labels, input_ids)
@@ -181,7 +230,7 @@ def check_forward(config, input_ids, numeric_values=None, attention_mask=None, p
     _check_values(config, input_ids, numeric_values, deferred)
     _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, deferred)
     if labels is not None:
-        _check_labels(config, input_ids, labels, numeric_labels, numeric_values, threshold, deferred)
+        _check_labels(config, input_ids, labels, numeric_labels, numeric_values, attention_mask, threshold, deferred)
     if attention_mask is None:
         deferred.settle()
         return None

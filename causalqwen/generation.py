@@ -33,7 +33,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
 from .checks import as_bool_mask
-from .doors import check_forward
+from .doors import check_forward, refuse_meta
 from .head import DecisionHead
 from .inference import (
     as_number,
@@ -94,7 +94,9 @@ def _token_ids(value, name: str, vocab_size: int) -> list[int]:
     return ids
 
 
-def _check_left_padding(attention_mask: Tensor, input_ids: Tensor) -> Tensor:
+def _check_left_padding(attention_mask, input_ids: Tensor) -> Tensor:
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor of 0s and 1s, got {type(attention_mask).__name__}")
     if tuple(attention_mask.shape) != tuple(input_ids.shape):
         raise ValueError(
             f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape {tuple(input_ids.shape)}"
@@ -109,8 +111,44 @@ def _check_left_padding(attention_mask: Tensor, input_ids: Tensor) -> Tensor:
         )
     if not bool(mask[:, -1].all()):
         row = int((~mask[:, -1]).nonzero()[0, 0])
-        raise ValueError(f"attention_mask row {row} has no real token: every prompt needs at least one")
+        raise ValueError(f"prompt {row} is empty: attention_mask row {row} has no real token, and every prompt needs "
+                         "at least one")
     return mask
+
+
+def check_prompt(config, input_ids: Tensor, numeric_values, attention_mask) -> tuple[Tensor, int]:
+    """The prompt's checks at both generation doors (`generate` and ``model.generate``): no empty prompt (named by
+    its index), left padding, at most ``max_position_embeddings`` tokens, and the model's own checks of ids and
+    values (`doors.check_forward`). Returns the mask ``[B, S]`` (long) and the longest prompt's token count."""
+    refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask)
+    if input_ids.numel() == 0:
+        raise ValueError(
+            f"input_ids must hold at least one prompt of at least one token, got shape {tuple(input_ids.shape)}"
+            + (": prompt 0 is empty" if input_ids.shape[0] else "")
+        )
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    mask = _check_left_padding(attention_mask, input_ids).long()  # [B, S]
+    longest = int(mask.sum(-1).max())
+    if longest > config.max_position_embeddings:
+        raise ValueError(
+            f"the prompt has {longest} tokens, more than max_position_embeddings={config.max_position_embeddings}"
+        )
+    check_forward(config, input_ids, numeric_values, mask)  # the prompt, once: ids, values, <NUM> without values
+    return mask, longest
+
+
+def check_length(config, longest: int, new_tokens: int, max_length: int | None = None) -> None:
+    """A ``ValueError`` before the first step when the longest prompt and ``new_tokens`` (``max_new_tokens``, or
+    what ``max_length`` leaves after the prompt) need more positions than the model has."""
+    limit = config.max_position_embeddings
+    if longest + new_tokens <= limit:
+        return
+    if max_length is None:
+        raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({new_tokens}) exceeds "
+                         f"max_position_embeddings={limit}; lower max_new_tokens")
+    raise ValueError(f"prompt ({longest} tokens) + {new_tokens} new tokens (up to max_length={max_length}) exceeds "
+                     f"max_position_embeddings={limit}; lower max_length")
 
 
 def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: str, batch: int, causal_size: int):
@@ -219,29 +257,13 @@ def _check_arguments(model, input_ids, numeric_values, attention_mask, mode, max
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError("input_ids must be a [B, S] integer tensor")
-    if input_ids.numel() == 0:
-        raise ValueError(
-            f"input_ids must hold at least one prompt of at least one token, got shape {tuple(input_ids.shape)}"
-        )
     config = model.config
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    mask = _check_left_padding(attention_mask, input_ids).long()  # [B, S]
-    longest = int(mask.sum(-1).max())
-    if longest > config.max_position_embeddings:
-        raise ValueError(
-            f"the prompt has {longest} tokens, more than max_position_embeddings={config.max_position_embeddings}"
-        )
-    if longest + max_new_tokens > config.max_position_embeddings:
-        raise ValueError(
-            f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
-            f"max_position_embeddings={config.max_position_embeddings}; lower max_new_tokens"
-        )
+    mask, longest = check_prompt(config, input_ids, numeric_values, attention_mask)
+    check_length(config, longest, max_new_tokens)
     eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id", config.vocab_size)
     if pad_token_id is None:
         pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
-    check_forward(config, input_ids, numeric_values, mask)  # the prompt, once: ids, values, <NUM> without values
     return mask, eos_ids, pad_token_id, max_new_tokens, sampling
 
 

@@ -28,8 +28,9 @@ from torch import Tensor
 from transformers import GenerationMixin
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .generation import _draws, _widened
-from .inference import MODES
+from .doors import refuse_meta
+from .generation import _draws, _widened, check_length, check_prompt
+from .inference import MODES, as_number
 
 __all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationMixin"]
 
@@ -63,6 +64,19 @@ class GenerationState:
         self.values = torch.cat([self.values, value.to(self.values.dtype)[:, None]], dim=1)
 
 
+def _new_tokens(kwargs: dict, config, prompt_width: int) -> tuple[int | None, int | None]:
+    """``(new tokens, max_length)``: how many tokens transformers will add at most -- ``max_new_tokens``, else
+    ``max_length`` (then returned too) less the prompt's width -- from the call or the generation config; None
+    where neither is a number (transformers then says what is wrong)."""
+    new_tokens = as_number(kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None)), integer=True)
+    if new_tokens is not None:
+        return new_tokens, None
+    max_length = as_number(kwargs.get("max_length", getattr(config, "max_length", None)), integer=True)
+    if max_length is None:
+        return None, None
+    return max(max_length - prompt_width, 0), max_length
+
+
 class CausalQwenGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
 
@@ -79,6 +93,11 @@ class CausalQwenGenerationMixin(GenerationMixin):
         input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             raise TypeError("generate needs input_ids, a [B, S] tensor of token ids")
+        refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=kwargs.get("attention_mask"))
+        for name in ("labels", "numeric_labels"):
+            if name in kwargs:  # transformers would hand it to every forward, which would then score a loss
+                raise TypeError(f"generate() does not take {name}: it continues the prompt and scores nothing; "
+                                "call the model itself with labels to compute a loss")
         config = generation_config if generation_config is not None else self.generation_config
         mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
         if mode not in MODES:
@@ -94,6 +113,12 @@ class CausalQwenGenerationMixin(GenerationMixin):
         if numeric_values is None and bool((input_ids == num_token_id).any()):
             raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
                              "tokenizer's numeric_values, or every number would silently become 0")
+        mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
+        if kwargs.get("attention_mask") is None:  # as in the reference loop: every token is real (transformers
+            kwargs["attention_mask"] = mask  # would otherwise take a pad id inside a prompt for padding)
+        new_tokens, max_length = _new_tokens(kwargs, config, input_ids.shape[1])
+        if new_tokens is not None:  # refused now, not after generating up to the last position
+            check_length(self.config, longest, new_tokens, max_length)
         values = _widened(numeric_values if numeric_values is not None else torch.zeros(input_ids.shape), input_ids)
         draws = _draws(self, input_ids, mode, uniform, noise, generator, None)
         draws.pop("sampling")

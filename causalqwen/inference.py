@@ -33,7 +33,7 @@ from torch import Tensor
 
 from . import cauchy
 from .checks import check_threshold
-from .losses import ovr_tail_nll
+from .losses import at_least_float32, ovr_tail_nll
 
 __all__ = [
     "MODES",
@@ -261,8 +261,11 @@ def traditional_probabilities(
     probs = torch.softmax(log_weights, dim=-1)  # [..., V]
     if top_p < 1:
         sorted_probs, order = probs.sort(dim=-1, descending=True)  # [..., V]
+        sorted_probs = at_least_float32(sorted_probs)  # a float16 sum of 150k classes would drift
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of the more probable classes
-        drop_sorted = mass_before >= top_p  # the first class always has mass_before = 0 < top_p
+        # The most probable class is always kept: compared in the tensor's type, a tiny top_p can round to 0
+        # (1e-12 is 0 in float16, 1e-50 in float32), and 0 >= 0 would drop every class and give NaN.
+        drop_sorted = (mass_before >= top_p) & (torch.arange(num_classes, device=probs.device) > 0)
         drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to class order
         probs = torch.softmax(log_weights.masked_fill(drop, -math.inf), dim=-1)
     return probs

@@ -65,7 +65,8 @@ def load_config(config_class, path, subfolder: str = ""):
     try:
         return config_class.from_pretrained(path, subfolder=subfolder or "")
     except (ValueError, TypeError, StrictDataclassError) as error:
-        raise ValueError(f"{file}: {' '.join(str(error).split())}") from error
+        message = " ".join(str(error).split())
+        raise ValueError(message if message.startswith(file) else f"{file}: {message}") from error
 
 
 def _refusal(where: str, name: str, problems: list[str]) -> str:

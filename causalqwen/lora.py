@@ -57,13 +57,19 @@ after one ``disable_adapter()`` block. `base_reference` is that context with the
 **Files.** `save_lora` writes safetensors only (``safe_serialization=True``) and never the embedding;
 `load_lora` reads ``adapter_config.json`` (JSON) and ``adapter_model.safetensors`` with `safetensors` itself,
 after checking every tensor's name, shape, dtype and finiteness against the adapter the model would get.
-A directory that holds only a pickled ``adapter_model.bin`` is refused, never unpickled.
+A directory that holds only a pickled ``adapter_model.bin`` is refused, never unpickled. The saved
+``adapter_config.json`` must be what `add_lora` makes, its settings passing the same checks (one function,
+`_lora_config`); its ``init_lora_weights`` must be a plain ``true`` or ``false`` (the loaded tensors replace the
+initialisation, so it does not matter, and a data-dependent one such as ``"pissa"`` or ``"corda"`` is never run).
+`save_lora` refuses a planted link among the files peft writes (`causalqwen.rundir.check_write_targets`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import json
 import math
 import numbers
 import os
@@ -78,7 +84,8 @@ from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from peft.utils.other import AuxiliaryTrainingWrapper
 from safetensors.torch import load_file
 
-from .checkpoint import header_shapes, shape_problems
+from .checkpoint import header_shapes, shape_problems, value_problem
+from .rundir import check_write_targets
 from .head import DecisionHead
 from .modeling import CausalQwenForCausalLM
 
@@ -109,6 +116,9 @@ CAUSAL_MODULES = ("model.numerical_embedding", "model.abduction", "action")
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _PICKLED_ADAPTERS = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
+_ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS, "README.md")  # what peft's save_pretrained writes
+# adapter_config.json fields that record where an adapter came from, not what it computes: they may differ.
+_ADAPTER_BOOKKEEPING = ("auto_mapping", "base_model_name_or_path", "revision", "peft_version", "inference_mode")
 _ADAPTER_NAME = "default"
 
 
@@ -246,16 +256,42 @@ def add_lora(model: CausalQwenForCausalLM, rank: int = 8, alpha: float = 16, dro
         ``with peft_model.disable_adapter():`` (or `base_reference`) gives the base model's pass.
     """
     _check_model(model)
-    rank = _positive_int("rank", rank)
-    alpha = _real("alpha", alpha)
+    return _wrap(model, _lora_config(rank, alpha, dropout, target_modules))
+
+
+def _lora_config(rank, alpha, dropout, target_modules, *, source: str | None = None) -> LoraConfig:
+    """The one `LoraConfig` causalqwen makes, after the one set of checks on its settings.
+
+    `add_lora` passes its arguments; `load_lora` passes the fields of a saved ``adapter_config.json`` (``source``,
+    the file: ``target_modules`` is then the pattern `lora_target_pattern` wrote), so a saved adapter loads only
+    with settings that `add_lora` accepts (a NaN or negative ``lora_alpha`` is refused), and an error names
+    the file and its field instead of the argument.
+    """
+    def name(argument: str, field: str) -> str:
+        return f"{source!r}: field {field}" if source else argument
+
+    rank = _positive_int(name("rank", "r"), rank)
+    alpha = _real(name("alpha", "lora_alpha"), alpha)
     if alpha <= 0:
-        raise ValueError(f"alpha must be > 0, got {alpha!r}")
-    dropout = _real("dropout", dropout)
+        raise ValueError(f"{name('alpha', 'lora_alpha')} must be > 0, got {alpha!r}")
+    dropout = _real(name("dropout", "lora_dropout"), dropout)
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, bias="none",
-                        target_modules=lora_target_pattern(target_modules), modules_to_save=list(CAUSAL_MODULES))
-    return _wrap(model, config)
+        raise ValueError(f"{name('dropout', 'lora_dropout')} must lie in [0, 1), got {dropout!r}")
+    if source is not None:
+        target_modules = _targets_of_pattern(target_modules, name("target_modules", "target_modules"))
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, bias="none",
+                      target_modules=lora_target_pattern(target_modules), modules_to_save=list(CAUSAL_MODULES))
+
+
+def _targets_of_pattern(pattern, what: str) -> tuple[str, ...]:
+    """The target names whose `lora_target_pattern` is ``pattern``; ``ValueError`` naming ``what`` if none."""
+    names = LORA_TARGET_MODULES
+    subsets = (tuple(n for i, n in enumerate(names) if mask >> i & 1) for mask in range(1, 2 ** len(names)))
+    for subset in subsets:
+        if lora_target_pattern(subset) == pattern:
+            return subset
+    raise ValueError(f"{what} must be a pattern that add_lora writes (lora_target_pattern of some of "
+                     f"{', '.join(names)}), got {pattern!r}")
 
 
 def trainable_parameter_count(model: torch.nn.Module) -> int:
@@ -297,16 +333,45 @@ def save_lora(peft_model: PeftModel, path) -> str:
     path = _check_path(path, "path")
     if os.path.exists(path) and not os.path.isdir(path):
         raise OSError(f"adapter directory {path!r} exists but is not a directory")
+    check_write_targets(path, _ADAPTER_FILES)  # peft follows links: a planted one is refused, by name, first
     peft_model.save_pretrained(path, safe_serialization=True, save_embedding_layers=False)
     return path
 
 
 def _read_adapter_config(path: str) -> LoraConfig:
-    """The `LoraConfig` of the adapter directory ``path`` (already known to hold ``adapter_config.json``)."""
+    """The `LoraConfig` of the adapter directory ``path`` (already known to hold ``adapter_config.json``), which
+    must be exactly what `add_lora` makes (`_lora_config`) for its ``r``, ``lora_alpha``, ``lora_dropout`` and
+    ``target_modules``, checked as `add_lora` checks them. Fields that record where the adapter came from
+    (`_ADAPTER_BOOKKEEPING`) may differ. ``init_lora_weights`` must be a plain ``true`` or ``false``: the
+    adapter's tensors are loaded over whatever the initialisation gives, so it does not matter, but an
+    initialisation that reads data or decomposes the base weights (``"pissa"``, ``"corda"``, ``"olora"``,
+    ``"loftq"``, ``"eva"``, ...) would run inside peft before the load, and fail there without naming the file.
+    Every refusal is a ``ValueError`` or ``TypeError`` naming the file and the field, raised before peft
+    reads the file."""
+    file = os.path.join(path, ADAPTER_CONFIG)
+    try:
+        with open(file, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise OSError(f"{file!r} is not a valid peft adapter config: {error}") from error
+    if not isinstance(raw, dict):
+        raise OSError(f"{file!r} is not a valid peft adapter config: not a JSON object")
+    init = raw.get("init_lora_weights", True)
+    if not isinstance(init, bool):
+        raise ValueError(
+            f"{file!r}: field init_lora_weights must be true or false, got {init!r}; a loaded adapter's tensors "
+            "replace its initialisation, and one that reads data or decomposes the base weights is not run"
+        )
+    if raw.get("peft_type") != "LORA":
+        raise ValueError(f"the adapter in {path!r} is a {raw.get('peft_type')} adapter, not LoRA")
+    for field in ("r", "lora_alpha", "lora_dropout", "target_modules"):
+        if field not in raw:
+            raise ValueError(f"{file!r}: field {field} is missing")
+    expected = _lora_config(raw["r"], raw["lora_alpha"], raw["lora_dropout"], raw["target_modules"], source=file)
     try:
         config = PeftConfig.from_pretrained(path)
     except (ValueError, TypeError, KeyError) as error:
-        raise OSError(f"{os.path.join(path, ADAPTER_CONFIG)!r} is not a valid peft adapter config: {error}") from error
+        raise OSError(f"{file!r} is not a valid peft adapter config: {error}") from error
     if not isinstance(config, LoraConfig):
         raise ValueError(f"the adapter in {path!r} is a {config.peft_type} adapter, not LoRA")
     if sorted(config.modules_to_save or []) != sorted(CAUSAL_MODULES):
@@ -314,35 +379,46 @@ def _read_adapter_config(path: str) -> LoraConfig:
             f"the adapter in {path!r} saves the modules {config.modules_to_save!r}, not the causal preset "
             f"{list(CAUSAL_MODULES)!r}: it was not written by add_lora / save_lora"
         )
+    differences = [
+        f"field {field.name} is {getattr(config, field.name)!r}, add_lora makes {getattr(expected, field.name)!r}"
+        for field in dataclasses.fields(LoraConfig)
+        if field.name not in _ADAPTER_BOOKKEEPING + ("init_lora_weights", "modules_to_save")
+        and getattr(config, field.name) != getattr(expected, field.name)
+    ]
+    if differences:
+        raise ValueError(f"{file!r} is not an adapter that add_lora makes: " + "; ".join(differences))
     return config
 
 
-def _expected_adapter_shapes(model: CausalQwenForCausalLM, config: LoraConfig) -> dict[str, tuple[int, ...]]:
-    """``{name: shape}`` of the adapter file that ``config`` gives ``model``, from a copy built on the meta
-    device (nothing allocated, ``model`` untouched). ``ValueError`` if a LoRA layer would land outside the
-    backbone's decoder layers."""
+def _expected_adapter_tensors(model: CausalQwenForCausalLM, config: LoraConfig) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` (on the meta device: shape and dtype, no values) of the adapter file that ``config``
+    gives ``model``, from a copy built on the meta device in ``model``'s dtype (nothing allocated, ``model``
+    untouched), so each dtype is the one the loaded tensor takes (peft keeps LoRA matrices in float32 on a
+    half-precision base). ``ValueError`` if a LoRA layer would land outside the backbone's decoder layers."""
     with torch.device("meta"):
-        shadow = CausalQwenForCausalLM(model.config)
+        shadow = CausalQwenForCausalLM(model.config).to(model.dtype)
     shadow_peft = _wrap(shadow, copy.deepcopy(config))
     adapted = [name for name, module in shadow.named_modules() if isinstance(module, BaseTunerLayer)]
     outside = [name for name in adapted if not re.fullmatch(r"model\.layers\.\d+\..+", name)]
     if outside:
         raise ValueError(f"the adapter config places LoRA layers outside model.layers: {', '.join(outside)}")
-    return {name: tuple(tensor.shape) for name, tensor in get_peft_model_state_dict(shadow_peft).items()}
+    return get_peft_model_state_dict(shadow_peft)
 
 
 def _checked_adapter_state(model: CausalQwenForCausalLM, config: LoraConfig, weights: str) -> dict[str, torch.Tensor]:
     """The tensors of ``weights``, after checking that they are exactly what ``config`` gives ``model`` (names,
-    shapes, floating point, finite); ``ValueError`` naming every problem otherwise."""
+    shapes) and `causalqwen.checkpoint.value_problem` for each (floating point, finite in the dtype it is loaded
+    into: a float64 1e300 is refused, not turned into inf); ``ValueError`` naming the file and every problem."""
     stored = header_shapes([weights])  # OSError for a truncated or corrupt file
-    problems = shape_problems(_expected_adapter_shapes(model, config), stored)
+    expected = _expected_adapter_tensors(model, config)
+    problems = shape_problems({name: tuple(tensor.shape) for name, tensor in expected.items()}, stored)
     problems += [f"{name} is stored as {dtype}, not floating point" for name, (_, dtype, _) in stored.items()
                  if not dtype.startswith(("F", "BF"))]
     state = {}
     if not problems:
         state = load_file(weights)
-        problems = [f"{name} holds NaN or ±inf values" for name, tensor in state.items()
-                    if not bool(torch.isfinite(tensor).all())]
+        problems = [problem for name, tensor in state.items()
+                    if (problem := value_problem(name, tensor, expected[name].dtype)) is not None]
     if problems:
         raise ValueError(f"the adapter {weights!r} does not fit this model: " + "; ".join(problems))
     return state

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import ModelOutput
@@ -36,13 +37,14 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
 from .abduction import ABDUCTION_TYPES, AbductionNetwork, build_abduction
 from .action import ActionNetwork
-from .auto import CUSTOM_PIPELINES, MODEL_AUTO_MAP, SAVED_ONLY_FIELDS, write_auto_module
+from .auto import CUSTOM_PIPELINES, MODEL_AUTO_MAP, MODEL_FILES, SAVED_ONLY_FIELDS, write_auto_module
 from .checkpoint import check_local_source
 from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
 from .head import LOSS_ALGORITHMS, DecisionHead
 from .hf_generation import CausalQwenGenerationMixin
 from .loading import check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
+from .rundir import check_write_targets
 
 __all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
@@ -115,10 +117,10 @@ class CausalQwenConfig(Qwen2Config):
 
     model_type = "causal_qwen"
     # What transformers.Trainer leaves out of the outputs it gathers in evaluation: the losses and counts (the
-    # loss is gathered on its own), the cache and the [B, S, V] decisions; loc_U and scale_U come first
-    # (causalqwen.metrics.TrainerMetrics reads them).
+    # loss is gathered on its own), the cache (``cache`` from transformers 5.24 on) and the [B, S, V] decisions;
+    # loc_U and scale_U come first (causalqwen.metrics.TrainerMetrics reads them).
     keys_to_ignore_at_inference = ["cls_loss", "reg_loss", "n_cls", "n_reg", "loc_S", "scale_S", "past_key_values",
-                                   "logits", "hidden_states", "attentions"]
+                                   "cache", "logits", "hidden_states", "attentions"]
 
     num_token_id: int | None = None
     causal_size: int | None = None
@@ -177,6 +179,77 @@ class CausalQwenConfig(Qwen2Config):
             raise ValueError(f"num_token_id ({self.num_token_id}) must lie in [0, vocab_size={self.vocab_size})")
         super().__post_init__(**kwargs)
 
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """`PreTrainedConfig.from_dict` (what ``from_pretrained`` and ``AutoConfig`` build a config with), after
+        checking that ``config_dict``, a saved config, names every field of `FIELDS_A_FILE_MUST_NAME` (a keyword
+        argument may supply one). A ``ValueError`` names the missing fields; ``from_pretrained`` adds the file."""
+        if isinstance(config_dict, dict):
+            missing = [" or ".join(names) for names in FIELDS_A_FILE_MUST_NAME
+                       if all(config_dict.get(name) is None and kwargs.get(name) is None for name in names)]
+            if missing:
+                raise ValueError(
+                    f"config field{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (or null): a saved "
+                    "CausalQwen config must name the <NUM> id and the sizes of the model's tensors; a default "
+                    "would describe another model"
+                )
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedConfig.from_pretrained`, with a bad or missing field reported as a ``ValueError`` or
+        ``TypeError`` that starts with the config file's path (`from_dict`, `__post_init__`)."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except (ValueError, TypeError, StrictDataclassError) as error:
+            file = _config_file(pretrained_model_name_or_path, kwargs.get("subfolder") or "")
+            message = " ".join(str(error).split())
+            if message.startswith(file):
+                raise
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(f"{file}: {message}") from error
+
+    @classmethod
+    def from_json_file(cls, json_file):
+        """`PreTrainedConfig.from_json_file` with the checks of `from_dict`; errors start with ``json_file``."""
+        try:
+            return cls.from_dict(cls._dict_from_json_file(json_file))
+        except (ValueError, TypeError, StrictDataclassError) as error:
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(f"{os.fspath(json_file)}: {' '.join(str(error).split())}") from error
+
+
+# What a saved CausalQwen config must name (each entry: one of these names), because its default would describe
+# another model: no <NUM> id at all, or the sizes and rotary base of a 7B Qwen2 instead of this checkpoint's.
+FIELDS_A_FILE_MUST_NAME = (("num_token_id",), ("vocab_size",), ("hidden_size",), ("intermediate_size",),
+                           ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
+                           ("rope_parameters", "rope_theta"))
+
+
+def _config_file(source, subfolder: str) -> str:
+    """The config file that ``from_pretrained(source, subfolder=...)`` reads, for error messages."""
+    text = os.fspath(source)
+    if os.path.isfile(text):
+        return text
+    if os.path.isdir(text):
+        return os.path.join(text, subfolder, "config.json")
+    return "/".join(part for part in (text, subfolder, "config.json") if part)
+
+
+# transformers 5.24 renamed the KV cache, argument and output field, from ``past_key_values`` to ``cache`` (its
+# generation loop passes ``cache=`` and reads ``outputs["cache"]``); the outputs carry it under the installed name.
+CACHE_NAME = "cache" if "cache" in inspect.signature(Qwen2Model.forward).parameters else "past_key_values"
+
+
+def _one_cache(past_key_values, kwargs: dict):
+    """The KV cache whichever name it came by (``cache=`` from transformers >= 5.24); both at once is an error."""
+    if "cache" not in kwargs:
+        return past_key_values
+    cache = kwargs.pop("cache")
+    if cache is not None and past_key_values is not None:
+        raise TypeError("pass the KV cache as cache= or as past_key_values=, not both")
+    return cache if cache is not None else past_key_values
+
 
 @dataclass
 class CausalQwenModelOutput(ModelOutput):
@@ -186,13 +259,17 @@ class CausalQwenModelOutput(ModelOutput):
         loc_U: location of $U$, ``[B, S, C]``.
         scale_U: scale of $U$, ``[B, S, C]``.
         last_hidden_state: the features $z$, ``[B, S, H]``.
-        past_key_values: the Qwen2 KV cache, when ``use_cache``.
+        cache: the Qwen2 KV cache, when ``use_cache`` (``past_key_values`` before transformers 5.24; that
+            name still reads it).
     """
 
     loc_U: torch.FloatTensor | None = None
     scale_U: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
+    if CACHE_NAME == "cache":
+        cache: Cache | None = None
+    else:
+        past_key_values: Cache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
@@ -213,7 +290,8 @@ class CausalQwenOutput(ModelOutput):
         scale_S: scales of the class scores, ``[B, S, V]``.
         loc_Y: location of the regression value $Y$, ``[B, S]`` (noise infused).
         scale_Y: scale of $Y$, ``[B, S]``.
-        past_key_values: the Qwen2 KV cache, when ``use_cache``.
+        cache: the Qwen2 KV cache, when ``use_cache`` (``past_key_values`` before transformers 5.24; that
+            name still reads it).
         logits: what transformers reads as the next-token scores. With decisions, $\mathrm{loc}_S$ (the
             class locations, which equal Qwen's logits at initialization, decision D7). In a transformers
             generation step, the last position's scores ``[B, 1, V]`` under the step's mode:
@@ -232,7 +310,10 @@ class CausalQwenOutput(ModelOutput):
     scale_S: torch.FloatTensor | None = None
     loc_Y: torch.FloatTensor | None = None
     scale_Y: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
+    if CACHE_NAME == "cache":
+        cache: Cache | None = None
+    else:
+        past_key_values: Cache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     logits: torch.FloatTensor | None = None
@@ -259,7 +340,13 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
         directory through the Auto classes and ``pipeline``: ``config.json`` names the classes (``auto_map``,
         and ``custom_pipelines`` for ``"text-generation"``) in a module ``causalqwen_auto.py`` written beside
         it, which imports them from the installed package (`causalqwen.auto`). Loading through it needs
-        ``trust_remote_code=True``, transformers' consent to run a module from the directory."""
+        ``trust_remote_code=True``, transformers' consent to run a module from the directory.
+
+        Nothing is written through a link: a ``save_directory`` that is a symbolic link, or a link (or a
+        hard-linked file) under a name the save writes (``config.json``, ``model*.safetensors``, ...), is an
+        ``OSError`` naming it, raised before anything is written (`causalqwen.rundir.check_write_targets`)."""
+        if kwargs.get("is_main_process", True):
+            check_write_targets(save_directory, MODEL_FILES)
         saved = {name: self.config.__dict__[name] for name in SAVED_ONLY_FIELDS if name in self.config.__dict__}
         self.config.auto_map = dict(MODEL_AUTO_MAP)
         self.config.custom_pipelines = dict(CUSTOM_PIPELINES)
@@ -310,6 +397,7 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         r"""The law of $U$ at every position, ``[B, S, C]`` twice. Inputs are checked here (one host
         synchronisation, `causalqwen.doors`). With an ``attention_mask`` and no ``position_ids``, positions
         count real tokens only, so that left padding does not shift them."""
+        past_key_values = _one_cache(past_key_values, kwargs)
         check_keywords("forward", kwargs, _ABDUCE_ARGS)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         mask = check_forward(self.config, input_ids, numeric_values, attention_mask, past_length, position_ids)
@@ -324,11 +412,11 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         if numeric_values is not None:
             inputs_embeds = inputs_embeds + self.numerical_embedding(numeric_values)  # phi(0) = 0 elsewhere
         features = Qwen2Model.forward(self, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                      position_ids=position_ids, past_key_values=past_key_values,
-                                      use_cache=use_cache, **kwargs)
+                                      position_ids=position_ids, use_cache=use_cache,
+                                      **{CACHE_NAME: past_key_values}, **kwargs)
         loc_U, scale_U = self.abduction(features.last_hidden_state)  # [B, S, C] each
         return CausalQwenModelOutput(loc_U=loc_U, scale_U=scale_U, last_hidden_state=features.last_hidden_state,
-                                     past_key_values=features.past_key_values, hidden_states=features.hidden_states,
+                                     **{CACHE_NAME: getattr(features, CACHE_NAME)}, hidden_states=features.hidden_states,
                                      attentions=features.attentions)
 
 
@@ -377,6 +465,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
                past_key_values: Cache | None = None, use_cache: bool | None = None, **kwargs) -> CausalQwenModelOutput:
         r"""The first half of the forward pass, `CausalQwenModel.forward`: the law of $U$ ``[B, S, C]`` and the
         Qwen2 outputs. The inference modes (`causalqwen.inference`) start from here."""
+        past_key_values = _one_cache(past_key_values, kwargs)
         check_keywords("abduce", kwargs, _ABDUCE_ARGS)
         return self.model(input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache, **kwargs)
 
@@ -406,6 +495,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         All inputs are checked here with one host synchronisation (`causalqwen.doors`).
         """
         generation_state = kwargs.pop("generation_state", None)
+        past_key_values = _one_cache(past_key_values, kwargs)
         for name in _GENERATION_LOOP_ARGS:
             kwargs.pop(name, None)
         check_keywords("forward", kwargs, _FORWARD_ARGS)
@@ -435,7 +525,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             parts, fields["loc_Y"], fields["scale_Y"] = self.action.loss(loc_U, scale_U, targets, decision)
             fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
                            n_cls=parts.n_cls, n_reg=parts.n_reg)
-        return CausalQwenOutput(**fields, past_key_values=law.past_key_values, hidden_states=law.hidden_states,
+        return CausalQwenOutput(**fields, **{CACHE_NAME: getattr(law, CACHE_NAME)}, hidden_states=law.hidden_states,
                                 attentions=law.attentions)
 
     def _generation_step(self, input_ids, numeric_values, attention_mask, position_ids, past_key_values, use_cache,
@@ -445,8 +535,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         mask = check_forward(self.config, input_ids, numeric_values, attention_mask, past_length, position_ids)
         law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids, past_key_values, use_cache, **kwargs)
         logits = self._step_logits(law.loc_U, law.scale_U, state)  # [B, 1, V]
-        return CausalQwenOutput(logits=logits, loc_U=law.loc_U, scale_U=law.scale_U, past_key_values=law.past_key_values,
-                                hidden_states=law.hidden_states, attentions=law.attentions)
+        return CausalQwenOutput(logits=logits, loc_U=law.loc_U, scale_U=law.scale_U,
+                                **{CACHE_NAME: getattr(law, CACHE_NAME)}, hidden_states=law.hidden_states,
+                                attentions=law.attentions)
 
     # ---- construction from a Qwen2 base ----
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 import numbers
 import struct
-from decimal import Decimal
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_CEILING,
+    ROUND_FLOOR,
+    Decimal,
+    localcontext,
+)
 from typing import NamedTuple
 
 import numpy as np
@@ -64,10 +71,15 @@ __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "pars
 #
 # The value rules, applied to each match of the number alternative (a match that fails one is text):
 #
-#   V1  its exact decimal value, rounded to the nearest float32 (half to even), is finite, is not
-#       0.0 for a non-zero literal, and, if subnormal, is as close as a normal float32 would be
-#       (or the literal is the shortest text of that subnormal, as decode writes it).
-#       So "1e100", "1e-50" and "8e-46" are text, never an error.
+#   V1  its exact decimal value x, rounded to the nearest float32 v (half to even), is finite and
+#       within float32's relative precision of x: |v - x| <= 2**-24 * |x|. Rounding to a normal
+#       float32 always is, so only the bottom of the range is tested: a non-zero literal that
+#       rounds to 0.0, or to a subnormal further from it than that ("3e-45" would be read as
+#       2.8025969e-45, 6.6% less; "1e-45" as 1.4012985e-45), is text, never an error. So "1e100",
+#       "1e-50", "8e-46", "3e-45" and "1e-45" are text, "1.4012985e-45" is 2**-149.
+#       format_number writes a subnormal with as many digits as this rule needs ("1.4012985e-45",
+#       not the shortest unique "1e-45"), so every text it writes reads back, and it refuses a value
+#       that float32 holds only this far off (``format_number(3e-45)`` is a ValueError).
 #   V2  a plain digit run (no group commas, fraction or exponent) with more than 9 significant
 #       digits (trailing zeros do not count) is an identifier, text: "13409860099" (a phone
 #       number), "9787111213826" (an ISBN). "123456789" and "1412600000" are quantities, and so is
@@ -94,41 +106,113 @@ __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "pars
 #   "1e100"             ->  text                        V1
 #
 # Digits other than ASCII 0-9 (full-width "１", Arabic-Indic "٣", superscripts) are text.
+#
+# Linear time. `find_numbers` costs time proportional to the length of the text, whatever the text
+# (`python -m benchmarks tokenizer` measures crafted ones). A match attempt starts at every position
+# that could begin a match, so an attempt must never scan far unless no later attempt rescans the same
+# characters. How each construct keeps to that, without changing what it matches:
+#
+#   - Every alternative needs a character before it that is not an ASCII letter, a digit or "_"; that
+#     test comes first, so the inside of a word or a digit run costs one look back per character.
+#   - Runs are taken possessively (`++`, `*+`) wherever giving back characters could never lead to a
+#     match: a dotted run, a digit chain, a hex literal, a fraction, the digits of an exponent, the
+#     identifier test after a number ("[A-Za-z]++[0-9][0-9A-Za-z]*+" holds iff the word after the
+#     number contains a digit), the hex digits after an exponent. No nested loop is ever retried.
+#   - The hex-colon lookahead looks for its letter only within the 46 characters such an address
+#     can span (8 groups of 4 and 7 "::").
+#   - Digit chains. A chain matches only as a whole: from a run where it may start, its runs are the
+#     maximal digit runs joined by its first joint, and it matches iff there are at least 3 and its end
+#     test holds. The end test is the same from any run of the chain, so once an attempt from one run
+#     fails, an attempt from a later run of the same chain fails too, after scanning to the same end.
+#     An attempt from the third or a later run (the text before it is "digit, joint, run, joint") is
+#     therefore given up at once: the run before it was attempted and failed, or the chain would not
+#     be read from here at all. One exception: the run before is the last group of a UUID (the UUID
+#     took it, so nothing was attempted there); the attempt is then made in full. So every chain is
+#     scanned from at most three of its runs.
+#   - Grouped integers, the same way. A number that starts at a 3-digit group inside a run of
+#     ",ddd" groups reads the same groups, fraction, exponent and end as one starting at an earlier
+#     group; when the text before it is "digit, comma, a 3-digit group not starting with 0, any
+#     ",ddd" groups, comma", that earlier group was attempted and failed, so this attempt fails at
+#     once (it would take the grouped form, which cannot be given up for a shorter one).
+#   - The range test of a sign scans only the digits, dots and commas right after that sign.
+# No reading changed: `tests/test_trust_tokenization.py` keeps the regex as it was before these changes
+# and checks, on random and on built adversarial strings, that both make exactly the same matches.
+
+# Cutting a text. The prefix text[:i] reads exactly the numbers of the whole text that start before i
+# (same spans, same values) when position i is a *cut place*: no match attempt that starts before i
+# takes the character text[i], and every test that looks at it answers as it would at the end of the
+# text. Which characters each construct takes after which gives the rule, on c = text[i], the character
+# p before it and q before that:
+#   - c is not an ASCII letter or digit, "_", ".", ",", "-", "/", ":", "+", nor a letter, mark or unit
+#     symbol: a cut place (a space, most punctuation, "#", "−", "(", "，", an emoji);
+#   - a letter other than ASCII, a mark or a unit symbol (a possible unit of a range): neither p nor q
+#     is a digit, "." or ","  (a range's unit is read right after its digits, one or two characters);
+#   - ".": p is not a digit, ".", ",", "-" or "−";   ",": p is not a digit, "." or ",";
+#   - "-": p is not a hex digit;   "/": p is not a digit;   ":": p is not a hex digit or ":";
+#   - "+": p is not "e" or "E";   "_": p is not an ASCII letter or digit;
+#   - ASCII letters and digits never are.
+# `causalqwen.tokenization` cuts long texts there (with max_length) and `_find_numbers` reads numbers up
+# to the next cut place only; a Hypothesis test checks the rule against whole texts.
 
 _CASED = r"\p{Lu}\p{Ll}\p{Lt}"
 _UNIT = r"\p{L}\p{M}%％‰℃℉°′″"
+_UUID = r"[0-9a-fA-F]{8} (?: -[0-9a-fA-F]{4} ){3} -[0-9a-fA-F]{12}"
 NUMBER_REGEX = regex.compile(
     rf"""
     (?= [\-\u2212.0-9a-fA-F] )  # every alternative starts with one of these: a quick test at each position
+    (?<! [0-9A-Za-z_] )         # ... and none continues a word or a digit run (each tests more below)
     (?:
     (?P<skip>
-        (?<! [0-9A-Za-z_\-] ) [0-9a-fA-F]{{8}} (?: -[0-9a-fA-F]{{4}} ){{3}} -[0-9a-fA-F]{{12}} (?! [0-9A-Za-z_] )
-      | (?<! [0-9A-Za-z_.] ) [0-9]+ (?: \.[0-9]+ ){{2,}} (?! [0-9] )
-      | (?<! [0-9A-Za-z_:] ) (?= [0-9a-fA-F:]* [a-fA-F] ) [0-9a-fA-F]{{1,4}} (?: :{{1,2}} [0-9a-fA-F]{{1,4}} ){{2,7}}
+        (?<! [0-9A-Za-z_\-] ) {_UUID} (?! [0-9A-Za-z_] )
+      | (?<! [0-9A-Za-z_.] ) [0-9]++ (?: \.[0-9]++ ){{2,}}+ (?! [0-9] )
+      | (?<! [0-9A-Za-z_:] ) (?= [0-9a-fA-F:]{{0,45}} [a-fA-F] ) [0-9a-fA-F]{{1,4}} (?: :{{1,2}} [0-9a-fA-F]{{1,4}} ){{2,7}}
             (?! [0-9A-Za-z_:] )
-      | (?<! [0-9A-Za-z_] ) [0-9]+ (?: (?P<joint> [\-/:] ) [0-9]+ ) (?: (?P=joint) [0-9]+ )+
+      | (?<! [0-9A-Za-z_] ) [0-9]++ (?P<joint> [\-/:] )
+            # not from the third or a later run of a chain, unless the run before ends a UUID
+            (?<! [0-9] (?P=joint) [0-9]++ (?<! (?<! [0-9A-Za-z_\-] ) {_UUID} ) (?P=joint) [0-9]++ (?P=joint) )
+            [0-9]++ (?: (?P=joint) [0-9]++ )++
             (?! [0-9A-Za-z_] | (?P=joint) [0-9A-Za-z] )
-      | (?<! [0-9A-Za-z_] ) 0[xX][0-9a-fA-F]+
+      | (?<! [0-9A-Za-z_] ) 0[xX][0-9a-fA-F]++
     )
   | (?P<number>
         (?<! [0-9{_CASED}_\#] | [0-9]\. )
         (?P<sign>
-            (?! (?<= [0-9] (?P<unit> [{_UNIT}]{{1,2}} ) ) [\-\u2212] [0-9][0-9.,]* (?P=unit) )
+            (?= [\-\u2212] )
+            (?! (?<= [0-9] (?P<unit> [{_UNIT}]{{1,2}} ) ) [\-\u2212] [0-9][0-9.,]*+ (?P=unit) )
             [\-\u2212] (?= \.?[0-9] ) )?
         (?:
+            # not from a 3-digit group after an earlier one that would read the same grouped integer
+            (?! (?<= , ) (?= [1-9][0-9]{{2}} ,[0-9]{{3}} (?: (?! [0-9] ) | ,[0-9]{{3}} ) )
+                (?<= [0-9] ,[1-9][0-9]{{2}} (?: ,[0-9]{{3}} )*? , ) )
             (?P<integer> (?> [1-9][0-9]{{0,2}} (?: ,[0-9]{{3}} )+ (?! [0-9] ) | [1-9][0-9]* | 0 ) )
-            (?P<fraction> \.[0-9]+ )?
-          | (?<! \. ) (?P<fraction_only> \.[0-9]+ )
+            (?P<fraction> \.[0-9]++ )?+
+          | (?<! \. ) (?P<fraction_only> \.[0-9]++ )
         )
-        (?P<exponent> [eE][+\-]?[0-9]+ )?
+        (?P<exponent> [eE][+\-]?[0-9]++ )?
         (?! [0-9] | \.[0-9]
-          | [A-Za-z][0-9A-Za-z]*?[0-9][0-9A-Za-z]* (?! [0-9A-Za-z_] )
-          | (?(exponent) (?<= [eE][0-9]+ ) [0-9a-fA-F]+ (?! [0-9A-Za-z_] ) | (?!) ) )
+          | [A-Za-z]++ [0-9] [0-9A-Za-z]*+ (?! [0-9A-Za-z_] )
+          | (?(exponent) (?<= [eE][0-9]++ ) [0-9a-fA-F]++ (?! [0-9A-Za-z_] ) | (?!) ) )
     )
     )
     """,
     regex.VERBOSE,
 )
+
+_CUT_PLACE_SOURCE = rf"""
+    (?= [^0-9A-Za-z] ) (?<= [\s\S] )  # never an ASCII letter or digit, never the start of the text
+    (?= [^_.,:/+\-{_UNIT}]
+      | [{_UNIT}] (?<! [0-9.,] [{_UNIT}] | [0-9.,] [\s\S] [{_UNIT}] )
+      | \. (?<! [0-9.,\-\u2212] \. )
+      | ,  (?<! [0-9.,] , )
+      | -  (?<! [0-9a-fA-F] - )
+      | /  (?<! [0-9] / )
+      | :  (?<! [0-9a-fA-F:] : )
+      | \+ (?<! [eE] \+ )
+      | _  (?<! [0-9A-Za-z] _ )
+    )
+"""
+_CUT_PLACE = regex.compile(_CUT_PLACE_SOURCE, regex.VERBOSE)
+_LAST_CUT_PLACE = regex.compile(_CUT_PLACE_SOURCE, regex.VERBOSE | regex.REVERSE)
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _IDENTIFIER_DIGITS = 9  # rule V2: a plain digit run with more significant digits than this is an identifier
@@ -155,6 +239,9 @@ class _NumberError(ValueError):
 
 _FLOAT32 = struct.Struct("<f")
 _GROUPS = ("number", "sign", "integer", "fraction", "fraction_only", "exponent")
+_GROUP_INDICES = tuple(NUMBER_REGEX.groupindex[name] for name in _GROUPS)  # faster than the names
+_NUMBER_GROUP = _GROUP_INDICES[0]
+_UNKNOWN = object()
 
 
 def _round_decimal_to_float32(magnitude: str) -> float:
@@ -206,33 +293,46 @@ def _value_of_parts(sign, integer, fraction, exponent) -> float:
     """The float32 value (as a Python float) of a number of the grammar, from its groups (rules V1 and V3).
 
     Raises:
-        _NumberError: the value overflows float32, a non-zero literal rounds to zero, or a subnormal
-            float32 would change it beyond float32's usual precision.
+        _NumberError: the value overflows float32, or its float32 is further from it than float32's
+            relative precision (a non-zero literal that rounds to zero or to a subnormal).
     """
     mantissa = (integer or "0").replace(",", "") + (fraction or "")
     literal = mantissa + (exponent or "")
     magnitude = _round_decimal_to_float32(literal)
     if math.isinf(magnitude):
         raise _NumberError(f"overflows float32 (the largest finite float32 is {_FLOAT32_MAX:.8g})")
-    if magnitude < _FLOAT32_TINY:
-        _check_underflow(literal, mantissa, magnitude)
+    if magnitude <= _FLOAT32_TINY:  # above it, rounding is always within float32's precision (rule V1)
+        _check_underflow(literal, magnitude)
     return -magnitude if sign else magnitude
 
 
-def _check_underflow(literal: str, mantissa: str, magnitude: float) -> None:
-    """Rule V1 below float32's normal range: no non-zero literal becomes 0.0, and a subnormal is taken only
-    if it holds the literal as closely as a normal float32 would, or the literal is its shortest text."""
-    if magnitude == 0.0:
-        if any(digit in "123456789" for digit in mantissa):
-            raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
+def _check_underflow(literal: str, magnitude: float) -> None:
+    """Rule V1 at the bottom of float32's range: the literal is read only if its float32 ``magnitude`` is within
+    float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it."""
+    if _is_faithful(Decimal(literal), magnitude):
         return
-    exact = Decimal(literal)
-    faithful = abs(Decimal(magnitude) - exact) <= exact * Decimal(2) ** -24
-    if not (faithful or Decimal(format_number(magnitude)) == exact):
-        raise _NumberError(
-            f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is the "
-            f"subnormal {format_number(magnitude)}, which would silently change it"
-        )
+    if magnitude == 0.0:
+        raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
+    nearest = "the subnormal " if magnitude < _FLOAT32_TINY else "the smallest normal float32, "
+    raise _NumberError(
+        f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is {nearest}"
+        f"{format_number(magnitude)}, which would silently change it"
+    )
+
+
+def _is_faithful(exact: Decimal, single: float) -> bool:
+    """Whether ``single`` is within float32's relative precision of the decimal ``exact``:
+    ``|single - exact| <= 2**-24 * |exact|``, computed without rounding (rule V1).
+
+    The context holds every digit of both numbers and of the difference times 2**24, so no step rounds;
+    a literal of a million digits costs time in proportion (``Fraction`` would be quadratic)."""
+    as_decimal = Decimal(single)  # exact: a float is a binary fraction
+    lowest = min(exact.as_tuple().exponent, as_decimal.as_tuple().exponent)
+    highest = max(exact.adjusted(), as_decimal.adjusted()) + 9  # 2**24 has 8 digits
+    with localcontext() as context:
+        context.prec = max(highest - lowest + 2, 28)
+        context.Emin, context.Emax = MIN_EMIN, MAX_EMAX
+        return abs(as_decimal - exact) * 2**24 <= abs(exact)
 
 
 def _is_identifier(integer, fraction, exponent) -> bool:
@@ -246,26 +346,87 @@ def find_numbers(text: str) -> list[NumberMatch]:
     """Every quantity in ``text``, left to right, following `NUMBER_REGEX` and its value rules.
 
     Spans that look numeric but are not quantities (identifiers, values outside float32) are left
-    out: they are text. Nothing in a text makes this function fail.
+    out: they are text. Nothing in a text makes this function fail, and its time is linear in the
+    length of the text.
 
     Raises:
         TypeError: ``text`` is not a str.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    found = []
-    for match in NUMBER_REGEX.finditer(text):
-        number, sign, integer, fraction, fraction_only, exponent = match.group(*_GROUPS)
+    return _find_numbers(text, len(text), len(text))
+
+
+def _find_numbers(text: str, stop: int, endpos: int) -> list[NumberMatch]:
+    """The numbers of ``text[:endpos]`` that start before ``stop``.
+
+    When ``endpos`` is a cut place (or ``len(text)``) and ``stop <= endpos``, they are the numbers of the
+    whole text that start before ``stop``. A number's value depends on its text alone, so each distinct
+    text is valued once.
+
+    Far from ``stop``, ``endpos`` only bounds what a match may read; positions from ``stop`` on are never
+    tried: a match is tried at each place where one can start (`_MATCH_START`), as ``finditer`` would.
+    """
+    if endpos - stop <= _FAR:
+        matches = NUMBER_REGEX.finditer(text, 0, endpos)
+    else:
+        matches = _matches_before(text, stop, endpos)
+    found: list[NumberMatch] = []
+    append, make = found.append, tuple.__new__  # a NamedTuple's own constructor costs twice as much
+    values: dict[str, float | None] = {}
+    for match in matches:
+        start, end = match.span()
+        if start >= stop:
+            break
+        number = match.group(_NUMBER_GROUP)
         if number is None:
             continue
-        try:
-            value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
-        except _NumberError:
-            continue
-        if not _is_identifier(integer, fraction, exponent):
-            start, end = match.span()
-            found.append(NumberMatch(start, end, number, value))
+        value = values.get(number, _UNKNOWN)
+        if value is _UNKNOWN:
+            value = values[number] = _value_of_match(match)
+        if value is not None:
+            append(make(NumberMatch, (start, end, number, value)))
     return found
+
+
+_FAR = 4096  # characters between stop and endpos above which _find_numbers tries matches one by one
+# Where a match of NUMBER_REGEX can start: its first two tests (it tests more after them).
+_MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", regex.VERBOSE)
+
+
+def _matches_before(text: str, stop: int, endpos: int):
+    """The matches of ``NUMBER_REGEX.finditer(text, 0, endpos)`` that start before ``stop``, without trying any
+    position from ``stop`` on."""
+    position = 0
+    while (place := _MATCH_START.search(text, position, stop)) is not None:
+        match = NUMBER_REGEX.match(text, place.start(), endpos)
+        if match is None:
+            position = place.start() + 1
+        else:
+            yield match
+            position = match.end()
+
+
+def _value_of_match(match) -> float | None:
+    """The value of a match of the number alternative, or None if a value rule makes it text."""
+    _, sign, integer, fraction, fraction_only, exponent = match.group(*_GROUP_INDICES)
+    try:
+        value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
+    except _NumberError:
+        return None
+    return None if _is_identifier(integer, fraction, exponent) else value
+
+
+def _next_cut_place(text: str, start: int) -> int:
+    """The first cut place at or after ``start`` (see "Cutting a text" above), or ``len(text)``."""
+    match = _CUT_PLACE.search(text, start)
+    return match.start() if match is not None else len(text)
+
+
+def _last_cut_place(text: str, low: int, high: int) -> int | None:
+    """The last cut place in ``[low, high]``, or None."""
+    match = _LAST_CUT_PLACE.search(text, low, high + 1)
+    return match.start() if match is not None else None
 
 
 def split_numbers(text: str) -> list[tuple[str, str | float]]:
@@ -360,11 +521,19 @@ def format_number(value) -> str:
 
     Note that float32(1e-4) is slightly below 1e-4, so it is written ``"1e-04"``.
 
+    Subnormal v (``0 < |v| < 1.1754944e-38``) are the exception. Their shortest unique text can be far
+    from v (the smallest, 2**-149 = 1.4012985e-45, would be "1e-45", 29% off), and rule V1 reads such a
+    literal as text. A subnormal is written with the fewest digits that stay within float32's relative
+    precision 2**-24 of v (``2**-149 -> "1.4012985e-45"``, ``2**-148 -> "2.802597e-45"``), which also
+    round back to v.
+
     Every output is accepted by `parse_number` and gives back the same float32 value.
 
     Raises:
         TypeError: ``value`` is not a real number (bools are rejected too).
-        ValueError: ``value`` is NaN or infinite, or overflows float32.
+        ValueError: ``value`` is NaN or infinite, overflows float32, or is not zero but float32 cannot
+            hold it to its relative precision: it rounds to 0 (``1e-50``) or to a subnormal further off
+            than 2**-24 (``3e-45`` would become 2.8025969e-45, 6.6% less). The message names the value.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
         raise TypeError(f"value must be a real number, got {type(value).__name__}")
@@ -374,11 +543,39 @@ def format_number(value) -> str:
         raise ValueError(f"cannot format {value!r}: it overflows float32") from None
     if not math.isfinite(as_float):
         raise ValueError(f"cannot format {value!r}: the numeric grammar has no NaN or infinity")
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         single = np.float32(value)
     if not np.isfinite(single):
         raise ValueError(f"cannot format {value!r}: it overflows float32")
     magnitude = abs(float(single))
+    if magnitude <= _FLOAT32_TINY and not _is_faithful(Decimal(as_float), float(single)):
+        if magnitude == 0.0:
+            raise ValueError(f"cannot format {value!r}: it is not zero but underflows float32 (it rounds to 0)")
+        off = abs(float(single) - as_float) / abs(as_float)
+        raise ValueError(
+            f"cannot format {value!r}: float32 holds it only as {'the subnormal ' if magnitude < _FLOAT32_TINY else ''}"
+            f"{_subnormal_text(single)}, off by "
+            f"{off:.2g} of it, more than float32's relative precision 2**-24 (rule V1 of causalqwen.numbers)"
+        )
+    if 0.0 < magnitude < _FLOAT32_TINY:
+        return _subnormal_text(single)
     if magnitude == 0.0 or _POSITIONAL_LOWER <= magnitude < _POSITIONAL_UPPER:
         return np.format_float_positional(single, unique=True, trim="-")
     return np.format_float_scientific(single, unique=True, trim="-")
+
+
+def _subnormal_text(single) -> str:
+    """The shortest scientific text (numpy's style: ``"1.4012985e-45"``) within float32's relative precision of
+    the subnormal float32 ``single``: of each digit count, the two nearest decimals are tried, the nearer first."""
+    value = float(single)
+    exact = Decimal(abs(value))  # exact: a float is a binary fraction
+    for count in range(1, 10):
+        quantum = Decimal(1).scaleb(exact.adjusted() - count + 1)
+        candidates = sorted({exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)},
+                            key=lambda candidate: abs(candidate - exact))
+        for candidate in candidates:
+            if _is_faithful(candidate, abs(value)) and _round_decimal_to_float32(str(candidate)) == abs(value):
+                _, digits, exponent = candidate.normalize().as_tuple()
+                mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+                return f"{'-' if value < 0 else ''}{mantissa}e{exponent + len(digits) - 1:+03d}"
+    raise AssertionError(f"no decimal of at most 9 digits is within 2**-24 of {value!r}")  # 9 digits always are

@@ -4,9 +4,11 @@ transformers' `TextGenerationPipeline` tokenizes a prompt, calls ``model.generat
 attention_mask)`` and decodes the ids. For CausalQwen three things must travel besides the ids: the
 prompt's ``numeric_values`` (into ``generate``), the values ``generate`` gives the ``<NUM>`` tokens it
 chose (``return_dict_in_generate=True``), and the surface text of the prompt's numbers (into
-`NumericTokenizer.decode`). `NumericTextGenerationPipeline` overrides exactly those three steps;
-everything else (batching, ``return_full_text``, ``max_new_tokens``, ``stop_sequence``, CausalQwen's
-``mode`` and ``generator`` passed on to ``generate``) is the parent's.
+`NumericTokenizer.decode_continuation`, which tells the continuation from the prompt by token counts).
+`NumericTextGenerationPipeline` overrides exactly those three steps, and refuses a tokenizer whose ``<NUM>``
+is not the model's and an empty prompt; everything else (batching, ``return_full_text``,
+``max_new_tokens``, ``stop_sequence``, CausalQwen's ``mode`` and ``generator`` passed on to ``generate``)
+is the parent's.
 
 A saved CausalQwen names this class in ``config.json`` (``custom_pipelines``), so
 ``pipeline("text-generation", model=directory, trust_remote_code=True)`` builds it; for a model in
@@ -24,6 +26,8 @@ __all__ = ["NumericTextGenerationPipeline"]
 
 # preprocess arguments of the parent that need a chat template or the wrapped tokenizer's own encoding
 _UNSUPPORTED = ("handle_long_generation", "continue_final_message", "tokenizer_encode_kwargs", "tools", "documents")
+# an empty prompt: the parent would call generate without ids, or fail to pad it into a batch
+_EMPTY = "{which} is empty: the model continues a text of at least one token"
 
 
 class NumericTextGenerationPipeline(TextGenerationPipeline):
@@ -37,6 +41,25 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         if not isinstance(self.tokenizer, NumericTokenizer):
             raise TypeError(f"{type(self).__name__} needs a causalqwen NumericTokenizer as its tokenizer, got "
                             f"{type(self.tokenizer).__name__}")
+        model_num = getattr(self.model.config, "num_token_id", None)
+        if self.tokenizer.num_token_id != model_num:
+            raise ValueError(
+                f"the tokenizer's <NUM> id ({self.tokenizer.num_token_id}) differs from the model's num_token_id "
+                f"({model_num}): its num_token {self.tokenizer.num_token!r} is not the model's number token, so the "
+                "prompt's numbers would reach the model as another token and the generated ones would be lost; use "
+                "the tokenizer saved with the model"
+            )
+
+    def __call__(self, text_inputs, **kwargs):
+        """The parent's call, with an empty prompt refused by its index (the model needs a token to continue)."""
+        if not kwargs.get("prefix"):
+            if isinstance(text_inputs, str) and not text_inputs:
+                raise ValueError(_EMPTY.format(which="the prompt"))
+            if isinstance(text_inputs, (list, tuple)):
+                for index, text in enumerate(text_inputs):
+                    if isinstance(text, str) and not text:
+                        raise ValueError(_EMPTY.format(which=f"prompt {index}"))
+        return super().__call__(text_inputs, **kwargs)
 
     def _sanitize_parameters(self, prefix=None, stop_sequence=None, **kwargs):
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
@@ -59,6 +82,8 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         if unsupported:
             raise ValueError(f"{type(self).__name__} does not support {', '.join(unsupported)}")
         encoding = self.tokenizer(prefix + prompt_text, max_length=max_length, truncation=bool(truncation))
+        if encoding["input_ids"].shape[1] == 0:
+            raise ValueError(_EMPTY.format(which="the prompt"))
         return {
             "input_ids": encoding["input_ids"],  # [1, S]
             "attention_mask": encoding["attention_mask"],  # [1, S]
@@ -78,7 +103,11 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
     def postprocess(self, model_outputs, return_type=ReturnType.FULL_TEXT, clean_up_tokenization_spaces=None,
                     continue_final_message=None, skip_special_tokens=None, tools=None):
         """One record per generated sequence: the text (the prompt as given, then the continuation with its
-        numbers written out) or, with ``return_tensors=True``, the ids; and the values beside the ids."""
+        numbers written out) or, with ``return_tensors=True``, the ids; and the values beside the ids.
+
+        The prompt and the continuation are told apart by their token counts (`NumericTokenizer.decode_continuation`):
+        whatever space keeps a generated digit or number from running into the prompt's last number starts the
+        continuation, and the prompt stays as given."""
         sequences = model_outputs["generated_sequence"][0].tolist()  # n rows of S + T ids
         values = model_outputs["numeric_values"][0].tolist()  # n rows of S + T values
         number_texts = model_outputs["number_texts"]
@@ -90,12 +119,8 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
             if return_type == ReturnType.TENSORS:
                 records.append({"generated_token_ids": ids, "numeric_values": row_values})
                 continue
-            full = self.tokenizer.decode(ids, row_values, skip, out_of_vocab="mark", number_texts=number_texts)
-            prompt = self.tokenizer.decode(ids[:prompt_length], row_values[:prompt_length], skip,
-                                           number_texts=number_texts)
-            if not full.startswith(prompt):
-                raise RuntimeError(f"the decoded sequence {full!r} does not begin with its decoded prompt {prompt!r}")
-            new_text = full[len(prompt):]
+            _, new_text = self.tokenizer.decode_continuation(ids, row_values, prompt_length, skip, out_of_vocab="mark",
+                                                             number_texts=number_texts)
             text = model_outputs["prompt_text"] + new_text if return_type == ReturnType.FULL_TEXT else new_text
             records.append({"generated_text": text, "numeric_values": row_values})
         return records

@@ -19,22 +19,36 @@ a user put in the directory stays where it is. The demo replaces an earlier *dem
 there) before it removes or writes anything; a second run on the same directory is refused while
 the first holds it. The operating system releases the lock when the process ends, also by
 ``kill -9``, so a crashed run never leaves the directory blocked.
+
+**Never through a link.** Every file causalqwen writes itself is opened by `open_for_writing`: with
+``O_NOFOLLOW``, so a symbolic link planted under the file's name (``.causalqwen.lock``,
+``metrics.jsonl``, ``history.json``, ...) is an ``OSError`` naming it instead of a write into whatever
+it points to; a file with a second hard link, or that is not a regular file, is refused the same way
+(truncating it would change the other name's content too). With ``root`` (the run directory), every
+directory between ``root`` and the file must be a real directory, not a link: a symlinked
+``checkpoint-*`` or ``model`` directory would carry the writes outside the run directory. Writers
+that open files themselves (transformers' and peft's ``save_pretrained``, safetensors' ``save_file``)
+are preceded by `check_write_targets`, which refuses the same things among the names they will
+write. A refused link is left in place, and what it points to is not touched.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import logging
 import os
 import shutil
+import stat
 
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; runs are not protected against each other there
     fcntl = None
 
-__all__ = ["MARKER", "LOCK", "RUN_KINDS", "RUN_OUTPUTS", "RunDirectory"]
+__all__ = ["MARKER", "LOCK", "RUN_KINDS", "RUN_OUTPUTS", "RunDirectory", "open_for_writing", "check_write_targets",
+           "check_not_link", "check_writable", "make_directory"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +58,151 @@ RUN_KINDS = ("train", "demo")
 # What a run of each kind writes into its directory (shell patterns); `overwrite` removes these and nothing else.
 _TRAIN_OUTPUTS = ("training_config.json", "metrics.jsonl", "checkpoint-*", "model", "adapter", "tensorboard", "wandb")
 RUN_OUTPUTS = {"train": _TRAIN_OUTPUTS, "demo": _TRAIN_OUTPUTS + ("loss.png", "metrics.png")}
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # 0 where the platform has none (Windows): the lstat checks remain
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a planted FIFO fails at once instead of waiting for a reader
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+# =============================================================================================
+# Writing without following links
+# =============================================================================================
+
+
+def _link_error(path: str) -> OSError:
+    return OSError(
+        f"{path!r} is a symbolic link; causalqwen never writes through a link (it may point outside the directory): "
+        "remove the link or choose another directory"
+    )
+
+
+def check_not_link(path) -> None:
+    """``OSError`` naming ``path`` if it is a symbolic link (a missing path is fine)."""
+    if os.path.islink(path):
+        raise _link_error(os.fspath(path))
+
+
+def check_writable(path) -> None:
+    """``OSError`` naming ``path`` unless causalqwen may write it: not a symbolic link and, if it exists, a regular
+    file with no second hard link (what `open_for_writing` checks, for a file that is read before it is rewritten)."""
+    path = os.fspath(path)
+    check_not_link(path)
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    _check_existing_file(path, status)
+
+
+def _check_directories(path: str, root) -> None:
+    """Every directory from ``root`` (excluded) down to the one holding ``path``: a real directory, never a link."""
+    if root is None:
+        return
+    root = os.path.abspath(os.fspath(root))
+    parent = os.path.dirname(os.path.abspath(path))
+    relative = os.path.relpath(parent, root)
+    if relative == os.curdir:
+        return
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep) or os.path.isabs(relative):
+        raise OSError(f"{path!r} lies outside the run directory {root!r}; causalqwen writes only inside it")
+    current = root
+    for part in relative.split(os.sep):
+        current = os.path.join(current, part)
+        check_not_link(current)
+
+
+def _check_existing_file(path: str, status: os.stat_result) -> None:
+    """A file about to be overwritten: a regular file with no other name (``OSError`` naming it otherwise)."""
+    if not stat.S_ISREG(status.st_mode):
+        raise OSError(f"{path!r} exists and is not a regular file; causalqwen writes only regular files")
+    if status.st_nlink > 1:
+        raise OSError(
+            f"{path!r} has {status.st_nlink} hard links; writing it would change the file under its other names too: "
+            "remove it or choose another directory"
+        )
+
+
+def open_for_writing(path, mode: str = "w", *, root=None, encoding: str | None = "utf-8"):
+    """Open ``path`` for writing (``mode`` ``"w"``, ``"a"``, ``"wb"`` or ``"ab"``) without ever following a link.
+
+    The file is opened with ``O_NOFOLLOW`` (a symbolic link in its place is an ``OSError`` naming it), must be
+    a regular file with a single name (a hard link shared with a file elsewhere is refused, since truncating it
+    would change that file too), and is truncated (``"w"``) only after these checks. With ``root``, every
+    directory between ``root`` and the file must be a real directory (`check_write_targets` explains why).
+    Returns the file object, in text mode with ``encoding`` unless ``mode`` ends in ``"b"``.
+    """
+    path = os.fspath(path)
+    if mode not in ("w", "a", "wb", "ab"):
+        raise ValueError(f"mode must be 'w', 'a', 'wb' or 'ab', got {mode!r}")
+    _check_directories(path, root)
+    check_not_link(path)
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC | (os.O_APPEND if mode[0] == "a" else 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP or os.path.islink(path):  # a link planted between the check and the open
+            raise _link_error(path) from None
+        if error.errno == errno.ENXIO:  # a FIFO without a reader
+            raise OSError(f"{path!r} exists and is not a regular file; causalqwen writes only regular files") from None
+        raise
+    try:
+        _check_existing_file(path, os.fstat(descriptor))
+        if mode[0] == "w":
+            os.ftruncate(descriptor, 0)
+        if _NONBLOCK and hasattr(os, "set_blocking"):
+            os.set_blocking(descriptor, True)
+        if mode.endswith("b"):
+            return os.fdopen(descriptor, mode)
+        return os.fdopen(descriptor, mode, encoding=encoding)
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def check_write_targets(directory, patterns=("*",), *, root=None) -> None:
+    """Before a writer that opens its files itself (transformers', peft's, safetensors', matplotlib's): refuse
+    with an ``OSError`` naming them a ``directory`` that is a symbolic link or not a directory, and any entry of
+    it matching ``patterns`` (shell patterns: the names the writer will write) that is a symbolic link, not a
+    regular file, or a file with a second hard link. Those writers follow links, so this is what keeps their
+    files inside ``directory``. With ``root``, the directories between ``root`` and ``directory`` are checked
+    too (`open_for_writing`)."""
+    directory = os.fspath(directory)
+    _check_directories(os.path.join(directory, "_"), root)
+    check_not_link(directory)
+    if not os.path.exists(directory):
+        return
+    if not os.path.isdir(directory):
+        raise OSError(f"{directory!r} exists and is not a directory")
+    links, others = [], []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in patterns):
+                continue
+            if entry.is_symlink():
+                links.append(entry.path)
+            elif not entry.is_dir(follow_symlinks=False):
+                try:
+                    _check_existing_file(entry.path, entry.stat(follow_symlinks=False))
+                except OSError as error:
+                    others.append(str(error))
+    if links:
+        raise OSError(
+            f"{', '.join(repr(link) for link in sorted(links))}: symbolic link{'s' if len(links) > 1 else ''} where "
+            "causalqwen is about to write; it never writes through a link (it may point outside the directory): "
+            "remove the link or choose another directory"
+        )
+    if others:
+        raise OSError("; ".join(sorted(others)))
+
+
+def make_directory(path, *, root=None) -> str:
+    """``path`` created if missing (with its parents), and checked to be a real directory, never a link (nor any
+    directory between ``root`` and it); ``OSError`` naming it otherwise. Returns ``path`` as a string."""
+    path = os.fspath(path)
+    check_write_targets(path, (), root=root)
+    os.makedirs(path, exist_ok=True)
+    check_write_targets(path, (), root=root)
+    return path
 
 
 def _read_marker(path: str) -> dict:
@@ -76,12 +235,18 @@ class RunDirectory:
         self._lock_handle = lock_handle
 
     @classmethod
-    def claim(cls, path, kind: str, *, resume: bool = False, overwrite: bool = False) -> "RunDirectory":
-        """Claim ``path`` for a run of ``kind``; raise ``ValueError`` naming the directory and the rule otherwise."""
+    def claim(cls, path, kind: str, *, resume: bool = False, overwrite: bool = False,
+              option_names: dict[str, str] | None = None) -> "RunDirectory":
+        """Claim ``path`` for a run of ``kind``; raise ``ValueError`` naming the directory and the rule otherwise.
+
+        ``option_names`` is what the messages call ``resume`` and ``overwrite`` (the command line passes
+        ``{"resume": "--resume", "overwrite": "--overwrite"}``); by default these keywords themselves."""
+        names = {"resume": "resume", "overwrite": "overwrite"} | (option_names or {})
+        resume_name, overwrite_name = names["resume"], names["overwrite"]
         if kind not in RUN_KINDS:
             raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}, got {kind!r}")
         if resume and overwrite:
-            raise ValueError("resume and overwrite exclude each other: continue the run, or replace it")
+            raise ValueError(f"{resume_name} and {overwrite_name} exclude each other: continue the run, or replace it")
         path = os.fspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise ValueError(f"output directory {path!r} is a file, not a directory")
@@ -91,7 +256,7 @@ class RunDirectory:
                 raise ValueError(f"nothing to resume: {path!r} holds no causalqwen run")
             os.makedirs(path, exist_ok=True)
             handle = cls._lock(path)
-            with open(os.path.join(path, MARKER), "w", encoding="utf-8") as marker:
+            with open_for_writing(os.path.join(path, MARKER)) as marker:
                 json.dump({"kind": kind}, marker)
             return cls(path, kind, False, handle)
 
@@ -106,7 +271,8 @@ class RunDirectory:
             what = "a training run" if found == "train" else "a demo run"
             raise ValueError(f"output directory {path!r} holds {what}; a {kind} run never replaces it: choose another directory")
         if not (resume or overwrite):
-            hint = "pass resume to continue it or overwrite to replace it" if kind == "train" else "pass overwrite to replace it"
+            hint = (f"pass {resume_name} to continue it or {overwrite_name} to replace it" if kind == "train"
+                    else f"pass {overwrite_name} to replace it")
             raise ValueError(f"output directory {path!r} holds a previous {kind} run; {hint}")
         handle = cls._lock(path)
         if overwrite:
@@ -118,7 +284,19 @@ class RunDirectory:
     @staticmethod
     def _lock(path: str):
         lock_path = os.path.join(path, LOCK)
-        handle = open(lock_path, "a+", encoding="utf-8")
+        check_not_link(lock_path)
+        try:  # read and write, created if missing, never through a link (the module docstring)
+            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
+        except OSError as error:
+            if error.errno == errno.ELOOP or os.path.islink(lock_path):
+                raise _link_error(lock_path) from None
+            raise
+        try:
+            _check_existing_file(lock_path, os.fstat(descriptor))
+            handle = os.fdopen(descriptor, "r+", encoding="utf-8")
+        except BaseException:
+            os.close(descriptor)
+            raise
         if fcntl is None:
             return handle
         try:

@@ -32,9 +32,11 @@ import torch
 from tokenizers import AddedToken
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 
-from .auto import AUTO_MODULE, TOKENIZER_AUTO_MAP, update_json, write_auto_module
+from .auto import AUTO_MODULE, TOKENIZER_AUTO_MAP, TOKENIZER_FILES, update_json, write_auto_module
 from .checkpoint import check_local_source
-from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, join_numbers, parse_number, split_numbers
+from .rundir import check_write_targets
+from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, parse_number, split_numbers
+from .numbers import _find_numbers, _last_cut_place, _next_cut_place
 
 __all__ = [
     "NUMBER_REGEX",
@@ -90,11 +92,6 @@ def _runs(text: str, found: list[NumberMatch]) -> list[str]:
     return runs
 
 
-def _with_placeholders(text: str, found: list[NumberMatch], placeholder: str) -> str:
-    """``text`` with each number replaced by the text of the ``<NUM>`` token."""
-    return placeholder.join(_runs(text, found))
-
-
 def _encode_batch(backend, texts: list[str]) -> list[list[int]]:
     r"""The fast path: texts whose numbers are replaced by ``<NUM>`` (and that hold no other special token's
     text), encoded in one call of the Rust tokenizer. Its added-token matching splits each text at ``<NUM>``
@@ -113,33 +110,47 @@ def _encode_batch(backend, texts: list[str]) -> list[list[int]]:
     return [encoding.ids for encoding in encodings]
 
 
-# Characters a number can end with or continue through: a prefix must not end on one of them, or its last
-# number could read differently from the whole text ("1,000|,000", "3e4|5a1c", "5|月" of a range).
-_CUT_BLOCKERS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.,-\u2212+:/#")
-# A prefix cut at a place that is not a space keeps this many tokens in reserve: the BPE merges of its last
-# piece can differ from the whole text's.
+# A prefix cut at a place that is neither a space nor the end of a number keeps this many tokens in reserve:
+# the BPE merges of its last piece can differ from the whole text's.
 _UNSAFE_CUT_MARGIN = 8
 
 
-def _safe_cut(text: str, budget: int) -> tuple[int, bool]:
-    """``(end, exact)``: an end index <= ``budget`` for a prefix to encode instead of the whole text.
+def _prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool]:
+    """``(end, numbers, exact)``: a prefix ``text[:end]`` to encode instead of the whole text, and its numbers,
+    which are the whole text's numbers that start before ``end`` (none reaches past it).
 
-    Exact: just before a space that follows a non-space (where neither the number grammar nor a byte-level
-    BPE pre-tokenizer joins across), searched in the budget's second half; ``len(text)`` when the text is
-    within the budget. Otherwise (a long run without spaces, as Chinese is written) the last place whose
-    preceding character cannot be part of a number, so the prefix reads the same numbers with the same
-    values; only its last few text tokens may differ, and are not used (`_UNSAFE_CUT_MARGIN`). With no
-    such place either, ``len(text)``: the whole text is encoded.
+    ``end`` is at most ``budget``, or the end of a number that ``budget`` falls inside (the number becomes one
+    ``<NUM>``, however long it is written); ``len(text)`` when the text is within the budget. Where to cut, in
+    order of preference, in the budget's second half:
+
+    * just before a space that follows a non-space: neither the number grammar nor a byte-level BPE
+      pre-tokenizer joins across it, so the prefix's tokens are the whole text's (``exact``);
+    * the last cut place of the number grammar (`causalqwen.numbers`: a character no number reads
+      through, as "+" after a letter in base64, or a CJK punctuation mark);
+    * ``budget`` itself, in a run that holds no cut place (a long digit run, "1a1a1a..."); the numbers
+      are then read up to the next cut place after it, however far, so they are still the whole text's:
+      that costs time linear in the run, in the number grammar only, never in the wrapped tokenizer.
+
+    Except at a space or a number's end, the prefix's last text tokens may differ from the whole text's
+    and are not used (`_UNSAFE_CUT_MARGIN`).
     """
     if len(text) <= budget:
-        return len(text), True
-    for cut in range(budget, budget // 2, -1):
-        if text[cut] == " " and not text[cut - 1].isspace():
-            return cut, True
-    for cut in range(budget, 0, -1):
-        if text[cut - 1] not in _CUT_BLOCKERS:
-            return cut, False
-    return len(text), True
+        return len(text), find_numbers(text), True
+    half = budget // 2
+    end = text.rfind(" ", half + 1, budget + 1)
+    while end > half and text[end - 1].isspace():
+        end = text.rfind(" ", half + 1, end)
+    exact = end > half
+    if not exact:
+        end = _last_cut_place(text, half + 1, budget)
+    if end is None:
+        end, reach = budget, _next_cut_place(text, budget)
+    else:
+        reach = end
+    found = _find_numbers(text, end, reach)
+    if found and found[-1].end >= end:  # the prefix ends with a number: its tokens are the whole text's
+        end, exact = found[-1].end, True
+    return end, found, exact
 
 
 class NumericTokenizer:
@@ -237,8 +248,18 @@ class NumericTokenizer:
         name this class in ``tokenizer_config.json``: ``num_token``, and ``auto_map`` so that
         ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` gives a `NumericTokenizer` (see
         `causalqwen.auto`); without ``trust_remote_code`` it gives the wrapped tokenizer, which knows
-        ``<NUM>`` as its special ``num_token``."""
+        ``<NUM>`` as its special ``num_token``.
+
+        ``path`` must be a directory or not exist yet (an existing file is an ``OSError`` naming it), and is
+        never written through a link: ``path`` itself, or a name the save writes (``tokenizer_config.json``,
+        ``tokenizer.json``, ...), being a symbolic link or a hard-linked file is an ``OSError`` naming it,
+        raised before anything is written (`causalqwen.rundir.check_write_targets`)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        check_write_targets(path, TOKENIZER_FILES)  # OSError for a link, a file in place of the directory
         files = self._hf_tokenizer.save_pretrained(path, **kwargs)
+        if files is None:  # transformers logs and returns None when it writes nothing
+            raise OSError(f"the tokenizer could not be saved to {os.fspath(path)!r}")
         config_file = next((file for file in files if os.path.basename(file) == "tokenizer_config.json"), None)
         if config_file is None:
             raise RuntimeError(f"the wrapped tokenizer wrote no tokenizer_config.json to {os.fspath(path)!r}")
@@ -318,10 +339,15 @@ class NumericTokenizer:
         spaces are added around numbers. With ``return_number_texts=True`` a third list holds the
         surface text of each ``<NUM>``, in order (what `decode` needs to give back ``text``).
 
-        With ``max_length``, at most that many tokens are returned, and only a prefix of the text is
-        encoded: the text is cut at a space that follows a non-space character (where neither the
-        number grammar nor a byte-level BPE pre-tokenizer joins across), growing the prefix until it
-        gives more than ``max_length`` tokens. So a 50 MB text costs what its first tokens cost.
+        With ``max_length``, at most that many tokens are returned, and the wrapped tokenizer encodes only
+        a prefix of the text, of about 16 characters per token, grown until it gives more than
+        ``max_length`` tokens: so a 50 MB text costs what its first tokens cost, whatever it holds (a
+        base64 blob, Chinese without spaces, one long digit run). The prefix ends at a space that follows
+        a non-space character (where neither the number grammar nor a byte-level BPE pre-tokenizer joins
+        across), else where no number reads across (a cut place of `causalqwen.numbers`), else anywhere.
+        Its numbers are always the whole text's: where the grammar must look further to decide one (the
+        "1" of "1a1a...1a_" is a number only because of the final "_"), it does, in time linear in the text.
+        The tokens are those of the whole text: the first ``max_length`` of them.
 
         Raises:
             TypeError: ``text`` is not a str.
@@ -340,22 +366,22 @@ class NumericTokenizer:
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[_Row]:
         """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens."""
         if max_length is None:
-            return self._encode_whole(texts)
+            return self._encode_whole(texts, [find_numbers(text) for text in texts])
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
-        cuts = [_safe_cut(text, budget) for text in texts]
-        rows = self._encode_whole([text[:cut] for text, (cut, _) in zip(texts, cuts)])
+        plans = [_prefix(text, budget) for text in texts]
+        rows = self._encode_whole([text[:end] for text, (end, _, _) in zip(texts, plans)],
+                                  [found for _, found, _ in plans])
         for index, text in enumerate(texts):
             grown = budget
-            while cuts[index][0] < len(text) and len(rows[index].input_ids) <= max_length + (
-                    0 if cuts[index][1] else _UNSAFE_CUT_MARGIN):
+            end, _, exact = plans[index]
+            while end < len(text) and len(rows[index].input_ids) <= max_length + (0 if exact else _UNSAFE_CUT_MARGIN):
                 grown *= 4
-                cuts[index] = _safe_cut(text, grown)
-                rows[index] = self._encode_whole([text[: cuts[index][0]]])[0]
+                end, found, exact = _prefix(text, grown)
+                rows[index] = self._encode_whole([text[:end]], [found])[0]
         return [self._cut(row, max_length) for row in rows]
 
-    def _encode_whole(self, texts: list[str]) -> list[_Row]:
-        """Encode every text: the numbers found by the grammar, the text between them by the wrapped tokenizer."""
-        found = [find_numbers(text) for text in texts]
+    def _encode_whole(self, texts: list[str], found: list[list[NumberMatch]]) -> list[_Row]:
+        """Encode every text, given its numbers: the text between them by the wrapped tokenizer."""
         fast = self._fast_backend()
         if fast is not None:
             specials = self._special_texts()
@@ -365,14 +391,38 @@ class NumericTokenizer:
         id_rows: list[list[int] | None] = [None] * len(texts)
         quick = [index for index, ok in enumerate(plain) if ok]
         if quick:
-            joined = [_with_placeholders(texts[index], found[index], self._num_token) for index in quick]
-            for index, ids in zip(quick, _encode_batch(fast, joined)):
+            for index, ids in zip(quick, self._encode_plain(fast, [texts[i] for i in quick], [found[i] for i in quick])):
                 id_rows[index] = ids
         slow = [index for index, ok in enumerate(plain) if not ok]
         if slow:
             for index, ids in zip(slow, self._encode_by_runs([texts[i] for i in slow], [found[i] for i in slow])):
                 id_rows[index] = ids
         return [self._row(ids, numbers_found) for ids, numbers_found in zip(id_rows, found)]
+
+    def _encode_plain(self, fast, texts: list[str], found: list[list[NumberMatch]]) -> list[list[int]]:
+        """The ids of texts that hold no special token's text, by one of two equivalent ways (the Rust tokenizer
+        encodes the text between two ``<NUM>`` on its own either way):
+
+        * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text (`_encode_batch`);
+        * each *distinct* text run between numbers once, the rows put together from those, when at most
+          half the runs are distinct: number-dense texts ("1-2-3-...", tables, a batch of similar lines),
+          where the Rust tokenizer would otherwise spend most of its time on ``<NUM>`` after ``<NUM>``.
+        """
+        runs_per_text = [_runs(text, numbers_found) for text, numbers_found in zip(texts, found)]
+        runs_count = sum(len(runs) for runs in runs_per_text)
+        distinct = list(dict.fromkeys(run for runs in runs_per_text for run in runs if run))
+        if 2 * len(distinct) > runs_count:
+            return _encode_batch(fast, [self._num_token.join(runs) for runs in runs_per_text])
+        ids_of = dict(zip(distinct, _encode_batch(fast, distinct)))
+        num, rows = self._num_token_id, []
+        for runs in runs_per_text:
+            ids = list(ids_of[runs[0]]) if runs[0] else []
+            for run in runs[1:]:
+                ids.append(num)
+                if run:
+                    ids += ids_of[run]
+            rows.append(ids)
+        return rows
 
     def _fast_backend(self):
         """The Rust tokenizer behind the wrapped one, or None for a slow (Python) tokenizer."""
@@ -518,9 +568,11 @@ class NumericTokenizer:
         returns with ``return_number_texts=True``); every further ``<NUM>`` (one the model generated) is
         written as `format_number` of its value, with a space before it, or around it, wherever it
         would otherwise run into its neighbours and read back as a different number (two adjacent
-        numbers, a letter or a ``-`` before it, ...). The runs of other ids are decoded by the wrapped
-        tokenizer; ``skip_special_tokens`` applies to those runs (pad, eos, ...). Values at positions
-        that are not ``<NUM>`` are not used.
+        numbers, a letter or a ``-`` before it, ...). The numbers as written keep their place: where what
+        follows the last of them would run into one (the digit tokens ``7 7`` after ``"The total is 5"``),
+        the space goes right after that number (``"The total is 5 77"``); `decode_continuation` splits the
+        text there. The runs of other ids are decoded by the wrapped tokenizer; ``skip_special_tokens``
+        applies to those runs (pad, eos, ...). Values at positions that are not ``<NUM>`` are not used.
 
         Args:
             input_ids: a list of ints or a 1-D integer tensor/array.
@@ -538,6 +590,43 @@ class NumericTokenizer:
                 at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, or ``number_texts`` has
                 more texts than there are ``<NUM>`` or a text that does not read as its value.
         """
+        ids, values, surfaces = self._decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
+                                                       number_texts)
+        pieces, _ = self._pieces(ids, values, surfaces, skip_special_tokens, len(ids))
+        return _joined(pieces, _decoded_spaces(pieces))[0]
+
+    def decode_continuation(
+        self,
+        input_ids,
+        numeric_values,
+        prompt_length: int,
+        skip_special_tokens: bool = True,
+        out_of_vocab: str = "raise",
+        *,
+        number_texts=None,
+    ) -> tuple[str, str]:
+        """Decode a prompt and what was generated after it: ``(prompt, continuation)``.
+
+        ``prompt`` is the text of the first ``prompt_length`` ids alone, exactly as `decode` writes them
+        (with ``number_texts``, the prompt's numbers as they were written); ``continuation`` is the text of
+        the rest. Wherever the continuation would run into the prompt -- a digit or a number right after the
+        prompt's last number, or a ``-`` that would make its runs one identifier -- the separating space
+        goes at the start of the continuation, never into the prompt; numbers of the continuation get their
+        spaces as in `decode`. So ``prompt + continuation`` reads back every number as its value, and
+        ``prompt_text + continuation`` continues the text a user gave.
+
+        The arguments are those of `decode`, plus ``prompt_length`` (0 to ``len(input_ids)``).
+        """
+        ids, values, surfaces = self._decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
+                                                       number_texts)
+        if isinstance(prompt_length, bool) or not isinstance(prompt_length, numbers.Integral) \
+                or not 0 <= prompt_length <= len(ids):
+            raise ValueError(f"prompt_length must be an int from 0 to len(input_ids)={len(ids)}, got {prompt_length!r}")
+        pieces, split = self._pieces(ids, values, surfaces, skip_special_tokens, int(prompt_length))
+        return _join_pieces(pieces, split)
+
+    def _decode_arguments(self, input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts):
+        """`decode`'s door: the ids, values and surface texts as lists, or an error naming the argument."""
         ids = _as_id_list(input_ids, "input_ids")
         values = _as_value_list(numeric_values, "numeric_values")
         if len(ids) != len(values):
@@ -556,38 +645,45 @@ class NumericTokenizer:
                     f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}); "
                     'an untrained model can predict its reserved rows: pass out_of_vocab="mark" to write them as <unk:ID>'
                 )
-        pieces = self._pieces(ids, values, surfaces, skip_special_tokens)
-        return join_numbers(pieces)
+        return ids, values, surfaces
 
-    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool) -> list[tuple[str, bool]]:
-        """``(text, is_number)``: decoded runs, and each number as written (its surface text) or generated."""
-        pieces: list[tuple[str, bool]] = []
+    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool,
+                split: int) -> tuple[list[tuple[str, str]], int]:
+        """``(text, kind)`` pieces: decoded runs of ordinary ids (`_TEXT`), and each number as written (`_WRITTEN`,
+        its surface text) or generated (`_GENERATED`, its shortest float32 text); and the number of pieces made of
+        the first ``split`` ids (a run of ids that crosses ``split`` is decoded as two runs)."""
+        pieces: list[tuple[str, str]] = []
         run: list[int] = []
-        size, count = len(self), 0
+        size, count, split_piece = len(self), 0, None
         for position, token_id in enumerate(ids):
+            if position == split:
+                if run:
+                    pieces.append((self._decode_run(run, skip_special_tokens), _TEXT))
+                    run = []
+                split_piece = len(pieces)
             if token_id != self._num_token_id and token_id < size:
                 run.append(token_id)
                 continue
             if run:
-                pieces.append((self._decode_run(run, skip_special_tokens), False))
+                pieces.append((self._decode_run(run, skip_special_tokens), _TEXT))
                 run = []
             if token_id >= size:
-                pieces.append((f"<unk:{token_id}>", False))
+                pieces.append((f"<unk:{token_id}>", _TEXT))
                 continue
             try:
                 written = format_number(values[position])
             except ValueError as error:
                 raise ValueError(f"numeric_values[{position}]: {error}") from None
             if count < len(surfaces):
-                pieces.append((_surface_for(surfaces[count], values[position], count, position), True))
+                pieces.append((_surface_for(surfaces[count], values[position], count, position), _WRITTEN))
             else:
-                pieces.append((written, True))
+                pieces.append((written, _GENERATED))
             count += 1
         if run:
-            pieces.append((self._decode_run(run, skip_special_tokens), False))
+            pieces.append((self._decode_run(run, skip_special_tokens), _TEXT))
         if count < len(surfaces):
             raise ValueError(f"number_texts has {len(surfaces)} texts but the row has only {count} <NUM> tokens")
-        return pieces
+        return pieces, len(pieces) if split_piece is None else split_piece
 
     def _decode_run(self, ids: list[int], skip_special_tokens: bool) -> str:
         """Decode a run of ordinary ids exactly, without any clean-up of spaces."""
@@ -750,6 +846,76 @@ def _as_text_rows(number_texts, rows: int) -> list:
     if len(number_texts) != rows:
         raise ValueError(f"number_texts has {len(number_texts)} rows but input_ids has {rows}; they must match")
     return list(number_texts)
+
+
+# The kinds of decoded pieces: a run of ordinary tokens, a number as it was written, a number the model generated.
+_TEXT, _WRITTEN, _GENERATED = "text", "written", "generated"
+
+
+def _joined(pieces: list[tuple[str, str]], spaced: set[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The pieces concatenated with a space before each piece whose index is in ``spaced`` (index ``len(pieces)``:
+    one at the end); and the character span of every piece."""
+    parts, spans, length = [], [], 0
+    for index, (text, _) in enumerate(pieces):
+        if index in spaced:
+            parts.append(" ")
+            length += 1
+        spans.append((length, length + len(text)))
+        parts.append(text)
+        length += len(text)
+    if len(pieces) in spaced:
+        parts.append(" ")
+    return "".join(parts), spans
+
+
+def _spaces(pieces: list[tuple[str, str]], split: int, spaced: set[int]) -> set[int]:
+    r"""The places of the spaces (slot i: before piece i) that make every number piece read back as itself.
+
+    Concatenated, a number can run into its neighbours: "5" and the digits "77" read as 577, "0.88" and "-0.24"
+    as 0.88 and a dash, "found" and "5" as the identifier "found5". A number that reads wrong gets a space on one
+    side, and if that is not enough, on the other: between spaces, every output of `format_number` and every
+    number as written reads as itself. A generated number takes the space before it first, a written one the
+    space after it (what precedes it came from its own text). The pieces before ``split`` (the prompt) keep the
+    slots they have in ``spaced``: one of their numbers that reads wrong opens slot ``split``, between the prompt
+    and the rest -- and followed by a space, a prompt that reads right alone reads right (no match of the grammar
+    spans a space, and a space and the end of the text look the same to its look-aheads); only should that not
+    do, its own sides.
+    """
+    spaced = set(spaced)
+    numbers_at = [index for index, (_, kind) in enumerate(pieces) if kind != _TEXT]
+    for _ in range(5):
+        joined, spans = _joined(pieces, spaced)
+        read = {(number.start, number.end) for number in find_numbers(joined)}
+        wrong = [index for index in numbers_at if spans[index] not in read]
+        if not wrong:
+            return spaced
+        before = set(spaced)  # neighbours that both read wrong share the slot between them
+        for index in wrong:
+            if index < split:  # then its own sides, should the space at the split not do
+                choices = (split, index + 1, index)
+            elif pieces[index][1] == _WRITTEN:
+                choices = (index + 1, index)
+            else:
+                choices = (index, index + 1)
+            spaced.add(next((slot for slot in choices if slot not in before), choices[0]))
+    raise RuntimeError(f"a number does not read back even between spaces: {joined!r}")
+
+
+def _decoded_spaces(pieces: list[tuple[str, str]]) -> set[int]:
+    """`decode`'s spaces: the numbers as written came first, from a text that reads them as they are, so the
+    pieces up to the last of them are the prompt (`_spaces`), and what the model generated follows them."""
+    written = [index for index, (_, kind) in enumerate(pieces) if kind == _WRITTEN]
+    return _spaces(pieces, written[-1] + 1 if written else 0, set())
+
+
+def _join_pieces(pieces: list[tuple[str, str]], split: int) -> tuple[str, str]:
+    """``(head, tail)``: the first ``split`` pieces as `decode` joins them alone, then the rest, spaced so that
+    every number reads back as itself (`_spaces`) and no space enters the head because of the tail."""
+    head_spaces = _decoded_spaces(pieces[:split]) - {split}  # a space at the very end changes no reading
+    spaced = _spaces(pieces, split, head_spaces)
+    head = _joined(pieces[:split], {slot for slot in spaced if slot < split})[0]
+    tail = _joined(pieces[split:], {slot - split for slot in spaced if slot >= split})[0]
+    return head, tail
 
 
 def _surface_for(surface: str, value: float, index: int, position: int) -> str:

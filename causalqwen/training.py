@@ -65,7 +65,7 @@ from .divergence import DivergenceBound
 from .inference import as_number
 from .lora import is_peft_model, restore_lora, save_lora
 from .metrics import evaluate_batch, with_log_prefixes
-from .rundir import RunDirectory
+from .rundir import RunDirectory, check_not_link, check_writable, check_write_targets, make_directory, open_for_writing
 
 __all__ = [
     "PRESETS",
@@ -84,6 +84,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PRESETS = ("causal", "abduction", "all", "lora")
+SEED_MAX = 2**32 - 1  # the largest seed: NumPy seeds with 32 bits, and one seed drives torch, NumPy and Python
 
 
 @dataclass
@@ -117,6 +118,8 @@ class TrainingConfig:
                 kind = "a positive int" if lowest else "an int >= 0"
                 raise ValueError(f"{name} must be {kind}, got {getattr(self, name)!r}")
             setattr(self, name, value)
+        if self.seed > SEED_MAX:
+            raise ValueError(f"seed must be an int from 0 to {SEED_MAX} (2**32 - 1), got {self.seed!r}")
         for name in ("learning_rate", "weight_decay", "max_grad_norm"):
             value = as_number(getattr(self, name))
             if value is None or not math.isfinite(value):
@@ -181,10 +184,13 @@ def parameter_groups(model, weight_decay: float) -> list[dict]:
 
 
 def latest_checkpoint(out_dir: str) -> str | None:
-    """The complete ``checkpoint-{step}`` directory with the highest step, or None."""
+    """The complete ``checkpoint-{step}`` directory with the highest step, or None. A ``checkpoint-{step}`` that
+    is a symbolic link is an ``OSError`` naming it: a run's checkpoints are directories it wrote, inside it."""
     if not os.path.isdir(out_dir):
         return None
     steps = [int(m.group(1)) for name in os.listdir(out_dir) if (m := re.fullmatch(r"checkpoint-(\d+)", name))]
+    for step in steps:
+        check_not_link(os.path.join(out_dir, f"checkpoint-{step}"))
     return os.path.join(out_dir, f"checkpoint-{max(steps)}") if steps else None
 
 
@@ -280,22 +286,27 @@ def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_g
     """Write ``checkpoint-{step}`` under a temporary name, fsync it, and rename it into place."""
     final = os.path.join(out_dir, f"checkpoint-{step}")
     partial_dir = final + ".partial"
+    for directory in (partial_dir, final):  # a link is never followed, emptied nor replaced: it is not ours
+        check_write_targets(directory, (), root=out_dir)
     shutil.rmtree(partial_dir, ignore_errors=True)  # our own leftover from a killed save
     os.makedirs(partial_dir)
     if is_peft_model(model):  # the adapters and the trained causal modules, beside the base model's config
         save_lora(model, partial_dir)
+        check_write_targets(partial_dir, ("config.json",), root=out_dir)
         model.get_base_model().config.save_pretrained(partial_dir)
     else:
         model.save_pretrained(partial_dir)  # config.json + model.safetensors
     save_training_state(partial_dir, step=step, optimizer=optimizer, scheduler=scheduler,
                         eval_generator=eval_generator, settings=settings)
-    with open(os.path.join(partial_dir, "history.json"), "w", encoding="utf-8") as handle:
+    with open_for_writing(os.path.join(partial_dir, "history.json"), root=out_dir) as handle:
         json.dump(history, handle)
     if bound is not None:  # the base law of U (frozen at the run's start) and the multiplier
+        check_write_targets(partial_dir, (BOUND_TENSORS,), root=out_dir)
         save_file(bound.base.state_dict(), os.path.join(partial_dir, BOUND_TENSORS))
-        with open(os.path.join(partial_dir, BOUND_JSON), "w", encoding="utf-8") as handle:
+        with open_for_writing(os.path.join(partial_dir, BOUND_JSON), root=out_dir) as handle:
             json.dump({"multiplier": bound.multiplier, "last_divergence": bound.last_divergence}, handle, allow_nan=False)
     fsync_tree(partial_dir)
+    check_write_targets(final, (), root=out_dir)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial_dir, final)  # atomic: a checkpoint-{step} directory is always complete
     fsync_directory(out_dir)
@@ -348,16 +359,20 @@ def _load_bound(path: str, bound) -> None:
     tensors_file = os.path.join(path, BOUND_TENSORS)
     if not os.path.isfile(tensors_file):
         raise OSError(f"cannot resume from {path}: it has no {BOUND_TENSORS} (was it written with max_u_divergence?)")
-    try:
+    try:  # every tensor checked by name: shape, floating point, finite in the reference's dtype
         bound.base.load_state_dict(load_file(tensors_file))
     except (ValueError, safetensors.SafetensorError) as error:
-        raise OSError(f"cannot resume from {path}: {tensors_file}: {error}") from error
+        raise OSError(f"cannot resume from {path}: {tensors_file!r}: {error}") from error
     state = _read_json(os.path.join(path, BOUND_JSON), f"cannot resume from {path}")
     multiplier = state.get("multiplier") if isinstance(state, dict) else None
     if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier) or multiplier < 0:
         raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds no multiplier >= 0")
+    last = state.get("last_divergence")
+    if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)):
+        raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds last_divergence {last!r}, not a finite number "
+                      "or null")
     bound.multiplier = float(multiplier)
-    bound.last_divergence = state.get("last_divergence")
+    bound.last_divergence = None if last is None else float(last)
 
 
 def _read_json(file: str, context: str):
@@ -387,6 +402,8 @@ class _Reporter:
     def __init__(self, out_dir: str | None, report_to: str | None, resumed_step: int):
         self.path = os.path.join(out_dir, "metrics.jsonl") if out_dir else None
         self.sink = None
+        if self.path:
+            check_writable(self.path)  # never read nor rewritten through a link (causalqwen.rundir)
         if self.path and os.path.exists(self.path):  # drop what a resumed run will redo
             with open(self.path, encoding="utf-8") as handle:
                 lines = handle.readlines()
@@ -399,25 +416,27 @@ class _Reporter:
                         kept.append(line)
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"{self.path}, line {number}: not a metrics record") from None
-            with open(self.path, "w", encoding="utf-8") as handle:
+            with open_for_writing(self.path) as handle:
                 handle.writelines(kept)
         if report_to == "tensorboard":
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as error:
                 raise ValueError("report_to='tensorboard' needs the tensorboard package (pip install tensorboard)") from error
-            self.sink = SummaryWriter(log_dir=os.path.join(out_dir or ".", "tensorboard"))
+            self.sink = SummaryWriter(log_dir=make_directory(os.path.join(out_dir or ".", "tensorboard"), root=out_dir))
         elif report_to == "wandb":
             try:
                 import wandb
             except ImportError as error:
                 raise ValueError("report_to='wandb' needs the wandb package (pip install wandb)") from error
+            if out_dir:
+                make_directory(os.path.join(out_dir, "wandb"), root=out_dir)  # where wandb writes, never a link
             self.sink = wandb.init(project="causalqwen", dir=out_dir)
 
     def log(self, step: int, metrics: dict) -> None:
         record = {"step": step} | metrics
         if self.path:
-            with open(self.path, "a", encoding="utf-8") as handle:
+            with open_for_writing(self.path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
         if self.sink is not None and hasattr(self.sink, "add_scalar"):
             for key, value in metrics.items():
@@ -483,7 +502,7 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
         if resume and os.path.exists(config_file):
             _check_config_file(out_dir, config, allow_changed_settings)
             logger.warning("%s has no complete checkpoint yet: the resumed run starts at step 0", out_dir)
-        with open(config_file, "w", encoding="utf-8") as handle:
+        with open_for_writing(config_file, root=out_dir) as handle:
             json.dump(dataclasses.asdict(config), handle, indent=2)
     torch.manual_seed(config.seed)
     random.seed(config.seed)
@@ -503,7 +522,7 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
                                          allow_changed_settings, bound)
         logger.info("resumed from %s at step %d", checkpoint, step)
         if allow_changed_settings and run_dir is not None:
-            with open(os.path.join(out_dir, "training_config.json"), "w", encoding="utf-8") as handle:
+            with open_for_writing(os.path.join(out_dir, "training_config.json"), root=out_dir) as handle:
                 json.dump(dataclasses.asdict(config), handle, indent=2)
     return _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator,
                   settings, step, history, bound)

@@ -9,6 +9,7 @@ Profiles (select with ``HYPOTHESIS_PROFILE=...``; the default is ``ci``):
 
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -19,3 +20,11 @@ settings.register_profile("thorough", max_examples=1000, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    """The embedded tiny Qwen2 base saved to a directory (a ``--base`` for the command line)."""
+    from causalqwen.tiny import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("qwen_tiny"))

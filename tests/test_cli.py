@@ -136,13 +136,6 @@ def test_a_short_demo_reports_failure_to_learn_and_reruns_in_place(tmp_path, cap
     assert "is not a causalqwen run" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    from causalqwen.tiny import save_tiny_base
-
-    return save_tiny_base(tmp_path_factory.mktemp("qwen_tiny"))
-
-
 def _jsonl(path, texts):
     import json
 

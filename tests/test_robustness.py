@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from validation import robustness as rb
 from validation import trust
 from validation.real_text import REAL_TEXT_CASES
+from validation.trust_round_three import ROUND_THREE_CASES
 
 # ---------------------------------------------------------------------------------------------
 # The bad-input table
@@ -36,18 +37,22 @@ def test_bad_input_raises_its_clear_error(case):
     _assert_raises_as_listed(case)
 
 
-@pytest.mark.parametrize("case", trust.TRUST_CASES, ids=lambda case: case.id)
+ALL_TRUST_CASES = trust.TRUST_CASES + ROUND_THREE_CASES
+
+
+@pytest.mark.parametrize("case", ALL_TRUST_CASES, ids=lambda case: case.id)
 def test_trust_boundary_case_holds(case):
     outcome = trust.run_trust_case(case)
     assert outcome.passed, f"{case.id}: {outcome.actual}"
 
 
 def test_the_trust_table_covers_every_group():
-    ids = [case.id for case in trust.TRUST_CASES]
+    ids = [case.id for case in ALL_TRUST_CASES]
     assert len(ids) == len(set(ids))
     for group in trust.GROUPS:
         assert sum(case.group == group for case in trust.TRUST_CASES) >= 8, group
-    assert all(case.error is None or re.compile(case.message) for case in trust.TRUST_CASES)
+        assert sum(case.group == group for case in ROUND_THREE_CASES) >= 6, group
+    assert all(case.error is None or re.compile(case.message) for case in ALL_TRUST_CASES)
     must_fail = trust.TrustCase("x", "silent", "x", lambda: None, ValueError, "")
     assert not trust.run_trust_case(must_fail).passed  # no error where one is expected
     wrong = trust.TrustCase("x", "silent", "x", lambda: (_ for _ in ()).throw(trust.WrongResult("no")), None)
@@ -264,15 +269,15 @@ def test_summary_runs_the_tables_and_a_fuzz_sample_and_reports_every_row():
     result = rb.run_suite(model_examples=3, loss_examples=3)
     assert result.passed, result.markdown
     markdown = result.markdown
-    for case in rb.BAD_INPUT_CASES + rb.CHECKPOINT_CASES + trust.TRUST_CASES:
+    for case in rb.BAD_INPUT_CASES + rb.CHECKPOINT_CASES + ALL_TRUST_CASES:
         assert f"`{case.id}`" in markdown
     # every row, plus the headline, the control, the 2 fuzz rows, the trust table's headline, and the real-text
     # table's headline and rows
-    assert markdown.count("**PASS**") == (len(rb.BAD_INPUT_CASES) + len(rb.CHECKPOINT_CASES) + len(trust.TRUST_CASES)
+    assert markdown.count("**PASS**") == (len(rb.BAD_INPUT_CASES) + len(rb.CHECKPOINT_CASES) + len(ALL_TRUST_CASES)
                                           + 5 + 1 + len(REAL_TEXT_CASES))
     assert "### Real text survives tokenization" in markdown
     assert "### Security: what the project reads, and what it refuses" in markdown
-    assert f"{len(trust.TRUST_CASES)} of {len(trust.TRUST_CASES)} trust-boundary cases hold" in markdown
+    assert f"{len(ALL_TRUST_CASES)} of {len(ALL_TRUST_CASES)} trust-boundary cases hold" in markdown
     assert "**FAIL**" not in markdown
     assert f"{len(rb.BAD_INPUT_CASES)} of {len(rb.BAD_INPUT_CASES)} bad inputs give their clear error" in markdown
     assert "0 of 6 extreme inputs left a NaN or ±inf" in markdown

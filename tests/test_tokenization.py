@@ -232,7 +232,9 @@ def test_price_example_position(tokenizer, base_tokenizer):
         ("2E-2", f32(0.02)),
         ("1e+30", f32(1e30)),
         ("3.4028235e38", float(np.finfo(np.float32).max)),
-        ("1e-45", float(np.finfo(np.float32).smallest_subnormal)),
+        # a subnormal is read only when written within float32's relative precision 2**-24 of it (rule V1)
+        ("1.4012985e-45", float(np.finfo(np.float32).smallest_subnormal)),
+        ("1.1754942e-38", f32(np.nextafter(np.float32(np.finfo(np.float32).tiny), np.float32(0)))),
         # exactly halfway between 1 and the next float32: ties go to the even one, 1.0
         ("1.000000059604644775390625", 1.0),
         # just above / below that midpoint; float64 cannot tell these apart from the midpoint
@@ -273,10 +275,9 @@ def test_parse_number_rounds_correctly(integer, fraction, exponent):
     if exact != 0 and (exact < Fraction(1, 10**44) or exact > Fraction(3 * 10**38)):
         return  # outside float32's range; the error cases are tested separately
     expected = _float32_nearest(exact)
-    subnormal_changed = 0 < abs(expected) < float(np.finfo(np.float32).tiny) and not (
-        abs(Fraction(expected) - exact) <= exact * Fraction(1, 2**24) or Fraction(Decimal(format_number(expected))) == exact
-    )
-    if exact != 0 and (expected == 0.0 or subnormal_changed):  # rounds to zero, or to a subnormal that changes it
+    # rule V1: the float32 must be within float32's relative precision 2**-24 of the literal
+    unfaithful = abs(Fraction(expected) - exact) > exact * Fraction(1, 2**24)
+    if unfaithful:  # rounds to zero, or to a subnormal that changes it
         with pytest.raises(ValueError, match="underflow"):
             parse_number(literal)
     elif not fraction and not exponent and len(integer.rstrip("0")) > 9:
@@ -336,6 +337,10 @@ def test_format_number_table(value, expected):
         (float("inf"), ValueError, "infinity"),
         (1e39, ValueError, "overflows float32"),
         (10**400, ValueError, "overflows float32"),
+        (1e-50, ValueError, r"cannot format 1e-50: it is not zero but underflows float32 \(it rounds to 0\)"),
+        (-1e-46, ValueError, r"cannot format -1e-46: it is not zero but underflows float32"),
+        (3e-45, ValueError, r"cannot format 3e-45: float32 holds it only as the subnormal 2\.802597e-45, off by 0\.066"),
+        (1e-40, ValueError, r"cannot format 1e-40: float32 holds it only as the subnormal 9\.999946e-41, off by 5\.4e-06"),
         (True, TypeError, "real number"),
         ("5", TypeError, "real number"),
         (None, TypeError, "real number"),
@@ -372,6 +377,8 @@ def _shortest_digit_count(value: float) -> int:
 
 @given(st.floats(width=32, allow_nan=False, allow_infinity=False))
 def test_format_number_round_trips_and_is_shortest(value):
+    if 0 < abs(value) < float(np.finfo(np.float32).tiny):
+        return  # subnormals: test_format_number_writes_subnormals_faithfully
     text = format_number(value)
     # round trip through Python's float and through the grammar
     assert bits(float(text)) == bits(value)
@@ -383,6 +390,48 @@ def test_format_number_round_trips_and_is_shortest(value):
     assert not text.endswith(".0")
     # and no decimal with fewer significant digits would do
     assert _significant_digits(text) == _shortest_digit_count(value)
+
+
+def _faithful(text: str, value: float) -> bool:
+    """Oracle for rule V1: the float32 ``value`` is within float32's relative precision 2**-24 of ``text``."""
+    exact = Fraction(Decimal(text))
+    return abs(Fraction(value) - exact) <= abs(exact) * Fraction(1, 2**24)
+
+
+def _shortest_faithful_digit_count(value: float) -> int:
+    """Oracle: the fewest significant digits of a decimal within 2**-24 (relative) of the subnormal ``value``."""
+    exact = Decimal(abs(value))
+    for n in range(1, 10):
+        quantum = Decimal(1).scaleb(exact.adjusted() - n + 1)
+        down = (exact / quantum).to_integral_value(rounding="ROUND_FLOOR") * quantum
+        up = (exact / quantum).to_integral_value(rounding="ROUND_CEILING") * quantum
+        if any(_faithful(str(candidate), abs(value)) for candidate in (down, up)):
+            return n
+    raise AssertionError(f"no decimal of at most 9 digits is within 2**-24 of {value!r}")
+
+
+@given(st.integers(1, 2**23 - 1), st.booleans())
+def test_format_number_writes_subnormals_faithfully(multiple, negative):
+    """A subnormal float32 (a multiple of 2**-149) is written with the fewest digits within 2**-24 of it, so
+    that its text reads back as itself under rule V1; numpy's shortest unique text would not ("1e-45")."""
+    value = float(np.float32(multiple * 2.0**-149)) * (-1 if negative else 1)
+    text = format_number(value)
+    assert _faithful(text, value)
+    assert bits(parse_number(text)) == bits(value) and bits(float(text)) == bits(value)
+    assert _significant_digits(text) == _shortest_faithful_digit_count(value)
+    assert "e-" in text and not text.endswith(".0")
+
+
+@pytest.mark.parametrize("value, expected", [
+    (2.0**-149, "1.4012985e-45"),  # numpy's shortest unique text is "1e-45", 29% off
+    (2 * 2.0**-149, "2.802597e-45"),  # the float32 of "3e-45"
+    (-(2.0**-126 - 2.0**-149), "-1.1754942e-38"),  # the largest subnormal
+    (2.0**-126, "1.1754944e-38"),  # the smallest normal: numpy's text, which is within 2**-24
+    (np.float32(1e-40), "9.999946e-41"),
+])
+def test_format_number_subnormal_table(value, expected):
+    assert format_number(value) == expected
+    assert bits(parse_number(expected)) == bits(float(value))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,9 +587,10 @@ def test_encode_rejects_non_str(tokenizer, text):
 # Round trip on canonical numbers
 # ---------------------------------------------------------------------------------------------
 
-# Characters that can never glue onto a number: no ASCII digits, no "." "," "-" "+", no "e"/"E".
+# Characters that can never glue onto a number: no ASCII digits, no "." "," "-" "+", no "e"/"E", and no ":"
+# ("0:0:0" is a time and "0:0:ab" a hex address: identifiers, text).
 LETTERS = "abcdxyzABCDXYZ"
-OTHERS = "价格温度元是 ()%:;!?¥$"
+OTHERS = "价格温度元是 ()%：;!?¥$"
 SNIPPET = st.text(LETTERS + OTHERS, max_size=6)
 SEPARATOR = st.text(LETTERS + OTHERS, min_size=1, max_size=6)
 

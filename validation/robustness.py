@@ -1028,7 +1028,7 @@ class SuiteResult:
     model_checks: list[FiniteCheck]
     loss_checks: list[FiniteCheck]
     seconds: float
-    trust: list = dataclasses.field(default_factory=list)  # outcomes of validation.trust.TRUST_CASES
+    trust: list = dataclasses.field(default_factory=list)  # outcomes of TRUST_CASES + ROUND_THREE_CASES
     real_text: bool = True  # every row of validation.real_text holds
     markdown: str = ""
 
@@ -1081,8 +1081,9 @@ def run_suite(model_examples: int = 24, loss_examples: int = 60, seed: int = 0) 
     model_checks = [run_model_case(case) for case in model_cases]
     loss_checks = [run_loss_case(case) for case in loss_cases]
     from .trust import TRUST_CASES, run_trust_case
+    from .trust_round_three import ROUND_THREE_CASES
 
-    trust = [run_trust_case(case) for case in TRUST_CASES]
+    trust = [run_trust_case(case) for case in TRUST_CASES + ROUND_THREE_CASES]
     from .real_text import real_text_markdown
 
     real_text, real_text_ok = real_text_markdown()
@@ -1196,8 +1197,9 @@ def _trust_markdown(outcomes) -> list[str]:
         f"{verdict(all(o.passed for o in outcomes))} · {sum(o.passed for o in outcomes)} of {len(outcomes)} cases "
         f"({counts}). A row must raise exactly its exception with a message naming the file, line, field or "
         "character, or, where the expected outcome is *the right result*, run and give it. Rows that plant a "
-        "pickle or keep a user's file also check that the pickle never ran and the file is still there "
-        "(`validation/trust.py`).",
+        "pickle or keep a user's file also check that the pickle never ran and the file is still there, and rows "
+        "that plant a link check that the file it points to is unchanged (`validation/trust.py`; the rows from "
+        "`lock-symlink` on are the third hostile pass, issue 27: `validation/trust_round_three.py`).",
         "",
         table(["case", "group", "input", "expected", "outcome", "verdict"], rows),
         "",

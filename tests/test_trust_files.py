@@ -1,0 +1,534 @@
+"""Trust boundaries, round three (issue 27): the files causalqwen writes and the files it reads back.
+
+- **Links.** Nothing is written through a symbolic link (nor into a hard-linked file): the lock, the marker,
+  the run's logs and checkpoints, ``save_pretrained``'s files, the tokenizer's, the adapter's, the abduction
+  network's, the demo's plots. A planted link is an ``OSError`` naming it, and what it points to keeps its
+  content.
+- **Values.** Every loader applies one check (`causalqwen.checkpoint.value_problem`): floating point where a
+  float belongs, and finite in the dtype the tensor is loaded into -- a float64 1e300 is finite in the file and
+  inf in a float32 parameter. The error names the file and the tensor.
+- **Settings.** A saved LoRA config passes the checks `add_lora` makes (one function); a saved model config
+  names its ``<NUM>`` id and sizes.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer
+from causalqwen.abduction import load_abduction, save_abduction
+from causalqwen.data import TextDataset, synthetic_texts
+from causalqwen.lora import add_lora, load_lora, save_lora
+from causalqwen.modeling import CausalQwenConfig
+from causalqwen.rundir import LOCK, MARKER, RunDirectory, check_write_targets, open_for_writing
+from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.training import TrainingConfig, train
+
+SECRET = "a file outside the run directory\n"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer
+
+
+def _model():
+    return build_tiny_causal_lm(seed=0, init_seed=0).model
+
+
+def _data(tokenizer, n=24):
+    return TextDataset(synthetic_texts(n, seed=0), tokenizer, max_length=32)
+
+
+CONFIG = dict(steps=2, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset="all", eval_every=2, save_every=2,
+              log_every=1, seed=0)
+
+
+def _outside(tmp_path, name="secret.txt"):
+    """A file outside every directory the tests write into, with known content."""
+    target = tmp_path / "elsewhere" / name
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(SECRET)
+    return target
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny, tmp_path_factory):
+    """A two-step training run (preset all, with the divergence bound) with its checkpoint-2."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    train(_model(), _data(tiny[1]), TrainingConfig(**CONFIG | {"max_u_divergence": 1.0}), out_dir=str(out),
+          progress=False)
+    assert sorted(os.listdir(out / "checkpoint-2")) == [
+        "causalqwen_auto.py", "config.json", "divergence_bound.json", "divergence_reference.safetensors",
+        "generation_config.json", "history.json", "model.safetensors", "trainer_state.json",
+        "training_state.safetensors"]
+    return out
+
+
+def _run_copy(finished_run, tmp_path):
+    target = tmp_path / "run"
+    shutil.copytree(finished_run, target, symlinks=True)
+    return target
+
+
+def _resume(tokenizer, out, **overrides):
+    config = TrainingConfig(**CONFIG | {"max_u_divergence": 1.0, "steps": 4} | overrides)
+    return train(_model(), _data(tokenizer), config, out_dir=str(out), resume=True, progress=False,
+                 allow_changed_settings=True)
+
+
+# =============================================================================================
+# Links: the run directory
+# =============================================================================================
+
+
+def test_a_planted_lock_link_is_refused_and_its_target_keeps_its_content(tiny, tmp_path):
+    out, secret = tmp_path / "run", _outside(tmp_path)
+    out.mkdir()
+    os.symlink(secret, out / LOCK)  # the directory counts as empty: only the lock is there
+    with pytest.raises(OSError, match=rf"'{out / LOCK}' is a symbolic link; causalqwen never writes through a link"):
+        RunDirectory.claim(out, "train")
+    with pytest.raises(OSError, match=r"\.causalqwen\.lock' is a symbolic link"):
+        train(_model(), _data(tiny[1]), TrainingConfig(**CONFIG), out_dir=str(out), progress=False)
+    assert secret.read_text() == SECRET
+    assert os.listdir(out) == [LOCK] and os.path.islink(out / LOCK)  # the link is left as it was, nothing written
+
+
+def test_the_train_command_refuses_a_planted_lock_link(tiny, tmp_path, capsys):
+    from causalqwen import cli
+
+    base, data, out, secret = tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "out", _outside(tmp_path)
+    tiny[0].save_pretrained(base)
+    tiny[1].save_pretrained(base)
+    data.write_text("".join(json.dumps({"text": text}) + "\n" for text in synthetic_texts(8, seed=0)))
+    out.mkdir()
+    os.symlink(secret, out / LOCK)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train", "--base", str(base), "--data", str(data), "--out", str(out), "--steps", "1",
+                  "--batch-size", "2"])
+    assert exited.value.code == 2
+    assert f"'{out / LOCK}' is a symbolic link" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert secret.read_text() == SECRET
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "training_config.json", "checkpoint-4", "checkpoint-4.partial"])
+def test_a_resumed_run_never_writes_through_a_planted_link(tiny, finished_run, tmp_path, name):
+    out = _run_copy(finished_run, tmp_path)
+    secret = _outside(tmp_path)
+    if name.startswith("checkpoint"):
+        secret = secret.parent / "dir"  # a directory outside, with a file in it
+        secret.mkdir()
+        (secret / "keep.txt").write_text(SECRET)
+    if (out / name).exists():
+        os.remove(out / name)
+    os.symlink(secret, out / name)
+    with pytest.raises(OSError, match=rf"'{out / name}' is a symbolic link"):
+        _resume(tiny[1], out)
+    if name.startswith("checkpoint"):
+        assert os.listdir(secret) == ["keep.txt"] and (secret / "keep.txt").read_text() == SECRET
+    else:
+        assert secret.read_text() == SECRET
+    assert os.path.islink(out / name)
+
+
+def test_a_checkpoint_directory_that_is_a_link_is_not_resumed_from(tiny, finished_run, tmp_path):
+    out = _run_copy(finished_run, tmp_path)
+    elsewhere = tmp_path / "elsewhere-checkpoint"
+    os.rename(out / "checkpoint-2", elsewhere)
+    os.symlink(elsewhere, out / "checkpoint-2")
+    with pytest.raises(OSError, match=rf"'{out / 'checkpoint-2'}' is a symbolic link"):
+        _resume(tiny[1], out)
+
+
+def test_a_hard_linked_metrics_file_is_refused(tiny, finished_run, tmp_path):
+    out = _run_copy(finished_run, tmp_path)
+    secret = _outside(tmp_path)
+    os.remove(out / "metrics.jsonl")
+    os.link(secret, out / "metrics.jsonl")
+    with pytest.raises(OSError, match=r"metrics\.jsonl' has 2 hard links"):
+        _resume(tiny[1], out)
+    assert secret.read_text() == SECRET
+
+
+def test_open_for_writing_refuses_links_and_stays_inside_its_root(tmp_path):
+    secret = _outside(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    os.symlink(secret, root / MARKER)
+    for mode in ("w", "a", "wb", "ab"):
+        with pytest.raises(OSError, match=rf"'{root / MARKER}' is a symbolic link"):
+            open_for_writing(root / MARKER, mode)
+    os.symlink(secret.parent, root / "model")  # a linked directory between the root and the file
+    with pytest.raises(OSError, match=rf"'{root / 'model'}' is a symbolic link"):
+        open_for_writing(root / "model" / "config.json", root=root)
+    with pytest.raises(OSError, match="lies outside the run directory"):
+        open_for_writing(tmp_path / "x.json", root=root)
+    os.mkfifo(root / "fifo")
+    with pytest.raises(OSError, match=r"fifo' exists and is not a regular file"):
+        open_for_writing(root / "fifo")
+    assert secret.read_text() == SECRET and sorted(os.listdir(secret.parent)) == ["secret.txt"]
+    with open_for_writing(root / "plain.txt") as handle:  # an ordinary file: written, then truncated on rewrite
+        handle.write("first, longer")
+    with open_for_writing(root / "plain.txt") as handle:
+        handle.write("second")
+    with open_for_writing(root / "plain.txt", "a") as handle:
+        handle.write("!")
+    assert (root / "plain.txt").read_text() == "second!"
+
+
+def test_the_demo_plots_are_never_written_through_a_link(tmp_path):
+    pytest.importorskip("matplotlib")
+    from causalqwen.demo import _plots
+
+    secret = _outside(tmp_path, "plot.png")
+    os.symlink(secret, tmp_path / "loss.png")
+    history = [{"step": step, "train/total_loss": 1.0 / step, "eval/accuracy": 0.5} for step in (1, 2)]
+    with pytest.raises(OSError, match=r"loss\.png' is a symbolic link"):
+        _plots(history, str(tmp_path))
+    assert secret.read_text() == SECRET
+    os.remove(tmp_path / "loss.png")
+    assert _plots(history, str(tmp_path)) == [str(tmp_path / "loss.png"), str(tmp_path / "metrics.png")]
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# =============================================================================================
+# Links: save_pretrained and the other savers
+# =============================================================================================
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "generation_config.json", "causalqwen_auto.py"])
+def test_model_save_pretrained_refuses_a_planted_link(tiny, tmp_path, name):
+    target, secret = tmp_path / "model", _outside(tmp_path)
+    target.mkdir()
+    os.symlink(secret, target / name)
+    with pytest.raises(OSError, match=rf"'{target / name}': symbolic link where causalqwen is about to write"):
+        tiny[0].save_pretrained(target)
+    assert secret.read_text() == SECRET and os.listdir(target) == [name]
+
+
+def test_save_directories_that_are_links_are_refused(tiny, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, tmp_path / "model")
+    peft_model = add_lora(build_tiny_causal_lm(seed=0, init_seed=0).model, rank=2)
+    for save in (tiny[0].save_pretrained, tiny[1].save_pretrained, lambda path: save_lora(peft_model, path),
+                 lambda path: save_abduction(tiny[0], path)):
+        with pytest.raises(OSError, match=rf"'{tmp_path / 'model'}' is a symbolic link"):
+            save(tmp_path / "model")
+    assert os.listdir(elsewhere) == []
+
+
+@pytest.mark.parametrize("saver, name", [
+    ("tokenizer", "tokenizer_config.json"), ("tokenizer", "tokenizer.json"),
+    ("lora", "adapter_model.safetensors"), ("lora", "adapter_config.json"), ("lora", "README.md"),
+    ("abduction", "abduction.safetensors"), ("abduction", "abduction.safetensors.tmp"),
+])
+def test_the_other_savers_refuse_a_planted_link(tiny, tmp_path, saver, name):
+    target, secret = tmp_path / "out", _outside(tmp_path)
+    target.mkdir()
+    os.symlink(secret, target / name)
+    save = {"tokenizer": tiny[1].save_pretrained,
+            "lora": lambda path: save_lora(add_lora(_model(), rank=2), path),
+            "abduction": lambda path: save_abduction(tiny[0], path)}[saver]
+    with pytest.raises(OSError, match=rf"'{target / name}': symbolic link where causalqwen is about to write"):
+        save(target)
+    assert secret.read_text() == SECRET and os.listdir(target) == [name]
+
+
+def test_a_hard_linked_weight_file_is_refused_before_saving(tiny, tmp_path):
+    target, secret = tmp_path / "model", _outside(tmp_path)
+    target.mkdir()
+    os.link(secret, target / "model.safetensors")
+    with pytest.raises(OSError, match=r"model\.safetensors' has 2 hard links"):
+        tiny[0].save_pretrained(target)
+    assert secret.read_text() == SECRET
+
+
+def test_tokenizer_save_pretrained_onto_a_file_names_the_path(tiny, tmp_path):
+    file = tmp_path / "tokenizer"
+    file.write_text(SECRET)
+    with pytest.raises(OSError, match=rf"'{file}' exists and is not a directory"):
+        tiny[1].save_pretrained(file)
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got int"):
+        tiny[1].save_pretrained(3)
+    assert file.read_text() == SECRET
+    saved = tiny[1].save_pretrained(tmp_path / "fine")  # an ordinary directory still works
+    assert sorted(os.path.basename(name) for name in saved) == ["causalqwen_auto.py", "tokenizer.json",
+                                                                 "tokenizer_config.json"]
+    assert NumericTokenizer.from_pretrained(tmp_path / "fine").num_token_id == tiny[1].num_token_id
+
+
+def test_check_write_targets_only_looks_at_the_names_it_is_given(tmp_path):
+    secret = _outside(tmp_path)
+    os.symlink(secret, tmp_path / "data.jsonl")  # a user's link beside the outputs: not a name that is written
+    check_write_targets(tmp_path, ("config.json", "model*.safetensors"))
+    os.symlink(secret, tmp_path / "model-00001-of-00002.safetensors")
+    with pytest.raises(OSError, match=r"model-00001-of-00002\.safetensors'"):
+        check_write_targets(tmp_path, ("config.json", "model*.safetensors"))
+
+
+# =============================================================================================
+# Values: one check in every loader (floating point, finite in the loaded dtype)
+# =============================================================================================
+
+
+def _with_tensor(file, name, value):
+    """Rewrite one tensor of the safetensors ``file`` (its metadata kept)."""
+    from safetensors import safe_open
+
+    with safe_open(file, framework="pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(file)
+    tensors[name] = value(tensors[name])
+    save_file(tensors, file, metadata=metadata)
+
+
+def _huge(tensor):
+    return torch.full(tensor.shape, 1e300, dtype=torch.float64)
+
+
+def test_from_pretrained_refuses_a_float64_beyond_float32(tiny, tmp_path):
+    tiny[0].save_pretrained(tmp_path)
+    _with_tensor(tmp_path / "model.safetensors", "action.b_noise", _huge)
+    with pytest.raises(OSError, match=r"action\.b_noise holds NaN or ±inf values"):  # inf once cast to float32
+        CausalQwenForCausalLM.from_pretrained(tmp_path)
+
+
+def test_load_abduction_refuses_a_float64_beyond_float32(tiny, tmp_path):
+    path = save_abduction(tiny[0], tmp_path)
+    _with_tensor(path, "b_loc", _huge)
+    target = _model()
+    before = target.model.abduction.b_loc.detach().clone()
+    with pytest.raises(ValueError, match=rf"'{path}': tensor b_loc holds 1e\+300, beyond the range of float32"):
+        load_abduction(target, tmp_path)
+    assert torch.equal(target.model.abduction.b_loc, before)
+    _with_tensor(path, "b_loc", lambda t: torch.full(t.shape, 0.25, dtype=torch.float64))  # in range: loaded
+    load_abduction(target, tmp_path)
+    assert torch.equal(target.model.abduction.b_loc, torch.full_like(before, 0.25))
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory):
+    path = tmp_path_factory.mktemp("adapter")
+    save_lora(add_lora(_model(), rank=2), path)
+    return path
+
+
+def _adapter_copy(adapter, tmp_path):
+    target = tmp_path / "adapter"
+    shutil.copytree(adapter, target)
+    return target
+
+
+def test_load_lora_refuses_a_float64_beyond_float32(adapter, tmp_path):
+    path = _adapter_copy(adapter, tmp_path)
+    weights = path / "adapter_model.safetensors"
+    name = next(key for key in load_file(weights) if key.endswith("lora_A.weight"))
+    _with_tensor(weights, name, _huge)
+    model = _model()
+    with pytest.raises(ValueError, match=rf"the adapter '{weights}' .*{name} holds 1e\+300, beyond the range of float32"):
+        load_lora(model, path)
+    assert not any(hasattr(module, "lora_A") for module in model.modules())
+
+
+@pytest.mark.parametrize("file, tensor, value, message", [
+    ("model.safetensors", "action.b_noise", _huge, r"action\.b_noise holds 1e\+300, beyond the range of float32"),
+    ("training_state.safetensors", "optimizer.0.exp_avg", _huge,
+     r"optimizer\.0\.exp_avg holds 1e\+300, beyond the range of float32"),
+    ("training_state.safetensors", "optimizer.0.exp_avg", lambda t: t.long(),
+     r"optimizer\.0\.exp_avg is stored as torch\.int64, not a floating-point tensor"),
+    ("training_state.safetensors", "optimizer.0.exp_avg_sq", lambda t: -torch.ones_like(t),
+     r"optimizer\.0\.exp_avg_sq holds negative values"),
+    ("training_state.safetensors", "optimizer.0.step", lambda t: torch.tensor(-3.0),
+     r"optimizer\.0\.step holds negative values"),
+    ("training_state.safetensors", "rng.torch", lambda t: t.double(),
+     r"rng\.torch is stored as torch\.float64, not torch\.uint8"),
+    ("training_state.safetensors", "rng.numpy", lambda t: t - 2**40, r"rng\.numpy holds values outside \[0, 2\*\*32\)"),
+    ("divergence_reference.safetensors", "abduction.W_loc", lambda t: t.long(),
+     r"abduction\.W_loc is stored as torch\.int64, not a floating-point tensor"),
+    ("divergence_reference.safetensors", "abduction.b_scale", lambda t: torch.full_like(t, float("nan")),
+     r"abduction\.b_scale holds NaN or ±inf values"),
+    ("divergence_reference.safetensors", "abduction.b_loc", _huge,
+     r"abduction\.b_loc holds 1e\+300, beyond the range of float32"),
+])
+def test_resume_checks_every_tensor_it_reads_and_names_the_file(tiny, finished_run, tmp_path, file, tensor, value,
+                                                                message):
+    out = _run_copy(finished_run, tmp_path)
+    path = out / "checkpoint-2" / file
+    _with_tensor(path, tensor, value)
+    with pytest.raises(OSError, match=rf"{re.escape(str(path))}'?(: | do(es)? not fit (this run|the model): ).*{message}"):
+        _resume(tiny[1], out)
+
+
+def test_resume_refuses_a_tensor_the_training_state_does_not_hold(tiny, finished_run, tmp_path):
+    out = _run_copy(finished_run, tmp_path)
+    path = out / "checkpoint-2" / "training_state.safetensors"
+    tensors = load_file(path)
+    save_file(tensors | {"rng.extra": torch.zeros(3)}, path)
+    with pytest.raises(OSError, match=rf"'{path}' does not fit this run: rng\.extra is not a tensor of a causalqwen"):
+        _resume(tiny[1], out)
+    save_file({key: value for key, value in tensors.items() if key != "optimizer.1.exp_avg_sq"}, path)
+    with pytest.raises(OSError, match=r"optimizer\.1 holds \['exp_avg', 'step'\], AdamW keeps \['exp_avg', 'exp_avg_sq', 'step'\]"):
+        _resume(tiny[1], out)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda record: record["optimizer_param_groups"][0].update(lr=float("nan")), "NaN is not a number"),
+    (lambda record: record["optimizer_param_groups"][0].update(lr="0.1"),
+     r"optimizer_param_groups\[0\]\.lr is a str, this run's is a number"),
+    (lambda record: record["scheduler"].update(base_lrs=[1e400, 1e400]), "1e400 is beyond the range of a float"),
+])
+def test_resume_refuses_non_finite_or_mistyped_numbers_in_the_trainer_state(tiny, finished_run, tmp_path, edit,
+                                                                             message):
+    out = _run_copy(finished_run, tmp_path)
+    path = out / "checkpoint-2" / "trainer_state.json"
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record).replace("1e+400", "1e400").replace("Infinity", "1e400"))
+    with pytest.raises(OSError, match=rf"'{path}'.*{message}"):
+        _resume(tiny[1], out)
+
+
+@pytest.mark.parametrize("field, value", [("last_divergence", "x"), ("last_divergence", float("nan")),
+                                          ("multiplier", float("inf"))])
+def test_resume_refuses_a_bound_state_that_is_not_a_number(tiny, finished_run, tmp_path, field, value):
+    out = _run_copy(finished_run, tmp_path)
+    path = out / "checkpoint-2" / "divergence_bound.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {field: value}))
+    with pytest.raises(OSError, match=rf"divergence_bound\.json holds (no multiplier >= 0|last_divergence {value!r})"):
+        _resume(tiny[1], out)
+
+
+def test_value_problem_checks_the_range_of_the_dtype_a_tensor_is_loaded_into():
+    from causalqwen.checkpoint import value_problem
+
+    assert value_problem("w", torch.tensor([1e300, -2.0], dtype=torch.float64), torch.float32) == \
+        "w holds 1e+300, beyond the range of float32 (largest 3.4e+38): it would become ±inf"
+    assert value_problem("w", torch.tensor([3e38]), torch.float32) is None  # float32 into float32: in range
+    assert value_problem("w", torch.tensor([7e4]), torch.float16).startswith("w holds 7e+04, beyond the range of float16")
+    assert value_problem("w", torch.tensor([7e4]), torch.bfloat16) is None
+    assert value_problem("w", torch.tensor([1e-300], dtype=torch.float64), torch.float32) is None  # rounds, not refused
+    assert value_problem("w", torch.tensor([1, 2]), torch.float32) == "w is stored as torch.int64, not a floating-point tensor"
+    assert value_problem("w", torch.tensor([True]), torch.float32) == "w is stored as torch.bool, not a floating-point tensor"
+    assert value_problem("w", torch.tensor([float("-inf")]), torch.float32) == "w holds NaN or ±inf values"
+    assert value_problem("w", torch.empty(0, dtype=torch.float64), torch.float32) is None
+
+
+def test_an_untouched_run_still_resumes_to_the_end(tiny, finished_run, tmp_path):
+    out = _run_copy(finished_run, tmp_path)
+    history = _resume(tiny[1], out)
+    assert history[-1]["step"] == 4 and (out / "checkpoint-4" / "model.safetensors").is_file()
+    assert sorted(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()) == [1, 2, 3, 4]
+
+
+# =============================================================================================
+# A saved LoRA config passes exactly the checks of add_lora
+# =============================================================================================
+
+
+def _edit_adapter_config(path, **fields):
+    file = path / "adapter_config.json"
+    config = json.loads(file.read_text())
+    config.update(fields)
+    file.write_text(json.dumps(config))
+    return file
+
+
+@pytest.mark.parametrize("field, value, error, message", [
+    ("lora_alpha", float("nan"), ValueError, "field lora_alpha must be finite, got nan"),
+    ("lora_alpha", -16.0, ValueError, r"field lora_alpha must be > 0, got -16\.0"),
+    ("lora_alpha", 0, ValueError, "field lora_alpha must be > 0, got 0"),
+    ("lora_alpha", "16", TypeError, "field lora_alpha must be a number, got '16'"),
+    ("r", 0, ValueError, "field r must be a positive int, got 0"),
+    ("r", 2.5, TypeError, r"field r must be a positive int, got 2\.5"),
+    ("lora_dropout", 1.0, ValueError, r"field lora_dropout must lie in \[0, 1\), got 1\.0"),
+    ("target_modules", "lm_head", ValueError, "field target_modules must be a pattern that add_lora writes"),
+    ("init_lora_weights", "pissa", ValueError, "field init_lora_weights must be true or false, got 'pissa'"),
+    ("init_lora_weights", "corda", ValueError, "field init_lora_weights must be true or false, got 'corda'"),
+    ("init_lora_weights", "olora", ValueError, "field init_lora_weights must be true or false, got 'olora'"),
+    ("init_lora_weights", "loftq", ValueError, "field init_lora_weights must be true or false, got 'loftq'"),
+    ("init_lora_weights", {"x": 1}, ValueError, "field init_lora_weights must be true or false"),
+    ("use_rslora", True, ValueError, "field use_rslora is True, add_lora makes False"),
+    ("use_dora", True, ValueError, "field use_dora is True, add_lora makes False"),
+    ("alpha_pattern", {"q_proj": float("nan")}, ValueError, "field alpha_pattern is"),
+    ("task_type", "CAUSAL_LM", ValueError, "field task_type is 'CAUSAL_LM', add_lora makes None"),
+])
+def test_load_lora_refuses_what_add_lora_refuses(adapter, tmp_path, field, value, error, message):
+    path = _adapter_copy(adapter, tmp_path)
+    file = _edit_adapter_config(path, **{field: value})
+    model = _model()
+    with pytest.raises(error, match=rf"'{file}'.*{message}"):
+        load_lora(model, path)
+    assert not any(hasattr(module, "lora_A") for module in model.modules())
+
+
+def test_add_lora_and_load_lora_give_the_same_messages(tiny):
+    for alpha, error, message in [(float("nan"), ValueError, "alpha must be finite, got nan"),
+                                  (-16.0, ValueError, r"alpha must be > 0, got -16\.0")]:
+        with pytest.raises(error, match=f"^{message}$"):
+            add_lora(_model(), alpha=alpha)
+
+
+def test_a_plain_init_lora_weights_loads_the_same_adapter(adapter, tmp_path, tiny):
+    batch = tiny[1](["The price is 12.5 yuan and 3 cups."])
+    reference = load_lora(_model(), adapter)(**batch).loc_U
+    path = _adapter_copy(adapter, tmp_path)
+    _edit_adapter_config(path, init_lora_weights=False, base_model_name_or_path="elsewhere", inference_mode=False)
+    assert torch.equal(load_lora(_model(), path)(**batch).loc_U, reference)
+
+
+# =============================================================================================
+# A saved model config names its <NUM> id and its sizes
+# =============================================================================================
+
+
+@pytest.fixture(scope="module")
+def saved_model(tiny, tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    tiny[0].save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("removed", ["num_token_id", "hidden_size", "vocab_size", "num_hidden_layers",
+                                     "num_key_value_heads", "rope_parameters"])
+def test_a_config_without_a_required_field_is_refused_naming_file_and_field(saved_model, tmp_path, removed):
+    from transformers import AutoConfig
+
+    target = tmp_path / "model"
+    shutil.copytree(saved_model, target)
+    config = json.loads((target / "config.json").read_text())
+    del config[removed]
+    (target / "config.json").write_text(json.dumps(config))
+    field = "rope_parameters or rope_theta" if removed == "rope_parameters" else removed
+    file = str(target / "config.json")
+    for load in (CausalQwenConfig.from_pretrained, CausalQwenForCausalLM.from_pretrained,
+                 lambda path: CausalQwenConfig.from_json_file(path / "config.json")):
+        with pytest.raises(ValueError, match=rf"^{file}: config field {field} missing \(or null\)"):
+            load(target)
+    with pytest.raises(ValueError, match=rf"^config field {field} missing"):  # AutoConfig never tells the class the file
+        AutoConfig.from_pretrained(target)
+
+
+def test_a_null_num_token_id_is_refused_and_a_keyword_may_supply_it(saved_model, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(saved_model, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps(config | {"num_token_id": None}))
+    with pytest.raises(ValueError, match=r"config\.json: config field num_token_id missing \(or null\)"):
+        CausalQwenConfig.from_pretrained(target)
+    assert CausalQwenConfig.from_pretrained(target, num_token_id=config["num_token_id"]).num_token_id == \
+        config["num_token_id"]
+    legacy = {k: v for k, v in config.items() if k != "rope_parameters"} | {"rope_theta": 5e5}
+    (target / "config.json").write_text(json.dumps(legacy))  # the older spelling of the rotary base
+    assert math.isclose(CausalQwenConfig.from_pretrained(target).rope_parameters["rope_theta"], 5e5)
+    assert CausalQwenConfig.from_pretrained(saved_model).to_dict() == \
+        CausalQwenConfig.from_dict(json.loads((saved_model / "config.json").read_text())).to_dict()
+    np.testing.assert_equal(CausalQwenConfig.from_pretrained(saved_model).num_token_id, config["num_token_id"])

@@ -1,0 +1,372 @@
+"""Trust boundaries of generation (issue 27): the pipeline and ``generate`` accept anything the model itself can
+generate, and every bad input is refused once, at its door, by name.
+
+The oracles: the reference loop `causalqwen.generate` (ids and values), the prompt exactly as the user wrote it,
+and texts written out by hand.
+"""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from transformers import pipeline
+
+from causalqwen import cli, generate
+from causalqwen.numbers import format_number
+from causalqwen.pipelines import NumericTextGenerationPipeline
+from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.tokenization import NumericTokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+def _biased(model, token_id):
+    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
+    biased = copy.deepcopy(model)
+    with torch.no_grad():
+        biased.action.classification_head.bias[token_id] = 1e4
+    return biased
+
+
+@pytest.fixture(scope="module")
+def models(tiny):
+    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
+    model, tokenizer = tiny
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
+
+
+def _pipe(model, tokenizer):
+    return pipeline("text-generation", model=model, tokenizer=tokenizer, pipeline_class=NumericTextGenerationPipeline)
+
+
+@pytest.fixture(scope="module")
+def pipes(tiny, models):
+    return {name: _pipe(model, tiny[1]) for name, model in models.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. A prompt's number as written, and what the model writes after it
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_digit_after_the_prompts_number_stays_a_separate_token(tiny, pipes):
+    _, tokenizer = tiny
+    pipe = pipes["digits"]
+    assert pipe("The total is 5", max_new_tokens=2)[0]["generated_text"] == "The total is 5 77"
+    assert pipe("The total is 5", max_new_tokens=2, return_full_text=False)[0]["generated_text"] == " 77"
+    ids, values, texts = tokenizer.encode("The total is 5", return_number_texts=True)
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    assert tokenizer.decode(ids + [seven, seven], values + [0.0, 0.0], number_texts=texts) == "The total is 5 77"
+    assert tokenizer.decode_continuation(ids + [seven], values + [0.0], len(ids), number_texts=texts) == (
+        "The total is 5", " 7")
+
+
+def test_a_generated_number_after_the_prompts_number(tiny, models, pipes):
+    """Each generated number is written with one space before it; the prompt's "5" stays where it was."""
+    _, tokenizer = tiny
+    prompt = "The total is 5"
+    record = pipes["numbers"](prompt, max_new_tokens=3)[0]
+    batch = tokenizer([prompt])
+    reference = generate(models["numbers"], batch["input_ids"], batch["numeric_values"], max_new_tokens=3)
+    assert record["numeric_values"] == reference.numeric_values[0].tolist()
+    generated = reference.numeric_values[0, -3:].tolist()
+    assert record["generated_text"] == prompt + "".join(" " + format_number(value) for value in generated)
+
+
+def test_a_prompt_ending_in_a_date_like_run_keeps_its_numbers_as_written(tiny):
+    """2020-2021 read as two numbers; a generated "-2022" would make the three runs one identifier: the space goes
+    between the prompt and what was generated, never inside the prompt."""
+    _, tokenizer = tiny
+    ids, values, texts = tokenizer.encode("from 2020-2021", return_number_texts=True)
+    dash = tokenizer.hf_tokenizer.encode("-", add_special_tokens=False)
+    tail = tokenizer.hf_tokenizer.encode("2022", add_special_tokens=False)
+    whole = ids + dash + tail
+    assert tokenizer.decode_continuation(whole, values + [0.0] * (len(dash) + len(tail)), len(ids),
+                                         number_texts=texts) == ("from 2020-2021", " -2022")
+
+
+# Token ids the model can produce: ordinary text, digits, special tokens, <NUM> with any float32 value, and the
+# reserved rows of the head beyond the tokenizer.
+_FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def generated_rows(draw, tokenizer, vocab_size):
+    num = tokenizer.num_token_id
+    digits = [tokenizer.hf_tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    specials = list(tokenizer.hf_tokenizer.all_special_ids)
+    kinds = st.sampled_from(["text", "digit", "number", "special", "reserved"])
+    ids, values = [], []
+    for kind in draw(st.lists(kinds, min_size=1, max_size=10)):
+        if kind == "number":
+            ids.append(num)
+            values.append(draw(_FLOAT32))
+            continue
+        if kind == "text":
+            token = draw(st.integers(0, len(tokenizer) - 1).filter(lambda i: i != num and i not in specials))
+        elif kind == "digit":
+            token = draw(st.sampled_from(digits))
+        elif kind == "special":
+            token = draw(st.sampled_from(specials))
+        else:
+            token = draw(st.integers(len(tokenizer), vocab_size - 1))
+        ids.append(token)
+        values.append(0.0)
+    return ids, values
+
+
+def _is_subsequence(needles, haystack):
+    it = iter(haystack)
+    return all(any(value == other for other in it) for value in needles)
+
+
+@given(data=st.data())
+def test_whatever_the_model_generates_decodes_and_works_as_a_prompt(tiny, models, pipes, data):
+    """Random output of the model -- words, digits right after numbers, special tokens, <NUM> with any float32 value,
+    reserved rows -- decodes (every generated number reads back as its value), works as a prompt of the pipeline
+    (kept exactly as given, the continuation that of the reference loop) and, as ids, of model.generate."""
+    model, tokenizer = tiny
+    ids, values = data.draw(generated_rows(tokenizer, model.config.vocab_size))
+    chooser = data.draw(st.sampled_from(sorted(models)))
+    text = tokenizer.decode(ids, values, out_of_vocab="mark")
+    written = [float(np.float32(v)) for i, v in zip(ids, values) if i == tokenizer.num_token_id]
+    read_back = [v for i, v in zip(*tokenizer.encode(text)) if i == tokenizer.num_token_id]
+    assert _is_subsequence(written, read_back)
+
+    # as a prompt of the pipeline
+    assume(text != "")
+    record = pipes[chooser](text, max_new_tokens=2)[0]
+    batch = tokenizer([text])
+    reference = generate(models[chooser], batch["input_ids"], batch["numeric_values"], max_new_tokens=2)
+    assert record["numeric_values"] == reference.numeric_values[0].tolist()
+    prompt, continuation = tokenizer.decode_continuation(
+        reference.sequences[0], reference.numeric_values[0], batch["input_ids"].shape[1], out_of_vocab="mark",
+        number_texts=batch.number_texts[0])
+    assert prompt == text and record["generated_text"] == text + continuation
+
+    # as ids of model.generate
+    input_ids, numeric_values = torch.tensor([ids]), torch.tensor([values])
+    out = models[chooser].generate(input_ids, numeric_values=numeric_values, max_new_tokens=2,
+                                   return_dict_in_generate=True)
+    reference = generate(models[chooser], input_ids, numeric_values, max_new_tokens=2)
+    assert torch.equal(out.sequences, reference.sequences)
+    assert torch.equal(out.numeric_values, reference.numeric_values)
+    head, _ = tokenizer.decode_continuation(out.sequences[0], out.numeric_values[0], len(ids), out_of_vocab="mark")
+    assert head == tokenizer.decode(ids, values, out_of_vocab="mark")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. A tokenizer whose <NUM> is not the model's
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_pipeline_refuses_a_tokenizer_with_another_num_token(tiny, tmp_path):
+    model, tokenizer = tiny
+    other = NumericTokenizer(tokenizer.hf_tokenizer, num_token="<|im_end|>")
+    with pytest.raises(ValueError, match=r"<NUM> id \(602\) differs from the model's num_token_id \(603\)"):
+        _pipe(model, other)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    config_file = tmp_path / "tokenizer_config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"num_token": "<|im_end|>"}))
+    with pytest.raises(ValueError, match=r"differs from the model's num_token_id \(603\)"):
+        pipeline("text-generation", model=str(tmp_path), trust_remote_code=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. An empty prompt, alone or in a batch, at every door
+# ---------------------------------------------------------------------------------------------
+
+
+def test_an_empty_prompt_is_named_at_every_door(tiny, pipes, capsys):
+    model, tokenizer = tiny
+    pipe = pipes["plain"]
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        pipe("", max_new_tokens=2)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        pipe(["hi", ""], max_new_tokens=2, batch_size=2)
+    alone, pair = tokenizer([""]), tokenizer(["hi", ""], padding_side="left")
+    for batch, pattern in ((alone, "prompt 0 is empty"), (pair, "prompt 1 is empty")):
+        with pytest.raises(ValueError, match=pattern):
+            generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=2)
+        with pytest.raises(ValueError, match=pattern):
+            model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
+                           attention_mask=batch["attention_mask"], max_new_tokens=2)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["generate", "--prompt", "hi", "--prompt", "", "--max-new-tokens", "2"])
+    assert exit_info.value.code == 2 and "prompt 1 is empty" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. model.generate's door
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, error, pattern", [
+    (lambda b: {"numeric_values": b["numeric_values"][:, :1]}, ValueError,
+     r"numeric_values shape \(1, 1\) must equal input_ids shape \(1, 7\)"),
+    (lambda b: {"numeric_values": b["numeric_values"].tolist()}, TypeError, "numeric_values must be a torch.Tensor"),
+    (lambda b: {"numeric_values": b["numeric_values"].bool()}, TypeError, "numeric_values must hold real numbers"),
+    (lambda b: {"labels": b["input_ids"]}, TypeError, "generate.. does not take labels"),
+    (lambda b: {"max_new_tokens": 10**9}, ValueError,
+     r"prompt \(7 tokens\) \+ max_new_tokens \(1000000000\) exceeds max_position_embeddings=2048"),
+    (lambda b: {"max_new_tokens": None, "max_length": 4000}, ValueError, "exceeds max_position_embeddings=2048"),
+    (lambda b: {"attention_mask": b["attention_mask"].tolist()}, TypeError,
+     "attention_mask must be a torch.Tensor of 0s and 1s, got list"),
+])
+def test_model_generate_refuses_bad_arguments_by_name(tiny, change, error, pattern):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    arguments = {"numeric_values": batch["numeric_values"], "max_new_tokens": 2} | change(batch)
+    with pytest.raises(error, match=pattern):
+        model.generate(batch["input_ids"], **{k: v for k, v in arguments.items() if v is not None})
+
+
+def test_the_reference_loop_refuses_a_list_mask_like_model_generate(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    with pytest.raises(TypeError, match="attention_mask must be a torch.Tensor of 0s and 1s, got list"):
+        generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"].tolist())
+
+
+@pytest.mark.parametrize("top_p", [1e-12, 1e-50, 5e-324])
+def test_a_tiny_top_p_keeps_the_most_probable_token(tiny, top_p):
+    """In a float16 model 1e-12 is 0: the nucleus must still keep its first class, so a tiny top_p is greedy."""
+    model, tokenizer = tiny
+    half = copy.deepcopy(model).to(torch.float16)
+    batch = tokenizer(["The total is 5", "hi"], padding_side="left")
+    args = (half, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    for normalize in ("softmax", "ovr"):
+        greedy = generate(*args, mode="traditional", top_k=1, normalize=normalize, max_new_tokens=4)
+        nucleus = generate(*args, mode="traditional", top_p=top_p, normalize=normalize, max_new_tokens=4,
+                           generator=torch.Generator().manual_seed(0))
+        assert torch.equal(nucleus.sequences, greedy.sequences)
+    sampled = half.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
+                            attention_mask=batch["attention_mask"], mode="traditional", do_sample=True, top_p=top_p,
+                            max_new_tokens=4)
+    assert torch.equal(sampled, generate(*args, mode="traditional", top_k=1, max_new_tokens=4).sequences)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. forward's door: ids of a narrow type, meta tensors, positions
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, error, pattern", [
+    (lambda b: {"input_ids": b["input_ids"].to(torch.uint8)}, TypeError,
+     r"input_ids must be an int64 or int32 tensor \(the index types of the embedding\), got torch.uint8"),
+    (lambda b: {"input_ids": b["input_ids"].to(torch.int16)}, TypeError, "got torch.int16"),
+    (lambda b: {"input_ids": b["input_ids"].to("meta")}, ValueError, "input_ids is a meta tensor"),
+    (lambda b: {"numeric_values": b["numeric_values"].to("meta")}, ValueError, "numeric_values is a meta tensor"),
+    (lambda b: {"attention_mask": b["attention_mask"].to("meta")}, ValueError, "attention_mask is a meta tensor"),
+    (lambda b: {"position_ids": torch.arange(7)[None] + 10**6}, ValueError,
+     r"position_ids must lie in \[0, max_position_embeddings=2048\); found 1000000 at position \[0, 0\]"),
+    (lambda b: {"position_ids": torch.arange(7)[None] - 2}, ValueError,
+     r"position_ids must lie in \[0, max_position_embeddings=2048\); found -2 at position \[0, 0\]"),
+    (lambda b: {"position_ids": torch.arange(7)[None] + 0.5}, TypeError,
+     "position_ids must be an integer tensor, got torch.float32"),
+    (lambda b: {"position_ids": torch.arange(7).to("meta")[None]}, ValueError, "position_ids is a meta tensor"),
+])
+def test_forward_refuses_ids_and_positions_it_cannot_use(tiny, change, error, pattern):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    arguments = dict(batch) | change(batch)
+    with pytest.raises(error, match=pattern):
+        model(**arguments)
+    with pytest.raises(error, match=pattern):
+        model.abduce(**arguments)
+
+
+def test_forward_takes_positions_up_to_the_last_one(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    limit = model.config.max_position_embeddings
+    last = torch.arange(limit - 7, limit)[None]
+    with torch.no_grad():
+        shifted = model(**batch, position_ids=last).loc_S
+        as_int32 = model(batch["input_ids"].int(), batch["numeric_values"], position_ids=last.int()).loc_S
+    assert torch.equal(shifted, as_int32) and not torch.equal(shifted, model(**batch).loc_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6-7. A <NUM> target without a value, values that float32 turns into 0
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_num_label_over_a_word_needs_its_value(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])  # seven tokens of the tiny vocabulary, the last one <NUM>
+    labels = batch["input_ids"].clone()
+    labels[0, 2] = model.config.num_token_id  # a <NUM> target where the input is " is": no value beside it
+    with pytest.raises(ValueError, match=r"labels put <NUM> at position \[0, 2\], where input_ids is not <NUM>"):
+        model(**batch, labels=labels)
+    numeric_labels = torch.zeros_like(batch["numeric_values"])
+    numeric_labels[0, 2] = 12.5
+    out = model(**batch, labels=labels, numeric_labels=numeric_labels)
+    moved = model(**batch, labels=labels, numeric_labels=numeric_labels * 4)
+    assert int(out.n_reg) == 2 and float(out.reg_loss) != float(moved.reg_loss)  # the value is the target, not 0
+    assert float(model(**batch, labels=batch["input_ids"]).n_reg) == 1  # the <NUM> input carries its value
+
+
+@pytest.mark.parametrize("name", ["numeric_values", "numeric_labels"])
+@pytest.mark.parametrize("value, pattern", [
+    (1e-50, r"{name} holds 1e-50 at position \[0, 6\], which underflows to 0 in float32"),
+    (-1e-46, r"{name} holds -1e-46 at position \[0, 6\], which underflows to 0 in float32"),
+    (1e300, r"{name} must be representable in float32 .*found 1e\+300 at position \[0, 6\]"),
+])
+def test_float64_values_that_float32_cannot_hold_are_refused(tiny, name, value, pattern):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    values = batch["numeric_values"].double()
+    values[0, 6] = value
+    arguments = dict(batch, labels=batch["input_ids"]) | {name: values}
+    pattern = pattern.format(name=name)
+    with pytest.raises(ValueError, match=pattern):
+        model(**arguments)
+    if name == "numeric_values":
+        with pytest.raises(ValueError, match=pattern):
+            model.generate(batch["input_ids"], numeric_values=values, max_new_tokens=1)
+        with pytest.raises(ValueError, match=pattern):
+            generate(model, batch["input_ids"], values, max_new_tokens=1)
+
+
+def test_a_subnormal_float32_value_is_kept(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    values = batch["numeric_values"].double()
+    values[0, 6] = 1e-40  # a subnormal float32, not 0
+    with torch.no_grad():
+        assert torch.equal(model(batch["input_ids"], values).loc_S, model(batch["input_ids"], values.float()).loc_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. The command prints the prompt as written
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_command_prints_the_prompt_as_written(capsys):
+    prompt = "Paid 12.50 for 1,000 items at 3.14159265358979 each"
+    assert cli.main(["generate", "--prompt", prompt, "--prompt", "hi", "--max-new-tokens", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    model, tokenizer = cli.load_model_and_tokenizer("tiny", seed=0)
+    batch = tokenizer([prompt, "hi"], padding_side="left")
+    out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=3,
+                   generator=torch.Generator().manual_seed(0))
+    expected = []
+    for row, text in enumerate([prompt, "hi"]):
+        keep = out.attention_mask[row].bool()
+        length = int(batch["attention_mask"][row].sum())
+        head, tail = tokenizer.decode_continuation(out.sequences[row][keep], out.numeric_values[row][keep], length,
+                                                   out_of_vocab="mark", number_texts=batch.number_texts[row])
+        assert head == text
+        expected.append(text + tail)
+    assert lines == expected and lines[0].startswith(prompt) and lines[0] != prompt
