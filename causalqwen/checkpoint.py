@@ -455,7 +455,28 @@ def read_training_record(directory: str) -> dict:
     return record
 
 
-def load_training_state(directory: str, *, optimizer, scheduler, eval_generator, record: dict) -> None:
+def _value_problems(saved, expected, where: str) -> list[str]:
+    """Where ``saved`` (structure already checked by `_kind_problems`) holds other values than ``expected``: lists
+    and ints exactly (a ``params`` list is the parameters' order), floats to 1e-12 relative."""
+    if isinstance(expected, dict):
+        return [problem for key in sorted(expected) if key in saved
+                for problem in _value_problems(saved[key], expected[key], f"{where}.{key}")]
+    if isinstance(expected, list) and isinstance(saved, list):
+        if where.endswith(".params") and saved != expected:
+            return [f"{where} is {saved}, this run's optimizer has {expected}"]
+        return [problem for i, (a, b) in enumerate(zip(saved, expected))
+                for problem in _value_problems(a, b, f"{where}[{i}]")]
+    if isinstance(expected, float) and isinstance(saved, (int, float)) and not isinstance(saved, bool):
+        same = math.isclose(saved, expected, rel_tol=1e-12, abs_tol=0.0)
+    else:
+        same = saved == expected and isinstance(saved, bool) == isinstance(expected, bool)
+    if same:
+        return []
+    return [f"{where} is {saved!r}, the run's settings give {expected!r}"]
+
+
+def load_training_state(directory: str, *, optimizer, scheduler, eval_generator, record: dict,
+                        expected: dict | None = None) -> None:
     """Restore what `save_training_state` wrote, after checking every tensor. ``OSError`` naming the file and
     the tensor.
 
@@ -467,6 +488,12 @@ def load_training_state(directory: str, *, optimizer, scheduler, eval_generator,
     - ``rng.torch``, ``rng.eval``: the uint8 vectors ``torch.get_rng_state()`` gives (any other dtype would be
       cast into other bytes); ``rng.numpy``: 624 int64 values in $[0, 2^{32})$ (numpy's uint32 key).
     - nothing else: a tensor this version does not write is refused, not ignored.
+
+    ``expected`` (``optimizer_param_groups`` and ``scheduler`` as the run's own code would have saved them at the
+    record's step, from the settings the record names) makes the record's numbers checked too, not only their
+    structure: every parameter-group entry (``params`` lists identical, ``lr``, ``initial_lr``,
+    ``weight_decay``, ``betas``, ``maximize``, ...) and every scheduler entry (``base_lrs``, ``last_epoch``,
+    ``_last_lr``, ...). A difference is an ``OSError`` naming the file, the field and both values.
     """
     file = os.path.join(directory, TRAINING_TENSORS)
     json_file = os.path.join(directory, TRAINING_JSON)
@@ -513,6 +540,12 @@ def load_training_state(directory: str, *, optimizer, scheduler, eval_generator,
                 + _kind_problems(record.get("scheduler"), scheduler.state_dict(), "scheduler"))
     if problems:
         raise OSError(f"the training state {json_file!r} does not fit this run: " + "; ".join(problems))
+    if expected is not None:
+        problems = [problem for key in ("optimizer_param_groups", "scheduler")
+                    for problem in _value_problems(record[key], expected[key], key)]
+        if problems:
+            raise OSError(f"the training state {json_file!r} contradicts its checkpoint (step {record['step']} "
+                          "and the settings it records): " + "; ".join(problems))
 
     try:
         optimizer.load_state_dict({"state": state, "param_groups": record["optimizer_param_groups"]})

@@ -179,6 +179,11 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
         if os.path.isdir(model):
             raise
         raise OSError(f"cannot load {model!r} from the Hugging Face hub: {_one_line(error)}") from None
+    except ValueError as error:  # a refused field: transformers does not tell the config class its file
+        file = os.path.join(model, "config.json")
+        if not os.path.isdir(model) or str(error).startswith(file):
+            raise
+        raise ValueError(f"{file}: {error}") from None
     tokenizer = NumericTokenizer.from_pretrained(model)
     if config.model_type == CausalQwenConfig.model_type:
         loaded = CausalQwenForCausalLM.from_pretrained(model)
@@ -328,8 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-u-divergence", type=float, default=None, metavar="EPS",
                     help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
                     "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)")
-    tr.add_argument("--divergence-dual-lr", type=float, default=1.0,
-                    help="dual-ascent step of that multiplier (default: %(default)s)")
+    tr.add_argument("--divergence-dual-lr", type=float, default=None,
+                    help="with --max-u-divergence: dual-ascent step of that multiplier (default: 1.0)")
 
     conv = sub.add_parser("convert", help="from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
                           description="Convert a Qwen2 checkpoint (directory or hub id) and save model and tokenizer.")
@@ -381,10 +386,13 @@ def train_command(args) -> int:
         steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
         warmup_steps=args.warmup_steps, max_grad_norm=args.max_grad_norm, preset=args.preset,
         eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every, seed=args.seed,
-        report_to=args.report_to, max_u_divergence=args.max_u_divergence, divergence_dual_lr=args.divergence_dual_lr,
+        report_to=args.report_to, max_u_divergence=args.max_u_divergence,
+        divergence_dual_lr=1.0 if args.divergence_dual_lr is None else args.divergence_dual_lr,
     )
     if args.allow_changed_settings and not args.resume:
         raise ValueError("--allow-changed-settings applies to --resume only")
+    if args.divergence_dual_lr is not None and args.max_u_divergence is None:
+        raise ValueError("--divergence-dual-lr applies to --max-u-divergence only")
     # The data first: a bad file fails at once, not after a (possibly large) model has been loaded.
     texts, sources = read_jsonl(args.data)
     eval_texts, eval_sources = read_jsonl(args.eval_data) if args.eval_data else (None, None)

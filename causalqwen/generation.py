@@ -205,8 +205,9 @@ def generate(
         attention_mask: the prompts' mask ``[B, S]``.
         mode: ``"standard"``, ``"causal"``, ``"shared_individual"``, ``"shared_noise"`` or ``"traditional"``.
         generator: the source of every random draw; the same seed gives the same output.
-        temperature: the ``traditional`` mode's temperature (see `traditional_probabilities`);
-            other modes reject non-default values of this and the next three.
+        temperature: the ``traditional`` mode's temperature (see `traditional_probabilities`), any finite
+            number > 0; a tiny one acts as greedy, as in ``model.generate``. Other modes reject non-default
+            values of this and the next three.
         top_k: the ``traditional`` mode's top-k cut.
         top_p: the ``traditional`` mode's nucleus cut.
         normalize: the ``traditional`` mode's normalization of the class scores.

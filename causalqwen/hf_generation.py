@@ -25,12 +25,13 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import GenerationMixin
+from transformers import GenerationMixin, PreTrainedTokenizerBase
+from transformers.generation.logits_process import TemperatureLogitsWarper
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .doors import refuse_meta
 from .generation import _draws, _widened, check_length, check_prompt
-from .inference import MODES, as_number
+from .inference import MODES, as_number, check_temperature, tempered_scores
 
 __all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationMixin"]
 
@@ -77,6 +78,42 @@ def _new_tokens(kwargs: dict, config, prompt_width: int) -> tuple[int | None, in
     return max(max_length - prompt_width, 0), max_length
 
 
+# transformers' options that run the model on tokens it did not choose itself (assisted / speculative decoding,
+# prompt lookup, multi-token prediction): the candidates carry no <NUM> values and the modes' draws are per step.
+_ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit", "use_mtp")
+
+
+class _ShiftedTemperatureWarper(TemperatureLogitsWarper):
+    """transformers' temperature warper on the scores shifted by their row maximum: the same distribution (and
+    the same top-k / top-p / min-p cuts after it), but a tiny temperature sends the other classes to -inf
+    instead of the maximum to +inf (NaN) -- as `traditional_probabilities` does in the reference loop."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        return tempered_scores(scores, self.temperature)  # [B, V], <= 0
+
+
+def _refuse_unsupported(kwargs: dict, config) -> None:
+    """transformers' options that would not carry CausalQwen's values or draws, refused by name before generating."""
+    for name in ("num_beams", "num_return_sequences"):
+        if (kwargs.get(name) or getattr(config, name, None) or 1) > 1:
+            raise ValueError(f"{name} > 1 is not supported: the values beside the ids and the modes' draws are "
+                             "kept per row, and transformers would copy and reorder the rows without them")
+    for name in _ASSISTED:
+        value = kwargs[name] if name in kwargs else getattr(config, name, None)
+        if value is not None and value is not False:
+            raise ValueError(f"{name} is not supported: assisted / speculative decoding and prompt lookup run the "
+                             "model on candidate tokens it did not choose, which carry no <NUM> values (and not the "
+                             "mode's draws); generate without it")
+    stop_strings = kwargs.get("stop_strings", getattr(config, "stop_strings", None))
+    tokenizer = kwargs.get("tokenizer")
+    if stop_strings is not None and tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
+        wrapped = "tok.hf_tokenizer" if hasattr(tokenizer, "hf_tokenizer") else "a transformers tokenizer"
+        raise TypeError(f"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase (transformers "
+                        f"reads its vocabulary), got {type(tokenizer).__name__}: pass tokenizer={wrapped}. The stop "
+                        "strings are matched against the tokens' text, where a generated number is the text of "
+                        "the <NUM> token, not its value")
+
+
 class CausalQwenGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
 
@@ -89,6 +126,14 @@ class CausalQwenGenerationMixin(GenerationMixin):
         the shared modes' draws. Every other argument is transformers' own (``max_new_tokens``,
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``, ``stopping_criteria``,
         ``streamer``, ``return_dict_in_generate``, ...); sampling applies to ``traditional`` only.
+
+        As in the reference loop, ``temperature`` (with ``do_sample=True``) is any finite number > 0, and the
+        division by it is `inference.tempered_scores` (transformers' own would give NaN for a tiny one), so a
+        tiny temperature acts as greedy. Refused up front, by name: ``num_beams`` / ``num_return_sequences`` > 1,
+        assisted / speculative decoding and prompt lookup (``assistant_model``, ``prompt_lookup_num_tokens``,
+        ``assistant_early_exit``, ``use_mtp``: their candidate tokens carry no ``<NUM>`` values), a
+        ``generator`` that is not a ``torch.Generator``, and ``stop_strings`` with a ``tokenizer`` that is not a
+        transformers tokenizer (pass ``tok.hf_tokenizer``; a generated number is matched as the text ``<NUM>``).
         """
         input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
@@ -105,10 +150,13 @@ class CausalQwenGenerationMixin(GenerationMixin):
         if mode != "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
             raise ValueError(f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
                              "(pass generator= for its draws)")
-        for name in ("num_beams", "num_return_sequences"):
-            if (kwargs.get(name) or getattr(config, name, None) or 1) > 1:
-                raise ValueError(f"{name} > 1 is not supported: the values beside the ids and the modes' draws are "
-                                 "kept per row, and transformers would copy and reorder the rows without them")
+        _refuse_unsupported(kwargs, config)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
+            temperature = kwargs.get("temperature", getattr(config, "temperature", None))
+            if temperature is not None:
+                check_temperature(temperature)
         num_token_id = self.config.num_token_id
         if numeric_values is None and bool((input_ids == num_token_id).any()):
             raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
@@ -133,6 +181,15 @@ class CausalQwenGenerationMixin(GenerationMixin):
         if isinstance(output, Tensor):
             return output
         return CausalQwenGenerateOutput(**output, numeric_values=state.values)
+
+    def _get_logits_processor(self, *args, **kwargs):
+        """transformers' logits processors, its temperature warper shifted by the row maximum first (the same
+        distribution; a tiny temperature acts as greedy, as in the reference loop, instead of giving NaN)."""
+        processors = super()._get_logits_processor(*args, **kwargs)
+        for index, processor in enumerate(processors):
+            if type(processor) is TemperatureLogitsWarper:
+                processors[index] = _ShiftedTemperatureWarper(processor.temperature)
+        return processors
 
     def prepare_inputs_for_generation(self, input_ids: Tensor, generation_state: GenerationState | None = None,
                                       **kwargs):

@@ -40,6 +40,8 @@ __all__ = [
     "DECISION_MODES",
     "check_mode",
     "check_sampling_args",
+    "check_temperature",
+    "tempered_scores",
     "check_normalize",
     "check_uniform",
     "check_noise",
@@ -196,12 +198,33 @@ def as_number(value, integer: bool = False):
     return float(value)
 
 
+def check_temperature(temperature) -> float:
+    """``temperature`` as a Python float if it is a finite number > 0, else a ``ValueError`` naming it. Any such
+    temperature works, however small: `tempered_scores` divides so that a tiny one (even one that is 0 in the
+    scores' dtype, as 1e-46 is in float32) gives the greedy distribution, never a NaN."""
+    temperature_ = as_number(temperature)
+    if temperature_ is None or not (math.isfinite(temperature_) and temperature_ > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    return temperature_
+
+
+def tempered_scores(scores: Tensor, temperature: float) -> Tensor:
+    r"""$(s_k - \max_j s_j) / T$, the log-weights of a softmax at temperature $T$, for any $T > 0$.
+
+    Shifting by the row maximum leaves the softmax unchanged and keeps every entry $\le 0$, so a tiny $T$ sends
+    the other classes to $-\infty$ instead of the maximum to $+\infty$. The maxima (the entries whose shifted
+    score is exactly 0) stay 0 whatever $T$ is: at a $T$ the scores' dtype holds as 0 (1e-46 in float32, 1e-8 in
+    float16) the division would give $0/0$; the limit $T \to 0$, the greedy distribution (ties share the mass),
+    is what the formula tends to and what is returned.
+    """
+    shifted = scores - scores.amax(dim=-1, keepdim=True)  # [..., V], <= 0
+    return torch.where(shifted == 0, shifted, shifted / temperature)  # [..., V]
+
+
 def check_sampling_args(temperature, top_k, top_p) -> tuple[float, int, float]:
     """Return ``(temperature, top_k, top_p)`` as Python numbers (NumPy scalars and 0-d tensors accepted);
     raise a ``ValueError`` naming the argument unless temperature > 0, top_k >= 0 and top_p in (0, 1]."""
-    temperature_, top_k_, top_p_ = as_number(temperature), as_number(top_k, integer=True), as_number(top_p)
-    if temperature_ is None or not (math.isfinite(temperature_) and temperature_ > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    temperature_, top_k_, top_p_ = check_temperature(temperature), as_number(top_k, integer=True), as_number(top_p)
     if top_k_ is None or top_k_ < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 keeps every class), got {top_k!r}")
     if top_p_ is None or not 0 < top_p_ <= 1:
@@ -236,7 +259,8 @@ def traditional_probabilities(
     Then, as in transformers' logits warpers, top-k keeps the ``top_k`` most probable classes (0: all),
     and top-p keeps the smallest set of most probable classes whose mass reaches ``top_p`` (always at
     least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
-    summing to 1.
+    summing to 1. The division by ``temperature`` is `tempered_scores`: a tiny temperature puts all the mass on
+    the most probable class (ties share it).
     """
     if checked:
         temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
@@ -250,9 +274,7 @@ def traditional_probabilities(
         scores = loc_S  # [..., V]
     else:
         scores = -ovr_tail_nll(loc_S, scale_S, threshold, off=False)[0]  # log P_k
-    # Shifted by the row maximum before the division: the softmax is unchanged, and a tiny temperature
-    # sends the other classes to -inf (weight 0) instead of the maximum to +inf (NaN).
-    log_weights = (scores - scores.amax(dim=-1, keepdim=True)) / temperature  # [..., V], <= 0
+    log_weights = tempered_scores(scores, temperature)  # [..., V], <= 0
 
     num_classes = log_weights.shape[-1]
     if 0 < top_k < num_classes:

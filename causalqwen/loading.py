@@ -11,6 +11,7 @@ A checkpoint written before the model was split into `CausalQwenModel` and its h
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -28,7 +29,8 @@ from .checkpoint import (
     weight_files,
 )
 
-__all__ = ["LEGACY_KEYS", "strict_from_pretrained", "check_qwen_base", "num_token_id_from_tokenizer", "load_config"]
+__all__ = ["LEGACY_KEYS", "strict_from_pretrained", "check_qwen_base", "num_token_id_from_tokenizer", "load_config",
+           "check_generation_mode", "saved_generation_mode"]
 
 # Checkpoint key (regex) -> key of the split model, for checkpoints written by causalqwen 0.1.0.
 LEGACY_KEYS = {
@@ -67,6 +69,38 @@ def load_config(config_class, path, subfolder: str = ""):
     except (ValueError, TypeError, StrictDataclassError) as error:
         message = " ".join(str(error).split())
         raise ValueError(message if message.startswith(file) else f"{file}: {message}") from error
+
+
+def check_generation_mode(mode, file: str | None = None) -> None:
+    """A ``ValueError`` naming the field (and ``file``, when given) unless ``mode`` (a generation config's
+    CausalQwen ``mode``) is None or one of `causalqwen.inference.MODES`."""
+    from .inference import MODES
+
+    if mode is not None and (not isinstance(mode, str) or mode not in MODES):
+        raise ValueError(f"{file + ': ' if file else ''}generation_config field mode must be one of "
+                         f"{', '.join(MODES)} (or null), got {mode!r}")
+
+
+def saved_generation_mode(path, subfolder: str = ""):
+    """The CausalQwen ``mode`` stored in the ``generation_config.json`` of a local checkpoint directory (None when
+    there is no such file or key), checked: an invalid one is a ``ValueError`` naming the file and the field.
+
+    transformers drops the key on load when the file also says ``"_from_model_config": true`` (what
+    ``save_pretrained`` wrote before causalqwen saved it as false), so `strict_from_pretrained` restores it."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    file = os.path.join(os.path.expanduser(os.fspath(path)), subfolder or "", "generation_config.json")
+    if not os.path.isfile(file):
+        return None
+    try:
+        with open(file, encoding="utf-8") as handle:
+            saved = json.load(handle)
+    except (OSError, ValueError):  # unreadable: named by check_local_source or transformers' loader
+        return None
+    if not isinstance(saved, dict):
+        return None
+    check_generation_mode(saved.get("mode"), os.path.join(os.fspath(path), subfolder or "", "generation_config.json"))
+    return saved.get("mode")
 
 
 def _refusal(where: str, name: str, problems: list[str]) -> str:
@@ -109,6 +143,7 @@ def strict_from_pretrained(cls, load, path, model_args, kwargs):
     if kwargs.pop("use_safetensors", True) is False:
         raise ValueError("use_safetensors=False would unpickle pytorch_model.bin; causalqwen loads safetensors only")
     where = str(path)
+    mode = saved_generation_mode(path, kwargs.get("subfolder", ""))
     files = weight_files(path, kwargs.get("subfolder", ""))
     shapes, key_mapping = _renamed(header_shapes(files)) if files else ({}, None)
     if files and not allow_mismatch:
@@ -130,6 +165,9 @@ def strict_from_pretrained(cls, load, path, model_args, kwargs):
     problems = _loaded_problems(cls, info, allow_mismatch) + state_problems(_for_class(cls, shapes), model)
     if problems:
         raise OSError(_refusal(where, cls.__name__, problems))
+    generation = getattr(model, "generation_config", None)
+    if mode is not None and generation is not None and "generation_config" not in kwargs:
+        generation.mode = mode  # a file with "_from_model_config": true loses the key in transformers' loader
     return (model, info) if want_info else model
 
 

@@ -43,7 +43,7 @@ from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
 from .head import LOSS_ALGORITHMS, DecisionHead
 from .hf_generation import CausalQwenGenerationMixin
-from .loading import check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
+from .loading import check_generation_mode, check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
 from .rundir import check_write_targets
 
 __all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
@@ -70,12 +70,65 @@ _FIELD_KINDS = {
     "detach_gate": "bool",
     "scale_eps": "real",
     "ignore_index": "int",
+    # the Qwen2 backbone's fields: a nonsense value would load silently (a negative rms_norm_eps makes every
+    # loc_S NaN) or fail later with a raw exception while the model is built
+    "vocab_size": "int",
+    "hidden_size": "int",
+    "intermediate_size": "int",
+    "num_hidden_layers": "int",
+    "num_attention_heads": "int",
+    "num_key_value_heads": "int",
+    "max_position_embeddings": "int",
+    "max_window_layers": "int",
+    "sliding_window": "int",
+    "pad_token_id": "int",
+    "bos_token_id": "int",
+    "eos_token_id": "int",
+    "initializer_range": "real",
+    "rms_norm_eps": "real",
+    "attention_dropout": "real",
+    "use_cache": "bool",
+    "tie_word_embeddings": "bool",
+    "use_sliding_window": "bool",
 }
+
+# Fields of `_FIELD_KINDS` that may be None (null in config.json).
+_NULLABLE_FIELDS = frozenset({"num_token_id", "causal_size", "abduction_mlp_size", "num_key_value_heads",
+                              "sliding_window", "pad_token_id", "bos_token_id", "eos_token_id"})
+
+# The dtype names a config may hold (``null`` or ``"auto"``: none recorded).
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _activation_names() -> list[str]:
+    from transformers.activations import ACT2FN
+
+    return sorted(ACT2FN)
+
+
+def _rope_types() -> list[str]:
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return ["default", *sorted(ROPE_INIT_FUNCTIONS)]
+
+
+def _checked_dtype(name: str, value):
+    """``value`` (a config's ``dtype`` or ``torch_dtype``) as a floating-point dtype name, or None (``"auto"``
+    too: nothing recorded); anything else is a ``ValueError`` naming the field and the accepted names."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return None
+    text = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+    if not isinstance(text, str) or text not in FLOAT_DTYPES:
+        raise ValueError(f"config field {name} must be one of {', '.join(FLOAT_DTYPES)}, \"auto\" or null, "
+                         f"got {value!r}")
+    return text if isinstance(value, str) else value
 
 
 def _checked_field(name: str, value, kind: str):
     """``value`` as a Python bool / int / finite float, or a ``TypeError`` naming the field (never a cast
-    of a string: ``"false"`` is not a boolean)."""
+    of a string: ``"false"`` is not a boolean). ``eos_token_id`` may be a list of ints."""
+    if name == "eos_token_id" and isinstance(value, (list, tuple)):
+        return [_checked_field(name, item, kind) for item in value]
     if kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"config field {name} must be true or false (a JSON boolean), got {value!r}")
@@ -141,9 +194,12 @@ class CausalQwenConfig(Qwen2Config):
     def __post_init__(self, **kwargs):
         if self.loss_algorithm not in LOSS_ALGORITHMS:
             raise ValueError(f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}")
+        self.dtype = _checked_dtype("dtype", self.dtype)
+        if "torch_dtype" in kwargs:
+            kwargs["torch_dtype"] = _checked_dtype("torch_dtype", kwargs["torch_dtype"])
         for name, kind in _FIELD_KINDS.items():
             value = getattr(self, name)
-            if value is None and name in ("num_token_id", "causal_size", "abduction_mlp_size"):
+            if value is None and name in _NULLABLE_FIELDS:
                 continue
             setattr(self, name, _checked_field(name, value, kind))
         if self.causal_size is None:
@@ -177,7 +233,80 @@ class CausalQwenConfig(Qwen2Config):
                 raise ValueError(f"config field {name} must be a number {allowed}, got {getattr(self, name)!r}")
         if self.num_token_id is not None and not 0 <= self.num_token_id < self.vocab_size:
             raise ValueError(f"num_token_id ({self.num_token_id}) must lie in [0, vocab_size={self.vocab_size})")
+        self._check_backbone()
         super().__post_init__(**kwargs)
+        self._check_rope()
+
+    def _check_backbone(self) -> None:
+        """The checks of the Qwen2 fields (their kinds are checked with CausalQwen's, `_FIELD_KINDS`): sizes,
+        head counts, token ids, activation and the real-valued settings; a ``ValueError`` names the field."""
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings"):
+            if not 1 <= getattr(self, name) <= SETTING_LIMIT:
+                raise ValueError(f"config field {name} must be a positive integer, got {getattr(self, name)!r}")
+        heads, kv_heads = self.num_attention_heads, self.num_key_value_heads
+        if kv_heads is not None and not 1 <= kv_heads <= heads:
+            raise ValueError(f"config field num_key_value_heads must be an integer in [1, num_attention_heads={heads}] "
+                             f"(or null), got {kv_heads!r}")
+        if self.hidden_size % heads:
+            raise ValueError(f"config field hidden_size ({self.hidden_size}) must be divisible by "
+                             f"num_attention_heads ({heads})")
+        if (self.hidden_size // heads) % 2:
+            raise ValueError(f"config fields hidden_size / num_attention_heads ({self.hidden_size} / {heads}) must "
+                             "give an even head size: the rotary embedding turns pairs of components")
+        if kv_heads is not None and heads % kv_heads:
+            raise ValueError(f"config field num_attention_heads ({heads}) must be divisible by "
+                             f"num_key_value_heads ({kv_heads})")
+        if self.max_window_layers < 0:
+            raise ValueError(f"config field max_window_layers must be an integer >= 0, got {self.max_window_layers!r}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"config field sliding_window must be a positive integer or null, got {self.sliding_window!r}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [value]
+            if any(i is not None and not 0 <= i < self.vocab_size for i in ids):
+                raise ValueError(f"config field {name} must be null or an id in [0, vocab_size={self.vocab_size}), "
+                                 f"got {value!r}")
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in (names := _activation_names()):
+            raise ValueError(f"config field hidden_act must be one of {', '.join(names)}, got {self.hidden_act!r}")
+        limit = SETTING_LIMIT
+        ranges = {
+            "rms_norm_eps": (0 < self.rms_norm_eps <= limit, f"in (0, {limit:g}]"),
+            "initializer_range": (0 <= self.initializer_range <= limit, f"in [0, {limit:g}]"),
+            "attention_dropout": (0 <= self.attention_dropout < 1, "in [0, 1)"),
+        }
+        for name, (ok, allowed) in ranges.items():
+            if not ok:
+                raise ValueError(f"config field {name} must be a number {allowed}, got {getattr(self, name)!r}")
+
+    def _check_rope(self) -> None:
+        """``rope_parameters`` (standardized by transformers, the legacy ``rope_theta`` moved into it): a
+        ``rope_type`` transformers can build and a finite, positive ``rope_theta``."""
+        rope = self.rope_parameters
+        if not isinstance(rope, dict):
+            raise ValueError(f"config field rope_parameters must be an object, got {rope!r}")
+        nested = self.nested_rope_parameter_keys(rope)
+        for where, parameters in ([(f"rope_parameters.{key}", rope[key]) for key in nested] or [("rope_parameters", rope)]):
+            if parameters is None:
+                continue
+            if not isinstance(parameters, dict):
+                raise ValueError(f"config field {where} must be an object, got {parameters!r}")
+            rope_type = parameters.get("rope_type")
+            if not isinstance(rope_type, str) or rope_type not in (types := _rope_types()):
+                raise ValueError(f"config field {where}.rope_type must be one of {', '.join(types)}, got {rope_type!r}")
+            theta = parameters.get("rope_theta")
+            if (isinstance(theta, (bool, np.bool_)) or not isinstance(theta, numbers.Real) or not math.isfinite(theta)
+                    or not 0 < theta <= SETTING_LIMIT):
+                raise ValueError(f"config field {where}.rope_theta must be a finite number in (0, {SETTING_LIMIT:g}], "
+                                 f"got {theta!r}")
+
+    def validate_rope(self) -> None:
+        """transformers' check of the rotary parameters (a ``@strict`` class validator), with a missing
+        parameter of the ``rope_type`` a ``ValueError`` rather than its ``KeyError``."""
+        try:
+            super().validate_rope()
+        except KeyError as error:
+            raise ValueError(f"config field rope_parameters: {error.args[0] if error.args else error}") from None
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -344,15 +473,26 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
 
         Nothing is written through a link: a ``save_directory`` that is a symbolic link, or a link (or a
         hard-linked file) under a name the save writes (``config.json``, ``model*.safetensors``, ...), is an
-        ``OSError`` naming it, raised before anything is written (`causalqwen.rundir.check_write_targets`)."""
+        ``OSError`` naming it, raised before anything is written (`causalqwen.rundir.check_write_targets`).
+
+        A CausalQwen ``generation_config.mode`` is saved in ``generation_config.json`` with
+        ``"_from_model_config": false``, so that transformers' loader keeps it; an invalid one is a ``ValueError``."""
         if kwargs.get("is_main_process", True):
             check_write_targets(save_directory, MODEL_FILES)
+        generation = getattr(self, "generation_config", None)
+        mode = getattr(generation, "mode", None)
+        check_generation_mode(mode)
+        from_model_config = getattr(generation, "_from_model_config", None)
         saved = {name: self.config.__dict__[name] for name in SAVED_ONLY_FIELDS if name in self.config.__dict__}
         self.config.auto_map = dict(MODEL_AUTO_MAP)
         self.config.custom_pipelines = dict(CUSTOM_PIPELINES)
+        if mode is not None:  # transformers' loader drops every key it does not know from a config marked as
+            generation._from_model_config = False  # derived from the model's: the mode would be lost
         try:
             result = super().save_pretrained(save_directory, *args, **kwargs)
         finally:  # the model in memory keeps its config as it was
+            if mode is not None:
+                generation._from_model_config = from_model_config
             for name in SAVED_ONLY_FIELDS:
                 if name in saved:
                     setattr(self.config, name, saved[name])

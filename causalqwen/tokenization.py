@@ -640,7 +640,13 @@ class NumericTokenizer:
         surfaces = _as_text_list(number_texts)
         size = len(self)
         for position, token_id in enumerate(ids):
-            if token_id < 0 or (token_id >= size and out_of_vocab == "raise"):
+            if token_id < 0:  # no model predicts a negative id: out_of_vocab="mark" cannot write it either
+                raise ValueError(
+                    f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}): a "
+                    'negative id is never a model\'s prediction, so out_of_vocab="mark" does not apply to it (it marks '
+                    f"only ids >= {size}, the model's reserved rows)"
+                )
+            if token_id >= size and out_of_vocab == "raise":
                 raise ValueError(
                     f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}); "
                     'an untrained model can predict its reserved rows: pass out_of_vocab="mark" to write them as <unk:ID>'

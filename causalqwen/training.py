@@ -84,6 +84,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PRESETS = ("causal", "abduction", "all", "lora")
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # the largest learning_rate, weight_decay, max_grad_norm
 SEED_MAX = 2**32 - 1  # the largest seed: NumPy seeds with 32 bits, and one seed drives torch, NumPy and Python
 
 
@@ -120,15 +121,26 @@ class TrainingConfig:
             setattr(self, name, value)
         if self.seed > SEED_MAX:
             raise ValueError(f"seed must be an int from 0 to {SEED_MAX} (2**32 - 1), got {self.seed!r}")
+        # The optimizer computes in the parameters' float32: a setting beyond float32's range overflows there
+        # (inf weights, or torch's "cannot be converted to type float without overflow" mid-run).
         for name in ("learning_rate", "weight_decay", "max_grad_norm"):
             value = as_number(getattr(self, name))
-            if value is None or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
+            if value is None or not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+                raise ValueError(f"{name} must be a finite number within float32's range (at most {FLOAT32_MAX:.6g}), "
+                                 f"got {getattr(self, name)!r}")
             setattr(self, name, value)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate!r}")
         if not (self.max_grad_norm > 0 and self.weight_decay >= 0):
             raise ValueError("max_grad_norm must be > 0 and weight_decay >= 0")
+        # AdamW's decoupled decay multiplies each decayed weight by 1 - learning_rate * weight_decay per step: at
+        # 1 or more that factor is <= 0 (weights zeroed, or sign-flipped and growing without bound).
+        if self.learning_rate * self.weight_decay >= 1:
+            raise ValueError(
+                f"learning_rate * weight_decay must be < 1 (AdamW multiplies the weights by 1 - learning_rate * "
+                f"weight_decay each step), got learning_rate={self.learning_rate!r} * weight_decay="
+                f"{self.weight_decay!r} = {self.learning_rate * self.weight_decay:g}"
+            )
         if self.max_u_divergence is not None:
             value = as_number(self.max_u_divergence)
             if value is None or not math.isfinite(value) or value < 0:
@@ -183,15 +195,43 @@ def parameter_groups(model, weight_decay: float) -> list[dict]:
     ]
 
 
+CHECKPOINT_NAME = re.compile(r"checkpoint-([1-9][0-9]*)", re.ASCII)  # exactly the names _save_checkpoint writes
+_STEP_LIKE_NAME = re.compile(r"checkpoint-(\d+)")  # any digits, Unicode ones included: what a person may mistake for one
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint directory name as the run writes it (``checkpoint-{step}``: ASCII digits, no
+    leading zero, step >= 1), or None for any other name."""
+    match = CHECKPOINT_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
 def latest_checkpoint(out_dir: str) -> str | None:
-    """The complete ``checkpoint-{step}`` directory with the highest step, or None. A ``checkpoint-{step}`` that
-    is a symbolic link is an ``OSError`` naming it: a run's checkpoints are directories it wrote, inside it."""
+    """The complete ``checkpoint-{step}`` directory with the highest step (the path of that very entry), or None.
+
+    Only the names the run itself writes count: ``checkpoint-`` and the step in ASCII digits without a leading
+    zero (``checkpoint-5``). Anything the run would mistake for one is an ``OSError`` naming it, never skipped
+    nor guessed at: a ``checkpoint-{digits}`` entry whose digits are not that canonical form
+    (``checkpoint-0005``, ``checkpoint-0``, ``checkpoint-٣``: rename or remove it), a ``checkpoint-{step}``
+    that is a symbolic link (a run's checkpoints are directories it wrote, inside it) or not a directory (a
+    regular file). Other names (``checkpoint-5.partial``, a killed save's leftover) are not checkpoints and are
+    ignored."""
     if not os.path.isdir(out_dir):
         return None
-    steps = [int(m.group(1)) for name in os.listdir(out_dir) if (m := re.fullmatch(r"checkpoint-(\d+)", name))]
-    for step in steps:
-        check_not_link(os.path.join(out_dir, f"checkpoint-{step}"))
-    return os.path.join(out_dir, f"checkpoint-{max(steps)}") if steps else None
+    found = {}
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        step = checkpoint_step(name)
+        if step is None:
+            if _STEP_LIKE_NAME.fullmatch(name):
+                raise OSError(f"{path!r} is not a checkpoint name this run writes (checkpoint-<step>, the step in "
+                              "ASCII digits without leading zeros, at least 1): rename or remove it")
+            continue
+        check_not_link(path)
+        if not os.path.isdir(path):
+            raise OSError(f"{path!r} is not a directory: a checkpoint is a directory the run writes; remove it")
+        found[step] = path
+    return found[max(found)] if found else None
 
 
 def _rank() -> int:
@@ -313,8 +353,32 @@ def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_g
     return final
 
 
+def _expected_training_state(model, config: TrainingConfig, step: int) -> dict:
+    """The parameter groups and scheduler state `_train` would save after ``step`` steps under ``config``, as
+    JSON gives them back: the optimizer and schedule built as the run builds them, the learning rate that
+    schedule gives at ``step``."""
+    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    rates = [schedule(step) * base for schedule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
+    groups = [group | {"lr": rate} for group, rate in zip(optimizer.state_dict()["param_groups"], rates)]
+    state = scheduler.state_dict() | {"last_epoch": step, "_step_count": step + 1, "_last_lr": rates}
+    return json.loads(json.dumps({"optimizer_param_groups": groups, "scheduler": state}))
+
+
+def _recorded_config(record: dict, json_file: str, config: TrainingConfig) -> TrainingConfig:
+    """This run's config with the optimisation settings a checkpoint records (those its trainer state follows)."""
+    recorded = (record.get("settings") or {}).get("training")
+    names = ("learning_rate", "weight_decay", "warmup_steps", "steps")
+    if not isinstance(recorded, dict) or any(name not in recorded for name in names):
+        raise OSError(f"{json_file!r}: settings.training must record {', '.join(names)}, got {recorded!r}")
+    try:
+        return dataclasses.replace(config, **{name: recorded[name] for name in names})
+    except (TypeError, ValueError) as error:
+        raise OSError(f"{json_file!r}: settings.training is not a valid training config: {error}") from error
+
+
 def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings, allow_changed_settings,
-                     bound=None) -> tuple[int, list]:
+                     bound=None, config=None) -> tuple[int, list]:
     """Restore a checkpoint strictly: the model config, the run's settings and data, every tensor."""
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
@@ -325,6 +389,11 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
     if differing:
         raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}")
     record = read_training_record(path)
+    json_file = os.path.join(path, "trainer_state.json")
+    named_step = checkpoint_step(os.path.basename(os.path.normpath(path)))
+    if named_step is not None and record["step"] != named_step:
+        raise OSError(f"cannot resume from {path}: {json_file!r} records step {record['step']}, but its directory "
+                      f"is checkpoint-{named_step}")
     differences = settings_differences(record.get("settings") or {}, settings)
     if differences and not allow_changed_settings:
         raise ValueError(
@@ -340,7 +409,17 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
             load_weights_strictly(model, os.path.join(path, "model.safetensors"))
     except (OSError, ValueError) as error:
         raise OSError(f"cannot resume from {path}: {error}") from error
-    load_training_state(path, optimizer=optimizer, scheduler=scheduler, eval_generator=eval_generator, record=record)
+    # The record's numbers must be those the run it names would have saved at its step: its own settings (this
+    # run's, unless changed settings are allowed) give every optimizer and scheduler value but the moments.
+    recorded = _recorded_config(record, json_file, config) if differences else config
+    load_training_state(path, optimizer=optimizer, scheduler=scheduler, eval_generator=eval_generator, record=record,
+                        expected=_expected_training_state(model, recorded, record["step"]))
+    if differences:  # allowed: from here on the optimizer follows this run's settings
+        current = _expected_training_state(model, config, record["step"])
+        for group, wanted in zip(optimizer.param_groups, current["optimizer_param_groups"]):
+            group.update({key: wanted[key] for key in ("lr", "initial_lr", "weight_decay")})
+        scheduler.base_lrs = list(current["scheduler"]["base_lrs"])
+        scheduler._last_lr = list(current["scheduler"]["_last_lr"])
     if bound is not None:
         _load_bound(path, bound)
     history_file = os.path.join(path, "history.json")
@@ -519,7 +598,7 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
     step, history = 0, []
     if checkpoint is not None:
         step, history = _load_checkpoint(checkpoint, model, optimizer, scheduler, eval_generator, settings,
-                                         allow_changed_settings, bound)
+                                         allow_changed_settings, bound, config)
         logger.info("resumed from %s at step %d", checkpoint, step)
         if allow_changed_settings and run_dir is not None:
             with open_for_writing(os.path.join(out_dir, "training_config.json"), root=out_dir) as handle:
@@ -623,9 +702,29 @@ def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimize
                                     acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
             bar.update(1)
             if out_dir and rank == 0 and (step % config.save_every == 0 or step == config.steps):
+                _check_finite_parameters(model, step, config)
                 _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings, bound)
             if step >= config.steps:
                 break
     bar.close()
+    _check_finite_parameters(model, step, config)  # what the caller saves as the trained model is finite
     model.eval()
     return history
+
+
+def _check_finite_parameters(model, step: int, config) -> None:
+    """`TrainingDiverged` naming the step and the first trainable parameter holding NaN or ±inf: run before a
+    checkpoint is written and once when training ends (a model that `from_pretrained` refuses is never saved)."""
+    named = [(name, p.detach()) for name, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        return
+    finite = torch.stack([torch.isfinite(p).all().to(named[0][1].device) for _, p in named])
+    if bool(finite.all()):  # one sync
+        return
+    for (name, _), ok in zip(named, finite.tolist()):
+        if not ok:
+            raise TrainingDiverged(
+                f"training diverged by step {step}: the parameter {name} holds NaN or ±inf values, so neither a "
+                f"checkpoint nor the model is written; lower the learning rate (now {config.learning_rate:g}) or "
+                f"the weight decay (now {config.weight_decay:g})"
+            )

@@ -353,7 +353,7 @@ def test_resume_needs_a_run_and_survives_a_metrics_line_cut_short(tokenizer, tmp
 
 
 def test_divergence_stops_with_a_clear_error(tokenizer):
-    config = TrainingConfig(**CONFIG | {"learning_rate": 1e30, "steps": 6})
+    config = TrainingConfig(**CONFIG | {"learning_rate": 1e30, "weight_decay": 0.0, "steps": 6})
     with pytest.raises(TrainingDiverged, match=r"training diverged .* lower the learning rate \(now 1e\+30\)"):
         train(_model(), _data(tokenizer), config, progress=False)
 

@@ -400,3 +400,36 @@ def test_a_file_given_as_a_model_directory_is_named_without_a_hub_hint(tmp_path,
 def test_an_empty_path_is_refused_by_option(command, option, capsys):
     line = _fails(capsys, command + [option, ""])
     assert line.endswith(f"argument {option}: must name a file, directory or hub id, got ''"), line
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. Optimisation settings the optimizer cannot hold, and options that apply to another only
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--weight-decay", "1e300", "weight_decay must be a finite number within float32's range (at most 3.40282e+38), "
+                                "got 1e+300"),
+    ("--learning-rate", "1e39", "learning_rate must be a finite number within float32's range (at most 3.40282e+38), "
+                                "got 1e+39"),
+    ("--learning-rate", "1e300", "learning_rate must be a finite number within float32's range"),
+    ("--max-grad-norm", "1e39", "max_grad_norm must be a finite number within float32's range"),
+    ("--weight-decay", "1e4", "learning_rate * weight_decay must be < 1 (AdamW multiplies the weights by "
+                              "1 - learning_rate * weight_decay each step), got learning_rate=0.0001 * "
+                              "weight_decay=10000.0 = 1"),
+])
+def test_settings_that_would_overflow_or_flip_the_weights_are_refused(qwen_dir, tmp_path, data, capsys, option,
+                                                                       value, message):
+    out = tmp_path / "run"
+    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(out), "--steps", "2", "--batch-size", "2",
+            option, value]
+    assert message in _fails(capsys, args)
+    assert not out.exists()  # refused at the door: nothing written
+
+
+def test_divergence_dual_lr_without_the_bound_is_refused(qwen_dir, tmp_path, data, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(out), "--steps", "1", "--batch-size", "2",
+            "--divergence-dual-lr", "5"]
+    assert "--divergence-dual-lr applies to --max-u-divergence only" in _fails(capsys, args)
+    assert not out.exists()

@@ -29,6 +29,7 @@ from causalqwen.lora import add_lora, load_lora, save_lora
 from causalqwen.modeling import CausalQwenConfig
 from causalqwen.rundir import LOCK, MARKER, RunDirectory, check_write_targets, open_for_writing
 from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen import training
 from causalqwen.training import TrainingConfig, train
 
 SECRET = "a file outside the run directory\n"
@@ -532,3 +533,145 @@ def test_a_null_num_token_id_is_refused_and_a_keyword_may_supply_it(saved_model,
     assert CausalQwenConfig.from_pretrained(saved_model).to_dict() == \
         CausalQwenConfig.from_dict(json.loads((saved_model / "config.json").read_text())).to_dict()
     np.testing.assert_equal(CausalQwenConfig.from_pretrained(saved_model).num_token_id, config["num_token_id"])
+
+
+# =============================================================================================
+# Optimisation settings within float32, parameters finite before any save (hostile pass, fix 1)
+# =============================================================================================
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"weight_decay": 1e300}, r"weight_decay must be a finite number within float32's range \(at most 3\.40282e\+38\), "
+                              r"got 1e\+300"),
+    ({"learning_rate": 1e39}, r"learning_rate must be a finite number within float32's range .*got 1e\+39"),
+    ({"learning_rate": 1e300}, r"learning_rate must be a finite number within float32's range .*got 1e\+300"),
+    ({"max_grad_norm": 1e39}, r"max_grad_norm must be a finite number within float32's range .*got 1e\+39"),
+    ({"learning_rate": 0.5, "weight_decay": 2.0},
+     r"learning_rate \* weight_decay must be < 1 .* got learning_rate=0\.5 \* weight_decay=2\.0 = 1"),
+    ({"learning_rate": 1e-3, "weight_decay": 1e5}, r"learning_rate=0\.001 \* weight_decay=100000\.0 = 100"),
+])
+def test_optimisation_settings_beyond_float32_or_a_decay_factor_outside_0_1_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingConfig(**CONFIG | overrides)
+
+
+def test_settings_at_the_edges_are_accepted():
+    TrainingConfig(**CONFIG | {"learning_rate": 0.5, "weight_decay": 1.999})  # decay factor 0.0005 > 0
+    TrainingConfig(**CONFIG | {"learning_rate": 1e38, "weight_decay": 0.0, "max_grad_norm": 3e38})
+
+
+def test_non_finite_parameters_are_never_saved(tiny, tmp_path, monkeypatch):
+    original = torch.optim.AdamW.step
+
+    def poisoned_step(self, *args, **kwargs):  # a step that leaves a NaN in a trained matrix, the loss still finite
+        result = original(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][0].fill_(float("nan"))
+        return result
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", poisoned_step)
+    out = tmp_path / "run"
+    config = TrainingConfig(**CONFIG | {"steps": 1, "save_every": 1})
+    with pytest.raises(training.TrainingDiverged, match=r"training diverged by step 1: the parameter \S+ holds NaN or "
+                                                        r"±inf values, so neither a checkpoint nor the model is written"):
+        train(_model(), _data(tiny[1]), config, out_dir=str(out), progress=False)
+    assert not any(name.startswith("checkpoint-") for name in os.listdir(out))
+    with pytest.raises(training.TrainingDiverged, match="training diverged by step 1"):  # no out_dir: at the end
+        train(_model(), _data(tiny[1]), config, progress=False)
+
+
+# =============================================================================================
+# Checkpoint names (fix 3)
+# =============================================================================================
+
+
+@pytest.mark.parametrize("stray", ["checkpoint-0005", "checkpoint-007", "checkpoint-٣", "checkpoint-0", "checkpoint-05"])
+def test_a_checkpoint_name_the_run_never_writes_is_refused_by_name(finished_run, tmp_path, stray):
+    out = _run_copy(finished_run, tmp_path)
+    (out / stray).mkdir()
+    with pytest.raises(OSError, match=rf"'{re.escape(str(out / stray))}' is not a checkpoint name this run writes "
+                                      r"\(checkpoint-<step>, the step in ASCII digits without leading zeros"):
+        training.latest_checkpoint(str(out))
+
+
+def test_a_checkpoint_name_that_is_a_file_is_refused(tiny, finished_run, tmp_path):
+    out = _run_copy(finished_run, tmp_path)
+    (out / "checkpoint-9").write_text("not a checkpoint")
+    with pytest.raises(OSError, match=rf"'{re.escape(str(out / 'checkpoint-9'))}' is not a directory"):
+        training.latest_checkpoint(str(out))
+    with pytest.raises(OSError, match="is not a directory"):
+        _resume(tiny[1], out)
+
+
+def test_latest_checkpoint_returns_the_entry_it_found_and_ignores_other_names(finished_run, tmp_path):
+    out = _run_copy(finished_run, tmp_path)
+    for name in ("checkpoint-10.partial", "checkpoint-x", "checkpoints", "checkpoint-"):
+        (out / name).mkdir()
+    shutil.copytree(out / "checkpoint-2", out / "checkpoint-10")
+    assert training.latest_checkpoint(str(out)) == str(out / "checkpoint-10")  # numeric order, not by name
+    assert training.checkpoint_step("checkpoint-10") == 10
+    assert [training.checkpoint_step(n) for n in ("checkpoint-010", "checkpoint-٣", "checkpoint-0", "x-1")] == [None] * 4
+    assert training.latest_checkpoint(str(tmp_path / "missing")) is None
+
+
+# =============================================================================================
+# A trainer_state that contradicts its own checkpoint (fix 2)
+# =============================================================================================
+
+
+def _edit_state(out, edit):
+    path = out / "checkpoint-2" / "trainer_state.json"
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["optimizer_param_groups"][0].update(weight_decay=1e9),
+     r"optimizer_param_groups\[0\]\.weight_decay is 1000000000\.0, the run's settings give 0\.01"),
+    (lambda r: r["optimizer_param_groups"][0].update(lr=1e10),
+     r"optimizer_param_groups\[0\]\.lr is 10000000000\.0, the run's settings give 0\.0(;|$)"),
+    (lambda r: r["optimizer_param_groups"][1].update(maximize=True),
+     r"optimizer_param_groups\[1\]\.maximize is True, the run's settings give False"),
+    (lambda r: r["optimizer_param_groups"][0].update(initial_lr=1.0),
+     r"optimizer_param_groups\[0\]\.initial_lr is 1\.0, the run's settings give 0\.003"),
+    (lambda r: r["optimizer_param_groups"][0].update(params=r["optimizer_param_groups"][0]["params"][::-1]),
+     r"optimizer_param_groups\[0\]\.params is \[\d+, .*\], this run's optimizer has \[0, 1, "),
+    (lambda r: r["scheduler"].update(base_lrs=[0.1, 0.1]), r"scheduler\.base_lrs\[0\] is 0\.1, the run's settings give 0\.003"),
+    (lambda r: r["scheduler"].update(last_epoch=7), r"scheduler\.last_epoch is 7, the run's settings give 2"),
+])
+@pytest.mark.parametrize("allow", [True, False])
+def test_resume_refuses_trainer_state_numbers_that_contradict_the_checkpoint(tiny, finished_run, tmp_path, edit,
+                                                                             message, allow):
+    out = _run_copy(finished_run, tmp_path)
+    path = _edit_state(out, edit)
+    config = TrainingConfig(**CONFIG | {"max_u_divergence": 1.0} | ({"steps": 4} if allow else {}))
+    with pytest.raises(OSError, match=rf"the training state '{re.escape(str(path))}' contradicts its checkpoint "
+                                      rf"\(step 2 and the settings it records\): .*{message}"):
+        train(_model(), _data(tiny[1]), config, out_dir=str(out), resume=True, progress=False,
+              allow_changed_settings=allow)
+
+
+@pytest.mark.parametrize("step", [100, 3, 1])
+def test_resume_refuses_a_recorded_step_that_is_not_the_directory_s(tiny, finished_run, tmp_path, step):
+    out = _run_copy(finished_run, tmp_path)
+    path = _edit_state(out, lambda r: r.update(step=step))
+    with pytest.raises(OSError, match=rf"'{re.escape(str(path))}' records step {step}, but its directory is checkpoint-2"):
+        _resume(tiny[1], out)
+
+
+def test_an_allowed_new_learning_rate_and_weight_decay_apply_and_the_result_resumes_again(tiny, finished_run, tmp_path):
+    from transformers import get_cosine_schedule_with_warmup
+
+    out = _run_copy(finished_run, tmp_path)
+    history = _resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    schedule = get_cosine_schedule_with_warmup(torch.optim.SGD([parameter], lr=1e-3), 1, 4)
+    expected = 1e-3 * schedule.lr_lambdas[0](3)
+    assert [r["train/learning_rate"] for r in history if r["step"] == 3] == [pytest.approx(expected, rel=1e-12)]
+    record = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert record["scheduler"]["base_lrs"] == [1e-3, 1e-3]
+    assert [g["weight_decay"] for g in record["optimizer_param_groups"]] == [0.05, 0.0]
+    # the checkpoint this wrote agrees with the settings it records: it resumes (here: nothing left to do)
+    _resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)

@@ -7,6 +7,7 @@ and texts written out by hand.
 
 import copy
 import json
+import math
 
 import numpy as np
 import pytest
@@ -370,3 +371,125 @@ def test_the_command_prints_the_prompt_as_written(capsys):
         assert head == text
         expected.append(text + tail)
     assert lines == expected and lines[0].startswith(prompt) and lines[0] != prompt
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. Temperatures that float32 turns into 0, transformers' options that would lose the values,
+#    a negative id to decode
+# ---------------------------------------------------------------------------------------------
+
+def test_a_temperature_float32_holds_as_0_is_greedy_at_every_door(tiny, capsys):
+    """1e-46 is 0 in float32: the reference loop, model.generate and the command all give the greedy tokens
+    (the maxima of the shifted scores stay 0), never a NaN inside torch's sampler."""
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    greedy = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", top_k=1,
+                      max_new_tokens=2)
+    cold = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", temperature=1e-46,
+                    max_new_tokens=2, generator=torch.Generator().manual_seed(0))
+    sampled = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], mode="traditional",
+                             do_sample=True, temperature=1e-46, max_new_tokens=2, return_dict_in_generate=True)
+    assert torch.equal(cold.sequences, greedy.sequences) and torch.equal(sampled.sequences, greedy.sequences)
+    assert cli.main(["generate", "--prompt", "a 1", "--mode", "traditional", "--temperature", "1e-46",
+                     "--max-new-tokens", "2"]) == 0
+    assert "a 1" in capsys.readouterr().out
+
+
+def test_tempered_scores_is_the_softmax_limit_at_any_temperature():
+    from causalqwen.inference import tempered_scores
+
+    scores = torch.tensor([[1.0, 3.0, 3.0, -math.inf], [0.5, -2.0, 0.25, 0.0]])
+    for temperature in (1e-300, 1e-46, 1e-40):
+        probs = torch.softmax(tempered_scores(scores, temperature), dim=-1)
+        assert torch.equal(probs, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    for dtype in (torch.float16, torch.bfloat16):  # 1e-8 is 0 in float16
+        probs = torch.softmax(tempered_scores(scores.to(dtype), 1e-8).float(), dim=-1)
+        assert torch.equal(probs, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    expected = torch.softmax(torch.tensor([[1.0, 3.0, 3.0, -math.inf]], dtype=torch.float64) / 0.7, dim=-1)
+    got = torch.softmax(tempered_scores(torch.tensor([[1.0, 3.0, 3.0, -math.inf]], dtype=torch.float64), 0.7), -1)
+    assert torch.allclose(got, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("which", ["plain", "numbers"])
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40, 1.1754944e-38, 1e-37, 1e-30])
+def test_a_tiny_accepted_temperature_is_greedy_on_both_paths(tiny, models, which, temperature):
+    """The smallest accepted temperatures act as greedy in the reference loop and in model.generate alike: the
+    scores are shifted by their row maximum before transformers divides them (unshifted, a score above
+    ~4 * temperature * 1e38 overflows to inf and the softmax gives NaN)."""
+    model, tokenizer = models[which], tiny[1]
+    batch = tokenizer(["The total is 5", "hi"], padding_side="left")
+    args = (model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    greedy = generate(*args, mode="traditional", top_k=1, max_new_tokens=4)
+    cold = generate(*args, mode="traditional", temperature=temperature, max_new_tokens=4,
+                    generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cold.sequences, greedy.sequences)
+    sampled = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
+                             attention_mask=batch["attention_mask"], mode="traditional", do_sample=True,
+                             temperature=temperature, max_new_tokens=4, return_dict_in_generate=True)
+    assert torch.equal(sampled.sequences, greedy.sequences)
+    assert torch.equal(sampled.numeric_values, greedy.numeric_values)
+
+
+def test_the_shifted_temperature_warper_keeps_the_distribution():
+    """model.generate's temperature warper subtracts the row maximum first: the same softmax as transformers' own."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper
+
+    from causalqwen.hf_generation import _ShiftedTemperatureWarper
+
+    scores = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 5
+    for temperature in (0.3, 0.7, 2.5):
+        shifted = _ShiftedTemperatureWarper(temperature)(None, scores)
+        plain = TemperatureLogitsWarper(temperature)(None, scores)
+        assert torch.allclose(shifted.softmax(-1), plain.softmax(-1), atol=1e-6)
+        assert bool((shifted.amax(-1) == 0).all())
+
+
+@pytest.mark.parametrize("options, error, pattern", [
+    ({"prompt_lookup_num_tokens": 2}, ValueError,
+     ("prompt_lookup_num_tokens is not supported: assisted / speculative decoding and prompt lookup run the model on "
+      "candidate tokens it did not choose, which carry no <NUM> values")),
+    ({"assistant_model": "model"}, ValueError, "assistant_model is not supported: assisted / speculative decoding"),
+    ({"assistant_early_exit": 1}, ValueError, "assistant_early_exit is not supported"),
+    ({"stop_strings": ["x"], "tokenizer": "tokenizer"}, TypeError,
+     (r"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase \(transformers reads its "
+      r"vocabulary\), got NumericTokenizer: pass tokenizer=tok.hf_tokenizer")),
+    ({"stop_strings": ["x"], "tokenizer": 3}, TypeError, "got int: pass tokenizer=a transformers tokenizer"),
+    ({"mode": "causal", "generator": 123}, TypeError, "^generator must be a torch.Generator, got int$"),
+    ({"mode": "shared_noise", "generator": "seed"}, TypeError, "^generator must be a torch.Generator, got str$"),
+])
+def test_model_generate_refuses_options_that_would_lose_the_values(tiny, options, error, pattern):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    named = {"model": model, "tokenizer": tokenizer}
+    options = {k: named.get(v, v) if isinstance(v, str) else v for k, v in options.items()}
+    with pytest.raises(error, match=pattern):
+        model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], max_new_tokens=2, **options)
+    if "generator" in options:  # the reference loop says the same
+        with pytest.raises(error, match=pattern):
+            generate(model, batch["input_ids"], batch["numeric_values"], max_new_tokens=2, **options)
+
+
+def test_stop_strings_work_with_the_wrapped_tokenizer(tiny, models):
+    """With tokenizer=tok.hf_tokenizer transformers' stop strings match the generated tokens' text: the model that
+    writes 7 at every step stops after "77", with the reference loop's first two steps."""
+    model, tokenizer = models["digits"], tiny[1]
+    batch = tokenizer(["The total is 5", "hi"], padding_side="left")
+    out = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
+                         attention_mask=batch["attention_mask"], stop_strings=["77"],
+                         tokenizer=tokenizer.hf_tokenizer, max_new_tokens=6)
+    reference = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=6)
+    width = batch["input_ids"].shape[1]
+    assert out.shape[1] == width + 2 and torch.equal(out, reference.sequences[:, :width + 2])
+
+
+def test_decoding_a_negative_id_says_mark_does_not_apply(tiny):
+    _, tokenizer = tiny
+    size = len(tokenizer)
+    for out_of_vocab in ("mark", "raise"):
+        with pytest.raises(ValueError) as info:
+            tokenizer.decode([5, -3], [0.0, 0.0], out_of_vocab=out_of_vocab)
+        message = str(info.value)
+        assert message.startswith(f"input_ids[1] = -3 is not a token id of this tokenizer (0 to {size - 1}): a "
+                                  "negative id is never a model's prediction, so out_of_vocab=\"mark\" does not apply")
+        assert 'pass out_of_vocab="mark"' not in message
+    assert tokenizer.decode([size + 2], [0.0], out_of_vocab="mark") == f"<unk:{size + 2}>"

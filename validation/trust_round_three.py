@@ -14,6 +14,11 @@ input that a hostile pass from outside found:
   arguments of the wrong type or shape, a long ``max_new_tokens``, a tiny ``top_p``, a seed beyond 64 bits,
   old Mac line endings, deep or huge JSON, a corrupt ``tokenizer.json``, Ctrl-C, a mistyped local path.
 
+After the issue's list, `SECOND_LOOK_CASES`: what a fresh-eyes pass from outside then found on a clean clone
+(optimisation settings that wreck the weights and exit 0, nonsense backbone fields, a generation mode lost on
+reload, a ``trainer_state.json`` that contradicts its checkpoint, a stray checkpoint name, options of
+transformers' ``generate`` that would lose the values).
+
 Rows that must succeed check their result and raise `WrongResult` otherwise; rows that plant a link check
 afterwards that the file it points to is unchanged. The two rows about crafted texts give a generous
 deadline (seconds where the old code took minutes): they tell linear from quadratic, and
@@ -35,7 +40,7 @@ import torch
 from .robustness import CommandLineExit, _tiny, run_cli
 from .trust import TrustCase, WrongResult, _fresh_dir, _model, _saved_model, _train
 
-__all__ = ["ROUND_THREE_CASES"]
+__all__ = ["ROUND_THREE_CASES"]  # the issue's list, then the second look (SECOND_LOOK_CASES)
 
 _OUTSIDE_TEXT = "a file outside the run directory\n"
 
@@ -602,3 +607,132 @@ ROUND_THREE_CASES = [
     TrustCase("tokenizer-saved-onto-a-file", "clarity", "NumericTokenizer.save_pretrained onto an existing file (TypeError: NoneType)",
               _tokenizer_saved_onto_a_file, OSError, r"taken' exists and is not a directory"),
 ]
+
+
+# =============================================================================================
+# The second look: a fresh-eyes pass from outside, beyond the issue's list
+# =============================================================================================
+
+
+def _training_settings(**settings):
+    def trigger():
+        from causalqwen.training import TrainingConfig
+
+        TrainingConfig(**settings)
+
+    return trigger
+
+
+def _config_edit(edit):
+    def trigger():
+        from causalqwen import CausalQwenForCausalLM
+
+        path = _saved_model()
+        file = os.path.join(path, "config.json")
+        with open(file, encoding="utf-8") as handle:
+            config = json.load(handle)
+        edit(config)
+        with open(file, "w", encoding="utf-8") as handle:
+            json.dump(config, handle)
+        CausalQwenForCausalLM.from_pretrained(path)
+
+    return trigger
+
+
+def _rope_theta_zero(config: dict) -> None:
+    config["rope_parameters"]["rope_theta"] = 0
+
+
+def _saved_generation_mode():
+    from causalqwen import CausalQwenForCausalLM
+
+    model = _model()
+    model.generation_config.mode = "causal"
+    path = os.path.join(_fresh_dir("mode"), "model")
+    model.save_pretrained(path)
+    mode = getattr(CausalQwenForCausalLM.from_pretrained(path).generation_config, "mode", None)
+    if mode != "causal":
+        raise WrongResult(f"the saved mode 'causal' came back as {mode!r}")
+
+
+def _trainer_state_edit(edit):
+    def trigger():
+        out = _finished_run()
+        file = os.path.join(out, "checkpoint-2", "trainer_state.json")
+        with open(file, encoding="utf-8") as handle:
+            state = json.load(handle)
+        edit(state)
+        with open(file, "w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+        _train(out, resume=True, steps=4, save_every=2)
+
+    return trigger
+
+
+def _step_100(state: dict) -> None:
+    state["step"] = 100
+
+
+def _weight_decay_1e9(state: dict) -> None:
+    state["optimizer_param_groups"][0]["weight_decay"] = 1e9
+
+
+def _stray_checkpoint_name():
+    out = _finished_run()
+    os.makedirs(os.path.join(out, "checkpoint-0005"))
+    _train(out, resume=True, steps=4, save_every=2)
+
+
+def _tiny_temperature_both_paths():
+    from causalqwen import generate
+
+    _, batch = _encoded_batch()
+    model = _tiny()[2]
+    greedy = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", top_k=1, max_new_tokens=2)
+    sampled = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], mode="traditional",
+                             do_sample=True, temperature=1e-46, max_new_tokens=2, return_dict_in_generate=True)
+    if not torch.equal(sampled.sequences, greedy.sequences):
+        raise WrongResult(f"temperature 1e-46 gave {sampled.sequences.tolist()}, greedy {greedy.sequences.tolist()}")
+
+
+def _dual_lr_without_bound():
+    data = _jsonl("data.jsonl", b'{"text": "The price is 12.5 yuan."}\n' * 8)
+    run_cli(["train", "--base", "tiny", "--data", data, "--out", os.path.join(_fresh_dir("dual"), "run"),
+             "--steps", "1", "--divergence-dual-lr", "5"])
+
+
+SECOND_LOOK_CASES = [
+    TrustCase("weight-decay-1e300", "silent", "train --weight-decay 1e300 (exit 0, a model of inf and NaN written)",
+              _training_settings(weight_decay=1e300), ValueError, r"weight_decay must be a finite number within float32's range"),
+    TrustCase("decay-factor-below-0", "silent", "learning_rate 0.5 with weight_decay 2 (AdamW flips the weights' sign)",
+              _training_settings(learning_rate=0.5, weight_decay=2.0), ValueError, r"learning_rate \* weight_decay must be < 1"),
+    TrustCase("config-rms-norm-eps-negative", "silent", "config.json with rms_norm_eps -1.0 (every loc_S NaN, exit 0)",
+              _config_edit(lambda config: config.update(rms_norm_eps=-1.0)), ValueError,
+              r"config\.json: .*rms_norm_eps must be a number in \(0, 1e\+30\]"),
+    TrustCase("config-rope-theta-zero", "silent", "config.json with rope_theta 0 (loc_S silently changed)",
+              _config_edit(_rope_theta_zero), ValueError, r"config\.json: .*rope_theta must be a finite number in \(0"),
+    TrustCase("generation-mode-survives-reload", "silent", "a saved generation_config.mode (dropped on reload: standard ran)",
+              _saved_generation_mode, None),
+    TrustCase("trainer-state-step-edited", "silent", "resume from checkpoint-2 whose trainer_state.json says step 100 (finished at once)",
+              _trainer_state_edit(_step_100), OSError, r"trainer_state\.json' records step 100, but its directory is checkpoint-2"),
+    TrustCase("trainer-state-weight-decay-edited", "silent", "resume with weight_decay 1e9 in trainer_state.json (weights driven to 1.9e9)",
+              _trainer_state_edit(_weight_decay_1e9), OSError, r"contradicts its checkpoint .*weight_decay is 1000000000\.0"),
+    TrustCase("dual-lr-without-bound", "silent", "train --divergence-dual-lr 5 without --max-u-divergence (ignored)",
+              _dual_lr_without_bound, CommandLineExit, r"exit status 2: .*--divergence-dual-lr applies to --max-u-divergence only"),
+    TrustCase("config-hidden-act-unknown", "clarity", 'config.json with hidden_act "bogus" (KeyError)',
+              _config_edit(lambda config: config.update(hidden_act="bogus")), ValueError,
+              r"config\.json: .*hidden_act must be one of .*got 'bogus'"),
+    TrustCase("config-pad-token-beyond-vocab", "clarity", "config.json with pad_token_id 99999 (AssertionError)",
+              _config_edit(lambda config: config.update(pad_token_id=99999)), ValueError,
+              r"config\.json: .*pad_token_id must be null or an id in \[0, vocab_size=\d+\), got 99999"),
+    TrustCase("stray-checkpoint-name", "clarity", "resume with a stray checkpoint-0005 directory (went to the hub)",
+              _stray_checkpoint_name, OSError, r"checkpoint-0005' is not a checkpoint name this run writes"),
+    TrustCase("temperature-0-in-float32", "clarity", "model.generate(do_sample=True, temperature=1e-46) (probability tensor contains nan)",
+              _tiny_temperature_both_paths, None),
+    TrustCase("generate-prompt-lookup", "clarity", "model.generate(prompt_lookup_num_tokens=2) (AttributeError from inside)",
+              _generate(prompt_lookup_num_tokens=2), ValueError, r"prompt_lookup_num_tokens is not supported"),
+    TrustCase("generate-generator-int", "clarity", "model.generate(mode='causal', generator=123) (a raw torch TypeError)",
+              _generate(mode="causal", generator=123), TypeError, r"generator must be a torch\.Generator, got int"),
+]
+
+ROUND_THREE_CASES += SECOND_LOOK_CASES
