@@ -138,6 +138,12 @@ def check_prompt(config, input_ids: Tensor, numeric_values, attention_mask) -> t
     return mask, longest
 
 
+def check_generator(generator) -> None:
+    """A ``TypeError`` unless ``generator`` (the source of the modes' draws) is None or a ``torch.Generator``."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+
+
 def check_length(config, longest: int, new_tokens: int, max_length: int | None = None) -> None:
     """A ``ValueError`` before the first step when the longest prompt and ``new_tokens`` (``max_new_tokens``, or
     what ``max_length`` leaves after the prompt) need more positions than the model has."""
@@ -254,8 +260,7 @@ def _check_arguments(model, input_ids, numeric_values, attention_mask, mode, max
             f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "
             "from a categorical distribution"
         )
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    check_generator(generator)
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError("input_ids must be a [B, S] integer tensor")
     config = model.config

@@ -30,7 +30,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .doors import refuse_meta
-from .generation import _draws, _widened, check_length, check_prompt
+from .generation import _draws, _widened, check_generator, check_length, check_prompt
 from .inference import MODES, as_number, check_temperature, tempered_scores
 
 __all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationMixin"]
@@ -151,8 +151,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
             raise ValueError(f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
                              "(pass generator= for its draws)")
         _refuse_unsupported(kwargs, config)
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        check_generator(generator)
         if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
             temperature = kwargs.get("temperature", getattr(config, "temperature", None))
             if temperature is not None:

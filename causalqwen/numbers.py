@@ -27,7 +27,8 @@ from typing import NamedTuple
 import numpy as np
 import regex
 
-__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "parse_number", "format_number", "join_numbers"]
+__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_before", "next_cut_place", "last_cut_place",
+           "split_numbers", "parse_number", "format_number", "join_numbers"]
 
 # ---------------------------------------------------------------------------------------------
 # The grammar
@@ -151,7 +152,7 @@ __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "pars
 #   - "-": p is not a hex digit;   "/": p is not a digit;   ":": p is not a hex digit or ":";
 #   - "+": p is not "e" or "E";   "_": p is not an ASCII letter or digit;
 #   - ASCII letters and digits never are.
-# `causalqwen.tokenization` cuts long texts there (with max_length) and `_find_numbers` reads numbers up
+# `causalqwen.tokenization` cuts long texts there (with max_length) and `find_numbers_before` reads numbers up
 # to the next cut place only; a Hypothesis test checks the rule against whole texts.
 
 _CASED = r"\p{Lu}\p{Ll}\p{Lt}"
@@ -354,10 +355,10 @@ def find_numbers(text: str) -> list[NumberMatch]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    return _find_numbers(text, len(text), len(text))
+    return find_numbers_before(text, len(text), len(text))
 
 
-def _find_numbers(text: str, stop: int, endpos: int) -> list[NumberMatch]:
+def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
     """The numbers of ``text[:endpos]`` that start before ``stop``.
 
     When ``endpos`` is a cut place (or ``len(text)``) and ``stop <= endpos``, they are the numbers of the
@@ -389,7 +390,7 @@ def _find_numbers(text: str, stop: int, endpos: int) -> list[NumberMatch]:
     return found
 
 
-_FAR = 4096  # characters between stop and endpos above which _find_numbers tries matches one by one
+_FAR = 4096  # characters between stop and endpos above which find_numbers_before tries matches one by one
 # Where a match of NUMBER_REGEX can start: its first two tests (it tests more after them).
 _MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", regex.VERBOSE)
 
@@ -417,13 +418,13 @@ def _value_of_match(match) -> float | None:
     return None if _is_identifier(integer, fraction, exponent) else value
 
 
-def _next_cut_place(text: str, start: int) -> int:
+def next_cut_place(text: str, start: int) -> int:
     """The first cut place at or after ``start`` (see "Cutting a text" above), or ``len(text)``."""
     match = _CUT_PLACE.search(text, start)
     return match.start() if match is not None else len(text)
 
 
-def _last_cut_place(text: str, low: int, high: int) -> int | None:
+def last_cut_place(text: str, low: int, high: int) -> int | None:
     """The last cut place in ``[low, high]``, or None."""
     match = _LAST_CUT_PLACE.search(text, low, high + 1)
     return match.start() if match is not None else None

@@ -35,8 +35,8 @@ from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 from .auto import AUTO_MODULE, TOKENIZER_AUTO_MAP, TOKENIZER_FILES, update_json, write_auto_module
 from .checkpoint import check_local_source
 from .rundir import check_write_targets
-from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, parse_number, split_numbers
-from .numbers import _find_numbers, _last_cut_place, _next_cut_place
+from .numbers import (NUMBER_REGEX, NumberMatch, find_numbers, find_numbers_before, format_number, last_cut_place,
+                      next_cut_place, parse_number, split_numbers)
 
 __all__ = [
     "NUMBER_REGEX",
@@ -142,12 +142,12 @@ def _prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool]:
         end = text.rfind(" ", half + 1, end)
     exact = end > half
     if not exact:
-        end = _last_cut_place(text, half + 1, budget)
+        end = last_cut_place(text, half + 1, budget)
     if end is None:
-        end, reach = budget, _next_cut_place(text, budget)
+        end, reach = budget, next_cut_place(text, budget)
     else:
         reach = end
-    found = _find_numbers(text, end, reach)
+    found = find_numbers_before(text, end, reach)
     if found and found[-1].end >= end:  # the prefix ends with a number: its tokens are the whole text's
         end, exact = found[-1].end, True
     return end, found, exact

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from causalqwen import tokenization
 from causalqwen.numbers import (
     NUMBER_REGEX,
-    _find_numbers,
+    find_numbers_before,
     _matches_before,
-    _next_cut_place,
+    next_cut_place,
     find_numbers,
     parse_number,
 )
@@ -223,20 +223,20 @@ CUT_ALPHABET = "0123456789-/:.,+eExaf_ −#%月份，\u0301\n"
 @given(st.text(CUT_ALPHABET, max_size=30))
 def test_a_prefix_ending_at_a_cut_place_reads_the_whole_texts_numbers(text):
     whole = find_numbers(text)
-    cut = _next_cut_place(text, 0)
+    cut = next_cut_place(text, 0)
     while cut < len(text):
         before = [number for number in whole if number.start < cut]
         assert all(number.end <= cut for number in before)
         assert find_numbers(text[:cut]) == before
-        assert _find_numbers(text, cut, cut) == before
-        cut = _next_cut_place(text, cut + 1)
+        assert find_numbers_before(text, cut, cut) == before
+        cut = next_cut_place(text, cut + 1)
 
 
 @settings(max_examples=500)
 @given(st.text(CUT_ALPHABET, max_size=30), st.integers(0, 30))
 def test_numbers_read_up_to_the_next_cut_place_are_the_whole_texts(text, stop):
     stop = min(stop, len(text))
-    assert _find_numbers(text, stop, _next_cut_place(text, stop)) == [n for n in find_numbers(text) if n.start < stop]
+    assert find_numbers_before(text, stop, next_cut_place(text, stop)) == [n for n in find_numbers(text) if n.start < stop]
 
 
 @settings(max_examples=500)
@@ -258,10 +258,10 @@ def test_matches_before_a_place_are_finditers(text, stop):
 ])
 def test_cut_places_respect_units_and_exponents(text, places, not_a_place, changed):
     whole = find_numbers(text)
-    found, cut = [], _next_cut_place(text, 0)
+    found, cut = [], next_cut_place(text, 0)
     while cut < len(text):
         found.append(cut)
-        cut = _next_cut_place(text, cut + 1)
+        cut = next_cut_place(text, cut + 1)
     assert found == places
     for cut in places:
         assert find_numbers(text[:cut]) == [number for number in whole if number.start < cut]
