@@ -3,7 +3,7 @@
 One small module per concept: ``cauchy`` (the Cauchy toolkit and the OvR tail kernel), ``numbers`` (the
 number grammar), ``tokenization``, ``embedding``, ``abduction``, ``action``, ``head`` (the decision head),
 ``losses`` (literal) and ``fused`` (the tiled head + loss), ``modeling`` (`CausalQwenModel`,
-`CausalQwenForCausalLM`), ``inference`` (the five modes), ``generation`` and ``hf_generation``
+`CausalQwenForCausalLM`), ``initialization`` (the initial scale and threshold of a conversion, decision D14), ``inference`` (the five modes), ``generation`` and ``hf_generation``
 (``model.generate``), ``pipelines`` (``"text-generation"``) and ``auto`` (what a saved directory names for
 transformers' Auto classes); ``doors`` and ``checks`` hold the input checks, ``loading`` and ``checkpoint``
 what is read from disk.

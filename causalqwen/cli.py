@@ -138,13 +138,14 @@ SOURCE_HELP = ("A name with no '/' must be an existing directory (else it fails 
                "owner/name and is read from the local Hugging Face cache or downloaded (HF_HUB_OFFLINE=1: the cache only)")
 
 
-def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
+def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None = None):
     """``(CausalQwenForCausalLM, NumericTokenizer)`` from ``model``, in eval mode.
 
     ``model`` is ``"tiny"`` (the embedded tiny Qwen2 base, converted with ``from_qwen``; random
     weights), a directory written by ``save_pretrained`` (model and tokenizer), or a Qwen2
     checkpoint path / hub id, converted with ``from_qwen`` on load. ``seed`` seeds the
-    initialization of whatever is newly built.
+    initialization of whatever is newly built; ``init`` holds ``from_qwen`` keywords for a conversion
+    (`init_keywords`; a saved CausalQwen keeps its own, so ``init`` with one is a ``ValueError``).
 
     Before anything is loaded (`causalqwen.checkpoint.check_local_source`): a name without ``/`` that
     is no directory (``model_nope``) is a ``ValueError`` at once, never a hub lookup; an ``owner/name``
@@ -160,9 +161,10 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
     from .tiny import build_tiny_causal_lm
     from .tokenization import NumericTokenizer
 
+    init = init or {}
     torch.manual_seed(seed)
     if model == TINY:
-        tiny = build_tiny_causal_lm(seed=seed)
+        tiny = build_tiny_causal_lm(seed=seed, **init)
         return tiny.model, tiny.tokenizer
     try:
         check_local_source(model, "model")
@@ -186,9 +188,13 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0):
         raise ValueError(f"{file}: {error}") from None
     tokenizer = NumericTokenizer.from_pretrained(model)
     if config.model_type == CausalQwenConfig.model_type:
+        if init:
+            raise ValueError(f"{model!r} is a saved CausalQwen, which keeps the initialization it was converted with; "
+                             "--init, --abduction-scale-init, --ovr-threshold and --threshold-init apply when "
+                             "converting a Qwen2 base")
         loaded = CausalQwenForCausalLM.from_pretrained(model)
     else:
-        loaded = CausalQwenForCausalLM.from_qwen(model)
+        loaded = CausalQwenForCausalLM.from_qwen(model, **init)
     if loaded.config.num_token_id != tokenizer.num_token_id:
         raise ValueError(
             f"{model}: the model's num_token_id ({loaded.config.num_token_id}) differs from the tokenizer's <NUM> id "
@@ -335,13 +341,46 @@ def build_parser() -> argparse.ArgumentParser:
                     "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)")
     tr.add_argument("--divergence-dual-lr", type=float, default=None,
                     help="with --max-u-divergence: dual-ascent step of that multiplier (default: 1.0)")
+    add_init_arguments(tr)
 
     conv = sub.add_parser("convert", help="from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
                           description="Convert a Qwen2 checkpoint (directory or hub id) and save model and tokenizer.")
     conv.add_argument("--base", required=True, type=path_text, help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP)
     conv.add_argument("--out", required=True, type=path_text, help="output directory (must not exist, unless --overwrite)")
     conv.add_argument("--overwrite", action="store_true")
+    add_init_arguments(conv)
     return parser
+
+
+def add_init_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a conversion's initial scale and threshold (decision D14, `causalqwen.initialization`)."""
+    group = parser.add_argument_group("initialization of a conversion from Qwen2 (decision D14)")
+    group.add_argument("--init", choices=("d14", "drafts"), default="d14",
+                       help="d14 (default): gamma = 0.1 and the threshold C from the base's own logits "
+                       "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100")
+    group.add_argument("--abduction-scale-init", type=float, default=None, metavar="GAMMA",
+                       help="the initial scale of U (default: the --init choice's)")
+    group.add_argument("--ovr-threshold", type=float, default=None, metavar="C",
+                       help="a fixed OvR threshold C (default: the --init choice's)")
+    group.add_argument("--threshold-init", choices=("top_two_midpoint", "top_logit_quantile"), default=None,
+                       help="compute C from the base by this rule (default: the --init choice's)")
+
+
+def init_keywords(args) -> dict:
+    """The ``from_qwen`` keywords of `add_init_arguments`' options: nothing for the defaults (D14)."""
+    from .initialization import DRAFT_INIT
+
+    init = dict(DRAFT_INIT) if args.init == "drafts" else {}
+    if args.threshold_init is not None:
+        init.pop("ovr_threshold", None)
+        init["ovr_threshold_init"] = args.threshold_init
+    if args.ovr_threshold is not None:
+        init["ovr_threshold"] = args.ovr_threshold
+        if args.threshold_init is None:
+            init["ovr_threshold_init"] = "fixed"
+    if args.abduction_scale_init is not None:
+        init["abduction_scale_init"] = args.abduction_scale_init
+    return init
 
 
 # How the command's messages name the library's resume and overwrite keywords.
@@ -399,7 +438,7 @@ def train_command(args) -> int:
     import torch
     import torch.distributed as dist
 
-    model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed)
+    model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed, init=init_keywords(args))
     if config.preset == "lora":
         from .lora import add_lora
 
@@ -474,10 +513,12 @@ def convert_command(args) -> int:
                 f"output directory {args.out!r} does not hold a CausalQwen model; --overwrite replaces only an earlier "
                 "convert's output, never another directory: choose a new or empty one"
             )
-    model, tokenizer = load_model_and_tokenizer(args.base)
+    model, tokenizer = load_model_and_tokenizer(args.base, init=init_keywords(args))
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
-    print(f"CausalQwen (V = {model.config.vocab_size}, <NUM> id {model.config.num_token_id}) written to {args.out}")
+    config = model.config
+    print(f"CausalQwen (V = {config.vocab_size}, <NUM> id {config.num_token_id}, gamma = {config.abduction_scale_init:g}, "
+          f"C = {config.ovr_threshold:.6g} ({config.ovr_threshold_init})) written to {args.out}")
     return 0
 
 

@@ -8,11 +8,11 @@ r"""``causalqwen demo``: the main job. Train CausalQwen from the embedded tiny b
    the trained model with its tokenizer (``model/``) to the output directory.
 4. Exit 1 unless it learned: held-out ``num_f1 >= 0.9`` and ``reg_mdae <= 0.5 x`` its value at init.
 
-Two settings differ from the defaults, and both are about the regression gate. With the threshold
-$C = 100$, $P_{\langle NUM\rangle}$ stays small (a few percent) even where ``<NUM>`` is already the
-argmax, so the gated loss $P_{\langle NUM\rangle}\cdot\mathrm{nll}$ hardly trains the regression head
-(validation V7 shows why: the gate also rewards lowering $P_{\langle NUM\rangle}$). The demo therefore
-uses ``gate_alpha = 1`` (the plain Cauchy NLL on every ``<NUM>`` target) and ``regression_weight = 0.1``
+Two settings differ from the defaults, and both are about the regression gate. The gated loss
+$P_{\langle NUM\rangle}\cdot\mathrm{nll}$ trains the regression head only as far as $P_{\langle NUM\rangle}$ is
+large, and the gate also rewards lowering $P_{\langle NUM\rangle}$ (validation V7); under the drafts' threshold
+$C = 100$, where these settings were chosen, $P_{\langle NUM\rangle}$ stayed at a few percent even where
+``<NUM>`` was already the argmax. The demo therefore uses ``gate_alpha = 1`` (the plain Cauchy NLL on every ``<NUM>`` target) and ``regression_weight = 0.1``
 (so that the heavy-tailed regression gradients do not crowd out the classification ones under the
 global gradient-norm clip).
 """

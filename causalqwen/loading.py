@@ -11,13 +11,14 @@ A checkpoint written before the model was split into `CausalQwenModel` and its h
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
 
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
-from transformers import AutoTokenizer, Qwen2ForCausalLM
+from transformers import AutoTokenizer, Qwen2ForCausalLM, Qwen2Model
 
 from .checkpoint import (
     check_local_source,
@@ -33,6 +34,10 @@ __all__ = ["LEGACY_KEYS", "strict_from_pretrained", "check_qwen_base", "num_toke
            "check_generation_mode", "saved_generation_mode"]
 
 # Checkpoint key (regex) -> key of the split model, for checkpoints written by causalqwen 0.1.0.
+# transformers 5.24 renamed the KV cache, argument and output field, from ``past_key_values`` to ``cache`` (its
+# generation loop passes ``cache=`` and reads ``outputs["cache"]``); the outputs carry it under the installed name.
+CACHE_NAME = "cache" if "cache" in inspect.signature(Qwen2Model.forward).parameters else "past_key_values"
+
 LEGACY_KEYS = {
     r"^numerical_embedding\.": "model.numerical_embedding.",
     r"^abduction\.": "model.abduction.",

@@ -43,7 +43,8 @@ from .doors import check_forward, check_keywords
 from .embedding import NumericalEmbedding
 from .head import LOSS_ALGORITHMS, DecisionHead
 from .hf_generation import CausalQwenGenerationMixin
-from .loading import check_generation_mode, check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
+from .initialization import DEFAULT_INIT, check_threshold_init, initial_threshold
+from .loading import CACHE_NAME, check_generation_mode, check_qwen_base, num_token_id_from_tokenizer, strict_from_pretrained
 from .rundir import check_write_targets
 
 __all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
@@ -63,6 +64,7 @@ _FIELD_KINDS = {
     "abduction_scale_init": "real",
     "noise_init": "real",
     "ovr_threshold": "real",
+    "ovr_threshold_quantile": "real",
     "ovr_threshold_per_class": "bool",
     "learnable_threshold": "bool",
     "regression_weight": "real",
@@ -151,14 +153,23 @@ class CausalQwenConfig(Qwen2Config):
     Attributes:
         num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added, decision D2).
         causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
-        abduction_scale_init: $\gamma$, the initial ``scale_U`` (10.0).
+        abduction_scale_init: $\gamma$, the initial ``scale_U``. The class default 10.0 is the drafts' value, what
+            every saved config without other values means; `from_qwen` starts at 0.1 (decision D14,
+            `causalqwen.initialization.DEFAULT_INIT`).
         abduction_type: the abduction architecture, ``"linear"`` (D6, the default) or ``"mlp"`` (D6 plus a residual
             MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both start at
             $U \sim \mathrm{Cauchy}(z, \gamma)$.
         abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
         noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
-        ovr_threshold: the OvR threshold $C_k$ (100.0), shared or, with ``ovr_threshold_per_class``, a
-            vector of $V$ thresholds initialised to this value; a parameter when ``learnable_threshold``.
+        ovr_threshold: the OvR threshold $C_k$, shared or, with ``ovr_threshold_per_class``, a vector of $V$
+            thresholds initialised to this value; a parameter when ``learnable_threshold``. The class default
+            100.0 is the drafts' value; `from_qwen` computes it from the base (``ovr_threshold_init``).
+        ovr_threshold_init: how `from_qwen` chose ``ovr_threshold`` (`causalqwen.initialization`):
+            ``"fixed"`` (as given; the class default, and what a saved config without the field means),
+            ``"top_two_midpoint"`` (from_qwen's default: the median midpoint of the base's two largest logits on a
+            calibration batch) or ``"top_logit_quantile"``. A record of the conversion: a model built from a
+            config uses ``ovr_threshold`` whatever the rule.
+        ovr_threshold_quantile: the quantile of ``"top_logit_quantile"`` (0.5).
         regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
         gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
         detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
@@ -182,6 +193,8 @@ class CausalQwenConfig(Qwen2Config):
     abduction_mlp_size: int | None = None
     noise_init: float = 0.1
     ovr_threshold: float = 100.0
+    ovr_threshold_init: str = "fixed"
+    ovr_threshold_quantile: float = 0.5
     ovr_threshold_per_class: bool = False
     learnable_threshold: bool = False
     regression_weight: float = 1.0
@@ -204,6 +217,7 @@ class CausalQwenConfig(Qwen2Config):
             setattr(self, name, _checked_field(name, value, kind))
         if self.causal_size is None:
             self.causal_size = self.hidden_size
+        check_threshold_init(self.ovr_threshold_init, self.ovr_threshold_quantile)
         if not isinstance(self.abduction_type, str) or self.abduction_type not in ABDUCTION_TYPES:
             raise ValueError(f"config field abduction_type must be one of {', '.join(ABDUCTION_TYPES)}, "
                              f"got {self.abduction_type!r}")
@@ -363,11 +377,6 @@ def _config_file(source, subfolder: str) -> str:
     if os.path.isdir(text):
         return os.path.join(text, subfolder, "config.json")
     return "/".join(part for part in (text, subfolder, "config.json") if part)
-
-
-# transformers 5.24 renamed the KV cache, argument and output field, from ``past_key_values`` to ``cache`` (its
-# generation loop passes ``cache=`` and reads ``outputs["cache"]``); the outputs carry it under the installed name.
-CACHE_NAME = "cache" if "cache" in inspect.signature(Qwen2Model.forward).parameters else "past_key_values"
 
 
 def _one_cache(past_key_values, kwargs: dict):
@@ -682,8 +691,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
     # ---- construction from a Qwen2 base ----
 
     @classmethod
-    def from_qwen(cls, base: Qwen2ForCausalLM | str | os.PathLike, **config_overrides) -> "CausalQwenForCausalLM":
-        r"""Build CausalQwen from a Qwen2 base and apply the initialization of decisions D4–D7.
+    def from_qwen(cls, base: Qwen2ForCausalLM | str | os.PathLike, *, calibration=None,
+                  **config_overrides) -> "CausalQwenForCausalLM":
+        r"""Build CausalQwen from a Qwen2 base and apply the initialization of decisions D4–D7 and D14.
 
         ``base`` is a `Qwen2ForCausalLM` instance, a local directory or a hub id (loaded with
         ``Qwen2ForCausalLM.from_pretrained``). ``config_overrides`` set `CausalQwenConfig` fields;
@@ -693,10 +703,18 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         The backbone weights are copied, ``W_cls`` becomes a copy of the base lm_head weight (its own
         parameter, never tied), and the new modules get their D4–D7 initialization. If
         ``num_token_id == vocab_size`` the embedding and the head grow by one row (decision D2).
+
+        Scale and threshold (D14, `causalqwen.initialization`): unless overridden, $\gamma$ =
+        ``abduction_scale_init`` = 0.1 and $C$ = ``ovr_threshold`` is computed from the base by the rule
+        ``ovr_threshold_init`` (default ``"top_two_midpoint"``) on ``calibration`` (a mapping with ``input_ids``
+        and optionally ``attention_mask``), or, without one, on text the base samples itself. Passing
+        ``ovr_threshold`` alone fixes $C$ (rule ``"fixed"``); ``from_qwen(base, **DRAFT_INIT)`` gives the
+        drafts' $\gamma = 10$, $C = 100$.
         """
         unknown = sorted(set(config_overrides) - _config_fields())
         if unknown:
             raise ValueError(f"from_qwen: {', '.join(map(repr, unknown))} is not a CausalQwenConfig field")
+        config_overrides = _with_default_init(config_overrides, calibration)
         if isinstance(base, (str, os.PathLike)):
             check_local_source(base, "base model")
             base_config = AutoConfig.from_pretrained(base)
@@ -715,7 +733,11 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
                 "from_qwen(instance) needs num_token_id: pass num_token_id=NumericTokenizer(tokenizer).num_token_id "
                 "(= len(tokenizer) before <NUM> is added)"
             )
-        config = _config_from_base(base.config, config_overrides)
+        config = _config_from_base(base.config, config_overrides)  # every setting checked before the rule runs
+        if config.ovr_threshold_init != "fixed":
+            threshold = initial_threshold(base, config.ovr_threshold_init, config.ovr_threshold_quantile, calibration,
+                                          config.num_token_id)
+            config = CausalQwenConfig.from_dict({**config.to_dict(), "ovr_threshold": threshold})  # checked again
         model = cls(config).to(base.dtype)
         _copy_base_weights(base, model)
         return model
@@ -726,6 +748,24 @@ def _config_fields() -> frozenset[str]:
     """The names `CausalQwenConfig` knows: its own and `Qwen2Config`'s arguments and serialized keys."""
     arguments = set(inspect.signature(CausalQwenConfig.__init__).parameters) - {"self", "kwargs"}
     return frozenset(arguments | set(CausalQwenConfig().to_dict()))
+
+
+def _with_default_init(overrides: dict, calibration) -> dict:
+    """``overrides`` over `DEFAULT_INIT` (D14): an ``ovr_threshold`` given alone means the rule ``"fixed"``; a
+    threshold with another rule, or a calibration batch without a rule, is a ``ValueError``."""
+    settings = dict(DEFAULT_INIT)
+    if "ovr_threshold" in overrides:
+        settings["ovr_threshold_init"] = "fixed"
+    settings.update(overrides)
+    rule = settings["ovr_threshold_init"]
+    check_threshold_init(rule, settings.get("ovr_threshold_quantile", 0.5))
+    if rule != "fixed" and "ovr_threshold" in overrides:
+        raise ValueError(f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
+                         f"ovr_threshold_init={rule!r} computes it from the base; pass one of them")
+    if rule == "fixed" and calibration is not None:
+        raise ValueError("from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
+                         "is fixed here; drop calibration or choose a rule")
+    return settings
 
 
 def _config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:

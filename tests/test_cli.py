@@ -254,3 +254,45 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--max-u-divergence", "-1"])
     assert "max_u_divergence must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
+    """D14 by default (gamma 0.1, C by the rule), the drafts' values by --init drafts, a fixed C, and the options
+    refused where they cannot apply (a saved CausalQwen keeps its own initialization)."""
+    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.data import synthetic_texts
+    from causalqwen.initialization import DRAFT_INIT
+
+    def convert(name, *options):
+        assert cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / name), *options]) == 0
+        return CausalQwenForCausalLM.from_pretrained(tmp_path / name).config
+
+    d14 = convert("d14")
+    assert (d14.abduction_scale_init, d14.ovr_threshold_init) == (0.1, "top_two_midpoint")
+    assert f"C = {d14.ovr_threshold:.6g} (top_two_midpoint)" in capsys.readouterr().out
+    drafts = convert("drafts", "--init", "drafts")
+    assert {k: getattr(drafts, k) for k in DRAFT_INIT} == DRAFT_INIT
+    fixed = convert("fixed", "--ovr-threshold", "7.5", "--abduction-scale-init", "0.5")
+    assert (fixed.ovr_threshold, fixed.ovr_threshold_init, fixed.abduction_scale_init) == (7.5, "fixed", 0.5)
+    quantile = convert("quantile", "--init", "drafts", "--threshold-init", "top_logit_quantile")
+    assert (quantile.abduction_scale_init, quantile.ovr_threshold_init) == (10.0, "top_logit_quantile")
+    capsys.readouterr()
+    data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(8, seed=0))
+    cases = [
+        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad1"), "--abduction-scale-init", "0"],
+         "abduction_scale_init must be a number in (0"),
+        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad2"), "--abduction-scale-init", "nan"],
+         "abduction_scale_init must be finite"),
+        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad3"), "--ovr-threshold", "5",
+          "--threshold-init", "top_two_midpoint"], "pass one of them"),
+        (["train", "--base", str(tmp_path / "d14"), "--data", data, "--out", str(tmp_path / "run"), "--init", "drafts"],
+         "is a saved CausalQwen, which keeps the initialization it was converted with"),
+    ]
+    for args, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(args)
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err, args
+    with pytest.raises(SystemExit):
+        cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad4"), "--threshold-init", "median"])
+    assert "invalid choice: 'median'" in capsys.readouterr().err

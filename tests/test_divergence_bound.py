@@ -148,7 +148,9 @@ def test_the_penalty_gradient_is_the_multiplier_times_the_divergence_gradient(to
     (grad_penalty,) = torch.autograd.grad(bound.penalty(out, batch), model.model.abduction.W_loc)
     total, count = bound.divergence(model(**batch), batch)
     (grad_divergence,) = torch.autograd.grad(total / count, model.model.abduction.W_loc)
-    torch.testing.assert_close(grad_penalty, 2.5 * grad_divergence, rtol=1e-5, atol=1e-8)
+    # float32: two computations of one sum; the tolerance is relative to the largest gradient
+    scale = float(grad_divergence.abs().max())
+    torch.testing.assert_close(grad_penalty, 2.5 * grad_divergence, rtol=1e-5, atol=1e-5 * 2.5 * scale)
     assert bound.step() == 2.5  # eta = 0: the multiplier stays
 
 

@@ -415,7 +415,8 @@ def test_evaluate_causal_agrees_with_the_model_forward(small_base):
         with torch.no_grad():
             out = model(input_ids=ids, numeric_values=vals)
         loc, scale = out.loc_S[0].double(), out.scale_S[0].double()
-        p = 0.5 - torch.atan((100.0 - loc) / scale) / math.pi  # P(S_k > 100), Cauchy survival, float64
+        threshold = float(model.ovr_threshold)  # from_qwen's, computed from the base (decision D14)
+        p = 0.5 - torch.atan((threshold - loc) / scale) / math.pi  # P(S_k > C), Cauchy survival, float64
         for i in range(ids.shape[1] - 1):
             target = int(ids[0, i + 1])
             k = int(p[i].argmax())

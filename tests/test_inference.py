@@ -20,6 +20,7 @@ from causalqwen.inference import (
     sample_token,
     traditional_probabilities,
 )
+from causalqwen.initialization import DRAFT_INIT, sample_calibration_batch
 from causalqwen.tiny import build_tiny_causal_lm
 
 C, V = 8, 12
@@ -185,8 +186,9 @@ def test_argmax_probability_can_differ_from_argmax_location():
 
 
 def test_standard_prediction_differs_from_qwen_greedy_at_initialization():
-    """The equivalence theorem covers loc_S = logits, not argmax P: scales differ per class."""
-    model, numeric, qwen = build_tiny_causal_lm(seed=0)
+    """The equivalence theorem covers loc_S = logits, not argmax P: scales differ per class. With the drafts'
+    threshold C = 100, far above every logit, the decision drifts to the classes with large row norms."""
+    model, numeric, qwen = build_tiny_causal_lm(seed=0, **DRAFT_INIT)
     batch = numeric(["the market grew by a third and the price of tea", "hello world"])
     with torch.no_grad():
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -195,6 +197,20 @@ def test_standard_prediction_differs_from_qwen_greedy_at_initialization():
     torch.testing.assert_close(out.loc_S[real], logits[real], rtol=0, atol=0)
     tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, model.ovr_threshold, model.config.num_token_id)
     assert (tokens != logits.argmax(-1))[real].any()
+
+
+def test_at_d14_defaults_the_standard_prediction_is_mostly_qwens_greedy_token():
+    """D14's threshold lies between the top two logits at a typical position of the base's own text, where
+    argmax P is the greedy token; the drafts' C = 100 is far from that (V3 and V10 measure it on a trained base)."""
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    ids, _ = sample_calibration_batch(tiny.qwen)  # the text the rule was computed on
+    agreement = {}
+    for name, threshold in (("d14", tiny.model.ovr_threshold), ("drafts", 100.0)):
+        with torch.no_grad():  # a sampled id of the <NUM> row is the base's token there: value 0, as the base saw it
+            out = tiny.model(ids, numeric_values=torch.zeros(ids.shape))
+        tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, threshold, tiny.model.config.num_token_id)
+        agreement[name] = float((tokens == out.loc_S.argmax(-1)).double().mean())
+    assert agreement["d14"] >= 0.9 and agreement["d14"] - agreement["drafts"] >= 0.3, agreement
 
 
 # ---- traditional sampling ----

@@ -99,8 +99,8 @@ def test_evaluate_batch_reports_every_d13_metric_finite():
     expected = {"accuracy", "num_precision", "num_recall", "num_f1", "reg_mae", "reg_mdae", "ovr_prob_sum_median",
                 "ovr_prob_sum_median_causal"} | {f"U_{w}_{s}" for w in ("loc", "scale") for s in ("mean", "median", "std", "iqr")}
     assert expected <= set(metrics) and all(math.isfinite(v) for v in metrics.values())
-    # at initialization scale_U = gamma = 10 everywhere and the OvR sum is far from 1 under standard inference
-    assert metrics["U_scale_median"] == pytest.approx(10.0) and metrics["U_scale_iqr"] == pytest.approx(0.0, abs=1e-6)
+    # at initialization scale_U = gamma (from_qwen's 0.1, decision D14) everywhere
+    assert metrics["U_scale_median"] == pytest.approx(0.1) and metrics["U_scale_iqr"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["num_targets"] > 0 and metrics["reg_count"] == metrics["num_targets"]
 
 

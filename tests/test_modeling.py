@@ -58,11 +58,13 @@ def qwen_shapes(draw):
 
 
 @settings(max_examples=20)
-@given(shape=qwen_shapes(), length=st.integers(1, 9))
-def test_initialization_equivalence_with_qwen2(shape, length):
-    """loc_S = Qwen2 logits, loc_U = z, scale_U = gamma, scale_S = (gamma + |b_noise|) ||W_k||_1."""
+@given(shape=qwen_shapes(), length=st.integers(1, 9), gamma=st.sampled_from([None, 10.0, 0.5]))
+def test_initialization_equivalence_with_qwen2(shape, length, gamma):
+    """loc_S = Qwen2 logits, loc_U = z, scale_U = gamma, scale_S = (gamma + |b_noise|) ||W_k||_1, for from_qwen's
+    default gamma (0.1, decision D14) and given ones (the drafts' 10)."""
     qwen = _qwen(**shape)
-    model = _causal(qwen)
+    model = _causal(qwen) if gamma is None else _causal(qwen, abduction_scale_init=gamma)
+    gamma = 0.1 if gamma is None else gamma
     ids = torch.randint(0, NUM_ID, (2, length), generator=torch.Generator().manual_seed(shape["seed"]))
     with torch.no_grad():
         out = model(ids)
@@ -70,10 +72,10 @@ def test_initialization_equivalence_with_qwen2(shape, length):
     logits, z = reference.logits, reference.hidden_states[-1]
     torch.testing.assert_close(out.loc_S, logits, rtol=1e-5, atol=1e-6)  # float32 rounding only
     torch.testing.assert_close(out.loc_U, z, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(out.scale_U, torch.full_like(z, 10.0), rtol=1e-6, atol=0)
+    torch.testing.assert_close(out.scale_U, torch.full_like(z, gamma), rtol=1e-6, atol=0)
     l1 = qwen.lm_head.weight.detach().double().abs().sum(-1)  # ||W_k||_1, float64
     # a zero row (the padding row of a tied embedding) gives 0, clamped at scale_eps (D10)
-    expected_scale_S = ((10.0 + 0.1) * l1).clamp_min(1e-6)
+    expected_scale_S = ((gamma + 0.1) * l1).clamp_min(1e-6)
     torch.testing.assert_close(out.scale_S.double(), expected_scale_S.expand_as(out.scale_S), rtol=2e-6, atol=0)
     assert not torch.equal(out.scale_S[0, 0], out.scale_S[0, 0, :1].expand(qwen.config.vocab_size))  # per-class scales
 

@@ -152,3 +152,82 @@ def test_a_crashing_experiment_is_a_failed_claim_and_a_nonzero_exit(tmp_path, mo
     report = (tmp_path / "index.md").read_text(encoding="utf-8")
     assert "## V1 · A crashing experiment" in report
     assert "RuntimeError: boom" in report and "**FAIL**" in report
+
+
+def test_a_study_writes_its_own_page_and_leaves_the_report_alone(tmp_path, monkeypatch, capsys):
+    """A study (V10, V11) runs only when named and writes DIR/<name>.md; index.md and the figures of the
+    report's experiments stay as they were."""
+    import types
+
+    import torch
+
+    import validation.__main__ as runner
+    from validation.common import ExperimentResult, check
+
+    study = types.ModuleType("validation_test_study")
+    study.__doc__ = "A study\n\nIt measures."
+
+    def run(quick, out_dir):
+        (out_dir / "v10_figure.png").write_bytes(b"png")
+        return ExperimentResult(name="V10", title="A study", claims=[check("one", 1.0, ">=", 1.0)], body="body",
+                                figures=["v10_figure.png"], headline="headline")
+
+    study.run = run
+    monkeypatch.setitem(sys.modules, "validation_test_study", study)
+    monkeypatch.setitem(runner.STUDIES, "V10", "validation_test_study")
+    (tmp_path / "index.md").write_text("the report", encoding="utf-8")
+    (tmp_path / "v1_closure_qq.png").write_bytes(b"kept")
+    threads = torch.get_num_threads()
+    try:
+        code = runner.main(["--quick", "--only", "v10", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0 and "wrote" in capsys.readouterr().out
+    page = (tmp_path / "v10.md").read_text(encoding="utf-8")
+    assert page.startswith("# V10 · A study") and "`python -m validation --quick --only V10`" in page
+    assert "![V10: v10_figure.png](v10_figure.png)" in page and "**PASS**" in page
+    assert (tmp_path / "index.md").read_text(encoding="utf-8") == "the report"
+    assert (tmp_path / "v1_closure_qq.png").read_bytes() == b"kept"
+    with pytest.raises(SystemExit):
+        runner.main(["--only", "V12", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "choose from V1" in err and "V10, V11" in err
+
+
+def test_studies_are_not_part_of_the_default_run():
+    import validation.__main__ as runner
+
+    assert set(runner.STUDIES) == {"V10", "V11"} and not set(runner.STUDIES) & set(runner.EXPERIMENTS)
+
+
+def test_v10_decision_statistics_equal_scipy_on_the_models_own_forward():
+    """V10's per-arm statistics: agreement of argmax P with argmax loc_S, traditional accuracy and the median
+    OvR sum, recomputed from the full forward with SciPy's Cauchy survival function in float64."""
+    import numpy as np
+    import torch
+    from scipy import stats
+
+    from causalqwen.data import synthetic_texts
+    from causalqwen.tiny import build_tiny_causal_lm
+    from validation.v10_defaults import decision_statistics
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    texts = synthetic_texts(6, seed=2)
+    result = decision_statistics(model, tokenizer, texts)
+    agree, correct, sums = [], [], []
+    for text in texts:
+        ids, values = tokenizer.encode(text)
+        ids, values = ids + [tokenizer.eos_token_id], values + [0.0]
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids]), numeric_values=torch.tensor([values]))
+        loc, scale = out.loc_S[0].double().numpy(), out.scale_S[0].double().numpy()
+        p = stats.cauchy.sf(float(model.ovr_threshold), loc=loc, scale=scale)  # [S, V]
+        for i in range(len(ids) - 1):
+            agree.append(p[i].argmax() == loc[i].argmax())
+            sums.append(p[i].sum())
+            if ids[i + 1] != tokenizer.num_token_id:
+                correct.append(loc[i].argmax() == ids[i + 1])
+    assert result["agreement"] == pytest.approx(np.mean(agree))
+    assert result["traditional_accuracy"] == pytest.approx(np.mean(correct))
+    # torch's median of an even count is the lower middle value
+    assert result["median_sum_p"] == pytest.approx(np.sort(sums)[(len(sums) - 1) // 2], rel=1e-4)

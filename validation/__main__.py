@@ -5,6 +5,10 @@ repository root, where the docs site renders it). The exit status is 0 when ever
 otherwise; the failing claims are printed. ``--quick`` (for CI, under a minute) runs the same code
 with smaller samples, fewer configurations and fewer training steps.
 
+The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark) take
+longer than the report's time budget, so they run only when named (``--only V10``) and each writes its own
+page, ``DIR/v10.md`` or ``DIR/v11.md``, next to the report.
+
 All experiments run with one torch thread: the models are tiny, so a second thread only adds
 contention on a shared machine, and one thread keeps every number reproducible bit for bit on a
 given machine.
@@ -30,6 +34,11 @@ EXPERIMENTS = {
     "V7": "validation.v7_gate",
     "V8": "validation.v8_learning",
     "V9": "validation.v9_comparison",
+}
+
+STUDIES = {
+    "V10": "validation.v10_defaults",
+    "V11": "validation.v11_arithmetic",
 }
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"
@@ -61,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     names = list(EXPERIMENTS) if args.only is None else [name.strip().upper() for name in args.only.split(",")]
-    unknown = [name for name in names if name not in EXPERIMENTS]
+    unknown = [name for name in names if name not in EXPERIMENTS and name not in STUDIES]
     if unknown:
-        parser.error(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
+        parser.error(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join([*EXPERIMENTS, *STUDIES])}")
 
     started = time.perf_counter()
     import matplotlib
@@ -79,16 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
 
-    from .common import robustness_markdown, write_report
+    from .common import robustness_markdown, write_report, write_study
 
     out_dir = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("v[0-9]_*.png"):  # figures of an earlier run that this run may not rewrite
-        old.unlink()
+    for name in names:  # figures of an earlier run of these experiments that this run may not rewrite
+        for old in out_dir.glob(f"{name.lower()}_*.png"):
+            old.unlink()
 
     results = []
     for name in names:
-        module_name = EXPERIMENTS[name]
+        module_name = EXPERIMENTS.get(name) or STUDIES[name]
         print(f"{name}: running {module_name} ...", flush=True)
         begin = time.perf_counter()
         try:
@@ -100,29 +110,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {status} in {result.seconds:.1f} s -- {result.headline}", flush=True)
         results.append(result)
 
+    studies = [result for result in results if result.name in STUDIES]
+    results = [result for result in results if result.name not in STUDIES]
     begin = time.perf_counter()
     robustness = robustness_markdown() if args.only is None else None
     robustness_seconds = time.perf_counter() - begin
 
-    settings = [
-        ("mode", "quick (`--quick`)" if args.quick else "full"),
-        ("command", "`python -m validation" + (" --quick" if args.quick else "") + "`"),
-        ("experiments", ", ".join(names)),
-        ("seeds", "fixed per experiment (listed in each section's settings)"),
+    def command(only: str | None) -> str:
+        return "`python -m validation" + (" --quick" if args.quick else "") + (f" --only {only}" if only else "") + "`"
+
+    machine = [
         ("torch threads", str(torch.get_num_threads())),
         ("python", platform.python_version()),
         ("torch", torch.__version__),
         ("numpy / scipy / matplotlib", f"{numpy.__version__} / {scipy.__version__} / {matplotlib.__version__}"),
         ("machine", f"{platform.machine()}, {platform.system()}"),
+    ]
+    mode = ("mode", "quick (`--quick`)" if args.quick else "full")
+    settings = [
+        mode,
+        ("command", command(None if args.only is None else ",".join(r.name for r in results))),
+        ("experiments", ", ".join(r.name for r in results)),
+        ("seeds", "fixed per experiment (listed in each section's settings)"),
+        *machine,
         ("wall time per experiment (s)", ", ".join(f"{r.name} {r.seconds:.1f}" for r in results)),
     ]
     if robustness is not None:
         settings.append(("robustness summary (s)", f"{robustness_seconds:.1f}"))
     settings.append(("total wall time (s)", f"{time.perf_counter() - started:.1f} (imports included)"))
-    path = write_report(results, settings, out_dir, robustness)
+    if results:
+        path = write_report(results, settings, out_dir, robustness)
+        print(f"wrote {path} ({len(results)} experiments, {time.perf_counter() - started:.1f} s)")
+    for study in studies:
+        path = write_study(study, [mode, ("command", command(study.name)), *machine,
+                                   ("wall time (s)", f"{study.seconds:.1f}")], out_dir)
+        print(f"wrote {path} ({study.name}, {study.seconds:.1f} s)")
 
-    failed = [(result.name, claim) for result in results for claim in result.claims if not claim.passed]
-    print(f"wrote {path} ({len(results)} experiments, {time.perf_counter() - started:.1f} s)")
+    failed = [(result.name, claim) for result in results + studies for claim in result.claims if not claim.passed]
     if failed:
         print("FAILED claims:")
         for name, claim in failed:

@@ -35,6 +35,7 @@ __all__ = [
     "module_text",
     "robustness_markdown",
     "write_report",
+    "write_study",
 ]
 
 _OPERATORS = {
@@ -167,6 +168,31 @@ def _claims_table(claims: list[Claim]) -> str:
     )
 
 
+def _section(result: ExperimentResult, heading: str) -> list[str]:
+    """One experiment's section: verdict line, settings, body, claims table, figures."""
+    parts = [heading, "", f"{verdict(result.passed)} · {sum(c.passed for c in result.claims)} of {len(result.claims)} "
+             f"claims · wall time {result.seconds:.1f} s", ""]
+    if result.settings:
+        parts += [f"*Settings:* {result.settings}", ""]
+    parts += [result.body.strip(), "", "**Verdicts** (the claims that must hold; who wins is said above)", "",
+              _claims_table(result.claims), ""]
+    for figure in result.figures:
+        parts += [f"![{result.name}: {figure}]({figure})", ""]
+    return parts
+
+
+def write_study(result: ExperimentResult, settings: list[tuple[str, str]], out_dir: Path) -> Path:
+    """Write ``out_dir / <name>.md`` (``v10.md``): a study's page, with the run settings."""
+    parts = [f"# {result.name} · {result.title}", "",
+             f"A study run by `python -m validation --only {result.name}` (this page is its output; `--quick` runs the "
+             "same code with fewer arms and steps). Every number on this page was computed by the run that wrote it.",
+             "", "## Run settings", "", table(["setting", "value"], [[name, value] for name, value in settings]), "",
+             *_section(result, "## Results")]
+    path = Path(out_dir) / f"{result.name.lower()}.md"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
 def write_report(results: list[ExperimentResult], settings: list[tuple[str, str]], out_dir: Path,
                  robustness: str | None) -> Path:
     """Write ``out_dir / index.md``: settings, a summary, one section per experiment, robustness."""
@@ -204,18 +230,7 @@ def write_report(results: list[ExperimentResult], settings: list[tuple[str, str]
         "",
     ]
     for result in results:
-        parts += [
-            f"## {result.name} · {result.title} {{#{result.name.lower()}}}",
-            "",
-            f"{verdict(result.passed)} · {sum(c.passed for c in result.claims)} of {len(result.claims)} "
-            f"claims · wall time {result.seconds:.1f} s",
-            "",
-        ]
-        if result.settings:
-            parts += [f"*Settings:* {result.settings}", ""]
-        parts += [result.body.strip(), "", "**Verdicts**", "", _claims_table(result.claims), ""]
-        for figure in result.figures:
-            parts += [f"![{result.name}: {figure}]({figure})", ""]
+        parts += _section(result, f"## {result.name} · {result.title} {{#{result.name.lower()}}}")
     if robustness is not None:
         parts += ["## Robustness", "", robustness, ""]
     path = Path(out_dir) / "index.md"

@@ -79,6 +79,8 @@ __all__ = [
     "finetune_qwen",
     "count_trainable",
     "calibration",
+    "greedy_numbers",
+    "token_texts_of",
     "error_summary",
     "evaluate_qwen",
     "evaluate_causal",
@@ -183,7 +185,7 @@ def adapt_qwen(base: Qwen2ForCausalLM, variant: str, seed: int = 0, *, lora_rank
 def finetune_qwen(base: Qwen2ForCausalLM, tokenizer, texts: list[str], variant: str, steps: int, batch_size: int,
                   learning_rate: float, seed: int, *, lora_rank: int = 8, lora_alpha: float | None = None,
                   weight_decay: float = 0.01, warmup_steps: int | None = None,
-                  max_grad_norm: float = 1.0) -> tuple[AdaptedQwen, int]:
+                  max_grad_norm: float = 1.0, extra_loss=None) -> tuple[AdaptedQwen, int]:
     """Fine-tune the ``variant`` of ``base`` on ``texts``: ``(model, n_trainable)``, the model in eval mode.
 
     `adapt_qwen` (seeded with ``seed``), then ``steps`` steps of the literal loop of the module docstring:
@@ -191,6 +193,10 @@ def finetune_qwen(base: Qwen2ForCausalLM, tokenizer, texts: list[str], variant: 
     AdamW (betas 0.9, 0.999; ``weight_decay`` on trainable matrices only), warm-up ``warmup_steps`` (default
     10% of the steps) then cosine decay to 0, gradient norm clipped at ``max_grad_norm``. The training loss
     of every step is kept in ``model.train_losses``. ``steps=0`` returns the untrained model.
+
+    ``extra_loss`` (optional): a callable ``(logits, labels) -> scalar tensor`` added to the cross-entropy of
+    every step, with the model's ``logits`` ``[B, S, V]`` and the batch's ``labels`` ``[B, S]`` as they are
+    (not shifted: position i predicts ``labels[i+1]``; -100 at padding). ``train_losses`` then holds the sum.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
@@ -208,7 +214,10 @@ def finetune_qwen(base: Qwen2ForCausalLM, tokenizer, texts: list[str], variant: 
     model.train()
     for indices in batch_order(len(rows), batch_size, steps, seed):
         batch = collate_rows([rows[i] for i in indices], tokenizer.pad_token_id)
-        loss = model(**batch).loss
+        output = model(**batch)
+        loss = output.loss
+        if extra_loss is not None:
+            loss = loss + extra_loss(output.logits, batch["labels"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
         optimizer.step()
@@ -336,7 +345,7 @@ def _device(model: nn.Module) -> torch.device:
 # Qwen2 (softmax head, digit tokens)
 # ---------------------------------------------------------------------------------------------
 
-def _token_texts(tokenizer, size: int) -> list[str | None]:
+def token_texts_of(tokenizer, size: int) -> list[str | None]:
     """The text of every id below ``size`` (None for the model's reserved rows beyond the tokenizer)."""
     known = len(tokenizer)
     return [tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False) if i < known else None
@@ -344,7 +353,7 @@ def _token_texts(tokenizer, size: int) -> list[str | None]:
 
 
 @torch.no_grad()
-def _greedy_numbers(model, tokenizer, prefixes: list[str], max_new_tokens: int, batch_size: int,
+def greedy_numbers(model, tokenizer, prefixes: list[str], max_new_tokens: int, batch_size: int,
                     token_texts: list) -> list[float]:
     """The number each prefix is greedily continued with (NaN: unparseable). See the module docstring."""
     device = _device(model)
@@ -391,7 +400,7 @@ def evaluate_qwen(model, tokenizer, texts, *, batch_size: int = 64, max_new_toke
 
     Text targets are the positions whose target token's character span (tokenizer offsets) overlaps no number
     span of the grammar; the EOS appended to each text is a text target. The number predictions use the prefix
-    ending right before each number's first character (`_greedy_numbers`).
+    ending right before each number's first character (`greedy_numbers`).
     """
     items = _items(texts)
     was_training = model.training
@@ -399,7 +408,7 @@ def evaluate_qwen(model, tokenizer, texts, *, batch_size: int = 64, max_new_toke
     try:
         device = _device(model)
         vocab = model.config.vocab_size
-        token_texts = _token_texts(tokenizer, vocab)
+        token_texts = token_texts_of(tokenizer, vocab)
         digit_start = torch.tensor([t is not None and t[:1].isascii() and t[:1].isdigit() for t in token_texts])
         encoded = tokenizer([item.text for item in items], add_special_tokens=False, return_offsets_mapping=True)
         eos = tokenizer.eos_token_id
@@ -433,7 +442,7 @@ def evaluate_qwen(model, tokenizer, texts, *, batch_size: int = 64, max_new_toke
                 text_confidence += confidence[r, :len(row) - 1][text].tolist()
                 onset_correct += [bool(digit_start[predicted[r, j - 1]]) for j in onset_targets[start + r]]
         prefixes = [item.text[:n.start] for item in items for n in item.numbers]
-        predicted_values = _greedy_numbers(model, tokenizer, prefixes, max_new_tokens, batch_size, token_texts)
+        predicted_values = greedy_numbers(model, tokenizer, prefixes, max_new_tokens, batch_size, token_texts)
     finally:
         model.train(was_training)
     return _summary(items, text_correct, text_confidence, onset_correct, predicted_values, number_positions)

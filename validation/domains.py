@@ -98,6 +98,7 @@ __all__ = [
     "PretrainSettings",
     "pretrained_base",
     "pretrained_base_path",
+    "pretrained_numeric_tokenizer",
     "pretrain_record",
     "pretrain_loss_a",
     "PRETRAIN_COUNTS",
@@ -621,3 +622,12 @@ def pretrained_base(steps: int = PretrainSettings.steps, seed: int = 0, cache_di
         model = Qwen2ForCausalLM.from_pretrained(final, local_files_only=True, dtype=torch.float32).eval()
     tokenizer = Qwen2Tokenizer.from_pretrained(final, local_files_only=True)
     return model, tokenizer
+
+
+def pretrained_numeric_tokenizer(**settings):
+    """A `causalqwen.NumericTokenizer` around its own copy of the pretrained base's tokenizer (`pretrained_base`
+    with ``settings``; adding ``<NUM>`` changes the tokenizer it wraps, so the base's own stays plain)."""
+    from causalqwen import NumericTokenizer
+
+    pretrained_base(**settings)  # build the cache entry if this is the first call
+    return NumericTokenizer(Qwen2Tokenizer.from_pretrained(pretrained_base_path(**settings), local_files_only=True))

@@ -21,6 +21,13 @@ $\arg\max_k P_k$ with Qwen2's greedy token is expected to be well below 100% for
 that is a finding about the design, not a failure. The traditional mode's softmax of
 $\mathrm{loc}_S$ does reproduce the greedy token exactly.
 
+**At D14's defaults** ($\gamma = 0.1$, $C$ from the base by ``top_two_midpoint``, decision D14): if
+$\ell_{(2)} < C < \ell_{(1)}$ at a position, the top class is the only one with $P_k > \tfrac12$ and the decision is
+Qwen's greedy token there, whatever the scales. The rule puts $C$ there at a typical position of text the base
+writes itself. This is checked on the tiny base pretrained on domain A (`validation.domains.pretrained_base`, the
+base of V9 and V10), on held-out domain-A texts (no numbers, so $\mathrm{loc}_S$ is Qwen's logits): the share of
+positions where $\arg\max_k P_k$ is Qwen's greedy token, for D14's defaults and for the drafts' values.
+
 **Method.** Several tiny random Qwen2 models (`causalqwen.tiny.build_tiny_qwen`, different sizes,
 seeds and tied or untied heads), each converted by ``from_qwen`` for every $\gamma$
 (``abduction_scale_init``) of the grid. On random token ids (no numbers) the real Qwen2 forward
@@ -38,10 +45,13 @@ import numpy as np
 import torch
 
 from causalqwen import CausalQwenForCausalLM
+from causalqwen.data import TextDataset, collate
 from causalqwen.inference import predict, traditional_probabilities
+from causalqwen.initialization import DRAFT_INIT
 from causalqwen.tiny import build_tiny_qwen, build_tiny_tokenizer
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
+from .domains import domain_a_texts, pretrained_base, pretrained_numeric_tokenizer
 
 CONFIGS = [  # build_tiny_qwen arguments
     dict(seed=0),  # the embedded default: H = 64, 2 layers, 4 heads, 2 kv heads, tied
@@ -54,7 +64,7 @@ CONFIGS = [  # build_tiny_qwen arguments
 ]
 THRESHOLDS = [-100.0, -10.0, 0.0, 10.0, 100.0, 1000.0]
 GAMMAS = [0.01, 0.1, 1.0, 10.0, 100.0]
-DEFAULT = (100.0, 10.0)  # (C, gamma) of the spec
+DRAFTS = (DRAFT_INIT["ovr_threshold"], DRAFT_INIT["abduction_scale_init"])  # (C, gamma) of the design drafts
 MAX_LOGIT_ERROR = 1e-4
 INPUT_SEED = 7
 
@@ -64,6 +74,30 @@ def _describe(config: dict) -> str:
                   intermediate_size=128, tie_word_embeddings=True) | config
     return (f"H={merged['hidden_size']}, L={merged['num_hidden_layers']}, heads={merged['num_attention_heads']}/"
             f"{merged['num_key_value_heads']}, {'tied' if merged['tie_word_embeddings'] else 'untied'}, seed {merged['seed']}")
+
+
+@torch.no_grad()
+def pretrained_agreement(n_texts: int) -> dict:
+    """On the pretrained tiny base and ``n_texts`` held-out domain-A texts: for D14's defaults and the drafts'
+    values, the threshold, the largest |loc_S - Qwen's logits| and the share of real positions where
+    $\arg\max_k P_k$ is Qwen's greedy token."""
+    base, _ = pretrained_base()
+    tokenizer = pretrained_numeric_tokenizer()
+    batch = collate(TextDataset(domain_a_texts(n_texts, INPUT_SEED), tokenizer, max_length=64).items,
+                    tokenizer.pad_token_id)
+    real = batch["attention_mask"].bool()
+    logits = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # [B, S, V]
+    greedy = logits.argmax(-1)
+    result = {"positions": int(real.sum())}
+    for name, init in (("d14", {}), ("drafts", DRAFT_INIT)):
+        torch.manual_seed(0)
+        model = CausalQwenForCausalLM.from_qwen(base, num_token_id=tokenizer.num_token_id, **init).eval()
+        out = model(batch["input_ids"], attention_mask=batch["attention_mask"])
+        tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, model.ovr_threshold, model.config.num_token_id)
+        result[name] = {"C": float(model.ovr_threshold), "gamma": model.config.abduction_scale_init,
+                        "max_error": float((out.loc_S - logits)[real].abs().max()),
+                        "agreement": float((tokens == greedy)[real].double().mean())}
+    return result
 
 
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
@@ -97,13 +131,14 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             for j, threshold in enumerate(THRESHOLDS):
                 tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, threshold, num_token_id)
                 agreement[c, g, j] = float((tokens == greedy).double().mean())
-                if (threshold, gamma) == DEFAULT:
+                if (threshold, gamma) == DRAFTS:
                     largest_norm_share.append(float((tokens == l1.argmax()).double().mean()))
         max_error_all = max(max_error_all, max_error)
-        default_agreement = agreement[c, GAMMAS.index(DEFAULT[1]), THRESHOLDS.index(DEFAULT[0])]
+        drafts_agreement = agreement[c, GAMMAS.index(DRAFTS[1]), THRESHOLDS.index(DRAFTS[0])]
         config_rows.append([_describe(config), qwen.config.vocab_size, max_error, max_relative, traditional_agreement,
-                            default_agreement, largest_norm_share[-1], agreement[c].min(), agreement[c].max()])
+                            drafts_agreement, largest_norm_share[-1], agreement[c].min(), agreement[c].max()])
 
+    pretrained = pretrained_agreement(40 if quick else 200)
     pooled = agreement.mean(axis=0)  # [gamma, C]
     gamma_spread = float((agreement.max(axis=1) - agreement.min(axis=1)).max())  # over gamma, worst model and C
     figure, axis = plt.subplots(figsize=(8, 4.6))
@@ -119,23 +154,28 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     figure.colorbar(image, label="agreement (%)")
     figure_name = save_figure(figure, out_dir, "v3_argmax_agreement.png")
 
-    default_pooled = pooled[GAMMAS.index(DEFAULT[1]), THRESHOLDS.index(DEFAULT[0])]
     title, text = module_text(__name__)
     body = "\n\n".join([
         text,
         "**Results per model.** Maximum absolute and relative difference between $\\mathrm{loc}_S$ and the "
         "Qwen2 logits (over every $\\gamma$), agreement of the traditional argmax with greedy decoding, and "
-        f"of standard inference's $\\arg\\max_k P_k$ at the default $C = {fmt(DEFAULT[0])}$, "
-        f"$\\gamma = {fmt(DEFAULT[1])}$; the share of positions where that argmax is the class with the largest "
+        f"of standard inference's $\\arg\\max_k P_k$ at the drafts' $C = {fmt(DRAFTS[0])}$, "
+        f"$\\gamma = {fmt(DRAFTS[1])}$; the share of positions where that argmax is the class with the largest "
         "$\\lVert W_{\\mathrm{cls},k}\\rVert_1$; and the range of the agreement over the whole grid.",
-        table(["base model", "V", "max abs diff", "max rel diff", "traditional = greedy", "argmax P = greedy (default)",
-               "argmax P = largest-norm class (default)", "min over grid", "max over grid"], config_rows),
+        table(["base model", "V", "max abs diff", "max rel diff", "traditional = greedy", "argmax P = greedy (drafts)",
+               "argmax P = largest-norm class (drafts)", "min over grid", "max over grid"], config_rows),
         f"**Agreement of $\\arg\\max_k P_k$ with the greedy token** (mean over the {len(configs)} models; rows "
         "$\\gamma$, columns $C$). At init every $t_k$ is divided by the same $\\gamma + \\lvert b_{\\mathrm{noise}}\\rvert$, "
         "so $\\gamma$ cannot change the argmax; only $C$ and the row norms do. Largest change of the agreement "
         f"across $\\gamma$ (any model, any $C$): {fmt(gamma_spread)}.",
         table(["γ \\ C"] + [fmt(t) for t in THRESHOLDS],
               [[fmt(gamma)] + [f"{100 * pooled[g, j]:.1f}%" for j in range(len(THRESHOLDS))] for g, gamma in enumerate(GAMMAS)]),
+        f"**The pretrained base, D14's defaults against the drafts'** ({pretrained['positions']} positions of held-out "
+        "domain-A text):",
+        table(["initialization", "γ", "C", "max |loc_S − logits|", "argmax P = greedy"],
+              [[label, pretrained[key]["gamma"], pretrained[key]["C"], pretrained[key]["max_error"],
+                f"{100 * pretrained[key]['agreement']:.2f}%"]
+               for key, label in (("d14", "D14 defaults (`from_qwen`)"), ("drafts", "the drafts' (`DRAFT_INIT`)"))]),
     ])
     claims = [
         check("$\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$ over every model, $\\gamma$ and position",
@@ -144,6 +184,10 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
               traditional_all, ">=", 1.0),
         check("at init $\\gamma$ does not change $\\arg\\max_k P_k$ (largest change of the agreement across $\\gamma$)",
               gamma_spread, "<=", 0.01),
+        check("pretrained base, D14's defaults: $\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$",
+              pretrained["d14"]["max_error"], "<=", MAX_LOGIT_ERROR),
+        check("pretrained base, D14's defaults: $\\arg\\max_k P_k$ = Qwen's greedy token (share of positions)",
+              pretrained["d14"]["agreement"], ">=", 0.99),
     ]
     return ExperimentResult(
         name="V3",
@@ -151,8 +195,9 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=claims,
         body=body,
         figures=[figure_name],
-        headline=(f"max |loc_S − logits| = {fmt(max_error_all, 3)}; argmax P = greedy at "
-                  f"{100 * default_pooled:.1f}% of positions (C = {fmt(DEFAULT[0])}, γ = {fmt(DEFAULT[1])}), "
+        headline=(f"max |loc_S − logits| = {fmt(max_error_all, 3)}; pretrained base: argmax P = greedy at "
+                  f"{100 * pretrained['d14']['agreement']:.2f}% of positions at D14's defaults, "
+                  f"{100 * pretrained['drafts']['agreement']:.1f}% at the drafts'; random bases: "
                   f"{100 * pooled.min():.1f}–{100 * pooled.max():.1f}% over the grid"),
         settings=(f"{len(configs)} tiny Qwen2 models, random ids [{batch}, {length}] (seed {INPUT_SEED} + model index), "
                   f"C ∈ {{{', '.join(fmt(t) for t in THRESHOLDS)}}}, γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, noise_init 0.1, float32"),

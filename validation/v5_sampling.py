@@ -29,8 +29,9 @@ $U'$ of every step), no EOS stop. The standardized values are tested against
 `scipy.stats.cauchy` with `scipy.stats.kstest`. Diversity: one prompt, the same number of new
 tokens, $N$ generator seeds per mode; the number of distinct generated sequences, at the default
 exogenous noise $b_{\mathrm{noise}} = 0.1$ and at a large one. At init
-$\mathrm{scale}_U = \gamma = 10$, so a noise instance of scale 0.1 barely moves the decision input and
-``shared_noise`` is expected to be nearly deterministic there.
+$\mathrm{scale}_U = \gamma$, which `from_qwen` sets to 0.1 (decision D14), the same as the noise: a noise instance
+moves the decision input as much as the individual's own spread, so ``shared_noise`` varies between seeds already
+at the default noise (under the drafts' $\gamma = 10$ it barely did), and more at a large one.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ $$
 
 falls well below its value at initialization, and standard inference learns *where* numbers come:
 the held-out $F_1$ of predicting ``<NUM>`` rises to a high value from its value at initialization
-(where standard inference at $C = 100$ predicts the class with the largest row norm almost
-everywhere, see V3).
+(where standard inference follows the random base's own greedy token, which is rarely ``<NUM>``: nothing in the
+base makes that row likely where a number comes; see V3).
 
 **Method.** The set-up of ``causalqwen demo`` (`causalqwen.demo`): the embedded tiny base, preset
 ``all`` (the random backbone must learn too), AdamW with linear warm-up and cosine decay, gradient

@@ -1,0 +1,342 @@
+r"""The design's free parameters: the initial scale γ, the threshold C, and the defaults they lead to (D14)
+
+**Question.** V9 found CausalQwen learning domain-B text at a third of Qwen's accuracy from the drafts'
+initialization ($\gamma$ = ``abduction_scale_init`` = 10, $C$ = ``ovr_threshold`` = 100). Is that the design, or two
+of its free numbers? This study varies them, and the other settings a user could blame, on V9's own harness:
+the same pretrained base, data, batches, steps, learning rate and evaluation (`validation.v9_comparison`,
+`validation.comparison_eval`), CausalQwen ``causal`` preset (backbone frozen).
+
+**Why the start decides.** At initialization $\mathrm{loc}_{S_k} = \ell_k$, Qwen's logit, and
+$\sigma_k = \mathrm{scale}_{S_k} = (\gamma + \beta)\lVert W_{\mathrm{cls},k}\rVert_1$ ($\beta$ = ``noise_init``), so
+
+$$
+P_k = \tfrac12 + \tfrac1\pi \arctan\frac{\ell_k - C}{\sigma_k}.
+$$
+
+*The decision.* A common factor $\gamma + \beta$ cannot reorder the classes, so $\gamma$ leaves
+$\arg\max_k P_k$ unchanged; $C$ does not. If $\ell_{(2)} < C < \ell_{(1)}$ only Qwen's top class has
+$P_k > \tfrac12$ and the decision is Qwen's. If $C$ is far above every logit, $P_k \approx \sigma_k / (\pi (C - \ell_k))$
+and the ratio of two classes tends to the ratio of their row norms: the decision becomes the class with the
+largest $\lVert W_{\mathrm{cls},k}\rVert_1$, whatever the context.
+
+*The loss.* A class below its threshold by $d$ has $P_k \approx \sigma_k/(\pi d)$: a Cauchy tail falls like $1/d$,
+not like $e^{-d}$, so with a wide start ($\gamma = 10$, $\sigma_k$ in the tens) hundreds of wrong classes start
+with sizeable probability and their $-\log(1 - P_k)$ terms dominate the OvR loss. The cheapest way down for
+gradient descent is to shrink the scales of the wrong classes, not to move the right class's location across
+$C$; the classes end up told apart by scale, and text is learned slowly. A narrow start with $C$ at the top
+of the base's logit range leaves a small loss from the wrong classes and a right class near its threshold.
+
+**The rule for C** (`causalqwen.initialization`). A fixed $C$ fits one base; logit ranges differ between
+models. ``top_two_midpoint`` takes the median over positions of $\tfrac12(\ell_{(1)} + \ell_{(2)})$ on text the
+base samples itself, which puts $C$ between the top two logits at a typical position. It is compared with a
+quantile of the top logit and with fixed values, on the pretrained tiny base and on a random base of the
+Qwen2.5-0.5B shape.
+
+**Arms.** Every arm trains CausalQwen ``causal`` from the pretrained base with V9's settings and changes one
+thing from D14's defaults (γ = 0.1, ``top_two_midpoint``, ``noise_init`` = 0.1, linear abduction, learning rate
+and steps of V9). Per arm: the share of domain-A positions where $\arg\max_k P_k$ at initialization is Qwen's
+greedy token (at initialization $\mathrm{loc}_S$ is Qwen's logits, V3); domain-B held-out text accuracy under the
+standard decision ($\arg\max_k P_k$) and the traditional one ($\arg\max_k \mathrm{loc}_{S_k}$); ECE of the
+standard decision; the MdAE of the predictable numbers; domain-A text accuracy after training (forgetting);
+the median $\sum_k P_k$ over domain-B positions before and after training. The finalists run with 3 seeds,
+and also on the corpus with 10% heavy-tailed outliers (MdAE on clean held-out numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from causalqwen import CausalQwenForCausalLM
+from causalqwen.data import TextDataset, collate
+from causalqwen.inference import predict
+from causalqwen.initialization import DEFAULT_INIT, DRAFT_INIT, initial_threshold, sample_calibration_batch
+
+from .common import ExperimentResult, check, fmt, module_text, save_figure, table
+from .comparison_eval import evaluate_causal, evaluate_qwen, finetune_qwen
+from .domains import domain_a_texts, domain_b_records, pretrained_base
+from .domains import pretrained_numeric_tokenizer
+from .v9_comparison import BATCH, FULL, OVERRIDES, QUICK, SEED, causal_model, fine_tune
+
+QWEN25_05B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
+                        tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6)
+BIG_BASE_INPUT = (4, 32)  # random ids the 0.5B-shape base is evaluated on
+GOAL_TEXT_ACCURACY = 0.93
+
+
+@dataclass
+class Arm:
+    """One training run: a label, the group it belongs to, and what it changes from D14's defaults."""
+
+    label: str
+    group: str
+    init: dict = field(default_factory=dict)  # from_qwen keywords on top of V9's OVERRIDES (D14 if empty)
+    learning_rate: float | None = None  # None: V9's
+    steps: int | None = None  # None: V9's
+    seed: int = SEED
+    outliers: bool = False  # also train on the outlier corpus
+
+
+def _arms(quick: bool) -> list[Arm]:
+    final = [Arm("D14 defaults", "finalists", outliers=True), Arm("drafts (γ = 10, C = 100)", "finalists",
+                                                                 dict(DRAFT_INIT), outliers=True)]
+    if quick:
+        return final + [Arm("γ = 1", "γ", {"abduction_scale_init": 1.0}),
+                        Arm("C = 10 fixed", "C", {"ovr_threshold": 10.0})]
+    arms = list(final)
+    arms += [Arm("mlp abduction", "finalists", {"abduction_type": "mlp"}, outliers=True)]
+    arms += [Arm(f"γ = {fmt(g)}", "γ", {"abduction_scale_init": g}) for g in (10.0, 1.0, 0.3, 0.03, 0.01)]
+    arms += [Arm(f"C = {fmt(c)} fixed", "C", {"ovr_threshold": c}) for c in (0.0, 5.0, 10.0, 20.0, 100.0)]
+    arms += [Arm(f"C = top-logit quantile {q}", "C", {"ovr_threshold_init": "top_logit_quantile",
+                                                      "ovr_threshold_quantile": q}) for q in (0.1, 0.5)]
+    arms += [Arm("C per class", "C learnable / per class", {"ovr_threshold_per_class": True}),
+             Arm("C learnable", "C learnable / per class", {"learnable_threshold": True}),
+             Arm("C per class, learnable", "C learnable / per class",
+                 {"ovr_threshold_per_class": True, "learnable_threshold": True}),
+             Arm("drafts, C learnable", "C learnable / per class", {**DRAFT_INIT, "learnable_threshold": True})]
+    arms += [Arm(f"noise_init = {fmt(n)}", "noise", {"noise_init": n}) for n in (0.01, 1.0)]
+    arms += [Arm(f"lr = {fmt(lr)}", "learning rate", learning_rate=lr) for lr in (3e-3, 3e-2)]
+    arms += [Arm("1500 steps", "steps", steps=1500), Arm("drafts, 1500 steps", "steps", dict(DRAFT_INIT), steps=1500)]
+    for seed in (SEED + 1, SEED + 2):
+        arms += [Arm("D14 defaults", "finalists", seed=seed, outliers=True),
+                 Arm("drafts (γ = 10, C = 100)", "finalists", dict(DRAFT_INIT), seed=seed, outliers=True),
+                 Arm("mlp abduction", "finalists", {"abduction_type": "mlp"}, seed=seed, outliers=True)]
+    return arms
+
+
+@torch.no_grad()
+def decision_statistics(model, tokenizer, texts: list[str]) -> dict:
+    """Over the scored positions of ``texts``: ``agreement`` (share where the standard decision
+    $\\arg\\max_k P_k$ is $\\arg\\max_k \\mathrm{loc}_{S_k}$), ``traditional_accuracy`` (the traditional decision
+    against the text targets, ``<NUM>`` targets left out, as `evaluate_causal` does) and ``median_sum_p``."""
+    head = model.action
+    batch = collate(TextDataset(texts, tokenizer, max_length=64).items, tokenizer.pad_token_id)
+    law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
+    decision = head.standard(law.loc_U[targets.scored], law.scale_U[targets.scored])  # [N, V]
+    labels = targets.labels[targets.scored]  # [N]
+    standard = head.predict(decision)[0]
+    traditional = decision.loc_S.argmax(dim=-1)
+    text = labels != head.num_token_id
+    return {"agreement": float((standard == traditional).double().mean()),
+            "traditional_accuracy": float((traditional == labels)[text].double().mean()),
+            "median_sum_p": float(head.probabilities(decision).sum(dim=-1).median())}
+
+
+def _train(model, tokenizer, texts, arm: Arm, settings: dict):
+    """``(model, trainable)``: ``model`` trained with the ``causal`` preset and the arm's seed, rate and steps."""
+    model, trainable, _ = fine_tune(model, tokenizer, texts, "causal", settings, seed=arm.seed,
+                                    learning_rate=arm.learning_rate, steps=arm.steps)
+    return model, trainable
+
+
+def _run_arm(base, tokenizer, arm: Arm, data: dict, settings: dict) -> dict:
+    model = causal_model(base, tokenizer, arm.seed, **arm.init)
+    before_a = decision_statistics(model, tokenizer, data["domain_a"])
+    before_b = decision_statistics(model, tokenizer, data["held_out_texts"])
+    threshold = model.ovr_threshold
+    threshold = float(threshold.detach().mean()) if isinstance(threshold, torch.Tensor) else float(threshold)
+    model, trainable = _train(model, tokenizer, data["train_clean"], arm, settings)
+    clean = evaluate_causal(model, tokenizer, data["held_out"])
+    after_b = decision_statistics(model, tokenizer, data["held_out_texts"])
+    learned = model.ovr_threshold
+    row = dict(arm=arm, trainable=trainable, C=threshold, C_after=float(learned.detach().mean()) if isinstance(learned, torch.Tensor) else threshold,
+               agreement=before_a["agreement"], accuracy=clean["text_accuracy"],
+               traditional=after_b["traditional_accuracy"], ece=clean["ece"], mdae=clean["target_mdae_strict"],
+               a_after=evaluate_causal(model, tokenizer, data["domain_a"])["text_accuracy"],
+               sum_p_before=before_b["median_sum_p"], sum_p_after=after_b["median_sum_p"], outlier_mdae=math.nan)
+    if arm.outliers:
+        outlier_model, _ = _train(causal_model(base, tokenizer, arm.seed, **arm.init), tokenizer, data["train_outliers"],
+                                  arm, settings)
+        row["outlier_mdae"] = evaluate_causal(outlier_model, tokenizer, data["held_out"])["target_mdae_strict"]
+    return row
+
+
+@torch.no_grad()
+def big_base_agreement(quick: bool) -> dict:
+    """A random Qwen2 of the Qwen2.5-0.5B shape (2 of its 24 layers in the quick run): the rule's C, and the
+    agreement of $\\arg\\max_k P_k$ with the greedy token on random ids for the rule's C, C = 10 and C = 100."""
+    shape = dict(QWEN25_05B_SHAPE, num_hidden_layers=2 if quick else QWEN25_05B_SHAPE["num_hidden_layers"])
+    rope_theta = shape.pop("rope_theta")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        base = Qwen2ForCausalLM(Qwen2Config(**shape, rope_parameters={"rope_type": "default",
+                                                                    "rope_theta": rope_theta})).eval()
+        ids = torch.randint(0, shape["vocab_size"], BIG_BASE_INPUT)
+    _, calibration = sample_calibration_batch(base)
+    rule_threshold = initial_threshold(base, DEFAULT_INIT["ovr_threshold_init"])
+    logits = base(input_ids=ids).logits.float()  # [B, S, V]: loc_S of the conversion (V3)
+    norms = base.get_output_embeddings().weight.detach().abs().sum(dim=-1).float()  # ||W_k||_1 [V]
+    result = {"layers": shape["num_hidden_layers"], "rule_C": rule_threshold,
+              "top_logit_median": float(calibration.max(dim=-1).values.median())}
+    scale = (DEFAULT_INIT["abduction_scale_init"] + OVERRIDES.get("noise_init", 0.1)) * norms  # [V]
+    greedy = logits.argmax(dim=-1)
+    for name, threshold in (("rule", rule_threshold), ("C = 10", 10.0), ("C = 100", 100.0)):
+        tokens, _ = predict(logits, scale.expand_as(logits), logits[..., 0], threshold, shape["vocab_size"] - 1)
+        result[name] = float((tokens == greedy).double().mean())
+    # the conversion itself, once, at D14's defaults: its threshold must be the rule's
+    model = CausalQwenForCausalLM.from_qwen(base, num_token_id=shape["vocab_size"] - 1)
+    result["converted_C"] = float(model.config.ovr_threshold)
+    result["max_logit_error"] = float((model(input_ids=ids).loc_S - logits).abs().max())
+    return result
+
+
+def _mean(rows, key):
+    values = [r[key] for r in rows if not math.isnan(r[key])]
+    return statistics.fmean(values) if values else math.nan
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    settings = QUICK if quick else FULL
+    started = time.perf_counter()
+    base, qwen_tokenizer = pretrained_base()
+    tokenizer = pretrained_numeric_tokenizer()
+    n_train, n_eval = settings["train_texts"], settings["eval_texts"]
+    held_out = domain_b_records(n_eval, SEED + 1)
+    data = dict(train_clean=[r.text for r in domain_b_records(n_train, SEED)],
+                train_outliers=[r.text for r in domain_b_records(n_train, SEED, outlier_fraction=0.1)],
+                held_out=held_out, held_out_texts=[r.text for r in held_out], domain_a=domain_a_texts(n_eval, SEED + 3))
+    qwen, qwen_trainable = finetune_qwen(base, qwen_tokenizer, data["train_clean"], "head", settings["steps"], BATCH,
+                                         settings["lr"], SEED)
+    qwen_metrics = evaluate_qwen(qwen, qwen_tokenizer, held_out)
+    rows = [_run_arm(base, tokenizer, arm, data, settings) for arm in _arms(quick)]
+    big = big_base_agreement(quick)
+    elapsed = time.perf_counter() - started
+
+    # ---- one row per arm (finalists: mean over seeds) ----
+    finalists = {}
+    for row in rows:
+        if row["arm"].group == "finalists":
+            finalists.setdefault(row["arm"].label, []).append(row)
+    keys = ("trainable", "C", "agreement", "accuracy", "traditional", "ece", "mdae", "outlier_mdae", "a_after", "sum_p_before",
+            "sum_p_after", "C_after")
+    summary = [dict({k: _mean(group, k) for k in keys}, label=label, group="finalists", seeds=len(group),
+                    accuracies=[r["accuracy"] for r in group]) for label, group in finalists.items()]
+    summary += [dict({k: r[k] for k in keys}, label=r["arm"].label, group=r["arm"].group, seeds=1,
+                     accuracies=[r["accuracy"]]) for r in rows if r["arm"].group != "finalists"]
+
+    def cell(value):
+        return "—" if isinstance(value, float) and math.isnan(value) else value
+
+    arm_rows = [[s["group"], s["label"], s["seeds"], int(s["trainable"]), s["C"], s["agreement"], s["accuracy"], s["traditional"], s["ece"],
+                 s["mdae"], cell(s["outlier_mdae"]), s["a_after"], s["sum_p_before"], s["sum_p_after"]] for s in summary]
+    by_label = {s["label"]: s for s in summary}
+    default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
+    seeds_rows = [[s["label"], ", ".join(fmt(a, 3) for a in s["accuracies"])] for s in summary if s["group"] == "finalists"]
+
+    # ---- figure: text accuracy per arm, and agreement / accuracy against C at gamma = 0.1 ----
+    figure, (left, right) = plt.subplots(1, 2, figsize=(16, max(6.0, 0.36 * len(summary) + 2.0)),
+                                         gridspec_kw={"width_ratios": [1.6, 1]})
+    names = [f"{s['label']} ({s['group']})" if s["group"] != "finalists" else f"{s['label']} (mean of {s['seeds']})"
+             for s in summary]
+    colors = ["tab:green" if s["label"] == "D14 defaults" else "tab:red" if "drafts" in s["label"] else "tab:orange"
+              for s in summary]
+    left.barh(names, [s["accuracy"] for s in summary], color=colors)
+    for index, s in enumerate(summary):
+        left.text(0.01, index, fmt(s["accuracy"], 3), va="center", ha="left", fontsize=9, color="white",
+                  fontweight="bold")
+    left.axvline(qwen_metrics["text_accuracy"], color="tab:blue", ls="--",
+                 label=f"Qwen `head` (V9's counterpart): {fmt(qwen_metrics['text_accuracy'], 3)}")
+    left.axvline(GOAL_TEXT_ACCURACY, color="black", ls=":", label=f"goal {GOAL_TEXT_ACCURACY}")
+    left.set(xlim=(0, 1), xlabel="domain-B held-out text accuracy (standard decision)",
+             title="one change from D14's defaults per arm")
+    left.invert_yaxis()
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2, fontsize=9)
+    c_rows = sorted([s for s in summary if s["group"] == "C" and s["C"] <= 20] + [default], key=lambda s: s["C"])
+    right.plot([s["C"] for s in c_rows], [s["agreement"] for s in c_rows], "o-", color="tab:purple",
+               label="argmax P = Qwen's greedy token at init (domain A)")
+    right.plot([s["C"] for s in c_rows], [s["accuracy"] for s in c_rows], "s-", color="tab:orange",
+               label="text accuracy after training (domain B)")
+    right.axvline(default["C"], color="tab:green", ls="--", label=f"the rule's C = {fmt(default['C'], 3)}")
+    far = by_label.get("C = 100 fixed")
+    note = (f"C = 100 (off the axis): agreement {fmt(drafts['agreement'], 3)};\ntext accuracy "
+            + (f"{fmt(far['accuracy'], 3)} at γ = 0.1, " if far else "") + f"{fmt(drafts['accuracy'], 3)} at γ = 10")
+    right.text(0.02, 0.04, note, transform=right.transAxes, fontsize=9)
+    right.set(xlabel="threshold C at initialization (γ = 0.1)", ylim=(0.5, 1.01),
+              title="the threshold: agreement at init and learning")
+    right.legend(fontsize=9, loc="lower right", bbox_to_anchor=(1.0, 0.1))
+    figure_name = save_figure(figure, out_dir, "v10_defaults.png")
+
+    title, text = module_text(__name__)
+    goal_met = default["accuracy"] >= GOAL_TEXT_ACCURACY
+    verdict_lines = [
+        f"- **Text accuracy** (domain B, standard decision): D14 defaults {fmt(default['accuracy'], 3)}, the drafts' "
+        f"{fmt(drafts['accuracy'], 3)}, Qwen `head` {fmt(qwen_metrics['text_accuracy'], 3)}. The goal "
+        f"≥ {GOAL_TEXT_ACCURACY} is {'met' if goal_met else 'not met'}: Qwen still wins on text by "
+        f"{fmt(qwen_metrics['text_accuracy'] - default['accuracy'], 3)}.",
+        f"- **Calibration** (ECE): D14 {fmt(default['ece'], 3)}, drafts {fmt(drafts['ece'], 3)}, Qwen "
+        f"{fmt(qwen_metrics['ece'], 3)}: the goal ECE ≤ Qwen's is "
+        f"{'met' if default['ece'] <= qwen_metrics['ece'] else 'not met'}.",
+        f"- **Numbers** (MdAE of the predictable numbers): D14 {fmt(default['mdae'], 3)}, drafts "
+        f"{fmt(drafts['mdae'], 3)}, Qwen `head` {fmt(qwen_metrics['target_mdae_strict'], 3)}: the goal MdAE ≤ Qwen "
+        f"`head`'s is {'met' if default['mdae'] <= qwen_metrics['target_mdae_strict'] else 'not met'}.",
+        f"- **What moves text accuracy**: γ (at C = 100: {fmt(by_label['C = 100 fixed']['accuracy'], 3) if 'C = 100 fixed' in by_label else '—'} "
+        f"with γ = 0.1 against {fmt(drafts['accuracy'], 3)} with γ = 10) more than C, which decides the agreement at "
+        "initialization; the MLP abduction network "
+        + (f"({fmt(by_label['mlp abduction']['accuracy'], 3)}, with "
+           f"{fmt(by_label['mlp abduction']['trainable'] / qwen_trainable, 3)}× the trainable values of Qwen `head`) "
+           if "mlp abduction" in by_label else "")
+        + "and more steps "
+        + (f"({fmt(by_label['1500 steps']['accuracy'], 3)} at 1500) " if "1500 steps" in by_label else "")
+        + "go further; nothing else in the table does beyond the spread of the seeds.",
+        f"- **Decision at initialization** (domain A): argmax P = Qwen's greedy token at "
+        f"{fmt(100 * default['agreement'], 4)}% of positions with the rule's C = {fmt(default['C'], 4)}, "
+        f"{fmt(100 * drafts['agreement'], 3)}% with C = 100.",
+        f"- **A random base of the Qwen2.5-0.5B shape** ({big['layers']} layers): the rule gives C = "
+        f"{fmt(big['rule_C'], 3)} (its median top logit on its own samples: {fmt(big['top_logit_median'], 3)}); argmax P "
+        f"= greedy at {fmt(100 * big['rule'], 4)}% of positions with it, {fmt(100 * big['C = 10'], 3)}% with C = 10, "
+        f"{fmt(100 * big['C = 100'], 3)}% with C = 100. `from_qwen` chose C = {fmt(big['converted_C'], 4)}; "
+        f"max |loc_S − logits| = {fmt(big['max_logit_error'], 3)}.",
+    ]
+    body = "\n\n".join([
+        text,
+        "**Per arm** (one seed unless stated; finalists: mean over seeds; C = the threshold at initialization; "
+        "agreement on domain A at initialization; accuracy, ECE, MdAE and ΣP on domain B; "
+        "“—”: not run for this arm):",
+        table(["group", "arm", "seeds", "trainable", "C", "argmax P = greedy at init", "text acc. (standard)",
+               "text acc. (traditional)", "ECE", "MdAE", "MdAE, outlier-trained", "domain-A acc. after",
+               "median ΣP before", "median ΣP after"], arm_rows),
+        "**Finalists, text accuracy per seed:**",
+        table(["arm", "text accuracy per seed"], seeds_rows),
+        f"**Qwen `head`** on the same harness ({qwen_trainable} trainable values): text accuracy "
+        f"{fmt(qwen_metrics['text_accuracy'], 3)}, ECE "
+        f"{fmt(qwen_metrics['ece'], 3)}, MdAE {fmt(qwen_metrics['target_mdae_strict'], 3)}.",
+        "**What it says.**",
+        "\n".join(verdict_lines),
+        f"The study took {fmt(elapsed, 3)} s.",
+    ])
+    gamma_rows = [s for s in summary if s["group"] == "γ"] + [default]
+    claims = [
+        check("at D14's defaults, argmax P = Qwen's greedy token at initialization (share of domain-A positions)",
+              default["agreement"], ">=", 0.99),
+        check("γ does not change the decision at initialization (largest spread of the agreement over γ)",
+              max(s["agreement"] for s in gamma_rows) - min(s["agreement"] for s in gamma_rows), "<=", 1e-9),
+        check("D14's defaults learn text better than the drafts' (text accuracy, D14 − drafts)",
+              default["accuracy"] - drafts["accuracy"], ">=", 0.1 if quick else 0.3),
+        check("the 0.5B-shape random base: the rule's agreement − C = 100's", big["rule"] - big["C = 100"], ">=", 0.5),
+        check("the 0.5B-shape random base: from_qwen's threshold is the rule's (|difference|)",
+              abs(big["converted_C"] - big["rule_C"]), "<=", 1e-9),
+        check("the 0.5B-shape random base: loc_S = logits (max |difference|)", big["max_logit_error"], "<=", 1e-4),
+    ]
+    return ExperimentResult(
+        name="V10",
+        title=title,
+        claims=claims,
+        body=body,
+        figures=[figure_name],
+        headline=(f"text acc. D14 {fmt(default['accuracy'], 3)} vs drafts {fmt(drafts['accuracy'], 3)} vs Qwen "
+                  f"{fmt(qwen_metrics['text_accuracy'], 3)}; argmax P = greedy at init {fmt(100 * default['agreement'], 4)}%"),
+        settings=(f"V9's harness: {settings['steps']} steps (unless the arm says otherwise), batch {BATCH}, learning rate "
+                  f"{fmt(settings['lr'])}, {n_train} domain-B training texts, {n_eval} held-out domain-B and domain-A "
+                  f"texts, CausalQwen `causal` with " + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
+                  + f"; D14 = {DEFAULT_INIT}; drafts = {DRAFT_INIT}; finalist seeds "
+                  + ("0" if quick else f"{SEED}, {SEED + 1}, {SEED + 2}")),
+    )
