@@ -2,7 +2,7 @@ r"""``python -m validation [--quick] [--out DIR] [--only V1,V3]``: run the exper
 
 The report (``index.md``) and its figures go to ``DIR`` (default: ``docs/validation/`` under the
 repository root, where the docs site renders it). The exit status is 0 when every claim holds and 1
-otherwise; the failing claims are printed. ``--quick`` (for CI, under a minute) runs the same code
+otherwise; the failing claims are printed. ``--quick`` (for CI, under two minutes) runs the same code
 with smaller samples, fewer configurations and fewer training steps.
 
 The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark) take
@@ -64,7 +64,7 @@ def _failed_run(name: str, module_name: str, error: BaseException):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller samples and fewer steps (CI, under a minute)")
+    parser.add_argument("--quick", action="store_true", help="smaller samples and fewer steps (CI, under two minutes)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
     parser.add_argument("--only", default=None, help="comma-separated experiments to run, e.g. V1,V3 (default: all)")
     args = parser.parse_args(argv)
