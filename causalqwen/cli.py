@@ -190,8 +190,8 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
     if config.model_type == CausalQwenConfig.model_type:
         if init:
             raise ValueError(f"{model!r} is a saved CausalQwen, which keeps the initialization it was converted with; "
-                             "--init, --abduction-scale-init, --ovr-threshold and --threshold-init apply when "
-                             "converting a Qwen2 base")
+                             "--init, --abduction-scale-init, --ovr-threshold, --threshold-init and "
+                             "--threshold-quantile apply when converting a Qwen2 base")
         loaded = CausalQwenForCausalLM.from_pretrained(model)
     else:
         loaded = CausalQwenForCausalLM.from_qwen(model, **init)
@@ -355,8 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a conversion's initial scale and threshold (decision D14, `causalqwen.initialization`)."""
     group = parser.add_argument_group("initialization of a conversion from Qwen2 (decision D14)")
-    group.add_argument("--init", choices=("d14", "drafts"), default="d14",
-                       help="d14 (default): gamma = 0.1 and the threshold C from the base's own logits "
+    group.add_argument("--init", choices=("d14", "drafts"), default=None,
+                       help="d14 (the default): gamma = 0.1 and the threshold C from the base's own logits "
                        "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100")
     group.add_argument("--abduction-scale-init", type=float, default=None, metavar="GAMMA",
                        help="the initial scale of U (default: the --init choice's)")
@@ -364,13 +364,16 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a fixed OvR threshold C (default: the --init choice's)")
     group.add_argument("--threshold-init", choices=("top_two_midpoint", "top_logit_quantile"), default=None,
                        help="compute C from the base by this rule (default: the --init choice's)")
+    group.add_argument("--threshold-quantile", type=float, default=None, metavar="Q",
+                       help="with --threshold-init top_logit_quantile: the quantile of the top logit, in (0, 1) "
+                       "(default: 0.5)")
 
 
 def init_keywords(args) -> dict:
     """The ``from_qwen`` keywords of `add_init_arguments`' options: nothing for the defaults (D14)."""
     from .initialization import DRAFT_INIT
 
-    init = dict(DRAFT_INIT) if args.init == "drafts" else {}
+    init = dict(DRAFT_INIT) if args.init == "drafts" else {}  # None or "d14": from_qwen's defaults
     if args.threshold_init is not None:
         init.pop("ovr_threshold", None)
         init["ovr_threshold_init"] = args.threshold_init
@@ -380,6 +383,12 @@ def init_keywords(args) -> dict:
             init["ovr_threshold_init"] = "fixed"
     if args.abduction_scale_init is not None:
         init["abduction_scale_init"] = args.abduction_scale_init
+    if args.threshold_quantile is not None:
+        if args.threshold_init != "top_logit_quantile":
+            raise ValueError("--threshold-quantile applies to --threshold-init top_logit_quantile only")
+        init["ovr_threshold_quantile"] = args.threshold_quantile
+    if args.init == "d14" and not init:
+        init = {"ovr_threshold_init": "top_two_midpoint"}  # said explicitly: refused for a saved CausalQwen too
     return init
 
 

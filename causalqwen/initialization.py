@@ -101,12 +101,14 @@ def threshold_from_logits(logits: Tensor, rule: str, quantile: float = 0.5) -> f
 
 @torch.no_grad()
 def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, length: int = CALIBRATION_LENGTH,
-                             seed: int = CALIBRATION_SEED) -> tuple[Tensor, Tensor]:
+                             seed: int = CALIBRATION_SEED, vocab_limit: int | None = None) -> tuple[Tensor, Tensor]:
     """Text the base writes itself: ``(input_ids [sequences, length + 1], logits [sequences * length, V])``.
 
     Each sequence starts at the base's BOS token (its EOS, or id 0, when it has none) and continues by
-    ancestral sampling at temperature 1, with the KV cache, from a generator seeded with ``seed``; ``logits``
-    are the base's logits at every sampled position (float32), the distributions the tokens were drawn from.
+    ancestral sampling at temperature 1, with the KV cache, from a generator seeded with ``seed``, among the ids
+    below ``vocab_limit`` (all when None; `from_qwen` passes the ``<NUM>`` id, ``len(tokenizer)``, so that no
+    reserved row and no ``<NUM>`` is written); ``logits`` are the base's full logits at every sampled position
+    (float32), the distributions the tokens were drawn from.
     """
     config = base.config
     start = config.bos_token_id if config.bos_token_id is not None else config.eos_token_id
@@ -124,7 +126,8 @@ def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, lengt
             cache = output[CACHE_NAME]
             logits = output.logits[:, -1].float()  # [n, V]
             steps.append(logits.cpu())
-            token = torch.multinomial(torch.softmax(logits.cpu().double(), dim=-1), 1, generator=generator)  # [n, 1]
+            allowed = logits.cpu().double()[:, :vocab_limit]  # [n, V'] (the whole row when vocab_limit is None)
+            token = torch.multinomial(torch.softmax(allowed, dim=-1), 1, generator=generator)  # [n, 1]
             step_input = token.to(device)
             ids = torch.cat([ids, step_input], dim=1)
     finally:
@@ -137,9 +140,11 @@ def calibration_logits(base, calibration, num_token_id: int | None = None) -> Te
     """The base's logits ``[N, V]`` at the text positions of a calibration batch (a mapping with ``input_ids``
     ``[B, S]`` and optionally ``attention_mask``): positions that are not padding and whose token is not
     ``<NUM>`` (``num_token_id``; the base cannot read a number's value). A ``ValueError`` when there are none."""
-    if not hasattr(calibration, "keys") or "input_ids" not in calibration:
+    if not hasattr(calibration, "keys"):
         raise TypeError("calibration must be a mapping with input_ids [B, S] (and optionally attention_mask), "
                         f"got {type(calibration).__name__}")
+    if "input_ids" not in calibration:
+        raise ValueError(f"calibration has no input_ids (its keys: {', '.join(map(repr, calibration.keys())) or 'none'})")
     unknown = sorted(set(calibration.keys()) - {"input_ids", "attention_mask", "numeric_values", "labels",
                                                 "numeric_labels"})
     if unknown:
@@ -155,7 +160,7 @@ def calibration_logits(base, calibration, num_token_id: int | None = None) -> Te
         mask = torch.ones_like(input_ids)
     if not isinstance(mask, Tensor) or mask.shape != input_ids.shape or not ((mask == 0) | (mask == 1)).all():
         raise ValueError("calibration attention_mask must be a 0/1 tensor of input_ids' shape")
-    text = mask.bool()
+    text = mask.bool().clone()  # the caller's mask is never changed
     if num_token_id is not None:
         text &= input_ids != num_token_id
     if not text.any():
@@ -177,7 +182,7 @@ def initial_threshold(base, rule: str, quantile: float = 0.5, calibration=None,
     samples itself (`sample_calibration_batch`)."""
     check_threshold_init(rule, quantile)
     if calibration is None:
-        _, logits = sample_calibration_batch(base)
+        _, logits = sample_calibration_batch(base, vocab_limit=num_token_id)
     else:
         logits = calibration_logits(base, calibration, num_token_id)
     return threshold_from_logits(logits, rule, quantile)

@@ -762,6 +762,12 @@ def _with_default_init(overrides: dict, calibration) -> dict:
     if rule != "fixed" and "ovr_threshold" in overrides:
         raise ValueError(f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
                          f"ovr_threshold_init={rule!r} computes it from the base; pass one of them")
+    if rule == "fixed" and "ovr_threshold" not in overrides:
+        raise ValueError("from_qwen: ovr_threshold_init=\"fixed\" takes the threshold as given: pass ovr_threshold "
+                         "too (the drafts' value is 100.0, causalqwen.initialization.DRAFT_INIT)")
+    if "ovr_threshold_quantile" in overrides and rule != "top_logit_quantile":
+        raise ValueError(f"from_qwen: ovr_threshold_quantile is read by the rule \"top_logit_quantile\" only; "
+                         f"ovr_threshold_init is {rule!r}")
     if rule == "fixed" and calibration is not None:
         raise ValueError("from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
                          "is fixed here; drop calibration or choose a rule")

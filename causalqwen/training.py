@@ -387,7 +387,12 @@ def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings
                        and k not in SAVED_ONLY_FIELDS
                        and saved.get(k) != current.get(k))
     if differing:
-        raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}")
+        hint = ""
+        if set(differing) & {"abduction_scale_init", "ovr_threshold", "ovr_threshold_init", "ovr_threshold_quantile"}:
+            hint = ("; the run was converted with another initial scale or threshold: convert the same way again "
+                    "(the command line's --init, --abduction-scale-init, --ovr-threshold, --threshold-init as the "
+                    "run began; a run begun before decision D14 used what is now --init drafts)")
+        raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}{hint}")
     record = read_training_record(path)
     json_file = os.path.join(path, "trainer_state.json")
     named_step = checkpoint_step(os.path.basename(os.path.normpath(path)))

@@ -274,8 +274,10 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
     assert {k: getattr(drafts, k) for k in DRAFT_INIT} == DRAFT_INIT
     fixed = convert("fixed", "--ovr-threshold", "7.5", "--abduction-scale-init", "0.5")
     assert (fixed.ovr_threshold, fixed.ovr_threshold_init, fixed.abduction_scale_init) == (7.5, "fixed", 0.5)
-    quantile = convert("quantile", "--init", "drafts", "--threshold-init", "top_logit_quantile")
-    assert (quantile.abduction_scale_init, quantile.ovr_threshold_init) == (10.0, "top_logit_quantile")
+    quantile = convert("quantile", "--init", "drafts", "--threshold-init", "top_logit_quantile",
+                       "--threshold-quantile", "0.9")
+    assert (quantile.abduction_scale_init, quantile.ovr_threshold_init, quantile.ovr_threshold_quantile) == (
+        10.0, "top_logit_quantile", 0.9)
     capsys.readouterr()
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(8, seed=0))
     cases = [
@@ -287,6 +289,12 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
           "--threshold-init", "top_two_midpoint"], "pass one of them"),
         (["train", "--base", str(tmp_path / "d14"), "--data", data, "--out", str(tmp_path / "run"), "--init", "drafts"],
          "is a saved CausalQwen, which keeps the initialization it was converted with"),
+        (["convert", "--base", str(tmp_path / "drafts"), "--out", str(tmp_path / "bad5"), "--init", "d14"],
+         "is a saved CausalQwen, which keeps the initialization it was converted with"),
+        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad6"), "--threshold-quantile", "0.3"],
+         "--threshold-quantile applies to --threshold-init top_logit_quantile only"),
+        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad7"), "--threshold-init", "top_logit_quantile",
+          "--threshold-quantile", "1.5"], "ovr_threshold_quantile must be a number in (0, 1)"),
     ]
     for args, message in cases:
         with pytest.raises(SystemExit) as exit_info:
@@ -296,3 +304,18 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad4"), "--threshold-init", "median"])
     assert "invalid choice: 'median'" in capsys.readouterr().err
+
+
+def test_resuming_a_run_converted_another_way_says_how_to_convert_it_again(qwen_dir, tmp_path, capsys):
+    from causalqwen.data import synthetic_texts
+
+    data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(8, seed=0))
+    run = tmp_path / "run"
+    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--batch-size", "4", "--save-every", "2"]
+    assert cli.main([*args, "--steps", "2", "--init", "drafts"]) == 0
+    with pytest.raises(SystemExit):
+        cli.main([*args, "--steps", "4", "--resume", "--allow-changed-settings"])
+    err = capsys.readouterr().err
+    assert "differs in abduction_scale_init, ovr_threshold, ovr_threshold_init" in err and "--init drafts" in err
+    assert cli.main([*args, "--steps", "4", "--resume", "--allow-changed-settings", "--init", "drafts"]) == 0
+    assert (run / "checkpoint-4").exists()

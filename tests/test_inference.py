@@ -203,7 +203,7 @@ def test_at_d14_defaults_the_standard_prediction_is_mostly_qwens_greedy_token():
     """D14's threshold lies between the top two logits at a typical position of the base's own text, where
     argmax P is the greedy token; the drafts' C = 100 is far from that (V3 and V10 measure it on a trained base)."""
     tiny = build_tiny_causal_lm(seed=0, init_seed=0)
-    ids, _ = sample_calibration_batch(tiny.qwen)  # the text the rule was computed on
+    ids, _ = sample_calibration_batch(tiny.qwen, vocab_limit=tiny.tokenizer.num_token_id)  # the rule's text
     agreement = {}
     for name, threshold in (("d14", tiny.model.ovr_threshold), ("drafts", 100.0)):
         with torch.no_grad():  # a sampled id of the <NUM> row is the base's token there: value 0, as the base saw it

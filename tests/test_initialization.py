@@ -78,7 +78,7 @@ def test_from_qwen_defaults_are_d14_and_the_threshold_is_the_rule_on_the_bases_o
     config = tiny.model.config
     assert config.abduction_scale_init == DEFAULT_INIT["abduction_scale_init"] == 0.1
     assert config.ovr_threshold_init == "top_two_midpoint"
-    _, logits = sample_calibration_batch(tiny.qwen)
+    _, logits = sample_calibration_batch(tiny.qwen, vocab_limit=tiny.tokenizer.num_token_id)
     top = np.sort(logits.double().numpy(), axis=1)[:, -2:]
     middle = (top[:, 0] + top[:, 1]) / 2
     assert config.ovr_threshold == pytest.approx(np.sort(middle)[(len(middle) - 1) // 2], abs=1e-9)
@@ -134,6 +134,10 @@ def test_a_calibration_batch_counts_text_positions_only():
     (dict(), {"input_ids": torch.tensor([[1.0, 2.0]])}, "integer tensor"),
     (dict(), {"input_ids": torch.tensor([[1, 10**6]])}, "must lie in"),
     (dict(), {"input_ids": torch.tensor([[1, 2]]), "mask": torch.tensor([[1, 1]])}, "unknown key"),
+    (dict(), {"inputs_ids": torch.tensor([[1, 2]])}, "calibration has no input_ids .its keys: 'inputs_ids'"),
+    (dict(ovr_threshold_init="fixed"), None, "pass ovr_threshold"),
+    (dict(ovr_threshold_quantile=0.9), None, "ovr_threshold_quantile is read by the rule"),
+    (dict(ovr_threshold=5.0, ovr_threshold_quantile=0.9), None, "ovr_threshold_quantile is read by the rule"),
 ])
 def test_bad_initialization_settings_are_refused_by_name(overrides, calibration, message):
     base, tokenizer = build_tiny_base(seed=0)
@@ -170,3 +174,19 @@ def test_a_directory_saved_before_d14_loads_with_the_behaviour_it_was_saved_with
     np.testing.assert_allclose(probabilities.double().numpy(), stats.cauchy.sf(100.0, loc=loc_S, scale=scale_S),
                                rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(output.scale_U, torch.full_like(output.scale_U, 10.0), rtol=1e-6, atol=0)
+
+
+def test_the_bases_own_text_holds_no_reserved_row_and_no_num_and_a_users_mask_is_left_alone():
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    num = tiny.tokenizer.num_token_id
+    ids, logits = sample_calibration_batch(tiny.qwen, vocab_limit=num)
+    assert int(ids[:, 1:].max()) < num and logits.shape[-1] == tiny.qwen.config.vocab_size  # the full rows
+    batch = tiny.tokenizer(["The price is 12.5 yuan.", "A week has 7 days."])
+    mask = batch["attention_mask"].bool()
+    before = mask.clone()
+    from_bool = CausalQwenForCausalLM.from_qwen(tiny.qwen, num_token_id=num, calibration={
+        "input_ids": batch["input_ids"], "attention_mask": mask})
+    assert torch.equal(mask, before)
+    from_long = CausalQwenForCausalLM.from_qwen(tiny.qwen, num_token_id=num, calibration={
+        "input_ids": batch["input_ids"], "attention_mask": before.long()})
+    assert from_bool.config.ovr_threshold == from_long.config.ovr_threshold

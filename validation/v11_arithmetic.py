@@ -34,9 +34,9 @@ frozen and the same trainable parameters up to $3H + 1$ values (the V9 pairing, 
 | Qwen CE + NTL | the same | cross-entropy $+\ 0.3\,\mathcal L_{\mathrm{NTL}}$ (`ntloss.NTLoss`, the Wasserstein NTL with its defaults, weight as its README recommends) |
 | CausalQwen | `causal`: $\vec w_{\mathrm{num}}$, abduction network, head | the project's loss (`causalqwen.training.train`), `from_qwen` at its defaults except gate $\alpha = 1$, $\lambda = 0.1$ (as V9) |
 
-The NTL term: at each position whose target is a digit token $d^\*$, with $q_i$ the softmax over the ten digit
-tokens only, $\ell = \sum_{i=0}^{9} q_i\,|i - d^\*|$ (the Wasserstein-1 distance between $q$ and the point mass on
-$d^\*$), reweighed by the total probability mass $m$ on digit tokens as ``ntloss`` does by default,
+The NTL term: at each position whose target is a digit token $d^{*}$, with $q_i$ the softmax over the ten digit
+tokens only, $\ell = \sum_{i=0}^{9} q_i\,|i - d^{*}|$ (the Wasserstein-1 distance between $q$ and the point mass on
+$d^{*}$), reweighed by the total probability mass $m$ on digit tokens as ``ntloss`` does by default,
 $\ell \mapsto m\,\ell + 1.01 \cdot 9\,(1 - m)$, averaged over the digit targets of the batch.
 
 **Answers and metrics**, on the held-out problems of both splits (all of them, the same for every arm):
@@ -359,14 +359,20 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
 
     who_wins = []
     for split in SPLITS:
+        best_exact = max(results[arm][split]["exact"] for arm in ARMS)
+        beaten = " — no arm beats always answering 0" if best_exact <= zero[split]["exact"] else ""
         who_wins.append(f"- **Who wins, {split}, exact match** (higher is better): {winner(split, 'exact', False)}; "
-                        f"always answering 0: {round(zero[split]['exact'] * zero[split]['n'])} of {zero[split]['n']}.")
+                        f"always answering 0: {round(zero[split]['exact'] * zero[split]['n'])} of {zero[split]['n']}"
+                        f"{beaten}.")
         who_wins.append(f"- **Who wins, {split}, answer MdAE** (strict; lower is better): "
                         f"{winner(split, 'mdae_strict', True)}.")
     goal_met = all(results["CausalQwen"]["extrapolate"]["mdae_strict"] < results[arm]["extrapolate"]["mdae_strict"]
                    for arm in ARMS[:2])
-    who_wins.append(f"- **The goal** (CausalQwen's extrapolation MdAE below both Qwen arms'): "
-                    f"{'met' if goal_met else 'not met'} in this run.")
+    empty = abs(results["CausalQwen"]["extrapolate"]["mdae_strict"] / zero["extrapolate"]["mdae_strict"] - 1) \
+        <= ZERO_TOLERANCE
+    who_wins.append("- **The goal** (CausalQwen's extrapolation MdAE below both Qwen arms'): "
+                    + ("not met" if not goal_met else "met in the letter only: answering 0 meets it as well (below)"
+                       if empty else "met") + " in this run.")
     for split in SPLITS:
         reference = zero[split]["mdae_strict"]
         below_zero = [arm for arm in ARMS if results[arm][split]["mdae_strict"] < (1 - ZERO_TOLERANCE) * reference]
@@ -392,15 +398,19 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         for j, m in enumerate(mdae):
             if not math.isfinite(m):
                 left.text(x[j] + (k - 1) * width, 1, "∞", ha="center", va="bottom")
-    for j, split in enumerate(SPLITS):
-        left.hlines(zero[split]["mdae_strict"], x[j] - 1.5 * width, x[j] + 1.5 * width, colors="gray", linestyles="--",
-                    label="always 0" if j == 0 else None)
         right.bar(x + (k - 1) * width, [results[arm][split]["exact"] for split in SPLITS], width, color=colors[arm],
                   label=arm)
+    for j, split in enumerate(SPLITS):
+        for axis, key in ((left, "mdae_strict"), (right, "exact")):
+            axis.hlines(zero[split][key], x[j] - 1.5 * width, x[j] + 1.5 * width, colors="gray", linestyles="--",
+                        label="always 0" if j == 0 else None)
     left.set(xticks=x, xticklabels=SPLITS, ylabel="answer MdAE (strict; ∞ = half or more unparseable)",
              yscale="symlog", title="median absolute error of the answer")
-    right.set(xticks=x, xticklabels=SPLITS, ylabel="exact-match accuracy", ylim=(0, 1),
-              title="exact match of the answer")
+    highest = max([results[arm][split]["exact"] for arm in ARMS for split in SPLITS]
+                  + [zero[split]["exact"] for split in SPLITS])
+    right.set(xticks=x, xticklabels=SPLITS, ylabel="exact-match accuracy", ylim=(0, max(0.05, 1.3 * highest)),
+              title="exact match of the answer (note the axis)")
+    right.legend(fontsize=8)
     left.legend(fontsize=8)
     def signed_log(values):  # sign(v) log10(1 + |v|): answers from -1e15 to 1e15 on one readable axis
         values = np.asarray(values, dtype=np.float64)
@@ -438,7 +448,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
          f"{fmt(float(np.mean(train_losses['Qwen CE + NTL'][-10:])), 4)} (of which NTL, unweighted: first 10 steps "
          f"{fmt(float(ntl_values[:10].mean()), 4)}, last 10 {fmt(float(ntl_values[-10:].mean()), 4)}); CausalQwen "
          f"{fmt(_last_logged(history, 'train/total_loss'), 4)} at the last logged step (its own loss; not comparable "
-         "in value), of which the gated regression part "
+         "in value), of which the gated regression part, before its weight λ = "
+         f"{fmt(OVERRIDES['regression_weight'])}, "
          f"{fmt(_last_logged(history, 'train/reg_loss_effective'), 4)}."),
         "**What it says.**",
         "\n".join(who_wins),
