@@ -310,8 +310,12 @@ def test_ctrl_c_elsewhere_exits_130_without_a_traceback(capsys, monkeypatch):
 def test_a_real_sigint_during_training(qwen_dir, tmp_path, data):
     run = tmp_path / "run"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
+    # A shell without job control starts background jobs with SIGINT ignored, and Python keeps an ignored
+    # SIGINT; the child restores the interactive default, so the test does not depend on how the suite was started.
+    launch = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "runpy.run_module('causalqwen.cli', run_name='__main__', alter_sys=True)")
     process = subprocess.Popen(
-        [sys.executable, "-m", "causalqwen.cli", "train", "--base", qwen_dir, "--data", data, "--out", str(run),
+        [sys.executable, "-c", launch, "train", "--base", qwen_dir, "--data", data, "--out", str(run),
          "--steps", "100000", "--batch-size", "2", "--save-every", "1"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     try:
