@@ -2,7 +2,15 @@
 
 import sys
 
-from . import contention, divergence_bound, generation, head, syncs, tokenizer, training_step
+from . import (
+    contention,
+    divergence_bound,
+    generation,
+    head,
+    syncs,
+    tokenizer,
+    training_step,
+)
 
 BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main,
               "tokenizer": tokenizer.main, "divergence_bound": divergence_bound.main,

@@ -4,7 +4,7 @@ A machine that is doing other work is the common case for a new user. Each workl
 once on an idle machine and once while ``busy`` processes spin on the CPU (one per core but one by default:
 "a busy loop on the other core"), with 1 and with the default number of torch threads. The report gives the
 wall time of each and the slowdown under load (goal: <= 2x for the demo's steps with the demo's own thread
-count, `causalqwen.demo.DEMO_THREADS`).
+count, `causalqwen.app.demo.DEMO_THREADS`).
 
 Workloads: ``demo`` -- training steps of `causalqwen demo` (the tiny base, preset ``all``, batch 16, the fused
 loss); ``head`` -- one forward + backward of the fused loss with ``reduction="sum"`` at the Qwen2.5-0.5B head
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from causalqwen.demo import DEMO_THREADS
+from causalqwen.app.demo import DEMO_THREADS
 
 from .common import machine, markdown_table, write_report
 
@@ -38,9 +38,9 @@ def _spin(stop) -> None:
 
 def demo_steps(steps: int = 60) -> float:
     """Wall seconds of ``steps`` training steps of the demo set-up (after one untimed step)."""
-    from causalqwen.data import TextDataset, synthetic_texts
-    from causalqwen.demo import DEMO_OVERRIDES
-    from causalqwen.tiny import build_tiny_causal_lm
+    from causalqwen.app.demo import DEMO_OVERRIDES
+    from causalqwen.app.tiny import build_tiny_causal_lm
+    from causalqwen.files.data import TextDataset, synthetic_texts
     from causalqwen.training import TrainingConfig, train
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, **DEMO_OVERRIDES)

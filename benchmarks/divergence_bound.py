@@ -1,6 +1,6 @@
 """What the bound on forgetting costs: one training step with and without ``max_u_divergence``, per preset.
 
-The step is the training loop's (`causalqwen.training._forward_backward`, then AdamW and the bound's dual step).
+The step is the training loop's (`causalqwen.training.loss_and_gradients`, then AdamW and the bound's dual step).
 The bound adds, per preset: ``causal`` / ``abduction`` -- the frozen copy of the starting abduction network on
 the captured features (two ``[H, H]`` products per position) and the KL; ``all`` -- a forward pass of the frozen
 starting model; ``lora`` -- a forward pass of the same model with its adapters disabled. Times are medians of
@@ -16,10 +16,22 @@ import torch
 
 from causalqwen import CausalQwenForCausalLM
 from causalqwen.divergence import DivergenceBound
-from causalqwen.lora import add_lora
-from causalqwen.training import TrainingConfig, _forward_backward, parameter_groups, set_trainable
+from causalqwen.integrations.lora import add_lora
+from causalqwen.training import (
+    TrainingConfig,
+    loss_and_gradients,
+    parameter_groups,
+    set_trainable,
+)
 
-from .common import SHAPES, build_qwen, interleaved_medians, machine, markdown_table, write_report
+from .common import (
+    SHAPES,
+    build_qwen,
+    interleaved_medians,
+    machine,
+    markdown_table,
+    write_report,
+)
 
 PRESETS = ("causal", "abduction", "all", "lora")
 
@@ -41,10 +53,9 @@ def _steppers(model, preset: str, batch: dict):
     config = TrainingConfig(preset=preset)
     bound = DivergenceBound(model, 0.1, preset)
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=1e-9)
-    trainable = [p for p in model.parameters() if p.requires_grad]
 
     def step(with_bound: bool):
-        _forward_backward(model, model, batch, trainable, config, 0, True, bound if with_bound else None)
+        loss_and_gradients(model, model, batch, config, bound=bound if with_bound else None)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if with_bound:

@@ -13,7 +13,7 @@ Variants, all on the same inputs (N positions, every one scored):
 * ``fused_sum``: ``reduction="sum"``, the training path of ``forward(labels=...)``: gradients formed
   during the forward pass (six products);
 * ``fused_eager``, ``fused_sum_eager``: the same with ``CAUSALQWEN_COMPILE=0``, each tile's elementwise math
-  as separate eager kernels (`causalqwen.compiled`; the compiled tile is the default).
+  as separate eager kernels (`causalqwen.kernels.compiled`; the compiled tile is the default).
 
 Times are medians of interleaved repeats in one process. Extra memory is measured for each variant in
 a process of its own: the peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs``) during
@@ -37,10 +37,16 @@ import sys
 import torch
 
 from causalqwen.action import ActionNetwork
-from causalqwen.compiled import COMPILE_ENV
+from causalqwen.kernels.compiled import COMPILE_ENV
 from causalqwen.losses import fused_ovr_classification_loss, ovr_classification_loss
 
-from .common import interleaved_medians, machine, markdown_table, peak_extra_memory, write_report
+from .common import (
+    interleaved_medians,
+    machine,
+    markdown_table,
+    peak_extra_memory,
+    write_report,
+)
 
 VARIANTS = ("floor", "literal", "fused", "fused_sum", "fused_eager", "fused_sum_eager")
 GOAL_FLOOR_RATIO = {"fused": 1.3, "fused_sum": 1.15}  # the compiled tiles; the eager ones are shown beside them
@@ -96,7 +102,7 @@ def variant_run(name: str, inputs: dict, chunk_size: int | None = None, vocab_ch
             loss = ovr_classification_loss(decision.loc_S, decision.scale_S, labels, THRESHOLD).sum()
         elif name in ("fused", "fused_sum"):
             loss = fused_ovr_classification_loss(
-                loc_U, scale_U, head.weight, head.bias, action.noise_scale, THRESHOLD, labels,
+                loc_U, scale_U, head.weight, head.bias, action.noise_scale, THRESHOLD, labels=labels,
                 chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
                 reduction="none" if name == "fused" else "sum").sum()
         else:

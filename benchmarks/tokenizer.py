@@ -2,7 +2,7 @@
 
 The text is at least ``--megabytes`` MB (UTF-8) of lines: the real-looking corpus of the tests
 (dates, prices, phone numbers, versions, ranges, tables, code; English and Chinese) and the synthetic
-sentences of `causalqwen.data`, cycled in a fixed order. Three ways of calling, each timed for both
+sentences of `causalqwen.files.data`, cycled in a fixed order. Three ways of calling, each timed for both
 tokenizers in one run, interleaved, median of ``--repeats``:
 
 * batch: calls of ``--batch`` lines, padded to the longest line, as tensors
@@ -37,8 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from causalqwen.data import synthetic_texts
-from causalqwen.tiny import build_tiny_tokenizer
+from causalqwen.app.tiny import build_tiny_tokenizer
+from causalqwen.files.data import synthetic_texts
 from causalqwen.tokenization import NumericTokenizer
 
 from .common import interleaved_medians, machine, markdown_table, write_report

@@ -142,16 +142,22 @@ def run_child(model: str, setting: Setting, steps: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def measurements(models: tuple[str, ...], setting: Setting, steps: int, rounds: int, own_process: bool) -> dict:
+    """``{model: [one process's measurement, ...]}``: ``rounds`` processes per model, the models alternating."""
+    results: dict[str, list[dict]] = {name: [] for name in models}
+    for _ in range(rounds):
+        for name in models:
+            results[name].append(run_child(name, setting, steps) if own_process else child(name, setting, steps))
+    return results
+
+
 def run(setting: Setting = Setting(), steps: int = 2, rounds: int = 2, own_process: bool = True,
         liger: bool = False) -> tuple[str, bool]:
     """Alternate the models' processes; return the markdown report and whether both goals were met.
     ``own_process=False`` runs the measurements in this process (quick, for tests; memory not comparable).
     ``liger`` adds Qwen2 with Liger's fused linear cross-entropy where ``liger-kernel`` is installed."""
     models = MODELS + ((LIGER,) if liger and liger_available() else ())
-    results: dict[str, list[dict]] = {name: [] for name in models}
-    for _ in range(rounds):
-        for name in models:
-            results[name].append(run_child(name, setting, steps) if own_process else child(name, setting, steps))
+    results = measurements(models, setting, steps, rounds, own_process)
     seconds = {name: statistics.median(t for r in results[name] for t in r["seconds"]) for name in models}
     peak = {name: max(r["peak_bytes"] for r in results[name]) for name in models}
     params = {name: results[name][0]["parameters"] for name in models}

@@ -16,6 +16,12 @@ $W_{\mathrm{cls}}$ is ``classification_head.weight`` (``[V, C]``, a copy of the 
 $w_{\mathrm{reg}}$ is ``regression_head.weight`` (``[1, C]``). Initialization: $b_{\mathrm{cls}} = 0$,
 $w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}}$ equal to ``noise_init`` (0.1) in every component.
 A zero ``b_noise`` is possible but never learns: $\partial|b|/\partial b = 0$ at $b = 0$ in PyTorch.
+
+One owner each: `noise_infused_scale` (standard noise infusion), `class_law` (the closure), `check_law` (the check
+of a law handed to the decision path), `num_probability` (the gate's $P_{\langle NUM\rangle}$, read by the losses).
+`ActionNetwork` has two doors, `ActionNetwork.forward` (from the law of $U$, noise infused) and
+`ActionNetwork.decide` (from a given decision input), each checking once and then running its trusted form,
+`ActionNetwork.standard` or `ActionNetwork.decide_unchecked`; `ActionNetwork.locations` gives the locations alone.
 """
 
 from __future__ import annotations
@@ -27,7 +33,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import initialization as init
 
-__all__ = ["ActionNetwork", "ActionOutput", "scale_floor", "class_law"]
+from . import cauchy
+
+__all__ = [
+    "ActionNetwork",
+    "ActionOutput",
+    "check_law",
+    "class_law",
+    "noise_infused_scale",
+    "num_probability",
+    "scale_floor",
+]
 
 
 def scale_floor(scale: Tensor, scale_eps: float) -> Tensor:
@@ -39,6 +55,44 @@ def class_law(loc: Tensor, scale: Tensor, weight: Tensor, bias: Tensor | None, a
     r"""The linear Cauchy closure $(\mathrm{loc}\,W^\top + b,\ \mathrm{scale}\,|W|^\top)$ (`cauchy.linear`) on inputs
     already checked, with $|W|$ given. Shapes: ``[..., C]`` in, ``[..., K]`` out."""
     return F.linear(loc, weight, bias), F.linear(scale, abs_weight)
+
+
+def noise_infused_scale(scale_U: Tensor, noise_scale: Tensor) -> Tensor:
+    r"""Standard noise infusion, $\mathrm{scale}_{U'} = \mathrm{scale}_U + |b_{\mathrm{noise}}|$: the scale of
+    $U + \varepsilon$, $\varepsilon \sim \mathrm{Cauchy}(0, |b_{\mathrm{noise}}|)$ (the location stays $\mathrm{loc}_U$).
+    ``scale_U`` ``[..., C]``, ``noise_scale`` $= |b_{\mathrm{noise}}|$ ``[C]``; returns ``[..., C]``."""
+    return scale_U + noise_scale  # [..., C] + [C]
+
+
+def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold, num_token_id: int) -> Tensor:
+    r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8, D9), from
+    the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold`` is a
+    number, ``[]`` or ``[V]`` (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). Inputs already checked."""
+    if isinstance(threshold, Tensor) and threshold.dim() > 0:
+        threshold = threshold[num_token_id]  # C_<NUM>
+    return cauchy.sf(threshold, loc_S_num, scale_S_num, checked=False)  # [...]
+
+
+def check_law(loc, scale, causal_size: int | None = None, names: tuple[str, str] = ("loc", "scale")) -> None:
+    """The one check of a Cauchy law handed to the decision path: ``loc`` and ``scale`` floating-point tensors with
+    last dimension $C$ (``causal_size``; ``loc``'s own last dimension if None), and ``scale >= 0`` (NaN fails).
+
+    The clamp at ``scale_eps`` is for spreads that are legitimately zero or tiny (decision D10); a negative or NaN
+    scale is not a Cauchy law and is an error, not something to clamp away.
+    """
+    for name, tensor in zip(names, (loc, scale)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [..., C], got {type(tensor).__name__}")
+        if not tensor.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor [..., C], got {tensor.dtype}")
+    if causal_size is None and loc.dim() > 0:
+        causal_size = loc.shape[-1]
+    for name, tensor in zip(names, (loc, scale)):
+        if tensor.dim() == 0 or tensor.shape[-1] != causal_size:
+            raise ValueError(f"{name} must have last dimension C = {causal_size}, got shape {tuple(tensor.shape)}")
+    if not bool((scale >= 0).all()):
+        bad = scale[~(scale >= 0)].flatten()[0].item()
+        raise ValueError(f"{names[1]} must be >= 0 everywhere (a Cauchy scale); found {bad!r}")
 
 
 class ActionOutput(NamedTuple):
@@ -73,8 +127,21 @@ class ActionNetwork(nn.Module):
         r"""$|b_{\mathrm{noise}}|$, ``[C]``."""
         return self.b_noise.abs()
 
+    @property
+    def causal_size(self) -> int:
+        """$C$, the number of components of $U$."""
+        return self.b_noise.shape[0]
+
+    # ---- the doors: the law is checked once (`check_law`), then the trusted form below runs ----
+
+    def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
+        r"""Standard (noise-infused) decisions from the law of $U$ ``[..., C]``: `standard` on a checked law."""
+        check_law(loc_U, scale_U, self.causal_size, ("loc_U", "scale_U"))  # scale_U >= 0, so the sum is too
+        return self.standard(loc_U, scale_U, classes=classes)
+
     def decide(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None, classes=None) -> ActionOutput:
-        r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$.
+        r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$:
+        `decide_unchecked` on a checked law.
 
         No noise is added here. The input scale and the output scales are clamped below at
         ``scale_eps`` (decision D10), so a decision input with no spread at all (causal mode with
@@ -83,11 +150,21 @@ class ActionNetwork(nn.Module):
         (`cauchy.linear`). ``classes`` (a list or index tensor of class ids) keeps only those columns
         of ``loc_S``/``scale_S``, in that order, in the spirit of transformers' ``logits_to_keep``.
         """
-        self._check_decision_input(loc, scale)
-        return self._decide(loc, scale, abs_weight, classes)
+        check_law(loc, scale, self.causal_size)
+        return self.decide_unchecked(loc, scale, abs_weight=abs_weight, classes=classes)
 
-    def _decide(self, loc: Tensor, scale: Tensor, abs_weight: Tensor | None, classes) -> ActionOutput:
-        """`decide` on an input already checked."""
+    # ---- the trusted forms, for callers whose law of U is valid by construction ----
+
+    def standard(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
+        r"""`decide_unchecked` on the standard decision input $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$
+        (`noise_infused_scale`), for a caller that has checked the law of $U$ (the model's own ``scale_U`` is
+        >= ``scale_eps``)."""
+        return self.decide_unchecked(loc_U, noise_infused_scale(scale_U, self.noise_scale), classes=classes)
+
+    def decide_unchecked(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None,
+                         classes=None) -> ActionOutput:
+        r"""`decide` on an input already checked: the linear closure (`class_law`) of
+        $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \max(\mathrm{scale}, \epsilon))$, scales floored again after it."""
         scale = scale_floor(scale, self.scale_eps)  # [..., C]
         weight, bias = self.classification_head.weight, self.classification_head.bias
         if classes is not None:
@@ -113,28 +190,3 @@ class ActionNetwork(nn.Module):
         loc_S = F.linear(loc, self.classification_head.weight, self.classification_head.bias)  # [..., V]
         loc_Y = F.linear(loc, self.regression_head.weight, self.regression_head.bias).squeeze(-1)  # [...]
         return loc_S, loc_Y
-
-    def _check_decision_input(self, loc: Tensor, scale: Tensor, names: tuple[str, str] = ("loc", "scale")) -> None:
-        """``loc`` and ``scale`` must be tensors with last dimension $C$, and ``scale >= 0`` (NaN fails).
-
-        The clamp at ``scale_eps`` is for spreads that are legitimately zero or tiny (decision D10); a
-        negative or NaN scale is not a Cauchy law and is an error, not something to clamp away.
-        """
-        causal_size = self.b_noise.shape[0]
-        for name, tensor in zip(names, (loc, scale)):
-            if not isinstance(tensor, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor [..., C], got {type(tensor).__name__}")
-            if tensor.dim() == 0 or tensor.shape[-1] != causal_size:
-                raise ValueError(f"{name} must have last dimension C = {causal_size}, got shape {tuple(tensor.shape)}")
-        if not bool((scale >= 0).all()):
-            bad = scale[~(scale >= 0)].flatten()[0].item()
-            raise ValueError(f"{names[1]} must be >= 0 everywhere (a Cauchy scale); found {bad!r}")
-
-    def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
-        r"""Standard (noise-infused) decisions: ``decide(loc_U, scale_U + |b_noise|, classes=classes)``."""
-        self._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))  # scale_U >= 0, so the sum is too
-        return self.standard(loc_U, scale_U, classes=classes)
-
-    def standard(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
-        """`forward` for a caller that has checked the law of $U$ (the model's own ``scale_U`` is >= ``scale_eps``)."""
-        return self._decide(loc_U, scale_U + self.noise_scale, None, classes)  # [..., C] + [C]

@@ -32,6 +32,14 @@ Where PyTorch's chain rule through these expressions would overflow (the derivat
 respect to the scale is $-z/\gamma$), the log-density and the tail functions are
 `torch.autograd.Function`s whose backward is the analytic derivative written in the same reduced form.
 No ``eps`` is added anywhere.
+
+One cohesive toolkit, kept in one module, in five sections (each opens with a banner comment below):
+
+1. *Input handling*: the door of every function (`check_arguments`, `check_scale`);
+2. *The reduced form of z*: $h$, $r$, $\log r$ and each standardized function's value and analytic derivatives;
+3. *Public functions*: `prob`, `log_prob`, `nll`, `cdf`, `sf`, `log_cdf`, `log_sf`, `icdf`, `rsample`, `linear`;
+4. *The tail kernel of the One-vs-Rest loss*: `tail_terms` and `tail_nll`, the $a(d, s)$ of `causalqwen.losses`;
+5. *Divergence between two Cauchy laws*: `kl_divergence`, the elementwise term of `causalqwen.divergence`.
 """
 
 from __future__ import annotations

@@ -30,27 +30,26 @@ Where the base law comes from depends on what is trained (`BaseLawOfU`):
   what the abduction network does with $z$;
 * backbone trained in full (preset ``all``): the base model's own pass, by a frozen copy of the base
   `CausalQwenModel`;
-* LoRA (preset ``lora``): the same model with its adapters disabled (`causalqwen.lora.base_reference`, peft's
+* LoRA (preset ``lora``): the same model with its adapters disabled (`causalqwen.integrations.lora.base_reference`, peft's
   ``disable_adapter``), which also switches to the base copies of the modules trained beside the adapters
   (numerical embedding, abduction, head), so no second model is held: the cost is one more forward pass.
 """
 
 from __future__ import annotations
 
-import copy
 import contextlib
+import copy
 import math
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-
 from transformers import Trainer, TrainerCallback
 
 from .cauchy import kl_divergence
-from .checkpoint import value_problem
+from .files.checkpoint import value_problem
+from .integrations.lora import base_reference, is_peft_model
 from .losses import at_least_float32
-from .lora import base_reference, is_peft_model
 
 __all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrainer", "dual_ascent"]
 
@@ -96,7 +95,7 @@ class BaseLawOfU:
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
         if kind == "adapters" and not is_peft_model(model):
-            raise TypeError("the adapter-disabled base pass needs a peft model (causalqwen.lora.add_lora)")
+            raise TypeError("the adapter-disabled base pass needs a peft model (causalqwen.integrations.lora.add_lora)")
         self.kind = kind
         self.model = model
         self.frozen = None
@@ -149,7 +148,7 @@ class BaseLawOfU:
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         """Load what `state_dict` gave (read back from a checkpoint): the same tensors with the same shapes, and
-        `causalqwen.checkpoint.value_problem` for each (floating point, finite in the reference's own dtype: an
+        `causalqwen.files.checkpoint.value_problem` for each (floating point, finite in the reference's own dtype: an
         integer tensor is never cast, a float64 1e300 never becomes inf); ``ValueError`` naming every tensor at
         fault, before anything is copied."""
         if self.frozen is None:

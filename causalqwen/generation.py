@@ -32,21 +32,22 @@ from torch import Tensor
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
-from .checks import as_bool_mask
-from .doors import check_forward, refuse_meta
-from .head import DecisionHead
+from .checks.doors import check_forward, position_ids_from_mask, refuse_meta
+from .checks.values import as_bool_mask
+from .decision import DecisionHead
 from .inference import (
     as_number,
     check_mode,
-    check_normalize,
     check_noise,
+    check_normalize,
     check_sampling_args,
     check_uniform,
     draw_standard_cauchy,
     draw_uniform,
 )
 
-__all__ = ["generate", "GenerationOutput"]
+__all__ = ["generate", "GenerationOutput", "check_prompt", "check_generator", "check_length", "mode_draws",
+           "widened_values"]
 
 
 @dataclass
@@ -157,29 +158,60 @@ def check_length(config, longest: int, new_tokens: int, max_length: int | None =
                      f"max_position_embeddings={limit}; lower max_length")
 
 
-def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: str, batch: int, causal_size: int):
+def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: str, shape: tuple[int, int]):
     if value is None:
         return None
     if mode != wanted_mode:
         raise ValueError(f"{name} fixes the per-sequence draw of mode {wanted_mode!r}; it has no meaning for mode {mode!r}")
     if not isinstance(value, Tensor):
         raise TypeError(f"{name} must be a tensor of shape [B, C] or [C], got {type(value).__name__}")
+    batch, causal_size = shape
     if value.shape not in ((causal_size,), (batch, causal_size)):
         raise ValueError(f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}")
     value = check_uniform(value) if name == "uniform" else check_noise(value)
     return value.expand(batch, causal_size)
 
 
-def _draws(model, input_ids, mode: str, uniform, noise, generator, sampling) -> dict:
-    """The random inputs of every step: the shared modes' one draw per row (given or drawn now), the generator."""
-    batch, causal_size, device = input_ids.shape[0], model.config.causal_size, input_ids.device
-    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", batch, causal_size)
-    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", batch, causal_size)
+def mode_draws(model, input_ids: Tensor, mode: str, *, uniform=None, noise=None, generator=None) -> dict:
+    """The random inputs of every step of ``mode``, as keywords of `DecisionHead.choose` / ``step_scores``: the shared
+    modes' one draw per row (``uniform`` / ``noise`` as given, checked, or drawn now from ``generator``) and the
+    generator (``causal``'s draws per step). Both generation loops take their draws from here."""
+    shape, device = (input_ids.shape[0], model.config.causal_size), input_ids.device
+    fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", shape)
+    fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", shape)
     if mode == "shared_individual" and fixed_uniform is None:
-        fixed_uniform = draw_uniform((batch, causal_size), generator=generator, device=device)  # once per row
+        fixed_uniform = draw_uniform(shape, generator=generator, device=device)  # once per row
     if mode == "shared_noise" and fixed_noise is None:
-        fixed_noise = draw_standard_cauchy((batch, causal_size), generator=generator, device=device)
-    return dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator, sampling=sampling)
+        fixed_noise = draw_standard_cauchy(shape, generator=generator, device=device)
+    return dict(uniform=fixed_uniform, noise=fixed_noise, generator=generator)
+
+
+def widened_values(numeric_values, input_ids: Tensor) -> Tensor:
+    """The values column the generated values are appended to: float32 or float64, never narrower.
+
+    Integer, float16 or bfloat16 prompts are widened to float32: the generated values are float32
+    predictions and must not be cast into a type that truncates (11.58 -> 11), wraps (uint8) or
+    overflows (-1e5 -> -inf) them."""
+    if numeric_values is None:
+        return torch.zeros(input_ids.shape, device=input_ids.device)  # [B, S]
+    if numeric_values.dtype.is_floating_point and torch.finfo(numeric_values.dtype).bits >= 32:
+        return numeric_values
+    return numeric_values.to(torch.float32)
+
+
+@dataclass
+class _Rule:
+    """How `generate` goes on, every argument checked: the mode and its draws, the sampling settings of
+    ``traditional`` (temperature, top_k, top_p, normalize), the length and the stop."""
+
+    mode: str
+    draws: dict
+    sampling: tuple
+    max_new_tokens: int
+    eos_ids: list[int]
+    pad_token_id: int
+    use_cache: bool
+    trace: bool
 
 
 def generate(
@@ -187,6 +219,7 @@ def generate(
     input_ids: torch.LongTensor,
     numeric_values: torch.FloatTensor | None = None,
     attention_mask: torch.Tensor | None = None,
+    *,
     mode: str = "standard",
     max_new_tokens: int = 32,
     generator: torch.Generator | None = None,
@@ -195,7 +228,6 @@ def generate(
     top_p: float = 1.0,
     eos_token_id: int | list[int] | None = None,
     use_cache: bool = True,
-    *,
     pad_token_id: int | None = None,
     normalize: str = "softmax",
     uniform: Tensor | None = None,
@@ -224,37 +256,13 @@ def generate(
         uniform: fixes $\varepsilon$ of ``shared_individual``, ``[B, C]`` or ``[C]`` in (0, 1).
         noise: fixes $\varepsilon_n$ of ``shared_noise``, ``[B, C]`` or ``[C]``, finite.
         output_decision_inputs: also return $U$ and $U'$ of every step.
+
+    Everything after ``attention_mask`` is keyword-only.
     """
-    mask, eos_ids, pad_token_id, max_new_tokens, sampling = _check_arguments(
-        model, input_ids, numeric_values, attention_mask, mode, max_new_tokens, generator, (temperature, top_k, top_p),
-        normalize, eos_token_id, pad_token_id)
-    draws = _draws(model, input_ids, mode, uniform, noise, generator, sampling)
-    values = _widened(numeric_values, input_ids)  # [B, S]
-    with torch.no_grad():
-        sequences, values, mask, trace = _loop(model, input_ids, values, mask, mode, draws, max_new_tokens, eos_ids,
-                                               pad_token_id, use_cache, output_decision_inputs)
-    traced = {}
-    if output_decision_inputs and trace:
-        names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
-        traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
-    return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
-
-
-def _check_arguments(model, input_ids, numeric_values, attention_mask, mode, max_new_tokens, generator, sampling,
-                     normalize, eos_token_id, pad_token_id):
-    """`generate`'s door: every argument checked once (the prompt with `doors.check_forward`), before the loop.
-    Returns the prompt mask, the EOS ids, the pad id, ``max_new_tokens`` and the sampling settings."""
-    if not isinstance(getattr(model, "action", None), DecisionHead) or not hasattr(model, "model"):
-        raise TypeError(
-            f"model must be a CausalQwenForCausalLM (convert a Qwen2 model with CausalQwenForCausalLM.from_qwen), "
-            f"got {type(model).__name__}"
-        )
+    _check_model(model)
     check_mode(mode)
-    requested = max_new_tokens
-    max_new_tokens = as_number(max_new_tokens, integer=True)
-    if max_new_tokens is None or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {requested!r}")
-    sampling = (*check_sampling_args(*sampling), check_normalize(normalize))
+    new_tokens = _checked_max_new_tokens(max_new_tokens)
+    sampling = (*check_sampling_args(temperature, top_k, top_p), check_normalize(normalize))
     if mode != "traditional" and sampling != (1.0, 0, 1.0, "softmax"):
         raise ValueError(
             f"temperature, top_k, top_p and normalize apply to mode='traditional' only; mode {mode!r} does not sample "
@@ -263,54 +271,72 @@ def _check_arguments(model, input_ids, numeric_values, attention_mask, mode, max
     check_generator(generator)
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError("input_ids must be a [B, S] integer tensor")
-    config = model.config
-    mask, longest = check_prompt(config, input_ids, numeric_values, attention_mask)
-    check_length(config, longest, max_new_tokens)
-    eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id", config.vocab_size)
+    mask, longest = check_prompt(model.config, input_ids, numeric_values, attention_mask)
+    check_length(model.config, longest, new_tokens)
+    eos_ids, pad_token_id = _stop_ids(model.config, eos_token_id, pad_token_id)
+    draws = mode_draws(model, input_ids, mode, uniform=uniform, noise=noise, generator=generator)
+    rule = _Rule(mode, draws, sampling, new_tokens, eos_ids, pad_token_id, use_cache, output_decision_inputs)
+    with torch.no_grad():
+        sequences, values, mask, trace = _loop(model, input_ids, widened_values(numeric_values, input_ids), mask, rule)
+    traced = {}
+    if output_decision_inputs and trace:
+        names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
+        traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
+    return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
+
+
+def _check_model(model) -> None:
+    if not isinstance(getattr(model, "action", None), DecisionHead) or not hasattr(model, "model"):
+        raise TypeError(
+            f"model must be a CausalQwenForCausalLM (convert a Qwen2 model with CausalQwenForCausalLM.from_qwen), "
+            f"got {type(model).__name__}"
+        )
+
+
+def _checked_max_new_tokens(max_new_tokens) -> int:
+    requested = as_number(max_new_tokens, integer=True)
+    if requested is None or requested < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    return requested
+
+
+def _stop_ids(config, eos_token_id, pad_token_id) -> tuple[list[int], int]:
+    """The EOS ids (default: the config's) and the pad id (default: the config's, else the first EOS id, else 0)."""
+    eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id",
+                         config.vocab_size)
     if pad_token_id is None:
         pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
-    return mask, eos_ids, pad_token_id, max_new_tokens, sampling
+    return eos_ids, pad_token_id
 
 
-def _widened(numeric_values, input_ids: Tensor) -> Tensor:
-    """The values column the generated values are appended to: float32 or float64, never narrower.
-
-    Integer, float16 or bfloat16 prompts are widened to float32: the generated values are float32
-    predictions and must not be cast into a type that truncates (11.58 -> 11), wraps (uint8) or
-    overflows (-1e5 -> -inf) them."""
-    if numeric_values is None:
-        return torch.zeros(input_ids.shape, device=input_ids.device)  # [B, S]
-    if numeric_values.dtype.is_floating_point and torch.finfo(numeric_values.dtype).bits >= 32:
-        return numeric_values
-    return numeric_values.to(torch.float32)
-
-
-def _loop(model, sequences, values, mask, mode, draws, max_new_tokens, eos_ids, pad_token_id, use_cache, trace_inputs):
+def _loop(model, sequences: Tensor, values: Tensor, mask: Tensor, rule: _Rule):
     """The generation loop on checked inputs: abduce, let the head choose, append, stop when every row has.
 
-    One host synchronisation per step (whether any row is still running)."""
-    config, head = model.config, model.action
-    eos = torch.tensor(eos_ids, dtype=sequences.dtype, device=sequences.device)
+    One host synchronisation per step (whether any row is still running); Qwen2 adds its own mask check when the
+    prompts are padded, as it does in its own ``generate``."""
+    head = model.action
+    eos = torch.tensor(rule.eos_ids, dtype=sequences.dtype, device=sequences.device)
     unfinished = torch.ones(sequences.shape[0], dtype=torch.bool, device=sequences.device)  # [B]
-    cache = DynamicCache(config=config) if use_cache else None
+    cache = DynamicCache(config=model.config) if rule.use_cache else None
     # |W_cls| [V, C], formed once, not per step; traditional sampling from softmax(loc_S / T) never needs it
-    needs_scales = mode != "traditional" or draws["sampling"][3] == "ovr"
+    needs_scales = rule.mode != "traditional" or rule.sampling[3] == "ovr"
     abs_weight = head.classification_head.weight.abs() if needs_scales else None
-    positions = (mask.cumsum(-1) - 1).clamp_min(0)  # [B, S] real tokens only (left padding)
+    positions = position_ids_from_mask(mask)  # [B, S] real tokens only (left padding)
     # What Qwen2 sees: the prompts' padding, then every step as real. A finished row goes on attending to its own
     # pad tokens, but its outputs are discarded; without prompt padding Qwen2 gets no mask (and checks none).
     seen = mask if not bool(mask.all()) else None
     step_ids, step_values, step_positions, trace = sequences, values, positions, []
-    for _ in range(max_new_tokens):
-        if not use_cache:
+    for _ in range(rule.max_new_tokens):
+        if not rule.use_cache:
             step_ids, step_values, step_positions = sequences, values, positions
-        law = model.model.law_of_U(step_ids, step_values, seen, step_positions, cache, use_cache)
+        law = model.model.law_of_U(step_ids, step_values, seen, position_ids=step_positions, cache=cache,
+                                   use_cache=rule.use_cache)
         loc_U, scale_U = law.loc_U[:, -1], law.scale_U[:, -1]  # [B, C] each
-        choice = head.choose(mode, loc_U, scale_U, abs_weight=abs_weight, **draws)
-        if trace_inputs:
+        choice = head.choose(rule.mode, loc_U, scale_U, abs_weight=abs_weight, sampling=rule.sampling, **rule.draws)
+        if rule.trace:
             trace.append((loc_U, scale_U, choice.loc, choice.scale))
-        token = torch.where(unfinished, choice.token, torch.full_like(choice.token, pad_token_id))  # [B]
+        token = torch.where(unfinished, choice.token, torch.full_like(choice.token, rule.pad_token_id))  # [B]
         value = torch.where(unfinished, choice.value.float(), 0.0).to(values.dtype)  # [B], float32 or wider
         sequences = torch.cat([sequences, token[:, None]], dim=1)  # [B, S + t]
         values = torch.cat([values, value[:, None]], dim=1)

@@ -4,6 +4,11 @@ Four of the modes differ in one thing only: the *decision input* $U'$ that the l
 receives. Everything downstream is the same closed-form Cauchy algebra
 (`ActionNetwork.decide`), followed by the OvR argmax (`predict`).
 
+This module owns the rules of D11 once: the decision input of each mode (`decision_input`), the OvR argmax
+(`predicted_token`), the value beside a token (`predicted_value`) and the traditional sampling distribution
+(`traditional_probabilities`). Each public door checks its arguments and then runs its trusted form
+(``*_unchecked``, or the two ``predicted_*`` functions), which `DecisionHead` calls on inputs the model has checked.
+
 | mode | decision input $U'$ | randomness |
 |---|---|---|
 | ``standard`` | $\mathrm{Cauchy}(\mathrm{loc}_U,\ \mathrm{scale}_U + \lvert b_{\mathrm{noise}}\rvert)$ | none |
@@ -32,26 +37,32 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .checks import check_threshold
+from .action import check_law, noise_infused_scale
+from .checks.values import check_threshold
 from .losses import at_least_float32, ovr_tail_nll
 
 __all__ = [
-    "MODES",
     "DECISION_MODES",
+    "MODES",
+    "as_number",
+    "check_law_of_U",
     "check_mode",
+    "check_noise",
+    "check_normalize",
     "check_sampling_args",
     "check_temperature",
-    "tempered_scores",
-    "check_normalize",
     "check_uniform",
-    "check_noise",
-    "as_number",
-    "draw_uniform",
-    "draw_standard_cauchy",
     "decision_input",
+    "decision_input_unchecked",
+    "draw_standard_cauchy",
+    "draw_uniform",
     "predict",
-    "traditional_probabilities",
+    "predicted_token",
+    "predicted_value",
     "sample_token",
+    "tempered_scores",
+    "traditional_probabilities",
+    "traditional_probabilities_unchecked",
 ]
 
 DECISION_MODES = ("standard", "causal", "shared_individual", "shared_noise")
@@ -100,13 +111,15 @@ def check_noise(noise: Tensor) -> Tensor:
     return noise
 
 
-def _check_law_of_U(loc_U, scale_U, noise_scale) -> None:
-    """``loc_U``, ``scale_U`` tensors of one shape ``[..., C]``; ``noise_scale`` ``[C]`` and >= 0 (it is $|b_{noise}|$)."""
-    for name, tensor in (("loc_U", loc_U), ("scale_U", scale_U), ("noise_scale", noise_scale)):
-        if not isinstance(tensor, Tensor) or not tensor.dtype.is_floating_point:
-            raise TypeError(f"{name} must be a floating-point tensor, got {getattr(tensor, 'dtype', type(tensor).__name__)}")
-    if loc_U.dim() == 0 or scale_U.shape != loc_U.shape:
+def check_law_of_U(loc_U, scale_U, noise_scale) -> None:
+    r"""`decision_input`'s door for the law: ``loc_U``, ``scale_U`` of one shape ``[..., C]`` (`action.check_law`),
+    and ``noise_scale`` a floating-point ``[C]`` tensor >= 0 (it is $|b_{\mathrm{noise}}|$)."""
+    if not isinstance(noise_scale, Tensor) or not noise_scale.dtype.is_floating_point:
+        raise TypeError(f"noise_scale must be a floating-point tensor, got "
+                        f"{getattr(noise_scale, 'dtype', type(noise_scale).__name__)}")
+    if isinstance(loc_U, Tensor) and isinstance(scale_U, Tensor) and (loc_U.dim() == 0 or scale_U.shape != loc_U.shape):
         raise ValueError(f"loc_U and scale_U must have one shape [..., C]; got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
+    check_law(loc_U, scale_U, None, ("loc_U", "scale_U"))
     if noise_scale.shape != loc_U.shape[-1:]:
         raise ValueError(f"noise_scale must have shape [C] = {tuple(loc_U.shape[-1:])}, got {tuple(noise_scale.shape)}")
     if not bool((noise_scale >= 0).all()):
@@ -122,34 +135,40 @@ def decision_input(
     uniform: Tensor | None = None,
     noise: Tensor | None = None,
     generator: torch.Generator | None = None,
-    checked: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Location and scale of the decision input $U'$ for ``mode`` (the table above, decision D11).
 
-    - ``standard``: $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$;
+    - ``standard``: $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$ (`action.noise_infused_scale`);
     - ``causal``, ``shared_individual``: $(\mathrm{loc}_U + \mathrm{scale}_U \odot \tan(\pi(\varepsilon - \tfrac12)),\ |b_{\mathrm{noise}}|)$;
     - ``shared_noise``: $(\mathrm{loc}_U + |b_{\mathrm{noise}}| \odot \varepsilon_n,\ \mathrm{scale}_U)$.
 
     Args:
         loc_U: location of the law of $U$, ``[..., C]``.
-        scale_U: its scale, ``[..., C]``.
+        scale_U: its scale, ``[..., C]``, >= 0.
         noise_scale: $|b_{\mathrm{noise}}|$, ``[C]``.
         uniform: $\varepsilon$, values in $(0, 1)$ broadcastable to ``[..., C]``; drawn from ``generator`` if omitted.
         noise: $\varepsilon_n$, standard-Cauchy values broadcastable to ``[..., C]``; drawn if omitted.
         generator: the source of the draws when ``uniform`` / ``noise`` are omitted.
-        checked: False for a caller that has checked the arguments at its own door (`DecisionHead.choose`).
 
     Returns ``(loc, scale)``, both ``[..., C]`` in the dtype of ``loc_U``. The sampled modes form
     $\tan(\cdot)$ in float64. A zero $|b_{\mathrm{noise}}|$ is allowed: the action network clamps the
-    resulting decision scales at ``scale_eps``.
+    resulting decision scales at ``scale_eps``. This is the door: every argument is checked, then
+    `decision_input_unchecked` runs.
     """
-    if checked:
-        check_mode(mode, DECISION_MODES)
-        _check_law_of_U(loc_U, scale_U, noise_scale)
-        uniform = check_uniform(uniform) if uniform is not None else None
-        noise = check_noise(noise) if noise is not None else None
+    check_mode(mode, DECISION_MODES)
+    check_law_of_U(loc_U, scale_U, noise_scale)
+    uniform = check_uniform(uniform) if uniform is not None else None
+    noise = check_noise(noise) if noise is not None else None
+    return decision_input_unchecked(mode, loc_U, scale_U, noise_scale, uniform=uniform, noise=noise,
+                                    generator=generator)
+
+
+def decision_input_unchecked(mode: str, loc_U: Tensor, scale_U: Tensor, noise_scale: Tensor, *,
+                             uniform: Tensor | None = None, noise: Tensor | None = None,
+                             generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """`decision_input` on arguments already checked (`DecisionHead.decide_step`, whose door is the model's)."""
     if mode == "standard":
-        return loc_U, scale_U + noise_scale  # [..., C]
+        return loc_U, noise_infused_scale(scale_U, noise_scale)  # [..., C]
     if mode in ("causal", "shared_individual"):
         if uniform is None:
             uniform = draw_uniform(loc_U.shape, generator=generator, device=loc_U.device)  # on the grid, in range
@@ -164,12 +183,26 @@ def decision_input(
     return shifted, scale_U
 
 
-def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_id: int) -> tuple[Tensor, Tensor]:
-    r"""Token $\hat k = \arg\max_k P_k$ and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>`` (0.0 elsewhere).
+def predicted_token(loc_S: Tensor, scale_S: Tensor, threshold) -> Tensor:
+    r"""$\hat k = \arg\max_k P_k$, $P_k = P(S_k > C_k)$, on inputs already checked; ``[..., V]`` in, ``[...]`` (long) out.
 
-    The argmax is taken over $\log P_k$ (the Cauchy log survival function at $C_k$), which is
-    monotone in $P_k$ but keeps classes apart where $P_k$ itself rounds to 1. Shapes: ``loc_S``,
-    ``scale_S`` ``[..., V]``, ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
+    The argmax is taken over $\log P_k$ (the Cauchy log survival function at $C_k$, `losses.ovr_tail_nll`), which is
+    monotone in $P_k$ but keeps classes apart where $P_k$ itself rounds to 1. Ties go to the lower class id.
+    """
+    neg_log_p, _ = ovr_tail_nll(loc_S, scale_S, threshold, off=False)  # -log P_k [..., V]
+    return neg_log_p.argmin(dim=-1)  # argmax_k log P_k [...]
+
+
+def predicted_value(token: Tensor, loc_Y: Tensor, num_token_id: int) -> Tensor:
+    r"""The value beside a token, $\hat y = \mathrm{loc}_Y$ where it is ``<NUM>`` and 0.0 elsewhere; ``[...]`` each."""
+    return torch.where(token == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]
+
+
+def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_id: int) -> tuple[Tensor, Tensor]:
+    r"""Token $\hat k = \arg\max_k P_k$ (`predicted_token`) and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>``, 0.0
+    elsewhere (`predicted_value`), after checking every argument.
+
+    Shapes: ``loc_S``, ``scale_S`` ``[..., V]``, ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
     """
     num_classes = loc_S.shape[-1]
     if isinstance(num_token_id, bool) or not isinstance(num_token_id, numbers.Integral) or not 0 <= num_token_id < num_classes:
@@ -178,10 +211,8 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
         raise ValueError(f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim {tuple(loc_S.shape[:-1])}")
     check_threshold(threshold, num_classes)
     cauchy.check_scale(scale_S)
-    neg_log_p, _ = ovr_tail_nll(loc_S, scale_S, threshold, off=False)  # -log P_k [..., V]
-    token_ids = neg_log_p.argmin(dim=-1)  # argmax_k log P_k [...]
-    values = torch.where(token_ids == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]
-    return token_ids, values
+    token_ids = predicted_token(loc_S, scale_S, threshold)  # [...]
+    return token_ids, predicted_value(token_ids, loc_Y, num_token_id)
 
 
 def as_number(value, integer: bool = False):
@@ -239,16 +270,8 @@ def check_normalize(normalize) -> str:
     return normalize
 
 
-def traditional_probabilities(
-    loc_S: Tensor,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    scale_S: Tensor | None = None,
-    threshold=None,
-    normalize: str = "softmax",
-    checked: bool = True,
-) -> Tensor:
+def traditional_probabilities(loc_S: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, *,
+                              scale_S: Tensor | None = None, threshold=None, normalize: str = "softmax") -> Tensor:
     r"""A categorical distribution over the $V$ classes for top-k / top-p sampling (decision D11).
 
     ``normalize="softmax"``: $p_k \propto \exp(\mathrm{loc}_{S_k} / T)$, the base model's sampling
@@ -260,16 +283,25 @@ def traditional_probabilities(
     and top-p keeps the smallest set of most probable classes whose mass reaches ``top_p`` (always at
     least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
     summing to 1. The division by ``temperature`` is `tempered_scores`: a tiny temperature puts all the mass on
-    the most probable class (ties share it).
+    the most probable class (ties share it). This is the door: the arguments are checked, then
+    `traditional_probabilities_unchecked` runs.
     """
-    if checked:
-        temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
-        check_normalize(normalize)
-        if normalize == "ovr":
-            if scale_S is None or threshold is None:
-                raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
-            check_threshold(threshold, loc_S.shape[-1])
-            cauchy.check_scale(scale_S)
+    temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
+    check_normalize(normalize)
+    if normalize == "ovr":
+        if scale_S is None or threshold is None:
+            raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
+        check_threshold(threshold, loc_S.shape[-1])
+        cauchy.check_scale(scale_S)
+    return traditional_probabilities_unchecked(loc_S, temperature, top_k, top_p, scale_S=scale_S, threshold=threshold,
+                                               normalize=normalize)
+
+
+def traditional_probabilities_unchecked(loc_S: Tensor, temperature: float, top_k: int, top_p: float, *,
+                                        scale_S: Tensor | None = None, threshold=None,
+                                        normalize: str = "softmax") -> Tensor:
+    """`traditional_probabilities` on arguments already checked (``temperature``, ``top_k``, ``top_p`` Python
+    numbers from `check_sampling_args`), for `DecisionHead.choose`."""
     if normalize == "softmax":
         scores = loc_S  # [..., V]
     else:

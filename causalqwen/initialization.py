@@ -43,7 +43,7 @@ import numbers
 import torch
 from torch import Tensor
 
-from .loading import CACHE_NAME
+from .files.loading import CACHE_NAME
 
 __all__ = [
     "THRESHOLD_INITS",

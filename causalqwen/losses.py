@@ -10,11 +10,21 @@ cross-entropies, evaluated entirely in log space with the one tail kernel `cauch
 (decision D8; no ``eps`` inside a logarithm):
 $-\log(1 - P_k) = a(d_k, s_k)$ and $-\log P_k = a(-d_k, s_k)$ with $d_k = \mathrm{loc}_{S_k} - C_k$.
 
-This module is the *literal* path: it takes the full ``[..., V]`` tensors. `causalqwen.fused` computes
+This module is the *literal* path: it takes the full ``[..., V]`` tensors. `causalqwen.kernels.fused` computes
 the same classification loss tile by tile, and `fused_total_loss` assembles the same total from it.
 Labels here are already aligned with positions; the next-token shift is `DecisionHead.next_token_targets`.
-Every public function checks its arguments (the doors); the ``_unchecked`` forms are for the decision
-head, which has checked them once.
+
+Two kinds of function, one of each per job:
+
+| job | the door (checks its arguments) | the trusted form (the decision head's, inputs checked once) |
+|---|---|---|
+| $P_k$, $\log P_k$, $\log(1 - P_k)$ | `ovr_probability`, `ovr_log_probability` | `ovr_tail_nll` |
+| $L_{\mathrm{cls}}$ per position | `ovr_classification_loss` | (inside the totals) |
+| $\mathrm{gate}\cdot\mathrm{nll}$ | `gated_regression_loss` | (inside the totals) |
+| $L$ from the decisions ``[..., V]`` | `total_loss` | `total_from_decisions` |
+| $L$ from the law of $U$, tiled | `fused_total_loss` | `total_from_law_of_U` |
+
+The gate's $P_{\langle NUM\rangle}$ is `causalqwen.action.num_probability`, the same for both totals.
 """
 
 from __future__ import annotations
@@ -26,9 +36,15 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .action import ActionOutput
-from .checks import as_bool_mask, check_labels, check_threshold
-from .fused import Tiling, default_tiling, fused_loss_unchecked, fused_ovr_classification_loss
+from .action import ActionOutput, check_law, num_probability
+from .checks.values import as_bool_mask, check_labels, check_threshold
+from .kernels.fused import (
+    HeadInputs,
+    Tiling,
+    default_tiling,
+    fused_ovr_classification_loss,
+    tiled_ovr_loss,
+)
 
 __all__ = [
     "ovr_probability",
@@ -37,9 +53,11 @@ __all__ = [
     "gated_regression_loss",
     "total_loss",
     "fused_total_loss",
+    "ovr_tail_nll",
+    "total_from_decisions",
+    "total_from_law_of_U",
     "LossParts",
     "LossSettings",
-    "as_bool_mask",
     "at_least_float32",
     "fused_ovr_classification_loss",
 ]
@@ -170,13 +188,18 @@ def _loss_masks(labels, num_classes, numeric_targets, loc_Y, attention_mask, set
     return valid
 
 
-def _assemble(cls_loss_sum, cls_loss, p_num, loc_Y, scale_Y, numeric_targets, valid, num_mask,
-              settings: LossSettings) -> LossParts:
-    n_cls = valid.sum()
+def _total(cls_loss_sum: Tensor, cls_loss: Tensor | None, num_decision: ActionOutput, labels: Tensor,
+           numeric_targets: Tensor, *, scored: Tensor, settings: LossSettings) -> LossParts:
+    r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ and ``num_decision``: the
+    law of $S_{\langle NUM\rangle}$ (``loc_S``, ``scale_S``) and of $Y$, all ``[...]``, in at least float32."""
+    n_cls = scored.sum()
     cls_loss_mean = cls_loss_sum / n_cls.clamp(min=1)
+    p_num = num_probability(num_decision.loc_S, num_decision.scale_S, settings.threshold, settings.num_token_id)  # [...]
     if settings.detach_gate:
         p_num = p_num.detach()
-    reg_loss = _gated_regression(loc_Y, scale_Y, numeric_targets, p_num, num_mask, settings.gate_alpha)  # [...]
+    num_mask = scored & (labels == settings.num_token_id)  # [...]
+    reg_loss = _gated_regression(num_decision.loc_Y, num_decision.scale_Y, numeric_targets, p_num, num_mask,
+                                 settings.gate_alpha)  # [...]
     n_reg = num_mask.sum()
     reg_loss_effective = reg_loss.sum() / n_reg.clamp(min=1)
     return LossParts(
@@ -190,36 +213,30 @@ def _assemble(cls_loss_sum, cls_loss, p_num, loc_Y, scale_Y, numeric_targets, va
     )
 
 
-def _class_threshold(threshold, k: int):
-    return threshold[k] if isinstance(threshold, Tensor) and threshold.dim() > 0 else threshold
-
-
-def literal_total(decision: ActionOutput, labels: Tensor, numeric_targets: Tensor, valid: Tensor,
-                  settings: LossSettings) -> LossParts:
-    """`total_loss` on checked inputs: ``valid`` marks the scored positions (labels elsewhere are ignored)."""
-    loc_S, scale_S, loc_Y, scale_Y = (at_least_float32(t) for t in decision)
-    cls_loss = _ovr_loss(loc_S, scale_S, labels, valid, settings.threshold)  # [...]
+def total_from_decisions(decision: ActionOutput, labels: Tensor, numeric_targets: Tensor, *, scored: Tensor,
+                         settings: LossSettings) -> LossParts:
+    """`total_loss` on checked inputs: ``scored`` ``[...]`` marks the positions scored (labels elsewhere are ignored)."""
+    loc_S, scale_S, loc_Y, scale_Y = (at_least_float32(t) for t in decision)  # [..., V] x2, [...] x2
+    cls_loss = _ovr_loss(loc_S, scale_S, labels, scored, settings.threshold)  # [...]
     k = settings.num_token_id
-    p_num = cauchy.sf(_class_threshold(settings.threshold, k), loc_S[..., k], scale_S[..., k], checked=False)  # [...]
-    num_mask = valid & (labels == k)
-    return _assemble(cls_loss.sum(), cls_loss, p_num, loc_Y, scale_Y, numeric_targets, valid, num_mask, settings)
+    num_decision = ActionOutput(loc_S[..., k], scale_S[..., k], loc_Y, scale_Y)  # [...] each
+    return _total(cls_loss.sum(), cls_loss, num_decision, labels, numeric_targets, scored=scored, settings=settings)
 
 
-def fused_total(loc_U: Tensor, scale_U: Tensor, action, labels: Tensor, numeric_targets: Tensor, valid: Tensor,
-                settings: LossSettings, tiling: Tiling | None = None) -> tuple[LossParts, ActionOutput]:
-    """`fused_total_loss` on checked inputs."""
+def total_from_law_of_U(loc_U: Tensor, scale_U: Tensor, action, labels: Tensor, numeric_targets: Tensor, *,
+                        scored: Tensor, settings: LossSettings, tiling: Tiling | None = None) -> tuple[LossParts, ActionOutput]:
+    """`fused_total_loss` on checked inputs; returns the loss parts and the action's output at ``<NUM>`` alone."""
     head = action.classification_head
     tiling = tiling or default_tiling(loc_U.device, action.scale_eps)
-    k = settings.num_token_id
     # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
-    decision = action.standard(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[k])
+    decision = action.standard(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[settings.num_token_id])
     loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in decision)  # [..., 1] x2, [...] x2
     C = loc_U.shape[-1]
-    cls_loss_sum = fused_loss_unchecked(
-        at_least_float32(loc_U).reshape(-1, C), at_least_float32(scale_U).reshape(-1, C), head.weight, head.bias,
-        action.noise_scale, settings.threshold, labels.reshape(-1), valid.reshape(-1), tiling, "sum")
-    p_num = cauchy.sf(_class_threshold(settings.threshold, k), loc_S_num[..., 0], scale_S_num[..., 0], checked=False)
-    parts = _assemble(cls_loss_sum, None, p_num, loc_Y, scale_Y, numeric_targets, valid, valid & (labels == k), settings)
+    inputs = HeadInputs(at_least_float32(loc_U).reshape(-1, C), at_least_float32(scale_U).reshape(-1, C), head.weight,
+                        head.bias, action.noise_scale, settings.threshold)
+    cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
+    num_decision = ActionOutput(loc_S_num[..., 0], scale_S_num[..., 0], loc_Y, scale_Y)  # [...] each
+    parts = _total(cls_loss_sum, None, num_decision, labels, numeric_targets, scored=scored, settings=settings)
     return parts, decision
 
 
@@ -263,7 +280,8 @@ def total_loss(
     cauchy.check_scale(scale_Y)
     if scale_Y.shape != labels.shape:
         raise ValueError(f"scale_Y shape {tuple(scale_Y.shape)} must equal labels shape {tuple(labels.shape)}")
-    return literal_total(ActionOutput(loc_S, scale_S, loc_Y, scale_Y), labels, numeric_targets, valid, settings)
+    return total_from_decisions(ActionOutput(loc_S, scale_S, loc_Y, scale_Y), labels, numeric_targets, scored=valid,
+                                settings=settings)
 
 
 def fused_total_loss(
@@ -292,8 +310,9 @@ def fused_total_loss(
     ``scale_U`` ``[..., C]``, everything else ``[...]``.
     """
     settings = LossSettings(num_token_id, threshold, ignore_index, regression_weight, gate_alpha, detach_gate)
-    action._check_decision_input(loc_U, scale_U, ("loc_U", "scale_U"))
+    check_law(loc_U, scale_U, action.causal_size, ("loc_U", "scale_U"))
     valid = _loss_masks(labels, action.classification_head.weight.shape[0], numeric_targets, loc_U[..., 0],
                         attention_mask, settings)
     tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
-    return fused_total(loc_U, scale_U, action, labels, numeric_targets, valid, settings, tiling)
+    return total_from_law_of_U(loc_U, scale_U, action, labels, numeric_targets, scored=valid, settings=settings,
+                               tiling=tiling)

@@ -28,20 +28,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .head import next_token_targets
-from .inference import decision_input
-
+from .decision import next_token_targets
 from .losses import ovr_probability
 
 __all__ = [
-    "next_token_valid_mask",
-    "classification_metrics",
-    "regression_metrics",
-    "distribution_stats",
-    "ovr_prob_sums",
-    "ovr_prob_sum_median",
-    "evaluate_batch",
     "TrainerMetrics",
+    "classification_metrics",
+    "distribution_stats",
+    "evaluate_batch",
+    "next_token_valid_mask",
+    "ovr_prob_sum_median",
+    "ovr_prob_sums",
+    "regression_metrics",
     "with_log_prefixes",
 ]
 
@@ -131,9 +129,9 @@ def position_statistics(head, loc_U: Tensor, scale_U: Tensor, generator: torch.G
         parts["predicted"].append(head.predict(decision)[0])
         parts["loc_Y"].append(decision.loc_Y)
         parts["sums"].append(head.probabilities(decision).sum(-1))
-        if causal_sums:
-            loc_c, scale_c = decision_input("causal", loc, scale, head.noise_scale, generator=generator, checked=False)
-            parts["sums_causal"].append(head.probabilities(head._decide(loc_c, scale_c, None, None)).sum(-1))
+        if causal_sums:  # one individual u_i per position (causal mode, D11)
+            causal, _, _ = head.decide_step("causal", loc, scale, generator=generator)  # [n, V] x2, [n] x2
+            parts["sums_causal"].append(head.probabilities(causal).sum(-1))
     return {name: torch.cat(values) for name, values in parts.items() if values}
 
 
@@ -195,7 +193,7 @@ class TrainerMetrics:
 
     Trainer hands over no attention mask, so the labels stand for it: a position is scored when the next
     position's label is not ``ignore_index`` (D9's rule for batches padded on the right with ignored labels, as
-    `causalqwen.data.collate` makes them), and the statistics of $U$ pool the positions whose own label is not
+    `causalqwen.files.data.collate` makes them), and the statistics of $U$ pool the positions whose own label is not
     ignored.
     """
 
@@ -237,7 +235,7 @@ class TrainerMetrics:
 def _label_pair(labels) -> tuple:
     """``(labels, numeric_labels)`` from what Trainer passes: the tuple of the batch's label columns."""
     if not isinstance(labels, (tuple, list)) or len(labels) != 2:
-        raise ValueError("TrainerMetrics needs the labels (labels, numeric_labels): use causalqwen.data.collate, or "
+        raise ValueError("TrainerMetrics needs the labels (labels, numeric_labels): use causalqwen.files.data.collate, or "
                          'set TrainingArguments(label_names=["labels", "numeric_labels"])')
     return labels[0], labels[1]
 

@@ -6,29 +6,23 @@ that happen to be written with digits included, stays text. The grammar is one r
 `causalqwen.tokenization` uses them to encode, and `format_number` to write numbers the model
 generated. Numbers that came from a text are written back as they were written (their *surface
 text* travels with the encoding), so the grammar decides only what the model reads, never what
-comes back out.
+comes back out. The exact float32 arithmetic of rule V1 is `causalqwen.checks.float32`.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import struct
-from decimal import (
-    MAX_EMAX,
-    MIN_EMIN,
-    ROUND_CEILING,
-    ROUND_FLOOR,
-    Decimal,
-    localcontext,
-)
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import NamedTuple
 
 import numpy as np
 import regex
 
+from .checks.float32 import nearest_float32, within_float32_precision
+
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_before", "next_cut_place", "last_cut_place",
-           "split_numbers", "parse_number", "format_number", "join_numbers"]
+           "split_numbers", "parse_number", "format_number"]
 
 # ---------------------------------------------------------------------------------------------
 # The grammar
@@ -217,7 +211,6 @@ _LAST_CUT_PLACE = regex.compile(_CUT_PLACE_SOURCE, regex.VERBOSE | regex.REVERSE
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _IDENTIFIER_DIGITS = 9  # rule V2: a plain digit run with more significant digits than this is an identifier
-_OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103  # halfway between the largest float32 and 2**128
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
 # format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
 # positionally, all others in scientific notation (numpy's bounds for float64 scalars).
@@ -238,56 +231,10 @@ class _NumberError(ValueError):
     """A literal that matches the grammar but has no finite, faithful float32 value (rule V1)."""
 
 
-_FLOAT32 = struct.Struct("<f")
 _GROUPS = ("number", "sign", "integer", "fraction", "fraction_only", "exponent")
 _GROUP_INDICES = tuple(NUMBER_REGEX.groupindex[name] for name in _GROUPS)  # faster than the names
 _NUMBER_GROUP = _GROUP_INDICES[0]
 _UNKNOWN = object()
-
-
-def _round_decimal_to_float32(magnitude: str) -> float:
-    """Round a non-negative decimal literal (digits, optional fraction and exponent) to float32.
-
-    The result is the correctly rounded float32 value (round half to even), returned as a Python
-    float; it is ``inf`` when the literal is too large for float32.
-
-    Python's ``float`` rounds the literal correctly to float64, and the C cast to float (``struct``'s
-    ``"f"`` format) rounds that float64 to float32, half to even. Rounding twice can only go wrong when
-    the float64 lands exactly on the midpoint between two neighbouring float32 values although the
-    literal itself is not on it. A midpoint has at most 25 significant bits, so only such a float64 is
-    settled the slow way (`_round_at_float32_midpoint`).
-    """
-    as_double = float(magnitude)
-    try:
-        (as_single,) = _FLOAT32.unpack(_FLOAT32.pack(as_double))
-    except OverflowError:  # rounds beyond the largest float32, unless it sits exactly on the threshold
-        return _round_at_float32_midpoint(magnitude, as_double) if as_double == _OVERFLOW_THRESHOLD else math.inf
-    if as_single == as_double or not (math.frexp(as_double)[0] * 2**25).is_integer():
-        return as_single
-    return _round_at_float32_midpoint(magnitude, as_double)
-
-
-def _round_at_float32_midpoint(magnitude: str, as_double: float) -> float:
-    """The float32 nearest to the literal when its float64 may sit exactly between two float32 values:
-    the exact decimal value is compared with that midpoint."""
-    with np.errstate(over="ignore"):
-        as_single = np.float32(as_double)
-        # The two float32 values around as_double; an infinite upper neighbour stands for 2**128,
-        # where the next float32 would be if the exponent range went on.
-        if float(as_single) > as_double:
-            upper, lower = as_single, np.nextafter(as_single, np.float32(0))
-        else:
-            lower, upper = as_single, np.nextafter(as_single, np.float32(np.inf))
-    upper_value = float(upper) if np.isfinite(upper) else 2.0**128
-    midpoint = (float(lower) + upper_value) / 2  # exact: both are float32 values
-    if as_double != midpoint:
-        return float(as_single)
-    exact = Decimal(magnitude)
-    if exact < Decimal(midpoint):
-        return float(lower)
-    if exact > Decimal(midpoint):
-        return float(upper)
-    return float(as_single)  # a true tie: numpy already rounded half to even
 
 
 def _value_of_parts(sign, integer, fraction, exponent) -> float:
@@ -299,7 +246,7 @@ def _value_of_parts(sign, integer, fraction, exponent) -> float:
     """
     mantissa = (integer or "0").replace(",", "") + (fraction or "")
     literal = mantissa + (exponent or "")
-    magnitude = _round_decimal_to_float32(literal)
+    magnitude = nearest_float32(literal)
     if math.isinf(magnitude):
         raise _NumberError(f"overflows float32 (the largest finite float32 is {_FLOAT32_MAX:.8g})")
     if magnitude <= _FLOAT32_TINY:  # above it, rounding is always within float32's precision (rule V1)
@@ -310,7 +257,7 @@ def _value_of_parts(sign, integer, fraction, exponent) -> float:
 def _check_underflow(literal: str, magnitude: float) -> None:
     """Rule V1 at the bottom of float32's range: the literal is read only if its float32 ``magnitude`` is within
     float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it."""
-    if _is_faithful(Decimal(literal), magnitude):
+    if within_float32_precision(Decimal(literal), magnitude):
         return
     if magnitude == 0.0:
         raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
@@ -319,21 +266,6 @@ def _check_underflow(literal: str, magnitude: float) -> None:
         f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is {nearest}"
         f"{format_number(magnitude)}, which would silently change it"
     )
-
-
-def _is_faithful(exact: Decimal, single: float) -> bool:
-    """Whether ``single`` is within float32's relative precision of the decimal ``exact``:
-    ``|single - exact| <= 2**-24 * |exact|``, computed without rounding (rule V1).
-
-    The context holds every digit of both numbers and of the difference times 2**24, so no step rounds;
-    a literal of a million digits costs time in proportion (``Fraction`` would be quadratic)."""
-    as_decimal = Decimal(single)  # exact: a float is a binary fraction
-    lowest = min(exact.as_tuple().exponent, as_decimal.as_tuple().exponent)
-    highest = max(exact.adjusted(), as_decimal.adjusted()) + 9  # 2**24 has 8 digits
-    with localcontext() as context:
-        context.prec = max(highest - lowest + 2, 28)
-        context.Emin, context.Emax = MIN_EMIN, MAX_EMAX
-        return abs(as_decimal - exact) * 2**24 <= abs(exact)
 
 
 def _is_identifier(integer, fraction, exponent) -> bool:
@@ -448,37 +380,6 @@ def split_numbers(text: str) -> list[tuple[str, str | float]]:
     return pieces
 
 
-def join_numbers(pieces: list[tuple[str, bool]]) -> str:
-    """Concatenate ``(text, is_number)`` pieces so that every number piece reads back as itself.
-
-    Concatenated, a number can run into its neighbours: "0.88" and "-0.24" read as 0.88, a dash and
-    0.24; "found" and "5" as the identifier "found5"; "0" and "xe" as the hex literal "0xe". Such a
-    number gets a space before it, and if that is not enough, a space after it too: between spaces,
-    every output of `format_number` and every number as written in a text reads as itself. Pieces
-    that came from one text, unchanged, already read back: they are joined as they are.
-    """
-    numbers_at = [index for index, (_, is_number) in enumerate(pieces) if is_number]
-    spaces = dict.fromkeys(numbers_at, 0)
-    for _ in range(3):
-        parts, spans, length = [], {}, 0
-        for index, (text, _) in enumerate(pieces):
-            before = " " if spaces.get(index, 0) >= 1 else ""
-            after = " " if spaces.get(index, 0) >= 2 else ""
-            spans[index] = (length + len(before), length + len(before) + len(text))
-            parts += [before, text, after]
-            length += len(before) + len(text) + len(after)
-        joined = "".join(parts)
-        if not numbers_at:
-            return joined
-        read = {(number.start, number.end) for number in find_numbers(joined)}
-        wrong = [index for index in numbers_at if spans[index] not in read]
-        if not wrong:
-            return joined
-        for index in wrong:
-            spaces[index] += 1
-    raise RuntimeError(f"a number does not read back even between spaces: {joined!r}")
-
-
 def parse_number(literal: str) -> float:
     """The float32 value (as a Python float) of a single number literal.
 
@@ -549,7 +450,7 @@ def format_number(value) -> str:
     if not np.isfinite(single):
         raise ValueError(f"cannot format {value!r}: it overflows float32")
     magnitude = abs(float(single))
-    if magnitude <= _FLOAT32_TINY and not _is_faithful(Decimal(as_float), float(single)):
+    if magnitude <= _FLOAT32_TINY and not within_float32_precision(Decimal(as_float), float(single)):
         if magnitude == 0.0:
             raise ValueError(f"cannot format {value!r}: it is not zero but underflows float32 (it rounds to 0)")
         off = abs(float(single) - as_float) / abs(as_float)
@@ -575,7 +476,7 @@ def _subnormal_text(single) -> str:
         candidates = sorted({exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)},
                             key=lambda candidate: abs(candidate - exact))
         for candidate in candidates:
-            if _is_faithful(candidate, abs(value)) and _round_decimal_to_float32(str(candidate)) == abs(value):
+            if within_float32_precision(candidate, abs(value)) and nearest_float32(str(candidate)) == abs(value):
                 _, digits, exponent = candidate.normalize().as_tuple()
                 mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
                 return f"{'-' if value < 0 else ''}{mantissa}e{exponent + len(digits) - 1:+03d}"

@@ -17,143 +17,31 @@ The encoding also keeps the *surface text* of every number (``"43.60"``, ``"−2
 ``tokenizer.batch_decode(tokenizer(texts)) == texts``. A number the model generated has no surface
 text and is written in its shortest float32 form (`format_number`), with a space where it would
 otherwise run into its neighbours and read back as something else.
+
+Around it: what is asked of the wrapped tokenizer (`causalqwen.integrations.wrapped_tokenizer`), loading, saving
+and the attributes transformers reads (`causalqwen.integrations.tokenizer_mixin`), and the checks of every
+argument with the bounded prefix a ``max_length`` reads (`causalqwen.checks.tokenizer_door`).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-import os
-from collections.abc import Mapping
 from typing import NamedTuple
 
-import numpy as np
 import torch
-from tokenizers import AddedToken
-from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 
-from .auto import AUTO_MODULE, TOKENIZER_AUTO_MAP, TOKENIZER_FILES, update_json, write_auto_module
-from .checkpoint import check_local_source
-from .rundir import check_write_targets
-from .numbers import (NUMBER_REGEX, NumberMatch, find_numbers, find_numbers_before, format_number, last_cut_place,
-                      next_cut_place, parse_number, split_numbers)
+from .checks.tokenizer_door import (MAX_TEXT_CHARS, UNSAFE_CUT_MARGIN, batch_rows, bounded_prefix, check_call_arguments,
+                                     check_decode_arguments, check_length, check_max_length, check_prompt_length,
+                                     check_surface, check_text, kept_positions)
+from .integrations.tokenizer_mixin import TokenizerMixin
+from .integrations.wrapped_tokenizer import add_num_token, decode_run, encode_between_numbers
+from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, parse_number, split_numbers
 
-__all__ = [
-    "NUMBER_REGEX",
-    "NumberMatch",
-    "find_numbers",
-    "split_numbers",
-    "parse_number",
-    "format_number",
-    "NumericEncoding",
-    "NumericTokenizer",
-]
-
-# The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
-# and aborts the process when it cannot get them, so longer texts are refused before they reach it
-# (or, with a token limit, only a prefix is encoded).
-MAX_TEXT_CHARS = 10_000_000
+__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "parse_number", "format_number",
+           "NumericEncoding", "NumericTokenizer", "pad_rows", "MAX_TEXT_CHARS"]
 
 
-# ---------------------------------------------------------------------------------------------
-# The tokenizer
-# ---------------------------------------------------------------------------------------------
-
-def _check_text(text) -> None:
-    """A ``TypeError`` unless ``text`` is a str; a ``ValueError`` naming the character if it holds a lone
-    surrogate (a str that is not Unicode text: it has no UTF-8 encoding, and the tokenizer would fail)."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"character {error.start} of the text is {text[error.start]!r}, a lone surrogate: not valid Unicode "
-            "(decode bytes with errors='strict', or replace it)"
-        ) from None
-
-
-def _check_length(text: str, max_length: int | None) -> None:
-    """A ``ValueError`` for a text too long to encode whole when no ``max_length`` bounds it."""
-    if max_length is None and len(text) > MAX_TEXT_CHARS:
-        raise ValueError(
-            f"the text has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} encoded whole (the Rust "
-            "tokenizer needs about 100 bytes per character); pass max_length (with truncation) or split the text"
-        )
-
-
-def _runs(text: str, found: list[NumberMatch]) -> list[str]:
-    """The text before, between and after the numbers: one more run than numbers (runs may be empty)."""
-    runs, position = [], 0
-    for number in found:
-        runs.append(text[position : number.start])
-        position = number.end
-    runs.append(text[position:])
-    return runs
-
-
-def _encode_batch(backend, texts: list[str]) -> list[list[int]]:
-    r"""The fast path: texts whose numbers are replaced by ``<NUM>`` (and that hold no other special token's
-    text), encoded in one call of the Rust tokenizer. Its added-token matching splits each text at ``<NUM>``
-    and encodes the pieces separately: the same ids as `NumericTokenizer._encode_by_runs`, at a fraction of
-    the calls. Truncation and padding are off, as the wrapped tokenizer sets them for a call without either."""
-    if backend.truncation is not None:
-        backend.no_truncation()
-    if backend.padding is not None:
-        backend.no_padding()
-    previous_flag = backend.encode_special_tokens
-    backend.encode_special_tokens = False
-    try:
-        encodings = backend.encode_batch(texts, add_special_tokens=False)
-    finally:
-        backend.encode_special_tokens = previous_flag
-    return [encoding.ids for encoding in encodings]
-
-
-# A prefix cut at a place that is neither a space nor the end of a number keeps this many tokens in reserve:
-# the BPE merges of its last piece can differ from the whole text's.
-_UNSAFE_CUT_MARGIN = 8
-
-
-def _prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool]:
-    """``(end, numbers, exact)``: a prefix ``text[:end]`` to encode instead of the whole text, and its numbers,
-    which are the whole text's numbers that start before ``end`` (none reaches past it).
-
-    ``end`` is at most ``budget``, or the end of a number that ``budget`` falls inside (the number becomes one
-    ``<NUM>``, however long it is written); ``len(text)`` when the text is within the budget. Where to cut, in
-    order of preference, in the budget's second half:
-
-    * just before a space that follows a non-space: neither the number grammar nor a byte-level BPE
-      pre-tokenizer joins across it, so the prefix's tokens are the whole text's (``exact``);
-    * the last cut place of the number grammar (`causalqwen.numbers`: a character no number reads
-      through, as "+" after a letter in base64, or a CJK punctuation mark);
-    * ``budget`` itself, in a run that holds no cut place (a long digit run, "1a1a1a..."); the numbers
-      are then read up to the next cut place after it, however far, so they are still the whole text's:
-      that costs time linear in the run, in the number grammar only, never in the wrapped tokenizer.
-
-    Except at a space or a number's end, the prefix's last text tokens may differ from the whole text's
-    and are not used (`_UNSAFE_CUT_MARGIN`).
-    """
-    if len(text) <= budget:
-        return len(text), find_numbers(text), True
-    half = budget // 2
-    end = text.rfind(" ", half + 1, budget + 1)
-    while end > half and text[end - 1].isspace():
-        end = text.rfind(" ", half + 1, end)
-    exact = end > half
-    if not exact:
-        end = last_cut_place(text, half + 1, budget)
-    if end is None:
-        end, reach = budget, next_cut_place(text, budget)
-    else:
-        reach = end
-    found = find_numbers_before(text, end, reach)
-    if found and found[-1].end >= end:  # the prefix ends with a number: its tokens are the whole text's
-        end, exact = found[-1].end, True
-    return end, found, exact
-
-
-class NumericTokenizer:
+class NumericTokenizer(TokenizerMixin):
     """Wrap a Hugging Face tokenizer so that every number becomes one ``<NUM>`` token and a value.
 
     Args:
@@ -176,10 +64,8 @@ class NumericTokenizer:
     It is not a ``PreTrainedTokenizerBase``: its encodings carry values beside the ids, which transformers'
     tokenizer interface has no place for. It works where transformers takes a tokenizer and only saves or
     reads it (``Trainer(processing_class=...)``, ``AutoTokenizer`` with ``trust_remote_code=True``), and
-    `causalqwen.pipelines.NumericTextGenerationPipeline` is the ``"text-generation"`` pipeline that uses it.
+    `causalqwen.integrations.pipelines.NumericTextGenerationPipeline` is the ``"text-generation"`` pipeline that uses it.
     """
-
-    model_input_names = ["input_ids", "numeric_values", "attention_mask"]
 
     def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, num_token: str = "<NUM>"):
         if not isinstance(hf_tokenizer, PreTrainedTokenizerBase):
@@ -192,87 +78,11 @@ class NumericTokenizer:
             raise ValueError(f"num_token must be non-empty without surrounding whitespace, got {num_token!r}")
         if find_numbers(num_token):
             raise ValueError(f"num_token {num_token!r} must not contain a number")
-
-        vocab = hf_tokenizer.get_vocab()
-        if num_token in vocab:
-            num_token_id = vocab[num_token]
-            added = hf_tokenizer.added_tokens_decoder.get(num_token_id)
-            if added is None or not added.special:
-                raise ValueError(
-                    f"the tokenizer already has {num_token!r} (id {num_token_id}) but not as a special added "
-                    "token, so it could be produced from ordinary text; choose another num_token"
-                )
-        else:
-            size_before = len(hf_tokenizer)
-            hf_tokenizer.add_tokens(
-                [AddedToken(num_token, special=True, normalized=False, lstrip=False, rstrip=False)],
-                special_tokens=True,
-            )
-            num_token_id = hf_tokenizer.convert_tokens_to_ids(num_token)
-            if num_token_id != size_before or len(hf_tokenizer) != size_before + 1:
-                raise RuntimeError(
-                    f"adding {num_token!r} gave it id {num_token_id} and the tokenizer {len(hf_tokenizer)} "
-                    f"tokens; expected id {size_before} and {size_before + 1} tokens"
-                )
-
         self._hf_tokenizer = hf_tokenizer
         self._num_token = num_token
-        self._num_token_id = num_token_id
+        self._num_token_id = add_num_token(hf_tokenizer, num_token)
 
-    # -- loading and saving ------------------------------------------------------------------
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, num_token: str | None = None, **kwargs) -> "NumericTokenizer":
-        """Load the wrapped tokenizer with ``AutoTokenizer.from_pretrained(path, **kwargs)`` and wrap it.
-
-        ``num_token`` defaults to the one `save_pretrained` recorded in ``tokenizer_config.json``, else
-        ``"<NUM>"``. This is also what ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` calls
-        for a directory `save_pretrained` wrote. A local path that does not exist, or tokenizer files that
-        are missing or corrupt, raise an ``OSError`` that names the path (and the loader's reason, on one line).
-        """
-        where = os.fspath(path) if isinstance(path, os.PathLike) else path
-        if isinstance(path, (str, os.PathLike)):
-            check_local_source(path, "tokenizer")  # a missing local path never falls through to the hub
-        kwargs.pop("trust_remote_code", None)  # the wrapped tokenizer is transformers' own class: no remote code
-        try:
-            hf_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
-        except Exception as error:  # noqa: BLE001 -- the loaders raise many types, the Rust one a bare Exception
-            raise OSError(f"cannot load a tokenizer from {where!r}: {' '.join(str(error).split())}") from error
-        if num_token is None:
-            recorded = getattr(hf_tokenizer, "num_token", None)  # transformers keeps a *_token entry as a special token
-            num_token = str(recorded) if recorded is not None else "<NUM>"
-        return cls(hf_tokenizer, num_token=num_token)
-
-    def save_pretrained(self, path: str | os.PathLike, **kwargs) -> tuple[str, ...]:
-        """Save the wrapped tokenizer, ``<NUM>`` included, with its ``save_pretrained(path, **kwargs)``, and
-        name this class in ``tokenizer_config.json``: ``num_token``, and ``auto_map`` so that
-        ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` gives a `NumericTokenizer` (see
-        `causalqwen.auto`); without ``trust_remote_code`` it gives the wrapped tokenizer, which knows
-        ``<NUM>`` as its special ``num_token``.
-
-        ``path`` must be a directory or not exist yet (an existing file is an ``OSError`` naming it), and is
-        never written through a link: ``path`` itself, or a name the save writes (``tokenizer_config.json``,
-        ``tokenizer.json``, ...), being a symbolic link or a hard-linked file is an ``OSError`` naming it,
-        raised before anything is written (`causalqwen.rundir.check_write_targets`)."""
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        check_write_targets(path, TOKENIZER_FILES)  # OSError for a link, a file in place of the directory
-        files = self._hf_tokenizer.save_pretrained(path, **kwargs)
-        if files is None:  # transformers logs and returns None when it writes nothing
-            raise OSError(f"the tokenizer could not be saved to {os.fspath(path)!r}")
-        config_file = next((file for file in files if os.path.basename(file) == "tokenizer_config.json"), None)
-        if config_file is None:
-            raise RuntimeError(f"the wrapped tokenizer wrote no tokenizer_config.json to {os.fspath(path)!r}")
-        update_json(config_file, {"num_token": self._num_token, "auto_map": dict(TOKENIZER_AUTO_MAP)})
-        write_auto_module(path)
-        return tuple(files) + (os.path.join(path, AUTO_MODULE + ".py"),)
-
-    @classmethod
-    def register_for_auto_class(cls, auto_class: str = "AutoTokenizer") -> None:
-        """What ``AutoTokenizer`` calls on a class it loaded from a directory's ``auto_map``. The directory
-        already names this class (`save_pretrained`), so there is nothing to record."""
-
-    # -- properties --------------------------------------------------------------------------
+    # -- properties (loading, saving and the attributes transformers reads: `TokenizerMixin`) --
 
     @property
     def hf_tokenizer(self) -> PreTrainedTokenizerBase:
@@ -288,33 +98,6 @@ class NumericTokenizer:
     def num_token_id(self) -> int:
         """The id of the number token."""
         return self._num_token_id
-
-    @property
-    def pad_token_id(self) -> int:
-        """The id used at padded positions; a ValueError if the wrapped tokenizer has no pad token."""
-        pad_token_id = self._hf_tokenizer.pad_token_id
-        if pad_token_id is None:
-            raise ValueError(
-                "the wrapped tokenizer has no pad token; set hf_tokenizer.pad_token before padding a batch"
-            )
-        return pad_token_id
-
-    @property
-    def eos_token_id(self) -> int | None:
-        """The end-of-sequence id of the wrapped tokenizer (None if it has none)."""
-        return self._hf_tokenizer.eos_token_id
-
-    @property
-    def padding_side(self) -> str:
-        """The wrapped tokenizer's ``padding_side``, where transformers' batching (``pipeline`` with
-        ``batch_size``) pads; `__call__` takes its own ``padding_side`` argument."""
-        return self._hf_tokenizer.padding_side
-
-    @padding_side.setter
-    def padding_side(self, side: str) -> None:
-        if side not in ("left", "right"):
-            raise ValueError(f'padding_side must be "left" or "right", got {side!r}')
-        self._hf_tokenizer.padding_side = side
 
     def __len__(self) -> int:
         """The number of tokens, ``<NUM>`` included (K + 1 for a tokenizer of K tokens)."""
@@ -354,12 +137,9 @@ class NumericTokenizer:
             ValueError: the text holds a lone surrogate (not valid Unicode: the message names the
                 character), or it is longer than `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
         """
-        _check_text(text)
-        if max_length is not None:
-            if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
-                raise ValueError(f"max_length must be a positive int, got {max_length!r}")
-            max_length = int(max_length)
-        _check_length(text, max_length)
+        check_text(text)
+        max_length = check_max_length(max_length)
+        check_length(text, max_length)
         row = self._encode_texts([text], max_length)[0]
         return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
 
@@ -368,100 +148,22 @@ class NumericTokenizer:
         if max_length is None:
             return self._encode_whole(texts, [find_numbers(text) for text in texts])
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
-        plans = [_prefix(text, budget) for text in texts]
+        plans = [bounded_prefix(text, budget) for text in texts]
         rows = self._encode_whole([text[:end] for text, (end, _, _) in zip(texts, plans)],
                                   [found for _, found, _ in plans])
         for index, text in enumerate(texts):
             grown = budget
             end, _, exact = plans[index]
-            while end < len(text) and len(rows[index].input_ids) <= max_length + (0 if exact else _UNSAFE_CUT_MARGIN):
+            while end < len(text) and len(rows[index].input_ids) <= max_length + (0 if exact else UNSAFE_CUT_MARGIN):
                 grown *= 4
-                end, found, exact = _prefix(text, grown)
+                end, found, exact = bounded_prefix(text, grown)
                 rows[index] = self._encode_whole([text[:end]], [found])[0]
         return [self._cut(row, max_length) for row in rows]
 
     def _encode_whole(self, texts: list[str], found: list[list[NumberMatch]]) -> list[_Row]:
         """Encode every text, given its numbers: the text between them by the wrapped tokenizer."""
-        fast = self._fast_backend()
-        if fast is not None:
-            specials = self._special_texts()
-            plain = [not any(special in text for special in specials) for text in texts]
-        else:
-            plain = [False] * len(texts)
-        id_rows: list[list[int] | None] = [None] * len(texts)
-        quick = [index for index, ok in enumerate(plain) if ok]
-        if quick:
-            for index, ids in zip(quick, self._encode_plain(fast, [texts[i] for i in quick], [found[i] for i in quick])):
-                id_rows[index] = ids
-        slow = [index for index, ok in enumerate(plain) if not ok]
-        if slow:
-            for index, ids in zip(slow, self._encode_by_runs([texts[i] for i in slow], [found[i] for i in slow])):
-                id_rows[index] = ids
+        id_rows = encode_between_numbers(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
         return [self._row(ids, numbers_found) for ids, numbers_found in zip(id_rows, found)]
-
-    def _encode_plain(self, fast, texts: list[str], found: list[list[NumberMatch]]) -> list[list[int]]:
-        """The ids of texts that hold no special token's text, by one of two equivalent ways (the Rust tokenizer
-        encodes the text between two ``<NUM>`` on its own either way):
-
-        * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text (`_encode_batch`);
-        * each *distinct* text run between numbers once, the rows put together from those, when at most
-          half the runs are distinct: number-dense texts ("1-2-3-...", tables, a batch of similar lines),
-          where the Rust tokenizer would otherwise spend most of its time on ``<NUM>`` after ``<NUM>``.
-        """
-        runs_per_text = [_runs(text, numbers_found) for text, numbers_found in zip(texts, found)]
-        runs_count = sum(len(runs) for runs in runs_per_text)
-        distinct = list(dict.fromkeys(run for runs in runs_per_text for run in runs if run))
-        if 2 * len(distinct) > runs_count:
-            return _encode_batch(fast, [self._num_token.join(runs) for runs in runs_per_text])
-        ids_of = dict(zip(distinct, _encode_batch(fast, distinct)))
-        num, rows = self._num_token_id, []
-        for runs in runs_per_text:
-            ids = list(ids_of[runs[0]]) if runs[0] else []
-            for run in runs[1:]:
-                ids.append(num)
-                if run:
-                    ids += ids_of[run]
-            rows.append(ids)
-        return rows
-
-    def _fast_backend(self):
-        """The Rust tokenizer behind the wrapped one, or None for a slow (Python) tokenizer."""
-        return getattr(self._hf_tokenizer, "backend_tokenizer", None)
-
-    def _special_texts(self) -> list[str]:
-        """The text of every special added token (``<NUM>`` included): texts holding one take the slow path."""
-        return [token.content for token in self._hf_tokenizer.added_tokens_decoder.values() if token.special]
-
-    def _encode_by_runs(self, texts: list[str], found: list[list[NumberMatch]]) -> list[list[int]]:
-        """The reference path: the text runs between numbers of every text encoded in one call, special-token
-        matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text), then ``<NUM>`` ids put between them."""
-        runs_per_text = [_runs(text, numbers_found) for text, numbers_found in zip(texts, found)]
-        flat = [run for runs in runs_per_text for run in runs if run]
-        encoded = iter(self._encode_text_runs(flat))
-        id_rows = []
-        for runs in runs_per_text:
-            ids: list[int] = []
-            for index, run in enumerate(runs):
-                if index:
-                    ids.append(self._num_token_id)
-                if run:
-                    ids.extend(next(encoded))
-            id_rows.append(ids)
-        return id_rows
-
-    def _encode_text_runs(self, runs: list[str]) -> list[list[int]]:
-        """Token ids of each text run, with no special tokens added and none recognised in the text."""
-        if not runs:
-            return []
-        backend = self._fast_backend()
-        previous_flag = getattr(backend, "encode_special_tokens", None)
-        try:
-            encoded = self._hf_tokenizer(runs, add_special_tokens=False, split_special_tokens=True)
-        finally:
-            # The fast tokenizer leaves the flag set on its Rust backend; put it back as it was.
-            if previous_flag is not None and backend.encode_special_tokens != previous_flag:
-                backend.encode_special_tokens = previous_flag
-        return [list(ids) for ids in encoded["input_ids"]]
 
     def _row(self, ids: list[int], found: list[NumberMatch]) -> _Row:
         """Put each number's value at its ``<NUM>`` position."""
@@ -506,14 +208,8 @@ class NumericTokenizer:
             the pad id and the value 0.0), and ``number_texts``, the surface text of each row's
             numbers, which `batch_decode` writes back.
         """
-        texts = _check_call_arguments(texts, padding, max_length, padding_side, truncation)
+        texts = check_call_arguments(texts, padding, max_length, padding_side, truncation)
         max_length = int(max_length) if max_length is not None else None
-        for index, text in enumerate(texts):
-            try:
-                _check_text(text)
-                _check_length(text, max_length)
-            except ValueError as error:
-                raise ValueError(f"text {index}: {error}") from None
         rows = self._encode_texts(texts, max_length + 1 if max_length is not None else None)
         if max_length is not None:
             for index, row in enumerate(rows):
@@ -525,7 +221,8 @@ class NumericTokenizer:
         return self._pad(rows, padding, max_length, padding_side)
 
     def _pad(self, rows: list[_Row], padding, max_length, padding_side: str) -> NumericEncoding:
-        """The rows as ``[B, S]`` tensors; padded positions hold the pad id, the value 0.0 and mask 0."""
+        """The rows as ``[B, S]`` tensors (`pad_rows`), S given by ``padding``; the pad id is needed only when a row
+        is shorter than S."""
         lengths = [len(row.input_ids) for row in rows]
         if padding is False:
             if len(set(lengths)) > 1:
@@ -535,20 +232,9 @@ class NumericTokenizer:
             width = max_length
         else:
             width = max(lengths)
-
         pad_token_id = self.pad_token_id if any(length < width for length in lengths) else 0
-        left = padding_side == "left"
-
-        def padded(row: list, fill) -> list:
-            return [fill] * (width - len(row)) + row if left else row + [fill] * (width - len(row))
-
-        input_ids = torch.tensor([padded(row.input_ids, pad_token_id) for row in rows], dtype=torch.int64)  # [B, S]
-        numeric_values = torch.tensor([padded(row.numeric_values, 0.0) for row in rows], dtype=torch.float32)  # [B, S]
-        attention_mask = torch.tensor([padded([1] * length, 0) for length in lengths], dtype=torch.int64)  # [B, S]
-        input_ids = input_ids.reshape(len(rows), width)  # [B, S], also when S = 0
-        numeric_values = numeric_values.reshape(len(rows), width)
-        attention_mask = attention_mask.reshape(len(rows), width)
-        data = {"input_ids": input_ids, "numeric_values": numeric_values, "attention_mask": attention_mask}
+        data = pad_rows([row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_token_id,
+                        padding_side)
         return NumericEncoding(data, [row.number_texts for row in rows])
 
     # -- decoding ----------------------------------------------------------------------------
@@ -590,8 +276,8 @@ class NumericTokenizer:
                 at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, or ``number_texts`` has
                 more texts than there are ``<NUM>`` or a text that does not read as its value.
         """
-        ids, values, surfaces = self._decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
-                                                       number_texts)
+        ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
+                                                       number_texts, size=len(self))
         pieces, _ = self._pieces(ids, values, surfaces, skip_special_tokens, len(ids))
         return _joined(pieces, _decoded_spaces(pieces))[0]
 
@@ -617,41 +303,11 @@ class NumericTokenizer:
 
         The arguments are those of `decode`, plus ``prompt_length`` (0 to ``len(input_ids)``).
         """
-        ids, values, surfaces = self._decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
-                                                       number_texts)
-        if isinstance(prompt_length, bool) or not isinstance(prompt_length, numbers.Integral) \
-                or not 0 <= prompt_length <= len(ids):
-            raise ValueError(f"prompt_length must be an int from 0 to len(input_ids)={len(ids)}, got {prompt_length!r}")
-        pieces, split = self._pieces(ids, values, surfaces, skip_special_tokens, int(prompt_length))
+        ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
+                                                       number_texts, size=len(self))
+        prompt_length = check_prompt_length(prompt_length, len(ids))
+        pieces, split = self._pieces(ids, values, surfaces, skip_special_tokens, prompt_length)
         return _join_pieces(pieces, split)
-
-    def _decode_arguments(self, input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts):
-        """`decode`'s door: the ids, values and surface texts as lists, or an error naming the argument."""
-        ids = _as_id_list(input_ids, "input_ids")
-        values = _as_value_list(numeric_values, "numeric_values")
-        if len(ids) != len(values):
-            raise ValueError(
-                f"input_ids has length {len(ids)} but numeric_values has length {len(values)}; they must match"
-            )
-        if out_of_vocab not in ("raise", "mark"):
-            raise ValueError(f'out_of_vocab must be "raise" or "mark", got {out_of_vocab!r}')
-        if not isinstance(skip_special_tokens, bool):
-            raise TypeError(f"skip_special_tokens must be a bool, got {type(skip_special_tokens).__name__}")
-        surfaces = _as_text_list(number_texts)
-        size = len(self)
-        for position, token_id in enumerate(ids):
-            if token_id < 0:  # no model predicts a negative id: out_of_vocab="mark" cannot write it either
-                raise ValueError(
-                    f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}): a "
-                    'negative id is never a model\'s prediction, so out_of_vocab="mark" does not apply to it (it marks '
-                    f"only ids >= {size}, the model's reserved rows)"
-                )
-            if token_id >= size and out_of_vocab == "raise":
-                raise ValueError(
-                    f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}); "
-                    'an untrained model can predict its reserved rows: pass out_of_vocab="mark" to write them as <unk:ID>'
-                )
-        return ids, values, surfaces
 
     def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool,
                 split: int) -> tuple[list[tuple[str, str]], int]:
@@ -664,14 +320,14 @@ class NumericTokenizer:
         for position, token_id in enumerate(ids):
             if position == split:
                 if run:
-                    pieces.append((self._decode_run(run, skip_special_tokens), _TEXT))
+                    pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), _TEXT))
                     run = []
                 split_piece = len(pieces)
             if token_id != self._num_token_id and token_id < size:
                 run.append(token_id)
                 continue
             if run:
-                pieces.append((self._decode_run(run, skip_special_tokens), _TEXT))
+                pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), _TEXT))
                 run = []
             if token_id >= size:
                 pieces.append((f"<unk:{token_id}>", _TEXT))
@@ -681,21 +337,15 @@ class NumericTokenizer:
             except ValueError as error:
                 raise ValueError(f"numeric_values[{position}]: {error}") from None
             if count < len(surfaces):
-                pieces.append((_surface_for(surfaces[count], values[position], count, position), _WRITTEN))
+                pieces.append((check_surface(surfaces[count], values[position], count, position), _WRITTEN))
             else:
                 pieces.append((written, _GENERATED))
             count += 1
         if run:
-            pieces.append((self._decode_run(run, skip_special_tokens), _TEXT))
+            pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), _TEXT))
         if count < len(surfaces):
             raise ValueError(f"number_texts has {len(surfaces)} texts but the row has only {count} <NUM> tokens")
         return pieces, len(pieces) if split_piece is None else split_piece
-
-    def _decode_run(self, ids: list[int], skip_special_tokens: bool) -> str:
-        """Decode a run of ordinary ids exactly, without any clean-up of spaces."""
-        return self._hf_tokenizer.decode(
-            ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False
-        )
 
     def batch_decode(
         self,
@@ -714,29 +364,11 @@ class NumericTokenizer:
         ``numeric_values`` [B, S] as tensors, arrays or lists of rows. ``number_texts[b]`` lists the
         surface texts of the first ``<NUM>`` of row b (see `decode`).
         """
-        mask = None
-        if isinstance(input_ids, Mapping):
-            if numeric_values is not None:
-                raise TypeError("pass the encoding alone, or input_ids and numeric_values, not both")
-            encoding = input_ids
-            input_ids, numeric_values, mask = _unpack_encoding(encoding)
-            number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
-        if numeric_values is None:
-            raise TypeError("batch_decode needs numeric_values beside input_ids (or the whole encoding)")
-        id_rows = _as_rows(input_ids, "input_ids")
-        value_rows = _as_rows(numeric_values, "numeric_values")
-        mask_rows = _as_rows(mask, "attention_mask") if mask is not None else [None] * len(id_rows)
-        text_rows = _as_text_rows(number_texts, len(id_rows))
-        if not len(id_rows) == len(value_rows) == len(mask_rows):
-            raise ValueError(
-                f"input_ids has {len(id_rows)} rows but numeric_values has {len(value_rows)}"
-                + (f" and attention_mask {len(mask_rows)}" if mask is not None else "") + "; they must match"
-            )
         texts = []
-        for row, (ids, values, keep, surfaces) in enumerate(zip(id_rows, value_rows, mask_rows, text_rows)):
+        for row, (ids, values, keep, surfaces) in enumerate(batch_rows(input_ids, numeric_values, number_texts)):
             try:
                 if keep is not None:
-                    ids, values = _kept(ids, values, keep)
+                    ids, values = kept_positions(ids, values, keep)
                 texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab, number_texts=surfaces))
             except ValueError as error:
                 raise ValueError(f"row {row}: {error}") from None
@@ -774,84 +406,21 @@ class NumericEncoding(BatchEncoding):
         self.number_texts = state.get("number_texts", [])
 
 
-def _as_rows(data, name: str) -> list:
-    """Split a 2-D tensor/array or a list of sequences into a list of rows."""
-    if isinstance(data, (torch.Tensor, np.ndarray)):
-        if data.ndim != 2:
-            raise ValueError(f"{name} must be 2-D [batch, sequence], got shape {tuple(data.shape)}")
-        return list(data)
-    if isinstance(data, (list, tuple)):
-        return list(data)
-    raise TypeError(f"{name} must be a 2-D tensor, array or a list of rows, got {type(data).__name__}")
+def pad_rows(input_ids: list[list[int]], numeric_values: list[list[float]], width: int, pad_token_id: int,
+             padding_side: str = "right") -> dict[str, torch.Tensor]:
+    """Rows of ids and values as ``[B, width]`` tensors, each padded on ``padding_side`` to ``width``: padded
+    positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens). The one padding
+    of the package: `NumericTokenizer.__call__` and `causalqwen.files.data.collate` both pad with it."""
+    left = padding_side == "left"
 
+    def padded(row: list, fill) -> list:
+        return [fill] * (width - len(row)) + row if left else row + [fill] * (width - len(row))
 
-def _as_id_list(data, name: str) -> list[int]:
-    """Convert a 1-D integer tensor/array or a sequence of ints into a list of ints."""
-    if isinstance(data, (torch.Tensor, np.ndarray)):
-        if data.ndim != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {tuple(data.shape)}")
-        is_integer = (
-            not data.dtype.is_floating_point and not data.dtype.is_complex and data.dtype != torch.bool
-            if isinstance(data, torch.Tensor)
-            else np.issubdtype(data.dtype, np.integer)
-        )
-        if not is_integer:
-            raise TypeError(f"{name} must hold integers, got dtype {data.dtype}")
-        return [int(token_id) for token_id in data.tolist()]
-    if not isinstance(data, (list, tuple)):
-        raise TypeError(f"{name} must be a list of ints or a 1-D tensor, got {type(data).__name__}")
-    for position, token_id in enumerate(data):
-        if isinstance(token_id, (bool, np.bool_)) or not isinstance(token_id, (int, np.integer)):
-            raise TypeError(f"{name}[{position}] must be an int, got {type(token_id).__name__}")
-    return [int(token_id) for token_id in data]
-
-
-def _as_value_list(data, name: str) -> list[float]:
-    """Convert a 1-D tensor/array or a sequence of real numbers into a list of floats."""
-    if isinstance(data, (torch.Tensor, np.ndarray)):
-        if data.ndim != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {tuple(data.shape)}")
-        if isinstance(data, torch.Tensor) and (data.dtype.is_complex or data.dtype == torch.bool):
-            raise TypeError(f"{name} must hold real numbers, got dtype {data.dtype}")
-        if isinstance(data, np.ndarray) and not (
-            np.issubdtype(data.dtype, np.floating) or np.issubdtype(data.dtype, np.integer)
-        ):
-            raise TypeError(f"{name} must hold real numbers, got dtype {data.dtype}")
-        return [float(value) for value in data.tolist()]
-    if not isinstance(data, (list, tuple)):
-        raise TypeError(f"{name} must be a list of numbers or a 1-D tensor, got {type(data).__name__}")
-    values = []
-    for position, value in enumerate(data):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
-            raise TypeError(f"{name}[{position}] must be a real number, got {type(value).__name__}")
-        try:
-            values.append(float(value))
-        except OverflowError:  # a Python int beyond the float64 range: decode then names it as infinite
-            values.append(math.inf if value > 0 else -math.inf)
-    return values
-
-
-def _as_text_list(number_texts) -> list[str]:
-    """``number_texts`` of one row: None (no surface texts) or a list/tuple of str."""
-    if number_texts is None:
-        return []
-    if not isinstance(number_texts, (list, tuple)):
-        raise TypeError(f"number_texts must be a list of str, got {type(number_texts).__name__}")
-    for index, text in enumerate(number_texts):
-        if not isinstance(text, str):
-            raise TypeError(f"number_texts[{index}] must be a str, got {type(text).__name__}")
-    return list(number_texts)
-
-
-def _as_text_rows(number_texts, rows: int) -> list:
-    """``number_texts`` of a batch: None, or one list of str per row."""
-    if number_texts is None:
-        return [None] * rows
-    if not isinstance(number_texts, (list, tuple)):
-        raise TypeError(f"number_texts must be a list with one list of str per row, got {type(number_texts).__name__}")
-    if len(number_texts) != rows:
-        raise ValueError(f"number_texts has {len(number_texts)} rows but input_ids has {rows}; they must match")
-    return list(number_texts)
+    shape = (len(input_ids), width)  # [B, S], also when S = 0
+    ids = torch.tensor([padded(row, pad_token_id) for row in input_ids], dtype=torch.int64).reshape(shape)
+    values = torch.tensor([padded(row, 0.0) for row in numeric_values], dtype=torch.float32).reshape(shape)
+    mask = torch.tensor([padded([1] * len(row), 0) for row in input_ids], dtype=torch.int64).reshape(shape)
+    return {"input_ids": ids, "numeric_values": values, "attention_mask": mask}
 
 
 # The kinds of decoded pieces: a run of ordinary tokens, a number as it was written, a number the model generated.
@@ -924,72 +493,3 @@ def _join_pieces(pieces: list[tuple[str, str]], split: int) -> tuple[str, str]:
     return head, tail
 
 
-def _surface_for(surface: str, value: float, index: int, position: int) -> str:
-    """The surface text of the ``index``-th number, checked to read as the value at its position."""
-    try:
-        read = parse_number(surface)
-    except ValueError:
-        raise ValueError(f"number_texts[{index}] = {surface!r} is not a number of the grammar") from None
-    if read != float(np.float32(value)):
-        raise ValueError(
-            f"number_texts[{index}] = {surface!r} reads as {format_number(read)}, but numeric_values[{position}] "
-            f"holds {format_number(value)}; leave number_texts out to write the values"
-        )
-    return surface
-
-
-def _unpack_encoding(encoding: Mapping):
-    """``(input_ids, numeric_values, attention_mask or None)`` of an encoding or a generation output."""
-    key = "input_ids" if "input_ids" in encoding else "sequences"
-    missing = [name for name in (key, "numeric_values") if encoding.get(name) is None]
-    if missing:
-        raise ValueError(
-            f"the encoding has no {' and no '.join(missing)} (keys: {', '.join(map(str, encoding.keys()))})"
-        )
-    return encoding[key], encoding["numeric_values"], encoding.get("attention_mask")
-
-
-def _kept(ids, values, mask) -> tuple[list, list]:
-    """The positions of one row where ``mask`` is not 0 (padding and what follows an EOS are dropped)."""
-    flags = mask.tolist() if isinstance(mask, (torch.Tensor, np.ndarray)) else list(mask)
-    if any(flag not in (0, 1) for flag in flags):  # bools compare equal to 0 and 1
-        raise ValueError(f"attention_mask must hold only 0 and 1, got {sorted(set(flags) - {0, 1})[:3]}")
-    keep = [bool(flag) for flag in flags]
-    ids = ids.tolist() if isinstance(ids, (torch.Tensor, np.ndarray)) else list(ids)
-    values = values.tolist() if isinstance(values, (torch.Tensor, np.ndarray)) else list(values)
-    if not len(keep) == len(ids) == len(values):
-        raise ValueError(f"attention_mask has length {len(keep)} but input_ids {len(ids)}; they must match")
-    return [i for i, k in zip(ids, keep) if k], [v for v, k in zip(values, keep) if k]
-
-
-def _check_call_arguments(texts, padding, max_length, padding_side, truncation) -> list[str]:
-    """The argument checks of `NumericTokenizer.__call__` (its public door); the texts as a list."""
-    if isinstance(texts, str):
-        texts = [texts]
-    elif isinstance(texts, (list, tuple)):
-        texts = list(texts)
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{index}] must be a str, got {type(text).__name__}")
-    else:
-        raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
-    if not texts:
-        raise ValueError("texts is an empty list; give at least one text")
-    padding_is_valid = padding is True or padding is False or (
-        isinstance(padding, str) and padding in ("longest", "max_length")
-    )
-    if not padding_is_valid:
-        raise ValueError(f"padding must be one of True, False, 'longest', 'max_length'; got {padding!r}")
-    if padding_side not in ("left", "right"):
-        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    if not isinstance(truncation, bool):
-        raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral)):
-        raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
-    if max_length is not None and max_length <= 0:
-        raise ValueError(f"max_length must be positive, got {max_length}")
-    if padding == "max_length" and max_length is None:
-        raise ValueError("padding='max_length' needs max_length")
-    if truncation and max_length is None:
-        raise ValueError("truncation=True needs max_length")
-    return texts

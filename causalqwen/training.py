@@ -12,73 +12,49 @@ One optimisation step:
 
 What is trained is a *preset*: ``causal`` (the default; numerical embedding, abduction, action with
 $b_{\mathrm{noise}}$, learnable thresholds), ``abduction`` (the abduction network alone), ``lora`` (the LoRA
-adapters of `causalqwen.lora.add_lora` on the Qwen2 stack plus the ``causal`` modules), ``all``
+adapters of `causalqwen.integrations.lora.add_lora` on the Qwen2 stack plus the ``causal`` modules), ``all``
 (everything, the Qwen2 backbone included -- needed for a randomly initialised base). With
 ``max_u_divergence`` the loss gains $\mu \bar D$, the bound on how far the law of $U$ moves from the starting
 model's (`causalqwen.divergence`), and $\mu$ takes a dual-ascent step after each optimizer step. Weight decay
 applies to matrices only (``dim >= 2``), never to biases, norms, ``w_num`` or ``b_noise``.
 
-A checkpoint ``checkpoint-{step}/`` holds the model (``save_pretrained``: safetensors), the optimizer's
-tensors and every RNG state (``training_state.safetensors``), the scheduler, the optimizer's groups and
-the run's settings and data fingerprints (``trainer_state.json``), and the history; nothing in it is a
-pickle (`causalqwen.checkpoint`). It is written under a temporary name, fsynced and renamed, so a
-directory with that name is always complete. ``resume=True`` continues from the newest one, after
-checking that the model config, the settings and the data are the ones it was written with, and ends
-with exactly the parameters of an uninterrupted run (on CPU: bit for bit).
+A checkpoint ``checkpoint-{step}/`` holds the model, the optimizer, the scheduler, every RNG state, the run's
+settings and data fingerprints and the history, without pickle, written atomically
+(`causalqwen.files.runs.save_checkpoint`). ``resume=True`` continues from the newest one, after checking that the
+model config, the settings and the data are the ones it was written with (`causalqwen.files.runs.check_checkpoint`),
+and ends with exactly the parameters of an uninterrupted run (on CPU: bit for bit).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import json
 import logging
 import math
 import os
 import random
-import re
-import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-import safetensors
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
-from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from .auto import SAVED_ONLY_FIELDS
-from .checkpoint import (
-    fsync_directory,
-    fsync_tree,
-    load_training_state,
-    load_weights_strictly,
-    read_training_record,
-    save_training_state,
-)
-from .data import TextDataset, collate
 from .divergence import DivergenceBound
+from .files import runs
+from .files.data import TextDataset, collate
+from .files.rundir import RunDirectory
+from .files.training_state import load_training_state
 from .inference import as_number
-from .lora import is_peft_model, restore_lora, save_lora
+from .integrations.lora import is_peft_model
 from .metrics import evaluate_batch, with_log_prefixes
-from .rundir import RunDirectory, check_not_link, check_writable, check_write_targets, make_directory, open_for_writing
 
 __all__ = [
-    "PRESETS",
-    "TrainingConfig",
-    "set_trainable",
-    "parameter_groups",
-    "globally_normalized_loss",
-    "train",
-    "latest_checkpoint",
-    "fingerprint",
-    "run_settings",
-    "TrainingDiverged",
-    "training_metrics",
+    "PRESETS", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable", "parameter_groups",
+    "optimizer_and_schedule", "globally_normalized_loss", "loss_and_gradients", "training_metrics", "train",
 ]
 
 logger = logging.getLogger(__name__)
@@ -157,27 +133,24 @@ class TrainingConfig:
 def set_trainable(model, preset: str) -> list[str]:
     """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters.
 
-    ``lora`` needs the `peft.PeftModel` of `causalqwen.lora.add_lora`: its LoRA matrices and its trained copies of
+    ``lora`` needs the `peft.PeftModel` of `causalqwen.integrations.lora.add_lora`: its LoRA matrices and its trained copies of
     the causal preset's modules train, everything else (the base weights and the base copies) is frozen.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if (preset == "lora") != is_peft_model(model):
-        raise TypeError("preset 'lora' trains the adapters of causalqwen.lora.add_lora(model), and only it does: "
+        raise TypeError("preset 'lora' trains the adapters of causalqwen.integrations.lora.add_lora(model), and only it does: "
                         f"got a {type(model).__name__} for preset {preset!r}")
     if preset == "lora":
-        names = []
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name)
-            if parameter.requires_grad:
-                names.append(name)
-        return names
-    modules = {
-        "all": [model],
-        "causal": [model.model.numerical_embedding, model.model.abduction, model.action],  # the head owns C_k
-        "abduction": [model.model.abduction],
-    }[preset]
-    chosen = {id(parameter) for module in modules for parameter in module.parameters()}
+        chosen = {id(parameter) for name, parameter in model.named_parameters()
+                  if ".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name}
+    else:
+        modules = {
+            "all": [model],
+            "causal": [model.model.numerical_embedding, model.model.abduction, model.action],  # the head owns C_k
+            "abduction": [model.model.abduction],
+        }[preset]
+        chosen = {id(parameter) for module in modules for parameter in module.parameters()}
     names = []
     for name, parameter in model.named_parameters():
         parameter.requires_grad_(id(parameter) in chosen)
@@ -195,43 +168,26 @@ def parameter_groups(model, weight_decay: float) -> list[dict]:
     ]
 
 
-CHECKPOINT_NAME = re.compile(r"checkpoint-([1-9][0-9]*)", re.ASCII)  # exactly the names _save_checkpoint writes
-_STEP_LIKE_NAME = re.compile(r"checkpoint-(\d+)")  # any digits, Unicode ones included: what a person may mistake for one
+@dataclass
+class TrainingState:
+    """What the steps advance and a checkpoint holds (`causalqwen.files.runs.save_checkpoint`)."""
+
+    model: torch.nn.Module  # trained in place (a peft.PeftModel for preset lora)
+    config: TrainingConfig
+    optimizer: torch.optim.Optimizer  # AdamW on `parameter_groups`
+    scheduler: torch.optim.lr_scheduler.LRScheduler  # linear warm-up, then cosine decay to 0
+    eval_generator: torch.Generator  # the causal draws of the eval metrics
+    settings: dict  # `causalqwen.files.runs.run_settings`: what a checkpoint records and a resume compares
+    bound: DivergenceBound | None = None  # the bound on how far U moves (max_u_divergence), or None
+    step: int = 0  # optimizer steps taken
+    history: list[dict] = field(default_factory=list)  # one dict of metrics per logged step
 
 
-def checkpoint_step(name: str) -> int | None:
-    """The step of a checkpoint directory name as the run writes it (``checkpoint-{step}``: ASCII digits, no
-    leading zero, step >= 1), or None for any other name."""
-    match = CHECKPOINT_NAME.fullmatch(name)
-    return int(match.group(1)) if match else None
-
-
-def latest_checkpoint(out_dir: str) -> str | None:
-    """The complete ``checkpoint-{step}`` directory with the highest step (the path of that very entry), or None.
-
-    Only the names the run itself writes count: ``checkpoint-`` and the step in ASCII digits without a leading
-    zero (``checkpoint-5``). Anything the run would mistake for one is an ``OSError`` naming it, never skipped
-    nor guessed at: a ``checkpoint-{digits}`` entry whose digits are not that canonical form
-    (``checkpoint-0005``, ``checkpoint-0``, ``checkpoint-٣``: rename or remove it), a ``checkpoint-{step}``
-    that is a symbolic link (a run's checkpoints are directories it wrote, inside it) or not a directory (a
-    regular file). Other names (``checkpoint-5.partial``, a killed save's leftover) are not checkpoints and are
-    ignored."""
-    if not os.path.isdir(out_dir):
-        return None
-    found = {}
-    for name in sorted(os.listdir(out_dir)):
-        path = os.path.join(out_dir, name)
-        step = checkpoint_step(name)
-        if step is None:
-            if _STEP_LIKE_NAME.fullmatch(name):
-                raise OSError(f"{path!r} is not a checkpoint name this run writes (checkpoint-<step>, the step in "
-                              "ASCII digits without leading zeros, at least 1): rename or remove it")
-            continue
-        check_not_link(path)
-        if not os.path.isdir(path):
-            raise OSError(f"{path!r} is not a directory: a checkpoint is a directory the run writes; remove it")
-        found[step] = path
-    return found[max(found)] if found else None
+def optimizer_and_schedule(model, config: TrainingConfig):
+    """AdamW on `parameter_groups` and its schedule: ``warmup_steps`` of linear warm-up, then cosine decay to 0
+    at ``steps``."""
+    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
+    return optimizer, get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
 
 
 def _rank() -> int:
@@ -262,58 +218,19 @@ def globally_normalized_loss(out, config) -> torch.Tensor:
     return _world_size() * (out.cls_loss * shares[0] + config.regression_weight * out.reg_loss * shares[1])
 
 
-# Settings that change only what is logged or saved, not the trajectory of the parameters: a resumed run may
-# change them freely. Every other field of TrainingConfig must match the checkpoint's.
-LOGGING_SETTINGS = ("eval_every", "save_every", "log_every", "report_to")
-
-
 class TrainingDiverged(ValueError):
     """Training produced a non-finite loss or gradient (or parameters that break the forward pass)."""
 
 
-def fingerprint(items) -> str:
-    """SHA-256 of a dataset (an indexable of dicts of tensors) or of a batch (a dict of tensors): the
-    resumed run must see the same data, token for token and value for value."""
-    digest = hashlib.sha256()
-    rows = [items] if isinstance(items, dict) else (items[index] for index in range(len(items)))
-    for row in rows:
-        for key in sorted(row):
-            tensor = row[key].detach().cpu().contiguous()
-            digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
-            digest.update(tensor.numpy().tobytes())
-    return digest.hexdigest()
-
-
-def run_settings(config: TrainingConfig, train_dataset, eval_batch) -> dict:
-    """What a checkpoint records of its run and a resume compares: the optimisation settings and the data."""
-    return {
-        "training": {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS},
-        "train_data_sha256": fingerprint(train_dataset),
-        "eval_data_sha256": fingerprint(eval_batch) if eval_batch is not None else None,
-    }
-
-
-def settings_differences(saved: dict, current: dict) -> list[str]:
-    """One line per setting that differs between a checkpoint's `run_settings` and this run's."""
-    differences = []
-    saved_fields, current_fields = saved.get("training", {}), current["training"]
-    for name in sorted(set(saved_fields) | set(current_fields)):
-        if saved_fields.get(name) != current_fields.get(name):
-            differences.append(f"{name} is {saved_fields.get(name)!r} in the checkpoint, {current_fields.get(name)!r} now")
-    for key, what in (("train_data_sha256", "the training data"), ("eval_data_sha256", "the evaluation data")):
-        if saved.get(key) != current[key]:
-            differences.append(f"{what} differ (sha256 {str(saved.get(key))[:12]} in the checkpoint, {str(current[key])[:12]} now)")
-    return differences
-
 
 @torch.no_grad()
-def training_metrics(model, out, batch: dict) -> dict[str, float]:
-    """The ``train/*`` losses and accuracy of a step, from its forward output: the predictions are taken tile by
-    tile (`DecisionHead.predict_tiled`), never from the ``[B, S, V]`` decisions the fused loss exists to avoid."""
-    targets = model.action.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
-    scored = targets.scored  # [B, S]
+def training_metrics(model, out) -> dict[str, float]:
+    """The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
+    was scored against): the predictions are taken tile by tile (`DecisionHead.predict_tiled`), never from the
+    ``[B, S, V]`` decisions the fused loss exists to avoid."""
+    scored = out.targets.scored  # [B, S]
     predicted = model.action.predict_tiled(out.loc_U[scored], out.scale_U[scored])  # [N]
-    correct, total = (predicted == targets.labels[scored]).sum(), scored.sum()
+    correct, total = (predicted == out.targets.labels[scored]).sum(), scored.sum()
     return {
         "train/total_loss": out.loss.item(),
         "train/cls_loss_mean": out.cls_loss.item(),
@@ -322,219 +239,13 @@ def training_metrics(model, out, batch: dict) -> dict[str, float]:
     }
 
 
-def _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings, bound=None) -> str:
-    """Write ``checkpoint-{step}`` under a temporary name, fsync it, and rename it into place."""
-    final = os.path.join(out_dir, f"checkpoint-{step}")
-    partial_dir = final + ".partial"
-    for directory in (partial_dir, final):  # a link is never followed, emptied nor replaced: it is not ours
-        check_write_targets(directory, (), root=out_dir)
-    shutil.rmtree(partial_dir, ignore_errors=True)  # our own leftover from a killed save
-    os.makedirs(partial_dir)
-    if is_peft_model(model):  # the adapters and the trained causal modules, beside the base model's config
-        save_lora(model, partial_dir)
-        check_write_targets(partial_dir, ("config.json",), root=out_dir)
-        model.get_base_model().config.save_pretrained(partial_dir)
-    else:
-        model.save_pretrained(partial_dir)  # config.json + model.safetensors
-    save_training_state(partial_dir, step=step, optimizer=optimizer, scheduler=scheduler,
-                        eval_generator=eval_generator, settings=settings)
-    with open_for_writing(os.path.join(partial_dir, "history.json"), root=out_dir) as handle:
-        json.dump(history, handle)
-    if bound is not None:  # the base law of U (frozen at the run's start) and the multiplier
-        check_write_targets(partial_dir, (BOUND_TENSORS,), root=out_dir)
-        save_file(bound.base.state_dict(), os.path.join(partial_dir, BOUND_TENSORS))
-        with open_for_writing(os.path.join(partial_dir, BOUND_JSON), root=out_dir) as handle:
-            json.dump({"multiplier": bound.multiplier, "last_divergence": bound.last_divergence}, handle, allow_nan=False)
-    fsync_tree(partial_dir)
-    check_write_targets(final, (), root=out_dir)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(partial_dir, final)  # atomic: a checkpoint-{step} directory is always complete
-    fsync_directory(out_dir)
-    return final
-
-
-def _expected_training_state(model, config: TrainingConfig, step: int) -> dict:
-    """The parameter groups and scheduler state `_train` would save after ``step`` steps under ``config``, as
-    JSON gives them back: the optimizer and schedule built as the run builds them, the learning rate that
-    schedule gives at ``step``."""
-    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
-    rates = [schedule(step) * base for schedule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
-    groups = [group | {"lr": rate} for group, rate in zip(optimizer.state_dict()["param_groups"], rates)]
-    state = scheduler.state_dict() | {"last_epoch": step, "_step_count": step + 1, "_last_lr": rates}
-    return json.loads(json.dumps({"optimizer_param_groups": groups, "scheduler": state}))
-
-
-def _recorded_config(record: dict, json_file: str, config: TrainingConfig) -> TrainingConfig:
-    """This run's config with the optimisation settings a checkpoint records (those its trainer state follows)."""
-    recorded = (record.get("settings") or {}).get("training")
-    names = ("learning_rate", "weight_decay", "warmup_steps", "steps")
-    if not isinstance(recorded, dict) or any(name not in recorded for name in names):
-        raise OSError(f"{json_file!r}: settings.training must record {', '.join(names)}, got {recorded!r}")
-    try:
-        return dataclasses.replace(config, **{name: recorded[name] for name in names})
-    except (TypeError, ValueError) as error:
-        raise OSError(f"{json_file!r}: settings.training is not a valid training config: {error}") from error
-
-
-def _load_checkpoint(path, model, optimizer, scheduler, eval_generator, settings, allow_changed_settings,
-                     bound=None, config=None) -> tuple[int, list]:
-    """Restore a checkpoint strictly: the model config, the run's settings and data, every tensor."""
-    saved = type(model.config).from_pretrained(path).to_dict()
-    current = model.config.to_dict()
-    differing = sorted(k for k in set(saved) | set(current)
-                       if k not in ("transformers_version", "architectures", "_name_or_path", "dtype")
-                       and k not in SAVED_ONLY_FIELDS
-                       and saved.get(k) != current.get(k))
-    if differing:
-        hint = ""
-        if set(differing) & {"abduction_scale_init", "ovr_threshold", "ovr_threshold_init", "ovr_threshold_quantile"}:
-            hint = ("; the run was converted with another initial scale or threshold: convert the same way again "
-                    "(the command line's --init, --abduction-scale-init, --ovr-threshold, --threshold-init as the "
-                    "run began; a run begun before decision D14 used what is now --init drafts)")
-        raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}{hint}")
-    record = read_training_record(path)
-    json_file = os.path.join(path, "trainer_state.json")
-    named_step = checkpoint_step(os.path.basename(os.path.normpath(path)))
-    if named_step is not None and record["step"] != named_step:
-        raise OSError(f"cannot resume from {path}: {json_file!r} records step {record['step']}, but its directory "
-                      f"is checkpoint-{named_step}")
-    differences = settings_differences(record.get("settings") or {}, settings)
-    if differences and not allow_changed_settings:
-        raise ValueError(
-            f"cannot resume from {path}: {'; '.join(differences)}. Resume with the same settings and data, or pass "
-            "allow_changed_settings (--allow-changed-settings) to continue anyway (no longer bit-exact)"
-        )
-    if differences:
-        logger.warning("resuming from %s with changed settings: %s", path, "; ".join(differences))
-    try:
-        if is_peft_model(model):
-            restore_lora(model, path)
-        else:
-            load_weights_strictly(model, os.path.join(path, "model.safetensors"))
-    except (OSError, ValueError) as error:
-        raise OSError(f"cannot resume from {path}: {error}") from error
-    # The record's numbers must be those the run it names would have saved at its step: its own settings (this
-    # run's, unless changed settings are allowed) give every optimizer and scheduler value but the moments.
-    recorded = _recorded_config(record, json_file, config) if differences else config
-    load_training_state(path, optimizer=optimizer, scheduler=scheduler, eval_generator=eval_generator, record=record,
-                        expected=_expected_training_state(model, recorded, record["step"]))
-    if differences:  # allowed: from here on the optimizer follows this run's settings
-        current = _expected_training_state(model, config, record["step"])
-        for group, wanted in zip(optimizer.param_groups, current["optimizer_param_groups"]):
-            group.update({key: wanted[key] for key in ("lr", "initial_lr", "weight_decay")})
-        scheduler.base_lrs = list(current["scheduler"]["base_lrs"])
-        scheduler._last_lr = list(current["scheduler"]["_last_lr"])
-    if bound is not None:
-        _load_bound(path, bound)
-    history_file = os.path.join(path, "history.json")
-    history = _read_json(history_file, f"cannot resume from {path}")
-    if not isinstance(history, list) or not all(isinstance(r, dict) for r in history):
-        raise OSError(f"cannot resume from {path}: {history_file} is not a list of records")
-    return record["step"], history
-
-
-BOUND_TENSORS = "divergence_reference.safetensors"
-BOUND_JSON = "divergence_bound.json"
-
-
-def _load_bound(path: str, bound) -> None:
-    """The bound's base reference and multiplier from a checkpoint (`_save_checkpoint`)."""
-    tensors_file = os.path.join(path, BOUND_TENSORS)
-    if not os.path.isfile(tensors_file):
-        raise OSError(f"cannot resume from {path}: it has no {BOUND_TENSORS} (was it written with max_u_divergence?)")
-    try:  # every tensor checked by name: shape, floating point, finite in the reference's dtype
-        bound.base.load_state_dict(load_file(tensors_file))
-    except (ValueError, safetensors.SafetensorError) as error:
-        raise OSError(f"cannot resume from {path}: {tensors_file!r}: {error}") from error
-    state = _read_json(os.path.join(path, BOUND_JSON), f"cannot resume from {path}")
-    multiplier = state.get("multiplier") if isinstance(state, dict) else None
-    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier) or multiplier < 0:
-        raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds no multiplier >= 0")
-    last = state.get("last_divergence")
-    if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)):
-        raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds last_divergence {last!r}, not a finite number "
-                      "or null")
-    bound.multiplier = float(multiplier)
-    bound.last_divergence = None if last is None else float(last)
-
-
-def _read_json(file: str, context: str):
-    """The JSON in ``file``; an ``OSError`` that starts with ``context`` and names the file otherwise."""
-    try:
-        with open(file, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as error:
-        raise OSError(f"{context}: {file} cannot be read: {error}") from error
-
-
-def _check_config_file(run_dir: str, config: TrainingConfig, allow_changed_settings: bool) -> None:
-    """A resumed run that has no checkpoint yet compares its settings with the run's ``training_config.json``."""
-    stored = _read_json(os.path.join(run_dir, "training_config.json"), f"cannot resume in {run_dir}")
-    if not isinstance(stored, dict):
-        raise OSError(f"cannot resume in {run_dir}: training_config.json is not a JSON object")
-    current = {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS}
-    differences = settings_differences({"training": {k: v for k, v in stored.items() if k in current}},
-                                       {"training": current, "train_data_sha256": None, "eval_data_sha256": None})
-    if differences and not allow_changed_settings:
-        raise ValueError(f"cannot resume in {run_dir}: {'; '.join(differences)}; pass allow_changed_settings to continue")
-
-
-class _Reporter:
-    """The JSONL log plus an optional tensorboard / wandb sink (rank 0 only)."""
-
-    def __init__(self, out_dir: str | None, report_to: str | None, resumed_step: int):
-        self.path = os.path.join(out_dir, "metrics.jsonl") if out_dir else None
-        self.sink = None
-        if self.path:
-            check_writable(self.path)  # never read nor rewritten through a link (causalqwen.rundir)
-        if self.path and os.path.exists(self.path):  # drop what a resumed run will redo
-            with open(self.path, encoding="utf-8") as handle:
-                lines = handle.readlines()
-            kept = []
-            for number, line in enumerate(lines, start=1):
-                if number == len(lines) and not line.endswith("\n"):
-                    break  # the last line of a killed run, cut short while being written: it will be redone
-                try:
-                    if json.loads(line)["step"] <= resumed_step:
-                        kept.append(line)
-                except (ValueError, KeyError, TypeError):
-                    raise ValueError(f"{self.path}, line {number}: not a metrics record") from None
-            with open_for_writing(self.path) as handle:
-                handle.writelines(kept)
-        if report_to == "tensorboard":
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as error:
-                raise ValueError("report_to='tensorboard' needs the tensorboard package (pip install tensorboard)") from error
-            self.sink = SummaryWriter(log_dir=make_directory(os.path.join(out_dir or ".", "tensorboard"), root=out_dir))
-        elif report_to == "wandb":
-            try:
-                import wandb
-            except ImportError as error:
-                raise ValueError("report_to='wandb' needs the wandb package (pip install wandb)") from error
-            if out_dir:
-                make_directory(os.path.join(out_dir, "wandb"), root=out_dir)  # where wandb writes, never a link
-            self.sink = wandb.init(project="causalqwen", dir=out_dir)
-
-    def log(self, step: int, metrics: dict) -> None:
-        record = {"step": step} | metrics
-        if self.path:
-            with open_for_writing(self.path, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
-        if self.sink is not None and hasattr(self.sink, "add_scalar"):
-            for key, value in metrics.items():
-                self.sink.add_scalar(key, value, step)
-        elif self.sink is not None:
-            self.sink.log(metrics, step=step)
-
-
 def train(
     model,
     train_dataset: TextDataset,
     config: TrainingConfig,
     eval_batch: dict[str, torch.Tensor] | None = None,
     out_dir: str | os.PathLike | RunDirectory | None = None,
+    *,
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
@@ -544,7 +255,7 @@ def train(
 
     ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics. With
     ``out_dir`` the run writes ``metrics.jsonl`` and checkpoints there (rank 0 only); the directory is
-    claimed first (`causalqwen.rundir`: a new or empty directory, or a previous run with ``resume``
+    claimed first (`causalqwen.files.rundir`: a new or empty directory, or a previous run with ``resume``
     or ``overwrite``; locked while the run lasts), unless a claimed `RunDirectory` is passed.
 
     ``resume`` continues from the newest checkpoint and refuses one whose model config, training
@@ -571,23 +282,26 @@ def train(
     elif out_dir is not None and rank == 0:
         run_dir, owned = RunDirectory.claim(out_dir, "train", resume=resume, overwrite=overwrite), True
     try:
-        return _train(model, train_dataset, config, eval_batch, run_dir, os.fspath(out_dir) if out_dir is not None else None,
-                      resume, progress, allow_changed_settings)
+        out_dir = os.fspath(out_dir) if out_dir is not None else None
+        state = _start(model, train_dataset, config, eval_batch, out_dir, writes=run_dir is not None,
+                       resume=resume, allow_changed_settings=allow_changed_settings)
+        return _steps(state, train_dataset, eval_batch, out_dir, progress)
     finally:
         if owned:
             run_dir.release()
 
 
-def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, progress, allow_changed_settings):
-    settings = run_settings(config, train_dataset, eval_batch)
-    checkpoint = latest_checkpoint(out_dir) if (resume and out_dir) else None
-    if run_dir is not None and checkpoint is None:
-        config_file = os.path.join(out_dir, "training_config.json")
-        if resume and os.path.exists(config_file):
-            _check_config_file(out_dir, config, allow_changed_settings)
+def _start(model, train_dataset, config, eval_batch, out_dir, *, writes: bool, resume: bool,
+           allow_changed_settings: bool) -> TrainingState:
+    """The state at the run's first step: seeds, trainable parameters, the bound, AdamW and its schedule, then
+    (``resume``) the newest checkpoint's. ``writes``: this process writes ``training_config.json``."""
+    settings = runs.run_settings(config, train_dataset, eval_batch)
+    checkpoint = runs.latest_checkpoint(out_dir) if (resume and out_dir) else None
+    if writes and checkpoint is None:
+        if resume and os.path.exists(os.path.join(out_dir, runs.CONFIG_FILE)):
+            runs.check_config_file(out_dir, config, allow_changed_settings)
             logger.warning("%s has no complete checkpoint yet: the resumed run starts at step 0", out_dir)
-        with open_for_writing(config_file, root=out_dir) as handle:
-            json.dump(dataclasses.asdict(config), handle, indent=2)
+        runs.write_config_file(out_dir, config)
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     np.random.seed(config.seed)
@@ -597,24 +311,59 @@ def _train(model, train_dataset, config, eval_batch, run_dir, out_dir, resume, p
     if config.max_u_divergence is not None:  # the base law of U is the model's as it is now (or at step 0, resumed)
         bound = DivergenceBound(model, config.max_u_divergence, config.preset, dual_lr=config.divergence_dual_lr)
     model.train()
-    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
-    eval_generator = torch.Generator().manual_seed(config.seed)  # the causal draws of the eval metrics
-    step, history = 0, []
+    optimizer, scheduler = optimizer_and_schedule(model, config)
+    eval_generator = torch.Generator().manual_seed(config.seed)
+    state = TrainingState(model, config, optimizer, scheduler, eval_generator, settings, bound)
     if checkpoint is not None:
-        step, history = _load_checkpoint(checkpoint, model, optimizer, scheduler, eval_generator, settings,
-                                         allow_changed_settings, bound, config)
-        logger.info("resumed from %s at step %d", checkpoint, step)
-        if allow_changed_settings and run_dir is not None:
-            with open_for_writing(os.path.join(out_dir, "training_config.json"), root=out_dir) as handle:
-                json.dump(dataclasses.asdict(config), handle, indent=2)
-    return _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator,
-                  settings, step, history, bound)
+        _resume(checkpoint, state, allow_changed_settings)
+        logger.info("resumed from %s at step %d", checkpoint, state.step)
+        if allow_changed_settings and writes:
+            runs.write_config_file(out_dir, config)
+    return state
 
 
-def _forward_backward(trained, model, batch, trainable, config, step: int, first: bool, bound=None):
-    """Loss (plus the bound's $\\mu \\bar D$) and gradients of one batch, clipped; `TrainingDiverged` (before any
-    update) when they are not finite."""
+def _resume(path: str, state: TrainingState, allow_changed_settings: bool) -> None:
+    """Restore the checkpoint ``path`` into ``state`` strictly: the model config, the run's settings and data
+    (`causalqwen.files.runs.check_checkpoint`), then every tensor as it is loaded."""
+    record, differences = runs.check_checkpoint(path, state.model, state.settings, allow_changed_settings)
+    runs.load_model_weights(path, state.model)
+    # The record's numbers must be those the run it names would have saved at its step: its own settings (this
+    # run's, unless changed settings are allowed) give every optimizer and scheduler value but the moments.
+    recorded = runs.recorded_config(record, path, state.config) if differences else state.config
+    load_training_state(path, optimizer=state.optimizer, scheduler=state.scheduler,
+                        eval_generator=state.eval_generator, record=record,
+                        expected=_expected_training_state(state.model, recorded, record["step"]))
+    if differences:  # allowed: from here on the optimizer follows this run's settings
+        current = _expected_training_state(state.model, state.config, record["step"])
+        for group, wanted in zip(state.optimizer.param_groups, current["optimizer_param_groups"]):
+            group.update({key: wanted[key] for key in ("lr", "initial_lr", "weight_decay")})
+        state.scheduler.load_state_dict(state.scheduler.state_dict() | {
+            "base_lrs": list(current["scheduler"]["base_lrs"]), "_last_lr": list(current["scheduler"]["_last_lr"])})
+    if state.bound is not None:
+        runs.load_bound(path, state.bound)
+    state.step, state.history = record["step"], runs.read_history(path)
+
+
+def _expected_training_state(model, config: TrainingConfig, step: int) -> dict:
+    """The parameter groups and scheduler state the run would save after ``step`` steps under ``config``, as
+    JSON gives them back: the optimizer and schedule built as the run builds them, the learning rate that
+    schedule gives at ``step``."""
+    optimizer, scheduler = optimizer_and_schedule(model, config)
+    rates = [schedule(step) * base for schedule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
+    groups = [group | {"lr": rate} for group, rate in zip(optimizer.state_dict()["param_groups"], rates)]
+    state = scheduler.state_dict() | {"last_epoch": step, "_step_count": step + 1, "_last_lr": rates}
+    return json.loads(json.dumps({"optimizer_param_groups": groups, "scheduler": state}))
+
+
+def loss_and_gradients(trained, model, batch: dict, config: TrainingConfig, *, step: int = 0, first: bool = True,
+                       bound: DivergenceBound | None = None):
+    """``(out, grad_norm)``: the forward output of ``batch``, the loss (plus the bound's $\\mu \\bar D$)
+    differentiated, and the norm of the gradients of ``model``'s trainable parameters before they are clipped
+    at ``max_grad_norm``. `TrainingDiverged` (before any update) when the loss or the gradients are not finite,
+    or when the forward pass fails after step 0 of this call (``first``: the error is raised as it is).
+
+    ``trained`` is ``model`` or its DDP wrapper; ``step`` is the number of steps already taken (for messages)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
     try:
         with bound.capturing_features() if bound is not None else contextlib.nullcontext():
             out = trained(**batch)
@@ -651,70 +400,78 @@ def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSa
     return sampler, loader
 
 
-def _steps(model, train_dataset, config, eval_batch, out_dir, progress, optimizer, scheduler, eval_generator, settings,
-           step: int, history: list, bound=None) -> list[dict]:
-    """The optimisation steps from ``step`` on (the numbered list in the module docstring), then the model in eval mode."""
+def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: bool) -> list[dict]:
+    """The optimisation steps from ``state.step`` on (the numbered list in the module docstring), then the model
+    in eval mode; returns the history."""
+    model, config = state.model, state.config
     rank, world = _rank(), _world_size()
-    start_step = step
-    trained = model
-    if world > 1:
-        trained = torch.nn.parallel.DistributedDataParallel(model)
+    start_step = state.step
+    trained = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     device = next(model.parameters()).device
     if eval_batch is not None:
         eval_batch = {key: value.to(device) for key, value in eval_batch.items()}
     sampler, loader = _loader(train_dataset, config, rank, world)
-    batches_per_epoch = len(loader)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    reporter = _Reporter(out_dir, config.report_to, step) if rank == 0 else None
-    bar = tqdm(total=config.steps, initial=step, disable=not progress or rank != 0, desc="training")
+    log = runs.MetricsLog(out_dir, config.report_to, state.step) if rank == 0 else None
+    bar = tqdm(total=config.steps, initial=state.step, disable=not progress or rank != 0, desc="training")
 
-    while step < config.steps:
-        epoch, offset = divmod(step, batches_per_epoch)
+    while state.step < config.steps:
+        epoch, offset = divmod(state.step, len(loader))
         sampler.set_epoch(epoch)
         for batch in loader:
             if offset:  # resuming mid-epoch: skip the batches already done
                 offset -= 1
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
-            out, grad_norm = _forward_backward(trained, model, batch, trainable, config, step, step == start_step, bound)
-            optimizer.step()
-            scheduler.step()
-            if bound is not None:
-                bound.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
+            out, grad_norm = loss_and_gradients(trained, model, batch, config, step=state.step,
+                                                first=state.step == start_step, bound=state.bound)
+            state.optimizer.step()
+            state.scheduler.step()
+            if state.bound is not None:
+                state.bound.step()
+            state.optimizer.zero_grad(set_to_none=True)
+            state.step += 1
 
-            record = {}
-            if step % config.log_every == 0 or step == config.steps:
-                record |= training_metrics(model, out, batch) | {
-                    "train/grad_norm": float(grad_norm),
-                    "train/learning_rate": scheduler.get_last_lr()[0],
-                }
-                if bound is not None:
-                    record |= bound.metrics()
-            if eval_batch is not None and (step % config.eval_every == 0 or step == config.steps) and rank == 0:
-                model.eval()
-                metrics = evaluate_batch(model, eval_batch, generator=eval_generator)
-                model.train()
-                record |= with_log_prefixes(metrics)
+            record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None)
             if record:
-                record["step"] = step
-                history.append(record)
-                if reporter:
-                    reporter.log(step, {k: v for k, v in record.items() if k != "step"})
+                state.history.append(record)
+                if log:
+                    log.log(state.step, {k: v for k, v in record.items() if k != "step"})
                 if "train/total_loss" in record:  # an eval-only step keeps the last training figures on the bar
                     bar.set_postfix(loss=f"{record['train/total_loss']:.3f}",
                                     acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
             bar.update(1)
-            if out_dir and rank == 0 and (step % config.save_every == 0 or step == config.steps):
-                _check_finite_parameters(model, step, config)
-                _save_checkpoint(out_dir, step, model, optimizer, scheduler, history, eval_generator, settings, bound)
-            if step >= config.steps:
+            if out_dir and rank == 0 and (state.step % config.save_every == 0 or state.step == config.steps):
+                _check_finite_parameters(model, state.step, config)
+                runs.save_checkpoint(out_dir, state)
+            if state.step >= config.steps:
                 break
     bar.close()
-    _check_finite_parameters(model, step, config)  # what the caller saves as the trained model is finite
+    _check_finite_parameters(model, state.step, config)  # what the caller saves as the trained model is finite
     model.eval()
-    return history
+    return state.history
+
+
+def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
+    """The metrics logged after step ``state.step``: the ``train/*`` ones (and the bound's) every ``log_every``
+    steps, the ``eval/*``/``dist/*`` ones on ``eval_batch`` every ``eval_every`` steps, both at the last step;
+    ``{}`` when neither is due."""
+    model, config, step = state.model, state.config, state.step
+    record = {}
+    if step % config.log_every == 0 or step == config.steps:
+        record |= training_metrics(model, out) | {
+            "train/grad_norm": float(grad_norm),
+            "train/learning_rate": state.scheduler.get_last_lr()[0],
+        }
+        if state.bound is not None:
+            record |= state.bound.metrics()
+    if eval_batch is not None and (step % config.eval_every == 0 or step == config.steps):
+        model.eval()
+        metrics = evaluate_batch(model, eval_batch, generator=state.eval_generator)
+        model.train()
+        record |= with_log_prefixes(metrics)
+    if record:
+        record["step"] = step
+    return record
 
 
 def _check_finite_parameters(model, step: int, config) -> None:

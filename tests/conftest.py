@@ -7,6 +7,7 @@ Profiles (select with ``HYPOTHESIS_PROFILE=...``; the default is ``ci``):
 * ``thorough`` -- many examples, for a long run before a release.
 """
 
+import contextlib
 import os
 
 import pytest
@@ -25,6 +26,37 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture(scope="module")
 def qwen_dir(tmp_path_factory):
     """The embedded tiny Qwen2 base saved to a directory (a ``--base`` for the command line)."""
-    from causalqwen.tiny import save_tiny_base
+    from causalqwen.app.tiny import save_tiny_base
 
     return save_tiny_base(tmp_path_factory.mktemp("qwen_tiny"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The tiny Qwen2 base's tokenizer, wrapped: the tokenizer of every tiny CausalQwen built with ``seed=0``."""
+    from causalqwen import NumericTokenizer
+    from causalqwen.app.tiny import build_tiny_base
+
+    return NumericTokenizer(build_tiny_base(seed=0)[1])
+
+
+@pytest.fixture
+def killed_after_first_save():
+    """A context manager: inside it, ``runs.save_checkpoint`` writes its checkpoint and then raises
+    ``KeyboardInterrupt`` (a run killed right after its first checkpoint), and the ``with`` expects that interrupt;
+    on leaving it, saving is back to normal."""
+    from causalqwen.files import runs
+
+    @contextlib.contextmanager
+    def killed():
+        save = runs.save_checkpoint
+
+        def save_then_die(*args, **kwargs):
+            raise KeyboardInterrupt("killed after " + save(*args, **kwargs))
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(runs, "save_checkpoint", save_then_die)
+            with pytest.raises(KeyboardInterrupt):
+                yield
+
+    return killed

@@ -19,8 +19,8 @@ import warnings
 
 import torch
 
-from causalqwen.data import TextDataset, collate, synthetic_texts
-from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.training import (
     globally_normalized_loss,
     parameter_groups,

@@ -1,4 +1,5 @@
-"""The ``causalqwen`` command line."""
+"""The ``causalqwen`` command line: the argument table and dispatch (`causalqwen.app.cli`) and the commands
+(`causalqwen.app.commands`)."""
 
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from causalqwen import cli
+from causalqwen.app import cli, commands
 
 
 def test_help_lists_the_subcommands(capsys):
@@ -18,7 +19,7 @@ def test_help_lists_the_subcommands(capsys):
 
 
 def test_console_module_runs_help():
-    result = subprocess.run([sys.executable, "-m", "causalqwen.cli", "--help"], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-m", "causalqwen.app.cli", "--help"], capture_output=True, text=True, check=True)
     assert "usage: causalqwen" in result.stdout
 
 
@@ -39,7 +40,7 @@ def test_unknown_subcommand_is_an_error():
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     """A CausalQwen converted from the tiny base and saved with save_pretrained, tokenizer beside it."""
-    from causalqwen.tiny import build_tiny_causal_lm
+    from causalqwen.app.tiny import build_tiny_causal_lm
 
     path = tmp_path_factory.mktemp("causal_tiny")
     model, tokenizer, _ = build_tiny_causal_lm(seed=3, init_seed=3)
@@ -67,12 +68,12 @@ def test_generate_text_matches_the_library_generate(saved_model):
 
     from causalqwen import generate
 
-    model, tokenizer = cli.load_model_and_tokenizer(str(saved_model))
+    model, tokenizer = commands.load_model_and_tokenizer(str(saved_model))
     batch = tokenizer(["a day of 30 hours"], padding_side="left")
     out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode="shared_noise",
                    max_new_tokens=5, generator=torch.Generator().manual_seed(4))
     expected = tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark")
-    assert cli.generate_text(["a day of 30 hours"], str(saved_model), "shared_noise", seed=4, max_new_tokens=5) == expected
+    assert commands.generate_text(["a day of 30 hours"], str(saved_model), "shared_noise", seed=4, max_new_tokens=5) == expected
 
 
 @pytest.mark.parametrize("mode", ["standard", "shared_individual", "traditional"])
@@ -83,7 +84,7 @@ def test_generate_on_the_embedded_tiny_base(mode, capsys):
 
 def test_generate_runs_as_a_console_command(saved_model):
     result = subprocess.run(
-        [sys.executable, "-m", "causalqwen.cli", "generate", "--model", str(saved_model), "--prompt", "x 1",
+        [sys.executable, "-m", "causalqwen.app.cli", "generate", "--model", str(saved_model), "--prompt", "x 1",
          "--mode", "traditional", "--top-k", "5", "--seed", "1", "--max-new-tokens", "3"],
         capture_output=True, text=True, check=True,
     )
@@ -145,7 +146,7 @@ def _jsonl(path, texts):
 
 def test_convert_then_train_then_generate(qwen_dir, tmp_path, capsys):
     from causalqwen import CausalQwenForCausalLM
-    from causalqwen.data import synthetic_texts
+    from causalqwen.files.data import synthetic_texts
 
     converted = tmp_path / "converted"
     assert cli.main(["convert", "--base", qwen_dir, "--out", str(converted)]) == 0
@@ -179,7 +180,7 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
     llama = tmp_path / "llama"
     LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=1)).save_pretrained(llama)
-    from causalqwen.tiny import build_tiny_tokenizer
+    from causalqwen.app.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer().save_pretrained(llama)
     bad_line = tmp_path / "bad.jsonl"
@@ -211,7 +212,7 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
 
 
 def test_demo_plots_show_the_trend_and_the_model_before_training(tmp_path):
-    from causalqwen.demo import _plots, _smoothed
+    from causalqwen.app.demo import _plots, _smoothed
 
     assert _smoothed([4.0, 2.0, 0.0, -2.0], window=2) == [4.0, 3.0, 1.0, -1.0]  # trailing means, by hand
     history = [{"step": 0, "eval/accuracy": 0.0, "eval/num_f1": 0.0, "dist/ovr_prob_sum_median": 23.0,
@@ -228,8 +229,8 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
     import json
 
     from causalqwen import CausalQwenForCausalLM
-    from causalqwen.data import synthetic_texts
-    from causalqwen.lora import load_lora
+    from causalqwen.files.data import synthetic_texts
+    from causalqwen.integrations.lora import load_lora
 
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(24, seed=0))
     run = tmp_path / "run"
@@ -260,7 +261,7 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
     """D14 by default (gamma 0.1, C by the rule), the drafts' values by --init drafts, a fixed C, and the options
     refused where they cannot apply (a saved CausalQwen keeps its own initialization)."""
     from causalqwen import CausalQwenForCausalLM
-    from causalqwen.data import synthetic_texts
+    from causalqwen.files.data import synthetic_texts
     from causalqwen.initialization import DRAFT_INIT
 
     def convert(name, *options):
@@ -307,7 +308,7 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
 
 
 def test_resuming_a_run_converted_another_way_says_how_to_convert_it_again(qwen_dir, tmp_path, capsys):
-    from causalqwen.data import synthetic_texts
+    from causalqwen.files.data import synthetic_texts
 
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(8, seed=0))
     run = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""The compiled tile (causalqwen.compiled): equal to the literal tile, the fallback with one warning, the switch.
+"""The compiled tile (causalqwen.kernels.compiled): equal to the literal tile, the fallback with one warning, the switch.
 
 Oracles: the literal function `fused.tile_elementwise` run eagerly (the specification of the compiled code), and
 float64 evaluation of the same kernel for the size of the rounding differences. The fused loss's own equality
@@ -10,8 +10,8 @@ import warnings
 import pytest
 import torch
 
-from causalqwen import fused
-from causalqwen.compiled import COMPILE_ENV, compile_enabled, compiled
+from causalqwen.kernels import fused
+from causalqwen.kernels.compiled import COMPILE_ENV, compile_enabled, compiled
 from causalqwen.losses import fused_ovr_classification_loss
 
 
@@ -60,7 +60,7 @@ def test_the_fused_loss_is_the_same_compiled_or_not(monkeypatch):
     def run():
         for leaf in (loc_U, scale_U, weight, bias, noise):
             leaf.grad = None
-        loss = fused_ovr_classification_loss(loc_U, scale_U, weight, bias, noise, 10.0, labels, reduction="sum",
+        loss = fused_ovr_classification_loss(loc_U, scale_U, weight, bias, noise, 10.0, labels=labels, reduction="sum",
                                              chunk_size=16, vocab_chunk_size=128)
         loss.backward()
         return [loss.detach()] + [leaf.grad.clone() for leaf in (loc_U, scale_U, weight, bias, noise)]
@@ -146,7 +146,7 @@ def _raising(*args, **kwargs):
 SCRIPT = """
 import warnings, torch, torch._inductor.config as config
 config.cpp.cxx = ("/nonexistent/c++",)  # a machine without a C++ compiler
-from causalqwen import fused
+from causalqwen.kernels import fused
 diff, scale = torch.randn(8, 33) * 5, torch.rand(8, 33) + 0.1
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")

@@ -9,11 +9,11 @@ import warnings
 import pytest
 import torch
 
-from causalqwen import fused
-from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.kernels import fused
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.generation import generate
 from causalqwen.inference import MODES
-from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.training import TrainingConfig, train
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

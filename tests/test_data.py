@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from causalqwen import NumericTokenizer
-from causalqwen.data import (
+from causalqwen.app.tiny import build_tiny_tokenizer
+from causalqwen.files.data import (
     BAG_WEIGHTS,
     DRINK_PRICES,
     TEMPLATES,
@@ -16,8 +17,7 @@ from causalqwen.data import (
     read_jsonl,
     synthetic_texts,
 )
-from causalqwen.tiny import build_tiny_tokenizer
-from causalqwen.tokenization import find_numbers
+from causalqwen.numbers import find_numbers
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +72,25 @@ def test_dataset_encodes_numbers_and_appends_eos(tokenizer):
 
 
 def test_collate_pads_on_the_right_and_masks_labels(tokenizer):
-    data = TextDataset(["A week has 7 days, and a day has 24 hours.", "hi"], tokenizer)
-    batch = collate([data[0], data[1]], tokenizer.pad_token_id)
-    n0, n1 = len(data[0]["input_ids"]), len(data[1]["input_ids"])
-    assert batch["input_ids"].shape == (2, n0) and batch["attention_mask"][1].sum() == n1
-    assert torch.all(batch["labels"][1, n1:] == -100) and torch.equal(batch["labels"][0], data[0]["input_ids"])
-    assert torch.equal(batch["numeric_values"][0], data[0]["numeric_values"])
+    """Every position against the literal loop: real tokens first, then the pad id, value 0.0, mask 0 and label -100."""
+    data = TextDataset(["A week has 7 days, and a day has 24 hours.", "hi", "A cup of tea costs 1.5 dollars."], tokenizer)
+    items = [data[index] for index in range(len(data))]
+    batch = collate(items, tokenizer.pad_token_id)
+    assert list(batch) == ["input_ids", "numeric_values", "attention_mask", "labels", "numeric_labels"]
+    width = max(len(item["input_ids"]) for item in items)
+    assert batch["input_ids"].shape == (3, width) and batch["input_ids"].dtype == torch.int64
+    for row, item in enumerate(items):
+        length = len(item["input_ids"])
+        for position in range(width):
+            real = position < length
+            token = item["input_ids"][position].item() if real else tokenizer.pad_token_id
+            assert batch["input_ids"][row, position].item() == token
+            assert batch["numeric_values"][row, position].item() == (item["numeric_values"][position].item() if real else 0.0)
+            assert batch["attention_mask"][row, position].item() == int(real)
+            assert batch["labels"][row, position].item() == (token if real else -100)
+    assert batch["numeric_values"][2].max().item() == 1.5
+    assert torch.equal(batch["numeric_labels"], batch["numeric_values"])
+    assert batch["numeric_labels"].data_ptr() != batch["numeric_values"].data_ptr()  # a copy the model may not share
 
 
 def test_read_jsonl_returns_texts_and_their_lines(tmp_path):

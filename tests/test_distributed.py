@@ -10,9 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from causalqwen.data import synthetic_texts
-from causalqwen.tiny import save_tiny_base
-
+from causalqwen.app.tiny import save_tiny_base
+from causalqwen.files.data import synthetic_texts
 
 BACKENDS = [
     pytest.param("gloo", id="gloo"),
@@ -35,12 +34,12 @@ def test_two_process_ddp_equals_one_process(tmp_path, backend):
     # the CLI takes NCCL and one CUDA device per process where CUDA is present, gloo and the CPU where it is not
     env = os.environ | {"OMP_NUM_THREADS": "1"} | ({"CUDA_VISIBLE_DEVICES": ""} if backend == "gloo" else {})
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "causalqwen.cli",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "causalqwen.app.cli",
          *common, "--out", str(tmp_path / "ddp"), "--batch-size", "4"],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    single_run = subprocess.run([sys.executable, "-m", "causalqwen.cli", *common, "--out", str(tmp_path / "single"),
+    single_run = subprocess.run([sys.executable, "-m", "causalqwen.app.cli", *common, "--out", str(tmp_path / "single"),
                                  "--batch-size", "8"], capture_output=True, text=True, env=env, timeout=300)
     assert single_run.returncode == 0, single_run.stderr[-3000:]
 

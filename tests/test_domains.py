@@ -1,5 +1,6 @@
-"""The comparison's corpora, pretrained base, Qwen-side fine-tuning and evaluators (validation/domains.py,
-validation/comparison_eval.py), each checked against an independent oracle."""
+"""The comparison's corpora, pretrained base, Qwen-side batches, fine-tuning and evaluators (validation/domain_a.py,
+validation/domains.py, validation/qwen_batches.py, validation/qwen_finetuning.py, validation/comparison_eval.py),
+each checked against an independent oracle."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from causalqwen.modeling import CausalQwenForCausalLM
 from causalqwen.numbers import find_numbers
 from causalqwen.tokenization import NumericTokenizer
 from validation import comparison_eval as E
+from validation import domain_a as A
 from validation import domains as D
+from validation import qwen_batches as B
+from validation import qwen_finetuning as Q
 
 SMALL = dict(steps=4, n_texts=48, batch_size=8, warmup_steps=1, n_held_out=8)
 
@@ -35,7 +39,7 @@ def small_base(tmp_path_factory):
 # ---------------------------------------------------------------------------------------------
 
 def test_domain_a_is_deterministic_differs_across_seeds_and_has_no_numbers():
-    first, again, other = D.domain_a_texts(300, 0), D.domain_a_texts(300, 0), D.domain_a_texts(300, 1)
+    first, again, other = A.domain_a_texts(300, 0), A.domain_a_texts(300, 0), A.domain_a_texts(300, 1)
     assert first == again
     assert first != other
     assert len(set(first)) > 150  # varied
@@ -46,14 +50,14 @@ def test_domain_a_is_deterministic_differs_across_seeds_and_has_no_numbers():
 
 def test_domain_a_facts_are_consistent():
     """Every stated habitat / food of an animal is the table's (the learnable regularity)."""
-    texts = D.domain_a_texts(400, 3)
+    texts = A.domain_a_texts(400, 3)
     lives = eats = 0
     for text in texts:
         for animal, place in re.findall(r"[Tt]he (\w+) lives in the (\w+)\.", text):
-            assert D.ANIMALS[animal][0] == place
+            assert A.ANIMALS[animal][0] == place
             lives += 1
         for animal, food in re.findall(r"[Tt]he (\w+) eats (\w+)\.", text):
-            assert D.ANIMALS[animal][1] == food
+            assert A.ANIMALS[animal][1] == food
             eats += 1
         assert " a owl" not in text and "A owl" not in text
     assert lives > 20 and eats > 20
@@ -134,9 +138,9 @@ def test_extrapolation_values_lie_outside_the_training_range():
 
 
 def test_batch_order_is_a_function_of_its_arguments_and_covers_each_epoch():
-    batches = D.batch_order(10, 3, 7, seed=2)
-    assert [b.tolist() for b in batches] == [b.tolist() for b in D.batch_order(10, 3, 7, seed=2)]
-    assert [b.tolist() for b in batches] != [b.tolist() for b in D.batch_order(10, 3, 7, seed=3)]
+    batches = B.batch_order(10, 3, 7, seed=2)
+    assert [b.tolist() for b in batches] == [b.tolist() for b in B.batch_order(10, 3, 7, seed=2)]
+    assert [b.tolist() for b in batches] != [b.tolist() for b in B.batch_order(10, 3, 7, seed=3)]
     assert len(batches) == 7 and all(len(b) == 3 for b in batches)
     epoch0 = np.concatenate(batches[:3])  # 3 full batches per epoch of 10 (one item dropped)
     assert len(set(epoch0.tolist())) == 9
@@ -148,7 +152,7 @@ def test_batch_order_is_a_function_of_its_arguments_and_covers_each_epoch():
 # ---------------------------------------------------------------------------------------------
 
 def _tiny_tokenizer():
-    from causalqwen.tiny import build_tiny_tokenizer
+    from causalqwen.app.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 
@@ -189,9 +193,21 @@ def test_pretraining_is_deterministic_per_seed(tmp_path, small_base):
     assert all(torch.equal(one[k], two[k]) for k in one)
 
 
+def test_starting_point_is_the_base_its_tokenizer_and_a_numeric_tokenizer_of_its_own(small_base):
+    model, qwen_tokenizer, cache = small_base
+    base, tokenizer, numeric = D.pretrained_starting_point(cache_dir=cache, **SMALL)
+    one, two = model.state_dict(), base.state_dict()
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+    assert tokenizer.get_vocab() == qwen_tokenizer.get_vocab()
+    assert isinstance(numeric, NumericTokenizer)
+    assert len(numeric.hf_tokenizer) == len(tokenizer) + 1  # its own copy gained <NUM>; the base's stays plain
+    text = "The harvest was good this year"
+    assert numeric.hf_tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
+
+
 def test_pretrain_loss_a_is_the_token_mean_cross_entropy(small_base):
     model, tokenizer, _ = small_base
-    texts = D.domain_a_texts(3, 9)
+    texts = A.domain_a_texts(3, 9)
     total, count = 0.0, 0
     for text in texts:  # one text at a time, no padding: an independent computation
         ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]])
@@ -207,19 +223,19 @@ def test_pretrain_loss_a_is_the_token_mean_cross_entropy(small_base):
 # ---------------------------------------------------------------------------------------------
 
 def _batch(tokenizer, texts):
-    return D.collate_rows(D.encode_qwen_rows(tokenizer, texts), tokenizer.pad_token_id)
+    return B.collate_rows(B.encode_qwen_rows(tokenizer, texts), tokenizer.pad_token_id)
 
 
 @pytest.mark.parametrize("variant", ["head", "adapter", "lora"])
 def test_variants_start_at_the_base_logits_with_the_stated_parameter_count(small_base, variant):
     base, tokenizer, _ = small_base
-    model, n_trainable = E.finetune_qwen(base, tokenizer, ["x"], variant, steps=0, batch_size=1,
+    model, n_trainable = Q.finetune_qwen(base, tokenizer, ["x"], variant, steps=0, batch_size=1,
                                          learning_rate=1e-3, seed=0, lora_rank=4)
     vocab, hidden = base.lm_head.weight.shape
     adapter = 2 * hidden * hidden + 2 * hidden
     expected = {"head": vocab * hidden + vocab + adapter, "adapter": adapter}.get(variant)
     if variant == "lora":
-        layers = {name: m for name, m in base.model.named_modules() if name.split(".")[-1] in E.LORA_TARGETS}
+        layers = {name: m for name, m in base.model.named_modules() if name.split(".")[-1] in Q.LORA_TARGETS}
         assert len(layers) == 7 * base.config.num_hidden_layers
         expected = vocab * hidden + vocab + adapter + sum(4 * (m.in_features + m.out_features) for m in layers.values())
     assert n_trainable == expected
@@ -235,8 +251,8 @@ def test_finetuning_trains_only_its_parameters_and_leaves_the_base_alone(small_b
     base, tokenizer, _ = small_base
     reference = {k: v.clone() for k, v in base.state_dict().items()}
     texts = D.domain_b_texts(32, 0)
-    model, _ = E.finetune_qwen(base, tokenizer, texts, "head", steps=12, batch_size=8, learning_rate=1e-2, seed=0)
-    again, _ = E.finetune_qwen(base, tokenizer, texts, "head", steps=12, batch_size=8, learning_rate=1e-2, seed=0)
+    model, _ = Q.finetune_qwen(base, tokenizer, texts, "head", steps=12, batch_size=8, learning_rate=1e-2, seed=0)
+    again, _ = Q.finetune_qwen(base, tokenizer, texts, "head", steps=12, batch_size=8, learning_rate=1e-2, seed=0)
     assert all(torch.equal(v, reference[k]) for k, v in base.state_dict().items())
     backbone = model.backbone.state_dict()
     assert all(torch.equal(backbone[k], reference["model." + k]) for k in backbone)  # frozen
@@ -323,7 +339,7 @@ def test_evaluate_qwen_on_a_model_that_knows_the_texts(small_base):
     _, tokenizer, _ = small_base
     records = _tagged(D.domain_b_records(12, 8))
     vocab = 704
-    rows = D.encode_qwen_rows(tokenizer, [r.text for r in records])
+    rows = B.encode_qwen_rows(tokenizer, [r.text for r in records])
     assert len({row[0] for row in rows}) == len(rows)
     perfect = _OracleQwen(rows, vocab)
     result = E.evaluate_qwen(perfect, tokenizer, records, batch_size=5)
@@ -342,7 +358,7 @@ def test_evaluate_qwen_on_a_model_that_knows_the_texts(small_base):
         last = r.numbers[-1]
         guess = f"{last.value + 3:.1f}" if r.template == "price" else str(int(last.value) + 3)
         answers.append(r.text[:last.start] + guess + r.text[last.end:])
-    told = _OracleQwen(D.encode_qwen_rows(tokenizer, answers), vocab)
+    told = _OracleQwen(B.encode_qwen_rows(tokenizer, answers), vocab)
     result = E.evaluate_qwen(told, tokenizer, records)
     truth = np.array([n.value for r in records for n in r.numbers])
     errors = np.abs(np.array(guesses, dtype=np.float32).astype(np.float64) - truth)

@@ -17,9 +17,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from causalqwen import generate
-from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.inference import MODES
-from causalqwen.tiny import build_tiny_causal_lm
 
 PACKAGE = os.path.dirname(__import__("causalqwen").__file__)
 SYNCING = {torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.nonzero, torch.nonzero,
@@ -114,7 +114,7 @@ _MEMORY_SCRIPT = textwrap.dedent("""
     out.loss.backward()
     gc.collect()
     step = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    metrics = training_metrics(model, out, batch)
+    metrics = training_metrics(model, out)
     logged = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(step, logged, metrics["train/accuracy"])
 """)

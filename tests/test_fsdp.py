@@ -24,7 +24,7 @@ import torch
 from fsdp_worker import run_training
 from safetensors.torch import load_file
 
-from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_causal_lm
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 WORLD = 2

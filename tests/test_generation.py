@@ -1,13 +1,19 @@
-"""Generation (decision D12): the KV cache, left padding, numbers fed back, the shared-randomness invariants."""
+"""Generation (decision D12): the KV cache, left padding, numbers fed back, the shared-randomness invariants.
+
+The oracles: the model's own forward (its decisions at the last position), the loop without the cache, and Qwen2.
+"""
 
 import copy
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from causalqwen import generate
+from causalqwen.generation import mode_draws, widened_values
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import MODES, traditional_probabilities
-from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.tokenization import format_number
 
 SAMPLING_MODES = ("causal", "shared_individual", "shared_noise", "traditional")
@@ -92,7 +98,8 @@ def test_a_traditional_step_samples_from_the_full_standard_decision(tiny, normal
         choice = head.choose("traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6),
                              sampling=sampling)
         full = head.standard(loc_U, scale_U)  # [4, V] x2, [4] x2
-        probs = traditional_probabilities(full.loc_S, 0.8, 40, 0.9, full.scale_S, head.ovr_threshold, normalize)
+        probs = traditional_probabilities(full.loc_S, 0.8, 40, 0.9, scale_S=full.scale_S, threshold=head.ovr_threshold,
+                                          normalize=normalize)
     token = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(6))[:, 0]
     assert torch.equal(choice.token, token)
     value = torch.where(token == model.config.num_token_id, full.loc_Y, 0.0)
@@ -242,3 +249,54 @@ def test_generation_rejects_bad_input(tiny):
         generate(model, ids, values, mask, generator=0)
     with pytest.raises(ValueError, match="eos_token_id must be a non-negative int"):
         generate(model, ids, values, mask, eos_token_id=-3)
+
+
+# ----- laws of the loop, against the model's own forward -----
+
+@given(rows=st.lists(st.integers(1, 8), min_size=1, max_size=3), seed=st.integers(0, 2**31 - 1))
+def test_standard_generation_is_the_argmax_of_the_forward_decisions(tiny, rows, seed):
+    """One step of the standard mode chooses $\\arg\\max_k P_k$ of the decision the model's forward gives at each
+    prompt's last token (`inference.predicted_token`), and its value is $\\mathrm{loc}_Y$ there when that is
+    ``<NUM>``, else 0; the same token whatever the row's left padding."""
+    from causalqwen.inference import predicted_token
+
+    _, model, _ = tiny
+    g = torch.Generator().manual_seed(seed)
+    width = max(rows)
+    ids = torch.randint(0, model.config.num_token_id, (len(rows), width), generator=g)
+    mask = torch.stack([torch.arange(width) >= width - n for n in rows]).long()  # left padding
+    ids = ids.masked_fill(mask == 0, 0)
+    out = generate(model, ids, None, mask, max_new_tokens=1, eos_token_id=[])
+    for row, n in enumerate(rows):
+        with torch.no_grad():
+            alone = model(ids[row:row + 1, width - n:])  # the row without its padding
+        expected = predicted_token(alone.loc_S[0, -1], alone.scale_S[0, -1], model.ovr_threshold)
+        assert int(out.sequences[row, -1]) == int(expected)
+        value = float(alone.loc_Y[0, -1]) if int(expected) == model.config.num_token_id else 0.0
+        assert float(out.numeric_values[row, -1]) == pytest.approx(value, rel=1e-5, abs=1e-6)
+
+
+def test_the_shared_draws_are_fixed_once_per_row_and_checked(tiny):
+    _, model, _ = tiny
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    causal_size = model.config.causal_size
+    drawn = mode_draws(model, ids, "shared_individual", generator=torch.Generator().manual_seed(0))
+    again = mode_draws(model, ids, "shared_individual", generator=torch.Generator().manual_seed(0))
+    assert drawn["uniform"].shape == (2, causal_size) and torch.equal(drawn["uniform"], again["uniform"])
+    assert ((drawn["uniform"] > 0) & (drawn["uniform"] < 1)).all() and drawn["noise"] is None
+    given_noise = torch.linspace(-3, 3, causal_size)
+    fixed = mode_draws(model, ids, "shared_noise", noise=given_noise)
+    assert torch.equal(fixed["noise"], given_noise.expand(2, causal_size))
+    with pytest.raises(ValueError, match="noise fixes the per-sequence draw of mode 'shared_noise'"):
+        mode_draws(model, ids, "causal", noise=given_noise)
+
+
+@pytest.mark.parametrize("dtype, widened", [(torch.int64, torch.float32), (torch.float16, torch.float32),
+                                            (torch.bfloat16, torch.float32), (torch.float32, torch.float32),
+                                            (torch.float64, torch.float64)])
+def test_the_values_column_is_never_narrower_than_float32(dtype, widened):
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    values = torch.tensor([[0, 11, 0]]).to(dtype)
+    column = widened_values(values, ids)
+    assert column.dtype == widened and column.tolist() == [[0.0, 11.0, 0.0]]
+    assert widened_values(None, ids).tolist() == [[0.0, 0.0, 0.0]]

@@ -1,4 +1,4 @@
-"""Executable specification of transformers-native generation (causalqwen.hf_generation).
+"""Executable specification of transformers-native generation (causalqwen.integrations.generation_mixin).
 
 The oracles: the reference loop `causalqwen.generate` (equal sequences and values in every mode) and Qwen2's
 own `generate` (``traditional`` with top-k 1 is its greedy decoding).
@@ -8,11 +8,13 @@ import copy
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from causalqwen import generate
-from causalqwen.hf_generation import CausalQwenGenerateOutput
-from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.integrations.generation_mixin import CausalQwenGenerateOutput
 
 PROMPTS = ["the price of tea rose by 12.5 percent and", "hello", "on day 3 we counted 41 birds"]
 
@@ -36,6 +38,20 @@ def test_model_generate_equals_the_reference_loop(tiny, mode):
     ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
                    max_new_tokens=6, generator=torch.Generator().manual_seed(3))
     assert isinstance(out, CausalQwenGenerateOutput)
+    assert torch.equal(out.sequences, ref.sequences) and torch.equal(out.numeric_values, ref.numeric_values)
+
+
+@given(mode=st.sampled_from(["standard", "causal", "shared_individual", "shared_noise"]), seed=st.integers(0, 2**31 - 1),
+       rows=st.lists(st.sampled_from(PROMPTS), min_size=1, max_size=3), tokens=st.integers(1, 5),
+       use_cache=st.booleans())
+@settings(max_examples=15)
+def test_model_generate_is_the_reference_loop_for_any_prompts_and_seed(tiny, mode, seed, rows, tokens, use_cache):
+    model, tokenizer, _ = tiny
+    batch = tokenizer(rows, padding_side="left")
+    out = _hf(model, batch, mode=mode, max_new_tokens=tokens, use_cache=use_cache,
+              generator=torch.Generator().manual_seed(seed))
+    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
+                   max_new_tokens=tokens, use_cache=use_cache, generator=torch.Generator().manual_seed(seed))
     assert torch.equal(out.sequences, ref.sequences) and torch.equal(out.numeric_values, ref.numeric_values)
 
 
@@ -136,3 +152,57 @@ def test_the_stock_text_generation_pipeline_runs_the_decision_modes(tiny):
     for mode in ("standard", "causal"):
         text = pipe("The price is", max_new_tokens=3, mode=mode)[0]["generated_text"]
         assert text.startswith("The price is")
+
+
+# ----- one forward per job, and its host synchronisations -----
+
+def _per_token_syncs(make_run) -> float:
+    """Host synchronisations per generated token (`benchmarks.syncs.HostSyncCounter`), by differencing 1 and 9 new
+    tokens: the door's checks and the prefill happen once per call."""
+    from benchmarks.syncs import count
+
+    return (count(make_run(9)).total - count(make_run(1)).total) / 8
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_generation_synchronises_per_token_no_more_than_qwen2(tiny, padded):
+    """Both loops, every mode: no more host synchronisations per token than ``Qwen2ForCausalLM.generate`` on the
+    same prompts (one without padding, the stop test; two with it, its mask check besides): one, the stop test."""
+    model, tokenizer, qwen = tiny
+    batch = tokenizer(PROMPTS if padded else PROMPTS[:1], padding_side="left")
+    ids, values, mask = batch["input_ids"], batch["numeric_values"], batch["attention_mask"]
+    assert bool(mask.all()) is not padded
+    qwen_syncs = _per_token_syncs(lambda n: lambda: qwen.generate(ids, attention_mask=mask, do_sample=False,
+                                                                  max_new_tokens=n, min_new_tokens=n))
+    for mode in ("standard", "causal", "shared_noise", "traditional"):
+        sampling = {"do_sample": True} if mode == "traditional" else {}
+        reference = _per_token_syncs(lambda n, mode=mode: lambda: generate(
+            model, ids, values, mask, mode=mode, max_new_tokens=n, eos_token_id=[],
+            generator=torch.Generator().manual_seed(0)))
+        native = _per_token_syncs(lambda n, mode=mode, sampling=sampling: lambda: model.generate(
+            ids, numeric_values=values, attention_mask=mask, mode=mode, max_new_tokens=n, min_new_tokens=n,
+            generator=torch.Generator().manual_seed(0), **sampling))
+        assert reference <= qwen_syncs and native <= qwen_syncs, (mode, reference, native, qwen_syncs)
+        # one: the stop test; a step checks no input, and Qwen2 is handed its masks built (no look at the padding)
+        assert reference == native == 1, (mode, reference, native)
+
+
+def test_a_generation_step_is_the_plain_forward(tiny):
+    """transformers' loop runs ``forward`` itself, for the law of $U$; the step's logits are the mode's scores formed
+    from it: for ``standard``, $\\log P_k$ of the decision the plain forward gives at the prompt's last position.
+    forward takes no generation keyword."""
+    from causalqwen.losses import ovr_tail_nll
+
+    model, tokenizer, _ = tiny
+    batch = tokenizer(PROMPTS, padding_side="left")
+    out = _hf(model, batch, max_new_tokens=1, output_logits=True, output_scores=True)
+    with torch.no_grad():
+        full = model(**batch)
+        law = model(**batch, return_decisions=False)
+    neg_log_p, _ = ovr_tail_nll(full.loc_S[:, -1], full.scale_S[:, -1], model.ovr_threshold, off=False)
+    torch.testing.assert_close(out.logits[0], -neg_log_p, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.scores[0], out.logits[0], rtol=0, atol=0)  # no processor of its own
+    assert law.logits is None and law.loc_S is None and law.loss is None
+    torch.testing.assert_close(law.loc_U, full.loc_U, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="generation_state"):
+        model(**batch, generation_state=None)

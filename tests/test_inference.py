@@ -10,18 +10,23 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from causalqwen.action import ActionNetwork
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import (
     DECISION_MODES,
     MODES,
+    check_law_of_U,
     decision_input,
+    decision_input_unchecked,
     draw_standard_cauchy,
     draw_uniform,
     predict,
+    predicted_token,
+    predicted_value,
     sample_token,
     traditional_probabilities,
+    traditional_probabilities_unchecked,
 )
 from causalqwen.initialization import DRAFT_INIT, sample_calibration_batch
-from causalqwen.tiny import build_tiny_causal_lm
 
 C, V = 8, 12
 
@@ -94,9 +99,13 @@ def test_causal_mode_with_zero_noise_gives_no_nan(dtype):
     eps = torch.full((C,), action.scale_eps, dtype=dtype)  # the input scale, clamped (D10)
     expected_scale_S = (action.classification_head.weight.abs() @ eps).clamp_min(action.scale_eps)
     torch.testing.assert_close(decision.scale_S, expected_scale_S.expand(6, V))
-    assert torch.all(decision.scale_Y >= action.scale_eps)
+    torch.testing.assert_close(decision.scale_Y, (action.regression_head.weight.abs() @ eps).clamp_min(action.scale_eps).expand(6))
     tokens, values = predict(decision.loc_S, decision.scale_S, decision.loc_Y, 0.5, num_token_id=3)
-    assert not torch.isnan(values).any() and ((tokens >= 0) & (tokens < V)).all()
+    loc_S, scale_S = decision.loc_S.detach().double().numpy(), decision.scale_S.detach().double().numpy()
+    log_p = stats.cauchy.logsf(0.5, loc=loc_S, scale=scale_S)  # P_k rounds to 0 or 1 at these tiny scales
+    np.testing.assert_array_equal(tokens.numpy(), log_p.argmax(-1))
+    expected = np.where(log_p.argmax(-1) == 3, decision.loc_Y.detach().double().numpy(), 0.0)
+    np.testing.assert_allclose(values.detach().double().numpy(), expected, rtol=0, atol=0)
 
 
 def test_given_uniform_is_the_inverse_cdf_of_scipy():
@@ -159,7 +168,54 @@ def test_decision_input_rejects_bad_input():
             decision_input("shared_noise", loc_U, scale_U, noise_scale, noise=torch.full((C,), bad))
 
 
+@pytest.mark.parametrize("mode", DECISION_MODES)
+def test_the_door_and_the_trusted_decision_input_agree(mode):
+    """`decision_input` checks, then runs `decision_input_unchecked`: same draws, same numbers."""
+    loc_U, scale_U = _law((3,), seed=6)
+    noise_scale = torch.full((C,), 0.4, dtype=torch.float64)
+    door = decision_input(mode, loc_U, scale_U, noise_scale, generator=torch.Generator().manual_seed(2))
+    trusted = decision_input_unchecked(mode, loc_U, scale_U, noise_scale, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(door[0], trusted[0]) and torch.equal(door[1], trusted[1])
+
+
+@pytest.mark.parametrize("loc_U,scale_U,noise_scale,error,match", [
+    (torch.zeros(2, 4), torch.ones(2, 4), [0.1] * 4, TypeError, "noise_scale must be a floating-point tensor"),
+    (torch.zeros(2, 4), torch.ones(2, 3), torch.ones(4), ValueError, r"loc_U and scale_U must have one shape \[\.\.\., C\]"),
+    (torch.zeros(()), torch.ones(()), torch.ones(4), ValueError, "loc_U and scale_U must have one shape"),
+    (torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4), torch.ones(4), TypeError, "loc_U must be a floating-point"),
+    (torch.zeros(2, 4), torch.full((2, 4), -1.0), torch.ones(4), ValueError, "scale_U must be >= 0 everywhere"),
+    (torch.zeros(2, 4), torch.ones(2, 4), torch.ones(3), ValueError, r"noise_scale must have shape \[C\] = \(4,\), got \(3,\)"),
+    (torch.zeros(2, 4), torch.ones(2, 4), torch.full((4,), -0.5), ValueError, "noise_scale must be >= 0 everywhere"),
+])
+def test_the_law_of_U_is_checked_at_the_door(loc_U, scale_U, noise_scale, error, match):
+    with pytest.raises(error, match=match):
+        check_law_of_U(loc_U, scale_U, noise_scale)
+    with pytest.raises(error, match=match):
+        decision_input("standard", loc_U, scale_U, noise_scale)
+
+
 # ---- prediction ----
+
+
+@given(seed=st.integers(0, 10_000), num_token_id=st.integers(0, V - 1))
+def test_predicted_token_and_value_are_the_literal_argmax_and_loc_Y_at_num(seed, num_token_id):
+    """The trusted pieces of `predict`, one row at a time: argmax_k P_k (SciPy), and loc_Y where it is <NUM>."""
+    g = torch.Generator().manual_seed(seed)
+    loc_S = torch.randn(9, V, generator=g, dtype=torch.float64) * 10
+    loc_S[::3, num_token_id] += 60  # a third of the rows predict <NUM>
+    scale_S = torch.rand(9, V, generator=g, dtype=torch.float64) * 20 + 1e-3
+    loc_Y = torch.randn(9, generator=g, dtype=torch.float64)
+    threshold = torch.linspace(-5, 5, V, dtype=torch.float64)
+    probabilities = stats.cauchy.sf(threshold.numpy(), loc=loc_S.numpy(), scale=scale_S.numpy())
+    top_two = np.sort(probabilities, axis=-1)[:, -2:]
+    assume(np.all(top_two[:, 1] - top_two[:, 0] > 1e-12 * top_two[:, 1]))
+    token = predicted_token(loc_S, scale_S, threshold)
+    value = predicted_value(token, loc_Y, num_token_id)
+    for row in range(9):
+        best = int(np.argmax(probabilities[row]))
+        assert int(token[row]) == best
+        assert float(value[row]) == (float(loc_Y[row]) if best == num_token_id else 0.0)
+    assert torch.equal(predict(loc_S, scale_S, loc_Y, threshold, num_token_id)[0], token)
 
 
 @given(seed=st.integers(0, 10_000), threshold=st.sampled_from([-5.0, 0.0, 3.0, 100.0]))
@@ -302,6 +358,18 @@ def test_traditional_probabilities_reject_bad_input():
         traditional_probabilities(loc_S, normalize="ovr")
     with pytest.raises(ValueError, match='normalize must be "softmax" or "ovr"'):
         traditional_probabilities(loc_S, normalize="sparsemax")
+
+
+def test_the_door_and_the_trusted_traditional_probabilities_agree():
+    g = torch.Generator().manual_seed(3)
+    loc_S, scale_S = torch.randn(4, V, generator=g) * 5, torch.rand(4, V, generator=g) + 0.1
+    for normalize in ("softmax", "ovr"):
+        door = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0, normalize=normalize)
+        trusted = traditional_probabilities_unchecked(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0,
+                                                      normalize=normalize)
+        assert torch.equal(door, trusted)
+    with pytest.raises(TypeError):  # past top_p the arguments are keyword-only
+        traditional_probabilities(loc_S, 1.0, 0, 1.0, scale_S)
 
 
 def test_modes_are_the_five_of_the_spec():

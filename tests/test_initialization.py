@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
+from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
 from causalqwen.initialization import (
     DEFAULT_INIT,
     DRAFT_INIT,
@@ -24,7 +25,6 @@ from causalqwen.initialization import (
     sample_calibration_batch,
     threshold_from_logits,
 )
-from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm
 
 SAVED_BEFORE_D14 = Path(__file__).parent / "data" / "saved_before_d14"
 

@@ -1,4 +1,4 @@
-"""LoRA on the backbone (`causalqwen.lora`): exact at creation, the trainable set, merging, saving and loading
+"""LoRA on the backbone (`causalqwen.integrations.lora`): exact at creation, the trainable set, merging, saving and loading
 without pickle, and the adapter-disabled pass as the untouched base model.
 
 Every expectation comes from an independent source: the plain model's own outputs and shapes, an untouched deep
@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from causalqwen import CausalQwenForCausalLM
-from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.decision import DecisionHead
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.generation import generate
-from causalqwen.head import DecisionHead
-from causalqwen.lora import (
+from causalqwen.integrations.lora import (
     CAUSAL_MODULES,
     LORA_TARGET_MODULES,
     add_lora,
@@ -30,7 +30,7 @@ from causalqwen.lora import (
     save_lora,
     trainable_parameter_count,
 )
-from causalqwen.modeling import CausalQwenConfig
+from causalqwen.configuration import CausalQwenConfig
 from causalqwen.training import set_trainable
 
 FIELDS = ("loss", "cls_loss", "reg_loss", "loc_U", "scale_U", "loc_S", "scale_S", "loc_Y", "scale_Y")
@@ -41,7 +41,7 @@ OWNER = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o
 @pytest.fixture(scope="module")
 def tiny():
     """The tiny CausalQwen (never modified: tests work on deep copies) and a batch of 8 synthetic texts."""
-    from causalqwen.tiny import build_tiny_causal_lm
+    from causalqwen.app.tiny import build_tiny_causal_lm
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     batch = collate(TextDataset(synthetic_texts(8, seed=0), tokenizer, max_length=32).items, tokenizer.pad_token_id)
@@ -232,7 +232,7 @@ def test_bad_arguments_are_refused_before_the_model_is_touched(tiny, arguments, 
 
 
 def test_only_a_plain_causalqwen_model_is_accepted(tiny):
-    from causalqwen.tiny import build_tiny_qwen
+    from causalqwen.app.tiny import build_tiny_qwen
 
     with pytest.raises(TypeError, match="CausalQwenForCausalLM"):
         add_lora(build_tiny_qwen())

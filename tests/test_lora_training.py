@@ -8,26 +8,21 @@ import copy
 
 import pytest
 import torch
+from test_training import synthetic_data, tiny_model
 
-from causalqwen import NumericTokenizer, training
-from causalqwen.data import TextDataset, collate, synthetic_texts
 from causalqwen.divergence import DivergenceBound
-from causalqwen.lora import add_lora, load_lora, merge_lora, trainable_parameter_count
-from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm
+from causalqwen.files.data import collate
+from causalqwen.integrations.lora import (
+    add_lora,
+    load_lora,
+    merge_lora,
+    trainable_parameter_count,
+)
 from causalqwen.training import TrainingConfig, set_trainable, train
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return NumericTokenizer(build_tiny_base(seed=0)[1])
-
-
-def _model():
-    return build_tiny_causal_lm(seed=0, init_seed=0).model
-
-
 def _data(tokenizer, n=40, seed=0):
-    return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
+    return synthetic_data(tokenizer, n, seed)
 
 
 CONFIG = dict(steps=6, batch_size=5, learning_rate=1e-2, warmup_steps=1, preset="lora", eval_every=100, save_every=3,
@@ -35,9 +30,9 @@ CONFIG = dict(steps=6, batch_size=5, learning_rate=1e-2, warmup_steps=1, preset=
 
 
 def test_lora_preset_trains_adapters_and_causal_modules_only(tokenizer):
-    base = _model()
+    base = tiny_model()
     before = copy.deepcopy(base.state_dict())
-    peft_model = add_lora(_model(), rank=4)
+    peft_model = add_lora(tiny_model(), rank=4)
     names = set_trainable(peft_model, "lora")
     assert names and all(".lora_A." in n or ".lora_B." in n or ".modules_to_save." in n for n in names)
     assert sum(p.numel() for n, p in peft_model.named_parameters() if n in names) == trainable_parameter_count(peft_model)
@@ -53,14 +48,14 @@ def test_lora_preset_trains_adapters_and_causal_modules_only(tokenizer):
 
 def test_presets_and_models_must_agree():
     with pytest.raises(TypeError, match="preset 'lora' trains the adapters"):
-        set_trainable(_model(), "lora")
+        set_trainable(tiny_model(), "lora")
     with pytest.raises(TypeError, match="preset 'causal'"):
-        set_trainable(add_lora(_model(), rank=2), "causal")
+        set_trainable(add_lora(tiny_model(), rank=2), "causal")
 
 
 def test_the_adapter_disabled_base_law_is_the_untouched_models(tokenizer):
-    untouched = _model()
-    peft_model = add_lora(_model(), rank=4)
+    untouched = tiny_model()
+    peft_model = add_lora(tiny_model(), rank=4)
     bound = DivergenceBound(peft_model, 0.1, "lora")
     train(peft_model, _data(tokenizer), TrainingConfig(**CONFIG), progress=False)
     batch = collate(_data(tokenizer, 6, seed=5).items, tokenizer.pad_token_id)
@@ -73,29 +68,22 @@ def test_the_adapter_disabled_base_law_is_the_untouched_models(tokenizer):
     assert flags == {n: p.requires_grad for n, p in peft_model.named_parameters()}  # the base pass kept them
 
 
-def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, monkeypatch):
+def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, killed_after_first_save):
     config = TrainingConfig(**CONFIG | {"steps": 7, "max_u_divergence": 0.05, "divergence_dual_lr": 5.0})
-    uninterrupted = add_lora(_model(), rank=4)
+    uninterrupted = add_lora(tiny_model(), rank=4)
     full_history = train(uninterrupted, _data(tokenizer), config, None, str(tmp_path / "a"), progress=False)
     assert any(record["constraint/multiplier"] > 0 for record in full_history)
-    save = training._save_checkpoint
-
-    def save_then_die(*args, **kwargs):
-        raise KeyboardInterrupt("killed after " + save(*args, **kwargs))
-
-    monkeypatch.setattr(training, "_save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(add_lora(_model(), rank=4), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
-    monkeypatch.setattr(training, "_save_checkpoint", save)
+    with killed_after_first_save():
+        train(add_lora(tiny_model(), rank=4), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json"))\
         == ["adapter_config.json", "adapter_model.safetensors", "config.json", "divergence_bound.json",
             "divergence_reference.safetensors", "history.json", "trainer_state.json", "training_state.safetensors"]
-    resumed = add_lora(_model(), rank=4)
+    resumed = add_lora(tiny_model(), rank=4)
     history = train(resumed, _data(tokenizer), config, None, str(tmp_path / "b"), resume=True, progress=False)
     for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
     assert history == full_history
-    reloaded = load_lora(_model(), tmp_path / "b" / "checkpoint-7")
+    reloaded = load_lora(tiny_model(), tmp_path / "b" / "checkpoint-7")
     batch = collate(_data(tokenizer, 4, seed=6).items, tokenizer.pad_token_id)
     with torch.no_grad():
         assert torch.equal(reloaded(**batch).loss, uninterrupted.eval()(**batch).loss)

@@ -3,6 +3,7 @@
 import itertools
 import math
 
+import mpmath as mp
 import numpy as np
 import pytest
 import torch
@@ -67,6 +68,21 @@ def test_ovr_probability_in_open_unit_interval_monotone_and_symmetric(values, sh
     # 1 - P(t) = P(-t): mirror the location around the threshold
     mirrored = losses.ovr_probability(2 * c - loc, scale, c)
     torch.testing.assert_close(1 - p, mirrored, rtol=1e-9, atol=1e-12)
+
+
+@given(values=st.lists(ovr_inputs, min_size=1, max_size=16), loc_step=st.floats(1e-2, 1e2),
+       threshold_step=st.floats(1e-2, 1e2))
+def test_ovr_probability_rises_with_the_location_and_falls_with_the_threshold(values, loc_step, threshold_step):
+    """The law of D8: $P_k$ strictly increasing in $\\mathrm{loc}_{S_k}$ and strictly decreasing in $C_k$, and so are
+    $\\log P_k$ (up) and $\\log(1 - P_k)$ (down), everywhere (float64, far tails included)."""
+    loc, scale, c = (torch.tensor(v, dtype=torch.float64) for v in zip(*values))
+    p = losses.ovr_probability(loc, scale, c)
+    log_p, log_not_p = losses.ovr_log_probability(loc, scale, c)
+    for higher_loc, higher_c in ((loc + loc_step, c), (loc, c - threshold_step)):  # both raise loc_S - C
+        assert bool((losses.ovr_probability(higher_loc, scale, higher_c) > p).all())
+        higher_log_p, higher_log_not_p = losses.ovr_log_probability(higher_loc, scale, higher_c)
+        assert bool((higher_log_p > log_p).all()) and bool((higher_log_not_p < log_not_p).all())
+    assert bool((losses.ovr_probability(loc, scale, c + threshold_step) < p).all())
 
 
 def test_ovr_log_probability_far_tails_have_no_eps_bias():
@@ -146,8 +162,13 @@ def test_mask_truth_table():
     expected_num = [m == 1 and y == NUM for m, y in combos]
     assert parts.n_cls.item() == sum(expected_valid) == 2
     assert parts.n_reg.item() == sum(expected_num) == 1
-    assert [bool(v) for v in (parts.cls_loss[0] != 0)] == expected_valid
-    assert [bool(v) for v in (parts.reg_loss[0] != 0)] == expected_num
+    for i, (valid, num) in enumerate(zip(expected_valid, expected_num)):  # the textbook value where scored, else 0
+        y = labels[0, i].item()
+        cls = _textbook_ovr_loss(loc_S[0, i].tolist(), scale_S[0, i].tolist(), y, 0.0) if valid else 0.0
+        p_num = stats.cauchy.sf(0.0, loc=loc_S[0, i, NUM].item(), scale=scale_S[0, i, NUM].item())
+        nll = -stats.cauchy.logpdf(targets[0, i].item(), loc=loc_Y[0, i].item(), scale=scale_Y[0, i].item())
+        assert parts.cls_loss[0, i].item() == pytest.approx(cls, rel=1e-12, abs=0)
+        assert parts.reg_loss[0, i].item() == pytest.approx(p_num * nll if num else 0.0, rel=1e-12, abs=0)
 
 
 def test_total_loss_is_the_documented_combination():
@@ -199,6 +220,101 @@ def test_total_loss_unchanged_by_padding(pad_left, pad_right, seed):
     assert padded.n_cls == base.n_cls and padded.n_reg == base.n_reg
 
 
+def _scored_positions_problem(data, dtype=torch.float64):
+    """A random problem: shape [B, S], V classes (<NUM> among them), labels with ignored positions, a 0/1 mask."""
+    B, S, V = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 6)), data.draw(st.integers(NUM + 1, 7))
+    seed = data.draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    loc_S = torch.randn(B, S, V, generator=g, dtype=dtype) * 3
+    scale_S = torch.rand(B, S, V, generator=g, dtype=dtype) * 2 + 0.2
+    loc_Y = torch.randn(B, S, generator=g, dtype=dtype) * 5
+    scale_Y = torch.rand(B, S, generator=g, dtype=dtype) + 0.5
+    targets = torch.randn(B, S, generator=g, dtype=dtype) * 5
+    labels = torch.randint(0, V, (B, S), generator=g)
+    labels[torch.rand(B, S, generator=g) < 0.3] = NUM
+    labels[torch.rand(B, S, generator=g) < 0.2] = IGNORE
+    mask = (torch.rand(B, S, generator=g) < 0.8).long()
+    return (loc_S, scale_S, loc_Y, scale_Y), labels, targets, mask, g
+
+
+@given(data=st.data())
+def test_positions_not_scored_never_change_the_loss_or_its_gradient(data):
+    """Mask semantics (D9): whatever sits at a position that is not scored (mask 0 or label ignored) -- huge
+    locations, other scales, other labels, other targets -- the loss and its gradient at the scored positions are
+    the same, and the gradient there is exactly 0."""
+    decision, labels, targets, mask, g = _scored_positions_problem(data)
+    settings = dict(num_token_id=NUM, threshold=data.draw(st.floats(-3, 3)), attention_mask=mask,
+                    gate_alpha=data.draw(st.sampled_from([0.0, 0.4])), regression_weight=0.7)
+    scored = (mask == 1) & (labels != IGNORE)
+
+    def loss_and_grads(decision, labels, targets):
+        leaves = [t.clone().requires_grad_() for t in decision]
+        parts = losses.total_loss(*leaves, labels, targets, **settings)
+        return parts, torch.autograd.grad(parts.total, leaves)
+
+    base, base_grads = loss_and_grads(decision, labels, targets)
+    other = [torch.where(scored[..., None] if t.dim() == 3 else scored, t, 1e3 * torch.rand(t.shape, generator=g,
+             dtype=t.dtype) + 1e-3) for t in decision]
+    # a label is free where the mask is 0; an ignored label stays ignored (it is what unscores its position)
+    other_labels = torch.where(mask == 1, labels, torch.randint(0, NUM + 1, labels.shape, generator=g))
+    other_targets = torch.where(scored, targets, torch.randn(targets.shape, generator=g, dtype=targets.dtype) * 1e6)
+    moved, moved_grads = loss_and_grads(other, other_labels, other_targets)
+    torch.testing.assert_close(moved.total, base.total, rtol=1e-13, atol=0)
+    assert (moved.n_cls, moved.n_reg) == (base.n_cls, base.n_reg) == (scored.sum(), (scored & (labels == NUM)).sum())
+    for grad, moved_grad in zip(base_grads, moved_grads):
+        where = scored[..., None].expand_as(grad) if grad.dim() == 3 else scored
+        torch.testing.assert_close(moved_grad[where], grad[where], rtol=1e-13, atol=0)
+        assert bool((grad[~where] == 0).all()) and bool((moved_grad[~where] == 0).all())
+
+
+def _action(causal_size, classes, g, dtype=torch.float64):
+    from causalqwen.action import ActionNetwork
+
+    action = ActionNetwork(causal_size, classes, noise_init=0.3).to(dtype)
+    with torch.no_grad():
+        for parameter in action.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=g, dtype=dtype))
+    return action
+
+
+@given(data=st.data())
+def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(data):
+    """`fused_total_loss` (tiled, from the law of U) = `total_loss` on the action's full decisions, for random
+    shapes, tiles, thresholds (shared or per class), gates and masks; with the unscored positions' law of U set to
+    garbage, neither moves."""
+    B, S, C, V = (data.draw(st.integers(1, n)) for n in (3, 5, 4, 9))
+    V = max(V, NUM + 1)
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    action = _action(C, V, g)
+    loc_U = (torch.randn(B, S, C, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    scale_U = (torch.rand(B, S, C, generator=g, dtype=torch.float64) * 2 + 0.01).requires_grad_()
+    labels = torch.randint(0, V, (B, S), generator=g)
+    labels[torch.rand(B, S, generator=g) < 0.3] = NUM
+    labels[torch.rand(B, S, generator=g) < 0.2] = IGNORE
+    targets = torch.randn(B, S, generator=g, dtype=torch.float64) * 4
+    per_class = data.draw(st.booleans())
+    threshold = (torch.randn(V, generator=g, dtype=torch.float64) if per_class else torch.randn((), generator=g,
+                 dtype=torch.float64)).requires_grad_()
+    settings = dict(num_token_id=NUM, threshold=threshold, attention_mask=(torch.rand(B, S, generator=g) < 0.8).long(),
+                    gate_alpha=data.draw(st.sampled_from([0.0, 0.5])), regression_weight=data.draw(st.floats(0, 2)),
+                    detach_gate=data.draw(st.booleans()))
+    leaves = [loc_U, scale_U, threshold, *action.parameters()]
+    literal = losses.total_loss(*action(loc_U, scale_U), labels, targets, **settings)
+    literal_grads = torch.autograd.grad(literal.total, leaves, allow_unused=True)
+    fused, num_decision = losses.fused_total_loss(loc_U, scale_U, action, labels, targets, **settings,
+                                                  chunk_size=data.draw(st.sampled_from([1, 2, 5, None])),
+                                                  vocab_chunk_size=data.draw(st.sampled_from([1, 3, None])))
+    fused_grads = torch.autograd.grad(fused.total, leaves, allow_unused=True)
+    for name in ("total", "cls_loss_mean", "reg_loss_effective", "n_cls", "n_reg", "reg_loss"):
+        torch.testing.assert_close(getattr(fused, name), getattr(literal, name), rtol=1e-12, atol=1e-12, msg=name)
+    assert fused.cls_loss is None and num_decision.loc_S.shape == (B, S, 1)
+    for a, b in zip(fused_grads, literal_grads):
+        if a is None or b is None:  # an input the loss does not reach (e.g. the regression head, all unscored)
+            assert (a is None or bool((a == 0).all())) and (b is None or bool((b == 0).all()))
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_all_ignored_batch_gives_zero_loss_and_finite_zero_gradients():
     loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(6)
     tensors = [t.requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y)]
@@ -233,25 +349,63 @@ def test_gate_is_not_detached_by_default_and_detach_gate_stops_it():
         )
         (grad,) = torch.autograd.grad(parts.reg_loss_effective, loc, allow_unused=True)
         grads[detach] = grad
-    assert bool((grads[False][..., NUM] != 0).all())
+    # d L_reg,eff / d loc_S<NUM> = nll * dP<NUM>/d loc / n_reg, and dP/d loc of P = sf(C; loc, scale) is the density at C
+    nll = -stats.cauchy.logpdf(targets.numpy(), loc=loc_Y.numpy(), scale=scale_Y.numpy())
+    density = stats.cauchy.pdf(0.0, loc=loc_S[..., NUM].numpy(), scale=scale_S[..., NUM].numpy())
+    np.testing.assert_allclose(grads[False][..., NUM].numpy(), nll * density / labels.numel(), rtol=1e-10)
+    assert bool((grads[False][..., :NUM] == 0).all()) and bool((grads[False][..., NUM + 1:] == 0).all())
     assert grads[True] is None  # with detach_gate the regression term does not reach the class scores
 
 
-def test_extreme_locations_and_minimal_scales_stay_finite_in_float32():
-    """D10: finite loss and gradients for |loc| up to 1e30 and scales down to scale_eps."""
+def _mp_total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, threshold):
+    """The total of D8-D9 (every position scored, alpha = 0, lambda = 1) at 60 digits from the textbook formulas, with
+    the tail masses as arctan(1/|t|)/pi beyond the location (no cancellation); per-position cls and reg, and the total."""
+    def upper_mass(t):  # P(T > t), T standard Cauchy
+        return mp.atan(1 / t) / mp.pi if t > 0 else mp.mpf(1) / 2 + mp.atan(-t) / mp.pi
+
+    with mp.workdps(60):
+        cls, reg = np.zeros(labels.shape), np.zeros(labels.shape)
+        for index in np.ndindex(*labels.shape):
+            terms = []
+            for k in range(loc_S.shape[-1]):
+                t = (mp.mpf(threshold) - mp.mpf(loc_S[index][k])) / mp.mpf(scale_S[index][k])  # P_k = P(T > t)
+                terms.append(-mp.log(upper_mass(t)) if k == labels[index] else -mp.log(upper_mass(-t)))
+                if k == NUM:
+                    p_num = upper_mass(t)
+            cls[index] = float(mp.fsum(terms))
+            if labels[index] == NUM:
+                z = (mp.mpf(targets[index]) - mp.mpf(loc_Y[index])) / mp.mpf(scale_Y[index])
+                reg[index] = float(p_num * (mp.log(mp.pi * mp.mpf(scale_Y[index])) + mp.log(1 + z * z)))
+        total = mp.fsum(map(mp.mpf, cls.flat)) / cls.size + mp.fsum(map(mp.mpf, reg.flat)) / (labels == NUM).sum()
+        return cls, reg, float(total)
+
+
+def test_extreme_locations_and_minimal_scales_stay_finite_and_accurate_in_float32():
+    """D10: for |loc| up to 1e30, scales at scale_eps and targets up to the float32 limit, the float32 loss is the
+    60-digit textbook value to 1e-5 (total and every position's parts), and its gradients are finite and those of the
+    same loss in float64 (the gradients' own oracle is `test_total_loss_gradcheck_float64`)."""
     g = torch.Generator().manual_seed(9)
-    loc_S = (torch.randn(2, 4, 6, generator=g) * 1e30).requires_grad_()
-    scale_S = torch.full((2, 4, 6), 1e-6, requires_grad=True)
-    loc_Y = (torch.randn(2, 4, generator=g) * 1e30).requires_grad_()
-    scale_Y = torch.full((2, 4), 1e-6, requires_grad=True)
+    loc_S = torch.randn(2, 4, 6, generator=g) * 1e30
+    scale_S = torch.full((2, 4, 6), 1e-6)
+    loc_Y = torch.randn(2, 4, generator=g) * 1e30
+    scale_Y = torch.full((2, 4), 1e-6)
     targets = (torch.rand(2, 4, generator=g) * 2 - 1) * 3e38  # finite, up to the float32 limit
     labels = torch.randint(0, 6, (2, 4), generator=g)
     labels[:, 0] = NUM
-    parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=100.0)
-    parts.total.backward()
-    assert torch.isfinite(parts.total)
-    for t in (loc_S, scale_S, loc_Y, scale_Y):
-        assert bool(torch.isfinite(t.grad).all())
+    results = {}
+    for dtype in (torch.float32, torch.float64):
+        leaves = [t.to(dtype, copy=True).requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y)]
+        parts = losses.total_loss(*leaves, labels, targets.to(dtype), num_token_id=NUM, threshold=100.0)
+        results[dtype] = parts, torch.autograd.grad(parts.total, leaves)
+    cls, reg, total = _mp_total_loss(*(t.double().numpy() for t in (loc_S, scale_S, loc_Y, scale_Y)), labels.numpy(),
+                                     targets.double().numpy(), 100.0)
+    parts, grads = results[torch.float32]
+    assert parts.total.item() == pytest.approx(total, rel=1e-5)
+    np.testing.assert_allclose(parts.cls_loss.detach().double().numpy(), cls, rtol=1e-5)
+    np.testing.assert_allclose(parts.reg_loss.detach().double().numpy(), reg, rtol=1e-5)
+    for grad, grad64 in zip(grads, results[torch.float64][1]):
+        assert bool(torch.isfinite(grad).all())
+        torch.testing.assert_close(grad.double(), grad64, rtol=1e-4, atol=1e-6 * grad64.abs().max().item())
 
 
 # ---------------------------------------------------------------------------------------------

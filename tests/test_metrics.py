@@ -9,16 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from causalqwen.data import TextDataset, collate, synthetic_texts
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
+from causalqwen.inference import draw_uniform
 from causalqwen.metrics import (
     classification_metrics,
     distribution_stats,
     evaluate_batch,
     next_token_valid_mask,
     ovr_prob_sum_median,
+    ovr_prob_sums,
     regression_metrics,
 )
-from causalqwen.tiny import build_tiny_causal_lm
 
 NUM = 3
 
@@ -92,16 +94,68 @@ def test_valid_mask_pairs_positions_with_their_targets():
     assert torch.equal(next_token_valid_mask(labels, mask), expected)
 
 
-def test_evaluate_batch_reports_every_d13_metric_finite():
+def _reference_metrics(model, batch, generator):
+    """Every metric of D13 on one batch, one scored position at a time: the closed form of the standard and the
+    causal decisions in float64 NumPy, P_k from SciPy, the prediction as argmax_k P_k, counts in Python."""
+    with torch.no_grad():
+        law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    head, config = model.action, model.config
+    labels, values, mask = batch["labels"].tolist(), batch["numeric_values"].tolist(), batch["attention_mask"].tolist()
+    positions = [(b, i) for b in range(len(labels)) for i in range(len(labels[0]) - 1)
+                 if mask[b][i] and mask[b][i + 1] and labels[b][i + 1] != config.ignore_index]
+    W = head.classification_head.weight.detach().double().numpy()
+    bias = head.classification_head.bias.detach().double().numpy()
+    w, c = head.regression_head.weight.detach().double().numpy()[0], float(head.regression_head.bias)
+    noise = head.noise_scale.detach().double().numpy()
+    loc_U = np.stack([law.loc_U[b, i].double().numpy() for b, i in positions])  # [N, C]
+    scale_U = np.stack([law.scale_U[b, i].double().numpy() for b, i in positions])
+    threshold, eps = float(head.ovr_threshold), head.scale_eps  # scales floored at eps (D10): some rows of W are 0
+    p_standard = stats.cauchy.sf(threshold, loc=loc_U @ W.T + bias,
+                                 scale=np.maximum((scale_U + noise) @ np.abs(W).T, eps))  # [N, V]
+    uniform = draw_uniform(loc_U.shape, generator=generator).numpy()
+    u = loc_U + scale_U * np.tan(np.pi * (uniform - 0.5))  # one individual per position
+    p_causal = stats.cauchy.sf(threshold, loc=u @ W.T + bias, scale=np.maximum(np.abs(W) @ noise, eps))
+    predicted = p_standard.argmax(-1)
+    targets = [labels[b][i + 1] for b, i in positions]
+    num = config.num_token_id
+    tp = sum(p == num and t == num for p, t in zip(predicted, targets))
+    n_pred, n_true = sum(p == num for p in predicted), sum(t == num for t in targets)
+    errors = [abs(y - values[b][i + 1]) for y, t, (b, i) in zip(loc_U @ w + c, targets, positions) if t == num]
+    return {"accuracy": sum(p == t for p, t in zip(predicted, targets)) / len(targets),
+            "num_precision": tp / n_pred if n_pred else 0.0, "num_recall": tp / n_true,
+            "num_predicted": n_pred, "num_targets": n_true, "tokens": len(targets), "reg_count": len(errors),
+            "reg_mae": float(np.mean(errors)), "reg_mdae": float(np.median(errors)),
+            "ovr_prob_sum_median": float(np.median(p_standard.sum(-1))),
+            "ovr_prob_sum_median_causal": float(np.median(p_causal.sum(-1)))}
+
+
+def test_evaluate_batch_is_the_reference_computation_position_by_position():
     model, tokenizer, _ = build_tiny_causal_lm(seed=0)
+    with torch.no_grad():  # a <NUM> row that some positions choose and others do not
+        model.action.classification_head.weight[model.config.num_token_id] = torch.randn(
+            model.config.causal_size, generator=torch.Generator().manual_seed(1))
     batch = collate(TextDataset(synthetic_texts(12, seed=0), tokenizer).items, tokenizer.pad_token_id)
     metrics = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
-    expected = {"accuracy", "num_precision", "num_recall", "num_f1", "reg_mae", "reg_mdae", "ovr_prob_sum_median",
-                "ovr_prob_sum_median_causal"} | {f"U_{w}_{s}" for w in ("loc", "scale") for s in ("mean", "median", "std", "iqr")}
-    assert expected <= set(metrics) and all(math.isfinite(v) for v in metrics.values())
+    expected = _reference_metrics(model, batch, torch.Generator().manual_seed(0))
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    assert 0 < metrics["num_predicted"] < metrics["tokens"] and metrics["num_targets"] > 0
     # at initialization scale_U = gamma (from_qwen's 0.1, decision D14) everywhere
     assert metrics["U_scale_median"] == pytest.approx(0.1) and metrics["U_scale_iqr"] == pytest.approx(0.0, abs=1e-6)
-    assert metrics["num_targets"] > 0 and metrics["reg_count"] == metrics["num_targets"]
+    assert {f"U_{w}_{s}" for w in ("loc", "scale") for s in ("mean", "median", "std", "iqr")} <= set(metrics)
+
+
+@given(seed=st.integers(0, 2**31 - 1), data=st.data())
+def test_positions_outside_the_mask_never_change_the_ovr_sums(seed, data):
+    """Mask semantics: whatever the decisions hold at unmasked-out positions, the sums at the masked-in ones stay."""
+    mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=6, max_size=6)))
+    g = torch.Generator().manual_seed(seed)
+    loc_S, scale_S = torch.randn(6, 5, generator=g, dtype=torch.float64) * 9, torch.rand(6, 5, generator=g) + 0.1
+    other_loc = torch.where(mask[:, None], loc_S, torch.randn(6, 5, generator=g, dtype=torch.float64) * 1e4)
+    sums = ovr_prob_sums(loc_S, scale_S.double(), 2.0, mask)
+    assert torch.equal(sums, ovr_prob_sums(other_loc, scale_S.double(), 2.0, mask))
+    expected = stats.cauchy.sf(2.0, loc=loc_S.numpy(), scale=scale_S.double().numpy()).sum(-1)[mask.numpy()]
+    np.testing.assert_allclose(sums.numpy(), expected, rtol=1e-12)
 
 
 def test_evaluate_batch_in_chunks_of_rows_equals_one_pass():
@@ -115,6 +169,6 @@ def test_evaluate_batch_in_chunks_of_rows_equals_one_pass():
     for name in whole:
         if name != "ovr_prob_sum_median_causal":  # the causal draws follow the chunks
             assert chunked[name] == pytest.approx(whole[name], rel=1e-5, abs=1e-6), name
-    assert math.isfinite(chunked["ovr_prob_sum_median_causal"])
+    assert chunked["ovr_prob_sum_median_causal"] == pytest.approx(whole["ovr_prob_sum_median_causal"], rel=0.5)
     with pytest.raises(ValueError, match="max_decision_elements must be an int >= 1"):
         evaluate_batch(model, batch, max_decision_elements=0)

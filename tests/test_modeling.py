@@ -16,7 +16,9 @@ from transformers import (
 )
 
 from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel
+from causalqwen.checks.doors import position_ids_from_mask
 from causalqwen.losses import total_loss
+from causalqwen.modeling import CausalQwenOutput
 
 NUM_ID = 90  # <NUM> sits in the reserved rows: K = 90 used tokens, V = 96 embedding rows
 
@@ -222,10 +224,15 @@ def test_a_float32_model_under_bfloat16_autocast_trains_through_both_paths():
         assert torch.nn.functional.cosine_similarity(grad.flatten(), full_grad.flatten(), dim=0) > 0.999
 
 
-def test_return_decisions_false_needs_labels():
-    model = _causal(_qwen())
-    with pytest.raises(ValueError, match="return_decisions=False without labels"):
-        model(torch.ones(1, 3, dtype=torch.long), return_decisions=False)
+def test_return_decisions_false_without_labels_gives_the_law_of_U_alone():
+    """Neither decisions nor a loss: the law of $U$ of `abduce`, nothing formed over the vocabulary."""
+    model = _causal(_qwen(seed=14))
+    ids = torch.randint(0, NUM_ID, (2, 5), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out, law = model(ids, return_decisions=False), model.abduce(ids)
+    assert out.logits is None and out.loc_S is None and out.loss is None and out.targets is None
+    torch.testing.assert_close(out.loc_U, law.loc_U, rtol=0, atol=0)
+    torch.testing.assert_close(out.scale_U, law.scale_U, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -431,7 +438,7 @@ def test_a_non_qwen2_checkpoint_path_is_rejected(tmp_path):
 
 def test_from_a_saved_tiny_base_path_reads_num_token_id_from_its_tokenizer(tmp_path):
     from causalqwen import NumericTokenizer
-    from causalqwen.tiny import save_tiny_base
+    from causalqwen.app.tiny import save_tiny_base
 
     save_tiny_base(tmp_path)
     model = CausalQwenForCausalLM.from_qwen(str(tmp_path))
@@ -441,7 +448,7 @@ def test_from_a_saved_tiny_base_path_reads_num_token_id_from_its_tokenizer(tmp_p
 
 def test_text_with_numbers_end_to_end_left_and_right_padding_agree():
     from causalqwen import NumericTokenizer
-    from causalqwen.tiny import build_tiny_base
+    from causalqwen.app.tiny import build_tiny_base
 
     qwen, hf_tokenizer = build_tiny_base(seed=0)
     tokenizer = NumericTokenizer(hf_tokenizer)
@@ -466,11 +473,10 @@ def test_auto_classes_load_a_saved_model_in_a_process_that_never_imported_causal
     import subprocess
     import sys
 
-    from causalqwen.tiny import build_tiny_causal_lm
-
     from transformers import pipeline
 
-    from causalqwen.pipelines import NumericTextGenerationPipeline
+    from causalqwen.app.tiny import build_tiny_causal_lm
+    from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     with torch.no_grad():  # every step predicts <NUM>: the pipeline's text must have the numbers written out
@@ -524,3 +530,96 @@ print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(ba
     assert text.startswith("The price is 99.90 yuan.") and "<NUM>" not in text and len(text) > 26
     torch.testing.assert_close(torch.tensor(loc_Y), expected, rtol=1e-5, atol=1e-5)
     assert refused and imported  # no consent, no code run; with it, the module imported the installed package
+
+
+# ----- one forward: the law of U, the decisions, the loss -----
+
+@given(keep=st.integers(0, 7), labelled=st.booleans())
+@settings(max_examples=12)
+def test_logits_to_keep_limits_the_decisions_never_the_loss(small_model, keep, labelled):
+    """``logits_to_keep`` = K > 0 gives the decisions of the last K positions, equal to the full forward's there;
+    the law of $U$ and the loss are the full forward's."""
+    model = small_model
+    g = torch.Generator().manual_seed(keep)
+    ids = torch.randint(0, NUM_ID, (2, 7), generator=g)
+    labels = ids if labelled else None
+    with torch.no_grad():
+        full = model(ids, labels=labels, return_decisions=True)
+        kept = model(ids, labels=labels, return_decisions=True, logits_to_keep=keep)
+    assert isinstance(kept, CausalQwenOutput)
+    positions = slice(-keep, None) if keep else slice(None)
+    for name in ("loc_S", "scale_S", "logits"):
+        torch.testing.assert_close(getattr(kept, name), getattr(full, name)[:, positions], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kept.loc_U, full.loc_U, rtol=0, atol=0)
+    if labelled:
+        torch.testing.assert_close(kept.loss, full.loss, rtol=0, atol=0)
+
+
+def test_check_inputs_false_skips_only_the_checks(small_model):
+    """A forward without its checks gives the same numbers on valid inputs, and no host synchronisation."""
+    from benchmarks.syncs import count
+
+    model = small_model
+    ids = torch.randint(0, NUM_ID, (2, 6), generator=torch.Generator().manual_seed(1))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    positions = position_ids_from_mask(mask)
+    with torch.no_grad():
+        checked = model(ids, attention_mask=mask)
+        trusted = model(ids, attention_mask=mask, position_ids=positions, check_inputs=False)
+        syncs = count(lambda: model.model(ids, position_ids=positions, check_inputs=False))
+    torch.testing.assert_close(trusted.loc_S[mask.bool()], checked.loc_S[mask.bool()], rtol=1e-6, atol=1e-6)
+    assert syncs.total == 0, syncs.counts
+    with pytest.raises(ValueError, match="input_ids must lie in"):
+        model(ids + 1000)  # the door is open by default
+
+
+@given(lengths=st.lists(st.integers(1, 9), min_size=1, max_size=5), extra=st.integers(0, 3))
+def test_the_positions_of_a_left_padded_batch_are_those_of_its_rows_alone(lengths, extra):
+    """Position ids from the mask count real tokens only: a left-padded row's positions are 0, 1, ..., n - 1 at its
+    n real tokens, whatever the padding before them."""
+    width = max(lengths) + extra
+    mask = torch.stack([torch.arange(width) >= width - n for n in lengths]).long()  # [B, S]
+    positions = position_ids_from_mask(mask)
+    for row, n in enumerate(lengths):
+        assert positions[row, width - n:].tolist() == list(range(n))
+        assert positions[row, :width - n].tolist() == [0] * (width - n)
+
+
+def test_left_padding_leaves_the_law_of_U_of_the_real_tokens_unchanged(small_model):
+    model = small_model
+    ids = torch.randint(0, NUM_ID, (1, 5), generator=torch.Generator().manual_seed(2))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids], dim=1)
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        alone, batch = model.abduce(ids), model.abduce(padded, attention_mask=mask)
+    torch.testing.assert_close(batch.loc_U[:, 3:], alone.loc_U, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(batch.scale_U[:, 3:], alone.scale_U, rtol=1e-5, atol=1e-5)
+
+
+def test_the_training_forward_takes_no_generation_keyword(small_model):
+    ids = torch.randint(0, NUM_ID, (1, 4), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'generation_state'"):
+        small_model(ids, generation_state=object())
+    with pytest.raises(TypeError, match="not both"):
+        small_model(ids, cache=object(), past_key_values=object())
+
+
+def test_a_padded_batch_gets_qwen2s_own_masks_without_a_host_read(small_model):
+    """With padding, Qwen2 is handed its attention masks built by transformers' own functions: the features equal
+    those of Qwen2's own path from the 2D mask, and the forward makes one host synchronisation (the door's), where
+    Qwen2's forward makes its own check of the mask."""
+    from benchmarks.syncs import count
+    from transformers import Qwen2Model
+
+    model = small_model
+    ids = torch.randint(0, NUM_ID, (2, 6), generator=torch.Generator().manual_seed(5))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    positions = position_ids_from_mask(mask)
+    with torch.no_grad():
+        ours = model.model.law_of_U(ids, None, mask, position_ids=positions).last_hidden_state
+        theirs = Qwen2Model.forward(model.model, inputs_embeds=model.model.embed_tokens(ids), attention_mask=mask,
+                                    position_ids=positions).last_hidden_state
+        syncs, qwen_syncs = count(lambda: model(ids, attention_mask=mask)), count(
+            lambda: Qwen2Model.forward(model.model, input_ids=ids, attention_mask=mask, position_ids=positions))
+    torch.testing.assert_close(ours[mask.bool()], theirs[mask.bool()], rtol=0, atol=0)
+    assert syncs.total == 1 and qwen_syncs.total >= 1, (syncs.counts, qwen_syncs.counts)

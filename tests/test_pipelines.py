@@ -1,4 +1,4 @@
-"""Executable specification of the text-generation pipeline (causalqwen.pipelines).
+"""Executable specification of the text-generation pipeline (causalqwen.integrations.pipelines).
 
 The oracle: ``model.generate`` (itself equal to the reference loop `causalqwen.generate`) followed by
 `NumericTokenizer.batch_decode` -- what the pipeline must give, with the prompt as the user wrote it.
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import pipeline
 
-from causalqwen.pipelines import NumericTextGenerationPipeline
-from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
 PROMPT = "The price is 12.50 yuan, up 3% from"
 

@@ -21,8 +21,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.numbers import find_numbers, format_number
-from causalqwen.tiny import build_tiny_tokenizer
 from causalqwen.tokenization import NumericTokenizer
 from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 

@@ -1,4 +1,4 @@
-"""Executable specification of the embedded tiny Qwen2 base (causalqwen.tiny)."""
+"""Executable specification of the embedded tiny Qwen2 base (causalqwen.app.tiny)."""
 
 import time
 
@@ -7,7 +7,7 @@ import torch
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
-from causalqwen.tiny import (
+from causalqwen.app.tiny import (
     TINY_CORPUS,
     build_tiny_base,
     build_tiny_causal_lm,

@@ -1,39 +1,33 @@
-"""Executable specification of numeric-aware tokenization (causalqwen.tokenization).
+"""Executable specification of numeric-aware tokenization (causalqwen.tokenization): text to ``(input_ids,
+numeric_values)`` and back, batches and their padding, saving and loading.
 
-The expected values in these tests come from hand-written tables, from exact rational
-arithmetic (``fractions.Fraction``), from numpy's own float32 printing, or from the wrapped Hugging
-Face tokenizer itself -- never from the code under test.
+The expected values in these tests come from hand-written tables (the grammar's, in test_numbers.py), from
+the wrapped Hugging Face tokenizer itself, from the literal padding loop written here, or from the values the
+test chose -- never from the code under test. The number grammar itself is tested in test_numbers.py.
 """
 
 import math
-from decimal import Decimal
-from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from test_numbers import (  # the grammar's hand-written table, read here through encode; float32 helpers
+    GRAMMAR_TABLE,
+    N,
+    bits,
+    f32,
+)
 
-from causalqwen.tiny import build_tiny_tokenizer
+from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.tokenization import (
     NumericTokenizer,
-    find_numbers,
     format_number,
+    pad_rows,
     parse_number,
     split_numbers,
 )
-
-
-def f32(x: float) -> float:
-    """The float32 rounding of ``x``, as a Python float (``inf`` beyond the float32 range)."""
-    with np.errstate(over="ignore"):
-        return float(np.float32(x))
-
-
-def bits(x: float) -> int:
-    """The float32 bit pattern of ``x`` (so that 0.0 and -0.0 differ)."""
-    return int(np.array(x, dtype=np.float32).view(np.uint32))
 
 
 @pytest.fixture(scope="module")
@@ -49,148 +43,8 @@ def tokenizer():
 
 
 # ---------------------------------------------------------------------------------------------
-# The number grammar
+# Encoding
 # ---------------------------------------------------------------------------------------------
-
-T, N = "text", "number"
-
-GRAMMAR_TABLE = [
-    # sign: "-" or U+2212, unless right after a digit, a cased letter, or a digit and a short unit
-    ("温度-15.5度", [(T, "温度"), (N, -15.5), (T, "度")]),
-    ("2020-2021", [(N, 2020.0), (T, "-"), (N, 2021.0)]),
-    ("x-5", [(T, "x-"), (N, 5.0)]),
-    ("X-5", [(T, "X-"), (N, 5.0)]),
-    ("Ω-5", [(T, "Ω-"), (N, 5.0)]),  # Greek capital letter: cased
-    ("ж-5", [(T, "ж-"), (N, 5.0)]),  # Cyrillic small letter: cased
-    ("ǅ-5", [(T, "ǅ-"), (N, 5.0)]),  # a titlecase letter (Lt)
-    ("-3", [(N, -3.0)]),
-    ("a -3", [(T, "a "), (N, -3.0)]),
-    ("(-5)", [(T, "("), (N, -5.0), (T, ")")]),
-    ("=-2.5", [(T, "="), (N, -2.5)]),
-    ("--5", [(T, "-"), (N, -5.0)]),
-    ("5--3", [(N, 5.0), (T, "-"), (N, -3.0)]),
-    ("−5", [(N, -5.0)]),  # U+2212 MINUS SIGN is a sign
-    ("3−5", [(N, 3.0), (T, "−"), (N, 5.0)]),  # ... under the same rule as "-"
-    ("+5", [(T, "+"), (N, 5.0)]),
-    ("1+-2", [(N, 1.0), (T, "+"), (N, -2.0)]),
-    # ranges: a "-" after a digit and a unit of one or two letters or unit symbols
-    ("3月-5月", [(N, 3.0), (T, "月-"), (N, 5.0), (T, "月")]),
-    ("气温从-5到-3度", [(T, "气温从"), (N, -5.0), (T, "到"), (N, -3.0), (T, "度")]),  # no repeated unit: a sign
-    ("-5℃至-10℃", [(N, -5.0), (T, "℃至"), (N, -10.0), (T, "℃")]),
-    ("增长-5%至-3%", [(T, "增长"), (N, -5.0), (T, "%至"), (N, -3.0), (T, "%")]),
-    ("16℃-32℃", [(N, 16.0), (T, "℃-"), (N, 32.0), (T, "℃")]),
-    ("5%-10%", [(N, 5.0), (T, "%-"), (N, 10.0), (T, "%")]),
-    ("5％-10％", [(N, 5.0), (T, "％-"), (N, 10.0), (T, "％")]),
-    ("2020年-2021年", [(N, 2020.0), (T, "年-"), (N, 2021.0), (T, "年")]),
-    ("3公里-5公里", [(N, 3.0), (T, "公里-"), (N, 5.0), (T, "公里")]),
-    ("3 月-5", [(N, 3.0), (T, " 月"), (N, -5.0)]),  # a space ends the unit: a sign again
-    ("气温零下-3度", [(T, "气温零下"), (N, -3.0), (T, "度")]),
-    # exponent
-    ("1.5e3", [(N, 1500.0)]),
-    ("2E-2", [(N, f32(0.02))]),
-    ("1e+30", [(N, f32(1e30))]),
-    ("6.02e23 atoms", [(N, f32(6.02e23)), (T, " atoms")]),
-    ("3eggs", [(N, 3.0), (T, "eggs")]),
-    ("3e", [(N, 3.0), (T, "e")]),
-    ("3e-x", [(N, 3.0), (T, "e-x")]),
-    # fraction
-    ("5.", [(N, 5.0), (T, ".")]),
-    (".5", [(N, 0.5)]),
-    (".05 cups", [(N, f32(0.05)), (T, " cups")]),
-    ("wait...5 minutes", [(T, "wait..."), (N, 5.0), (T, " minutes")]),  # an ellipsis is not a decimal point
-    ("1...3", [(N, 1.0), (T, "..."), (N, 3.0)]),
-    ("-.5", [(N, -0.5)]),
-    ("No.5", [(T, "No."), (N, 5.0)]),
-    ("43.60元", [(N, f32(43.6)), (T, "元")]),
-    # dotted runs: versions and addresses are text
-    ("1.2.3", [(T, "1.2.3")]),
-    ("Python 3.10.2", [(T, "Python 3.10.2")]),
-    ("10.0.172.16", [(T, "10.0.172.16")]),
-    ("Python 3.10", [(T, "Python "), (N, f32(3.1))]),
-    # group commas
-    ("1,000,000", [(N, 1000000.0)]),
-    ("1,234.5", [(N, 1234.5)]),
-    ("12,345", [(N, 12345.0)]),
-    ("162,881,323", [(N, f32(162881323))]),  # a grouped count: a quantity, rounded to float32
-    ("1,00", [(N, 1.0), (T, ",00")]),
-    ("1,0000", [(N, 1.0), (T, ",0000")]),
-    ("1234,567", [(N, 1234.0), (T, ","), (N, 567.0)]),
-    ("1,000,0000", [(N, 1000.0), (T, ",0000")]),
-    ("1, 000", [(N, 1.0), (T, ", 000")]),
-    ("1,2,3", [(N, 1.0), (T, ","), (N, 2.0), (T, ","), (N, 3.0)]),
-    ("-1,500.25", [(N, -1500.25)]),
-    # leading zeros: identifiers
-    ("0", [(N, 0.0)]),
-    ("-0", [(N, -0.0)]),
-    ("0.5", [(N, 0.5)]),
-    ("007", [(T, "007")]),
-    ("$007", [(T, "$007")]),
-    ("12:00", [(N, 12.0), (T, ":00")]),
-    # digit runs joined three times or more by the same "-", "/" or ":": dates, times, phone numbers
-    ("2007-03-13", [(T, "2007-03-13")]),
-    ("3/14/2024", [(T, "3/14/2024")]),
-    ("2:03:59", [(T, "2:03:59")]),
-    ("138-0013-8000", [(T, "138-0013-8000")]),
-    ("123-45-6789", [(T, "123-45-6789")]),
-    ("1/4 cup", [(N, 1.0), (T, "/"), (N, 4.0), (T, " cup")]),
-    ("2020-2021-x", [(N, 2020.0), (T, "-"), (N, 2021.0), (T, "-x")]),
-    # hex groups with colons: IPv6 and MAC addresses
-    ("fe80::1ff:fe23:4567:890a", [(T, "fe80::1ff:fe23:4567:890a")]),
-    ("12:34:56:78:9a:bc", [(T, "12:34:56:78:9a:bc")]),
-    # more digits than float32 holds, or outside its range: text (rules V1, V2)
-    ("13409860099", [(T, "13409860099")]),
-    ("ISBN 9787111213826", [(T, "ISBN 9787111213826")]),
-    ("16777217", [(N, 16777216.0)]),  # 2**24 + 1: a quantity; float32 holds it as 16777216
-    ("123456789", [(N, f32(123456789))]),  # 9 significant digits: a quantity
-    ("1234567891", [(T, "1234567891")]),  # 10: an identifier (rule V2)
-    ("1412600000", [(N, 1412600000.0)]),  # trailing zeros do not count
-    ("1e100", [(T, "1e100")]),
-    ("1e39 and 2", [(T, "1e39 and "), (N, 2.0)]),
-    ("1e-50", [(T, "1e-50")]),
-    ("8e-46", [(T, "8e-46")]),
-    # words and hex identifiers stay text; units follow freely
-    ("H2O", [(T, "H2O")]),
-    ("mp3", [(T, "mp3")]),
-    ("Qwen2.5", [(T, "Qwen2.5")]),
-    ("COVID-19", [(T, "COVID-"), (N, 19.0)]),
-    ("a1e5f9", [(T, "a1e5f9")]),
-    ("#1e90ff", [(T, "#1e90ff")]),
-    ("#333333", [(T, "#333333")]),
-    ("bug #4521", [(T, "bug #4521")]),
-    ("1e5g1", [(T, "1e5g1")]),
-    ("commit 3e45a1c", [(T, "commit 3e45a1c")]),
-    ("0x1e10", [(T, "0x1e10")]),
-    ("1e5f", [(T, "1e5f")]),
-    ("550e8400-e29b-41d4-a716-446655440000", [(T, "550e8400-e29b-41d4-a716-446655440000")]),
-    ("5kg", [(N, 5.0), (T, "kg")]),
-    ("10am", [(N, 10.0), (T, "am")]),
-    ("98.6F", [(N, f32(98.6)), (T, "F")]),
-    ("$5B", [(T, "$"), (N, 5.0), (T, "B")]),
-    ("2x3", [(T, "2x3")]),  # letters then a digit to the end of the word: an identifier
-    ("1Z999AA10123456784", [(T, "1Z999AA10123456784")]),
-    ("9f2b7d0", [(T, "9f2b7d0")]),
-    ("room 4B", [(T, "room "), (N, 4.0), (T, "B")]),
-    # sentences
-    ("In 2020-2021 sales grew by 12.5%.", [(T, "In "), (N, 2020.0), (T, "-"), (N, 2021.0),
-                                          (T, " sales grew by "), (N, 12.5), (T, "%.")]),
-    ("The price is 99.9 yuan.", [(T, "The price is "), (N, f32(99.9)), (T, " yuan.")]),
-    ("价格是99.9元", [(T, "价格是"), (N, f32(99.9)), (T, "元")]),
-    # no numbers
-    ("", []),
-    ("no numbers here", [(T, "no numbers here")]),
-    ("１２３ ٣ ²", [(T, "１２３ ٣ ²")]),  # only ASCII digits count
-]
-
-
-@pytest.mark.parametrize("text, expected", GRAMMAR_TABLE)
-def test_grammar_table(text, expected):
-    pieces = split_numbers(text)
-    assert [kind for kind, _ in pieces] == [kind for kind, _ in expected]
-    for (kind, got), (_, want) in zip(pieces, expected):
-        if kind == T:
-            assert got == want
-        else:
-            assert bits(got) == bits(want), (got, want)
 
 
 @pytest.mark.parametrize("text, expected", GRAMMAR_TABLE)
@@ -204,14 +58,6 @@ def test_grammar_table_through_encode(tokenizer, text, expected):
     assert all(type(value) is float for value in values)
 
 
-def test_find_numbers_spans():
-    text = "温度-15.5度, 1,000 and 2E-2"
-    found = find_numbers(text)
-    assert [(m.start, m.end, m.text) for m in found] == [(2, 7, "-15.5"), (10, 15, "1,000"), (20, 24, "2E-2")]
-    for match in found:
-        assert text[match.start : match.end] == match.text
-
-
 def test_price_example_position(tokenizer, base_tokenizer):
     """价格是99.9元: the <NUM> id sits exactly between the tokens of 价格是 and of 元."""
     ids, values = tokenizer.encode("价格是99.9元")
@@ -219,224 +65,6 @@ def test_price_example_position(tokenizer, base_tokenizer):
     after = base_tokenizer("元", add_special_tokens=False)["input_ids"]
     assert ids == before + [tokenizer.num_token_id] + after
     assert values == [0.0] * len(before) + [f32(99.9)] + [0.0] * len(after)
-
-
-@pytest.mark.parametrize(
-    "literal, expected",
-    [
-        ("0", 0.0),
-        ("-0", -0.0),
-        ("99.9", f32(99.9)),
-        ("-15.5", -15.5),
-        ("1,000,000", 1e6),
-        ("2E-2", f32(0.02)),
-        ("1e+30", f32(1e30)),
-        ("3.4028235e38", float(np.finfo(np.float32).max)),
-        # a subnormal is read only when written within float32's relative precision 2**-24 of it (rule V1)
-        ("1.4012985e-45", float(np.finfo(np.float32).smallest_subnormal)),
-        ("1.1754942e-38", f32(np.nextafter(np.float32(np.finfo(np.float32).tiny), np.float32(0)))),
-        # exactly halfway between 1 and the next float32: ties go to the even one, 1.0
-        ("1.000000059604644775390625", 1.0),
-        # just above / below that midpoint; float64 cannot tell these apart from the midpoint
-        ("1.00000005960464477539062500001", f32(np.nextafter(np.float32(1), np.float32(2)))),
-        ("1.00000005960464477539062499999", 1.0),
-        # just below the float32 overflow threshold 2**128 - 2**103
-        ("340282356779733661637539395458142568447.0", float(np.finfo(np.float32).max)),
-        (".5", 0.5),
-        ("−2", -2.0),
-        ("162,881,323", f32(162881323)),
-    ],
-)
-def test_parse_number_values(literal, expected):
-    assert bits(parse_number(literal)) == bits(expected)
-
-
-def _float32_nearest(exact: Fraction) -> float:
-    """Oracle: the float32 nearest to ``exact`` (ties to even), by exact rational arithmetic."""
-    with np.errstate(over="ignore"):
-        guess = np.float32(float(exact))
-        candidates = {guess, np.nextafter(guess, np.float32(-np.inf)), np.nextafter(guess, np.float32(np.inf))}
-    candidates = [c for c in candidates if np.isfinite(c)]
-
-    def key(c):
-        return (abs(Fraction(float(c)) - exact), bits(float(c)) & 1)
-
-    return float(min(candidates, key=key))
-
-
-@given(
-    integer=st.integers(0, 10**12).map(str),
-    fraction=st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=25).map(lambda d: "." + d)),
-    exponent=st.one_of(st.just(""), st.integers(-40, 30).map(lambda e: f"e{e:+d}")),
-)
-def test_parse_number_rounds_correctly(integer, fraction, exponent):
-    literal = integer + fraction + exponent
-    exact = Fraction(Decimal(literal))
-    if exact != 0 and (exact < Fraction(1, 10**44) or exact > Fraction(3 * 10**38)):
-        return  # outside float32's range; the error cases are tested separately
-    expected = _float32_nearest(exact)
-    # rule V1: the float32 must be within float32's relative precision 2**-24 of the literal
-    unfaithful = abs(Fraction(expected) - exact) > exact * Fraction(1, 2**24)
-    if unfaithful:  # rounds to zero, or to a subnormal that changes it
-        with pytest.raises(ValueError, match="underflow"):
-            parse_number(literal)
-    elif not fraction and not exponent and len(integer.rstrip("0")) > 9:
-        with pytest.raises(ValueError, match="identifier"):  # more than 9 significant digits (rule V2)
-            parse_number(literal)
-    else:
-        assert bits(parse_number(literal)) == bits(expected)
-
-
-@pytest.mark.parametrize("literal", ["5.", "+5", " 5", "5 ", "1,00", "x", "", "1e", "--5", "5-", "007", "3.10.2", "1e5f",
-                                     "0x10", "5kg"])
-def test_parse_number_rejects_non_numbers(literal):
-    with pytest.raises(ValueError, match="not a single number"):
-        parse_number(literal)
-
-
-def test_parse_number_rejects_non_str():
-    with pytest.raises(TypeError, match="str"):
-        parse_number(5)
-
-
-# ---------------------------------------------------------------------------------------------
-# format_number
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "value, expected",
-    [
-        (99.9, "99.9"),
-        (5.0, "5"),
-        (0.0, "0"),
-        (-0.0, "-0"),
-        (-15.5, "-15.5"),
-        (1e30, "1e+30"),
-        (1e-5, "1e-05"),
-        (1e16, "1e+16"),
-        (1e15, "1000000000000000"),
-        (1234567.0, "1234567"),  # numpy would write float32 1234567 as "1.234567e+06"
-        (0.00011, "0.00011"),
-        (1e-4, "1e-04"),  # float32(1e-4) is a little below 1e-4
-        (2020, "2020"),
-        (np.float32(0.1), "0.1"),
-        (np.int64(3), "3"),
-        (float(np.finfo(np.float32).max), "3.4028235e+38"),
-        (-1.5e-7, "-1.5e-07"),
-    ],
-)
-def test_format_number_table(value, expected):
-    assert format_number(value) == expected
-
-
-@pytest.mark.parametrize(
-    "value, error, match",
-    [
-        (float("nan"), ValueError, "NaN"),
-        (float("inf"), ValueError, "infinity"),
-        (1e39, ValueError, "overflows float32"),
-        (10**400, ValueError, "overflows float32"),
-        (1e-50, ValueError, r"cannot format 1e-50: it is not zero but underflows float32 \(it rounds to 0\)"),
-        (-1e-46, ValueError, r"cannot format -1e-46: it is not zero but underflows float32"),
-        (3e-45, ValueError, r"cannot format 3e-45: float32 holds it only as the subnormal 2\.802597e-45, off by 0\.066"),
-        (1e-40, ValueError, r"cannot format 1e-40: float32 holds it only as the subnormal 9\.999946e-41, off by 5\.4e-06"),
-        (True, TypeError, "real number"),
-        ("5", TypeError, "real number"),
-        (None, TypeError, "real number"),
-    ],
-)
-def test_format_number_bad_input(value, error, match):
-    with pytest.raises(error, match=match):
-        format_number(value)
-
-
-def _significant_digits(literal: str) -> int:
-    """Number of significant decimal digits written in ``literal``."""
-    mantissa = literal.lstrip("-").split("e")[0].replace(".", "")
-    return max(1, len(mantissa.strip("0")))
-
-
-def _shortest_digit_count(value: float) -> int:
-    """Oracle: the fewest significant digits of a decimal that rounds to float32 ``value``.
-
-    For each digit count n, the only candidates are the n-digit decimals just below and just
-    above the value; if neither rounds back to the value, no n-digit decimal does.
-    """
-    if value == 0.0:
-        return 1
-    exact = Decimal(abs(value))
-    for n in range(1, 10):
-        quantum = Decimal(1).scaleb(exact.adjusted() - n + 1)
-        down = (exact / quantum).to_integral_value(rounding="ROUND_FLOOR") * quantum
-        up = (exact / quantum).to_integral_value(rounding="ROUND_CEILING") * quantum
-        if any(f32(float(candidate)) == abs(value) for candidate in (down, up)):
-            return n
-    raise AssertionError(f"no decimal of at most 9 digits rounds to {value!r}")
-
-
-@given(st.floats(width=32, allow_nan=False, allow_infinity=False))
-def test_format_number_round_trips_and_is_shortest(value):
-    if 0 < abs(value) < float(np.finfo(np.float32).tiny):
-        return  # subnormals: test_format_number_writes_subnormals_faithfully
-    text = format_number(value)
-    # round trip through Python's float and through the grammar
-    assert bits(float(text)) == bits(value)
-    assert bits(parse_number(text)) == bits(value)
-    # the same decimal number as numpy's shortest float32 text, positional exactly in [1e-4, 1e16)
-    assert Decimal(text) == Decimal(str(np.float32(value)))
-    positional = value == 0.0 or 1e-4 <= abs(value) < 1e16
-    assert ("e" not in text) == positional
-    assert not text.endswith(".0")
-    # and no decimal with fewer significant digits would do
-    assert _significant_digits(text) == _shortest_digit_count(value)
-
-
-def _faithful(text: str, value: float) -> bool:
-    """Oracle for rule V1: the float32 ``value`` is within float32's relative precision 2**-24 of ``text``."""
-    exact = Fraction(Decimal(text))
-    return abs(Fraction(value) - exact) <= abs(exact) * Fraction(1, 2**24)
-
-
-def _shortest_faithful_digit_count(value: float) -> int:
-    """Oracle: the fewest significant digits of a decimal within 2**-24 (relative) of the subnormal ``value``."""
-    exact = Decimal(abs(value))
-    for n in range(1, 10):
-        quantum = Decimal(1).scaleb(exact.adjusted() - n + 1)
-        down = (exact / quantum).to_integral_value(rounding="ROUND_FLOOR") * quantum
-        up = (exact / quantum).to_integral_value(rounding="ROUND_CEILING") * quantum
-        if any(_faithful(str(candidate), abs(value)) for candidate in (down, up)):
-            return n
-    raise AssertionError(f"no decimal of at most 9 digits is within 2**-24 of {value!r}")
-
-
-@given(st.integers(1, 2**23 - 1), st.booleans())
-def test_format_number_writes_subnormals_faithfully(multiple, negative):
-    """A subnormal float32 (a multiple of 2**-149) is written with the fewest digits within 2**-24 of it, so
-    that its text reads back as itself under rule V1; numpy's shortest unique text would not ("1e-45")."""
-    value = float(np.float32(multiple * 2.0**-149)) * (-1 if negative else 1)
-    text = format_number(value)
-    assert _faithful(text, value)
-    assert bits(parse_number(text)) == bits(value) and bits(float(text)) == bits(value)
-    assert _significant_digits(text) == _shortest_faithful_digit_count(value)
-    assert "e-" in text and not text.endswith(".0")
-
-
-@pytest.mark.parametrize("value, expected", [
-    (2.0**-149, "1.4012985e-45"),  # numpy's shortest unique text is "1e-45", 29% off
-    (2 * 2.0**-149, "2.802597e-45"),  # the float32 of "3e-45"
-    (-(2.0**-126 - 2.0**-149), "-1.1754942e-38"),  # the largest subnormal
-    (2.0**-126, "1.1754944e-38"),  # the smallest normal: numpy's text, which is within 2**-24
-    (np.float32(1e-40), "9.999946e-41"),
-])
-def test_format_number_subnormal_table(value, expected):
-    assert format_number(value) == expected
-    assert bits(parse_number(expected)) == bits(float(value))
-
-
-# ---------------------------------------------------------------------------------------------
-# Encoding
-# ---------------------------------------------------------------------------------------------
 
 
 def test_num_token_id_is_K(base_tokenizer):
@@ -638,15 +266,58 @@ def _rows_without_padding(batch):
     return rows
 
 
-def test_batch_shapes_and_dtypes(tokenizer):
+def _padded_by_hand(rows, width: int, pad_token_id: int, side: str = "right"):
+    """Oracle: the literal padding loop, position by position: ``(input_ids, numeric_values, attention_mask)``
+    as nested lists, the real tokens of row b at the end (left) or the start (right) of its ``width`` positions."""
+    input_ids, numeric_values, attention_mask = [], [], []
+    for ids, values in rows:
+        offset = width - len(ids) if side == "left" else 0
+        row_ids, row_values, row_mask = [], [], []
+        for position in range(width):
+            k = position - offset
+            real = 0 <= k < len(ids)
+            row_ids.append(ids[k] if real else pad_token_id)
+            row_values.append(f32(values[k]) if real else 0.0)
+            row_mask.append(1 if real else 0)
+        input_ids.append(row_ids)
+        numeric_values.append(row_values)
+        attention_mask.append(row_mask)
+    return input_ids, numeric_values, attention_mask
+
+
+def _as_lists(batch):
+    return batch["input_ids"].tolist(), batch["numeric_values"].tolist(), batch["attention_mask"].tolist()
+
+
+def test_batch_is_the_encoded_rows_padded(tokenizer):
     batch = tokenizer(BATCH)
-    lengths = [len(tokenizer.encode(text)[0]) for text in BATCH]
+    rows = [tokenizer.encode(text) for text in BATCH]
+    width = max(len(ids) for ids, _ in rows)
     assert set(batch) == {"input_ids", "numeric_values", "attention_mask"}
     assert batch["input_ids"].dtype == torch.int64
     assert batch["numeric_values"].dtype == torch.float32
     assert batch["attention_mask"].dtype == torch.int64
-    assert batch["input_ids"].shape == (len(BATCH), max(lengths))
-    assert batch["attention_mask"].sum(dim=1).tolist() == lengths
+    assert _as_lists(batch) == _padded_by_hand(rows, width, tokenizer.pad_token_id)
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 700), st.floats(width=32, allow_nan=False, allow_infinity=False)),
+                         max_size=6), min_size=1, max_size=4),
+       st.integers(0, 3), st.sampled_from(["left", "right"]), st.integers(0, 700))
+def test_pad_rows_is_the_literal_padding_loop(rows, extra, side, pad_token_id):
+    """`pad_rows`, the one padding of the package (the tokenizer's and `collate`'s), against the loop above."""
+    rows = [([token for token, _ in row], [value for _, value in row]) for row in rows]
+    width = max(len(ids) for ids, _ in rows) + extra
+    batch = pad_rows([ids for ids, _ in rows], [values for _, values in rows], width, pad_token_id, side)
+    assert [batch[key].dtype for key in ("input_ids", "numeric_values", "attention_mask")] == [
+        torch.int64, torch.float32, torch.int64]
+    ids, values, mask = _padded_by_hand(rows, width, pad_token_id, side)
+    assert batch["input_ids"].tolist() == ids and batch["attention_mask"].tolist() == mask
+    assert [[bits(v) for v in row] for row in batch["numeric_values"].tolist()] == [[bits(v) for v in row] for row in values]
+
+
+def test_pad_rows_of_empty_rows_has_width_zero():
+    batch = pad_rows([[], []], [[], []], 0, 5)
+    assert [batch[key].shape for key in batch] == [(2, 0)] * 3
 
 
 def test_left_and_right_padding_agree(tokenizer):
@@ -682,14 +353,16 @@ def test_padding_longest_equals_true(tokenizer):
 
 def test_padding_max_length(tokenizer):
     batch = tokenizer(BATCH, padding="max_length", max_length=40, padding_side="left")
-    assert batch["input_ids"].shape == (len(BATCH), 40)
-    assert _rows_without_padding(batch) == _rows_without_padding(tokenizer(BATCH))
+    rows = [tokenizer.encode(text) for text in BATCH]
+    assert _as_lists(batch) == _padded_by_hand(rows, 40, tokenizer.pad_token_id, "left")
 
 
 def test_padding_false(tokenizer):
     with pytest.raises(ValueError, match="equal token length"):
         tokenizer(BATCH, padding=False)
     same = tokenizer(["5 a", "7 b"], padding=False)
+    rows = [tokenizer.encode(text) for text in ["5 a", "7 b"]]
+    assert _as_lists(same) == _padded_by_hand(rows, len(rows[0][0]), tokenizer.pad_token_id)
     assert same["attention_mask"].all()
 
 
@@ -706,7 +379,9 @@ def test_truncation(tokenizer):
         assert values == [f32(v) for v in full_values[:3]]
     # truncation followed by padding=False works when the cut rows are equally long
     cut = tokenizer(["价格是99.9元", "In 2020-2021"], max_length=2, truncation=True, padding=False)
-    assert cut["input_ids"].shape == (2, 2)
+    rows = [tokenizer.encode(text, max_length=2) for text in ["价格是99.9元", "In 2020-2021"]]
+    assert [len(ids) for ids, _ in rows] == [2, 2]
+    assert _as_lists(cut) == _padded_by_hand(rows, 2, pad_token_id=-1)  # nothing to pad
 
 
 def test_empty_text_in_a_batch(tokenizer):
@@ -745,7 +420,7 @@ def test_padding_without_pad_token():
     with pytest.raises(ValueError, match="no pad token"):
         wrapped(["a b c", "a"])
     # nothing to pad: no pad token needed
-    assert wrapped(["a", "b"])["input_ids"].shape == (2, 1)
+    assert wrapped(["a", "b"])["input_ids"].tolist() == [wrapped.encode("a")[0], wrapped.encode("b")[0]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,8 +6,26 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
-from causalqwen.data import TextDataset, collate, synthetic_texts
-from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
+
+
+def trainer_set_up_as_train(config, tmp_path):
+    """The tiny CausalQwen, its optimizer and schedule, and transformers' ``TrainingArguments`` set up as
+    ``causalqwen.training.train`` sets them up for ``config`` (batches of 12, clipping, a step logged each step):
+    what a ``Trainer`` needs to take the same steps as ``train``."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    from causalqwen.training import parameter_groups, set_trainable
+
+    theirs, _, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    set_trainable(theirs, config.preset)
+    optimizer = torch.optim.AdamW(parameter_groups(theirs, config.weight_decay), lr=config.learning_rate)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=config.steps, per_device_train_batch_size=12,
+                             max_grad_norm=config.max_grad_norm, logging_steps=1, save_strategy="no", report_to=[],
+                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True)
+    return theirs, (optimizer, scheduler), args
 
 
 def test_trainer_trains_three_steps(tmp_path):
@@ -148,9 +166,7 @@ def test_trainer_and_causalqwen_train_give_the_same_loss_curve(tmp_path):
     """Same data, preset, AdamW groups, cosine schedule with warm-up and clipping: transformers.Trainer and
     causalqwen.training.train give the same loss at every step. Each step takes the whole data set as its batch,
     so the two samplers' orders do not matter (the loss is a mean over scored positions)."""
-    from transformers import get_cosine_schedule_with_warmup
-
-    from causalqwen.training import TrainingConfig, parameter_groups, set_trainable, train
+    from causalqwen.training import TrainingConfig, train
 
     config = TrainingConfig(steps=6, batch_size=12, learning_rate=5e-3, warmup_steps=2, log_every=1, eval_every=100,
                             save_every=100, preset="causal")
@@ -159,13 +175,7 @@ def test_trainer_and_causalqwen_train_give_the_same_loss_curve(tmp_path):
     history = train(ours, data, config, progress=False)
     expected = [record["train/total_loss"] for record in history]
 
-    theirs, _, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    set_trainable(theirs, config.preset)
-    optimizer = torch.optim.AdamW(parameter_groups(theirs, config.weight_decay), lr=config.learning_rate)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=config.steps, per_device_train_batch_size=12,
-                             max_grad_norm=config.max_grad_norm, logging_steps=1, save_strategy="no", report_to=[],
-                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True)
+    theirs, (optimizer, scheduler), args = trainer_set_up_as_train(config, tmp_path)
     trainer = Trainer(model=theirs, args=args, train_dataset=data, processing_class=tokenizer,
                       optimizers=(optimizer, scheduler),
                       data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))

@@ -1,34 +1,40 @@
-"""The training loop: presets, optimizer groups, checkpoints written atomically, bit-exact resume, output rules."""
+"""The training loop: presets, optimizer groups and schedule, one step against the loop written out by hand, the
+logged metrics against independent recomputations, checkpoints written atomically, bit-exact resume, output rules."""
 
 import json
+import math
 import os
+import re
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, training
-from causalqwen.data import TextDataset, collate, synthetic_texts
-from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm
+from causalqwen import CausalQwenForCausalLM
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, collate, synthetic_texts
+from causalqwen.files.runs import latest_checkpoint
+from causalqwen.losses import ovr_probability
+from causalqwen.metrics import evaluate_batch, with_log_prefixes
 from causalqwen.training import (
     TrainingConfig,
-    latest_checkpoint,
+    TrainingDiverged,
+    loss_and_gradients,
+    optimizer_and_schedule,
     parameter_groups,
     set_trainable,
     train,
+    training_metrics,
 )
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return NumericTokenizer(build_tiny_base(seed=0)[1])
-
-
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
+def tiny_model(**overrides):
+    """The tiny CausalQwen (its tokenizer is the conftest fixture `tokenizer`: the same tokenizer)."""
     return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
 
 
-def _data(tokenizer, n=48, seed=0):
+def synthetic_data(tokenizer, n=48, seed=0):
+    """``n`` synthetic texts (seeded), tokenized to at most 32 tokens."""
     return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
 
 
@@ -37,7 +43,7 @@ CONFIG = dict(steps=6, batch_size=4, learning_rate=3e-3, warmup_steps=2, preset=
 
 
 def test_presets_choose_the_trainable_parameters(tokenizer):
-    model = _model()
+    model = tiny_model()
     causal = set_trainable(model, "causal")
     new_modules = ("model.numerical_embedding.", "model.abduction.", "action.")  # the Qwen2 stack is the rest of model.*
     assert causal and all(n.startswith(new_modules) for n in causal)
@@ -45,7 +51,7 @@ def test_presets_choose_the_trainable_parameters(tokenizer):
     assert not any(p.requires_grad for n, p in model.named_parameters() if not n.startswith(new_modules))
     assert set(set_trainable(model, "abduction")) == {n for n, _ in model.named_parameters() if n.startswith("model.abduction.")}
     assert len(set_trainable(model, "all")) == len(list(model.parameters()))
-    learnable = _model(learnable_threshold=True)
+    learnable = tiny_model(learnable_threshold=True)
     assert "action.ovr_threshold" in set_trainable(learnable, "causal")  # the head owns the threshold
     with pytest.raises(ValueError, match="unknown preset 'everything'; choose one of causal, abduction, all"):
         set_trainable(model, "everything")
@@ -54,7 +60,7 @@ def test_presets_choose_the_trainable_parameters(tokenizer):
 
 
 def test_weight_decay_applies_to_matrices_only(tokenizer):
-    model = _model()
+    model = tiny_model()
     set_trainable(model, "causal")
     decay, no_decay = parameter_groups(model, 0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -64,15 +70,109 @@ def test_weight_decay_applies_to_matrices_only(tokenizer):
     assert len(decay["params"]) + len(no_decay["params"]) == sum(p.requires_grad for p in model.parameters())
 
 
+def test_the_schedule_is_linear_warm_up_then_cosine_decay_to_zero(tokenizer):
+    """lr_t = lr t / w for t < w, then lr (1 + cos(pi (t - w) / (T - w))) / 2: written out, step by step."""
+    config = TrainingConfig(**CONFIG | {"steps": 7, "warmup_steps": 3, "learning_rate": 0.25})
+    optimizer, scheduler = optimizer_and_schedule(tiny_model(), config)
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [config.weight_decay, 0.0]
+    rates = []
+    for _ in range(config.steps + 1):
+        rates.append(optimizer.param_groups[0]["lr"])
+        assert scheduler.get_last_lr() == [rates[-1]] * 2
+        optimizer.step()
+        scheduler.step()
+    expected = [0.25 * t / 3 for t in range(3)] + [0.25 * (1 + math.cos(math.pi * (t - 3) / 4)) / 2 for t in range(3, 8)]
+    assert rates == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    assert rates[-1] == 0.0
+
+
+def test_training_metrics_are_the_step_s_losses_and_the_ovr_argmax_accuracy(tokenizer):
+    model = tiny_model()
+    batch = collate(synthetic_data(tokenizer, 6, seed=3).items, tokenizer.pad_token_id)
+    with torch.no_grad():
+        out = model(**batch)
+        full = model(**batch, return_decisions=True)  # the [B, S, V] decisions the metrics never form
+    metrics = training_metrics(model, out)
+    probability = ovr_probability(full.loc_S, full.scale_S, model.action.ovr_threshold)  # [B, S, V]
+    scored = batch["attention_mask"][:, :-1].bool() & batch["attention_mask"][:, 1:].bool()  # [B, S - 1]
+    hits = (probability[:, :-1].argmax(-1) == batch["labels"][:, 1:])[scored]
+    assert metrics == {
+        "train/total_loss": out.loss.item(),
+        "train/cls_loss_mean": out.cls_loss.item(),
+        "train/reg_loss_effective": out.reg_loss.item(),
+        "train/accuracy": hits.sum().item() / hits.numel(),
+    }
+
+
+def test_two_steps_are_the_loop_written_out_by_hand(tokenizer):
+    """train's steps against the reference loop: the batches of DistributedSampler's permutation for (seed, epoch 0),
+    the model's loss, backward, clipping at max_grad_norm, AdamW with decay on matrices only, the learning rate of
+    the schedule (no warm-up, 2 steps: lr, lr / 2, then 0). Parameters, losses and norms equal bit for bit."""
+    config = TrainingConfig(**CONFIG | {"steps": 2, "warmup_steps": 0, "eval_every": 100, "max_grad_norm": 0.5})
+    data = synthetic_data(tokenizer)
+    trained = tiny_model()
+    history = train(trained, data, config, progress=False)
+
+    model = tiny_model()
+    set_trainable(model, "all")
+    model.train()
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    others = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": config.weight_decay},
+                                   {"params": others, "weight_decay": 0.0}], lr=config.learning_rate)
+    order = torch.randperm(len(data), generator=torch.Generator().manual_seed(config.seed)).tolist()
+    for step, factor, next_factor in ((0, 1.0, 0.5), (1, 0.5, 0.0)):
+        for group in optimizer.param_groups:
+            group["lr"] = config.learning_rate * factor
+        batch = collate([data[i] for i in order[4 * step:4 * step + 4]], tokenizer.pad_token_id)
+        out = model(**batch)
+        out.loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        record = history[step]
+        assert record["step"] == step + 1 and record["train/total_loss"] == out.loss.item()
+        assert record["train/grad_norm"] == float(norm) and record["train/learning_rate"] == config.learning_rate * next_factor
+    for (name, a), (_, b) in zip(trained.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert not trained.training  # returned in eval mode
+
+
+def test_loss_and_gradients_clips_and_stops_before_a_non_finite_update(tokenizer):
+    model = tiny_model()
+    set_trainable(model, "causal")
+    config = TrainingConfig(**CONFIG | {"max_grad_norm": 1e-3})
+    batch = collate(synthetic_data(tokenizer, 4).items, tokenizer.pad_token_id)
+    out, norm = loss_and_gradients(model, model, batch, config)
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    clipped = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    assert float(norm) > 1e-3 and clipped.item() == pytest.approx(1e-3, rel=1e-4)  # norm before, max_grad_norm after
+    assert not any(p.grad is not None for p in model.parameters() if not p.requires_grad)
+    reference = tiny_model()(**batch)
+    assert torch.equal(out.loss, reference.loss)
+    with torch.no_grad():
+        model.action.b_noise.fill_(float("nan"))
+    model.zero_grad()
+    with pytest.raises(TrainingDiverged, match=r"training diverged at step 5: loss = nan, gradient norm = nan; lower "
+                                               r"the learning rate \(now 0.003\); the parameters are those after step 4"):
+        loss_and_gradients(model, model, batch, config, step=4, first=False)
+
+
 def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path):
-    model = _model()
-    eval_batch = collate(_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
-    history = train(model, _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 12}), eval_batch, str(tmp_path), progress=False)
+    model = tiny_model()
+    eval_batch = collate(synthetic_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
+    history = train(model, synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 12}), eval_batch, str(tmp_path), progress=False)
     losses = [r["train/total_loss"] for r in history]
     assert sum(losses[-3:]) < sum(losses[:3])
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == list(range(1, 13))
     assert "eval/num_f1" in lines[2] and "dist/ovr_prob_sum_median_causal" in lines[2] and "eval/num_f1" not in lines[1]
+    generator = torch.Generator().manual_seed(CONFIG["seed"])  # the eval draws: 3 evaluations before step 12's
+    for _ in range(3):
+        evaluate_batch(model, eval_batch, generator=generator)
+    final = with_log_prefixes(evaluate_batch(model, eval_batch, generator=generator))
+    assert {key: history[-1][key] for key in final} == final
+    assert history == [{key: value for key, value in line.items()} for line in lines]  # the log is the history
     assert latest_checkpoint(str(tmp_path)).endswith("checkpoint-12")
     for step in (3, 6, 9, 12):
         files = set(os.listdir(tmp_path / f"checkpoint-{step}"))
@@ -84,31 +184,31 @@ def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path)
         assert torch.equal(a, b), name
 
 
-def test_resume_after_an_interruption_is_bit_exact(tokenizer, tmp_path, monkeypatch):
+def test_resume_after_an_interruption_is_bit_exact(tokenizer, tmp_path, killed_after_first_save):
     """Kill the run right after its step-3 checkpoint; resuming ends with the uninterrupted run's parameters."""
-    eval_batch = collate(_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
+    eval_batch = collate(synthetic_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
     config = TrainingConfig(**CONFIG | {"steps": 7, "batch_size": 5})  # 48 // 5 = 9 batches: step 3 is mid-epoch
-    uninterrupted = _model()
-    full_history = train(uninterrupted, _data(tokenizer), config, eval_batch, str(tmp_path / "a"), progress=False)
+    uninterrupted = tiny_model()
+    full_history = train(uninterrupted, synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "a"), progress=False)
 
-    save = training._save_checkpoint
-
-    def save_then_die(*args, **kwargs):
-        path = save(*args, **kwargs)
-        raise KeyboardInterrupt("killed after " + path)
-
-    monkeypatch.setattr(training, "_save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(_model(), _data(tokenizer), config, eval_batch, str(tmp_path / "b"), progress=False)
-    monkeypatch.setattr(training, "_save_checkpoint", save)
-    resumed = _model()  # a fresh process would rebuild the model the same way
-    history = train(resumed, _data(tokenizer), config, eval_batch, str(tmp_path / "b"), resume=True, progress=False)
+    with killed_after_first_save():
+        train(tiny_model(), synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "b"), progress=False)
+    assert [name for name in os.listdir(tmp_path / "b") if name.startswith("checkpoint-")] == ["checkpoint-3"]
+    resumed = tiny_model()  # a fresh process would rebuild the model the same way
+    history = train(resumed, synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "b"), resume=True, progress=False)
 
     for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
     assert history == full_history
     log = [json.loads(line)["step"] for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert log == list(range(1, 8))
+    for step in (6, 7):  # the optimizer's moments and the RNG states that drive the run, bit for bit
+        a, b = (load_file(tmp_path / run / f"checkpoint-{step}" / "training_state.safetensors") for run in "ab")
+        # rng.torch differs: each DataLoader iterator draws its base seed from torch's generator, and the resumed
+        # run starts its iterator at step 3, not at step 0 (nothing in the run draws from that generator).
+        assert a.keys() == b.keys() and [key for key in a if not torch.equal(a[key], b[key])] == ["rng.torch"], step
+        a, b = (json.loads((tmp_path / run / f"checkpoint-{step}" / "trainer_state.json").read_text()) for run in "ab")
+        assert a == b
 
 
 def test_output_directory_rules(tokenizer, tmp_path):
@@ -118,43 +218,51 @@ def test_output_directory_rules(tokenizer, tmp_path):
     (foreign / "notes.txt").write_text("mine")
     for overwrite in (False, True):  # a directory no run wrote is never used, let alone emptied
         with pytest.raises(ValueError, match="exists and is not a causalqwen run .*never deletes files it did not write"):
-            train(_model(), _data(tokenizer), config, out_dir=str(foreign), overwrite=overwrite, progress=False)
+            train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(foreign), overwrite=overwrite, progress=False)
         assert os.listdir(foreign) == ["notes.txt"]  # nothing written, nothing deleted
     run = tmp_path / "run"
-    train(_model(), _data(tokenizer), config, out_dir=str(run), progress=False)
+    train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(run), progress=False)
     with pytest.raises(ValueError, match="holds a previous train run; pass resume to continue it or overwrite"):
-        train(_model(), _data(tokenizer), config, out_dir=str(run), progress=False)
+        train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(run), progress=False)
     (run / "train.jsonl").write_text("the user's data, kept in the run directory")
-    train(_model(), _data(tokenizer), config, out_dir=str(run), overwrite=True, progress=False)
+    train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(run), overwrite=True, progress=False)
     assert (run / "train.jsonl").read_text().startswith("the user's data")
     assert {"causalqwen-run.json", "training_config.json", "metrics.jsonl", "checkpoint-3", "train.jsonl"} <= set(os.listdir(run))
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_config(tokenizer, tmp_path):
     config = TrainingConfig(**CONFIG | {"steps": 3})
-    train(_model(), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
+    train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(tmp_path), progress=False)
     with pytest.raises(ValueError, match="its model config differs in ovr_threshold"):
-        train(_model(ovr_threshold=50.0), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
+        train(tiny_model(ovr_threshold=50.0), synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
               out_dir=str(tmp_path), resume=True, progress=False)
 
 
 def test_resume_from_a_truncated_checkpoint_names_the_file(tokenizer, tmp_path):
     config = TrainingConfig(**CONFIG | {"steps": 3})
-    train(_model(), _data(tokenizer), config, out_dir=str(tmp_path), progress=False)
+    train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(tmp_path), progress=False)
     (checkpoint,) = [d for d in os.listdir(tmp_path) if d.startswith("checkpoint-")]
     weights = tmp_path / checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(OSError, match=r"cannot resume from .*model\.safetensors.* cannot be read"):
-        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
+        train(tiny_model(), synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
               out_dir=str(tmp_path), resume=True, progress=False, allow_changed_settings=True)
 
 
 def test_bad_training_configs_and_datasets(tokenizer):
-    for field, value in [("steps", 0), ("batch_size", -1), ("learning_rate", 0.0), ("report_to", "mlflow")]:
-        with pytest.raises(ValueError, match=field):
+    for field, value, message in [
+        ("steps", 0, "steps must be a positive int, got 0"),
+        ("batch_size", -1, "batch_size must be a positive int, got -1"),
+        ("warmup_steps", -1, "warmup_steps must be an int >= 0, got -1"),
+        ("learning_rate", 0.0, "learning_rate must be a finite number > 0, got 0.0"),
+        ("report_to", "mlflow", "report_to must be \"tensorboard\", \"wandb\" or None, got 'mlflow'"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             TrainingConfig(**{field: value})
+    with pytest.raises(TypeError, match="^config must be a TrainingConfig, got dict$"):
+        train(tiny_model(), synthetic_data(tokenizer, 10), dict(CONFIG), progress=False)
     with pytest.raises(ValueError, match="too few for one batch of 64"):
-        train(_model(), _data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False)
+        train(tiny_model(), synthetic_data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False)
 
 
 @pytest.mark.parametrize("sink, package", [("tensorboard", "tensorboard"), ("wandb", "wandb")])
@@ -165,13 +273,13 @@ def test_report_to_needs_its_package_and_is_never_required(tokenizer, tmp_path, 
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed here; the error path cannot be exercised")
     with pytest.raises(ValueError, match=f"report_to='{sink}' needs the {package} package"):
-        train(_model(), _data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
+        train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(tmp_path / "run"), progress=False)
 
 
 def test_the_progress_bar_never_shows_a_nan_loss_at_eval_only_steps(tokenizer, capsys):
     """An eval step that is not a log step has no training loss: the bar keeps the last one (it showed nan)."""
-    eval_batch = collate(_data(tokenizer, n=4, seed=1).items, tokenizer.pad_token_id)
+    eval_batch = collate(synthetic_data(tokenizer, n=4, seed=1).items, tokenizer.pad_token_id)
     config = TrainingConfig(**CONFIG | {"steps": 4, "log_every": 4, "eval_every": 1})
-    train(_model(), _data(tokenizer), config, eval_batch=eval_batch, progress=True)
+    train(tiny_model(), synthetic_data(tokenizer), config, eval_batch=eval_batch, progress=True)
     bar = capsys.readouterr().err
     assert "training" in bar and "loss=" in bar and "nan" not in bar

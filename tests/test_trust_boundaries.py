@@ -6,11 +6,11 @@ import copy
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import re
 import time
 
 import numpy as np
@@ -18,15 +18,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, cli, generate, training
-from causalqwen.checkpoint import weight_files
-from causalqwen.data import TextDataset, read_jsonl, synthetic_texts
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
+from causalqwen.app import cli
+from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm, save_tiny_base
+from causalqwen.files import runs
+from causalqwen.files.checkpoint import weight_files
+from causalqwen.files.data import TextDataset, read_jsonl, synthetic_texts
+from causalqwen.files.rundir import LOCK, MARKER, RunDirectory
 from causalqwen.inference import traditional_probabilities
 from causalqwen.losses import fused_ovr_classification_loss
-from causalqwen.modeling import CausalQwenConfig
-from causalqwen.rundir import LOCK, MARKER, RunDirectory
+from causalqwen.configuration import CausalQwenConfig
 from causalqwen.numbers import format_number, parse_number
-from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm, save_tiny_base
 from causalqwen.training import TrainingConfig, TrainingDiverged, train
 
 
@@ -78,16 +80,16 @@ CONFIG = dict(steps=4, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset=
 
 def _run_until_first_checkpoint(tokenizer, out, monkeypatch, **overrides):
     """A run killed right after its step-2 checkpoint."""
-    save = training._save_checkpoint
+    save = runs.save_checkpoint
 
     def save_then_die(*args, **kwargs):
         save(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "_save_checkpoint", save_then_die)
+    monkeypatch.setattr(runs, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | overrides), out_dir=str(out), progress=False)
-    monkeypatch.setattr(training, "_save_checkpoint", save)
+    monkeypatch.setattr(runs, "save_checkpoint", save)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +280,7 @@ def test_a_run_directory_is_locked_while_in_use_and_released_by_a_killed_process
     RunDirectory.claim(out, "train", resume=True).release()
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from causalqwen.rundir import RunDirectory; "
+        [sys.executable, "-c", "import sys, time; from causalqwen.files.rundir import RunDirectory; "
          f"held = RunDirectory.claim({str(out)!r}, 'train', resume=True); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -427,7 +429,7 @@ def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
     U = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     loss = fused_ovr_classification_loss(U, torch.rand(3, 4, dtype=torch.float64) + 0.5, torch.randn(5, 4, dtype=torch.float64),
                                          torch.zeros(5, dtype=torch.float64), torch.full((4,), 0.1, dtype=torch.float64),
-                                         0.0, torch.tensor([0, 1, 2]))
+                                         0.0, labels=torch.tensor([0, 1, 2]))
     with pytest.raises(RuntimeError, match="no second derivative"):
         torch.autograd.grad(loss.sum(), U, create_graph=True)
 
@@ -577,7 +579,7 @@ def test_the_loss_algorithm_is_a_named_config_choice():
 @pytest.mark.parametrize("kind", ["pathlike", "absolute", "dot", "nested", "under_existing_dir"])
 def test_a_missing_local_path_is_named_not_looked_up_on_the_hub(tmp_path, monkeypatch, capsys, kind):
     from causalqwen import NumericTokenizer
-    from causalqwen.cli import main as cli_main
+    from causalqwen.app.cli import main as cli_main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()

@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from causalqwen import NumericTokenizer, cli, training
-from causalqwen.data import read_jsonl
-from causalqwen.rundir import RunDirectory
+from causalqwen import NumericTokenizer, training
+from causalqwen.app import cli, commands
+from causalqwen.files import runs
+from causalqwen.files.data import read_jsonl
+from causalqwen.files.rundir import RunDirectory
 
 BIG = "99999999999999999999999"  # beyond 64 bits: "Overflow when unpacking long long" before the fix
 HUGE = "9" * 5000  # beyond Python's 4300-digit limit on int(str)
@@ -181,7 +183,7 @@ def test_the_command_reads_the_data_before_loading_the_model(tmp_path, capsys, m
     cr.write_bytes(b'{"text": "a 1"}\r{"text": "b 2"}\r{"oops": 1}\r')
     (tmp_path / "dir.jsonl").mkdir()
     loaded = []
-    monkeypatch.setattr(cli, "load_model_and_tokenizer", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(commands, "load_model_and_tokenizer", lambda *a, **k: loaded.append(a))
     base = ["train", "--base", "tiny", "--out", str(tmp_path / "r")]
     assert "deep.jsonl, line 2: the JSON is nested too deeply to read" in _fails(capsys, base + ["--data", str(deep)])
     assert "cr.jsonl, line 3: expected a JSON object" in _fails(capsys, base + ["--data", str(cr)])
@@ -246,15 +248,15 @@ def test_a_model_directory_without_a_tokenizer_is_named(qwen_dir, tmp_path, caps
 
 
 def _interrupt_after_checkpoint(monkeypatch, step):
-    save = training._save_checkpoint
+    save = runs.save_checkpoint
 
-    def save_then_interrupt(out_dir, saved_step, *args, **kwargs):
-        path = save(out_dir, saved_step, *args, **kwargs)
-        if saved_step == step:
+    def save_then_interrupt(out_dir, state):
+        path = save(out_dir, state)
+        if state.step == step:
             raise KeyboardInterrupt
         return path
 
-    monkeypatch.setattr(training, "_save_checkpoint", save_then_interrupt)
+    monkeypatch.setattr(runs, "save_checkpoint", save_then_interrupt)
 
 
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(qwen_dir, tmp_path, data, capsys, monkeypatch):
@@ -278,7 +280,7 @@ def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(qwen_dir, tmp_p
 
 def test_ctrl_c_before_the_first_checkpoint_says_so(qwen_dir, tmp_path, data, capsys, monkeypatch):
     run = tmp_path / "run"
-    forward = training._forward_backward
+    forward = training.loss_and_gradients
     calls = []
 
     def interrupt_at_step_2(*args, **kwargs):
@@ -287,7 +289,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_so(qwen_dir, tmp_path, data, ca
             raise KeyboardInterrupt
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(training, "_forward_backward", interrupt_at_step_2)
+    monkeypatch.setattr(training, "loss_and_gradients", interrupt_at_step_2)
     args = ["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "4", "--batch-size", "2"]
     assert cli.main(args) == 130
     err = capsys.readouterr().err.split("\n")[-3:-1]
@@ -313,7 +315,7 @@ def test_a_real_sigint_during_training(qwen_dir, tmp_path, data):
     # A shell without job control starts background jobs with SIGINT ignored, and Python keeps an ignored
     # SIGINT; the child restores the interactive default, so the test does not depend on how the suite was started.
     launch = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-              "runpy.run_module('causalqwen.cli', run_name='__main__', alter_sys=True)")
+              "runpy.run_module('causalqwen.app.cli', run_name='__main__', alter_sys=True)")
     process = subprocess.Popen(
         [sys.executable, "-c", launch, "train", "--base", qwen_dir, "--data", data, "--out", str(run),
          "--steps", "100000", "--batch-size", "2", "--save-every", "1"],

@@ -4,7 +4,7 @@
   the run's logs and checkpoints, ``save_pretrained``'s files, the tokenizer's, the adapter's, the abduction
   network's, the demo's plots. A planted link is an ``OSError`` naming it, and what it points to keeps its
   content.
-- **Values.** Every loader applies one check (`causalqwen.checkpoint.value_problem`): floating point where a
+- **Values.** Every loader applies one check (`causalqwen.files.checkpoint.value_problem`): floating point where a
   float belongs, and finite in the dtype the tensor is loaded into -- a float64 1e300 is finite in the file and
   inf in a float32 parameter. The error names the file and the tensor.
 - **Settings.** A saved LoRA config passes the checks `add_lora` makes (one function); a saved model config
@@ -22,14 +22,20 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, training
 from causalqwen.abduction import load_abduction, save_abduction
-from causalqwen.data import TextDataset, synthetic_texts
-from causalqwen.lora import add_lora, load_lora, save_lora
-from causalqwen.modeling import CausalQwenConfig
-from causalqwen.rundir import LOCK, MARKER, RunDirectory, check_write_targets, open_for_writing
-from causalqwen.tiny import build_tiny_causal_lm
-from causalqwen import training
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.configuration import CausalQwenConfig
+from causalqwen.files import runs
+from causalqwen.files.data import TextDataset, synthetic_texts
+from causalqwen.files.rundir import (
+    LOCK,
+    MARKER,
+    RunDirectory,
+    check_write_targets,
+    open_for_writing,
+)
+from causalqwen.integrations.lora import add_lora, load_lora, save_lora
 from causalqwen.training import TrainingConfig, train
 
 SECRET = "a file outside the run directory\n"
@@ -104,7 +110,7 @@ def test_a_planted_lock_link_is_refused_and_its_target_keeps_its_content(tiny, t
 
 
 def test_the_train_command_refuses_a_planted_lock_link(tiny, tmp_path, capsys):
-    from causalqwen import cli
+    from causalqwen.app import cli
 
     base, data, out, secret = tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "out", _outside(tmp_path)
     tiny[0].save_pretrained(base)
@@ -187,7 +193,7 @@ def test_open_for_writing_refuses_links_and_stays_inside_its_root(tmp_path):
 
 def test_the_demo_plots_are_never_written_through_a_link(tmp_path):
     pytest.importorskip("matplotlib")
-    from causalqwen.demo import _plots
+    from causalqwen.app.demo import _plots
 
     secret = _outside(tmp_path, "plot.png")
     os.symlink(secret, tmp_path / "loss.png")
@@ -409,7 +415,7 @@ def test_resume_refuses_a_bound_state_that_is_not_a_number(tiny, finished_run, t
 
 
 def test_value_problem_checks_the_range_of_the_dtype_a_tensor_is_loaded_into():
-    from causalqwen.checkpoint import value_problem
+    from causalqwen.files.checkpoint import value_problem
 
     assert value_problem("w", torch.tensor([1e300, -2.0], dtype=torch.float64), torch.float32) == \
         "w holds 1e+300, beyond the range of float32 (largest 3.4e+38): it would become ±inf"
@@ -591,14 +597,14 @@ def test_a_checkpoint_name_the_run_never_writes_is_refused_by_name(finished_run,
     (out / stray).mkdir()
     with pytest.raises(OSError, match=rf"'{re.escape(str(out / stray))}' is not a checkpoint name this run writes "
                                       r"\(checkpoint-<step>, the step in ASCII digits without leading zeros"):
-        training.latest_checkpoint(str(out))
+        runs.latest_checkpoint(str(out))
 
 
 def test_a_checkpoint_name_that_is_a_file_is_refused(tiny, finished_run, tmp_path):
     out = _run_copy(finished_run, tmp_path)
     (out / "checkpoint-9").write_text("not a checkpoint")
     with pytest.raises(OSError, match=rf"'{re.escape(str(out / 'checkpoint-9'))}' is not a directory"):
-        training.latest_checkpoint(str(out))
+        runs.latest_checkpoint(str(out))
     with pytest.raises(OSError, match="is not a directory"):
         _resume(tiny[1], out)
 
@@ -608,10 +614,10 @@ def test_latest_checkpoint_returns_the_entry_it_found_and_ignores_other_names(fi
     for name in ("checkpoint-10.partial", "checkpoint-x", "checkpoints", "checkpoint-"):
         (out / name).mkdir()
     shutil.copytree(out / "checkpoint-2", out / "checkpoint-10")
-    assert training.latest_checkpoint(str(out)) == str(out / "checkpoint-10")  # numeric order, not by name
-    assert training.checkpoint_step("checkpoint-10") == 10
-    assert [training.checkpoint_step(n) for n in ("checkpoint-010", "checkpoint-٣", "checkpoint-0", "x-1")] == [None] * 4
-    assert training.latest_checkpoint(str(tmp_path / "missing")) is None
+    assert runs.latest_checkpoint(str(out)) == str(out / "checkpoint-10")  # numeric order, not by name
+    assert runs.checkpoint_step("checkpoint-10") == 10
+    assert [runs.checkpoint_step(n) for n in ("checkpoint-010", "checkpoint-٣", "checkpoint-0", "x-1")] == [None] * 4
+    assert runs.latest_checkpoint(str(tmp_path / "missing")) is None
 
 
 # =============================================================================================

@@ -16,10 +16,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from transformers import pipeline
 
-from causalqwen import cli, generate
+from causalqwen import generate
+from causalqwen.app import cli, commands
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 from causalqwen.numbers import format_number
-from causalqwen.pipelines import NumericTextGenerationPipeline
-from causalqwen.tiny import build_tiny_causal_lm
 from causalqwen.tokenization import NumericTokenizer
 
 
@@ -358,7 +359,7 @@ def test_the_command_prints_the_prompt_as_written(capsys):
     prompt = "Paid 12.50 for 1,000 items at 3.14159265358979 each"
     assert cli.main(["generate", "--prompt", prompt, "--prompt", "hi", "--max-new-tokens", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    model, tokenizer = cli.load_model_and_tokenizer("tiny", seed=0)
+    model, tokenizer = commands.load_model_and_tokenizer("tiny", seed=0)
     batch = tokenizer([prompt, "hi"], padding_side="left")
     out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=3,
                    generator=torch.Generator().manual_seed(0))
@@ -434,7 +435,7 @@ def test_the_shifted_temperature_warper_keeps_the_distribution():
     """model.generate's temperature warper subtracts the row maximum first: the same softmax as transformers' own."""
     from transformers.generation.logits_process import TemperatureLogitsWarper
 
-    from causalqwen.hf_generation import _ShiftedTemperatureWarper
+    from causalqwen.integrations.generation_mixin import _ShiftedTemperatureWarper
 
     scores = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 5
     for temperature in (0.3, 0.7, 2.5):

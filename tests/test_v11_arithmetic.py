@@ -1,22 +1,22 @@
-"""V11 (validation/v11_arithmetic.py): the shipped data, the Number Token Loss term, CausalQwen's answer."""
+"""V11 (validation/v11_arithmetic.py, validation/arithmetic_problems.py): the shipped data, the Number Token Loss
+term, CausalQwen's answer."""
 
 import math
 
 import pytest
 import torch
 
+from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
 from causalqwen.numbers import find_numbers
-from causalqwen.tiny import build_tiny_base, build_tiny_causal_lm
-from validation.make_arithmetic_data import COUNTS, answer_is_one_number
-from validation.v11_arithmetic import (
-    NumberTokenLossTerm,
+from validation.arithmetic_problems import (
     Problem,
-    causal_answers,
     exact_causal,
     exact_qwen,
     load_problems,
     select,
 )
+from validation.make_arithmetic_data import COUNTS, answer_is_one_number
+from validation.v11_arithmetic import NumberTokenLossTerm, causal_answers
 
 
 @pytest.fixture(scope="module", autouse=True)

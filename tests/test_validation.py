@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from validation import common
 from validation.common import Claim, ExperimentResult, check, fmt, table, write_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,10 +118,12 @@ def test_write_report_has_settings_summary_sections_figures_and_robustness(tmp_p
 
 
 def test_robustness_section_says_so_when_the_module_does_not_exist(monkeypatch):
-    real_find_spec = common.importlib.util.find_spec
-    monkeypatch.setattr(common.importlib.util, "find_spec",
+    import validation.__main__ as runner
+
+    real_find_spec = runner.importlib.util.find_spec
+    monkeypatch.setattr(runner.importlib.util, "find_spec",
                         lambda name, *args: None if name == "validation.robustness" else real_find_spec(name, *args))
-    text = common.robustness_markdown()
+    text = runner.robustness_markdown()
     assert "does not exist" in text and "validation.robustness" in text
 
 
@@ -207,8 +208,8 @@ def test_v10_decision_statistics_equal_scipy_on_the_models_own_forward():
     import torch
     from scipy import stats
 
-    from causalqwen.data import synthetic_texts
-    from causalqwen.tiny import build_tiny_causal_lm
+    from causalqwen.app.tiny import build_tiny_causal_lm
+    from causalqwen.files.data import synthetic_texts
     from validation.v10_defaults import decision_statistics
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)

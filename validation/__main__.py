@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import platform
 import sys
 import time
@@ -62,22 +63,42 @@ def _failed_run(name: str, module_name: str, error: BaseException):
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def robustness_markdown() -> str:
+    """The body of the report's Robustness section.
+
+    It comes from ``validation.robustness.summary_markdown()`` (the robustness suite's summary table;
+    the section heading is written by the report writer, so that function returns the body only). When
+    that module does not exist, the section says so; nothing is made up in its place.
+    """
+    if importlib.util.find_spec("validation.robustness") is None:
+        return (
+            "The robustness summary is not available in this checkout: the module `validation.robustness` "
+            "(which provides `summary_markdown()`) does not exist."
+        )
+    module = importlib.import_module("validation.robustness")
+    return module.summary_markdown().strip()
+
+
+def _chosen_names(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The parsed arguments and the experiments to run (an unknown name is a usage error)."""
     parser = argparse.ArgumentParser(prog="python -m validation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller samples and fewer steps (CI, under two minutes)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
     parser.add_argument("--only", default=None, help="comma-separated experiments to run, e.g. V1,V3 (default: all)")
     args = parser.parse_args(argv)
-
     names = list(EXPERIMENTS) if args.only is None else [name.strip().upper() for name in args.only.split(",")]
     unknown = [name for name in names if name not in EXPERIMENTS and name not in STUDIES]
     if unknown:
         parser.error(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join([*EXPERIMENTS, *STUDIES])}")
+    return args, names
 
-    started = time.perf_counter()
-    import matplotlib
-    import numpy
-    import scipy
+
+def _import_once() -> None:
+    """One torch thread; the libraries, transformers and causalqwen imported (transformers silenced) before
+    any experiment is timed."""
+    import matplotlib  # noqa: F401
+    import numpy  # noqa: F401
+    import scipy  # noqa: F401
     import torch
 
     torch.set_num_threads(1)
@@ -88,65 +109,73 @@ def main(argv: list[str] | None = None) -> int:
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
 
-    from .common import robustness_markdown, write_report, write_study
 
-    out_dir = args.out
+def _run_experiments(names: list[str], quick: bool, out_dir: Path) -> list:
+    """Run each named experiment (a crash is a failed experiment, reported like one), timing each."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in names:  # figures of an earlier run of these experiments that this run may not rewrite
         for old in out_dir.glob(f"{name.lower()}_*.png"):
             old.unlink()
-
     results = []
     for name in names:
         module_name = EXPERIMENTS.get(name) or STUDIES[name]
         print(f"{name}: running {module_name} ...", flush=True)
         begin = time.perf_counter()
         try:
-            result = importlib.import_module(module_name).run(args.quick, out_dir)
+            result = importlib.import_module(module_name).run(quick, out_dir)
         except Exception as error:  # a crash is a failed experiment, reported like one
             result = _failed_run(name, module_name, error)
         result.seconds = time.perf_counter() - begin
         status = "PASS" if result.passed else "FAIL"
         print(f"{name}: {status} in {result.seconds:.1f} s -- {result.headline}", flush=True)
         results.append(result)
+    return results
 
-    studies = [result for result in results if result.name in STUDIES]
-    results = [result for result in results if result.name not in STUDIES]
-    begin = time.perf_counter()
-    robustness = robustness_markdown() if args.only is None else None
-    robustness_seconds = time.perf_counter() - begin
 
-    def command(only: str | None) -> str:
-        return "`python -m validation" + (" --quick" if args.quick else "") + (f" --only {only}" if only else "") + "`"
+def _command(args: argparse.Namespace, only: str | None) -> str:
+    return "`python -m validation" + (" --quick" if args.quick else "") + (f" --only {only}" if only else "") + "`"
 
-    machine = [
+
+def _machine() -> list[tuple[str, str]]:
+    """The settings rows that describe the machine and the library versions."""
+    import matplotlib
+    import numpy
+    import scipy
+    import torch
+
+    return [
         ("torch threads", str(torch.get_num_threads())),
         ("python", platform.python_version()),
         ("torch", torch.__version__),
         ("numpy / scipy / matplotlib", f"{numpy.__version__} / {scipy.__version__} / {matplotlib.__version__}"),
         ("machine", f"{platform.machine()}, {platform.system()}"),
     ]
-    mode = ("mode", "quick (`--quick`)" if args.quick else "full")
+
+
+def _report_settings(args: argparse.Namespace, results: list, robustness_seconds: float | None,
+                     started: float) -> list[tuple[str, str]]:
+    """The report's run-settings table (``robustness_seconds`` None: the robustness section was not run)."""
     settings = [
-        mode,
-        ("command", command(None if args.only is None else ",".join(r.name for r in results))),
+        _mode(args),
+        ("command", _command(args, None if args.only is None else ",".join(r.name for r in results))),
         ("experiments", ", ".join(r.name for r in results)),
         ("seeds", "fixed per experiment (listed in each section's settings)"),
-        *machine,
+        *_machine(),
         ("wall time per experiment (s)", ", ".join(f"{r.name} {r.seconds:.1f}" for r in results)),
     ]
-    if robustness is not None:
+    if robustness_seconds is not None:
         settings.append(("robustness summary (s)", f"{robustness_seconds:.1f}"))
     settings.append(("total wall time (s)", f"{time.perf_counter() - started:.1f} (imports included)"))
-    if results:
-        path = write_report(results, settings, out_dir, robustness)
-        print(f"wrote {path} ({len(results)} experiments, {time.perf_counter() - started:.1f} s)")
-    for study in studies:
-        path = write_study(study, [mode, ("command", command(study.name)), *machine,
-                                   ("wall time (s)", f"{study.seconds:.1f}")], out_dir)
-        print(f"wrote {path} ({study.name}, {study.seconds:.1f} s)")
+    return settings
 
-    failed = [(result.name, claim) for result in results + studies for claim in result.claims if not claim.passed]
+
+def _mode(args: argparse.Namespace) -> tuple[str, str]:
+    return ("mode", "quick (`--quick`)" if args.quick else "full")
+
+
+def _failed_claims(results: list) -> int:
+    """Print the failing claims and return the exit status: 1 if any claim failed, else 0."""
+    failed = [(result.name, claim) for result in results for claim in result.claims if not claim.passed]
     if failed:
         print("FAILED claims:")
         for name, claim in failed:
@@ -154,6 +183,29 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("all claims hold")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, names = _chosen_names(argv)
+    started = time.perf_counter()
+    _import_once()
+    from .common import write_report, write_study
+
+    results = _run_experiments(names, args.quick, args.out)
+    studies = [result for result in results if result.name in STUDIES]
+    results = [result for result in results if result.name not in STUDIES]
+    begin = time.perf_counter()
+    robustness = robustness_markdown() if args.only is None else None
+    robustness_seconds = time.perf_counter() - begin if robustness is not None else None
+    settings = _report_settings(args, results, robustness_seconds, started)
+    if results:
+        path = write_report(results, settings, args.out, robustness)
+        print(f"wrote {path} ({len(results)} experiments, {time.perf_counter() - started:.1f} s)")
+    for study in studies:
+        path = write_study(study, [_mode(args), ("command", _command(args, study.name)), *_machine(),
+                                   ("wall time (s)", f"{study.seconds:.1f}")], args.out)
+        print(f"wrote {path} ({study.name}, {study.seconds:.1f} s)")
+    return _failed_claims(results + studies)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ typed by hand: every number comes from a `Claim`, a `table` or the run settings.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import math
 import operator
 import textwrap
@@ -33,7 +32,6 @@ __all__ = [
     "save_figure",
     "verdict",
     "module_text",
-    "robustness_markdown",
     "write_report",
     "write_study",
 ]
@@ -143,22 +141,6 @@ def module_text(module_name: str) -> tuple[str, str]:
     doc = textwrap.dedent(module.__doc__ or "").strip()
     title, _, rest = doc.partition("\n")
     return title.strip(), textwrap.dedent(rest).strip()
-
-
-def robustness_markdown() -> str:
-    """The body of the report's Robustness section.
-
-    It comes from ``validation.robustness.summary_markdown()`` (the robustness suite's summary table;
-    the section heading is written here, so that function returns the body only). When that module
-    does not exist, the section says so; nothing is made up in its place.
-    """
-    if importlib.util.find_spec("validation.robustness") is None:
-        return (
-            "The robustness summary is not available in this checkout: the module `validation.robustness` "
-            "(which provides `summary_markdown()`) does not exist."
-        )
-    module = importlib.import_module("validation.robustness")
-    return module.summary_markdown().strip()
 
 
 def _claims_table(claims: list[Claim]) -> str:

@@ -1,18 +1,7 @@
-r"""Two synthetic domains and a briefly pretrained tiny Qwen2 base, for the Qwen2-vs-CausalQwen comparison.
+r"""Domain B and the tiny Qwen2 base pretrained on domain A, for the Qwen2-vs-CausalQwen comparison.
 
-**Domain A** (`domain_a_texts`) is general English text *without any number*: short texts of two to four
-sentences from a small grammar about animals, seasons and places. Every entity has fixed attributes that
-recur consistently, so a language model has something to learn beyond spelling:
-
-| topic | entities | fixed attributes (used consistently in every sentence) |
-|---|---|---|
-| animals | cow, cat, dog, bird, duck, horse, owl, frog, bee, goat | habitat, food, sound verb, colour |
-| seasons | winter, summer, spring, autumn | temperature word, weather event, clothing |
-| places | city, village, coast, mountain, island | adjective, feature, activity |
-
-A text picks a topic and one entity, writes two or three different sentence templates about that same
-entity, and with probability 1/2 adds one sentence about another entity of another topic. No character
-of a domain-A text is a digit (so the number grammar finds nothing in it).
+Domain A, general English text without any number, is `validation.domain_a` (`domain_a_texts`); the batches
+of a Qwen2 model are `validation.qwen_batches`.
 
 **Domain B** (`domain_b_records`, `domain_b_texts`) is text with numbers that are partly predictable from the
 context. Each text is one instance of one of three templates (chosen uniformly; a few phrasings each):
@@ -42,10 +31,11 @@ which must lie entirely above ``value_range``: ``copy`` draws $x \in [200, 5000]
 (so $2x \in [400, 5000]$), written as plain integers. The ``price`` template is left out of extrapolation
 corpora: its value is a fixed function of the item word, so there is no relation to extrapolate.
 
-**The pretrained base** (`pretrained_base`) is the embedded tiny Qwen2 (`causalqwen.tiny.build_tiny_base`,
+**The pretrained base** (`pretrained_base`) is the embedded tiny Qwen2 (`causalqwen.app.tiny.build_tiny_base`,
 tied embeddings, as built) trained briefly on domain A with plain next-token cross-entropy by a literal
 AdamW loop, cached on disk keyed by a hash of every setting, and `pretrain_loss_a` is its held-out loss.
-`batch_order` is the batch order every training loop of the comparison uses.
+Its batches come from `validation.qwen_batches.batch_order`, the batch order every training loop of
+the comparison uses.
 """
 
 from __future__ import annotations
@@ -64,21 +54,21 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import regex
 import torch
 from transformers import Qwen2ForCausalLM, get_cosine_schedule_with_warmup
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 from transformers.utils import logging as hf_logging
 
+from causalqwen.app.tiny import build_tiny_base
 from causalqwen.numbers import parse_number
-from causalqwen.tiny import build_tiny_base
+
+from .argument_checks import check_count, check_seed
+from .domain_a import ANIMALS, PLACES, domain_a_texts
+from .qwen_batches import batch_order, collate_rows, encode_qwen_rows, next_token_loss
 
 __all__ = [
     "DOMAINS_VERSION",
-    "ANIMALS",
-    "SEASONS",
-    "PLACES",
     "ITEM_QUANTILES",
     "DEFAULT_VALUE_RANGE",
     "DEFAULT_EXTRAPOLATION_RANGE",
@@ -88,156 +78,29 @@ __all__ = [
     "DomainBRecord",
     "TEMPLATES",
     "HELD_OUT_SEED_OFFSET",
-    "domain_a_texts",
     "domain_b_records",
     "domain_b_texts",
     "item_means",
-    "batch_order",
-    "encode_qwen_rows",
-    "collate_rows",
     "PretrainSettings",
     "pretrained_base",
     "pretrained_base_path",
     "pretrained_numeric_tokenizer",
+    "pretrained_starting_point",
     "pretrain_record",
     "pretrain_loss_a",
     "PRETRAIN_COUNTS",
     "default_cache_dir",
 ]
 
-# Part of every cache key: bump it whenever the corpora, the pretraining loop or the saved format change.
+# Part of every cache key: bump it whenever the corpora (`validation.domain_a` included), the pretraining loop or
+# the saved format change.
 DOMAINS_VERSION = 1
-
-# ---------------------------------------------------------------------------------------------
-# Domain A: text without numbers
-# ---------------------------------------------------------------------------------------------
-
-# animal: (habitat, food, sound verb, colour)
-ANIMALS = {
-    "cow": ("field", "grass", "moos", "brown"),
-    "cat": ("house", "fish", "purrs", "black"),
-    "dog": ("garden", "meat", "barks", "white"),
-    "bird": ("tree", "seeds", "sings", "blue"),
-    "duck": ("pond", "bread", "quacks", "yellow"),
-    "horse": ("farm", "hay", "neighs", "grey"),
-    "owl": ("forest", "mice", "hoots", "dark"),
-    "frog": ("lake", "flies", "croaks", "green"),
-    "bee": ("meadow", "nectar", "buzzes", "golden"),
-    "goat": ("hill", "leaves", "bleats", "small"),
-}
-# season: (temperature word, weather event, clothing)
-SEASONS = {
-    "winter": ("cold", "snow falls", "coat"),
-    "summer": ("hot", "the sun shines", "hat"),
-    "spring": ("mild", "rain falls", "raincoat"),
-    "autumn": ("cool", "the wind blows", "scarf"),
-}
-# place: (adjective, feature, activity)
-PLACES = {
-    "city": ("busy", "market", "shop"),
-    "village": ("quiet", "church", "rest"),
-    "coast": ("windy", "harbor", "sail"),
-    "mountain": ("steep", "peak", "climb"),
-    "island": ("sunny", "beach", "swim"),
-}
-
-_ANIMAL_SENTENCES = (
-    "The {a} lives in the {habitat}.",
-    "The {a} eats {food}.",
-    "The {colour} {a} {sound} in the {habitat}.",
-    "Every morning the {a} {sound}.",
-    "A {a} likes to eat {food}.",
-    "In the {habitat} you can hear the {a}, it {sound}.",
-)
-_SEASON_SENTENCES = (
-    "In {s} it is {temp}.",
-    "In {s} {event}.",
-    "When it is {temp}, people wear a {clothing}.",
-    "In {s} people wear a {clothing}.",
-    "The {s} days are {temp} and {event}.",
-)
-_PLACE_SENTENCES = (
-    "The {p} is {adj}.",
-    "People go to the {p} to {act}.",
-    "The {p} has a {feature}.",
-    "In the {p} there is a {feature}.",
-    "It is {adj} in the {p}, so we {act} there.",
-)
-
-
-def _animal_sentences(rng: random.Random, name: str, count: int) -> list[str]:
-    habitat, food, sound, colour = ANIMALS[name]
-    chosen = rng.sample(_ANIMAL_SENTENCES, count)
-    return [t.format(a=name, habitat=habitat, food=food, sound=sound, colour=colour) for t in chosen]
-
-
-def _season_sentences(rng: random.Random, name: str, count: int) -> list[str]:
-    temp, event, clothing = SEASONS[name]
-    chosen = rng.sample(_SEASON_SENTENCES, count)
-    return [_capitalised(t.format(s=name, temp=temp, event=event, clothing=clothing)) for t in chosen]
-
-
-def _place_sentences(rng: random.Random, name: str, count: int) -> list[str]:
-    adj, feature, act = PLACES[name]
-    chosen = rng.sample(_PLACE_SENTENCES, count)
-    return [t.format(p=name, adj=adj, feature=feature, act=act) for t in chosen]
-
-
-_ARTICLE = regex.compile(r"\b([Aa]) (?=[aeiou])")
-_ARTICLE_END = regex.compile(r"\b([Aa]) $")
-
-
-def _articles(sentence: str) -> str:
-    """"a" before a vowel becomes "an" ("A owl" -> "An owl")."""
-    return _ARTICLE.sub(r"\1n ", sentence)
-
-
-def _capitalised(sentence: str) -> str:
-    return sentence[:1].upper() + sentence[1:]
-
-
-_TOPICS = {"animal": (ANIMALS, _animal_sentences), "season": (SEASONS, _season_sentences),
-           "place": (PLACES, _place_sentences)}
-
-
-def _check_count(n, name: str = "n") -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be a positive int, got {n!r}")
-    return n
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    return seed
-
-
-def domain_a_texts(n: int, seed: int) -> list[str]:
-    """``n`` domain-A texts (the grammar of the module docstring), drawn with ``random.Random(("A", seed))``.
-
-    Each text: a topic and an entity, two or three different sentences about it, then with probability 1/2 one
-    sentence about an entity of another topic. No text holds a digit.
-    """
-    _check_count(n)
-    rng = random.Random(f"domain-A/{_check_seed(seed)}")
-    topics = sorted(_TOPICS)
-    texts = []
-    for _ in range(n):
-        topic = rng.choice(topics)
-        entities, sentences = _TOPICS[topic]
-        name = rng.choice(sorted(entities))
-        parts = sentences(rng, name, rng.choice((2, 3)))
-        if rng.random() < 0.5:
-            other = rng.choice([t for t in topics if t != topic])
-            other_entities, other_sentences = _TOPICS[other]
-            parts += other_sentences(rng, rng.choice(sorted(other_entities)), 1)
-        texts.append(_articles(" ".join(parts)))
-    return texts
-
 
 # ---------------------------------------------------------------------------------------------
 # Domain B: text with numbers
 # ---------------------------------------------------------------------------------------------
+
+_ARTICLE_END = regex.compile(r"\b([Aa]) $")
 
 DEFAULT_VALUE_RANGE = (1, 99)
 DEFAULT_EXTRAPOLATION_RANGE = (200, 5000)
@@ -338,17 +201,9 @@ def _outlier(value: float, rng_out: random.Random, fraction: float) -> tuple[flo
     return (value * factor, True) if hit else (value, False)
 
 
-def domain_b_records(n: int, seed: int, *, value_range=DEFAULT_VALUE_RANGE, outlier_fraction: float = 0.0,
-                     extrapolate: bool = False,
-                     extrapolation_range=DEFAULT_EXTRAPOLATION_RANGE) -> list[DomainBRecord]:
-    """``n`` domain-B texts with their numbers (the templates, outliers and extrapolation of the module docstring).
-
-    Drawn with ``random.Random("domain-B/{seed}")`` (templates, words, values) and a separate
-    ``random.Random("domain-B-outliers/{seed}")`` (one Bernoulli and one factor per target number), so the
-    texts are a function of the arguments alone.
-    """
-    _check_count(n)
-    _check_seed(seed)
+def _checked_ranges(value_range, outlier_fraction, extrapolate: bool, extrapolation_range) -> tuple:
+    """The checked ``(lo, hi)`` of ``value_range``, the integer range ``(int_lo, int_hi)`` of the ``copy`` and
+    ``scaled`` draws, and the templates of the corpus (no ``price`` when extrapolating)."""
     lo, hi = _check_range(value_range, "value_range")
     if isinstance(outlier_fraction, bool) or not isinstance(outlier_fraction, (int, float)) or not 0 <= outlier_fraction <= 1:
         raise ValueError(f"outlier_fraction must be a number in [0, 1], got {outlier_fraction!r}")
@@ -365,6 +220,35 @@ def domain_b_records(n: int, seed: int, *, value_range=DEFAULT_VALUE_RANGE, outl
         templates = TEMPLATES
     if int_hi // 2 < int_lo:
         raise ValueError("the range holds no integer x with 2x inside it")
+    return (lo, hi), (int_lo, int_hi), templates
+
+
+def _record(template: str, phrase: str, rng: random.Random, strings: dict, roles: dict) -> DomainBRecord:
+    """The record of ``phrase`` filled with the number strings ``strings`` (random words from ``rng``); ``roles``
+    maps each number's key to ``(role, is_outlier, value before the outlier factor)``."""
+    text, spans = _fill(phrase, rng, strings)
+    numbers = []
+    for start, end, key in spans:
+        role, is_outlier, base = roles[key]
+        written = text[start:end]
+        numbers.append(DomainBNumber(start, end, written, parse_number(written), role, is_outlier,
+                                     parse_number(_price_text(base) if template == "price" else _int_text(base))))
+    return DomainBRecord(text, template, tuple(numbers))
+
+
+def domain_b_records(n: int, seed: int, *, value_range=DEFAULT_VALUE_RANGE, outlier_fraction: float = 0.0,
+                     extrapolate: bool = False,
+                     extrapolation_range=DEFAULT_EXTRAPOLATION_RANGE) -> list[DomainBRecord]:
+    """``n`` domain-B texts with their numbers (the templates, outliers and extrapolation of the module docstring).
+
+    Drawn with ``random.Random("domain-B/{seed}")`` (templates, words, values) and a separate
+    ``random.Random("domain-B-outliers/{seed}")`` (one Bernoulli and one factor per target number), so the
+    texts are a function of the arguments alone.
+    """
+    check_count(n)
+    check_seed(seed)
+    (lo, hi), (int_lo, int_hi), templates = _checked_ranges(value_range, outlier_fraction, extrapolate,
+                                                            extrapolation_range)
     means = item_means((lo, hi))
     price_lo, price_hi = math.ceil(lo * 10) / 10, math.floor(hi * 10) / 10
     rng = random.Random(f"domain-B/{seed}")
@@ -391,14 +275,7 @@ def domain_b_records(n: int, seed: int, *, value_range=DEFAULT_VALUE_RANGE, outl
             strings = {"x": _int_text(x), "y": _int_text(value)}
             roles = {"x": ("given", False, float(x)), "y": ("target", is_outlier, 2.0 * x)}
             phrase = rng.choice(_SCALED_PHRASES)
-        text, spans = _fill(phrase, rng, strings)
-        numbers = []
-        for start, end, key in spans:
-            role, is_outlier, base = roles[key]
-            written = text[start:end]
-            numbers.append(DomainBNumber(start, end, written, parse_number(written), role, is_outlier,
-                                         parse_number(_price_text(base) if template == "price" else _int_text(base))))
-        records.append(DomainBRecord(text, template, tuple(numbers)))
+        records.append(_record(template, phrase, rng, strings, roles))
     return records
 
 
@@ -408,57 +285,8 @@ def domain_b_texts(n: int, seed: int, **options) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Batches for a Qwen2 model (shared by pretraining and the Qwen-side fine-tuning)
+# The held-out loss of a Qwen2 model on domain-A text
 # ---------------------------------------------------------------------------------------------
-
-def batch_order(n_items: int, batch_size: int, steps: int, seed: int) -> list[np.ndarray]:
-    """The item indices of each of ``steps`` training batches: the same for every model of the comparison.
-
-    Epoch ``e`` is ``np.random.default_rng([seed, e]).permutation(n_items)`` cut into consecutive batches of
-    ``batch_size`` (the last, incomplete batch of an epoch is dropped); epochs follow each other until
-    ``steps`` batches are made. So the order is a function of ``(n_items, batch_size, steps, seed)`` alone.
-    """
-    _check_count(n_items, "n_items")
-    _check_count(batch_size, "batch_size")
-    if batch_size > n_items:
-        raise ValueError(f"batch_size ({batch_size}) exceeds the number of items ({n_items})")
-    if _check_seed(seed) < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
-    batches, epoch = [], 0
-    while len(batches) < steps:
-        order = np.random.default_rng([seed, epoch]).permutation(n_items)
-        for start in range(0, n_items - batch_size + 1, batch_size):
-            batches.append(order[start:start + batch_size])
-            if len(batches) == steps:
-                break
-        epoch += 1
-    return batches
-
-
-def encode_qwen_rows(tokenizer, texts: list[str], add_eos: bool = True) -> list[list[int]]:
-    """Token ids of each text with the plain (digit-token) tokenizer, no special tokens, EOS appended."""
-    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    eos = [tokenizer.eos_token_id] if add_eos and tokenizer.eos_token_id is not None else []
-    return [list(ids) + eos for ids in encoded]
-
-
-def collate_rows(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad rows into ``input_ids``, ``attention_mask`` and ``labels`` (= ids, -100 at padding)."""
-    width = max(len(row) for row in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        input_ids[index, :len(row)] = torch.tensor(row, dtype=torch.long)
-        attention_mask[index, :len(row)] = 1
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-
-def _next_token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy of position i against labels[i+1] (ignoring -100), in float32."""
-    return torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                             labels[:, 1:].reshape(-1), ignore_index=-100, reduction=reduction)
-
 
 @torch.no_grad()
 def pretrain_loss_a(model, tokenizer, texts: list[str], batch_size: int = 64) -> float:
@@ -472,7 +300,7 @@ def pretrain_loss_a(model, tokenizer, texts: list[str], batch_size: int = 64) ->
         for start in range(0, len(rows), batch_size):
             batch = collate_rows(rows[start:start + batch_size], tokenizer.pad_token_id)
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            total += float(_next_token_loss(logits, batch["labels"], reduction="sum"))
+            total += float(next_token_loss(logits, batch["labels"], reduction="sum"))
             count += int((batch["labels"][:, 1:] != -100).sum())
     finally:
         model.train(was_training)
@@ -546,7 +374,7 @@ def _pretrain(settings: PretrainSettings) -> tuple[Qwen2ForCausalLM, Qwen2Tokeni
     for step, indices in enumerate(batch_order(len(rows), settings.batch_size, settings.steps, settings.seed), 1):
         batch = collate_rows([rows[i] for i in indices], tokenizer.pad_token_id)
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        loss = _next_token_loss(logits, batch["labels"])
+        loss = next_token_loss(logits, batch["labels"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(parameters, settings.max_grad_norm)
         optimizer.step()
@@ -591,7 +419,7 @@ def pretrained_base(steps: int = PretrainSettings.steps, seed: int = 0, cache_di
     resolved = PretrainSettings(steps=steps, seed=seed, **settings)
     if isinstance(resolved.steps, bool) or not isinstance(resolved.steps, int) or resolved.steps < 1:
         raise ValueError(f"steps must be a positive int, got {resolved.steps!r}")
-    _check_seed(resolved.seed)
+    check_seed(resolved.seed)
     if resolved.seed < 0:
         raise ValueError(f"seed must be non-negative, got {resolved.seed}")
     root = Path(cache_dir if cache_dir is not None else default_cache_dir())
@@ -631,3 +459,10 @@ def pretrained_numeric_tokenizer(**settings):
 
     pretrained_base(**settings)  # build the cache entry if this is the first call
     return NumericTokenizer(Qwen2Tokenizer.from_pretrained(pretrained_base_path(**settings), local_files_only=True))
+
+
+def pretrained_starting_point(**settings):
+    """``(base, qwen_tokenizer, numeric_tokenizer)``: `pretrained_base` and `pretrained_numeric_tokenizer` with the
+    same ``settings``, what the fine-tuning experiments (V9, V10, V11) start from."""
+    base, qwen_tokenizer = pretrained_base(**settings)
+    return base, qwen_tokenizer, pretrained_numeric_tokenizer(**settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from causalqwen.tiny import build_tiny_tokenizer
+from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.tokenization import NumericTokenizer
 
 from .common import table, verdict

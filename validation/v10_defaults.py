@@ -55,14 +55,20 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from causalqwen import CausalQwenForCausalLM
-from causalqwen.data import TextDataset, collate
+from causalqwen.files.data import TextDataset, collate
 from causalqwen.inference import predict
-from causalqwen.initialization import DEFAULT_INIT, DRAFT_INIT, initial_threshold, sample_calibration_batch
+from causalqwen.initialization import (
+    DEFAULT_INIT,
+    DRAFT_INIT,
+    initial_threshold,
+    sample_calibration_batch,
+)
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .comparison_eval import evaluate_causal, evaluate_qwen, finetune_qwen
-from .domains import domain_a_texts, domain_b_records, pretrained_base
-from .domains import pretrained_numeric_tokenizer
+from .comparison_eval import evaluate_causal, evaluate_qwen
+from .domain_a import domain_a_texts
+from .domains import domain_b_records, pretrained_starting_point
+from .qwen_finetuning import finetune_qwen
 from .v9_comparison import BATCH, FULL, OVERRIDES, QUICK, SEED, causal_model, fine_tune
 
 QWEN25_05B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -195,24 +201,17 @@ def _mean(rows, key):
     return statistics.fmean(values) if values else math.nan
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    settings = QUICK if quick else FULL
-    started = time.perf_counter()
-    base, qwen_tokenizer = pretrained_base()
-    tokenizer = pretrained_numeric_tokenizer()
+def _corpora(settings: dict) -> dict:
+    """V9's corpora: domain-B training texts (clean and with 10% outliers), held-out records and texts, domain A."""
     n_train, n_eval = settings["train_texts"], settings["eval_texts"]
     held_out = domain_b_records(n_eval, SEED + 1)
-    data = dict(train_clean=[r.text for r in domain_b_records(n_train, SEED)],
+    return dict(train_clean=[r.text for r in domain_b_records(n_train, SEED)],
                 train_outliers=[r.text for r in domain_b_records(n_train, SEED, outlier_fraction=0.1)],
                 held_out=held_out, held_out_texts=[r.text for r in held_out], domain_a=domain_a_texts(n_eval, SEED + 3))
-    qwen, qwen_trainable = finetune_qwen(base, qwen_tokenizer, data["train_clean"], "head", settings["steps"], BATCH,
-                                         settings["lr"], SEED)
-    qwen_metrics = evaluate_qwen(qwen, qwen_tokenizer, held_out)
-    rows = [_run_arm(base, tokenizer, arm, data, settings) for arm in _arms(quick)]
-    big = big_base_agreement(quick)
-    elapsed = time.perf_counter() - started
 
-    # ---- one row per arm (finalists: mean over seeds) ----
+
+def _summary(rows: list[dict]) -> list[dict]:
+    """One entry per arm: the finalists' mean over their seeds (and their accuracy per seed), the others as run."""
     finalists = {}
     for row in rows:
         if row["arm"].group == "finalists":
@@ -223,19 +222,19 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
                     accuracies=[r["accuracy"] for r in group]) for label, group in finalists.items()]
     summary += [dict({k: r[k] for k in keys}, label=r["arm"].label, group=r["arm"].group, seeds=1,
                      accuracies=[r["accuracy"]]) for r in rows if r["arm"].group != "finalists"]
+    return summary
 
+
+def _arm_rows(summary: list[dict]) -> list[list]:
     def cell(value):
         return "—" if isinstance(value, float) and math.isnan(value) else value
 
-    arm_rows = [[s["group"], s["label"], s["seeds"], int(s["trainable"]), s["C"], s["agreement"], s["accuracy"], s["traditional"], s["ece"],
-                 s["mdae"], cell(s["outlier_mdae"]), s["a_after"], s["sum_p_before"], s["sum_p_after"]] for s in summary]
-    by_label = {s["label"]: s for s in summary}
-    default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
-    seeds_rows = [[s["label"], ", ".join(fmt(a, 3) for a in s["accuracies"])] for s in summary if s["group"] == "finalists"]
+    return [[s["group"], s["label"], s["seeds"], int(s["trainable"]), s["C"], s["agreement"], s["accuracy"], s["traditional"], s["ece"],
+             s["mdae"], cell(s["outlier_mdae"]), s["a_after"], s["sum_p_before"], s["sum_p_after"]] for s in summary]
 
-    # ---- figure: text accuracy per arm, and agreement / accuracy against C at gamma = 0.1 ----
-    figure, (left, right) = plt.subplots(1, 2, figsize=(16, max(6.0, 0.36 * len(summary) + 2.0)),
-                                         gridspec_kw={"width_ratios": [1.6, 1]})
+
+def _accuracy_panel(left, summary: list[dict], qwen_metrics: dict) -> None:
+    """Text accuracy per arm, with Qwen `head`'s and the goal as lines."""
     names = [f"{s['label']} ({s['group']})" if s["group"] != "finalists" else f"{s['label']} (mean of {s['seeds']})"
              for s in summary]
     colors = ["tab:green" if s["label"] == "D14 defaults" else "tab:red" if "drafts" in s["label"] else "tab:orange"
@@ -251,6 +250,11 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
              title="one change from D14's defaults per arm")
     left.invert_yaxis()
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2, fontsize=9)
+
+
+def _threshold_panel(right, summary: list[dict], by_label: dict) -> None:
+    """Agreement at init and accuracy after training against C at γ = 0.1."""
+    default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
     c_rows = sorted([s for s in summary if s["group"] == "C" and s["C"] <= 20] + [default], key=lambda s: s["C"])
     right.plot([s["C"] for s in c_rows], [s["agreement"] for s in c_rows], "o-", color="tab:purple",
                label="argmax P = Qwen's greedy token at init (domain A)")
@@ -264,11 +268,21 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     right.set(xlabel="threshold C at initialization (γ = 0.1)", ylim=(0.5, 1.01),
               title="the threshold: agreement at init and learning")
     right.legend(fontsize=9, loc="lower right", bbox_to_anchor=(1.0, 0.1))
-    figure_name = save_figure(figure, out_dir, "v10_defaults.png")
 
-    title, text = module_text(__name__)
+
+def _defaults_figure(summary: list[dict], by_label: dict, qwen_metrics: dict, out_dir: Path) -> str:
+    """Text accuracy per arm, and agreement / accuracy against C at γ = 0.1."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(16, max(6.0, 0.36 * len(summary) + 2.0)),
+                                         gridspec_kw={"width_ratios": [1.6, 1]})
+    _accuracy_panel(left, summary, qwen_metrics)
+    _threshold_panel(right, summary, by_label)
+    return save_figure(figure, out_dir, "v10_defaults.png")
+
+
+def _verdict_lines(by_label: dict, qwen_metrics: dict, qwen_trainable: int, big: dict) -> list[str]:
+    default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
     goal_met = default["accuracy"] >= GOAL_TEXT_ACCURACY
-    verdict_lines = [
+    return [
         f"- **Text accuracy** (domain B, standard decision): D14 defaults {fmt(default['accuracy'], 3)}, the drafts' "
         f"{fmt(drafts['accuracy'], 3)}, Qwen `head` {fmt(qwen_metrics['text_accuracy'], 3)}. The goal "
         f"≥ {GOAL_TEXT_ACCURACY} is {'met' if goal_met else 'not met'}: Qwen still wins on text by "
@@ -299,14 +313,19 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         f"{fmt(100 * big['C = 100'], 3)}% with C = 100. `from_qwen` chose C = {fmt(big['converted_C'], 4)}; "
         f"max |loc_S − logits| = {fmt(big['max_logit_error'], 3)}.",
     ]
-    body = "\n\n".join([
+
+
+def _body(text: str, summary: list[dict], verdict_lines: list[str], qwen: tuple[int, dict], elapsed: float) -> str:
+    qwen_trainable, qwen_metrics = qwen
+    seeds_rows = [[s["label"], ", ".join(fmt(a, 3) for a in s["accuracies"])] for s in summary if s["group"] == "finalists"]
+    return "\n\n".join([
         text,
         "**Per arm** (one seed unless stated; finalists: mean over seeds; C = the threshold at initialization; "
         "agreement on domain A at initialization; accuracy, ECE, MdAE and ΣP on domain B; "
         "“—”: not run for this arm):",
         table(["group", "arm", "seeds", "trainable", "C", "argmax P = greedy at init", "text acc. (standard)",
                "text acc. (traditional)", "ECE", "MdAE", "MdAE, outlier-trained", "domain-A acc. after",
-               "median ΣP before", "median ΣP after"], arm_rows),
+               "median ΣP before", "median ΣP after"], _arm_rows(summary)),
         "**Finalists, text accuracy per seed:**",
         table(["arm", "text accuracy per seed"], seeds_rows),
         f"**Qwen `head`** on the same harness ({qwen_trainable} trainable values): text accuracy "
@@ -316,8 +335,12 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         "\n".join(verdict_lines),
         f"The study took {fmt(elapsed, 3)} s.",
     ])
+
+
+def _claims(summary: list[dict], by_label: dict, big: dict, quick: bool) -> list:
+    default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
     gamma_rows = [s for s in summary if s["group"] == "γ"] + [default]
-    claims = [
+    return [
         check("at D14's defaults, argmax P = Qwen's greedy token at initialization (share of domain-A positions)",
               default["agreement"], ">=", 0.99),
         check("γ does not change the decision at initialization (largest spread of the agreement over γ)",
@@ -329,16 +352,37 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
               abs(big["converted_C"] - big["rule_C"]), "<=", 1e-9),
         check("the 0.5B-shape random base: loc_S = logits (max |difference|)", big["max_logit_error"], "<=", 1e-4),
     ]
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    settings = QUICK if quick else FULL
+    started = time.perf_counter()
+    base, qwen_tokenizer, tokenizer = pretrained_starting_point()
+    data = _corpora(settings)
+    qwen, qwen_trainable = finetune_qwen(base, qwen_tokenizer, data["train_clean"], "head", steps=settings["steps"],
+                                         batch_size=BATCH, learning_rate=settings["lr"], seed=SEED)
+    qwen_metrics = evaluate_qwen(qwen, qwen_tokenizer, data["held_out"])
+    rows = [_run_arm(base, tokenizer, arm, data, settings) for arm in _arms(quick)]
+    big = big_base_agreement(quick)
+    elapsed = time.perf_counter() - started
+
+    summary = _summary(rows)
+    by_label = {s["label"]: s for s in summary}
+    default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
+    figure_name = _defaults_figure(summary, by_label, qwen_metrics, out_dir)
+    verdict_lines = _verdict_lines(by_label, qwen_metrics, qwen_trainable, big)
+    title, text = module_text(__name__)
     return ExperimentResult(
         name="V10",
         title=title,
-        claims=claims,
-        body=body,
+        claims=_claims(summary, by_label, big, quick),
+        body=_body(text, summary, verdict_lines, (qwen_trainable, qwen_metrics), elapsed),
         figures=[figure_name],
         headline=(f"text acc. D14 {fmt(default['accuracy'], 3)} vs drafts {fmt(drafts['accuracy'], 3)} vs Qwen "
                   f"{fmt(qwen_metrics['text_accuracy'], 3)}; argmax P = greedy at init {fmt(100 * default['agreement'], 4)}%"),
         settings=(f"V9's harness: {settings['steps']} steps (unless the arm says otherwise), batch {BATCH}, learning rate "
-                  f"{fmt(settings['lr'])}, {n_train} domain-B training texts, {n_eval} held-out domain-B and domain-A "
+                  f"{fmt(settings['lr'])}, {settings['train_texts']} domain-B training texts, {settings['eval_texts']} "
+                  "held-out domain-B and domain-A "
                   f"texts, CausalQwen `causal` with " + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
                   + f"; D14 = {DEFAULT_INIT}; drafts = {DRAFT_INIT}; finalist seeds "
                   + ("0" if quick else f"{SEED}, {SEED + 1}, {SEED + 2}")),

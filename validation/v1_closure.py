@@ -70,11 +70,8 @@ def _ks(samples: np.ndarray, loc: float, scale: float) -> float:
     return float(stats.kstest(samples, stats.cauchy(loc=loc, scale=scale).cdf).pvalue)
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    n = 20_000 if quick else 200_000
-    rng = np.random.default_rng(SEED)
-
-    # ---- 1. a random linear map ----
+def _linear_map_outputs(rng: np.random.Generator, n: int) -> list[tuple]:
+    """Set-up 1: a random mixed-sign linear map; one ``(setup, label, samples, loc, scale, signed)`` per output."""
     mu = rng.normal(0.0, 3.0, IN_DIM)
     gamma = rng.uniform(0.2, 3.0, IN_DIM)
     weight = _mixed_signs(rng, OUT_DIM, IN_DIM)
@@ -84,8 +81,12 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     linear_signed = np.abs(weight @ gamma)  # the wrong scale of the control
     x = _draw_cauchy(rng, mu, gamma, n)  # [n, IN_DIM]
     y = x @ weight.T + bias  # [n, OUT_DIM]
+    return [("linear map", f"Y_{k + 1}", y[:, k], linear_loc[k], linear_scale[k], linear_signed[k]) for k in range(OUT_DIM)]
 
-    # ---- 2. noise infusion + the action network ----
+
+def _action_outputs(rng: np.random.Generator, n: int) -> list[tuple]:
+    """Set-up 2: noise infusion + a float64 `ActionNetwork` with random mixed-sign heads; one output tuple per
+    class score S_k and one for Y."""
     action = ActionNetwork(IN_DIM, CLASSES, noise_init=0.0).double()
     with torch.no_grad():
         action.classification_head.weight.copy_(torch.tensor(_mixed_signs(rng, CLASSES, IN_DIM)))
@@ -106,13 +107,15 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     u = _draw_cauchy(rng, loc_U, scale_U, n)  # the individual
     eps = _draw_cauchy(rng, np.zeros(IN_DIM), noise, n)  # the exogenous noise, independent of u
     s = (u + eps) @ w_all.T + b_all  # [n, CLASSES + 1]: S_1..S_K, Y
-
-    rows, p_values, control_p = [], [], []
-    outputs = [("linear map", f"Y_{k + 1}", y[:, k], linear_loc[k], linear_scale[k], linear_signed[k]) for k in range(OUT_DIM)]
-    outputs += [
+    return [
         ("action (noise infused)", f"S_{k + 1}" if k < CLASSES else "Y", s[:, k], action_loc[k], action_scale[k], action_signed[k])
         for k in range(CLASSES + 1)
     ]
+
+
+def _ks_rows(outputs: list[tuple]) -> tuple[list[list], list[float], list[float]]:
+    """The results table's rows, the KS p-values against the analytic law and those of the control."""
+    rows, p_values, control_p = [], [], []
     for setup, label, samples, loc, scale, signed in outputs:
         p = _ks(samples, loc, scale)
         p_control = _ks(samples, loc, signed)
@@ -121,8 +124,11 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         rows.append([setup, f"${label}$", loc, median, scale, half_iqr, p, signed, p_control])
         p_values.append(p)
         control_p.append(p_control)
+    return rows, p_values, control_p
 
-    # ---- QQ plot: standardized samples against standard-Cauchy quantiles ----
+
+def _qq_figure(outputs: list[tuple], n: int, out_dir: Path) -> str:
+    """QQ plot: standardized samples against standard-Cauchy quantiles, one panel per set-up."""
     probabilities = np.linspace(0.02, 0.98, 193)
     theory = stats.cauchy.ppf(probabilities)
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.6))
@@ -138,11 +144,11 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         axis.set(xlabel="standard Cauchy quantile", ylabel="sample quantile of (y - loc) / scale",
                  title=f"{setup_name}: QQ, n = {n}")
         axis.legend(fontsize=7)
-    figure_name = save_figure(figure, out_dir, "v1_closure_qq.png")
+    return save_figure(figure, out_dir, "v1_closure_qq.png")
 
-    title, text = module_text(__name__)
-    min_p, max_control = min(p_values), max(control_p)
-    body = "\n\n".join([
+
+def _body(text: str, rows: list[list]) -> str:
+    return "\n\n".join([
         text,
         "**Results.** Analytic location and scale against the Monte Carlo median and half inter-quartile "
         "range (both equal location and scale for a Cauchy law), the KS p-value against the analytic law, "
@@ -150,6 +156,17 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         table(["set-up", "output", "analytic loc", "MC median", "analytic scale", "MC half-IQR", "KS p",
                "signed scale (control)", "control KS p"], rows),
     ])
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    n = 20_000 if quick else 200_000
+    rng = np.random.default_rng(SEED)
+    outputs = _linear_map_outputs(rng, n) + _action_outputs(rng, n)
+    rows, p_values, control_p = _ks_rows(outputs)
+    figure_name = _qq_figure(outputs, n, out_dir)
+
+    title, text = module_text(__name__)
+    min_p, max_control = min(p_values), max(control_p)
     claims = [
         check(f"every KS p-value against the analytic law exceeds {fmt(P_MIN)} ({len(p_values)} tests; minimum shown)",
               min_p, ">=", P_MIN),
@@ -159,7 +176,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         name="V1",
         title=title,
         claims=claims,
-        body=body,
+        body=_body(text, rows),
         figures=[figure_name],
         headline=f"min KS p = {fmt(min_p, 3)} over {len(p_values)} outputs (n = {n}); control max p = {fmt(max_control, 3)}",
         settings=f"n = {n} Monte Carlo draws per output, NumPy seed {SEED}, {IN_DIM} input components, float64",

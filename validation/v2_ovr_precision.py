@@ -82,34 +82,32 @@ def _first_break(t: np.ndarray, error: np.ndarray, sign: int) -> float:
     return float(np.abs(t[side]).min()) if side.any() else float("nan")
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    points = 161 if quick else 641
-    magnitudes = np.logspace(-6, 10, points)
-    t_grid = np.concatenate([-magnitudes[::-1], [0.0], magnitudes])
+def _setup_errors(scale_value: float, threshold: float, t_grid: np.ndarray) -> tuple[np.ndarray, dict, dict]:
+    """One float32 set-up: the t the inputs really hold, the relative error of every form against the mpmath
+    reference, and the values (reference, stable, seeds' form) of log P and log(1 - P)."""
+    scale = np.full(t_grid.shape, scale_value, dtype=np.float32)
+    loc = (np.float32(threshold) + t_grid * np.float64(scale[0])).astype(np.float32)
+    t_exact = (loc.astype(np.float64) - threshold) / np.float64(scale[0])  # the t the inputs really hold
+    ref_p, ref_not_p = _reference(loc, scale, threshold)
+    stable_p, stable_not_p = (x.double().numpy() for x in ovr_log_probability(torch.tensor(loc), torch.tensor(scale), threshold))
+    naive_p, naive_not_p = _naive(loc, scale, threshold)
+    scipy_p = stats.cauchy.logsf(threshold, loc.astype(np.float64), scale.astype(np.float64))
+    scipy_not_p = stats.cauchy.logcdf(threshold, loc.astype(np.float64), scale.astype(np.float64))
+    errors = {
+        "stable log P": _relative_error(stable_p, ref_p),
+        "stable log(1-P)": _relative_error(stable_not_p, ref_not_p),
+        "seeds log(P+eps)": _relative_error(naive_p, ref_p),
+        "seeds log(1-P+eps)": _relative_error(naive_not_p, ref_not_p),
+        "SciPy float64 log P": _relative_error(scipy_p, ref_p),
+        "SciPy float64 log(1-P)": _relative_error(scipy_not_p, ref_not_p),
+    }
+    values = {"ref_p": ref_p, "stable_p": stable_p, "naive_p": naive_p,
+              "ref_not_p": ref_not_p, "stable_not_p": stable_not_p, "naive_not_p": naive_not_p}
+    return t_exact, errors, values
 
-    per_setup, plot_data = [], None
-    for scale_value, threshold in SETUPS:
-        scale = np.full(t_grid.shape, scale_value, dtype=np.float32)
-        loc = (np.float32(threshold) + t_grid * np.float64(scale[0])).astype(np.float32)
-        t_exact = (loc.astype(np.float64) - threshold) / np.float64(scale[0])  # the t the inputs really hold
-        ref_p, ref_not_p = _reference(loc, scale, threshold)
-        stable_p, stable_not_p = (x.double().numpy() for x in ovr_log_probability(torch.tensor(loc), torch.tensor(scale), threshold))
-        naive_p, naive_not_p = _naive(loc, scale, threshold)
-        scipy_p = stats.cauchy.logsf(threshold, loc.astype(np.float64), scale.astype(np.float64))
-        scipy_not_p = stats.cauchy.logcdf(threshold, loc.astype(np.float64), scale.astype(np.float64))
-        errors = {
-            "stable log P": _relative_error(stable_p, ref_p),
-            "stable log(1-P)": _relative_error(stable_not_p, ref_not_p),
-            "seeds log(P+eps)": _relative_error(naive_p, ref_p),
-            "seeds log(1-P+eps)": _relative_error(naive_not_p, ref_not_p),
-            "SciPy float64 log P": _relative_error(scipy_p, ref_p),
-            "SciPy float64 log(1-P)": _relative_error(scipy_not_p, ref_not_p),
-        }
-        per_setup.append((scale_value, threshold, t_exact, errors))
-        if plot_data is None:
-            plot_data = (t_exact, errors, ref_p, stable_p, naive_p, ref_not_p, stable_not_p, naive_not_p)
 
-    # ---- tables ----
+def _summary_rows(per_setup: list[tuple]) -> list[list]:
+    """Per set-up: the maximum relative error of each form over the grid (the stable form also in ulps)."""
     summary_rows = []
     for scale_value, threshold, t_exact, errors in per_setup:
         summary_rows.append([
@@ -119,19 +117,31 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             errors["seeds log(P+eps)"].max(), errors["seeds log(1-P+eps)"].max(),
             max(errors["SciPy float64 log P"].max(), errors["SciPy float64 log(1-P)"].max()),
         ])
-    t_exact, errors, ref_p, stable_p, naive_p, ref_not_p, stable_not_p, naive_not_p = plot_data
+    return summary_rows
+
+
+def _break_rows(t_exact: np.ndarray, errors: dict) -> list[list]:
+    """Where the seeds' form breaks on each side, and its relative error at the end of the range."""
     break_rows = []
     for name, label in (("seeds log(P+eps)", "seeds $\\log(P + \\epsilon)$"), ("seeds log(1-P+eps)", "seeds $\\log(1 - P + \\epsilon)$")):
         for sign, side in ((-1, "t < 0"), (1, "t > 0")):
             at_end = errors[name][np.argmax(np.abs(t_exact) * (np.sign(t_exact) == sign))]
             break_rows.append([label, side, _first_break(t_exact, errors[name], sign), at_end])
+    return break_rows
+
+
+def _value_rows(t_exact: np.ndarray, values: dict) -> list[list]:
+    """The reference, stable and seeds' values of log P and log(1 - P) at the grid points nearest `TABLE_T`."""
     value_rows = []
     for t_value in TABLE_T:
         i = int(np.argmin(np.abs(t_exact - t_value)))
-        value_rows.append([t_exact[i], f"{ref_p[i]:.9g}", f"{stable_p[i]:.9g}", f"{naive_p[i]:.9g}",
-                           f"{ref_not_p[i]:.9g}", f"{stable_not_p[i]:.9g}", f"{naive_not_p[i]:.9g}"])
+        value_rows.append([t_exact[i]] + [f"{values[key][i]:.9g}" for key in (
+            "ref_p", "stable_p", "naive_p", "ref_not_p", "stable_not_p", "naive_not_p")])
+    return value_rows
 
-    # ---- figure: relative error against |t|, one panel per tail ----
+
+def _error_figure(t_exact: np.ndarray, errors: dict, out_dir: Path) -> str:
+    """Relative error against |t|, one panel per tail."""
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     styles = {
         "stable log P": ("C0", "-"), "stable log(1-P)": ("C1", "-"),
@@ -148,13 +158,11 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         axis.set(xscale="log", yscale="log", xlabel="|t|", title=f"{side} (scale = 1, C = 0)")
     axes[0].set_ylabel(f"relative error (exact drawn at {FLOOR:g})")
     axes[0].legend(fontsize=7, loc="upper left")
-    figure_name = save_figure(figure, out_dir, "v2_ovr_precision.png")
+    return save_figure(figure, out_dir, "v2_ovr_precision.png")
 
-    worst_p = max(errors_["stable log P"].max() for *_, errors_ in per_setup)
-    worst_not_p = max(errors_["stable log(1-P)"].max() for *_, errors_ in per_setup)
-    worst_naive = max(max(errors_["seeds log(P+eps)"].max(), errors_["seeds log(1-P+eps)"].max()) for *_, errors_ in per_setup)
-    title, text = module_text(__name__)
-    body = "\n\n".join([
+
+def _body(text: str, summary_rows: list[list], break_rows: list[list], value_rows: list[list]) -> str:
+    return "\n\n".join([
         text,
         "**Results.** Maximum relative error over the grid, per set-up (the stable form also in float32 ulps).",
         table(["set-up", "stable log P", "(ulps)", "stable log(1−P)", "(ulps)", "seeds log(P+ε)", "seeds log(1−P+ε)",
@@ -167,6 +175,27 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         table(["t", "log P (ref)", "log P (stable)", "log P (seeds)", "log(1−P) (ref)", "log(1−P) (stable)",
                "log(1−P) (seeds)"], value_rows),
     ])
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    points = 161 if quick else 641
+    magnitudes = np.logspace(-6, 10, points)
+    t_grid = np.concatenate([-magnitudes[::-1], [0.0], magnitudes])
+
+    per_setup, plotted = [], None
+    for scale_value, threshold in SETUPS:
+        t_exact, errors, values = _setup_errors(scale_value, threshold, t_grid)
+        per_setup.append((scale_value, threshold, t_exact, errors))
+        if plotted is None:  # the tables of values and breaks, and the figure, show the first set-up
+            plotted = (t_exact, errors, values)
+    t_exact, errors, values = plotted
+    break_rows = _break_rows(t_exact, errors)
+    figure_name = _error_figure(t_exact, errors, out_dir)
+
+    worst_p = max(errors_["stable log P"].max() for *_, errors_ in per_setup)
+    worst_not_p = max(errors_["stable log(1-P)"].max() for *_, errors_ in per_setup)
+    worst_naive = max(max(errors_["seeds log(P+eps)"].max(), errors_["seeds log(1-P+eps)"].max()) for *_, errors_ in per_setup)
+    title, text = module_text(__name__)
     claims = [
         check("stable $\\log P$: maximum relative error over every set-up", worst_p, "<=", MAX_REL_ERROR),
         check("stable $\\log(1 - P)$: maximum relative error over every set-up", worst_not_p, "<=", MAX_REL_ERROR),
@@ -178,7 +207,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         name="V2",
         title=title,
         claims=claims,
-        body=body,
+        body=_body(text, _summary_rows(per_setup), break_rows, _value_rows(t_exact, values)),
         figures=[figure_name],
         headline=(f"stable max rel. error {fmt(max(worst_p, worst_not_p), 3)} "
                   f"({fmt(max(worst_p, worst_not_p) / ULP32, 3)} ulps); the seeds' form passes 1% error from "

@@ -28,7 +28,7 @@ writes itself. This is checked on the tiny base pretrained on domain A (`validat
 base of V9 and V10), on held-out domain-A texts (no numbers, so $\mathrm{loc}_S$ is Qwen's logits): the share of
 positions where $\arg\max_k P_k$ is Qwen's greedy token, for D14's defaults and for the drafts' values.
 
-**Method.** Several tiny random Qwen2 models (`causalqwen.tiny.build_tiny_qwen`, different sizes,
+**Method.** Several tiny random Qwen2 models (`causalqwen.app.tiny.build_tiny_qwen`, different sizes,
 seeds and tied or untied heads), each converted by ``from_qwen`` for every $\gamma$
 (``abduction_scale_init``) of the grid. On random token ids (no numbers) the real Qwen2 forward
 gives the logits; the CausalQwen forward gives $\mathrm{loc}_S$, $\mathrm{scale}_S$. The prediction is
@@ -45,10 +45,10 @@ import numpy as np
 import torch
 
 from causalqwen import CausalQwenForCausalLM
-from causalqwen.data import TextDataset, collate
+from causalqwen.app.tiny import build_tiny_qwen, build_tiny_tokenizer
+from causalqwen.files.data import TextDataset, collate
 from causalqwen.inference import predict, traditional_probabilities
 from causalqwen.initialization import DRAFT_INIT
-from causalqwen.tiny import build_tiny_qwen, build_tiny_tokenizer
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
 from .domains import domain_a_texts, pretrained_base, pretrained_numeric_tokenizer
@@ -78,7 +78,7 @@ def _describe(config: dict) -> str:
 
 @torch.no_grad()
 def pretrained_agreement(n_texts: int) -> dict:
-    """On the pretrained tiny base and ``n_texts`` held-out domain-A texts: for D14's defaults and the drafts'
+    r"""On the pretrained tiny base and ``n_texts`` held-out domain-A texts: for D14's defaults and the drafts'
     values, the threshold, the largest |loc_S - Qwen's logits| and the share of real positions where
     $\arg\max_k P_k$ is Qwen's greedy token."""
     base, _ = pretrained_base()
@@ -100,47 +100,41 @@ def pretrained_agreement(n_texts: int) -> dict:
     return result
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    configs = CONFIGS[:2] if quick else CONFIGS
-    batch, length = (4, 16) if quick else (8, 32)
-    tokenizer = build_tiny_tokenizer()
+def _one_base(index: int, config: dict, tokenizer, shape: tuple[int, int]) -> dict:
+    r"""One random tiny Qwen2 (``config``), converted by ``from_qwen`` for every γ of the grid: the agreement of
+    $\arg\max_k P_k$ with the greedy token ``[γ, C]``, the largest differences of loc_S from the logits, the
+    traditional argmax's agreement and (at the drafts' values) the share of the largest-norm class."""
     num_token_id = len(tokenizer)  # where NumericTokenizer puts <NUM>
-
-    agreement = np.zeros((len(configs), len(GAMMAS), len(THRESHOLDS)))
-    config_rows, largest_norm_share = [], []
-    max_error_all, traditional_all = 0.0, 1.0
-    for c, config in enumerate(configs):
-        qwen = build_tiny_qwen(tokenizer, **config)
-        ids = torch.randint(0, len(tokenizer), (batch, length), generator=torch.Generator().manual_seed(INPUT_SEED + c))
+    qwen = build_tiny_qwen(tokenizer, **config)
+    ids = torch.randint(0, len(tokenizer), shape, generator=torch.Generator().manual_seed(INPUT_SEED + index))
+    with torch.no_grad():
+        logits = qwen(ids).logits  # [B, S, V]
+    greedy = logits.argmax(-1)
+    l1 = qwen.lm_head.weight.detach().abs().sum(-1)  # ||W_k||_1 [V]
+    agreement = np.zeros((len(GAMMAS), len(THRESHOLDS)))
+    result = {"vocab_size": qwen.config.vocab_size, "max_error": 0.0, "max_relative": 0.0, "traditional_min": 1.0}
+    for g, gamma in enumerate(GAMMAS):
+        torch.manual_seed(0)  # w_num and w_reg are random; they do not enter loc_S here
+        model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=num_token_id, abduction_scale_init=gamma).eval()
         with torch.no_grad():
-            logits = qwen(ids).logits  # [B, S, V]
-        greedy = logits.argmax(-1)
-        l1 = qwen.lm_head.weight.detach().abs().sum(-1)  # ||W_k||_1 [V]
-        max_error, max_relative = 0.0, 0.0
-        for g, gamma in enumerate(GAMMAS):
-            torch.manual_seed(0)  # w_num and w_reg are random; they do not enter loc_S here
-            model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=num_token_id, abduction_scale_init=gamma).eval()
-            with torch.no_grad():
-                out = model(ids)
-            difference = (out.loc_S - logits).abs()
-            max_error = max(max_error, float(difference.max()))
-            max_relative = max(max_relative, float((difference / logits.abs().clamp_min(1e-30)).max()))
-            traditional = traditional_probabilities(out.loc_S, top_k=1).argmax(-1)
-            traditional_agreement = float((traditional == greedy).double().mean())
-            traditional_all = min(traditional_all, traditional_agreement)
-            for j, threshold in enumerate(THRESHOLDS):
-                tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, threshold, num_token_id)
-                agreement[c, g, j] = float((tokens == greedy).double().mean())
-                if (threshold, gamma) == DRAFTS:
-                    largest_norm_share.append(float((tokens == l1.argmax()).double().mean()))
-        max_error_all = max(max_error_all, max_error)
-        drafts_agreement = agreement[c, GAMMAS.index(DRAFTS[1]), THRESHOLDS.index(DRAFTS[0])]
-        config_rows.append([_describe(config), qwen.config.vocab_size, max_error, max_relative, traditional_agreement,
-                            drafts_agreement, largest_norm_share[-1], agreement[c].min(), agreement[c].max()])
+            out = model(ids)
+        difference = (out.loc_S - logits).abs()
+        result["max_error"] = max(result["max_error"], float(difference.max()))
+        result["max_relative"] = max(result["max_relative"], float((difference / logits.abs().clamp_min(1e-30)).max()))
+        traditional = traditional_probabilities(out.loc_S, top_k=1).argmax(-1)
+        result["traditional"] = float((traditional == greedy).double().mean())  # the last γ's is the table's
+        result["traditional_min"] = min(result["traditional_min"], result["traditional"])
+        for j, threshold in enumerate(THRESHOLDS):
+            tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, threshold, num_token_id)
+            agreement[g, j] = float((tokens == greedy).double().mean())
+            if (threshold, gamma) == DRAFTS:
+                result["largest_norm_share"] = float((tokens == l1.argmax()).double().mean())
+    result["agreement"] = agreement
+    return result
 
-    pretrained = pretrained_agreement(40 if quick else 200)
-    pooled = agreement.mean(axis=0)  # [gamma, C]
-    gamma_spread = float((agreement.max(axis=1) - agreement.min(axis=1)).max())  # over gamma, worst model and C
+
+def _agreement_figure(pooled: np.ndarray, n_configs: int, out_dir: Path) -> str:
+    r"""The agreement of $\arg\max_k P_k$ with the greedy token, mean over the models, as a [γ, C] heat map."""
     figure, axis = plt.subplots(figsize=(8, 4.6))
     image = axis.imshow(100 * pooled, cmap="viridis", vmin=0, vmax=100, aspect="auto")
     for g in range(len(GAMMAS)):
@@ -150,12 +144,13 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     axis.set_xticks(range(len(THRESHOLDS)), [fmt(t) for t in THRESHOLDS])
     axis.set_yticks(range(len(GAMMAS)), [fmt(g) for g in GAMMAS])
     axis.set(xlabel="OvR threshold C", ylabel="initial scale γ (abduction_scale_init)",
-             title=f"argmax P = Qwen2 greedy token at init (% of positions, mean of {len(configs)} models)")
+             title=f"argmax P = Qwen2 greedy token at init (% of positions, mean of {n_configs} models)")
     figure.colorbar(image, label="agreement (%)")
-    figure_name = save_figure(figure, out_dir, "v3_argmax_agreement.png")
+    return save_figure(figure, out_dir, "v3_argmax_agreement.png")
 
-    title, text = module_text(__name__)
-    body = "\n\n".join([
+
+def _body(text: str, config_rows: list[list], pooled: np.ndarray, gamma_spread: float, pretrained: dict) -> str:
+    return "\n\n".join([
         text,
         "**Results per model.** Maximum absolute and relative difference between $\\mathrm{loc}_S$ and the "
         "Qwen2 logits (over every $\\gamma$), agreement of the traditional argmax with greedy decoding, and "
@@ -164,7 +159,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         "$\\lVert W_{\\mathrm{cls},k}\\rVert_1$; and the range of the agreement over the whole grid.",
         table(["base model", "V", "max abs diff", "max rel diff", "traditional = greedy", "argmax P = greedy (drafts)",
                "argmax P = largest-norm class (drafts)", "min over grid", "max over grid"], config_rows),
-        f"**Agreement of $\\arg\\max_k P_k$ with the greedy token** (mean over the {len(configs)} models; rows "
+        f"**Agreement of $\\arg\\max_k P_k$ with the greedy token** (mean over the {len(config_rows)} models; rows "
         "$\\gamma$, columns $C$). At init every $t_k$ is divided by the same $\\gamma + \\lvert b_{\\mathrm{noise}}\\rvert$, "
         "so $\\gamma$ cannot change the argmax; only $C$ and the row norms do. Largest change of the agreement "
         f"across $\\gamma$ (any model, any $C$): {fmt(gamma_spread)}.",
@@ -177,7 +172,10 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
                 f"{100 * pretrained[key]['agreement']:.2f}%"]
                for key, label in (("d14", "D14 defaults (`from_qwen`)"), ("drafts", "the drafts' (`DRAFT_INIT`)"))]),
     ])
-    claims = [
+
+
+def _claims(max_error_all: float, traditional_all: float, gamma_spread: float, pretrained: dict) -> list:
+    return [
         check("$\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$ over every model, $\\gamma$ and position",
               max_error_all, "<=", MAX_LOGIT_ERROR),
         check("traditional argmax of $\\mathrm{softmax}(\\mathrm{loc}_S)$ = greedy token (minimum share of positions)",
@@ -189,11 +187,33 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         check("pretrained base, D14's defaults: $\\arg\\max_k P_k$ = Qwen's greedy token (share of positions)",
               pretrained["d14"]["agreement"], ">=", 0.99),
     ]
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    configs = CONFIGS[:2] if quick else CONFIGS
+    batch, length = (4, 16) if quick else (8, 32)
+    tokenizer = build_tiny_tokenizer()
+
+    bases = [_one_base(c, config, tokenizer, (batch, length)) for c, config in enumerate(configs)]
+    agreement = np.stack([base["agreement"] for base in bases])  # [model, γ, C]
+    config_rows = [[_describe(config), base["vocab_size"], base["max_error"], base["max_relative"], base["traditional"],
+                    base["agreement"][GAMMAS.index(DRAFTS[1]), THRESHOLDS.index(DRAFTS[0])],
+                    base["largest_norm_share"], base["agreement"].min(), base["agreement"].max()]
+                   for config, base in zip(configs, bases)]
+    max_error_all = max([0.0] + [base["max_error"] for base in bases])
+    traditional_all = min([1.0] + [base["traditional_min"] for base in bases])
+
+    pretrained = pretrained_agreement(40 if quick else 200)
+    pooled = agreement.mean(axis=0)  # [gamma, C]
+    gamma_spread = float((agreement.max(axis=1) - agreement.min(axis=1)).max())  # over gamma, worst model and C
+    figure_name = _agreement_figure(pooled, len(configs), out_dir)
+
+    title, text = module_text(__name__)
     return ExperimentResult(
         name="V3",
         title=title,
-        claims=claims,
-        body=body,
+        claims=_claims(max_error_all, traditional_all, gamma_spread, pretrained),
+        body=_body(text, config_rows, pooled, gamma_spread, pretrained),
         figures=[figure_name],
         headline=(f"max |loc_S − logits| = {fmt(max_error_all, 3)}; pretrained base: argmax P = greedy at "
                   f"{100 * pretrained['d14']['agreement']:.2f}% of positions at D14's defaults, "

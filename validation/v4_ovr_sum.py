@@ -34,9 +34,9 @@ import numpy as np
 import torch
 from scipy import optimize, stats
 
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import decision_input
 from causalqwen.metrics import next_token_valid_mask, ovr_prob_sum_median
-from causalqwen.tiny import build_tiny_causal_lm
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
 from .fixtures import sentence_batch
@@ -63,45 +63,45 @@ def _calibrating_threshold(median_sum, grid: np.ndarray, sums: np.ndarray) -> fl
     return float(optimize.brentq(lambda c: median_sum(c) - 1.0, low, high, xtol=1e-9, rtol=1e-7))
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    sentences = 12 if quick else 32
-    grid = _threshold_grid(13 if quick else 31)
-    tokenizer = build_tiny_causal_lm().tokenizer
-    batch = sentence_batch(tokenizer, sentences, DATA_SEED)
-    valid = next_token_valid_mask(batch["labels"], batch["attention_mask"])  # [B, S-1]
-    everywhere = torch.ones(int(valid.sum()), dtype=torch.bool)  # the decisions below are taken at valid positions only
+def _decisions(gamma: float, batch: dict, valid: torch.Tensor) -> tuple[dict, int]:
+    """The standard and causal decisions ``(loc_S, scale_S)`` ``[N, V]`` at the N scored positions of ``batch``, for
+    the embedded tiny base converted with initial scale ``gamma``; and the vocabulary size."""
+    model = build_tiny_causal_lm(init_seed=0, abduction_scale_init=gamma).model
+    with torch.no_grad():
+        out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"])
+        loc_U, scale_U = out.loc_U[:, :-1], out.scale_U[:, :-1]
+        loc, scale = decision_input("causal", loc_U, scale_U, model.action.noise_scale,
+                                    generator=torch.Generator().manual_seed(DRAW_SEED))
+        causal = model.action.decide(loc, scale)
+    decisions = {  # [N, V] each: the N scored positions
+        "standard": (out.loc_S[:, :-1][valid], out.scale_S[:, :-1][valid]),
+        "causal": (causal.loc_S[valid], causal.scale_S[valid]),
+    }
+    return decisions, model.config.vocab_size
 
-    curves = {}  # (mode, gamma) -> median sums over the grid
-    table_rows, calibrating_rows = [], []
-    oracle_error, violations = 0.0, 0
-    for gamma in GAMMAS:
-        model = build_tiny_causal_lm(init_seed=0, abduction_scale_init=gamma).model
-        with torch.no_grad():
-            out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"])
-            loc_U, scale_U = out.loc_U[:, :-1], out.scale_U[:, :-1]
-            loc, scale = decision_input("causal", loc_U, scale_U, model.action.noise_scale,
-                                        generator=torch.Generator().manual_seed(DRAW_SEED))
-            causal = model.action.decide(loc, scale)
-        decisions = {  # [N, V] each: the N scored positions
-            "standard": (out.loc_S[:, :-1][valid], out.scale_S[:, :-1][valid]),
-            "causal": (causal.loc_S[valid], causal.scale_S[valid]),
-        }
-        for mode, (loc_S, scale_S) in decisions.items():
-            def median_sum(threshold, loc_S=loc_S, scale_S=scale_S):
-                return ovr_prob_sum_median(loc_S, scale_S, float(threshold), everywhere)
 
-            sums = np.array([median_sum(c) for c in grid])
-            curves[(mode, gamma)] = sums
-            violations += int((np.diff(sums) > 1e-6 * sums[:-1]).sum())  # an increase beyond float32 rounding
-            calibrating_rows.append((mode, gamma, _calibrating_threshold(median_sum, grid, sums)))
-            row = [mode, fmt(gamma)] + [median_sum(c) for c in TABLE_THRESHOLDS]
-            table_rows.append(row)
-            # the independent float64 oracle at the table thresholds
-            loc64, scale64 = loc_S.double().numpy(), scale_S.double().numpy()
-            for c, package_value in zip(TABLE_THRESHOLDS, row[2:]):
-                oracle = float(np.median(stats.cauchy.sf(c, loc64, scale64).sum(-1)))
-                oracle_error = max(oracle_error, abs(package_value - oracle) / oracle)
+def _median_sums(loc_S: torch.Tensor, scale_S: torch.Tensor, grid: np.ndarray) -> dict:
+    """For one decision: the median sum over the grid, its increases beyond float32 rounding, the calibrating C,
+    the sums at `TABLE_THRESHOLDS` and their largest relative difference from the float64 SciPy oracle."""
+    everywhere = torch.ones(loc_S.shape[0], dtype=torch.bool)  # the decisions are taken at valid positions only
 
+    def median_sum(threshold):
+        return ovr_prob_sum_median(loc_S, scale_S, float(threshold), everywhere)
+
+    sums = np.array([median_sum(c) for c in grid])
+    at_table = [median_sum(c) for c in TABLE_THRESHOLDS]
+    loc64, scale64 = loc_S.double().numpy(), scale_S.double().numpy()  # the independent float64 oracle
+    oracle_error = 0.0
+    for c, package_value in zip(TABLE_THRESHOLDS, at_table):
+        oracle = float(np.median(stats.cauchy.sf(c, loc64, scale64).sum(-1)))
+        oracle_error = max(oracle_error, abs(package_value - oracle) / oracle)
+    return {"sums": sums, "violations": int((np.diff(sums) > 1e-6 * sums[:-1]).sum()),
+            "calibrating": _calibrating_threshold(median_sum, grid, sums), "at_table": at_table,
+            "oracle_error": oracle_error}
+
+
+def _sum_figure(grid: np.ndarray, curves: dict, vocab_size: int, out_dir: Path) -> str:
+    """The median sum against C, one curve per γ, one panel per inference mode."""
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
     for axis, mode in zip(axes, ("standard", "causal")):
         for gamma in GAMMAS:
@@ -112,8 +112,30 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         axis.set(yscale="log", xlim=(grid[0], grid[-1]), xlabel="OvR threshold C (symmetric log scale)",
                  title=f"{mode} inference at init")
         axis.legend(fontsize=7)
-    axes[0].set_ylabel(f"median over positions of Σ_k P_k (V = {model.config.vocab_size})")
-    figure_name = save_figure(figure, out_dir, "v4_ovr_sum.png")
+    axes[0].set_ylabel(f"median over positions of Σ_k P_k (V = {vocab_size})")
+    return save_figure(figure, out_dir, "v4_ovr_sum.png")
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    sentences = 12 if quick else 32
+    grid = _threshold_grid(13 if quick else 31)
+    tokenizer = build_tiny_causal_lm().tokenizer
+    batch = sentence_batch(tokenizer, sentences, DATA_SEED)
+    valid = next_token_valid_mask(batch["labels"], batch["attention_mask"])  # [B, S-1]
+
+    curves = {}  # (mode, gamma) -> median sums over the grid
+    table_rows, calibrating_rows = [], []
+    oracle_error, violations = 0.0, 0
+    for gamma in GAMMAS:
+        decisions, vocab_size = _decisions(gamma, batch, valid)
+        for mode, (loc_S, scale_S) in decisions.items():
+            measured = _median_sums(loc_S, scale_S, grid)
+            curves[(mode, gamma)] = measured["sums"]
+            violations += measured["violations"]
+            calibrating_rows.append((mode, gamma, measured["calibrating"]))
+            table_rows.append([mode, fmt(gamma)] + measured["at_table"])
+            oracle_error = max(oracle_error, measured["oracle_error"])
+    figure_name = _sum_figure(grid, curves, vocab_size, out_dir)
 
     drafts_standard = next(r for r in table_rows if r[0] == "standard" and r[1] == fmt(DRAFTS[1]))[2 + TABLE_THRESHOLDS.index(DRAFTS[0])]
     drafts_causal = next(r for r in table_rows if r[0] == "causal" and r[1] == fmt(DRAFTS[1]))[2 + TABLE_THRESHOLDS.index(DRAFTS[0])]
@@ -121,7 +143,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     body = "\n\n".join([
         text,
         f"**Results.** Median over {int(valid.sum())} scored positions of $\\sum_k P_k$ "
-        f"($V = {model.config.vocab_size}$ classes) at selected thresholds:",
+        f"($V = {vocab_size}$ classes) at selected thresholds:",
         table(["inference", "γ"] + [f"C = {fmt(c)}" for c in TABLE_THRESHOLDS], table_rows),
         "The threshold $C$ at which the median sum is 1 at init (nan: no crossing on the grid):",
         table(["inference", "γ", "calibrating C"], [[mode, fmt(gamma), c] for mode, gamma, c in calibrating_rows]),

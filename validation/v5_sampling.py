@@ -44,8 +44,8 @@ import torch
 from scipy import stats
 
 from causalqwen import generate
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import MODES
-from causalqwen.tiny import build_tiny_causal_lm
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
 
@@ -93,37 +93,33 @@ def _noise_deviation(out) -> float:
     return float((np.abs(shift - shift[:, :1]) / bound).max())
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    steps = 8 if quick else 16
-    seeds = 6 if quick else 16
-    diversity_steps = 6 if quick else 10
-    model, tokenizer, _ = build_tiny_causal_lm(init_seed=0)
-    noise_scale = model.action.noise_scale.detach().double().numpy()
-    prompts = PROMPTS * (1 if quick else 4)  # every row draws its own epsilon: more rows, more shared-mode draws
-    batch = tokenizer(prompts, padding_side="left")
-
-    # ---- (a) the law of the standardized draws ----
-    causal = _generate(model, batch, "causal", SEED, steps, output_decision_inputs=True)
-    individual = _generate(model, batch, "shared_individual", SEED + 1, steps, output_decision_inputs=True)
-    shared_noise = _generate(model, batch, "shared_noise", SEED + 2, steps, output_decision_inputs=True)
+def _standardized_draws(causal, individual, shared_noise, noise_scale: np.ndarray) -> dict[str, np.ndarray]:
+    """(a) The standardized draws of each sampling mode, which must be standard Cauchy."""
     loc, scale, u, _ = _traces(causal)
     w_causal = ((u - loc) / scale).ravel()  # every row, step, component: fresh draws
     loc, scale, u, _ = _traces(individual)
     w_individual = ((u[:, 0] - loc[:, 0]) / scale[:, 0]).ravel()  # one draw per row and component
     loc, _, shifted, _ = _traces(shared_noise)
     eps_noise = ((shifted[:, 0] - loc[:, 0]) / noise_scale).ravel()
-    samples = {
+    return {
         "causal: (u − loc_U)/scale_U, every step": w_causal,
         "shared_individual: (u − loc_U)/scale_U, step 0": w_individual,
         "shared_noise: (loc′ − loc_U)/abs(b_noise), step 0": eps_noise,
     }
+
+
+def _law_rows(samples: dict[str, np.ndarray]) -> tuple[list[list], list[float]]:
+    """Median, half-IQR and the KS p-value against the standard Cauchy law, per set of draws."""
     law_rows, p_values = [], []
     for name, values in samples.items():
         p = float(stats.kstest(values, stats.cauchy.cdf).pvalue)
         p_values.append(p)
         law_rows.append([name, len(values), float(np.median(values)), float(np.subtract(*np.percentile(values, [75, 25])) / 2), p])
+    return law_rows, p_values
 
-    # ---- (b) the invariants over the steps of a sequence ----
+
+def _invariant_rows(causal, individual, shared_noise, noise_scale: np.ndarray) -> tuple[list[list], float]:
+    """(b) The invariants over the steps of a sequence, and the largest deviation of the decision scales."""
     ind_scale = individual.decision_scale.double().numpy()
     noise_scale_dev = float(np.abs(ind_scale - noise_scale).max())
     noise_mode_scale_dev = float((shared_noise.decision_scale - shared_noise.scale_U).abs().max())
@@ -134,22 +130,28 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         ["shared_noise", "shift_t = shift_0", _noise_deviation(shared_noise),
          f"decision scale − scale_U: max {fmt(noise_mode_scale_dev)}"],
     ]
+    return invariant_rows, max(noise_scale_dev, noise_mode_scale_dev)
 
-    # ---- (c) diversity across seeds ----
+
+def _diversity(model, tokenizer, seeds: int, steps: int) -> tuple[list[list], dict, bool]:
+    """(c) Distinct sequences over the generator seeds per mode, at the default and a large noise; and whether the
+    same seed gives the same sequence again."""
     prompt = tokenizer([DIVERSITY_PROMPT], padding_side="left")
     noisy = build_tiny_causal_lm(init_seed=0, noise_init=LARGE_NOISE).model
     diversity_rows, distinct, reproducible = [], {}, True
     for mode in MODES:
         row = [mode]
         for noise, m in (("default", model), ("large", noisy)):
-            sequences = [tuple(_generate(m, prompt, mode, seed, diversity_steps).sequences[0].tolist()) for seed in range(seeds)]
-            again = tuple(_generate(m, prompt, mode, 0, diversity_steps).sequences[0].tolist())
+            sequences = [tuple(_generate(m, prompt, mode, seed, steps).sequences[0].tolist()) for seed in range(seeds)]
+            again = tuple(_generate(m, prompt, mode, 0, steps).sequences[0].tolist())
             reproducible = reproducible and again == sequences[0]
             distinct[(mode, noise)] = len(set(sequences))
             row.append(f"{len(set(sequences))} / {seeds}")
         diversity_rows.append(row)
+    return diversity_rows, distinct, reproducible
 
-    # ---- QQ plot ----
+
+def _qq_figure(samples: dict[str, np.ndarray], out_dir: Path) -> str:
     probabilities = np.linspace(0.02, 0.98, 193)
     theory = stats.cauchy.ppf(probabilities)
     figure, axis = plt.subplots(figsize=(6.5, 5))
@@ -159,7 +161,43 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     axis.set(xlabel="standard Cauchy quantile", ylabel="sample quantile",
              title="standardized draws of the sampling modes (QQ)")
     axis.legend(fontsize=7)
-    figure_name = save_figure(figure, out_dir, "v5_sampling_qq.png")
+    return save_figure(figure, out_dir, "v5_sampling_qq.png")
+
+
+def _claims(p_values: list[float], invariant_rows: list[list], scale_deviation: float, distinct: dict,
+            reproducible: bool) -> list:
+    return [
+        check("every standardized draw is standard Cauchy (minimum KS p-value of the three)", min(p_values), ">=", P_MIN),
+        check("shared_individual keeps $w_t = w_0$ (max deviation / float32 ulps)",
+              invariant_rows[1][2], "<=", 1.0),
+        check("shared_noise keeps the shift (max deviation / float32 ulps)", invariant_rows[2][2], "<=", 1.0),
+        check("causal draws afresh: its deviation is far beyond rounding", invariant_rows[0][2], ">=", 1e3),
+        check("decision scale: $\\lvert b_{\\mathrm{noise}}\\rvert$ (shared_individual), $\\mathrm{scale}_U$ (shared_noise); max difference",
+              scale_deviation, "<=", 0.0),
+        check("standard inference is deterministic (distinct sequences over the seeds, both noise levels)",
+              max(distinct[("standard", "default")], distinct[("standard", "large")]), "==", 1),
+        check("causal sampling is random (distinct sequences at the default noise)", distinct[("causal", "default")], ">=", 2),
+        check("the same seed gives the same sequence in every mode (1 = yes)", float(reproducible), "==", 1),
+    ]
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    steps = 8 if quick else 16
+    seeds = 6 if quick else 16
+    diversity_steps = 6 if quick else 10
+    model, tokenizer, _ = build_tiny_causal_lm(init_seed=0)
+    noise_scale = model.action.noise_scale.detach().double().numpy()
+    prompts = PROMPTS * (1 if quick else 4)  # every row draws its own epsilon: more rows, more shared-mode draws
+    batch = tokenizer(prompts, padding_side="left")
+
+    causal = _generate(model, batch, "causal", SEED, steps, output_decision_inputs=True)
+    individual = _generate(model, batch, "shared_individual", SEED + 1, steps, output_decision_inputs=True)
+    shared_noise = _generate(model, batch, "shared_noise", SEED + 2, steps, output_decision_inputs=True)
+    samples = _standardized_draws(causal, individual, shared_noise, noise_scale)
+    law_rows, p_values = _law_rows(samples)
+    invariant_rows, scale_deviation = _invariant_rows(causal, individual, shared_noise, noise_scale)
+    diversity_rows, distinct, reproducible = _diversity(model, tokenizer, seeds, diversity_steps)
+    figure_name = _qq_figure(samples, out_dir)
 
     title, text = module_text(__name__)
     body = "\n\n".join([
@@ -175,23 +213,10 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         f"prompt \"{DIVERSITY_PROMPT}\", at the default exogenous noise and at $b_{{\\mathrm{{noise}}}} = {fmt(LARGE_NOISE)}$:",
         table(["mode", f"b_noise = {fmt(model.config.noise_init)} (default)", f"b_noise = {fmt(LARGE_NOISE)}"], diversity_rows),
     ])
-    claims = [
-        check("every standardized draw is standard Cauchy (minimum KS p-value of the three)", min(p_values), ">=", P_MIN),
-        check("shared_individual keeps $w_t = w_0$ (max deviation / float32 ulps)",
-              invariant_rows[1][2], "<=", 1.0),
-        check("shared_noise keeps the shift (max deviation / float32 ulps)", invariant_rows[2][2], "<=", 1.0),
-        check("causal draws afresh: its deviation is far beyond rounding", invariant_rows[0][2], ">=", 1e3),
-        check("decision scale: $\\lvert b_{\\mathrm{noise}}\\rvert$ (shared_individual), $\\mathrm{scale}_U$ (shared_noise); max difference",
-              max(noise_scale_dev, noise_mode_scale_dev), "<=", 0.0),
-        check("standard inference is deterministic (distinct sequences over the seeds, both noise levels)",
-              max(distinct[("standard", "default")], distinct[("standard", "large")]), "==", 1),
-        check("causal sampling is random (distinct sequences at the default noise)", distinct[("causal", "default")], ">=", 2),
-        check("the same seed gives the same sequence in every mode (1 = yes)", float(reproducible), "==", 1),
-    ]
     return ExperimentResult(
         name="V5",
         title=title,
-        claims=claims,
+        claims=_claims(p_values, invariant_rows, scale_deviation, distinct, reproducible),
         body=body,
         figures=[figure_name],
         headline=(f"min KS p = {fmt(min(p_values), 3)}; shared modes constant within "

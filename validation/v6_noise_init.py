@@ -26,8 +26,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from causalqwen.data import TextDataset, synthetic_texts
-from causalqwen.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.training import TrainingConfig, train
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
@@ -45,16 +45,15 @@ def _b_noise_gradient(model, batch, literal: bool) -> torch.Tensor:
     return model.action.b_noise.grad.detach().clone()
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    sentences = 8 if quick else 32
-    train_steps = 5 if quick else 20
-    tokenizer = build_tiny_causal_lm().tokenizer
-    batch = sentence_batch(tokenizer, sentences, DATA_SEED)
-
+def _torch_abs_gradient() -> float:
+    """PyTorch's derivative of |x| at x = 0."""
     abs_at_zero = torch.zeros((), requires_grad=True)
     abs_at_zero.abs().backward()
-    torch_abs_grad = float(abs_at_zero.grad)
+    return float(abs_at_zero.grad)
 
+
+def _gradient_rows(batch: dict) -> tuple[list[list], dict[float, float]]:
+    """Per ``noise_init``: the gradient of b_noise at init on the fused and the literal path; and the fused norms."""
     rows, fused_norms = [], {}
     for noise_init in NOISE_INITS:
         model = build_tiny_causal_lm(init_seed=0, noise_init=noise_init).model
@@ -63,10 +62,12 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         fused_norms[noise_init] = float(fused.norm())
         rows.append([noise_init, float(fused.norm()), float(literal.norm()), int((fused == 0).sum()), fused.numel(),
                      float((fused - literal).abs().max())])
+    return rows, fused_norms
 
+
+def _training_moves(tokenizer, config: TrainingConfig) -> dict[float, tuple[float, float]]:
+    """From noise_init 0 and 0.1: how far the training loop moves b_noise, and its largest magnitude after."""
     train_set = TextDataset(synthetic_texts(64, seed=DATA_SEED + 1), tokenizer, max_length=64)
-    config = TrainingConfig(steps=train_steps, batch_size=8, learning_rate=3e-3, warmup_steps=0, preset="causal",
-                            eval_every=train_steps, save_every=train_steps, log_every=train_steps, seed=TRAIN_SEED)
     moved = {}
     for noise_init in (0.0, 0.1):
         model = build_tiny_causal_lm(init_seed=0, noise_init=noise_init).model
@@ -74,7 +75,10 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         train(model, train_set, config, progress=False)
         moved[noise_init] = (float((model.action.b_noise.detach() - start).abs().max()),
                              float(model.action.b_noise.detach().abs().max()))
+    return moved
 
+
+def _gradient_figure(fused_norms: dict[float, float], out_dir: Path) -> str:
     figure, axis = plt.subplots(figsize=(7, 4.2))
     labels = [fmt(v) for v in NOISE_INITS]
     heights = [fused_norms[v] for v in NOISE_INITS]
@@ -84,7 +88,20 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
                       xytext=(0, 3), ha="center", fontsize=8)
     axis.set(xlabel="noise_init (every component of b_noise)", ylabel="‖∂L/∂b_noise‖₂ at init (fused path)",
              title="gradient of the exogenous noise: exactly 0 at a zero init")
-    figure_name = save_figure(figure, out_dir, "v6_noise_gradient.png")
+    return save_figure(figure, out_dir, "v6_noise_gradient.png")
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    sentences = 8 if quick else 32
+    train_steps = 5 if quick else 20
+    tokenizer = build_tiny_causal_lm().tokenizer
+    batch = sentence_batch(tokenizer, sentences, DATA_SEED)
+    torch_abs_grad = _torch_abs_gradient()
+    rows, fused_norms = _gradient_rows(batch)
+    config = TrainingConfig(steps=train_steps, batch_size=8, learning_rate=3e-3, warmup_steps=0, preset="causal",
+                            eval_every=train_steps, save_every=train_steps, log_every=train_steps, seed=TRAIN_SEED)
+    moved = _training_moves(tokenizer, config)
+    figure_name = _gradient_figure(fused_norms, out_dir)
 
     title, text = module_text(__name__)
     nonzero_min = min(fused_norms[v] for v in NOISE_INITS if v != 0)

@@ -37,18 +37,30 @@ import math
 import time
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer
-from causalqwen.data import TextDataset, collate
 from causalqwen.divergence import u_divergence
-from causalqwen.lora import add_lora, merge_lora, trainable_parameter_count
+from causalqwen.files.data import TextDataset, collate
+from causalqwen.integrations.lora import add_lora, merge_lora, trainable_parameter_count
 from causalqwen.training import TrainingConfig, set_trainable, train
 
-from .common import ExperimentResult, check, fmt, module_text, save_figure, table
-from .comparison_eval import evaluate_causal, evaluate_qwen, finetune_qwen
-from .domains import domain_a_texts, domain_b_records, pretrain_loss_a, pretrained_base, pretrained_numeric_tokenizer
+from .common import ExperimentResult, check, fmt, module_text
+from .comparison_eval import evaluate_causal, evaluate_qwen
+from .domain_a import domain_a_texts
+from .domains import (
+    domain_b_records,
+    pretrain_loss_a,
+    pretrained_starting_point,
+)
+from .qwen_finetuning import finetune_qwen
+from .v9_report import (
+    comparison_figure,
+    result_tables,
+    setting_text,
+    threshold_text,
+    verdict,
+)
 
 SEED = 0
 # The bound is a KL divergence, so it measures a move of loc_U in units of scale_U: at D14's gamma = 0.1 the same
@@ -103,100 +115,11 @@ def held_out_divergence(model, base_model, tokenizer, texts) -> float:
     return float(total) / int(count)
 
 
-def _row(name, kind, trainable, clean, outliers, extrapolation, a_accuracy, divergence=math.nan):
+def _row(name: str, kind: str, trainable: int, *, clean, outliers, extrapolation, a_accuracy,
+         divergence=math.nan) -> dict:
+    """One model's row of the report (the fields `validation.v9_report` reads)."""
     return dict(name=name, kind=kind, trainable=trainable, clean=clean, outliers=outliers, extrapolation=extrapolation,
                 a_accuracy=a_accuracy, divergence=divergence)
-
-
-# ---- the report's cells, numbers and verdict lines ----
-
-DASH = "—"
-_SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
-NONE_PARSED = "no parseable prediction among these numbers, so the error is undefined"
-INFINITE = ("∞: half or more of these numbers got no parseable prediction, and the strict median counts those as "
-            "infinite errors")
-# the matched pairs: (Qwen variant, CausalQwen preset), both unbounded
-PAIRS = (("head", "causal"), ("lora", "lora"), ("adapter", "abduction"))
-
-
-class _Missing(str):
-    """A table cell with no number, and the reason (shown as a footnote under the table)."""
-
-
-def _value(value, reason: str = NONE_PARSED):
-    """``value``, or a `_Missing` with ``reason`` where it is None or NaN."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return _Missing(reason)
-    return value
-
-
-def _table(headers: list[str], rows: list[list]) -> str:
-    """`table`, with every `_Missing` cell as "—" (numbered when a table has several reasons) and a footnote
-    line per reason under the table; an infinity as "∞", explained the same way. No cell reads ``nan``."""
-    rows = [[_value(v, "not defined: no data for this cell") if isinstance(v, float) else v for v in row]
-            for row in rows]
-    reasons = list(dict.fromkeys(v for row in rows for v in row if isinstance(v, _Missing)))
-    marks = {r: DASH if len(reasons) == 1 else DASH + _SUPERSCRIPTS[i] for i, r in enumerate(reasons)}
-    infinite = any(isinstance(v, float) and math.isinf(v) for row in rows for v in row)
-    cells = [[marks[v] if isinstance(v, _Missing) else ("∞" if isinstance(v, float) and math.isinf(v) and v > 0 else v)
-              for v in row] for row in rows]
-    notes = [f"{marks[r]} {r}." for r in reasons] + ([INFINITE + "."] if infinite else [])
-    return table(headers, cells) + ("\n\n" + "<br>\n".join(f"*{note}*" for note in notes) if notes else "")
-
-
-def _number(value) -> str:
-    """A number for the text: 3 significant digits, or the whole integer part; ∞ as "∞ (unparseable)"."""
-    if isinstance(value, float) and math.isinf(value):
-        return "∞ (half or more unparseable)" if value > 0 else "-∞"
-    digits = 3 if value == 0 or abs(value) < 1000 else len(str(int(abs(value))))
-    return fmt(value, digits)
-
-
-def _winner(qwen: float, causal: float, lower: bool, tolerance: float, relative: bool) -> str:
-    """``"qwen"``, ``"causal"`` or ``"tie"``: a tie is a difference within ``tolerance`` (of the larger magnitude
-    when ``relative``), or two infinities."""
-    if qwen == causal:
-        return "tie"
-    if math.isfinite(qwen) and math.isfinite(causal):
-        limit = tolerance * max(abs(qwen), abs(causal)) if relative else tolerance
-        if abs(qwen - causal) <= limit:
-            return "tie"
-    return "qwen" if (qwen < causal) == lower else "causal"
-
-
-def _tolerance_text(tolerance: float, relative: bool) -> str:
-    return f"{fmt(100 * tolerance)}%" if relative else fmt(tolerance)
-
-
-def _pair_text(qwen_name, qwen_value, causal_name, causal_value, lower, tolerance, relative) -> tuple[str, str]:
-    """``(winner, text)`` for one matched pair on one metric."""
-    winner = _winner(qwen_value, causal_value, lower, tolerance, relative)
-    if winner == "tie" and math.isinf(qwen_value) and math.isinf(causal_value):
-        return winner, f"tie: {qwen_name} and {causal_name} both {_number(qwen_value)}"
-    if winner == "tie":
-        return winner, (f"tie within {_tolerance_text(tolerance, relative)}: {qwen_name} {_number(qwen_value)}, "
-                        f"{causal_name} {_number(causal_value)}")
-    first, second = (qwen_name, causal_name) if winner == "qwen" else (causal_name, qwen_name)
-    values = (qwen_value, causal_value) if winner == "qwen" else (causal_value, qwen_value)
-    return winner, f"{first} wins: {_number(values[0])} vs {_number(values[1])} ({second})"
-
-
-def _threshold_text(threshold) -> str:
-    """The OvR threshold as the text states it: one number, or the range and median of per-class thresholds."""
-    if isinstance(threshold, torch.Tensor):
-        values = threshold.detach().double().flatten().cpu()
-        if values.numel() == 1 or bool((values == values[0]).all()):
-            threshold = float(values[0])
-        else:
-            return (f"$C_k$ per class from {fmt(float(values.min()), 3)} to {fmt(float(values.max()), 3)} "
-                    f"(median {fmt(float(values.median()), 3)})")
-    return f"$C_k = {fmt(float(threshold), 4)}$ for every class"
-
-
-def _setting(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return _threshold_text(value).replace("$", "")
-    return fmt(value) if isinstance(value, (int, float)) else str(value)
 
 
 @torch.no_grad()
@@ -217,288 +140,180 @@ def _decision_agreement(qwen, qwen_tokenizer, causal, tokenizer, texts) -> tuple
     return agreeing, positions
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    settings = QUICK if quick else FULL
-    started = time.perf_counter()
-    qwen_base, qwen_tokenizer = pretrained_base()
-    tokenizer = pretrained_numeric_tokenizer()
+def _corpora(settings: dict) -> dict:
+    """The domain-B training texts (clean and with 10% outliers), the held-out and extrapolation records and the
+    domain-A texts."""
     n_train, n_eval = settings["train_texts"], settings["eval_texts"]
-    train_clean = [r.text for r in domain_b_records(n_train, SEED)]
-    train_outliers = [r.text for r in domain_b_records(n_train, SEED, outlier_fraction=0.1)]
-    held_out = domain_b_records(n_eval, SEED + 1)
-    extrapolation = domain_b_records(n_eval, SEED + 2, extrapolate=True)
-    domain_a = domain_a_texts(n_eval, SEED + 3)
-    base_causal = causal_model(qwen_base, tokenizer)
+    return dict(train_clean=[r.text for r in domain_b_records(n_train, SEED)],
+                train_outliers=[r.text for r in domain_b_records(n_train, SEED, outlier_fraction=0.1)],
+                held_out=domain_b_records(n_eval, SEED + 1),
+                extrapolation=domain_b_records(n_eval, SEED + 2, extrapolate=True),
+                domain_a=domain_a_texts(n_eval, SEED + 3))
 
+
+def _baseline(qwen_base, qwen_tokenizer, base_causal, tokenizer, domain_a: list[str]) -> dict:
+    """Before fine-tuning: domain-A text accuracy of Qwen and of CausalQwen at initialization, the base's held-out
+    domain-A loss, and how often their decisions agree on domain A."""
     before_qwen = evaluate_qwen(qwen_base, qwen_tokenizer, domain_a)["text_accuracy"]
     before_causal = evaluate_causal(base_causal, tokenizer, domain_a)["text_accuracy"]
     base_a_loss = pretrain_loss_a(qwen_base, qwen_tokenizer, domain_a)
     agreeing, positions = _decision_agreement(qwen_base, qwen_tokenizer, base_causal, tokenizer, domain_a)
+    return dict(qwen=before_qwen, causal=before_causal, a_loss=base_a_loss, agreeing=agreeing, positions=positions)
 
+
+def _qwen_rows(qwen_base, qwen_tokenizer, data: dict, settings: dict) -> list[dict]:
+    """The three Qwen variants, each fine-tuned on the clean corpus (and, but `adapter`, on the outlier corpus)."""
     rows = []
     for variant in ("head", "adapter", "lora"):
         trained = {}
-        for corpus, texts in (("clean", train_clean), ("outliers", train_outliers)):
+        for corpus, texts in (("clean", data["train_clean"]), ("outliers", data["train_outliers"])):
             if corpus == "outliers" and variant == "adapter":
                 continue
-            trained[corpus], n_trainable = finetune_qwen(qwen_base, qwen_tokenizer, texts, variant, settings["steps"],
-                                                         BATCH, settings["lr"], SEED, lora_rank=LORA_RANK)
+            trained[corpus], n_trainable = finetune_qwen(qwen_base, qwen_tokenizer, texts, variant,
+                                                         steps=settings["steps"], batch_size=BATCH,
+                                                         learning_rate=settings["lr"], seed=SEED, lora_rank=LORA_RANK)
         model = trained["clean"]
-        rows.append(_row(f"Qwen `{variant}`", "qwen", n_trainable, evaluate_qwen(model, qwen_tokenizer, held_out),
-                         evaluate_qwen(trained["outliers"], qwen_tokenizer, held_out) if "outliers" in trained else None,
-                         evaluate_qwen(model, qwen_tokenizer, extrapolation),
-                         evaluate_qwen(model, qwen_tokenizer, domain_a)["text_accuracy"]))
+        rows.append(_row(f"Qwen `{variant}`", "qwen", n_trainable,
+                         clean=evaluate_qwen(model, qwen_tokenizer, data["held_out"]),
+                         outliers=(evaluate_qwen(trained["outliers"], qwen_tokenizer, data["held_out"])
+                                   if "outliers" in trained else None),
+                         extrapolation=evaluate_qwen(model, qwen_tokenizer, data["extrapolation"]),
+                         a_accuracy=evaluate_qwen(model, qwen_tokenizer, data["domain_a"])["text_accuracy"]))
+    return rows
 
+
+def _causal_rows(qwen_base, tokenizer, base_causal, data: dict, settings: dict) -> list[dict]:
+    """The three CausalQwen presets, each without and with the bound; but `abduction` also on the outlier corpus."""
+    held_out_texts = [r.text for r in data["held_out"]]
     causal_runs = [("causal", None), ("causal", settings["bound"]), ("abduction", None),
                    ("abduction", settings["bound"]), ("lora", None), ("lora", settings["bound"])]
-    histories = {}
+    rows = []
     for preset, bound in causal_runs:
-        model, n_trainable, history = train_causal(qwen_base, tokenizer, train_clean, preset, settings, bound)
+        model, n_trainable, _ = train_causal(qwen_base, tokenizer, data["train_clean"], preset, settings, bound)
         outliers = None
         if preset != "abduction":
-            outlier_model, _, _ = train_causal(qwen_base, tokenizer, train_outliers, preset, settings, bound)
-            outliers = evaluate_causal(outlier_model, tokenizer, held_out)
+            outlier_model, _, _ = train_causal(qwen_base, tokenizer, data["train_outliers"], preset, settings, bound)
+            outliers = evaluate_causal(outlier_model, tokenizer, data["held_out"])
         name = f"CausalQwen `{preset}`" + (f", bound ε = {fmt(bound)}" if bound is not None else "")
-        histories[name] = history
-        rows.append(_row(name, "causal", n_trainable, evaluate_causal(model, tokenizer, held_out), outliers,
-                         evaluate_causal(model, tokenizer, extrapolation),
-                         evaluate_causal(model, tokenizer, domain_a)["text_accuracy"],
-                         held_out_divergence(model, base_causal, tokenizer, [r.text for r in held_out])))
+        rows.append(_row(name, "causal", n_trainable, clean=evaluate_causal(model, tokenizer, data["held_out"]),
+                         outliers=outliers, extrapolation=evaluate_causal(model, tokenizer, data["extrapolation"]),
+                         a_accuracy=evaluate_causal(model, tokenizer, data["domain_a"])["text_accuracy"],
+                         divergence=held_out_divergence(model, base_causal, tokenizer, held_out_texts)))
+    return rows
 
-    sweep = []  # CausalQwen `abduction` (the design's first step) over epsilon: forgetting against domain-B quality
+
+def _bound_sweep(qwen_base, tokenizer, base_causal, data: dict, settings: dict) -> list[dict]:
+    """CausalQwen `abduction` (the design's first step) over ε: forgetting against domain-B quality."""
+    sweep = []
     for epsilon in (None,) + tuple(settings["epsilons"]):
-        model, _, _ = train_causal(qwen_base, tokenizer, train_clean, "abduction", settings, epsilon)
-        clean = evaluate_causal(model, tokenizer, held_out)
-        a_metrics = evaluate_causal(model, tokenizer, domain_a)
+        model, _, _ = train_causal(qwen_base, tokenizer, data["train_clean"], "abduction", settings, epsilon)
+        clean = evaluate_causal(model, tokenizer, data["held_out"])
+        a_metrics = evaluate_causal(model, tokenizer, data["domain_a"])
         sweep.append(dict(epsilon=epsilon, divergence=held_out_divergence(model, base_causal, tokenizer,
-                                                                           [r.text for r in held_out]),
+                                                                           [r.text for r in data["held_out"]]),
                           a_accuracy=a_metrics["text_accuracy"], b_accuracy=clean["text_accuracy"],
                           b_mdae=clean["target_mdae"]))
-    elapsed = time.perf_counter() - started
+    return sweep
 
-    # ---- tables ----
-    not_run = ("not run: the robustness runs train the `head`/`causal` and `lora`/`lora` pairs on the outlier "
-               "corpus; Qwen `adapter` and CausalQwen `abduction` (the abduction network alone) are not trained on it")
-    no_divergence = (r"not defined for Qwen: $\bar D(U, U_{\mathrm{base}})$ compares CausalQwen's abduced law of $U$ "
-                     "with the starting model's, and Qwen has no $U$")
 
-    def metric(result, key, reason=not_run):
-        return _Missing(reason) if result is None else _value(result[key])
-
-    main_rows = [[r["name"], r["trainable"]] + [metric(r["clean"], key) for key in (
-        "text_accuracy", "ece", "brier", "mae", "mdae", "mdae_strict", "unparseable", "n_numbers")] for r in rows]
-    group_rows = []
-    for r in rows:
-        groups = r["clean"]["by_group"]
-        group_rows.append([r["name"]] + [_value(groups.get(g, {}).get("mdae"))
-                                         for g in ("price/target", "copy/target", "scaled/target")]
-                          + [_value(r["clean"]["target_mdae_strict"])])
-    robust_rows = [[r["name"]] + [metric(r["outliers"], key) for key in (
-        "text_accuracy", "target_mdae", "target_mdae_strict", "unparseable")]
-        + [metric(r["extrapolation"], key) for key in ("text_accuracy", "target_mdae", "target_mdae_strict",
-                                                       "unparseable")] for r in rows]
-    forget_rows = [[r["name"], before_qwen if r["kind"] == "qwen" else before_causal, r["a_accuracy"],
-                    _value(r["divergence"], no_divergence) if r["kind"] == "causal" else _Missing(no_divergence)]
-                   for r in rows]
-    sweep_rows = [["none" if s["epsilon"] is None else s["epsilon"], s["divergence"], s["a_accuracy"],
-                   s["b_accuracy"], _value(s["b_mdae"])] for s in sweep]
-
-    # ---- figure: 2 x 2, model names on every bar panel, values on the bars ----
-    plt.rcParams.update({"font.size": 11})
-    figure, ((accuracy_axis, mdae_axis), (forget_axis, sweep_axis)) = plt.subplots(2, 2, figsize=(16, 11))
-    names = [r["name"].replace("`", "") for r in rows]
-    bar_at = list(range(len(rows)))
-
-    def color(r):
-        if r["kind"] == "qwen":
-            return "tab:blue"
-        return "tab:orange" if "bound" not in r["name"] else "#f7b26b"
-
-    colors = [color(r) for r in rows]
-
-    def bars(axis, values, xlabel, title, labels=None, xlim=None):
-        finite = [v if math.isfinite(v) else 0.0 for v in values]
-        axis.barh(bar_at, finite, color=colors)
-        axis.set_yticks(bar_at, names, fontsize=10)
-        axis.invert_yaxis()
-        right = xlim[1] if xlim else 1.22 * max(finite)
-        axis.set(xlabel=xlabel, title=title, xlim=(0, right))
-        for index, value in enumerate(values):
-            text = labels[index] if labels else ("∞: half or more unparseable" if math.isinf(value) else fmt(value, 3))
-            axis.text(finite[index] + 0.01 * right, index, text, va="center", fontsize=10)
-        axis.grid(axis="x", alpha=0.3)
-
-    bars(accuracy_axis, [r["clean"]["text_accuracy"] for r in rows], "text accuracy (higher is better)",
-         "held-out domain B: next-token accuracy on text", xlim=(0, 1.12))
-    bars(mdae_axis, [r["clean"]["target_mdae_strict"] for r in rows],
-         "median absolute error (lower is better; unparseable = ∞)",
-         "held-out domain B: number MdAE (strict)")
-    forget_axis.barh(bar_at, [r["a_accuracy"] for r in rows], color=colors)
-    forget_axis.set_yticks(bar_at, names, fontsize=10)
-    forget_axis.invert_yaxis()
-    for index, r in enumerate(rows):
-        before = before_qwen if r["kind"] == "qwen" else before_causal
-        forget_axis.plot([before, before], [index - 0.4, index + 0.4], color="black", lw=2)
-        forget_axis.text(max(r["a_accuracy"], before) + 0.015, index, f"{fmt(r['a_accuracy'], 3)} (before {fmt(before, 3)})",
-                         va="center", fontsize=10)
-    forget_axis.set(xlim=(0, 1.5), xlabel="domain-A text accuracy after fine-tuning on B (higher = less forgetting)",
-                    title="forgetting: domain A after (bar) and before (black tick)")
-    forget_axis.grid(axis="x", alpha=0.3)
-    forget_axis.set_xticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    forget_axis.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in ("tab:blue", "tab:orange", "#f7b26b")],
-                       labels=["Qwen", "CausalQwen", f"CausalQwen, bound ε = {fmt(settings['bound'])}"],
-                       loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=10, frameon=False)
-    xs = [s["a_accuracy"] for s in sweep]
-    ys = [s["b_accuracy"] for s in sweep]
-    sweep_axis.plot(xs, ys, "-", color="lightgray", zorder=1)
-    markers = "osD^vP*X"
-    for index, (s, x, y) in enumerate(zip(sweep, xs, ys)):
-        label = "ε = none" if s["epsilon"] is None else f"ε = {fmt(s['epsilon'])}"
-        sweep_axis.scatter([x], [y], s=90, marker=markers[index % len(markers)], zorder=2,
-                           label=f"{label}: domain A {fmt(x, 3)}, domain B {fmt(y, 3)}, D̄ = {fmt(s['divergence'], 3)}")
-    sweep_axis.axvline(before_causal, color="gray", ls="--", lw=1,
-                       label=f"domain A before fine-tuning ({fmt(before_causal, 3)})")
-    sweep_axis.set(xlabel="domain-A text accuracy after fine-tuning (forgetting ← left)",
-                   ylabel="domain-B text accuracy", title="CausalQwen `abduction`: the bound ε sweep")
-    sweep_axis.margins(x=0.15, y=0.25)
-    sweep_axis.legend(fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
-    sweep_axis.grid(alpha=0.3)
-    figure_name = save_figure(figure, out_dir, "v9_comparison.png")
-    plt.rcParams.update({"font.size": plt.rcParamsDefault["font.size"]})
-
-    # ---- verdict: the winner of each matched pair on each metric ----
-    by_name = {r["name"]: r for r in rows}
-    bounded = by_name[f"CausalQwen `causal`, bound ε = {fmt(settings['bound'])}"]
-    abduction = by_name["CausalQwen `abduction`"]
-    abduction_bounded = by_name[f"CausalQwen `abduction`, bound ε = {fmt(settings['bound'])}"]
-    causal = by_name["CausalQwen `causal`"]
-    qwen_head = by_name["Qwen `head`"]
-
-    def get(part, key):
-        return lambda r: None if r[part] is None else r[part][key]
-
-    # (name, what, value of a row, lower is better, tolerance, relative, short name for the headline)
-    metrics = [
-        ("Text accuracy", "held-out domain B, text targets; higher is better", get("clean", "text_accuracy"),
-         False, 0.01, False, "text acc."),
-        ("ECE", "calibration of the top-1 decision's confidence on those targets; lower is better",
-         get("clean", "ece"), True, 0.01, False, "ECE"),
-        ("Brier", "of the top-1 decision; lower is better", get("clean", "brier"), True, 0.005, False, "Brier"),
-        ("Number MdAE, strict", "held-out predictable numbers, unparseable counted as infinite; lower is better",
-         get("clean", "target_mdae_strict"), True, 0.05, True, "number MdAE"),
-        ("Outlier-trained MdAE, strict", "trained with 10% outliers, clean held-out numbers; lower is better",
-         get("outliers", "target_mdae_strict"), True, 0.05, True, "outlier-trained MdAE"),
-        ("Extrapolation MdAE, strict", "numbers 200–5000, outside the training range; lower is better",
-         get("extrapolation", "target_mdae_strict"), True, 0.05, True, "extrapolation MdAE"),
-        ("Forgetting", "domain-A text accuracy after fine-tuning on B; higher is better",
-         lambda r: r["a_accuracy"], False, 0.01, False, "domain A after"),
-    ]
-    counts = {"qwen": 0, "causal": 0, "tie": 0}
-    verdict, headline = [], []
-    for title_text, what, value, lower, tolerance, relative, short in metrics:
-        parts = []
-        for qwen_variant, causal_preset in PAIRS:
-            qwen_name, causal_name = f"Qwen `{qwen_variant}`", f"CausalQwen `{causal_preset}`"
-            q, c = value(by_name[qwen_name]), value(by_name[causal_name])
-            if q is None or c is None or math.isnan(q) or math.isnan(c):
-                parts.append(f"{qwen_name} vs {causal_name} not run (not trained on the outlier corpus)"
-                             if q is None or c is None else f"{qwen_name} vs {causal_name}: undefined")
-                continue
-            winner, text = _pair_text(qwen_name, q, causal_name, c, lower, tolerance, relative)
-            counts[winner] += 1
-            parts.append(text)
-            if qwen_variant == "head":
-                headline.append(f"{short} " + ("tie" if winner == "tie" else "Qwen" if winner == "qwen"
-                                               else "CausalQwen")
-                                + f" ({_number(q).split(' ')[0]} vs {_number(c).split(' ')[0]})")
-        extra = ""
-        if title_text == "Forgetting":
-            extra = (f" Before fine-tuning: Qwen {fmt(before_qwen, 3)}, CausalQwen {fmt(before_causal, 3)}.")
-        verdict.append(f"- **{title_text}** ({what}): " + "; ".join(parts) + "." + extra)
-    compared = sum(counts.values())
-    verdict.insert(0, f"Matched pairs: Qwen `head` vs CausalQwen `causal` (frozen backbone), Qwen `lora` vs "
-                      f"CausalQwen `lora`, Qwen `adapter` vs CausalQwen `abduction` (all without the bound). Over the "
-                      f"{compared} comparisons run, Qwen wins {counts['qwen']}, CausalQwen {counts['causal']}, and "
-                      f"{counts['tie']} are ties (a difference within a tolerance: "
-                      + ", ".join(f"{m[6]} {_tolerance_text(m[4], m[5])}" + (" of the larger value" if m[5] else "")
-                                  for m in metrics) + ").\n")
-    verdict.append(
-        f"\nThe bound (ε = {fmt(settings['bound'])}) on forgetting: domain-A text accuracy after fine-tuning, CausalQwen "
-        f"`abduction` {fmt(abduction['a_accuracy'], 3)} without it, {fmt(abduction_bounded['a_accuracy'], 3)} with "
-        f"it; CausalQwen `causal` {fmt(causal['a_accuracy'], 3)} without, {fmt(bounded['a_accuracy'], 3)} with. "
-        "The bound is on $U$ only: with `abduction` the head is frozen and the bound on $U$ bounds how far the "
-        "decisions move; with `causal` the head trains too, and a bound on $U$ does not hold its decisions on "
-        "domain A in place.")
-
-    title, text = module_text(__name__)
+def _body(text: str, tables: dict, verdict_lines: list[str], baseline: dict, base_causal, elapsed: float) -> str:
     threshold = base_causal.ovr_threshold
     gamma = base_causal.config.abduction_scale_init
+    agreeing, positions = baseline["agreeing"], baseline["positions"]
     agreement = (f"{fmt(agreeing / positions, 3)} of the domain-A positions ({agreeing} of {positions})" if positions
                  else "— (no domain-A text where both tokenizers give the same tokens)")
-    body = "\n\n".join([
+    return "\n\n".join([
         text,
-        (f"Base: the tiny Qwen2 pretrained on domain A (held-out domain-A cross-entropy {fmt(base_a_loss, 3)} nats "
-         f"per token). Domain-A text accuracy of the base: Qwen {fmt(before_qwen, 3)}, CausalQwen at initialization "
-         f"{fmt(before_causal, 3)}. CausalQwen's standard decision is the OvR argmax $\\arg\\max_k P(S_k > C_k)$, "
-         f"here with {_threshold_text(threshold)} and $\\gamma = {_setting(gamma)}$ (the initial `scale_U`); at "
+        (f"Base: the tiny Qwen2 pretrained on domain A (held-out domain-A cross-entropy {fmt(baseline['a_loss'], 3)} nats "
+         f"per token). Domain-A text accuracy of the base: Qwen {fmt(baseline['qwen'], 3)}, CausalQwen at initialization "
+         f"{fmt(baseline['causal'], 3)}. CausalQwen's standard decision is the OvR argmax $\\arg\\max_k P(S_k > C_k)$, "
+         f"here with {threshold_text(threshold)} and $\\gamma = {setting_text(gamma)}$ (the initial `scale_U`); at "
          f"initialization it picks Qwen's softmax argmax at {agreement} (see V3)."),
         "**Held-out domain B** (clean training data):",
-        _table(["model", "trainable", "text acc.", "ECE", "Brier", "number MAE", "MdAE", "MdAE strict",
-                "unparseable", "numbers"], main_rows),
+        tables["main"],
         "**Median absolute error by template** (predictable numbers; strict = unparseable counted as infinite):",
-        _table(["model", "price", "copy", "doubled", "all, strict"], group_rows),
+        tables["groups"],
         ("**Robustness**: trained with 10% outliers, evaluated on clean held-out data; and extrapolation to "
          "numbers outside the training range (copy and doubling, 200–5000):"),
-        _table(["model", "outliers: text acc.", "target MdAE", "strict", "unparseable", "extrapolation: text acc.",
-                "target MdAE", "strict", "unparseable"], robust_rows),
+        tables["robustness"],
         ("**Forgetting**: domain-A text accuracy before and after fine-tuning on domain B, and (CausalQwen) the "
          "held-out divergence of $U$ from the starting model's ($\\bar D$, nats per position):"),
-        _table(["model", "domain A before", "domain A after", "held-out D(U, U_base)"], forget_rows),
+        tables["forgetting"],
         "**The bound ε sweep** (CausalQwen `abduction`, the abduction network alone, as the design fine-tunes first):",
-        _table(["ε", "held-out D(U, U_base)", "domain-A text acc.", "domain-B text acc.", "domain-B target MdAE"],
-               sweep_rows),
+        tables["sweep"],
         "**What it says** (who wins each metric, per matched pair):",
-        "\n".join(verdict),
+        "\n".join(verdict_lines),
         ("**What the claims check.** The claims below check that the comparison is fair (every model scored on the "
          "same text positions, matched trainable budgets) and that the divergence bound holds and binds; they do "
          "not say which model wins. A PASS means the comparison is sound, not that CausalQwen is better: the "
          "winners are the lines above."),
         f"The whole experiment took {fmt(elapsed, 3)} s.",
     ])
+
+
+def _claims(rows: list[dict], bound: float) -> list:
+    by_name = {r["name"]: r for r in rows}
+    bounded = by_name[f"CausalQwen `causal`, bound ε = {fmt(bound)}"]
+    abduction = by_name["CausalQwen `abduction`"]
+    abduction_bounded = by_name[f"CausalQwen `abduction`, bound ε = {fmt(bound)}"]
+    causal = by_name["CausalQwen `causal`"]
+    qwen_head = by_name["Qwen `head`"]
     bound_run = abduction_bounded["divergence"]
     free_run = abduction["divergence"]
-    claims = [
+    return [
         check("every model was evaluated on the same number of text positions (Qwen `head` − CausalQwen `causal`)",
               qwen_head["clean"]["text_positions"] - causal["clean"]["text_positions"], "==", 0),
         check("matched budget: CausalQwen `causal` trainable / Qwen `head` trainable",
               causal["trainable"] / qwen_head["trainable"], "<=", 1.02),
         check("matched budget: CausalQwen `abduction` trainable / Qwen `adapter` trainable",
               by_name["CausalQwen `abduction`"]["trainable"] / by_name["Qwen `adapter`"]["trainable"], "==", 1.0),
-        check(f"the bound holds on held-out text (`abduction`): D(U, U_base) with ε = {fmt(settings['bound'])}, "
-              "as a multiple of ε", bound_run / settings["bound"], "<=", 1.5),
+        check(f"the bound holds on held-out text (`abduction`): D(U, U_base) with ε = {fmt(bound)}, "
+              "as a multiple of ε", bound_run / bound, "<=", 1.5),
         check("the bound holds on held-out text (`causal`), as a multiple of ε",
-              bounded["divergence"] / settings["bound"], "<=", 1.5),
+              bounded["divergence"] / bound, "<=", 1.5),
         check("the bound binds (`abduction`): held-out D(U, U_base) without it / with it",
               free_run / max(bound_run, 1e-12), ">=", 2.0),
         check("with the bound, the abduction network forgets less: domain-A accuracy (bounded − unbounded)",
               abduction_bounded["a_accuracy"] - abduction["a_accuracy"], ">=", 0.0),
     ]
+
+
+def _settings_text(settings: dict, base_causal) -> str:
+    return (f"{settings['steps']} steps for every model, batch {BATCH}, learning rate {fmt(settings['lr'])}, "
+            f"{settings['train_texts']} domain-B training texts (seed {SEED}), {settings['eval_texts']} held-out, "
+            f"extrapolation and domain-A texts (seeds {SEED + 1}–{SEED + 3}), LoRA rank {LORA_RANK} (alpha "
+            f"{2 * LORA_RANK}), bound ε = {fmt(settings['bound'])} with dual step {fmt(settings['dual_lr'])}, ε sweep "
+            f"{', '.join(fmt(e) for e in settings['epsilons'])}, CausalQwen "
+            + ", ".join(f"{k} = {setting_text(v)}" for k, v in OVERRIDES.items())
+            + ", " + ", ".join(f"{k} = {setting_text(getattr(base_causal.config, k))}"
+                               for k in ("abduction_scale_init", "ovr_threshold", "noise_init"))
+            + f" (threshold in the model: {threshold_text(base_causal.ovr_threshold).replace('$', '')})")
+
+
+def run(quick: bool, out_dir: Path) -> ExperimentResult:
+    settings = QUICK if quick else FULL
+    started = time.perf_counter()
+    qwen_base, qwen_tokenizer, tokenizer = pretrained_starting_point()
+    data = _corpora(settings)
+    base_causal = causal_model(qwen_base, tokenizer)
+    baseline = _baseline(qwen_base, qwen_tokenizer, base_causal, tokenizer, data["domain_a"])
+    rows = _qwen_rows(qwen_base, qwen_tokenizer, data, settings)
+    rows += _causal_rows(qwen_base, tokenizer, base_causal, data, settings)
+    sweep = _bound_sweep(qwen_base, tokenizer, base_causal, data, settings)
+    elapsed = time.perf_counter() - started
+
+    tables = result_tables(rows, sweep, baseline)
+    figure_name = comparison_figure(rows, sweep, baseline, settings["bound"], out_dir)
+    verdict_lines, headline, counts = verdict(rows, baseline, settings["bound"])
+    title, text = module_text(__name__)
     return ExperimentResult(
         name="V9",
         title=title,
-        claims=claims,
-        body=body,
+        claims=_claims(rows, settings["bound"]),
+        body=_body(text, tables, verdict_lines, baseline, base_causal, elapsed),
         figures=[figure_name],
         headline=("winner per metric, Qwen `head` vs CausalQwen `causal` (Qwen's value first): " + "; ".join(headline)
                   + f"; over all three matched pairs Qwen wins {counts['qwen']}, CausalQwen {counts['causal']}, "
                   f"ties {counts['tie']}"),
-        settings=(f"{settings['steps']} steps for every model, batch {BATCH}, learning rate {fmt(settings['lr'])}, "
-                  f"{n_train} domain-B training texts (seed {SEED}), {n_eval} held-out, extrapolation and domain-A "
-                  f"texts (seeds {SEED + 1}–{SEED + 3}), LoRA rank {LORA_RANK} (alpha {2 * LORA_RANK}), bound "
-                  f"ε = {fmt(settings['bound'])} with dual step {fmt(settings['dual_lr'])}, ε sweep "
-                  f"{', '.join(fmt(e) for e in settings['epsilons'])}, CausalQwen "
-                  + ", ".join(f"{k} = {_setting(v)}" for k, v in OVERRIDES.items())
-                  + ", " + ", ".join(f"{k} = {_setting(getattr(base_causal.config, k))}"
-                                     for k in ("abduction_scale_init", "ovr_threshold", "noise_init"))
-                  + f" (threshold in the model: {_threshold_text(base_causal.ovr_threshold).replace('$', '')})"),
+        settings=_settings_text(settings, base_causal),
     )

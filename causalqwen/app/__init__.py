@@ -1,0 +1,1 @@
+"""Command line, the demo and the embedded tiny base."""

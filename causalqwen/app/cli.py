@@ -1,0 +1,264 @@
+"""The ``causalqwen`` command.
+
+Subcommands so far:
+
+* ``walkthrough`` -- one screen that runs the whole forward pass on the embedded tiny Qwen2 base:
+  text with numbers -> ``<NUM>`` tokens and values -> Qwen2 features -> U -> decisions -> loss,
+  and checks the initialization equivalence on the spot.
+* ``generate`` -- text in, text out, with any of the five inference modes, from a saved CausalQwen
+  directory, a Qwen2 checkpoint (converted on load) or the embedded tiny base.
+
+* ``demo`` -- the main job: train from the tiny base on the synthetic corpus and show that it learns.
+* ``train`` -- train a CausalQwen converted from a real Qwen2 checkpoint on a JSONL file.
+* ``convert`` -- ``from_qwen`` plus ``save_pretrained`` (model and tokenizer).
+
+This module is the argument table (`build_parser`) and the dispatch (`main`); what each command does is in
+`causalqwen.app.commands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from ..inference import MODES
+from ..training import SEED_MAX
+from .commands import (
+    DEFAULT_TEXT,
+    INTERRUPTED,
+    SOURCE_HELP,
+    TINY,
+    convert_command,
+    generate_text,
+    one_line,
+    train_command,
+    walkthrough,
+)
+
+# Integer options. A count goes into torch and C code as a 64-bit integer; a seed seeds torch, Python and numpy,
+# whose seeds are 32-bit. Values beyond these are refused by argparse, naming the option and the range. The
+# lower bounds of counts are left to the settings' own checks (TrainingConfig, generate, TextDataset), which
+# name the setting, except where noted.
+INT64_MAX = 2**63 - 1
+_BOUND_NAMES = {INT64_MAX: "2**63 - 1", SEED_MAX: "2**32 - 1"}
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message shows it: whole if short, else its start and its length."""
+    return text if len(text) < 40 else f"{text[:12]}... ({len(text)} {'digits' if text.isdecimal() else 'characters'})"
+
+
+def integer(low: int | None = None, high: int = INT64_MAX):
+    """An argparse ``type``: a decimal integer at most ``high`` and, when ``low`` is given, at least ``low``.
+
+    Anything else is an ``argparse.ArgumentTypeError``, which argparse reports as ``argument --OPTION:
+    must be an integer from LOW to HIGH, got VALUE`` with exit status 2. An integer of more digits than
+    Python converts (``sys.get_int_max_str_digits``) is out of range the same way, never a ``ValueError``.
+    """
+    bound = f"{high} ({_BOUND_NAMES[high]})" if high in _BOUND_NAMES else str(high)
+    wanted = f"must be an integer from {low} to {bound}" if low is not None else f"must be an integer no larger than {bound}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            if re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):  # more digits than int() converts: out of range
+                raise argparse.ArgumentTypeError(f"{wanted}, got {_shown(text)}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)!r}") from None
+        if value > high or (low is not None and value < low):
+            raise argparse.ArgumentTypeError(f"{wanted}, got {_shown(text)}")
+        return value
+
+    return parse
+
+
+SEED = integer(0, SEED_MAX)
+COUNT = integer()
+
+
+def path_text(text: str) -> str:
+    """An argparse ``type`` for a file, directory or hub id: anything but an empty (or blank) string."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a file, directory or hub id, got {text!r}")
+    return text
+
+
+# The subcommands, in the order ``causalqwen --help`` lists them: name -> (one-line help, description).
+COMMANDS = {
+    "walkthrough": (
+        "run and print the whole forward pass on the embedded tiny Qwen2 base",
+        "Tokenize a text with numbers, run CausalQwen initialised from a tiny random Qwen2, "
+        "print every stage, and check the initialization equivalence.",
+    ),
+    "generate": (
+        "generate text (with numbers) from prompts, in any of the five inference modes",
+        "Continue each prompt with CausalQwen and print prompt + continuation, one per line; "
+        "predicted numbers are written out in shortest float32 form. Ids of reserved rows (which an "
+        "untrained model can predict) print as <unk:ID>.",
+    ),
+    "demo": (
+        "the main job: train on the synthetic corpus from the tiny base and show that it learns",
+        "Build the embedded tiny Qwen2 base, convert it, train (preset 'all') on the synthetic corpus, "
+        "print a before/after table and one sample per inference mode, write plots and the trained model. "
+        "Exits 1 if the model did not learn (held-out num_f1 < 0.9 or reg_mdae > 0.5x its value at init). "
+        "--out must be new, empty or an earlier demo's directory (replaced); anything else is refused.",
+    ),
+    "train": (
+        "train CausalQwen from a Qwen2 checkpoint on a JSONL file of {\"text\": ...} lines",
+        "Convert --base with from_qwen (or load a saved CausalQwen), train with the chosen preset, "
+        "and write metrics.jsonl, checkpoints and the final model (model/) to --out; with --preset lora also "
+        "the adapters (adapter/), and model/ has them merged in.",
+    ),
+    "convert": (
+        "from_qwen + save_pretrained: a Qwen2 checkpoint to a CausalQwen directory",
+        "Convert a Qwen2 checkpoint (directory or hub id) and save model and tokenizer.",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="causalqwen",
+        description="CausalQwen reference implementation: a Cauchy abduction-action language model on Qwen2.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    walk, gen, demo, tr, conv = (sub.add_parser(name, help=summary, description=description)
+                                 for name, (summary, description) in COMMANDS.items())
+    walk.add_argument("--text", default=DEFAULT_TEXT, help="input text (default: %(default)r)")
+    walk.add_argument("--seed", type=SEED, default=0, help="seed of the tiny base and the new modules (0 to 2**32 - 1)")
+
+    gen.add_argument(
+        "--model",
+        default=TINY,
+        type=path_text,
+        help="a directory saved with save_pretrained (model + tokenizer), a Qwen2 checkpoint directory or hub id "
+        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base (default). " + SOURCE_HELP,
+    )
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch")
+    gen.add_argument("--mode", default="standard", choices=MODES, help="inference mode (default: %(default)s)")
+    gen.add_argument("--seed", type=SEED, default=0, help="seed of every random draw, 0 to 2**32 - 1 (default: %(default)s)")
+    gen.add_argument("--max-new-tokens", type=COUNT, default=32, help="tokens to add per prompt (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=1.0, help="traditional mode: softmax temperature")
+    gen.add_argument("--top-k", type=COUNT, default=0, help="traditional mode: keep the k most probable tokens (0: all)")
+    gen.add_argument("--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1]")
+    gen.add_argument(
+        "--normalize", default="softmax", choices=("softmax", "ovr"), help="traditional mode: softmax of loc_S or P/sum(P)"
+    )
+    gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference)")
+
+    demo.add_argument("--out", default="artifacts/demo", type=path_text, help="output directory (default: %(default)s)")
+    demo.add_argument("--steps", type=COUNT, default=None, help="training steps (default: the demo's 1500)")
+    demo.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
+
+    tr.add_argument("--base", required=True, type=path_text,
+                    help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP)
+    tr.add_argument("--data", required=True, type=path_text, help="training data: JSONL, one {\"text\": ...} per line")
+    tr.add_argument("--eval-data", type=path_text, help="held-out JSONL for the eval/* metrics (default: none)")
+    tr.add_argument("--out", required=True, type=path_text, help="output directory")
+    tr.add_argument("--preset", default="causal",
+                    help="causal (default), abduction, all, or lora (LoRA adapters on the Qwen2 stack + causal)")
+    tr.add_argument("--lora-rank", type=integer(1), default=8,
+                    help="preset lora: the adapters' rank, at most the base's hidden size (default: %(default)s)")
+    tr.add_argument("--lora-alpha", type=float, default=16.0, help="preset lora: LoRA's alpha (default: %(default)s)")
+    tr.add_argument("--steps", type=COUNT, default=1000)
+    tr.add_argument("--batch-size", type=COUNT, default=8)
+    tr.add_argument("--learning-rate", type=float, default=1e-4)
+    tr.add_argument("--weight-decay", type=float, default=0.01)
+    tr.add_argument("--warmup-steps", type=COUNT, default=50)
+    tr.add_argument("--max-grad-norm", type=float, default=1.0)
+    tr.add_argument("--max-length", type=COUNT, default=512, help="tokens per text (longer texts are cut)")
+    tr.add_argument("--eval-every", type=COUNT, default=100)
+    tr.add_argument("--save-every", type=COUNT, default=500)
+    tr.add_argument("--log-every", type=COUNT, default=10, help="steps between training-metric records")
+    tr.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
+    again = tr.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue from the newest checkpoint in --out (same settings and data, checked); "
+                       "after a Ctrl-C the command prints the exact command line")
+    tr.add_argument("--allow-changed-settings", action="store_true",
+                    help="with --resume: continue although settings or data differ from the checkpoint's")
+    again.add_argument("--overwrite", action="store_true",
+                       help="replace an earlier training run in --out (only the files a run writes are removed)")
+    tr.add_argument("--report-to", choices=("tensorboard", "wandb"), help="also log there (package must be installed)")
+    tr.add_argument("--max-u-divergence", type=float, default=None, metavar="EPS",
+                    help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
+                    "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)")
+    tr.add_argument("--divergence-dual-lr", type=float, default=None,
+                    help="with --max-u-divergence: dual-ascent step of that multiplier (default: 1.0)")
+    add_init_arguments(tr)
+
+    conv.add_argument("--base", required=True, type=path_text, help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP)
+    conv.add_argument("--out", required=True, type=path_text, help="output directory (must not exist, unless --overwrite)")
+    conv.add_argument("--overwrite", action="store_true")
+    add_init_arguments(conv)
+    return parser
+
+
+def add_init_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a conversion's initial scale and threshold (decision D14, `causalqwen.initialization`)."""
+    group = parser.add_argument_group("initialization of a conversion from Qwen2 (decision D14)")
+    group.add_argument("--init", choices=("d14", "drafts"), default=None,
+                       help="d14 (the default): gamma = 0.1 and the threshold C from the base's own logits "
+                       "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100")
+    group.add_argument("--abduction-scale-init", type=float, default=None, metavar="GAMMA",
+                       help="the initial scale of U (default: the --init choice's)")
+    group.add_argument("--ovr-threshold", type=float, default=None, metavar="C",
+                       help="a fixed OvR threshold C (default: the --init choice's)")
+    group.add_argument("--threshold-init", choices=("top_two_midpoint", "top_logit_quantile"), default=None,
+                       help="compute C from the base by this rule (default: the --init choice's)")
+    group.add_argument("--threshold-quantile", type=float, default=None, metavar="Q",
+                       help="with --threshold-init top_logit_quantile: the quantile of the top logit, in (0, 1) "
+                       "(default: 0.5)")
+
+
+def _run(parser: argparse.ArgumentParser, args) -> int:
+    if args.command == "walkthrough":
+        return walkthrough(args.text, args.seed)
+    if args.command == "demo":
+        from .demo import DEMO_STEPS, run_demo
+
+        return run_demo(args.out, DEMO_STEPS if args.steps is None else args.steps, args.seed)
+    if args.command == "train":
+        return train_command(args)
+    if args.command == "convert":
+        return convert_command(args)
+    # generate
+    if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
+        parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
+    texts = generate_text(args.prompt, args.model, args.mode, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, normalize=args.normalize,
+                          use_cache=not args.no_cache)
+    for text in texts:
+        print(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``causalqwen`` command. Usage and data errors (a bad argument, file, setting or checkpoint)
+    print one line naming what is wrong and exit with status 2; any other failure prints one line and
+    exits with status 1; a Ctrl-C prints one line (``train``: two, the last checkpoint and the command
+    that continues) and exits with status 130."""
+    from huggingface_hub.errors import StrictDataclassError
+    from safetensors import SafetensorError
+
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    args.argv = argv  # for the command that continues an interrupted run
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return _run(parser, args)
+    except KeyboardInterrupt:
+        print(f"causalqwen {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except (ValueError, TypeError, OSError, StrictDataclassError, SafetensorError) as error:
+        parser.error(one_line(error))
+    except RuntimeError as error:
+        print(f"causalqwen {args.command}: error: {one_line(error)}", file=sys.stderr)
+        return 1
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""The tokenizer's door: every check of `NumericTokenizer`'s ``encode``, ``__call__``, ``decode`` and ``batch_decode``.
+
+Texts must be Unicode text (a str without lone surrogates) and not longer than `MAX_TEXT_CHARS` unless a
+``max_length`` bounds what is read of them: then only a prefix reaches the wrapped tokenizer, however long the
+text (`bounded_prefix`), and it reads the same numbers and first tokens as the whole text. The batch arguments
+must be among the values documented. What is decoded may come as lists, tensors or arrays, as an encoding, or as
+a generation output (``sequences``); it is turned into lists here, and every error names the argument, the row
+and the position.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from ..numbers import (
+    NumberMatch,
+    find_numbers,
+    find_numbers_before,
+    format_number,
+    last_cut_place,
+    next_cut_place,
+    parse_number,
+)
+
+__all__ = ["MAX_TEXT_CHARS", "UNSAFE_CUT_MARGIN", "check_text", "check_length", "check_max_length", "bounded_prefix",
+           "check_call_arguments",
+           "check_decode_arguments", "check_prompt_length", "check_surface", "batch_rows", "kept_positions"]
+
+# The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
+# and aborts the process when it cannot get them, so longer texts are refused before they reach it
+# (or, with a token limit, only a prefix is encoded).
+MAX_TEXT_CHARS = 10_000_000
+
+
+def check_text(text) -> None:
+    """A ``TypeError`` unless ``text`` is a str; a ``ValueError`` naming the character if it holds a lone
+    surrogate (a str that is not Unicode text: it has no UTF-8 encoding, and the tokenizer would fail)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"character {error.start} of the text is {text[error.start]!r}, a lone surrogate: not valid Unicode "
+            "(decode bytes with errors='strict', or replace it)"
+        ) from None
+
+
+def check_length(text: str, max_length: int | None) -> None:
+    """A ``ValueError`` for a text too long to encode whole when no ``max_length`` bounds it."""
+    if max_length is None and len(text) > MAX_TEXT_CHARS:
+        raise ValueError(
+            f"the text has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} encoded whole (the Rust "
+            "tokenizer needs about 100 bytes per character); pass max_length (with truncation) or split the text"
+        )
+
+
+def check_max_length(max_length) -> int | None:
+    """``encode``'s ``max_length``: None or a positive int."""
+    if max_length is None:
+        return None
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
+        raise ValueError(f"max_length must be a positive int, got {max_length!r}")
+    return int(max_length)
+
+
+# A prefix cut at a place that is neither a space nor the end of a number keeps this many tokens in reserve:
+# the BPE merges of its last piece can differ from the whole text's.
+UNSAFE_CUT_MARGIN = 8
+
+
+def bounded_prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool]:
+    """``(end, numbers, exact)``: a prefix ``text[:end]`` to encode instead of the whole text, and its numbers,
+    which are the whole text's numbers that start before ``end`` (none reaches past it).
+
+    ``end`` is at most ``budget``, or the end of a number that ``budget`` falls inside (the number becomes one
+    ``<NUM>``, however long it is written); ``len(text)`` when the text is within the budget. Where to cut, in
+    order of preference, in the budget's second half:
+
+    * just before a space that follows a non-space: neither the number grammar nor a byte-level BPE
+      pre-tokenizer joins across it, so the prefix's tokens are the whole text's (``exact``);
+    * the last cut place of the number grammar (`causalqwen.numbers`: a character no number reads
+      through, as "+" after a letter in base64, or a CJK punctuation mark);
+    * ``budget`` itself, in a run that holds no cut place (a long digit run, "1a1a1a..."); the numbers
+      are then read up to the next cut place after it, however far, so they are still the whole text's:
+      that costs time linear in the run, in the number grammar only, never in the wrapped tokenizer.
+
+    Except at a space or a number's end, the prefix's last text tokens may differ from the whole text's
+    and are not used (`UNSAFE_CUT_MARGIN`).
+    """
+    if len(text) <= budget:
+        return len(text), find_numbers(text), True
+    half = budget // 2
+    end = text.rfind(" ", half + 1, budget + 1)
+    while end > half and text[end - 1].isspace():
+        end = text.rfind(" ", half + 1, end)
+    exact = end > half
+    if not exact:
+        end = last_cut_place(text, half + 1, budget)
+    if end is None:
+        end, reach = budget, next_cut_place(text, budget)
+    else:
+        reach = end
+    found = find_numbers_before(text, end, reach)
+    if found and found[-1].end >= end:  # the prefix ends with a number: its tokens are the whole text's
+        end, exact = found[-1].end, True
+    return end, found, exact
+
+
+def check_call_arguments(texts, padding, max_length, padding_side, truncation) -> list[str]:
+    """The argument checks of ``NumericTokenizer.__call__``, then of each text (named by its index); the texts
+    as a list."""
+    if isinstance(texts, str):
+        texts = [texts]
+    elif isinstance(texts, (list, tuple)):
+        texts = list(texts)
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{index}] must be a str, got {type(text).__name__}")
+    else:
+        raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
+    if not texts:
+        raise ValueError("texts is an empty list; give at least one text")
+    padding_is_valid = padding is True or padding is False or (
+        isinstance(padding, str) and padding in ("longest", "max_length")
+    )
+    if not padding_is_valid:
+        raise ValueError(f"padding must be one of True, False, 'longest', 'max_length'; got {padding!r}")
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if not isinstance(truncation, bool):
+        raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral)):
+        raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
+    if max_length is not None and max_length <= 0:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    if padding == "max_length" and max_length is None:
+        raise ValueError("padding='max_length' needs max_length")
+    if truncation and max_length is None:
+        raise ValueError("truncation=True needs max_length")
+    for index, text in enumerate(texts):
+        try:
+            check_text(text)
+            check_length(text, max_length)
+        except ValueError as error:
+            raise ValueError(f"text {index}: {error}") from None
+    return texts
+
+
+def check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts, *,
+                           size: int) -> tuple[list[int], list[float], list[str]]:
+    """``decode``'s door: the ids, values and surface texts as lists, or an error naming the argument; ``size``
+    is the tokenizer's number of tokens (an id at or beyond it is one of a model's reserved rows)."""
+    ids = _as_id_list(input_ids, "input_ids")
+    values = _as_value_list(numeric_values, "numeric_values")
+    if len(ids) != len(values):
+        raise ValueError(
+            f"input_ids has length {len(ids)} but numeric_values has length {len(values)}; they must match"
+        )
+    if out_of_vocab not in ("raise", "mark"):
+        raise ValueError(f'out_of_vocab must be "raise" or "mark", got {out_of_vocab!r}')
+    if not isinstance(skip_special_tokens, bool):
+        raise TypeError(f"skip_special_tokens must be a bool, got {type(skip_special_tokens).__name__}")
+    surfaces = _as_text_list(number_texts)
+    for position, token_id in enumerate(ids):
+        if token_id < 0:  # no model predicts a negative id: out_of_vocab="mark" cannot write it either
+            raise ValueError(
+                f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}): a "
+                'negative id is never a model\'s prediction, so out_of_vocab="mark" does not apply to it (it marks '
+                f"only ids >= {size}, the model's reserved rows)"
+            )
+        if token_id >= size and out_of_vocab == "raise":
+            raise ValueError(
+                f"input_ids[{position}] = {token_id} is not a token id of this tokenizer (0 to {size - 1}); "
+                'an untrained model can predict its reserved rows: pass out_of_vocab="mark" to write them as <unk:ID>'
+            )
+    return ids, values, surfaces
+
+
+def check_prompt_length(prompt_length, length: int) -> int:
+    """``decode_continuation``'s ``prompt_length``: an int from 0 to ``length``."""
+    if isinstance(prompt_length, bool) or not isinstance(prompt_length, numbers.Integral) \
+            or not 0 <= prompt_length <= length:
+        raise ValueError(f"prompt_length must be an int from 0 to len(input_ids)={length}, got {prompt_length!r}")
+    return int(prompt_length)
+
+
+def check_surface(surface: str, value: float, index: int, position: int) -> str:
+    """The surface text of the ``index``-th number, checked to read as the value at its position."""
+    try:
+        read = parse_number(surface)
+    except ValueError:
+        raise ValueError(f"number_texts[{index}] = {surface!r} is not a number of the grammar") from None
+    if read != float(np.float32(value)):
+        raise ValueError(
+            f"number_texts[{index}] = {surface!r} reads as {format_number(read)}, but numeric_values[{position}] "
+            f"holds {format_number(value)}; leave number_texts out to write the values"
+        )
+    return surface
+
+
+def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:
+    """``batch_decode``'s door: one ``(ids, values, mask or None, number_texts or None)`` per row, from an
+    encoding or a generation output (``input_ids`` alone, its ``number_texts`` attribute used unless given), or
+    from ``input_ids`` and ``numeric_values`` [B, S] as tensors, arrays or lists of rows."""
+    mask = None
+    if isinstance(input_ids, Mapping):
+        if numeric_values is not None:
+            raise TypeError("pass the encoding alone, or input_ids and numeric_values, not both")
+        encoding = input_ids
+        input_ids, numeric_values, mask = _unpack_encoding(encoding)
+        number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
+    if numeric_values is None:
+        raise TypeError("batch_decode needs numeric_values beside input_ids (or the whole encoding)")
+    id_rows = _as_rows(input_ids, "input_ids")
+    value_rows = _as_rows(numeric_values, "numeric_values")
+    mask_rows = _as_rows(mask, "attention_mask") if mask is not None else [None] * len(id_rows)
+    text_rows = _as_text_rows(number_texts, len(id_rows))
+    if not len(id_rows) == len(value_rows) == len(mask_rows):
+        raise ValueError(
+            f"input_ids has {len(id_rows)} rows but numeric_values has {len(value_rows)}"
+            + (f" and attention_mask {len(mask_rows)}" if mask is not None else "") + "; they must match"
+        )
+    return list(zip(id_rows, value_rows, mask_rows, text_rows))
+
+
+def kept_positions(ids, values, mask) -> tuple[list, list]:
+    """The positions of one row where ``mask`` is not 0 (padding and what follows an EOS are dropped)."""
+    flags = mask.tolist() if isinstance(mask, (torch.Tensor, np.ndarray)) else list(mask)
+    if any(flag not in (0, 1) for flag in flags):  # bools compare equal to 0 and 1
+        raise ValueError(f"attention_mask must hold only 0 and 1, got {sorted(set(flags) - {0, 1})[:3]}")
+    keep = [bool(flag) for flag in flags]
+    ids = ids.tolist() if isinstance(ids, (torch.Tensor, np.ndarray)) else list(ids)
+    values = values.tolist() if isinstance(values, (torch.Tensor, np.ndarray)) else list(values)
+    if not len(keep) == len(ids) == len(values):
+        raise ValueError(f"attention_mask has length {len(keep)} but input_ids {len(ids)}; they must match")
+    return [i for i, k in zip(ids, keep) if k], [v for v, k in zip(values, keep) if k]
+
+
+def _unpack_encoding(encoding: Mapping):
+    """``(input_ids, numeric_values, attention_mask or None)`` of an encoding or a generation output."""
+    key = "input_ids" if "input_ids" in encoding else "sequences"
+    missing = [name for name in (key, "numeric_values") if encoding.get(name) is None]
+    if missing:
+        raise ValueError(
+            f"the encoding has no {' and no '.join(missing)} (keys: {', '.join(map(str, encoding.keys()))})"
+        )
+    return encoding[key], encoding["numeric_values"], encoding.get("attention_mask")
+
+
+def _as_rows(data, name: str) -> list:
+    """Split a 2-D tensor/array or a list of sequences into a list of rows."""
+    if isinstance(data, (torch.Tensor, np.ndarray)):
+        if data.ndim != 2:
+            raise ValueError(f"{name} must be 2-D [batch, sequence], got shape {tuple(data.shape)}")
+        return list(data)
+    if isinstance(data, (list, tuple)):
+        return list(data)
+    raise TypeError(f"{name} must be a 2-D tensor, array or a list of rows, got {type(data).__name__}")
+
+
+def _as_id_list(data, name: str) -> list[int]:
+    """Convert a 1-D integer tensor/array or a sequence of ints into a list of ints."""
+    if isinstance(data, (torch.Tensor, np.ndarray)):
+        if data.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(data.shape)}")
+        is_integer = (
+            not data.dtype.is_floating_point and not data.dtype.is_complex and data.dtype != torch.bool
+            if isinstance(data, torch.Tensor)
+            else np.issubdtype(data.dtype, np.integer)
+        )
+        if not is_integer:
+            raise TypeError(f"{name} must hold integers, got dtype {data.dtype}")
+        return [int(token_id) for token_id in data.tolist()]
+    if not isinstance(data, (list, tuple)):
+        raise TypeError(f"{name} must be a list of ints or a 1-D tensor, got {type(data).__name__}")
+    for position, token_id in enumerate(data):
+        if isinstance(token_id, (bool, np.bool_)) or not isinstance(token_id, (int, np.integer)):
+            raise TypeError(f"{name}[{position}] must be an int, got {type(token_id).__name__}")
+    return [int(token_id) for token_id in data]
+
+
+def _as_value_list(data, name: str) -> list[float]:
+    """Convert a 1-D tensor/array or a sequence of real numbers into a list of floats."""
+    if isinstance(data, (torch.Tensor, np.ndarray)):
+        if data.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(data.shape)}")
+        if isinstance(data, torch.Tensor) and (data.dtype.is_complex or data.dtype == torch.bool):
+            raise TypeError(f"{name} must hold real numbers, got dtype {data.dtype}")
+        if isinstance(data, np.ndarray) and not (
+            np.issubdtype(data.dtype, np.floating) or np.issubdtype(data.dtype, np.integer)
+        ):
+            raise TypeError(f"{name} must hold real numbers, got dtype {data.dtype}")
+        return [float(value) for value in data.tolist()]
+    if not isinstance(data, (list, tuple)):
+        raise TypeError(f"{name} must be a list of numbers or a 1-D tensor, got {type(data).__name__}")
+    values = []
+    for position, value in enumerate(data):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+            raise TypeError(f"{name}[{position}] must be a real number, got {type(value).__name__}")
+        try:
+            values.append(float(value))
+        except OverflowError:  # a Python int beyond the float64 range: decode then names it as infinite
+            values.append(math.inf if value > 0 else -math.inf)
+    return values
+
+
+def _as_text_list(number_texts) -> list[str]:
+    """``number_texts`` of one row: None (no surface texts) or a list/tuple of str."""
+    if number_texts is None:
+        return []
+    if not isinstance(number_texts, (list, tuple)):
+        raise TypeError(f"number_texts must be a list of str, got {type(number_texts).__name__}")
+    for index, text in enumerate(number_texts):
+        if not isinstance(text, str):
+            raise TypeError(f"number_texts[{index}] must be a str, got {type(text).__name__}")
+    return list(number_texts)
+
+
+def _as_text_rows(number_texts, rows: int) -> list:
+    """``number_texts`` of a batch: None, or one list of str per row."""
+    if number_texts is None:
+        return [None] * rows
+    if not isinstance(number_texts, (list, tuple)):
+        raise TypeError(f"number_texts must be a list with one list of str per row, got {type(number_texts).__name__}")
+    if len(number_texts) != rows:
+        raise ValueError(f"number_texts has {len(number_texts)} rows but input_ids has {rows}; they must match")
+    return list(number_texts)

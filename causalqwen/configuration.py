@@ -1,0 +1,410 @@
+r"""Configuration: `CausalQwenConfig`, a `Qwen2Config` plus the CausalQwen hyper-parameters, checked once.
+
+Every field is checked once, when a config is made or loaded, so the modules built from it trust it: the kinds
+of the Qwen2 backbone's fields by transformers' ``@strict`` (huggingface_hub's type validation of the annotations:
+an int where a float belongs, a bool where an int belongs, a string anywhere is refused, the field named), the
+kinds of CausalQwen's own fields here (a bool is a JSON boolean, an int an integer, a real a finite number: a
+``TypeError`` naming the field), and in ``__post_init__`` every range, the backbone's sizes and rotary parameters,
+and the fields a saved file must name. `conversion_settings` and `config_from_base`
+are how `CausalQwenForCausalLM.from_qwen` builds a config from a base and its overrides (decision D14's defaults).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import numbers
+import os
+
+import numpy as np
+import torch
+from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig, Qwen2Config
+
+from .abduction import ABDUCTION_TYPES
+from .decision import LOSS_ALGORITHMS
+from .initialization import DEFAULT_INIT, check_threshold_init
+from .integrations.auto import SAVED_ONLY_FIELDS
+
+__all__ = ["CausalQwenConfig", "SETTING_LIMIT", "FIELDS_A_FILE_MUST_NAME", "conversion_settings",
+           "config_from_base"]
+
+logger = logging.getLogger(__name__)
+
+# Magnitude bound of the real-valued settings. The stability tests (validation/robustness.py) cover
+# thresholds, noise and scales up to 1e30; beyond that the float32 head overflows (a threshold of -1e35
+# gives an infinite loss), so such a setting is refused when the config is made or loaded.
+SETTING_LIMIT = 1e30
+
+# The kinds of CausalQwen's own fields. They are annotated as text (``from __future__ import annotations``), which
+# @strict does not check, so that a wrong kind is a TypeError naming the field in these words; the Qwen2 backbone's
+# fields carry real annotations, and @strict's type validation refuses a wrong kind before __post_init__ runs (an
+# int where a float belongs, a bool where an int belongs, a string anywhere). Only their values are checked here.
+_FIELD_KINDS = {
+    "num_token_id": "int",
+    "causal_size": "int",
+    "abduction_mlp_size": "int",
+    "abduction_scale_init": "real",
+    "noise_init": "real",
+    "ovr_threshold": "real",
+    "ovr_threshold_quantile": "real",
+    "ovr_threshold_per_class": "bool",
+    "learnable_threshold": "bool",
+    "regression_weight": "real",
+    "gate_alpha": "real",
+    "detach_gate": "bool",
+    "scale_eps": "real",
+    "ignore_index": "int",
+}
+
+# Fields of `_FIELD_KINDS` that may be None (null in config.json).
+_NULLABLE_FIELDS = frozenset({"num_token_id", "causal_size", "abduction_mlp_size"})
+
+# The dtype names a config may hold (``null`` or ``"auto"``: none recorded).
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _activation_names() -> list[str]:
+    from transformers.activations import ACT2FN
+
+    return sorted(ACT2FN)
+
+
+def _rope_types() -> list[str]:
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return ["default", *sorted(ROPE_INIT_FUNCTIONS)]
+
+
+def _checked_dtype(name: str, value):
+    """``value`` (a config's ``dtype`` or ``torch_dtype``) as a floating-point dtype name, or None (``"auto"``
+    too: nothing recorded); anything else is a ``ValueError`` naming the field and the accepted names."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return None
+    text = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+    if not isinstance(text, str) or text not in FLOAT_DTYPES:
+        raise ValueError(f"config field {name} must be one of {', '.join(FLOAT_DTYPES)}, \"auto\" or null, "
+                         f"got {value!r}")
+    return text if isinstance(value, str) else value
+
+
+def _checked_field(name: str, value, kind: str):
+    """``value`` as a Python bool / int / finite float, or a ``TypeError`` naming the field (never a cast
+    of a string: ``"false"`` is not a boolean)."""
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"config field {name} must be true or false (a JSON boolean), got {value!r}")
+        return bool(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"config field {name} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
+    if kind == "int":
+        if not isinstance(value, numbers.Integral):
+            raise TypeError(f"config field {name} must be an integer, got {value!r}")
+        return int(value)
+    if not math.isfinite(value):
+        raise ValueError(f"config field {name} must be finite, got {value!r}")
+    return float(value)
+
+
+def _check_ranges(config, ranges: dict) -> None:
+    """Each ``name: (rule, allowed)`` of ``ranges``: a ``ValueError`` naming the field unless ``rule(value)``; a
+    number that is not finite is named as such."""
+    for name, (rule, allowed) in ranges.items():
+        value = getattr(config, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"config field {name} must be finite, got {value!r}")
+        if not rule(value):
+            raise ValueError(f"config field {name} must be a number {allowed}, got {value!r}")
+
+
+@strict
+class CausalQwenConfig(Qwen2Config):
+    r"""A `Qwen2Config` plus the CausalQwen hyper-parameters (decisions D2–D10).
+
+    Attributes:
+        num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added, decision D2).
+        causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
+        abduction_scale_init: $\gamma$, the initial ``scale_U``. The class default 10.0 is the drafts' value, what
+            every saved config without other values means; `from_qwen` starts at 0.1 (decision D14,
+            `causalqwen.initialization.DEFAULT_INIT`).
+        abduction_type: the abduction architecture, ``"linear"`` (D6, the default) or ``"mlp"`` (D6 plus a residual
+            MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both start at
+            $U \sim \mathrm{Cauchy}(z, \gamma)$.
+        abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
+        noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
+        ovr_threshold: the OvR threshold $C_k$, shared or, with ``ovr_threshold_per_class``, a vector of $V$
+            thresholds initialised to this value; a parameter when ``learnable_threshold``. The class default
+            100.0 is the drafts' value; `from_qwen` computes it from the base (``ovr_threshold_init``).
+        ovr_threshold_init: how `from_qwen` chose ``ovr_threshold`` (`causalqwen.initialization`):
+            ``"fixed"`` (as given; the class default, and what a saved config without the field means),
+            ``"top_two_midpoint"`` (from_qwen's default: the median midpoint of the base's two largest logits on a
+            calibration batch) or ``"top_logit_quantile"``. A record of the conversion: a model built from a
+            config uses ``ovr_threshold`` whatever the rule.
+        ovr_threshold_quantile: the quantile of ``"top_logit_quantile"`` (0.5).
+        regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
+        gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
+        detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
+        scale_eps: lower clamp for every scale before it divides (1e-6).
+        ignore_index: label value that is not scored (-100).
+        loss_algorithm: ``"fused"`` (the default: the tiled head + loss of `causalqwen.kernels.fused`, never forming
+            ``[B, S, V]``) or ``"literal"`` (the full decisions, differentiable twice). Equal in value and gradient.
+    """
+
+    model_type = "causal_qwen"
+    # What transformers.Trainer leaves out of the outputs it gathers in evaluation: the losses and counts (the
+    # loss is gathered on its own), the cache (``cache`` from transformers 5.24 on) and the [B, S, V] decisions;
+    # loc_U and scale_U come first (causalqwen.metrics.TrainerMetrics reads them).
+    keys_to_ignore_at_inference = ["cls_loss", "reg_loss", "n_cls", "n_reg", "loc_S", "scale_S", "past_key_values",
+                                   "cache", "logits", "hidden_states", "attentions", "targets"]
+
+    num_token_id: int | None = None
+    causal_size: int | None = None
+    abduction_scale_init: float = 10.0
+    abduction_type: str = "linear"
+    abduction_mlp_size: int | None = None
+    noise_init: float = 0.1
+    ovr_threshold: float = 100.0
+    ovr_threshold_init: str = "fixed"
+    ovr_threshold_quantile: float = 0.5
+    ovr_threshold_per_class: bool = False
+    learnable_threshold: bool = False
+    regression_weight: float = 1.0
+    gate_alpha: float = 0.0
+    detach_gate: bool = False
+    scale_eps: float = 1e-6
+    ignore_index: int = -100
+    loss_algorithm: str = "fused"
+
+    def __post_init__(self, **kwargs):
+        """Every field checked once, before transformers' own post-init: CausalQwen's (`_check_own_fields`), then the
+        backbone's values (`_check_backbone`), then the rotary parameters transformers has standardized."""
+        if self.loss_algorithm not in LOSS_ALGORITHMS:
+            raise ValueError(f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}")
+        self.dtype = _checked_dtype("dtype", self.dtype)
+        if "torch_dtype" in kwargs:
+            kwargs["torch_dtype"] = _checked_dtype("torch_dtype", kwargs["torch_dtype"])
+        self._check_own_fields()
+        self._check_backbone()
+        super().__post_init__(**kwargs)
+        self._check_rope()
+
+    def _check_own_fields(self) -> None:
+        """CausalQwen's fields: their kinds (`_FIELD_KINDS`), the choices, the defaults that follow from other
+        fields (``causal_size``, ``abduction_mlp_size``) and the ranges; a ``TypeError`` or ``ValueError`` names
+        the field."""
+        for name, kind in _FIELD_KINDS.items():
+            value = getattr(self, name)
+            if value is None and name in _NULLABLE_FIELDS:
+                continue
+            setattr(self, name, _checked_field(name, value, kind))
+        if self.causal_size is None:
+            self.causal_size = self.hidden_size
+        check_threshold_init(self.ovr_threshold_init, self.ovr_threshold_quantile)
+        if not isinstance(self.abduction_type, str) or self.abduction_type not in ABDUCTION_TYPES:
+            raise ValueError(f"config field abduction_type must be one of {', '.join(ABDUCTION_TYPES)}, "
+                             f"got {self.abduction_type!r}")
+        if self.abduction_type == "mlp" and self.abduction_mlp_size is None:
+            self.abduction_mlp_size = self.hidden_size
+        if self.abduction_type == "linear" and self.abduction_mlp_size is not None:
+            raise ValueError("config field abduction_mlp_size is the width of the \"mlp\" abduction; "
+                             f"abduction_type is \"linear\", so it must be None, got {self.abduction_mlp_size!r}")
+        if self.abduction_mlp_size is not None and not (1 <= self.abduction_mlp_size <= SETTING_LIMIT):
+            raise ValueError(f"config field abduction_mlp_size must be a positive int, got {self.abduction_mlp_size!r}")
+        if self.causal_size != self.hidden_size:
+            raise ValueError(
+                f"causal_size ({self.causal_size}) must equal hidden_size ({self.hidden_size}): "
+                "the abduction network is initialised as the identity (decision D6)"
+            )
+        limit = SETTING_LIMIT
+        _check_ranges(self, {
+            "abduction_scale_init": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
+            "scale_eps": (lambda v: 1 / limit <= v <= limit, f"in [{1 / limit:g}, {limit:g}]"),
+            "gate_alpha": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+            "regression_weight": (lambda v: 0 <= v <= limit, f"in [0, {limit:g}]"),
+            "noise_init": (lambda v: abs(v) <= limit, f"in [-{limit:g}, {limit:g}]"),
+            "ovr_threshold": (lambda v: abs(v) <= limit, f"in [-{limit:g}, {limit:g}]"),
+        })
+        if self.num_token_id is not None and not 0 <= self.num_token_id < self.vocab_size:
+            raise ValueError(f"num_token_id ({self.num_token_id}) must lie in [0, vocab_size={self.vocab_size})")
+
+    def _check_backbone(self) -> None:
+        """The values of the Qwen2 fields (their kinds are @strict's): sizes, head counts, token ids, activation and
+        the real-valued settings; a ``ValueError`` names the field."""
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings"):
+            if not 1 <= getattr(self, name) <= SETTING_LIMIT:
+                raise ValueError(f"config field {name} must be a positive integer, got {getattr(self, name)!r}")
+        heads, kv_heads = self.num_attention_heads, self.num_key_value_heads
+        if kv_heads is not None and not 1 <= kv_heads <= heads:
+            raise ValueError(f"config field num_key_value_heads must be an integer in [1, num_attention_heads={heads}] "
+                             f"(or null), got {kv_heads!r}")
+        if self.hidden_size % heads:
+            raise ValueError(f"config field hidden_size ({self.hidden_size}) must be divisible by "
+                             f"num_attention_heads ({heads})")
+        if (self.hidden_size // heads) % 2:
+            raise ValueError(f"config fields hidden_size / num_attention_heads ({self.hidden_size} / {heads}) must "
+                             "give an even head size: the rotary embedding turns pairs of components")
+        if kv_heads is not None and heads % kv_heads:
+            raise ValueError(f"config field num_attention_heads ({heads}) must be divisible by "
+                             f"num_key_value_heads ({kv_heads})")
+        if self.max_window_layers < 0:
+            raise ValueError(f"config field max_window_layers must be an integer >= 0, got {self.max_window_layers!r}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"config field sliding_window must be a positive integer or null, got {self.sliding_window!r}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [value]
+            if any(i is not None and not 0 <= i < self.vocab_size for i in ids):
+                raise ValueError(f"config field {name} must be null or an id in [0, vocab_size={self.vocab_size}), "
+                                 f"got {value!r}")
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in (names := _activation_names()):
+            raise ValueError(f"config field hidden_act must be one of {', '.join(names)}, got {self.hidden_act!r}")
+        limit = SETTING_LIMIT
+        _check_ranges(self, {
+            "rms_norm_eps": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
+            "initializer_range": (lambda v: 0 <= v <= limit, f"in [0, {limit:g}]"),
+            "attention_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+        })
+        self.attention_dropout = float(self.attention_dropout)  # @strict lets an int through here (float | int)
+
+    def _check_rope(self) -> None:
+        """``rope_parameters`` (standardized by transformers, the legacy ``rope_theta`` moved into it): a
+        ``rope_type`` transformers can build and a finite, positive ``rope_theta``."""
+        rope = self.rope_parameters
+        if not isinstance(rope, dict):
+            raise ValueError(f"config field rope_parameters must be an object, got {rope!r}")
+        nested = self.nested_rope_parameter_keys(rope)
+        for where, parameters in ([(f"rope_parameters.{key}", rope[key]) for key in nested] or [("rope_parameters", rope)]):
+            if parameters is None:
+                continue
+            if not isinstance(parameters, dict):
+                raise ValueError(f"config field {where} must be an object, got {parameters!r}")
+            rope_type = parameters.get("rope_type")
+            if not isinstance(rope_type, str) or rope_type not in (types := _rope_types()):
+                raise ValueError(f"config field {where}.rope_type must be one of {', '.join(types)}, got {rope_type!r}")
+            theta = parameters.get("rope_theta")
+            if (isinstance(theta, (bool, np.bool_)) or not isinstance(theta, numbers.Real) or not math.isfinite(theta)
+                    or not 0 < theta <= SETTING_LIMIT):
+                raise ValueError(f"config field {where}.rope_theta must be a finite number in (0, {SETTING_LIMIT:g}], "
+                                 f"got {theta!r}")
+
+    def validate_rope(self) -> None:
+        """transformers' check of the rotary parameters (a ``@strict`` class validator), with a missing
+        parameter of the ``rope_type`` a ``ValueError`` rather than its ``KeyError``."""
+        try:
+            super().validate_rope()
+        except KeyError as error:
+            raise ValueError(f"config field rope_parameters: {error.args[0] if error.args else error}") from None
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """`PreTrainedConfig.from_dict` (what ``from_pretrained`` and ``AutoConfig`` build a config with), after
+        checking that ``config_dict``, a saved config, names every field of `FIELDS_A_FILE_MUST_NAME` (a keyword
+        argument may supply one). A ``ValueError`` names the missing fields; ``from_pretrained`` adds the file."""
+        if isinstance(config_dict, dict):
+            missing = [" or ".join(names) for names in FIELDS_A_FILE_MUST_NAME
+                       if all(config_dict.get(name) is None and kwargs.get(name) is None for name in names)]
+            if missing:
+                raise ValueError(
+                    f"config field{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (or null): a saved "
+                    "CausalQwen config must name the <NUM> id and the sizes of the model's tensors; a default "
+                    "would describe another model"
+                )
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedConfig.from_pretrained`, with a bad or missing field reported as a ``ValueError`` or
+        ``TypeError`` that starts with the config file's path (`from_dict`, `__post_init__`)."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except (ValueError, TypeError, StrictDataclassError) as error:
+            file = _config_file(pretrained_model_name_or_path, kwargs.get("subfolder") or "")
+            message = " ".join(str(error).split())
+            if message.startswith(file):
+                raise
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(f"{file}: {message}") from error
+
+    @classmethod
+    def from_json_file(cls, json_file):
+        """`PreTrainedConfig.from_json_file` with the checks of `from_dict`; errors start with ``json_file``."""
+        try:
+            return cls.from_dict(cls._dict_from_json_file(json_file))
+        except (ValueError, TypeError, StrictDataclassError) as error:
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(f"{os.fspath(json_file)}: {' '.join(str(error).split())}") from error
+
+
+# What a saved CausalQwen config must name (each entry: one of these names), because its default would describe
+# another model: no <NUM> id at all, or the sizes and rotary base of a 7B Qwen2 instead of this checkpoint's.
+FIELDS_A_FILE_MUST_NAME = (("num_token_id",), ("vocab_size",), ("hidden_size",), ("intermediate_size",),
+                           ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
+                           ("rope_parameters", "rope_theta"))
+
+
+def _config_file(source, subfolder: str) -> str:
+    """The config file that ``from_pretrained(source, subfolder=...)`` reads, for error messages."""
+    text = os.fspath(source)
+    if os.path.isfile(text):
+        return text
+    if os.path.isdir(text):
+        return os.path.join(text, subfolder, "config.json")
+    return "/".join(part for part in (text, subfolder, "config.json") if part)
+
+
+
+@functools.cache
+def _config_fields() -> frozenset[str]:
+    """The names `CausalQwenConfig` knows: its own and `Qwen2Config`'s arguments and serialized keys."""
+    arguments = set(inspect.signature(CausalQwenConfig.__init__).parameters) - {"self", "kwargs"}
+    return frozenset(arguments | set(CausalQwenConfig().to_dict()))
+
+
+def conversion_settings(overrides: dict, calibration) -> dict:
+    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` over `DEFAULT_INIT` (D14).
+    An unknown field is a ``ValueError``; an ``ovr_threshold`` given alone means the rule ``"fixed"``; a threshold
+    with another rule, or a calibration batch without a rule, is a ``ValueError``."""
+    unknown = sorted(set(overrides) - _config_fields())
+    if unknown:
+        raise ValueError(f"from_qwen: {', '.join(map(repr, unknown))} is not a CausalQwenConfig field")
+    settings = dict(DEFAULT_INIT)
+    if "ovr_threshold" in overrides:
+        settings["ovr_threshold_init"] = "fixed"
+    settings.update(overrides)
+    rule = settings["ovr_threshold_init"]
+    check_threshold_init(rule, settings.get("ovr_threshold_quantile", 0.5))
+    if rule != "fixed" and "ovr_threshold" in overrides:
+        raise ValueError(f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
+                         f"ovr_threshold_init={rule!r} computes it from the base; pass one of them")
+    if rule == "fixed" and "ovr_threshold" not in overrides:
+        raise ValueError("from_qwen: ovr_threshold_init=\"fixed\" takes the threshold as given: pass ovr_threshold "
+                         "too (the drafts' value is 100.0, causalqwen.initialization.DRAFT_INIT)")
+    if "ovr_threshold_quantile" in overrides and rule != "top_logit_quantile":
+        raise ValueError(f"from_qwen: ovr_threshold_quantile is read by the rule \"top_logit_quantile\" only; "
+                         f"ovr_threshold_init is {rule!r}")
+    if rule == "fixed" and calibration is not None:
+        raise ValueError("from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
+                         "is fixed here; drop calibration or choose a rule")
+    return settings
+
+
+def config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
+    """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size (D2)."""
+    settings = {k: v for k, v in base_config.to_dict().items()
+                if k not in ("model_type", "architectures", "transformers_version", "_name_or_path")
+                and k not in SAVED_ONLY_FIELDS}
+    settings.update(overrides)
+    settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
+    if settings["num_token_id"] == base_config.vocab_size:
+        settings["vocab_size"] = base_config.vocab_size + 1
+        logger.warning("num_token_id=%d equals the base vocab_size: growing the embedding and the head by one row "
+                       "for <NUM>", base_config.vocab_size)
+    return CausalQwenConfig.from_dict(settings)
+
+
+
+AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)

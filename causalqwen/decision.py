@@ -1,0 +1,217 @@
+r"""The decision head: the action network plus everything that turns the law of $U$ into decisions.
+
+`DecisionHead` is the one owner of the decision state: $W_{\mathrm{cls}}$, $b_{\mathrm{cls}}$, $b_{\mathrm{noise}}$ and the
+regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``scale_eps``, the ``<NUM>`` id,
+``ignore_index`` and the loss weights. Everything downstream of $U$ goes through it:
+
+| method | what it gives |
+|---|---|
+| ``forward`` / ``decide`` | the law of $S_k$ and $Y$ (decision D7), checked; ``standard`` / ``decide_unchecked`` trusted |
+| ``probabilities``, ``log_probabilities`` | $P_k = P(S_k > C_k)$ and its logs (D8) |
+| ``predict`` | $\arg\max_k P_k$ and $\mathrm{loc}_Y$ at ``<NUM>`` (D11) |
+| ``decide_step`` | the decision in one of the four decision modes (D11) |
+| ``choose`` | one generation step's (token, value) in any of the five modes (D11) |
+| ``step_scores`` | one step's scores for transformers' generation loop |
+| ``next_token_targets`` | the scoring rule: which position is scored against which label (D9) |
+| ``loss`` | $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$, literal or fused (D8–D9) |
+
+Its methods trust their inputs: the model's ``forward``, ``generate`` and the public functions of
+`causalqwen.losses` and `causalqwen.inference` check them at the door. The rules themselves have one owner each,
+which the head calls: the decision laws and the noise infusion `causalqwen.action`, the OvR argmax, the value at
+``<NUM>`` and every mode's decision input `causalqwen.inference`, the loss `causalqwen.losses`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import initialization as init
+
+from . import cauchy, inference
+from .action import ActionNetwork, ActionOutput
+from .kernels.fused import HeadInputs, default_tiling, ovr_argmax
+from .losses import (
+    LossParts,
+    LossSettings,
+    at_least_float32,
+    ovr_tail_nll,
+    total_from_decisions,
+    total_from_law_of_U,
+)
+
+__all__ = ["LOSS_ALGORITHMS", "Choice", "DecisionHead", "NextTokenTargets", "next_token_targets"]
+
+LOSS_ALGORITHMS = ("fused", "literal")
+
+
+class NextTokenTargets(NamedTuple):
+    """What position $i$ is scored against (decision D9), all ``[B, S]`` and aligned with the positions."""
+
+    scored: Tensor  # bool: positions i and i+1 are real and labels[i+1] != ignore_index; False at the last position
+    labels: Tensor  # labels[i+1] where scored, ignore_index elsewhere
+    values: Tensor  # the numeric target v[i+1] (at least float32), 0 at the last position
+    is_num: Tensor  # bool: scored and labels[i+1] == <NUM>
+
+
+class Choice(NamedTuple):
+    """One generation step: the chosen token and value per row, and the decision input $U'$ that led to it."""
+
+    token: Tensor  # [B] long
+    value: Tensor  # [B]: loc_Y where the token is <NUM>, 0.0 elsewhere
+    loc: Tensor  # [B, C]
+    scale: Tensor  # [B, C]
+
+
+def next_token_targets(labels: Tensor, numeric_targets: Tensor | None, attention_mask: Tensor | None,
+                       ignore_index: int = -100, num_token_id: int | None = None) -> NextTokenTargets:
+    r"""The scoring rule (decision D9): position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``)
+    when positions $i$ and $i+1$ are both real tokens and ``labels[i+1] != ignore_index``. All inputs ``[B, S]``;
+    ``is_num`` is all False without a ``num_token_id``."""
+    real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
+    next_labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index)  # [B, S]
+    scored = F.pad(real[:, :-1] & real[:, 1:], (0, 1), value=False) & (next_labels != ignore_index)
+    if numeric_targets is None:
+        next_values = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+    else:
+        next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
+    is_num = scored & (next_labels == num_token_id) if num_token_id is not None else torch.zeros_like(scored)
+    return NextTokenTargets(scored, next_labels.masked_fill(~scored, ignore_index), next_values, is_num)
+
+
+class DecisionHead(ActionNetwork):
+    """`ActionNetwork` plus the threshold, the ``<NUM>`` id and the loss settings of a `CausalQwenConfig`."""
+
+    def __init__(self, config):
+        super().__init__(config.causal_size, config.vocab_size, config.noise_init, config.scale_eps)
+        self.config = config  # the settings stay the config's: the head reads them, never copies them
+        if config.ovr_threshold_per_class or config.learnable_threshold:
+            threshold = torch.full((config.vocab_size,) if config.ovr_threshold_per_class else (), config.ovr_threshold)
+            if config.learnable_threshold:
+                self.ovr_threshold = nn.Parameter(threshold)
+            else:
+                self.register_buffer("ovr_threshold", threshold, persistent=True)
+        else:
+            self.ovr_threshold = config.ovr_threshold  # a plain number
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Decision D7, and every threshold back at ``ovr_threshold``."""
+        super().reset_parameters()
+        if isinstance(getattr(self, "ovr_threshold", None), Tensor):
+            init.constant_(self.ovr_threshold, self.config.ovr_threshold)
+
+    @property
+    def num_token_id(self) -> int:
+        return self.config.num_token_id
+
+    @property
+    def ignore_index(self) -> int:
+        return self.config.ignore_index
+
+    # ---- probabilities and prediction ----
+
+    def log_probabilities(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
+        r"""$(\log P_k, \log(1 - P_k))$, ``[..., V]`` each, from the tail kernel."""
+        on, off = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold)
+        return -on, -off
+
+    def probabilities(self, decision: ActionOutput) -> Tensor:
+        r"""$P_k = P(S_k > C_k)$, ``[..., V]``."""
+        return cauchy.sf(self.ovr_threshold, decision.loc_S, decision.scale_S, checked=False)
+
+    def predict(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
+        r"""$\hat k = \arg\max_k P_k$ (`inference.predicted_token`) and its value, $\mathrm{loc}_Y$ at ``<NUM>`` and 0.0
+        elsewhere (`inference.predicted_value`); ``[...]`` each."""
+        token = inference.predicted_token(decision.loc_S, decision.scale_S, self.ovr_threshold)  # [...]
+        return token, inference.predicted_value(token, decision.loc_Y, self.num_token_id)
+
+    def predict_tiled(self, loc_U: Tensor, scale_U: Tensor) -> Tensor:
+        r"""`predict`'s token under standard inference from the law of $U$ ``[N, C]``, never forming ``[N, V]``
+        (`fused.ovr_argmax`); for metrics at the vocabulary sizes where the decisions would not fit."""
+        threshold = self.ovr_threshold
+        if not isinstance(threshold, Tensor):
+            threshold = torch.tensor(float(threshold), device=loc_U.device)
+        inputs = HeadInputs(None, None, self.classification_head.weight, self.classification_head.bias,
+                            self.noise_scale, threshold)
+        return ovr_argmax(loc_U, scale_U, inputs, default_tiling(loc_U.device, self.scale_eps))
+
+    # ---- one step of generation, in a mode ----
+
+    def decide_step(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
+                    uniform=None, noise=None, generator=None) -> tuple[ActionOutput, Tensor, Tensor]:
+        r"""The decision in one of the four decision modes for rows with law of $U$ ``[..., C]``: the mode's decision
+        input $U'$ (`inference.decision_input_unchecked`) and the class and value laws the action network maps it to
+        (`decide_unchecked`). Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
+        loc, scale = inference.decision_input_unchecked(mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
+                                                        noise=noise, generator=generator)
+        return self.decide_unchecked(loc, scale, abs_weight=abs_weight), loc, scale  # [..., V] x2, [...] x2; U'
+
+    def choose(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
+               uniform=None, noise=None, generator=None, sampling=None) -> Choice:
+        r"""One step's (token, value) for rows with law of $U$ ``[B, C]``, in any of the five modes (decision D11).
+
+        The four decision modes decide (`decide_step`) and take the OvR argmax (`predict`). ``traditional``
+        samples the token from `inference.traditional_probabilities_unchecked` with
+        ``sampling = (temperature, top_k, top_p, normalize)`` on the standard decision input; with
+        ``normalize="softmax"`` that needs the class locations alone (`locations`), so a step costs one
+        $[V, C]$ product, as Qwen's lm_head does, instead of two.
+        """
+        if mode != "traditional":
+            decision, loc, scale = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform,
+                                                    noise=noise, generator=generator)
+            return Choice(*self.predict(decision), loc, scale)  # [B] x2, [B, C] x2
+        temperature, top_k, top_p, normalize = sampling
+        loc, scale = inference.decision_input_unchecked("standard", loc_U, scale_U, self.noise_scale)
+        if normalize == "softmax":
+            (loc_S, loc_Y), scale_S = self.locations(loc), None  # [B, V], [B]
+        else:
+            loc_S, scale_S, loc_Y, _ = self.decide_unchecked(loc, scale, abs_weight=abs_weight)
+        probs = inference.traditional_probabilities_unchecked(loc_S, temperature, top_k, top_p, scale_S=scale_S,
+                                                              threshold=self.ovr_threshold, normalize=normalize)
+        token = inference.sample_token(probs, generator)  # [B]
+        return Choice(token, inference.predicted_value(token, loc_Y, self.num_token_id), loc, scale)
+
+    def step_scores(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
+                    uniform=None, noise=None, generator=None) -> tuple[Tensor, Tensor]:
+        r"""The scores a transformers generation loop picks the next token from, ``[B, V]``, and $\mathrm{loc}_Y$ ``[B]``,
+        for rows with law of $U$ ``[B, C]``: $\log P_k$ of the mode's decision, whose argmax is the mode's
+        choice, or for ``traditional`` the class locations $\mathrm{loc}_S$ of the standard input (`locations`,
+        one $[V, C]$ product), which transformers' temperature, top-k, top-p and softmax sampling then use."""
+        if mode == "traditional":
+            return self.locations(loc_U)  # the standard input's location is loc_U
+        decision, _, _ = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform, noise=noise,
+                                          generator=generator)
+        neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)
+        return -neg_log_p, decision.loc_Y
+
+    # ---- the scoring rule and the loss ----
+
+    def next_token_targets(self, labels: Tensor, numeric_targets: Tensor | None,
+                           attention_mask: Tensor | None) -> NextTokenTargets:
+        """`next_token_targets` with this head's ``ignore_index`` and ``<NUM>`` id."""
+        return next_token_targets(labels, numeric_targets, attention_mask, self.ignore_index, self.num_token_id)
+
+    def loss(self, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets,
+             decision: ActionOutput | None = None) -> tuple[LossParts, Tensor, Tensor]:
+        r"""The total loss of D8–D9 by ``loss_algorithm``; returns the parts, $\mathrm{loc}_Y$ and $\mathrm{scale}_Y$ ``[B, S]``.
+
+        ``literal`` scores the full ``[B, S, V]`` decisions (``decision``, formed here if not given) and
+        autograd differentiates it (twice, if asked). ``fused`` never forms them (`causalqwen.kernels.fused`).
+        """
+        if self.config.loss_algorithm == "literal":
+            decision = decision if decision is not None else self.standard(loc_U, scale_U)
+            parts = total_from_decisions(decision, targets.labels, targets.values, scored=targets.scored,
+                                         settings=self._settings())
+            return parts, decision.loc_Y, decision.scale_Y
+        parts, num_decision = total_from_law_of_U(at_least_float32(loc_U), at_least_float32(scale_U), self,
+                                                  targets.labels, targets.values, scored=targets.scored,
+                                                  settings=self._settings())
+        return parts, num_decision.loc_Y, num_decision.scale_Y
+
+    def _settings(self) -> LossSettings:
+        config = self.config
+        return LossSettings(config.num_token_id, self.ovr_threshold, config.ignore_index, config.regression_weight,
+                            config.gate_alpha, config.detach_gate)

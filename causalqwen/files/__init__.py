@@ -1,0 +1,7 @@
+"""Files and runs: what is read from disk and written to it.
+
+`checkpoint` (what is read, and the checks before it is trusted), `loading` (strict ``from_pretrained`` and Qwen2
+bases), `training_state` (a run's optimizer, scheduler and RNG states, without pickle), `runs` (a training run's
+checkpoints, resume checks and metrics log), `rundir` (output directories: claimed, locked, never through a link),
+`data` (the synthetic corpus, JSONL, batches).
+"""

@@ -1,0 +1,1 @@
+"""transformers and peft integration: Auto classes, model.generate, the pipeline, LoRA."""

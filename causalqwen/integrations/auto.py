@@ -1,0 +1,71 @@
+"""What a saved directory needs so that transformers' Auto classes and ``pipeline`` load CausalQwen from it.
+
+transformers' mechanism for classes that live outside the library: ``config.json`` (``auto_map``,
+``custom_pipelines``) and ``tokenizer_config.json`` (``auto_map``) name them as ``module.Class``, and the
+module is a file in the directory. causalqwen writes that module, `AUTO_MODULE` ``.py``, as a few import
+lines from the installed package, so the directory carries no code of its own. Loading through it needs
+``trust_remote_code=True``: transformers' consent to import a module found in a directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..files.rundir import open_for_writing
+
+AUTO_MODULE = "causalqwen_auto"
+
+AUTO_MODULE_SOURCE = (
+    '"""Written by causalqwen\'s save_pretrained: the classes that config.json and tokenizer_config.json name, '
+    'from the installed causalqwen package (pip install causalqwen)."""\n'
+    "from causalqwen.configuration import CausalQwenConfig  # noqa: F401\n"
+    "from causalqwen.modeling import CausalQwenForCausalLM, CausalQwenModel  # noqa: F401\n"
+    "from causalqwen.integrations.pipelines import NumericTextGenerationPipeline  # noqa: F401\n"
+    "from causalqwen.tokenization import NumericTokenizer  # noqa: F401\n"
+)
+
+MODEL_AUTO_MAP = {
+    "AutoConfig": f"{AUTO_MODULE}.CausalQwenConfig",
+    "AutoModel": f"{AUTO_MODULE}.CausalQwenModel",
+    "AutoModelForCausalLM": f"{AUTO_MODULE}.CausalQwenForCausalLM",
+}
+
+# AutoTokenizer reads a pair (slow class, fast class) and takes the fast one when it is given.
+TOKENIZER_AUTO_MAP = {"AutoTokenizer": [None, f"{AUTO_MODULE}.NumericTokenizer"]}
+
+CUSTOM_PIPELINES = {
+    "text-generation": {
+        "impl": f"{AUTO_MODULE}.NumericTextGenerationPipeline",
+        "pt": ["AutoModelForCausalLM"],
+        "type": "text",
+    }
+}
+
+
+# What save_pretrained writes into its directory (shell patterns): checked beforehand for links
+# (`causalqwen.files.rundir.check_write_targets`), since transformers opens these files itself and follows links.
+MODEL_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
+               AUTO_MODULE + ".py")
+TOKENIZER_FILES = ("*tokenizer*.json", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
+                   "*.model", "chat_template.*", "additional_chat_templates", AUTO_MODULE + ".py")
+
+# The config fields a CausalQwen save_pretrained sets for the saved file only (the model in memory keeps its own).
+SAVED_ONLY_FIELDS = ("auto_map", "custom_pipelines")
+
+
+def write_auto_module(directory: str | os.PathLike) -> None:
+    """Write `AUTO_MODULE` ``.py`` into ``directory`` (the same text every time), never through a link."""
+    with open_for_writing(os.path.join(directory, AUTO_MODULE + ".py")) as handle:
+        handle.write(AUTO_MODULE_SOURCE)
+
+
+def update_json(path: str | os.PathLike, entries: dict) -> None:
+    """Add ``entries`` to the JSON object in ``path`` (written by transformers a moment before); the file is
+    rewritten in place, never through a link (`causalqwen.files.rundir.open_for_writing`)."""
+    with open(path, encoding="utf-8") as handle:
+        content = json.load(handle)
+    content.update(entries)
+    with open_for_writing(path) as handle:
+        json.dump(content, handle, indent=2, ensure_ascii=False, sort_keys=True)
+        handle.write("\n")

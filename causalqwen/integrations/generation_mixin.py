@@ -1,0 +1,232 @@
+r"""transformers-native generation: `CausalQwenForCausalLM.generate` is `GenerationMixin.generate`.
+
+transformers' loop (``GenerationMixin._sample``) runs, per step: the model's ``forward``, then
+``_update_model_kwargs_for_generation``, then the logits processors on ``outputs.logits[:, -1]``, then argmax or
+sampling. CausalQwen adds two things that travel beside the ids, in a `GenerationState` kept in the model kwargs
+(``generation_state``); the model's ``forward`` is the training forward, unchanged:
+
+* **one forward per job.** Each step is the plain ``forward``, asked for the law of $U$ alone
+  (``return_decisions=False``) and without its input check (``check_inputs=False``): ``generate`` checks the prompt
+  once at its door, and every later token and value is the model's own, so a step makes no host synchronisation
+  of its own (per token as many as Qwen2's ``generate``: the loop's stop test, and Qwen2's mask check with padding).
+* **the mode** (decision D11) and its random draws. `_update_model_kwargs_for_generation` (the hook transformers
+  calls with each step's outputs) forms, from the last position's law of $U$, the scores whose argmax is the
+  mode's choice (`GenerationState.step_scores`, `DecisionHead.step_scores`) and writes them into the step's
+  ``logits``: $\log P_k$ for ``standard``, ``causal`` (a fresh draw of $U$ each step, from ``generator``),
+  ``shared_individual`` and ``shared_noise`` (one draw per row for the whole sequence); for ``traditional`` the
+  class locations $\mathrm{loc}_S$, which transformers' own sampling then turns into a token (``do_sample``,
+  ``temperature``, ``top_k``, ``top_p``; its draws come from torch's global RNG). Every logits processor of
+  transformers (``min_new_tokens``, a user's ``logits_processor``, ...) runs on the mode's scores. A step costs what
+  the reference loop's does: one decision, $|W_{\mathrm{cls}}|$ formed once per call.
+* **the values**: the state keeps $\mathrm{loc}_Y$ of the mode's decision; when the chosen token is ``<NUM>``,
+  that value enters ``numeric_values`` beside it (`prepare_inputs_for_generation`), and so the next step's
+  numerical embedding (decision D12).
+
+``return_dict_in_generate=True`` gives a `CausalQwenGenerateOutput`: transformers' output plus
+``numeric_values`` ``[B, S + T]``. `causalqwen.generate` is the reference loop this one is tested
+against (equal sequences and values in every mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import GenerationMixin, PreTrainedTokenizerBase
+from transformers.generation.logits_process import TemperatureLogitsWarper
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from ..checks.doors import refuse_meta
+from ..generation import (
+    check_generator,
+    check_length,
+    check_prompt,
+    mode_draws,
+    widened_values,
+)
+from ..inference import MODES, as_number, check_temperature, predicted_value, tempered_scores
+
+__all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationMixin"]
+
+
+@dataclass
+class CausalQwenGenerateOutput(GenerateDecoderOnlyOutput):
+    r"""transformers' `GenerateDecoderOnlyOutput` plus ``numeric_values`` ``[B, S + T]``: the prompt's values,
+    then $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere."""
+
+    numeric_values: torch.FloatTensor | None = None
+
+
+class GenerationState:
+    """What travels between the steps of transformers' generation loop besides the ids: the mode, its
+    draws, the values beside every token so far, and the last step's $\\mathrm{loc}_Y$ ``[B]``."""
+
+    def __init__(self, mode: str, values: Tensor, draws: dict, num_token_id: int):
+        self.mode = mode
+        self.values = values  # [B, S + t]
+        self.draws = draws  # uniform, noise, generator (causalqwen.generation.mode_draws)
+        self.num_token_id = num_token_id
+        self.abs_weight: Tensor | None = None  # |W_cls|, formed once per generate call
+        self.last_loc_Y: Tensor | None = None  # [B]
+
+    def step_scores(self, head, outputs) -> Tensor:
+        """The mode's scores ``[B, 1, V]`` at the last position of a step's outputs (its law of $U$,
+        ``loc_U`` / ``scale_U`` ``[B, S, C]``); keeps $\\mathrm{loc}_Y$ of the mode's decision for the value."""
+        scores, self.last_loc_Y = head.step_scores(self.mode, outputs.loc_U[:, -1], outputs.scale_U[:, -1],
+                                                   abs_weight=self.abs_weight, **self.draws)  # [B, V], [B]
+        return scores[:, None, :]  # [B, 1, V]
+
+    def catch_up(self, input_ids: Tensor) -> None:
+        """Append the value of the token chosen after the last step: its $\\mathrm{loc}_Y$ if ``<NUM>``, else 0."""
+        if input_ids.shape[1] == self.values.shape[1]:
+            return
+        token = input_ids[:, -1]  # [B]
+        value = predicted_value(token, self.last_loc_Y.to(self.values.dtype), self.num_token_id)  # [B]
+        self.values = torch.cat([self.values, value[:, None]], dim=1)
+
+
+def _new_tokens(kwargs: dict, config, prompt_width: int) -> tuple[int | None, int | None]:
+    """``(new tokens, max_length)``: how many tokens transformers will add at most -- ``max_new_tokens``, else
+    ``max_length`` (then returned too) less the prompt's width -- from the call or the generation config; None
+    where neither is a number (transformers then says what is wrong)."""
+    new_tokens = as_number(kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None)), integer=True)
+    if new_tokens is not None:
+        return new_tokens, None
+    max_length = as_number(kwargs.get("max_length", getattr(config, "max_length", None)), integer=True)
+    if max_length is None:
+        return None, None
+    return max(max_length - prompt_width, 0), max_length
+
+
+# transformers' options that run the model on tokens it did not choose itself (assisted / speculative decoding,
+# prompt lookup, multi-token prediction): the candidates carry no <NUM> values and the modes' draws are per step.
+_ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit", "use_mtp")
+
+
+class _ShiftedTemperatureWarper(TemperatureLogitsWarper):
+    """transformers' temperature warper on the scores shifted by their row maximum: the same distribution (and
+    the same top-k / top-p / min-p cuts after it), but a tiny temperature sends the other classes to -inf
+    instead of the maximum to +inf (NaN) -- as `traditional_probabilities` does in the reference loop."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        return tempered_scores(scores, self.temperature)  # [B, V], <= 0
+
+
+def _refuse_unsupported(kwargs: dict, config) -> None:
+    """transformers' options that would not carry CausalQwen's values or draws, refused by name before generating."""
+    for name in ("num_beams", "num_return_sequences"):
+        if (kwargs.get(name) or getattr(config, name, None) or 1) > 1:
+            raise ValueError(f"{name} > 1 is not supported: the values beside the ids and the modes' draws are "
+                             "kept per row, and transformers would copy and reorder the rows without them")
+    for name in _ASSISTED:
+        value = kwargs[name] if name in kwargs else getattr(config, name, None)
+        if value is not None and value is not False:
+            raise ValueError(f"{name} is not supported: assisted / speculative decoding and prompt lookup run the "
+                             "model on candidate tokens it did not choose, which carry no <NUM> values (and not the "
+                             "mode's draws); generate without it")
+    stop_strings = kwargs.get("stop_strings", getattr(config, "stop_strings", None))
+    tokenizer = kwargs.get("tokenizer")
+    if stop_strings is not None and tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
+        wrapped = "tok.hf_tokenizer" if hasattr(tokenizer, "hf_tokenizer") else "a transformers tokenizer"
+        raise TypeError(f"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase (transformers "
+                        f"reads its vocabulary), got {type(tokenizer).__name__}: pass tokenizer={wrapped}. The stop "
+                        "strings are matched against the tokens' text, where a generated number is the text of "
+                        "the <NUM> token, not its value")
+
+
+class CausalQwenGenerationMixin(GenerationMixin):
+    """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
+
+    def generate(self, inputs: Tensor | None = None, generation_config=None, *, numeric_values: Tensor | None = None,
+                 mode: str | None = None, generator: torch.Generator | None = None, uniform: Tensor | None = None,
+                 noise: Tensor | None = None, **kwargs):
+        r"""transformers' `generate` with CausalQwen's ``mode`` (default: ``generation_config.mode``, else
+        ``"standard"``), ``numeric_values`` beside the prompt ids (required where they hold ``<NUM>``),
+        ``generator`` for the draws of ``causal`` and the shared modes, and ``uniform`` / ``noise`` to fix
+        the shared modes' draws. Every other argument is transformers' own (``max_new_tokens``,
+        ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``, ``stopping_criteria``,
+        ``streamer``, ``return_dict_in_generate``, ...); sampling applies to ``traditional`` only.
+
+        As in the reference loop, ``temperature`` (with ``do_sample=True``) is any finite number > 0, and the
+        division by it is `inference.tempered_scores` (transformers' own would give NaN for a tiny one), so a
+        tiny temperature acts as greedy. Refused up front, by name: ``num_beams`` / ``num_return_sequences`` > 1,
+        assisted / speculative decoding and prompt lookup (``assistant_model``, ``prompt_lookup_num_tokens``,
+        ``assistant_early_exit``, ``use_mtp``: their candidate tokens carry no ``<NUM>`` values), a
+        ``generator`` that is not a ``torch.Generator``, and ``stop_strings`` with a ``tokenizer`` that is not a
+        transformers tokenizer (pass ``tok.hf_tokenizer``; a generated number is matched as the text ``<NUM>``).
+        """
+        input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise TypeError("generate needs input_ids, a [B, S] tensor of token ids")
+        refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=kwargs.get("attention_mask"))
+        for name in ("labels", "numeric_labels"):
+            if name in kwargs:  # transformers would hand it to every forward, which would then score a loss
+                raise TypeError(f"generate() does not take {name}: it continues the prompt and scores nothing; "
+                                "call the model itself with labels to compute a loss")
+        config = generation_config if generation_config is not None else self.generation_config
+        mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if mode != "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
+            raise ValueError(f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
+                             "(pass generator= for its draws)")
+        _refuse_unsupported(kwargs, config)
+        check_generator(generator)
+        if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
+            temperature = kwargs.get("temperature", getattr(config, "temperature", None))
+            if temperature is not None:
+                check_temperature(temperature)
+        num_token_id = self.config.num_token_id
+        if numeric_values is None and bool((input_ids == num_token_id).any()):
+            raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
+                             "tokenizer's numeric_values, or every number would silently become 0")
+        mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
+        if kwargs.get("attention_mask") is None:  # as in the reference loop: every token is real (transformers
+            kwargs["attention_mask"] = mask  # would otherwise take a pad id inside a prompt for padding)
+        new_tokens, max_length = _new_tokens(kwargs, config, input_ids.shape[1])
+        if new_tokens is not None:  # refused now, not after generating up to the last position
+            check_length(self.config, longest, new_tokens, max_length)
+        values = widened_values(numeric_values if numeric_values is not None else torch.zeros(input_ids.shape),
+                                input_ids)
+        draws = mode_draws(self, input_ids, mode, uniform=uniform, noise=noise, generator=generator)
+        state = GenerationState(mode, values, draws, num_token_id)
+        if mode != "traditional":  # traditional's scores are the class locations: no |W_cls| product
+            state.abs_weight = self.action.classification_head.weight.abs()  # [V, C], once per call
+        with torch.no_grad():
+            output = super().generate(input_ids, generation_config=generation_config, generation_state=state,
+                                      **kwargs)
+        sequences = output if isinstance(output, Tensor) else output.sequences
+        state.catch_up(sequences)
+        if isinstance(output, Tensor):
+            return output
+        return CausalQwenGenerateOutput(**output, numeric_values=state.values)
+
+    def _get_logits_processor(self, *args, **kwargs):
+        """transformers' logits processors, its temperature warper shifted by the row maximum first (the same
+        distribution; a tiny temperature acts as greedy, as in the reference loop, instead of giving NaN)."""
+        processors = super()._get_logits_processor(*args, **kwargs)
+        for index, processor in enumerate(processors):
+            if type(processor) is TemperatureLogitsWarper:
+                processors[index] = _ShiftedTemperatureWarper(processor.temperature)
+        return processors
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, generation_state: GenerationState | None = None,
+                                      **kwargs):
+        """transformers' inputs for the next step, with the values of the ids it passes on; the step asks the forward
+        for the law of $U$ alone, on inputs checked at `generate`'s door."""
+        kwargs.pop("tokenizer", None)  # transformers' loop passes on the stop-string tokenizer; the model has no use
+        inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
+        if generation_state is not None:
+            generation_state.catch_up(input_ids)
+            inputs["numeric_values"] = generation_state.values[:, -inputs["input_ids"].shape[1]:]
+            inputs |= {"return_decisions": False, "check_inputs": False}
+        return inputs
+
+    def _update_model_kwargs_for_generation(self, outputs, model_kwargs: dict, *args, **kwargs) -> dict:
+        """transformers' update of the model kwargs; first, the step's ``logits``: the mode's scores at the last
+        position, from the law of $U$ in ``outputs`` (`GenerationState.step_scores`)."""
+        state = model_kwargs.get("generation_state")
+        if state is not None:
+            outputs["logits"] = state.step_scores(self.action, outputs)  # [B, 1, V]
+        return super()._update_model_kwargs_for_generation(outputs, model_kwargs, *args, **kwargs)

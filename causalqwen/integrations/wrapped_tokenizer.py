@@ -1,0 +1,158 @@
+"""The Hugging Face tokenizer inside `causalqwen.tokenization.NumericTokenizer`: all that is asked of it.
+
+`NumericTokenizer` leaves the text between numbers to a transformers tokenizer (Qwen2's). It asks three
+things of it: to hold ``<NUM>`` as a special added token (`add_num_token`), to encode the runs of text
+between numbers with its special-token matching off (`encode_between_numbers`), and to decode a run of
+ordinary ids (`decode_run`). Encoding has a reference path and two fast ones that give the same ids:
+
+* `encode_by_runs`, the reference: every run between numbers encoded on its own, ``<NUM>`` put between;
+* `encode_batch`: each text with its numbers replaced by ``<NUM>``, one call of the Rust tokenizer, whose
+  added-token matching splits the text at ``<NUM>`` and encodes the pieces separately;
+* each *distinct* run encoded once and the rows put together from those (number-dense texts).
+"""
+
+from __future__ import annotations
+
+from tokenizers import AddedToken
+from transformers import PreTrainedTokenizerBase
+
+from ..numbers import NumberMatch
+
+__all__ = ["add_num_token", "runs_between", "encode_between_numbers", "encode_batch", "encode_by_runs", "decode_run"]
+
+
+def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
+    """The id of ``num_token`` in ``hf_tokenizer``, added **in place** as a special token (id K = the size before)
+    unless the tokenizer already holds it as a special added token; a ``ValueError`` if it holds it otherwise."""
+    vocab = hf_tokenizer.get_vocab()
+    if num_token in vocab:
+        num_token_id = vocab[num_token]
+        added = hf_tokenizer.added_tokens_decoder.get(num_token_id)
+        if added is None or not added.special:
+            raise ValueError(
+                f"the tokenizer already has {num_token!r} (id {num_token_id}) but not as a special added "
+                "token, so it could be produced from ordinary text; choose another num_token"
+            )
+        return num_token_id
+    size_before = len(hf_tokenizer)
+    hf_tokenizer.add_tokens(
+        [AddedToken(num_token, special=True, normalized=False, lstrip=False, rstrip=False)],
+        special_tokens=True,
+    )
+    num_token_id = hf_tokenizer.convert_tokens_to_ids(num_token)
+    if num_token_id != size_before or len(hf_tokenizer) != size_before + 1:
+        raise RuntimeError(
+            f"adding {num_token!r} gave it id {num_token_id} and the tokenizer {len(hf_tokenizer)} "
+            f"tokens; expected id {size_before} and {size_before + 1} tokens"
+        )
+    return num_token_id
+
+
+def runs_between(text: str, found: list[NumberMatch]) -> list[str]:
+    """The text before, between and after the numbers: one more run than numbers (runs may be empty)."""
+    runs, position = [], 0
+    for number in found:
+        runs.append(text[position : number.start])
+        position = number.end
+    runs.append(text[position:])
+    return runs
+
+
+def encode_between_numbers(hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
+                           num_token: str, num_token_id: int) -> list[list[int]]:
+    """The ids of every text, given its numbers: the runs between them encoded by ``hf_tokenizer`` and
+    ``num_token_id`` at each number. A text that holds a special token's text (a typed ``"<|endoftext|>"``)
+    takes the reference path (`encode_by_runs`), the others, with a Rust tokenizer, a fast one (`_encode_plain`)."""
+    runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
+    fast = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
+    if fast is not None:
+        specials = [token.content for token in hf_tokenizer.added_tokens_decoder.values() if token.special]
+        plain = [not any(special in text for special in specials) for text in texts]
+    else:
+        plain = [False] * len(texts)
+    id_rows: list[list[int] | None] = [None] * len(texts)
+    quick = [index for index, ok in enumerate(plain) if ok]
+    if quick:
+        for index, ids in zip(quick, _encode_plain(fast, [runs_per_text[i] for i in quick], num_token, num_token_id)):
+            id_rows[index] = ids
+    slow = [index for index, ok in enumerate(plain) if not ok]
+    if slow:
+        for index, ids in zip(slow, encode_by_runs(hf_tokenizer, [runs_per_text[i] for i in slow], num_token_id)):
+            id_rows[index] = ids
+    return id_rows
+
+
+def _encode_plain(fast, runs_per_text: list[list[str]], num_token: str, num_token_id: int) -> list[list[int]]:
+    """The ids of texts that hold no special token's text, by one of two equivalent ways (the Rust tokenizer
+    encodes the text between two ``<NUM>`` on its own either way):
+
+    * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text (`encode_batch`);
+    * each *distinct* text run between numbers once, the rows put together from those, when at most
+      half the runs are distinct: number-dense texts ("1-2-3-...", tables, a batch of similar lines),
+      where the Rust tokenizer would otherwise spend most of its time on ``<NUM>`` after ``<NUM>``.
+    """
+    runs_count = sum(len(runs) for runs in runs_per_text)
+    distinct = list(dict.fromkeys(run for runs in runs_per_text for run in runs if run))
+    if 2 * len(distinct) > runs_count:
+        return encode_batch(fast, [num_token.join(runs) for runs in runs_per_text])
+    ids_of = dict(zip(distinct, encode_batch(fast, distinct)))
+    return [_with_num_ids(runs, [ids_of[run] for run in runs if run], num_token_id) for runs in runs_per_text]
+
+
+def _with_num_ids(runs: list[str], encoded: list[list[int]], num_token_id: int) -> list[int]:
+    """The ids of the non-empty ``runs`` (``encoded``, in order), with ``num_token_id`` between every two runs."""
+    encoded_runs = iter(encoded)
+    ids: list[int] = []
+    for index, run in enumerate(runs):
+        if index:
+            ids.append(num_token_id)
+        if run:
+            ids.extend(next(encoded_runs))
+    return ids
+
+
+def encode_batch(backend, texts: list[str]) -> list[list[int]]:
+    r"""The fast path: texts whose numbers are replaced by ``<NUM>`` (and that hold no other special token's
+    text), encoded in one call of the Rust tokenizer. Its added-token matching splits each text at ``<NUM>``
+    and encodes the pieces separately: the same ids as `encode_by_runs`, at a fraction of the calls.
+    Truncation and padding are off, as the wrapped tokenizer sets them for a call without either."""
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    previous_flag = backend.encode_special_tokens
+    backend.encode_special_tokens = False
+    try:
+        encodings = backend.encode_batch(texts, add_special_tokens=False)
+    finally:
+        backend.encode_special_tokens = previous_flag
+    return [encoding.ids for encoding in encodings]
+
+
+def encode_by_runs(hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[list[str]],
+                   num_token_id: int) -> list[list[int]]:
+    """The reference path: the text runs between numbers of every text encoded in one call, special-token
+    matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text), then ``<NUM>`` ids put between them."""
+    flat = [run for runs in runs_per_text for run in runs if run]
+    encoded = iter(_encode_text_runs(hf_tokenizer, flat))
+    return [_with_num_ids(runs, [next(encoded) for run in runs if run], num_token_id) for runs in runs_per_text]
+
+
+def _encode_text_runs(hf_tokenizer: PreTrainedTokenizerBase, runs: list[str]) -> list[list[int]]:
+    """Token ids of each text run, with no special tokens added and none recognised in the text."""
+    if not runs:
+        return []
+    backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+    previous_flag = getattr(backend, "encode_special_tokens", None)
+    try:
+        encoded = hf_tokenizer(runs, add_special_tokens=False, split_special_tokens=True)
+    finally:
+        # The fast tokenizer leaves the flag set on its Rust backend; put it back as it was.
+        if previous_flag is not None and backend.encode_special_tokens != previous_flag:
+            backend.encode_special_tokens = previous_flag
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+def decode_run(hf_tokenizer: PreTrainedTokenizerBase, ids: list[int], skip_special_tokens: bool) -> str:
+    """Decode a run of ordinary ids exactly, without any clean-up of spaces."""
+    return hf_tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)

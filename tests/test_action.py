@@ -1,0 +1,232 @@
+"""The action network (decision D7), `causalqwen.action`: noise infusion and the linear Cauchy closure.
+
+Oracles: the closed forms of D7 in float64 NumPy (also as a Hypothesis property over weights, laws and noise),
+SciPy's Cauchy law (Monte Carlo KS of the sampled decisions, the survival function for the gate's P_<NUM>).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from causalqwen import cauchy
+from causalqwen.action import (
+    ActionNetwork,
+    check_law,
+    noise_infused_scale,
+    num_probability,
+)
+from causalqwen.losses import ovr_classification_loss
+
+# ---- the action network (D7) ----
+
+
+def _action(C=6, V=9, noise_init=0.1, seed=0):
+    torch.manual_seed(seed)
+    net = ActionNetwork(C, V, noise_init=noise_init).double()
+    with torch.no_grad():
+        net.classification_head.weight.normal_()
+        net.classification_head.bias.normal_()
+    return net
+
+
+def test_action_forward_is_noise_infusion_then_linear_closure():
+    net = _action()
+    g = torch.Generator().manual_seed(1)
+    loc_U = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    scale_U = torch.rand(2, 3, 6, generator=g, dtype=torch.float64) + 0.1
+    out = net(loc_U, scale_U)
+    W, b = net.classification_head.weight.detach(), net.classification_head.bias.detach()
+    w, c = net.regression_head.weight.detach()[0], net.regression_head.bias.detach()[0]
+    fused = scale_U + net.b_noise.detach().abs()  # scale_U + |b_noise|
+    # float64 einsum oracle of the closed forms in D7
+    torch.testing.assert_close(out.loc_S, torch.einsum("bsc,vc->bsv", loc_U, W) + b)
+    torch.testing.assert_close(out.scale_S, torch.einsum("bsc,vc->bsv", fused, W.abs()))
+    torch.testing.assert_close(out.loc_Y, torch.einsum("bsc,c->bs", loc_U, w) + c)
+    torch.testing.assert_close(out.scale_Y, torch.einsum("bsc,c->bs", fused, w.abs()))
+    torch.testing.assert_close(net.noise_scale, torch.full((6,), 0.1, dtype=torch.float64), rtol=1e-7, atol=0)
+    # decide() adds no noise
+    direct = net.decide(loc_U, scale_U)
+    torch.testing.assert_close(direct.scale_S, torch.einsum("bsc,vc->bsv", scale_U, W.abs()))
+
+
+def test_locations_alone_equal_the_decisions_locations():
+    """`locations` (what traditional sampling needs) is the float64 closed form, and bit-equal to `decide`'s."""
+    net = _action()
+    g = torch.Generator().manual_seed(4)
+    loc = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    scale = torch.rand(2, 3, 6, generator=g, dtype=torch.float64)
+    loc_S, loc_Y = net.locations(loc)
+    W, b = net.classification_head.weight.detach(), net.classification_head.bias.detach()
+    w, c = net.regression_head.weight.detach()[0], net.regression_head.bias.detach()[0]
+    torch.testing.assert_close(loc_S, torch.einsum("bsc,vc->bsv", loc, W) + b)
+    torch.testing.assert_close(loc_Y, torch.einsum("bsc,c->bs", loc, w) + c)
+    decided = net.decide(loc, scale)
+    assert torch.equal(loc_S, decided.loc_S) and torch.equal(loc_Y, decided.loc_Y)
+
+
+def test_action_init_values():
+    net = ActionNetwork(32, 50, noise_init=0.25)
+    assert bool((net.b_noise == 0.25).all())
+    assert bool((net.classification_head.bias == 0).all()) and bool((net.regression_head.bias == 0).all())
+    bound = math.sqrt(6.0 / (32 + 1))  # Xavier-uniform bound for a [1, 32] weight
+    w = net.regression_head.weight
+    assert bool((w.abs() <= bound).all()) and w.abs().max().item() > 0.5 * bound
+
+
+def test_noise_infused_decision_monte_carlo_ks():
+    """Sample U and the exogenous noise, push through the linear heads, compare with the closed form."""
+    net = _action(C=4, V=3, noise_init=0.7, seed=2)
+    loc_U = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
+    scale_U = torch.tensor([0.3, 1.0, 0.2, 2.0], dtype=torch.float64)
+    rng = np.random.default_rng(5)
+    n = 20_000
+    u = stats.cauchy.rvs(loc=loc_U.numpy(), scale=scale_U.numpy(), size=(n, 4), random_state=rng)
+    eps = stats.cauchy.rvs(loc=0.0, scale=0.7, size=(n, 4), random_state=rng)
+    W = net.classification_head.weight.detach().numpy()
+    b = net.classification_head.bias.detach().numpy()
+    scores = (u + eps) @ W.T + b  # [n, V]
+    out = net(loc_U, scale_U)
+    for k in range(3):
+        law = stats.cauchy(loc=out.loc_S[k].item(), scale=out.scale_S[k].item())
+        assert stats.kstest(scores[:, k], law.cdf).pvalue > 1e-3
+    y = (u + eps) @ net.regression_head.weight.detach().numpy()[0] + net.regression_head.bias.item()
+    assert stats.kstest(y, stats.cauchy(loc=out.loc_Y.item(), scale=out.scale_Y.item()).cdf).pvalue > 1e-3
+
+
+def test_b_noise_gradient_nonzero_at_default_init_and_zero_at_zero_init():
+    """The documented pitfall: d|b|/db = 0 at b = 0 in PyTorch, so a zero-initialised noise never learns."""
+    loc_U = torch.randn(2, 3, 6, dtype=torch.float64)
+    scale_U = torch.rand(2, 3, 6, dtype=torch.float64) + 0.1
+    labels = torch.randint(0, 9, (2, 3))
+    def loss(net):
+        out = net(loc_U, scale_U)
+        return ovr_classification_loss(out.loc_S, out.scale_S, labels, threshold=1.0).sum()
+
+    for noise_init, expect_zero in ((0.1, False), (0.0, True)):
+        net = _action(noise_init=noise_init)
+        loss(net).backward()
+        grad = net.b_noise.grad
+        assert bool((grad == 0).all()) == expect_zero, (noise_init, grad)
+        if not expect_zero:  # the gradient is the loss's slope: central differences in float64
+            for j in range(6):
+                step = torch.zeros(6, dtype=torch.float64)
+                step[j] = 1e-6
+                with torch.no_grad():
+                    net.b_noise += step
+                    up = loss(net)
+                    net.b_noise -= 2 * step
+                    down = loss(net)
+                    net.b_noise += step
+                assert float(grad[j]) == pytest.approx(float(up - down) / 2e-6, rel=1e-5, abs=1e-8)
+
+
+def test_decision_scales_are_clamped_at_scale_eps():
+    net = ActionNetwork(3, 4, noise_init=0.0, scale_eps=1e-4)
+    with torch.no_grad():
+        net.classification_head.weight.zero_()  # an all-zero row would give scale_S = 0
+    out = net.decide(torch.zeros(3), torch.ones(3))
+    assert bool((out.scale_S == 1e-4).all())
+    # the floored law is a proper Cauchy law: its density at its location is 1 / (pi eps)
+    expected = torch.full((4,), -math.log(math.pi * 1e-4))
+    torch.testing.assert_close(cauchy.log_prob(torch.zeros(4), out.loc_S, out.scale_S), expected, rtol=1e-6, atol=0)
+
+
+# ---- closure under the action map, as a property ----
+
+
+@given(
+    C=st.integers(1, 5),
+    V=st.integers(1, 6),
+    seed=st.integers(0, 2**31 - 1),
+    noise=st.floats(-3.0, 3.0),
+    scale_eps=st.sampled_from([1e-6, 1e-2]),
+)
+def test_closure_law_of_S_and_Y_is_the_float64_closed_form(C, V, seed, noise, scale_eps):
+    r"""S = W (U + eps) + b, U ~ Cauchy(loc_U, scale_U), eps ~ Cauchy(0, |b_noise|): loc_S = W loc_U + b and
+    scale_S = max(|W| max(scale_U + |b_noise|, eps_s), eps_s), the same for Y (NumPy, float64, one class at a time)."""
+    rng = np.random.default_rng(seed)
+    net = ActionNetwork(C, V, noise_init=noise, scale_eps=scale_eps).double()
+    W, b = rng.normal(size=(V, C)) * 3, rng.normal(size=V)
+    w, c = rng.normal(size=C), rng.normal()
+    with torch.no_grad():
+        net.classification_head.weight.copy_(torch.from_numpy(W))
+        net.classification_head.bias.copy_(torch.from_numpy(b))
+        net.regression_head.weight.copy_(torch.from_numpy(w)[None])
+        net.regression_head.bias.fill_(c)
+    loc_U, scale_U = rng.normal(size=(3, C)) * 10, rng.exponential(size=(3, C))
+    out = net(torch.from_numpy(loc_U), torch.from_numpy(scale_U))
+    noise_scale = np.abs(net.b_noise.detach().numpy())  # |b_noise|: noise_init, as the float32 parameter holds it
+    scale_in = np.maximum(scale_U + noise_scale, scale_eps)  # [3, C]
+    for k in range(V):
+        np.testing.assert_allclose(out.loc_S[:, k].detach().numpy(), loc_U @ W[k] + b[k], rtol=1e-12, atol=1e-12)
+        expected = np.maximum(scale_in @ np.abs(W[k]), scale_eps)
+        np.testing.assert_allclose(out.scale_S[:, k].detach().numpy(), expected, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out.loc_Y.detach().numpy(), loc_U @ w + c, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.scale_Y.detach().numpy(), np.maximum(scale_in @ np.abs(w), scale_eps), rtol=1e-12)
+
+
+# ---- the doors and the trusted forms ----
+
+
+def test_forward_is_standard_is_decide_of_the_noise_infused_input():
+    net = _action()
+    g = torch.Generator().manual_seed(9)
+    loc_U = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    scale_U = torch.rand(4, 6, generator=g, dtype=torch.float64)
+    infused = noise_infused_scale(scale_U, net.noise_scale)
+    torch.testing.assert_close(infused, scale_U + net.b_noise.detach().abs(), rtol=0, atol=0)
+    for got, want, trusted, also in zip(net(loc_U, scale_U), net.decide(loc_U, infused), net.standard(loc_U, scale_U),
+                                        net.decide_unchecked(loc_U, infused)):
+        assert torch.equal(got, want) and torch.equal(got, trusted) and torch.equal(got, also)
+
+
+def test_classes_keep_those_columns_in_that_order():
+    net = _action()
+    loc, scale = torch.randn(2, 6, dtype=torch.float64), torch.rand(2, 6, dtype=torch.float64)
+    full = net.decide(loc, scale)
+    some = net.decide(loc, scale, classes=[7, 2], abs_weight=net.classification_head.weight.abs())
+    # a product over 2 classes need not round as one over 9 does: equal to float64 precision
+    torch.testing.assert_close(some.loc_S, full.loc_S[:, [7, 2]], rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(some.scale_S, full.scale_S[:, [7, 2]], rtol=1e-14, atol=1e-14)
+    assert torch.equal(some.loc_Y, full.loc_Y) and torch.equal(some.scale_Y, full.scale_Y)
+
+
+@pytest.mark.parametrize("arguments,error,match", [
+    ((torch.zeros(1, 5).tolist(), torch.ones(1, 5)), TypeError, "loc_U must be a torch.Tensor"),
+    ((torch.zeros(1, 5, dtype=torch.long), torch.ones(1, 5)), TypeError, "loc_U must be a floating-point tensor"),
+    ((torch.zeros(1, 4), torch.ones(1, 4)), ValueError, r"loc_U must have last dimension C = 5, got shape \(1, 4\)"),
+    ((torch.zeros(1, 5), torch.ones(5, 1)), ValueError, r"scale_U must have last dimension C = 5, got shape \(5, 1\)"),
+    ((torch.zeros(()), torch.ones(())), ValueError, "loc_U must have last dimension C = 5"),
+    ((torch.zeros(1, 5), torch.full((1, 5), -1.0)), ValueError, r"scale_U must be >= 0 everywhere \(a Cauchy scale\); found -1\.0"),
+    ((torch.zeros(1, 5), torch.full((1, 5), math.nan)), ValueError, "scale_U must be >= 0 everywhere"),
+])
+def test_the_doors_refuse_a_law_that_is_not_one(arguments, error, match):
+    net = ActionNetwork(5, 3)
+    with pytest.raises(error, match=match):
+        net(*arguments)
+    with pytest.raises(error, match=match.replace("_U", "")):
+        net.decide(*arguments)
+    with pytest.raises(error, match=match):
+        check_law(*arguments, 5, ("loc_U", "scale_U"))
+
+
+def test_check_law_takes_c_from_loc_when_not_given():
+    check_law(torch.zeros(2, 3), torch.zeros(2, 3))  # a zero scale is a (degenerate) law: the floor handles it
+    with pytest.raises(ValueError, match=r"scale must have last dimension C = 3, got shape \(2, 4\)"):
+        check_law(torch.zeros(2, 3), torch.ones(2, 4))
+
+
+@pytest.mark.parametrize("threshold", [2.5, torch.tensor(-1.0), torch.linspace(-3.0, 3.0, 7)])
+def test_num_probability_is_the_cauchy_survival_function_at_the_num_threshold(threshold):
+    g = torch.Generator().manual_seed(3)
+    loc, scale = torch.randn(4, 5, generator=g, dtype=torch.float64) * 4, torch.rand(4, 5, generator=g, dtype=torch.float64)
+    num = 4
+    c = float(threshold[num]) if isinstance(threshold, torch.Tensor) and threshold.dim() else float(threshold)
+    expected = stats.cauchy.sf(c, loc=loc.numpy(), scale=scale.numpy() + 0.1)
+    got = num_probability(loc, scale + 0.1, threshold, num)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=0)

@@ -1,0 +1,244 @@
+"""Executable specification of the configuration (causalqwen.configuration): every field checked once, when a config
+is made or loaded.
+
+The kinds of the Qwen2 backbone's fields are transformers' ``@strict`` type validation; CausalQwen's own fields'
+kinds, every range, the backbone's sizes and rotary parameters are `CausalQwenConfig.__post_init__`'s. A nonsense
+value in a saved ``config.json`` (or the CausalQwen ``mode`` of a saved ``generation_config.json``) is a
+``ValueError`` naming the file and the field, raised before the model is built (never a model that loads and emits
+NaN, never a raw ``KeyError`` / ``AssertionError``). The oracles are the ranges the spec gives (decisions D2-D14),
+written out here, independent of the code's tables.
+"""
+
+import json
+import math
+import re
+import shutil
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from causalqwen import CausalQwenForCausalLM
+from causalqwen.app.cli import main
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.configuration import (
+    SETTING_LIMIT,
+    CausalQwenConfig,
+    conversion_settings,
+)
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    tiny.model.save_pretrained(path)
+    tiny.tokenizer.save_pretrained(path)
+    return path
+
+
+def _edited(saved_model, tmp_path, **fields):
+    target = tmp_path / "model"
+    shutil.copytree(saved_model, target)
+    config = json.loads((target / "config.json").read_text())
+    rope = fields.pop("rope", None)
+    if rope is not None:
+        fields["rope_parameters"] = config["rope_parameters"] | rope
+    (target / "config.json").write_text(json.dumps(config | fields))
+    return target
+
+
+BAD_FIELDS = [
+    (dict(rms_norm_eps=-1.0), "rms_norm_eps must be a number in (0, 1e+30], got -1.0"),
+    (dict(rms_norm_eps=0.0), "rms_norm_eps must be a number in (0, 1e+30], got 0.0"),
+    (dict(rms_norm_eps=float("nan")), "rms_norm_eps must be finite, got nan"),
+    (dict(rms_norm_eps=-1), "rms_norm_eps"),  # an int where a float belongs: @strict's type check names it
+    (dict(rope={"rope_theta": 0}), "rope_parameters.rope_theta must be a finite number in (0, 1e+30], got 0"),
+    (dict(rope={"rope_theta": -5}), "rope_parameters.rope_theta must be a finite number in (0, 1e+30], got -5"),
+    (dict(rope={"rope_theta": float("inf")}), "rope_parameters.rope_theta must be a finite number"),
+    (dict(rope={"rope_type": "bogus"}),
+     "rope_parameters.rope_type must be one of default, dynamic, linear, llama3, longrope"),
+    (dict(rope={"rope_type": "linear"}), "config field rope_parameters: Missing required keys"),  # no factor
+    (dict(attention_dropout=1.0), "attention_dropout must be a number in [0, 1), got 1.0"),
+    (dict(attention_dropout=-0.5), "attention_dropout must be a number in [0, 1), got -0.5"),
+    (dict(initializer_range=-1.0), "initializer_range must be a number in [0, 1e+30], got -1.0"),
+    (dict(pad_token_id=99999), "pad_token_id must be null or an id in [0, vocab_size=704), got 99999"),
+    (dict(bos_token_id=-1), "bos_token_id must be null or an id in [0, vocab_size=704), got -1"),
+    (dict(eos_token_id=[600, 704]), "eos_token_id must be null or an id in [0, vocab_size=704), got [600, 704]"),
+    (dict(hidden_act="bogus"), "hidden_act must be one of "),
+    (dict(num_attention_heads=0), "num_attention_heads must be a positive integer, got 0"),
+    (dict(num_key_value_heads=0), "num_key_value_heads must be an integer in [1, num_attention_heads=4]"),
+    (dict(num_attention_heads=3), "hidden_size (64) must be divisible by num_attention_heads (3)"),
+    (dict(num_key_value_heads=8), "num_key_value_heads must be an integer in [1, num_attention_heads=4]"),
+    (dict(num_key_value_heads=3), "num_attention_heads (4) must be divisible by num_key_value_heads (3)"),
+    (dict(num_attention_heads=64), "hidden_size / num_attention_heads (64 / 64) must give an even head size"),
+    (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
+    (dict(dtype="bogus"), 'dtype must be one of float16, bfloat16, float32, float64, "auto" or null, got \'bogus\''),
+    (dict(dtype="int8"), 'dtype must be one of float16, bfloat16, float32, float64, "auto" or null'),
+]
+
+
+@pytest.mark.parametrize("fields, message", BAD_FIELDS)
+def test_a_nonsense_backbone_field_is_refused_naming_file_and_field(saved_model, tmp_path, fields, message):
+    target = _edited(saved_model, tmp_path, **fields)
+    file = str(target / "config.json")
+    for load in (CausalQwenConfig.from_pretrained, CausalQwenForCausalLM.from_pretrained):
+        with pytest.raises(ValueError, match=rf"^{re.escape(file)}: .*{re.escape(message)}"):
+            load(target)
+
+
+def test_the_backbone_checks_apply_to_a_config_made_in_code():
+    with pytest.raises(ValueError, match=r"^config field hidden_act must be one of .*silu.*, got 'bogus'$"):
+        CausalQwenConfig(num_token_id=0, hidden_act="bogus")
+    with pytest.raises(ValueError, match=r"^config field torch_dtype must be one of float16"):
+        CausalQwenConfig(num_token_id=0, torch_dtype="bogus")
+    with pytest.raises(ValueError, match=r"num_attention_heads \(32\) must be divisible by num_key_value_heads \(3\)"):
+        CausalQwenConfig(num_token_id=0, num_key_value_heads=3)
+    with pytest.raises(ValueError, match=r"rope_parameters\.rope_theta must be a finite number .* got -5\.0"):
+        CausalQwenConfig(num_token_id=0, rope_theta=-5.0, rope_parameters=None)  # the legacy spelling too
+    with pytest.raises(ValueError, match=r"^config field dtype must be one of .* got torch\.int8$"):
+        CausalQwenConfig(num_token_id=0, dtype=torch.int8)
+
+
+def test_sound_backbone_fields_still_load(saved_model, tmp_path):
+    target = _edited(saved_model, tmp_path, dtype="auto", eos_token_id=[600, 601], pad_token_id=None,
+                     hidden_act="gelu", rope={"rope_theta": 5e5}, attention_dropout=0.1, initializer_range=0.0)
+    config = CausalQwenConfig.from_pretrained(target)
+    assert config.dtype is None and config.eos_token_id == [600, 601] and config.pad_token_id is None
+    assert math.isclose(config.rope_parameters["rope_theta"], 5e5) and config.hidden_act == "gelu"
+    assert CausalQwenConfig(num_token_id=0, dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert CausalQwenConfig(num_token_id=0, torch_dtype="float16").dtype == torch.float16
+    CausalQwenForCausalLM.from_pretrained(target)
+
+
+@pytest.mark.parametrize("fields", [dict(rms_norm_eps=-1.0), dict(pad_token_id=99999), dict(hidden_act="bogus"),
+                                    dict(rope={"rope_type": "bogus"}), dict(num_attention_heads=0),
+                                    dict(dtype="bogus")])
+def test_the_cli_refuses_a_nonsense_backbone_field_with_exit_2_and_one_line(saved_model, tmp_path, capsys, fields):
+    target = _edited(saved_model, tmp_path, **fields)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--model", str(target), "--prompt", "a 1"])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    name = next(iter(fields)).replace("rope", "rope_parameters.rope_type")
+    assert re.search(rf"config field {re.escape(name)}", lines[-1]) and "Traceback" not in "\n".join(lines)
+    assert len([line for line in lines if line.startswith("causalqwen")]) == 1
+
+
+# ----- generation_config.mode -----
+
+def _with_mode(tmp_path, mode):
+    model = build_tiny_causal_lm(seed=0, init_seed=0).model
+    model.generation_config.mode = mode
+    path = tmp_path / "model"
+    model.save_pretrained(path)
+    return model, path
+
+
+def test_a_saved_generation_mode_survives_save_and_from_pretrained(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model, path = _with_mode(tmp_path, "causal")
+    saved = json.loads((path / "generation_config.json").read_text())
+    assert saved["mode"] == "causal" and saved["_from_model_config"] is False
+    assert model.generation_config._from_model_config is True  # the model in memory is left as it was
+    assert CausalQwenForCausalLM.from_pretrained(path).generation_config.mode == "causal"
+    assert AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).generation_config.mode == "causal"
+
+
+def test_a_mode_saved_beside_from_model_config_true_is_restored(tmp_path):
+    _, path = _with_mode(tmp_path, "shared_noise")
+    file = path / "generation_config.json"
+    file.write_text(json.dumps(json.loads(file.read_text()) | {"_from_model_config": True}))  # what 0.x wrote
+    assert CausalQwenForCausalLM.from_pretrained(path).generation_config.mode == "shared_noise"
+
+
+def test_an_invalid_saved_generation_mode_is_refused_naming_file_and_field(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    _, path = _with_mode(tmp_path, "causal")
+    file = path / "generation_config.json"
+    for from_model_config in (False, True):
+        file.write_text(json.dumps(json.loads(file.read_text()) | {"mode": "bogus",
+                                                                  "_from_model_config": from_model_config}))
+        message = rf"^{re.escape(str(file))}: generation_config field mode must be one of standard, causal, .* got 'bogus'$"
+        with pytest.raises(ValueError, match=message):
+            CausalQwenForCausalLM.from_pretrained(path)
+        with pytest.raises(ValueError, match=message):
+            AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+
+
+def test_saving_an_invalid_generation_mode_is_refused_before_writing(tmp_path):
+    model = build_tiny_causal_lm(seed=0, init_seed=0).model
+    model.generation_config.mode = "bogus"
+    with pytest.raises(ValueError, match=r"^generation_config field mode must be one of standard, .* got 'bogus'$"):
+        model.save_pretrained(tmp_path / "model")
+    assert not (tmp_path / "model").exists() or not any((tmp_path / "model").iterdir())
+
+
+# ----- @strict's kind checks of the backbone, and CausalQwen's own -----
+
+@pytest.mark.parametrize("field, value", [("vocab_size", True), ("hidden_size", 64.0), ("use_cache", 1),
+                                          ("rms_norm_eps", 1), ("eos_token_id", [1, True]), ("sliding_window", 1.5)])
+def test_strict_refuses_a_backbone_field_of_the_wrong_kind_naming_it(field, value):
+    with pytest.raises(StrictDataclassError, match=rf"field '{field}'"):
+        CausalQwenConfig(num_token_id=0, **{field: value})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("detach_gate", "false", r"^config field detach_gate must be true or false \(a JSON boolean\), got 'false'$"),
+    ("learnable_threshold", 1, "^config field learnable_threshold must be true or false"),
+    ("num_token_id", 1.5, r"^config field num_token_id must be an integer, got 1\.5$"),
+    ("noise_init", True, "^config field noise_init must be a number, got True$"),
+    ("ovr_threshold", "100", "^config field ovr_threshold must be a number, got '100'$"),
+])
+def test_a_causalqwen_field_of_the_wrong_kind_is_a_type_error_naming_it(field, value, message):
+    with pytest.raises(TypeError, match=message):
+        CausalQwenConfig(**{"num_token_id": 0, field: value})
+
+
+def test_integer_reals_are_stored_as_floats():
+    config = CausalQwenConfig(num_token_id=0, noise_init=1, ovr_threshold=-3, attention_dropout=0)
+    assert (config.noise_init, config.ovr_threshold, config.attention_dropout) == (1.0, -3.0, 0.0)
+    assert all(type(v) is float for v in (config.noise_init, config.ovr_threshold, config.attention_dropout))
+
+
+# The ranges of the real-valued settings, as the spec states them (SETTING_LIMIT = 1e30 bounds the magnitudes).
+REAL_RANGES = {
+    "gate_alpha": lambda v: 0 <= v <= 1,
+    "regression_weight": lambda v: 0 <= v <= 1e30,
+    "abduction_scale_init": lambda v: 0 < v <= 1e30,
+    "scale_eps": lambda v: 1e-30 <= v <= 1e30,
+    "noise_init": lambda v: -1e30 <= v <= 1e30,
+    "ovr_threshold": lambda v: -1e30 <= v <= 1e30,
+    "rms_norm_eps": lambda v: 0 < v <= 1e30,
+    "attention_dropout": lambda v: 0 <= v < 1,
+}
+
+
+@given(field=st.sampled_from(sorted(REAL_RANGES)),
+       value=st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64),
+                       st.sampled_from([0.0, 1.0, 1e-30, 1e30, -1e30, 1.0000001e30, 0.9999999])))
+def test_a_real_setting_is_accepted_exactly_inside_its_range(field, value):
+    assert SETTING_LIMIT == 1e30
+    if REAL_RANGES[field](value):
+        assert getattr(CausalQwenConfig(num_token_id=0, **{field: value}), field) == value
+    else:
+        with pytest.raises(ValueError, match=rf"^config field {field} must be a number in "):
+            CausalQwenConfig(num_token_id=0, **{field: value})
+
+
+@given(field=st.sampled_from(sorted(REAL_RANGES)), value=st.sampled_from([math.nan, math.inf, -math.inf]))
+def test_a_real_setting_that_is_not_finite_is_named_as_such(field, value):
+    with pytest.raises(ValueError, match=rf"^config field {field} must be finite, got "):
+        CausalQwenConfig(num_token_id=0, **{field: value})
+
+
+@given(threshold=st.floats(min_value=-1e30, max_value=1e30))
+def test_a_threshold_given_alone_fixes_it_and_a_rule_with_it_is_refused(threshold):
+    """from_qwen's settings (D14): ``ovr_threshold`` alone means the rule "fixed"; with a rule it is a conflict."""
+    assert conversion_settings({"ovr_threshold": threshold}, None)["ovr_threshold_init"] == "fixed"
+    with pytest.raises(ValueError, match="fixes the threshold"):
+        conversion_settings({"ovr_threshold": threshold, "ovr_threshold_init": "top_two_midpoint"}, None)

@@ -1,0 +1,227 @@
+"""The package's shape, checked: the top level is the design's sections, infrastructure lives in sub-packages,
+and the code stays small and literal (issue 29).
+
+The rules, read from the source with `ast` (nothing is imported to measure it):
+
+- the top level of ``causalqwen/`` is exactly `SECTIONS` plus the sub-packages `SUBPACKAGES`;
+- every module opens with a docstring that says what it is;
+- no module is longer than 500 lines (``cauchy``, one cohesive toolkit in named sections, may be);
+- no function body is longer than 50 lines, its docstring excluded (the command line's argument table is);
+- no function takes more than 6 positional parameters (``self`` counted): more goes keyword-only or into a
+  small dataclass;
+- no module imports another's private (``_underscored``) name, or reads one through a module;
+- no import cycle among the modules of ``causalqwen``, ``validation`` or ``benchmarks``, deferred imports included;
+- every section module has its own test file, ``tests/test_<module>.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("causalqwen", "validation", "benchmarks")
+
+# The design's sections, in the order a number travels from text to loss (causalqwen/__init__.py lists them).
+SECTIONS = ("cauchy", "numbers", "tokenization", "embedding", "abduction", "action", "decision", "losses",
+            "inference", "generation", "configuration", "initialization", "modeling", "training", "divergence",
+            "metrics")
+SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 50
+MAX_POSITIONAL = 6
+LONG_MODULES_ALLOWED = {"causalqwen/cauchy.py"}
+LONG_FUNCTIONS_ALLOWED = {("causalqwen/app/cli.py", "build_parser")}  # the argument table
+
+
+def python_files(package: str) -> list[Path]:
+    return sorted(path for path in (ROOT / package).rglob("*.py") if "data" not in path.relative_to(ROOT).parts[1:-1])
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+ALL_FILES = [path for package in PACKAGES for path in python_files(package)]
+FILE_IDS = [str(path.relative_to(ROOT)) for path in ALL_FILES]
+
+
+def functions(tree: ast.Module):
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def body_length(function: ast.FunctionDef) -> int:
+    """Lines from the first statement after the docstring to the end of the function."""
+    body = function.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return 0 if not body else function.end_lineno - body[0].lineno + 1
+
+
+def imported_modules(path: Path, tree: ast.Module) -> set[str]:
+    """Every module of `PACKAGES` that ``path`` imports, anywhere in it (deferred imports count)."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    targets = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if node.module:
+                targets.add(module)
+            targets |= {f"{module}.{alias.name}" for alias in node.names}
+    return {target for target in targets if target.split(".")[0] in PACKAGES}
+
+
+def test_the_top_level_is_the_design_sections_and_the_infrastructure_sub_packages():
+    entries = {path.stem for path in (ROOT / "causalqwen").glob("*.py")} - {"__init__"}
+    packages = {path.name for path in (ROOT / "causalqwen").iterdir() if (path / "__init__.py").exists()}
+    assert entries == set(SECTIONS)
+    assert packages == set(SUBPACKAGES)
+    table_of_contents = importlib.import_module("causalqwen").__doc__
+    for name in SECTIONS + SUBPACKAGES:
+        assert f"``{name}``" in table_of_contents, name
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_every_module_says_what_it_is_and_stays_small(path):
+    tree = parsed(path)
+    docstring = ast.get_docstring(tree)
+    assert docstring and len(docstring.split()) >= 3, f"{path.name} needs a docstring naming its section or role"
+    relative = str(path.relative_to(ROOT))
+    if relative not in LONG_MODULES_ALLOWED:
+        assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_MODULE_LINES
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_functions_are_short_and_take_few_positional_parameters(path):
+    relative = str(path.relative_to(ROOT))
+    too_long, too_many = [], []
+    for function in functions(parsed(path)):
+        if body_length(function) > MAX_FUNCTION_LINES and (relative, function.name) not in LONG_FUNCTIONS_ALLOWED:
+            too_long.append(f"{function.name} (line {function.lineno}): {body_length(function)} lines")
+        positional = len(function.args.posonlyargs) + len(function.args.args)
+        if positional > MAX_POSITIONAL:
+            too_many.append(f"{function.name} (line {function.lineno}): {positional} positional parameters")
+    assert too_long == [] and too_many == []
+
+
+def module_aliases(path: Path, tree: ast.Module) -> set[str]:
+    """The local names under which ``path`` binds modules of `PACKAGES` (``from . import cauchy``, ``import x as y``)."""
+    modules = {module_name(other) for other in ALL_FILES}
+    imported = imported_modules(path, tree)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if any(target in modules and target.endswith("." + alias.name.split(".")[-1]) or target == alias.name
+                       for target in imported):
+                    names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=FILE_IDS)
+def test_no_private_name_is_used_across_modules(path):
+    tree = parsed(path)
+    aliases = module_aliases(path, tree)
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES):
+            uses += [f"from {'.' * node.level}{node.module or ''} import {alias.name}" for alias in node.names
+                     if alias.name.startswith("_") and not alias.name.startswith("__")]
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            uses.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
+    assert uses == []
+
+
+def test_there_is_no_import_cycle():
+    graph = {module_name(path): imported_modules(path, parsed(path)) for path in ALL_FILES}
+    modules = set(graph)
+    edges = {name: {target for target in targets if target in modules and target != name}
+             for name, targets in graph.items()}
+    # a package's __init__ importing its own sub-modules is not a cycle with them: drop edges into a parent
+    edges = {name: {target for target in targets if not name.startswith(target + ".")} for name, targets in edges.items()}
+    cycles, state = [], {}
+
+    def visit(name, trail):
+        state[name] = "open"
+        for target in sorted(edges[name]):
+            if state.get(target) == "open":
+                cycles.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, trail + [target])
+        state[name] = "done"
+
+    for name in sorted(modules):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_section_has_its_own_test_file(section):
+    test_file = ROOT / "tests" / f"test_{section}.py"
+    assert test_file.exists()
+    assert f"causalqwen.{section}" in test_file.read_text(encoding="utf-8") or \
+        f"from causalqwen import {section}" in test_file.read_text(encoding="utf-8")
+
+
+OLD_PATHS = importlib.import_module("causalqwen.integrations.old_paths").OLD_PATHS
+
+
+@pytest.mark.parametrize("old", sorted(OLD_PATHS))
+def test_an_old_import_path_is_an_alias_that_warns(old):
+    new = importlib.import_module(OLD_PATHS[old])
+    import sys
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=OLD_PATHS[old].replace(".", r"\.")):
+        alias = importlib.import_module(old)
+    public = [name for name in vars(new) if not name.startswith("_")]
+    assert public and all(getattr(alias, name) is getattr(new, name) for name in public)
+
+
+def test_the_old_paths_name_no_module_that_still_exists():
+    for old, new in OLD_PATHS.items():
+        relative = Path(*old.split("."))
+        assert not (ROOT / relative.with_suffix(".py")).exists() and not (ROOT / relative).is_dir(), old
+        assert importlib.util.find_spec(new) is not None, new
+
+
+def test_a_directory_saved_before_the_move_loads_through_transformers(tmp_path):
+    """A directory whose causalqwen_auto.py imports the old paths (``causalqwen.pipelines``) loads with the Auto
+    classes and ``pipeline``, and gives the same next-token locations as the class loaded directly."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    from causalqwen import CausalQwenForCausalLM, NumericTextGenerationPipeline, NumericTokenizer
+
+    saved = ROOT / "tests" / "data" / "saved_before_d14"
+    assert "from causalqwen.pipelines import" in (saved / "causalqwen_auto.py").read_text(encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(saved, trust_remote_code=True)
+        generator = pipeline("text-generation", model=str(saved), trust_remote_code=True)
+    direct = CausalQwenForCausalLM.from_pretrained(saved)
+    assert type(model).__name__ == "CausalQwenForCausalLM" and type(tokenizer).__name__ == "NumericTokenizer"
+    assert isinstance(generator, NumericTextGenerationPipeline) or type(generator).__name__ == "NumericTextGenerationPipeline"
+    encoding = NumericTokenizer.from_pretrained(saved)(["It costs 2.5 dollars."])
+    with torch.no_grad():
+        ids, values = encoding.input_ids, encoding.numeric_values
+        assert torch.equal(model(ids, values).loc_S, direct(ids, values).loc_S)
+    out = generator("It costs 3 dollars and", max_new_tokens=3)
+    assert out[0]["generated_text"].startswith("It costs 3 dollars and")
