@@ -5,7 +5,8 @@ receives. Everything downstream is the same closed-form Cauchy algebra
 (`ActionNetwork.decide`), followed by the OvR argmax (`predict`).
 
 This module owns the rules of D11 once: the decision input of each mode (`decision_input`), the OvR argmax
-(`predicted_token`), the value beside a token (`predicted_value`) and the traditional sampling distribution
+(`predicted_token`; `causalqwen.kernels.fused.ovr_argmax` is its tiled fast path for the standard decision,
+tested equal to it), the value beside a token (`predicted_value`) and the traditional sampling distribution
 (`traditional_probabilities`). Each public door checks its arguments and then runs its trusted form
 (``*_unchecked``, or the two ``predicted_*`` functions), which `DecisionHead` calls on inputs the model has checked.
 

@@ -194,6 +194,32 @@ def test_an_old_import_path_is_an_alias_that_warns(old):
     assert public and all(getattr(alias, name) is getattr(new, name) for name in public)
 
 
+def test_an_old_path_split_in_two_gives_the_names_of_both_and_still_runs_with_python_m(tmp_path):
+    """``causalqwen.cli`` became ``causalqwen.app.cli`` and ``causalqwen.app.commands``: the old path serves the names
+    of both (docs once imported ``load_model_and_tokenizer`` from it), and ``python -m causalqwen.cli`` (torchrun's
+    form) runs the command line, with the warning."""
+    import subprocess
+    import sys
+
+    from causalqwen.app import cli, commands
+
+    sys.modules.pop("causalqwen.cli", None)
+    with pytest.warns(DeprecationWarning):
+        old = importlib.import_module("causalqwen.cli")
+    assert old.load_model_and_tokenizer is commands.load_model_and_tokenizer and old.main is cli.main
+    run = subprocess.run([sys.executable, "-W", "always", "-m", "causalqwen.cli", "convert", "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "usage: causalqwen convert" in run.stdout and "moved to causalqwen.app.cli" in run.stderr
+
+
+def test_the_old_checks_module_names_import_from_the_checks_package():
+    from causalqwen import checks
+    from causalqwen.checks import values
+
+    assert all(getattr(checks, name) is getattr(values, name) for name in values.__all__)
+
+
 def test_the_old_paths_name_no_module_that_still_exists():
     for old, new in OLD_PATHS.items():
         relative = Path(*old.split("."))

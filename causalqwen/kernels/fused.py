@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import cauchy
-from ..action import class_law, scale_floor
+from ..action import class_law, noise_infused_scale, scale_floor
 from ..checks.values import check_labels, check_positive_int, check_threshold
 from .compiled import compiled
 
@@ -88,7 +88,7 @@ class _Rows(NamedTuple):
 
 def _scored_rows(inputs: HeadInputs, labels: Tensor, rows: Tensor, dtype, scale_eps: float) -> _Rows:
     loc = inputs.loc_U[rows].to(dtype)  # [n, C]
-    scale_raw = inputs.scale_U[rows].to(dtype) + inputs.noise_scale.to(dtype)  # [n, C], as ActionNetwork.forward
+    scale_raw = noise_infused_scale(inputs.scale_U[rows].to(dtype), inputs.noise_scale.to(dtype))  # [n, C]
     return _Rows(loc, scale_floor(scale_raw, scale_eps), scale_raw < scale_eps, labels[rows])
 
 
@@ -277,7 +277,7 @@ def ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tilin
 
 def _ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tiling, dtype, gemm) -> Tensor:
     loc = loc_U.to(dtype)  # [N, C]
-    scale = scale_floor(scale_U.to(dtype) + inputs.noise_scale.to(dtype), tiling.scale_eps)  # [N, C]
+    scale = scale_floor(noise_infused_scale(scale_U.to(dtype), inputs.noise_scale.to(dtype)), tiling.scale_eps)  # [N, C]
     loc_g, scale_g = loc.to(gemm), scale.to(gemm)
     best = torch.full((loc.shape[0],), torch.inf, dtype=dtype, device=loc.device)  # smallest -log P so far
     token = torch.zeros(loc.shape[0], dtype=torch.long, device=loc.device)
