@@ -156,7 +156,8 @@ class CausalQwenConfig(Qwen2Config):
     model_type = "causal_qwen"
     # What transformers.Trainer leaves out of the outputs it gathers in evaluation: the losses and counts (the
     # loss is gathered on its own), the cache (``cache`` from transformers 5.24 on) and the [B, S, V] decisions;
-    # loc_U and scale_U come first (causalqwen.metrics.TrainerMetrics reads them).
+    # what a batch with labels gathers is (loc_U, scale_U, loc_Y, scale_Y, numeric_labels), in that order
+    # (causalqwen.metrics.TrainerMetrics reads them; docs/training.md, "With transformers' Trainer").
     keys_to_ignore_at_inference = ["cls_loss", "reg_loss", "n_cls", "n_reg", "loc_S", "scale_S", "past_key_values",
                                    "cache", "logits", "hidden_states", "attentions", "targets"]
 

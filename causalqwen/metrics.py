@@ -183,12 +183,16 @@ class TrainerMetrics:
         Trainer(model, args, eval_dataset=..., data_collator=..., compute_metrics=metrics.compute_metrics,
                 preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics)
 
-    Trainer passes `preprocess_logits_for_metrics` each evaluation batch's outputs -- $\mathrm{loc}_U$ and
-    $\mathrm{scale}_U$ first, since `CausalQwenConfig.keys_to_ignore_at_inference` leaves out the losses, counts
-    and cache -- and its labels ``(labels, numeric_labels)``. It keeps per position ``[B, S, 4 + 2C]``: the
-    prediction, $\mathrm{loc}_Y$ and the two OvR sums at scored positions (`position_statistics`), then
-    $\mathrm{loc}_U$ and $\mathrm{scale}_U$, not the ``[B, S, V]`` decisions. Trainer concatenates the batches
-    (padding with -100), and `compute_metrics` forms the metrics from them. On one batch they equal
+    Any collator whose batches hold ``labels`` will do: transformers' ``default_data_collator`` on rows of
+    ``input_ids``, ``numeric_values``, ``attention_mask``, ``labels``, or `causalqwen.files.data.collate`.
+    Trainer passes `preprocess_logits_for_metrics` each evaluation batch's outputs -- ``(loc_U, scale_U, loc_Y,
+    scale_Y, numeric_labels)``, since `CausalQwenConfig.keys_to_ignore_at_inference` leaves out the losses, counts,
+    cache and ``[B, S, V]`` decisions -- and its labels: ``labels`` (Trainer's label names are ``["labels"]``,
+    `causalqwen.integrations.trainer`), or the pair ``(labels, numeric_labels)`` with
+    ``TrainingArguments(label_names=["labels", "numeric_labels"])``. It keeps per position ``[B, S, 5 + 2C]``: the
+    prediction, $\mathrm{loc}_Y$ and the two OvR sums at scored positions (`position_statistics`), the numeric
+    label, then $\mathrm{loc}_U$ and $\mathrm{scale}_U$, not the ``[B, S, V]`` decisions. Trainer concatenates the
+    batches (padding with -100), and `compute_metrics` forms the metrics from them. On one batch they equal
     `evaluate_batch` with the same generator.
 
     Trainer hands over no attention mask, so the labels stand for it: a position is scored when the next
@@ -205,39 +209,46 @@ class TrainerMetrics:
 
     @torch.no_grad()
     def preprocess_logits_for_metrics(self, outputs, labels) -> Tensor:
-        r"""``[B, S, 4 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, OvR sum (standard, causal) at
-        scored positions (0 elsewhere), then $\mathrm{loc}_U$, $\mathrm{scale}_U$."""
+        r"""``[B, S, 5 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, OvR sum (standard, causal) at
+        scored positions (0 elsewhere), the numeric label, then $\mathrm{loc}_U$, $\mathrm{scale}_U$."""
         loc_U, scale_U = outputs[0], outputs[1]  # [B, S, C] each
-        labels, numeric_labels = _label_pair(labels)
+        labels, numeric_labels = _label_pair(labels, outputs)
         head = self.model.action
         scored = head.next_token_targets(labels, numeric_labels, None).scored  # [B, S]
         stats = position_statistics(head, loc_U[scored], scale_U[scored], self.generator, self.max_decision_elements)
-        per_position = torch.zeros(*scored.shape, 4, device=loc_U.device)  # [B, S, 4], float32: ids < 2^24 exact
-        per_position[scored] = torch.stack([stats[name].float() for name in ("predicted", "loc_Y", "sums",
-                                                                             "sums_causal")], -1)
-        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 4 + 2C]
+        per_position = torch.zeros(*scored.shape, 5, device=loc_U.device)  # [B, S, 5], float32: ids < 2^24 exact
+        per_position[scored, :4] = torch.stack([stats[name].float() for name in ("predicted", "loc_Y", "sums",
+                                                                                 "sums_causal")], -1)
+        if numeric_labels is not None:
+            per_position[..., 4] = numeric_labels.float()
+        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 5 + 2C]
 
     def compute_metrics(self, prediction) -> dict[str, float]:
         """The metrics of `evaluate_batch` from Trainer's ``EvalPrediction`` of the whole evaluation set."""
-        kept = torch.as_tensor(prediction.predictions)  # [N, S, 4 + 2C]
-        labels, numeric_labels = (torch.as_tensor(part) for part in _label_pair(prediction.label_ids))
+        kept = torch.as_tensor(prediction.predictions)  # [N, S, 5 + 2C]
+        label_ids = prediction.label_ids
+        labels = torch.as_tensor(label_ids[0] if isinstance(label_ids, (tuple, list)) else label_ids)  # [N, S]
         head = self.model.action
-        targets = head.next_token_targets(labels, numeric_labels, None)
+        targets = head.next_token_targets(labels, kept[..., 4], None)
         scored = targets.scored
         stats = {"predicted": kept[..., 0][scored].round().long(), "loc_Y": kept[..., 1][scored],
                  "sums": kept[..., 2][scored], "sums_causal": kept[..., 3][scored]}
-        causal_size = (kept.shape[-1] - 4) // 2
+        causal_size = (kept.shape[-1] - 5) // 2
         labelled = labels != head.ignore_index  # [N, S]
-        loc_U, scale_U = kept[..., 4:4 + causal_size][labelled], kept[..., 4 + causal_size:][labelled]
+        loc_U, scale_U = kept[..., 5:5 + causal_size][labelled], kept[..., 5 + causal_size:][labelled]
         return _metrics(head.num_token_id, stats, targets, loc_U, scale_U)
 
 
-def _label_pair(labels) -> tuple:
-    """``(labels, numeric_labels)`` from what Trainer passes: the tuple of the batch's label columns."""
-    if not isinstance(labels, (tuple, list)) or len(labels) != 2:
-        raise ValueError("TrainerMetrics needs the labels (labels, numeric_labels): use causalqwen.files.data.collate, or "
-                         'set TrainingArguments(label_names=["labels", "numeric_labels"])')
-    return labels[0], labels[1]
+def _label_pair(labels, outputs) -> tuple:
+    """``(labels, numeric_labels)`` from what Trainer passes: ``labels`` alone, the numeric labels then being the
+    model's output ``numeric_labels`` (its fifth gathered output; None without numeric values), or the pair of
+    label columns."""
+    if isinstance(labels, torch.Tensor):
+        return labels, outputs[4] if len(outputs) > 4 else None
+    if isinstance(labels, (tuple, list)) and len(labels) == 2:
+        return labels[0], labels[1]
+    raise ValueError("TrainerMetrics needs the batches' labels: Trainer's label names must be [\"labels\"] (the "
+                     'default) or ["labels", "numeric_labels"]; got ' + f"{type(labels).__name__}")
 
 
 def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:

@@ -69,6 +69,7 @@ from .integrations.auto import (
     write_auto_module,
 )
 from .integrations.generation_mixin import CausalQwenGenerationMixin
+from .integrations.trainer import signature_for_trainer
 
 # CausalQwenConfig is imported from here by directories saved before causalqwen.configuration existed
 __all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
@@ -150,6 +151,9 @@ class CausalQwenOutput(ModelOutput):
             or $\mathrm{loc}_S$ for ``traditional`` (`causalqwen.integrations.generation_mixin`).
         targets: with ``labels``, what each position was scored against (`causalqwen.decision.NextTokenTargets`:
             ``scored``, ``labels``, ``values``, ``is_num``, ``[B, S]`` each), so that metrics need not rebuild them.
+        numeric_labels: with ``labels``, the numeric labels the loss read, ``[B, S]`` as given (not shifted):
+            ``numeric_labels``, or ``numeric_values`` without them. `Trainer` gathers it for ``compute_metrics``,
+            whose labels are ``labels`` alone (`causalqwen.integrations.trainer`).
     """
 
     loss: torch.FloatTensor | None = None
@@ -171,6 +175,7 @@ class CausalQwenOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
     logits: torch.FloatTensor | None = None
     targets: NextTokenTargets | None = None
+    numeric_labels: torch.FloatTensor | None = None
 
 
 _ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids", "cache", "past_key_values",
@@ -366,6 +371,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         ``attention_mask[i+1]`` are both 1 and ``labels[i+1] != ignore_index``. The loss algorithm is
         ``config.loss_algorithm``.
 
+        For `transformers.Trainer` the signature leaves out the optional ``numeric_labels``
+        (`causalqwen.integrations.trainer`): Trainer takes every parameter named *label* for a required label and
+        scores an evaluation batch only when it holds them all; with ``["labels"]`` alone, ``evaluate()`` reports
+        ``eval_loss`` for any batch with ``labels`` (``default_data_collator``'s too). Renaming the parameter
+        would break callers; the function still takes ``numeric_labels`` fifth or by keyword.
+
         ``return_decisions`` (default: only when no ``labels`` are given) fills ``loc_S``/``scale_S``
         ``[B, S, V]`` and ``logits`` ($\mathrm{loc}_S$); ``logits_to_keep`` > 0 forms them for the last that many
         positions only. Neither changes how the loss is computed. Without decisions and without ``labels`` the
@@ -378,6 +389,8 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         cache = _one_cache(cache, past_key_values)
         for name in _GENERATION_LOOP_ARGS:  # positions come from position_ids; the output always is a dict
             kwargs.pop(name, None)
+        if "inputs_embeds" in kwargs and kwargs["inputs_embeds"] is None:  # peft's PeftModel passes it, always None
+            del kwargs["inputs_embeds"]
         check_keywords("forward", kwargs, _FORWARD_ARGS)
         if return_decisions is None:
             return_decisions = labels is None
@@ -397,12 +410,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
                            scale_Y=decision.scale_Y, logits=decision.loc_S)
         if labels is not None:
             window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
-            targets = self.action.next_token_targets(
-                labels, numeric_labels if numeric_labels is not None else numeric_values, window)
+            numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
+            targets = self.action.next_token_targets(labels, numeric_labels, window)
             every_position = decision if logits_to_keep == 0 else None  # the literal loss reuses full decisions
             parts, fields["loc_Y"], fields["scale_Y"] = self.action.loss(loc_U, scale_U, targets, every_position)
             fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
-                           n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets)
+                           n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets, numeric_labels=numeric_labels)
         return CausalQwenOutput(**fields, **{CACHE_NAME: getattr(law, CACHE_NAME)}, hidden_states=law.hidden_states,
                                 attentions=law.attentions)
 
@@ -473,6 +486,9 @@ def _copy_base_weights(base: Qwen2ForCausalLM, model: CausalQwenForCausalLM) -> 
                          f"unexpected {sorted(unexpected)}")
     model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)
 
+
+# what transformers.Trainer reads for its label names: numeric_labels is optional, labels alone are required
+CausalQwenForCausalLM.forward.__signature__ = signature_for_trainer(CausalQwenForCausalLM.forward)
 
 AutoModel.register(CausalQwenConfig, CausalQwenModel, exist_ok=True)
 AutoModelForCausalLM.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)

@@ -53,7 +53,7 @@ from .integrations.lora import is_peft_model
 from .metrics import evaluate_batch, with_log_prefixes
 
 __all__ = [
-    "PRESETS", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable", "parameter_groups",
+    "PRESETS", "DEFAULT_WARMUP_RATIO", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable", "parameter_groups",
     "optimizer_and_schedule", "globally_normalized_loss", "loss_and_gradients", "training_metrics", "train",
 ]
 
@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 PRESETS = ("causal", "abduction", "all", "lora")
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # the largest learning_rate, weight_decay, max_grad_norm
 SEED_MAX = 2**32 - 1  # the largest seed: NumPy seeds with 32 bits, and one seed drives torch, NumPy and Python
+DEFAULT_WARMUP_RATIO = 0.1  # the warm-up of a run that gives neither warmup_steps nor warmup_ratio
 
 
 @dataclass
@@ -72,7 +73,7 @@ class TrainingConfig:
     batch_size: int = 16
     learning_rate: float = 3e-3
     weight_decay: float = 0.01
-    warmup_steps: int = 50
+    warmup_steps: int | None = None  # linear warm-up steps; None: ceil(warmup_ratio * steps) (`num_warmup_steps`)
     max_grad_norm: float = 1.0
     preset: str = "causal"
     eval_every: int = 100
@@ -82,15 +83,20 @@ class TrainingConfig:
     report_to: str | None = None  # "tensorboard" or "wandb", if installed
     max_u_divergence: float | None = None  # epsilon of the bound on how far U moves from the base (causalqwen.divergence)
     divergence_dual_lr: float = 1.0  # eta_mu, the dual-ascent step of the bound's Lagrange multiplier
+    save_total_limit: int | None = None  # keep the newest N checkpoints of the run; None or 0: all (as transformers')
+    warmup_ratio: float | None = None  # warm-up as a fraction of ``steps``, in [0, 1]; None: DEFAULT_WARMUP_RATIO
 
     def __post_init__(self):
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         # NumPy scalars and 0-d tensors are taken as the Python numbers they hold (stored as such, so that
         # the settings compare and serialise as plain JSON); booleans and strings are refused by name.
-        for name in ("steps", "batch_size", "eval_every", "save_every", "log_every", "warmup_steps", "seed"):
+        for name in ("steps", "batch_size", "eval_every", "save_every", "log_every", "warmup_steps", "seed",
+                     "save_total_limit"):
+            if name in ("warmup_steps", "save_total_limit") and getattr(self, name) is None:
+                continue
             value = as_number(getattr(self, name), integer=True)
-            lowest = 0 if name in ("warmup_steps", "seed") else 1
+            lowest = 0 if name in ("warmup_steps", "seed", "save_total_limit") else 1
             if value is None or value < lowest:
                 kind = "a positive int" if lowest else "an int >= 0"
                 raise ValueError(f"{name} must be {kind}, got {getattr(self, name)!r}")
@@ -117,6 +123,12 @@ class TrainingConfig:
                 f"weight_decay each step), got learning_rate={self.learning_rate!r} * weight_decay="
                 f"{self.weight_decay!r} = {self.learning_rate * self.weight_decay:g}"
             )
+        if self.report_to not in (None, "tensorboard", "wandb"):
+            raise ValueError(f'report_to must be "tensorboard", "wandb" or None, got {self.report_to!r}')
+        self._check_optional_numbers()
+
+    def _check_optional_numbers(self) -> None:
+        """The bound's settings and the warm-up ratio (which excludes ``warmup_steps``), stored as Python floats."""
         if self.max_u_divergence is not None:
             value = as_number(self.max_u_divergence)
             if value is None or not math.isfinite(value) or value < 0:
@@ -126,8 +138,22 @@ class TrainingConfig:
         if value is None or not math.isfinite(value) or value < 0:
             raise ValueError(f"divergence_dual_lr must be a finite number >= 0, got {self.divergence_dual_lr!r}")
         self.divergence_dual_lr = value
-        if self.report_to not in (None, "tensorboard", "wandb"):
-            raise ValueError(f'report_to must be "tensorboard", "wandb" or None, got {self.report_to!r}')
+        if self.warmup_ratio is not None:
+            ratio = as_number(self.warmup_ratio)
+            if ratio is None or not 0 <= ratio <= 1:
+                raise ValueError(f"warmup_ratio must be a number from 0 to 1 or None, got {self.warmup_ratio!r}")
+            if self.warmup_steps is not None:
+                raise ValueError(f"warmup_steps ({self.warmup_steps!r}) and warmup_ratio ({ratio!r}) exclude each other: "
+                                 "give one (warmup_ratio applies when warmup_steps is not given)")
+            self.warmup_ratio = ratio
+
+    @property
+    def num_warmup_steps(self) -> int:
+        """The schedule's warm-up steps: ``warmup_steps`` if given, else ``ceil(warmup_ratio * steps)``
+        (`DEFAULT_WARMUP_RATIO` when neither is given), as transformers' ``TrainingArguments.get_warmup_steps``."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        return math.ceil((DEFAULT_WARMUP_RATIO if self.warmup_ratio is None else self.warmup_ratio) * self.steps)
 
 
 def set_trainable(model, preset: str) -> list[str]:
@@ -145,27 +171,19 @@ def set_trainable(model, preset: str) -> list[str]:
         chosen = {id(parameter) for name, parameter in model.named_parameters()
                   if ".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name}
     else:
-        modules = {
-            "all": [model],
-            "causal": [model.model.numerical_embedding, model.model.abduction, model.action],  # the head owns C_k
-            "abduction": [model.model.abduction],
-        }[preset]
+        modules = {"all": [model], "abduction": [model.model.abduction],  # causal: the head owns C_k
+                   "causal": [model.model.numerical_embedding, model.model.abduction, model.action]}[preset]
         chosen = {id(parameter) for module in modules for parameter in module.parameters()}
-    names = []
-    for name, parameter in model.named_parameters():
+    for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in chosen)
-        if parameter.requires_grad:
-            names.append(name)
-    return names
+    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
 
 
 def parameter_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups: trainable matrices (``dim >= 2``) decay, everything else does not."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    return [
-        {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
-    ]
+    return [{"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0}]
 
 
 @dataclass
@@ -184,10 +202,10 @@ class TrainingState:
 
 
 def optimizer_and_schedule(model, config: TrainingConfig):
-    """AdamW on `parameter_groups` and its schedule: ``warmup_steps`` of linear warm-up, then cosine decay to 0
-    at ``steps``."""
+    """AdamW on `parameter_groups` and its schedule: `TrainingConfig.num_warmup_steps` of linear warm-up, then
+    cosine decay to 0 at ``steps``."""
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
-    return optimizer, get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
+    return optimizer, get_cosine_schedule_with_warmup(optimizer, config.num_warmup_steps, config.steps)
 
 
 def _rank() -> int:
@@ -222,7 +240,6 @@ class TrainingDiverged(ValueError):
     """Training produced a non-finite loss or gradient (or parameters that break the forward pass)."""
 
 
-
 @torch.no_grad()
 def training_metrics(model, out) -> dict[str, float]:
     """The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
@@ -239,18 +256,9 @@ def training_metrics(model, out) -> dict[str, float]:
     }
 
 
-def train(
-    model,
-    train_dataset: TextDataset,
-    config: TrainingConfig,
-    eval_batch: dict[str, torch.Tensor] | None = None,
-    out_dir: str | os.PathLike | RunDirectory | None = None,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-    allow_changed_settings: bool = False,
-) -> list[dict]:
+def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch: dict[str, torch.Tensor] | None = None,
+          out_dir: str | os.PathLike | RunDirectory | None = None, *, resume: bool = False, overwrite: bool = False,
+          progress: bool = True, allow_changed_settings: bool = False, print_eval: bool = False) -> list[dict]:
     """Train ``model`` in place; return the history (one dict of metrics per logged step).
 
     ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics. With
@@ -261,7 +269,9 @@ def train(
     ``resume`` continues from the newest checkpoint and refuses one whose model config, training
     settings (all of `TrainingConfig` but the logging intervals and ``report_to``) or data
     (SHA-256 of the tokenized texts) differ from this run's, naming each difference;
-    ``allow_changed_settings`` continues anyway (the result is then no longer the uninterrupted run's).
+    ``allow_changed_settings`` continues anyway (the result is then no longer the uninterrupted run's). A resumed
+    config that gives no warm-up takes the run's own (`causalqwen.files.runs.with_recorded_warmup`).
+    ``print_eval`` prints a line of eval metrics each time they are computed (`causalqwen.files.runs.eval_line`).
 
     Under ``torchrun`` (an initialised process group) the model is wrapped in DDP, each process reads its
     shard of every global batch (``batch_size`` per process), and the loss is normalised over the
@@ -273,9 +283,8 @@ def train(
         raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
     scored = sum(int(len(train_dataset[i]["input_ids"]) >= 2) for i in range(len(train_dataset)))
     if scored == 0:
-        raise ValueError(
-            f"none of the {len(train_dataset)} training texts has two tokens: there is no next token to learn from"
-        )
+        raise ValueError(f"none of the {len(train_dataset)} training texts has two tokens: there is no next token "
+                         "to learn from")
     run_dir, owned = None, False
     if isinstance(out_dir, RunDirectory):
         run_dir = out_dir
@@ -285,7 +294,7 @@ def train(
         out_dir = os.fspath(out_dir) if out_dir is not None else None
         state = _start(model, train_dataset, config, eval_batch, out_dir, writes=run_dir is not None,
                        resume=resume, allow_changed_settings=allow_changed_settings)
-        return _steps(state, train_dataset, eval_batch, out_dir, progress)
+        return _steps(state, train_dataset, eval_batch, out_dir, progress, print_eval)
     finally:
         if owned:
             run_dir.release()
@@ -295,8 +304,10 @@ def _start(model, train_dataset, config, eval_batch, out_dir, *, writes: bool, r
            allow_changed_settings: bool) -> TrainingState:
     """The state at the run's first step: seeds, trainable parameters, the bound, AdamW and its schedule, then
     (``resume``) the newest checkpoint's. ``writes``: this process writes ``training_config.json``."""
-    settings = runs.run_settings(config, train_dataset, eval_batch)
     checkpoint = runs.latest_checkpoint(out_dir) if (resume and out_dir) else None
+    if resume and out_dir:  # a warm-up not given is the run's own
+        config = runs.with_recorded_warmup(config, out_dir, checkpoint)
+    settings = runs.run_settings(config, train_dataset, eval_batch)
     if writes and checkpoint is None:
         if resume and os.path.exists(os.path.join(out_dir, runs.CONFIG_FILE)):
             runs.check_config_file(out_dir, config, allow_changed_settings)
@@ -394,13 +405,12 @@ def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSa
     loader = DataLoader(train_dataset, batch_size=config.batch_size, sampler=sampler, drop_last=True,
                         collate_fn=partial(collate, pad_token_id=train_dataset.pad_token_id))
     if len(loader) == 0:
-        raise ValueError(
-            f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on {world} process(es)"
-        )
+        raise ValueError(f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on "
+                         f"{world} process(es)")
     return sampler, loader
 
 
-def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: bool) -> list[dict]:
+def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: bool, print_eval: bool) -> list[dict]:
     """The optimisation steps from ``state.step`` on (the numbered list in the module docstring), then the model
     in eval mode; returns the history."""
     model, config = state.model, state.config
@@ -411,7 +421,7 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
     if eval_batch is not None:
         eval_batch = {key: value.to(device) for key, value in eval_batch.items()}
     sampler, loader = _loader(train_dataset, config, rank, world)
-    log = runs.MetricsLog(out_dir, config.report_to, state.step) if rank == 0 else None
+    log = runs.MetricsLog(out_dir, config.report_to, state.step, print_eval=print_eval) if rank == 0 else None
     bar = tqdm(total=config.steps, initial=state.step, disable=not progress or rank != 0, desc="training")
 
     while state.step < config.steps:
@@ -458,10 +468,8 @@ def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
     model, config, step = state.model, state.config, state.step
     record = {}
     if step % config.log_every == 0 or step == config.steps:
-        record |= training_metrics(model, out) | {
-            "train/grad_norm": float(grad_norm),
-            "train/learning_rate": state.scheduler.get_last_lr()[0],
-        }
+        record |= training_metrics(model, out) | {"train/grad_norm": float(grad_norm),
+                                                   "train/learning_rate": state.scheduler.get_last_lr()[0]}
         if state.bound is not None:
             record |= state.bound.metrics()
     if eval_batch is not None and (step % config.eval_every == 0 or step == config.steps):

@@ -320,3 +320,75 @@ def test_resuming_a_run_converted_another_way_says_how_to_convert_it_again(qwen_
     assert "differs in abduction_scale_init, ovr_threshold, ovr_threshold_init" in err and "--init drafts" in err
     assert cli.main([*args, "--steps", "4", "--resume", "--allow-changed-settings", "--init", "drafts"]) == 0
     assert (run / "checkpoint-4").exists()
+
+
+def _subcommand_parsers():
+    """Each subcommand's parser, by name, from the argument table."""
+    import argparse
+
+    parser = cli.build_parser()
+    (subparsers,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return subparsers.choices
+
+
+def test_every_option_of_every_subcommand_has_help_that_shows_its_default(capsys):
+    parsers = _subcommand_parsers()
+    assert set(parsers) == set(cli.COMMANDS)
+    checked = 0
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            if action.dest == "help":
+                continue
+            option = f"causalqwen {name} {action.option_strings[0]}"
+            assert action.help, f"{option} has no help text"
+            shown = action.help % dict(vars(action), prog=parser.prog)  # as argparse expands it
+            if action.required:
+                assert "(required)" in shown, option
+                continue
+            assert "(default: " in shown, f"{option}: its help does not show its default: {shown!r}"
+            if action.default not in (None, False):  # a value: the help shows that very value
+                assert f"(default: {action.default})" in shown or f"(default: {action.default!r})" in shown, option
+            checked += 1
+        with pytest.raises(SystemExit):
+            cli.main([name, "--help"])  # every help text renders
+        assert "(default: " in capsys.readouterr().out
+    assert checked == 48  # walkthrough 2, generate 9, demo 3, train 28, convert 6 options that are not required
+
+
+def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoints_and_prints_each_eval(
+        qwen_dir, tmp_path, capsys):
+    import json
+    import math
+
+    from causalqwen.files import runs
+    from causalqwen.files.data import synthetic_texts
+
+    data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(40, seed=0))
+    held_out = _jsonl(tmp_path / "eval.jsonl", synthetic_texts(8, seed=1))
+    run = tmp_path / "run"
+    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--eval-data", held_out, "--out", str(run),
+                     "--steps", "4", "--batch-size", "4", "--learning-rate", "1e-3", "--log-every", "1",
+                     "--eval-every", "2", "--save-every", "1", "--save-total-limit", "2"]) == 0
+    out = capsys.readouterr().out
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    # warm-up: ceil(0.1 * 4) = 1 step, then cosine decay to 0 at step 4; the rate after step s:
+    expected = [1e-3 * 0.5 * (1 + math.cos(math.pi * (step - 1) / 3)) for step in (1, 2, 3, 4)]
+    assert [r["train/learning_rate"] for r in records] == pytest.approx(expected, rel=1e-12, abs=1e-20)
+    assert max(r["train/learning_rate"] for r in records) == 1e-3
+
+    assert sorted(name for name in os.listdir(run) if name.startswith("checkpoint-")) == ["checkpoint-3", "checkpoint-4"]
+
+    evals = [r for r in records if any(key.startswith("eval/") for key in r)]
+    assert [r["step"] for r in evals] == [2, 4]
+    printed = [line for line in out.splitlines() if line.startswith("eval step ")]
+    assert len(printed) == 2
+    for line, record in zip(printed, evals):
+        head, _, body = line.partition(": ")
+        assert head == f"eval step {record['step']}"
+        values = dict(item.split("=", 1) for item in body.split(" "))
+        assert set(values) == {key for key in record if key.startswith(("eval/", "dist/"))}
+        for key, text in values.items():  # each printed value is metrics.jsonl's, to 6 significant digits
+            assert text == format(record[key], ".6g"), key
+            assert float(text) == pytest.approx(record[key], rel=5e-6) or math.isnan(record[key]), key
+    assert printed == [runs.eval_line(record["step"], record) for record in evals]

@@ -405,3 +405,91 @@ def test_load_refuses_non_finite_tensors_and_foreign_configs(tiny, saved, tmp_pa
     (path / "adapter_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="not written by add_lora"):
         load_lora(_base(tiny), path)
+
+
+# =============================================================================================
+# The recorded base: portable across working directories, read back without the network
+# =============================================================================================
+
+
+def _adapter_on_a_saved_base(tiny, root: pathlib.Path, monkeypatch):
+    """The tiny model saved to ``root/work/qwen-causal``, loaded from ``root/work`` by the relative name a user
+    types, given trained adapters and saved to ``root/work/adapter`` (relative too); then the working directory
+    becomes ``root/elsewhere``. Returns the adapter directory, the adapted outputs and the merged model's."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (root / "work").mkdir()
+    (root / "elsewhere").mkdir()
+    tiny[0].save_pretrained(root / "work" / "qwen-causal")
+    monkeypatch.chdir(root / "work")
+    base = CausalQwenForCausalLM.from_pretrained("qwen-causal")
+    assert base.name_or_path == "qwen-causal"  # what peft would record, and what another directory cannot find
+    peft_model = _train(add_lora(base), tiny[1])
+    save_lora(peft_model, "adapter")
+    adapted = _outputs(peft_model, tiny[1])
+    merged = _outputs(merge_lora(peft_model), tiny[1])
+    monkeypatch.chdir(root / "elsewhere")
+    return root / "work" / "adapter", adapted, merged
+
+
+def test_an_adapter_records_its_base_by_absolute_path_and_loads_from_another_directory(tiny, tmp_path, monkeypatch):
+    from peft import AutoPeftModelForCausalLM
+
+    from causalqwen.integrations.lora_base import load_base
+
+    adapter, adapted, merged = _adapter_on_a_saved_base(tiny, tmp_path, monkeypatch)
+    recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == str((tmp_path / "work" / "qwen-causal").resolve())
+
+    # peft's own loader: the adapter's auto_mapping names causalqwen.modeling, which peft imports only when allowed
+    with pytest.raises(ValueError, match="import_allowlist"):
+        AutoPeftModelForCausalLM.from_pretrained(str(adapter))
+    loaded = AutoPeftModelForCausalLM.from_pretrained(str(adapter), import_allowlist=["causalqwen"])
+    _assert_equal(_outputs(loaded.get_base_model(), tiny[1]), adapted)
+    _assert_equal(_outputs(loaded, tiny[1]), adapted)  # called as peft wraps it (peft passes inputs_embeds=None)
+    unloaded = loaded.merge_and_unload()
+    assert isinstance(unloaded, CausalQwenForCausalLM)
+    assert torch.equal(_outputs(unloaded.eval(), tiny[1])["loc_S"], merged["loc_S"])
+
+    # causalqwen's: the recorded base, then the checked adapter on it
+    _assert_equal(_outputs(load_lora(load_base(adapter), adapter), tiny[1]), adapted)
+
+
+def test_a_recorded_base_that_cannot_be_found_offline_is_named(tiny, saved, tmp_path, monkeypatch):
+    from peft import AutoPeftModelForCausalLM
+
+    from causalqwen.integrations.lora_base import (
+        adapter_base,
+        load_base,
+        portable_base,
+        record_base,
+    )
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # no directory Qwen/Qwen2.5-0.5B here: a hub id stays a hub id
+    assert portable_base("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B" and portable_base(None) is None
+    path = _copy_of(saved, tmp_path)
+    with pytest.raises(ValueError, match="records no base model"):  # the tiny model was built in memory
+        load_base(path)
+
+    def record(base):
+        config = json.loads((path / "adapter_config.json").read_text())
+        (path / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": base}))
+
+    gone = str(tmp_path / "gone")
+    record(gone)
+    with pytest.raises(OSError, match=f"{gone!r} recorded by the adapter .* does not exist"):
+        load_base(path)
+    with pytest.raises(OSError, match=gone):
+        AutoPeftModelForCausalLM.from_pretrained(str(path), import_allowlist=["causalqwen"])
+
+    record("someone/not-in-the-cache")
+    with pytest.raises(OSError, match="'someone/not-in-the-cache' .* not in the local Hugging Face cache"):
+        load_base(path)
+
+    record("qwen-causal")  # an adapter saved before the record was absolute: not guessed, the fix is named
+    with pytest.raises(ValueError, match="relative path 'qwen-causal'.*record_base"):
+        adapter_base(path)
+    tiny[0].save_pretrained(tmp_path / "qwen-causal")
+    assert record_base(path, tmp_path / "qwen-causal") == str((tmp_path / "qwen-causal").resolve())
+    assert adapter_base(path) == str((tmp_path / "qwen-causal").resolve())
+    _assert_equal(_outputs(load_lora(load_base(path), path), tiny[1]), saved[1])

@@ -69,8 +69,8 @@ def test_trainer_with_bf16_mixed_precision_trains(tmp_path):
 
 
 def test_trainer_evaluate_reports_the_models_loss(tmp_path):
-    """Trainer takes both `labels` and `numeric_labels` for labels (forward arguments named *label*); the collated
-    batches carry both, so `evaluate()` reports an `eval_loss`: the model's own loss on the batch."""
+    """`collate`'s batches carry `labels` (Trainer's one label name) and `numeric_labels`, so `evaluate()` reports
+    an `eval_loss`: the model's own loss on the batch."""
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     data = TextDataset(synthetic_texts(8, seed=1), tokenizer, max_length=32)
     args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=8, report_to=[], use_cpu=True,
@@ -184,3 +184,139 @@ def test_trainer_and_causalqwen_train_give_the_same_loss_curve(tmp_path):
     assert len(losses) == len(expected) == config.steps
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-4, atol=1e-5)
     assert expected[-1] < expected[0]  # it learned
+
+
+def plain_rows(tokenizer, length=16, count=8):
+    """The plain transformers recipe's rows: ``input_ids``, ``numeric_values``, ``attention_mask``, ``labels`` (a copy
+    of ``input_ids``), all ``length`` long, from synthetic texts with at least that many tokens."""
+    rows = []
+    for text in synthetic_texts(60, seed=2):
+        ids, values = tokenizer.encode(text)
+        if len(ids) >= length and len(rows) < count:
+            rows.append({"input_ids": torch.tensor(ids[:length]), "numeric_values": torch.tensor(values[:length]),
+                         "attention_mask": torch.ones(length, dtype=torch.long), "labels": torch.tensor(ids[:length])})
+    assert len(rows) == count
+    return rows
+
+
+def test_trainer_finds_labels_alone_and_forward_still_takes_numeric_labels():
+    """Trainer's label names are ["labels"] (numeric_labels is optional: it defaults to numeric_values); forward
+    still takes numeric_labels in fifth place and by keyword, and uses it."""
+    import inspect
+
+    from transformers.utils import find_labels
+
+    from causalqwen.modeling import CausalQwenForCausalLM
+
+    assert find_labels(CausalQwenForCausalLM) == ["labels"]
+    assert "numeric_labels" not in inspect.signature(CausalQwenForCausalLM.forward).parameters
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    model.eval()
+    batch = collate(plain_rows(tokenizer, count=2), tokenizer.pad_token_id)
+    moved = batch["numeric_values"] * 3 + 1
+    with torch.no_grad():
+        positional = model(batch["input_ids"], batch["numeric_values"], batch["attention_mask"], batch["labels"], moved)
+        keyword = model(**{**batch, "numeric_labels": moved})
+        default = model(batch["input_ids"], batch["numeric_values"], batch["attention_mask"], batch["labels"])
+    assert positional.loss.item() == keyword.loss.item() != default.loss.item()
+    assert torch.equal(positional.numeric_labels, moved) and default.numeric_labels is batch["numeric_values"]
+
+
+def _plain_trainer(tmp_path, model, rows, batch_size, **kwargs):
+    from transformers import default_data_collator
+
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=batch_size, report_to=[],
+                             use_cpu=True, disable_tqdm=True)  # remove_unused_columns left at its default
+    return Trainer(model=model, args=args, eval_dataset=rows, data_collator=default_data_collator, **kwargs)
+
+
+def test_the_plain_recipe_reports_the_models_eval_loss(tmp_path):
+    """default_data_collator on rows of input_ids, numeric_values, attention_mask, labels: evaluate() reports
+    eval_loss, the mean of the model's own losses on the same two batches."""
+    from transformers import default_data_collator
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    rows = plain_rows(tokenizer)
+    metrics = _plain_trainer(tmp_path, model, rows, 4).evaluate()
+    with torch.no_grad():
+        losses = [model.eval()(**default_data_collator(rows[start:start + 4])).loss.item() for start in (0, 4)]
+    assert metrics["eval_loss"] == pytest.approx(sum(losses) / 2, rel=1e-5)
+
+
+def test_the_plain_recipes_compute_metrics_gets_the_law_of_U_and_the_labels(tmp_path):
+    """compute_metrics receives predictions = (loc_U, scale_U, loc_Y, scale_Y, numeric_labels) and label_ids =
+    labels; the accuracy and the regression error formed from them with the model's head equal evaluate_batch's."""
+    from transformers import default_data_collator
+
+    from causalqwen.metrics import evaluate_batch
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    model.eval()
+    rows = plain_rows(tokenizer)
+    received = {}
+
+    def compute_metrics(prediction):
+        loc_U, scale_U, loc_Y, _, numeric_labels = (torch.as_tensor(part) for part in prediction.predictions)
+        labels = torch.as_tensor(prediction.label_ids)
+        received.update(labels=labels, numeric_labels=numeric_labels, shapes=[p.shape for p in prediction.predictions])
+        scored = labels[:, 1:] != -100  # position i is scored against labels[i+1]
+        predicted = model.action.predict(model.action.standard(loc_U, scale_U))[0][:, :-1]
+        is_num = scored & (labels[:, 1:] == model.config.num_token_id)
+        errors = (loc_Y[:, :-1] - numeric_labels[:, 1:]).abs()[is_num]
+        return {"accuracy": (predicted == labels[:, 1:])[scored].float().mean().item(),
+                "reg_mae": errors.double().mean().item()}
+
+    metrics = _plain_trainer(tmp_path, model, rows, 4, compute_metrics=compute_metrics).evaluate()
+    batch = default_data_collator(rows)
+    expected = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
+    assert expected["reg_count"] > 0 and 0 < expected["accuracy"] < 1
+    assert metrics["eval_accuracy"] == pytest.approx(expected["accuracy"], rel=1e-6)
+    assert metrics["eval_reg_mae"] == pytest.approx(expected["reg_mae"], rel=1e-5)
+    assert torch.equal(received["labels"], batch["labels"])
+    assert torch.equal(received["numeric_labels"], batch["numeric_values"])
+    causal_size = model.config.causal_size
+    assert received["shapes"] == [(8, 16, causal_size), (8, 16, causal_size), (8, 16), (8, 16), (8, 16)]
+
+
+@pytest.mark.parametrize("recipe", ["plain", "label pair"])
+def test_trainer_metrics_on_the_plain_recipe_and_with_a_label_pair_equal_evaluate_batch(tmp_path, recipe):
+    """TrainerMetrics with the plain recipe (labels alone, the numeric labels from the output), and with collate and
+    label_names=["labels", "numeric_labels"] (the pair): every metric of evaluate_batch, on one batch."""
+    from transformers import default_data_collator
+
+    from causalqwen.metrics import TrainerMetrics, evaluate_batch
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    model.eval()
+    rows = plain_rows(tokenizer)
+    metrics = TrainerMetrics(model, torch.Generator().manual_seed(0))
+    hooks = dict(compute_metrics=metrics.compute_metrics, preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics)
+    if recipe == "plain":
+        result = _plain_trainer(tmp_path, model, rows, len(rows), **hooks).evaluate()
+    else:
+        items = [{"input_ids": row["input_ids"], "numeric_values": row["numeric_values"]} for row in rows]
+        args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=len(rows), report_to=[],
+                                 use_cpu=True, remove_unused_columns=False, disable_tqdm=True,
+                                 label_names=["labels", "numeric_labels"])
+        result = Trainer(model=model, args=args, eval_dataset=items, **hooks,
+                         data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id)).evaluate()
+    expected = evaluate_batch(model, default_data_collator(rows), generator=torch.Generator().manual_seed(0))
+    assert expected["reg_count"] > 0 and "eval_loss" in result
+    for name, value in expected.items():
+        assert result[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def test_the_label_declaration_and_trainer_metrics_refuse_what_they_cannot_read():
+    """signature_for_trainer names a forward without numeric_labels; TrainerMetrics names label names it cannot use."""
+    from causalqwen.integrations.trainer import signature_for_trainer
+    from causalqwen.metrics import TrainerMetrics
+
+    def forward(input_ids, labels=None):
+        return input_ids
+
+    with pytest.raises(TypeError, match="has no parameter numeric_labels"):
+        signature_for_trainer(forward)
+    model, _, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    outputs = (torch.zeros(1, 3, 64), torch.ones(1, 3, 64))
+    with pytest.raises(ValueError, match=r'label names must be \["labels"\]'):
+        TrainerMetrics(model).preprocess_logits_for_metrics(outputs, (torch.zeros(1, 3), torch.zeros(1, 3), None))

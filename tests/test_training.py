@@ -12,11 +12,14 @@ from safetensors.torch import load_file
 
 from causalqwen import CausalQwenForCausalLM
 from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.files import runs
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
+from causalqwen.files.rundir import RunDirectory, remove_run_output
 from causalqwen.files.runs import latest_checkpoint
 from causalqwen.losses import ovr_probability
 from causalqwen.metrics import evaluate_batch, with_log_prefixes
 from causalqwen.training import (
+    DEFAULT_WARMUP_RATIO,
     TrainingConfig,
     TrainingDiverged,
     loss_and_gradients,
@@ -283,3 +286,124 @@ def test_the_progress_bar_never_shows_a_nan_loss_at_eval_only_steps(tokenizer, c
     train(tiny_model(), synthetic_data(tokenizer), config, eval_batch=eval_batch, progress=True)
     bar = capsys.readouterr().err
     assert "training" in bar and "loss=" in bar and "nan" not in bar
+
+
+# ---------------------------------------------------------------------------------------------
+# Short runs (issue 30): the warm-up is a fraction of the run, the newest checkpoints are kept, evals are printed
+# ---------------------------------------------------------------------------------------------
+
+
+def cosine_with_warmup(step, warmup, steps, peak):
+    """transformers' linear warm-up then cosine decay to 0, written out: the rate after ``step`` scheduler steps."""
+    if step < warmup:
+        return peak * step / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
+
+
+def test_the_warm_up_is_a_tenth_of_the_run_unless_given_and_a_4_step_run_reaches_the_learning_rate():
+    assert DEFAULT_WARMUP_RATIO == 0.1
+    for steps, warmup in ((1, 1), (4, 1), (10, 1), (11, 2), (1000, 100)):  # ceil(0.1 * steps), as transformers'
+        assert TrainingConfig(steps=steps).num_warmup_steps == warmup
+    assert TrainingConfig(steps=8, warmup_ratio=0.25).num_warmup_steps == 2
+    assert TrainingConfig(steps=8, warmup_ratio=0).num_warmup_steps == 0
+    assert TrainingConfig(steps=8, warmup_steps=3).num_warmup_steps == 3  # given steps win over the default ratio
+    rates = {}
+    for warmup in (None, 50):  # the default, and the command line's old warmup_steps=50
+        config = TrainingConfig(steps=4, learning_rate=1e-3, warmup_steps=warmup)
+        optimizer, scheduler = optimizer_and_schedule(torch.nn.Linear(2, 2), config)
+        rates[warmup] = []
+        for _ in range(4):
+            optimizer.step()
+            scheduler.step()
+            rates[warmup].append(scheduler.get_last_lr()[0])
+    assert rates[None] == pytest.approx([cosine_with_warmup(s, 1, 4, 1e-3) for s in range(1, 5)], rel=1e-12, abs=1e-20)
+    assert max(rates[None]) == 1e-3  # the peak is the configured rate
+    assert max(rates[50]) == pytest.approx(4 / 50 * 1e-3, rel=1e-12)  # the old default never got past 8% of it
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"warmup_steps": 5, "warmup_ratio": 0.1},
+     "warmup_steps (5) and warmup_ratio (0.1) exclude each other: give one (warmup_ratio applies when warmup_steps "
+     "is not given)"),
+    ({"warmup_ratio": 1.5}, "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
+    ({"warmup_ratio": float("nan")}, "warmup_ratio must be a number from 0 to 1 or None, got nan"),
+    ({"warmup_ratio": "0.1"}, "warmup_ratio must be a number from 0 to 1 or None, got '0.1'"),
+    ({"save_total_limit": -1}, "save_total_limit must be an int >= 0, got -1"),
+    ({"save_total_limit": 2.5}, "save_total_limit must be an int >= 0, got 2.5"),
+])
+def test_bad_warm_up_and_save_limit_settings_are_named(overrides, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        TrainingConfig(**overrides)
+
+
+def test_save_total_limit_keeps_the_newest_checkpoints_the_run_wrote_and_nothing_else(tokenizer, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("not the run's")
+    run = tmp_path / "run"
+    claimed = RunDirectory.claim(run, "train")
+    (run / "checkpoint-9").symlink_to(outside, target_is_directory=True)  # named like a newer checkpoint
+    (run / "checkpoint-8").write_text("a file named like a checkpoint")
+    (run / "checkpoint-7").mkdir()  # a directory the run did not write: no trainer_state.json
+    (run / "checkpoint-7" / "notes.txt").write_text("mine")
+    config = TrainingConfig(**CONFIG | {"steps": 5, "save_every": 1, "save_total_limit": 2})
+    try:
+        train(tiny_model(), synthetic_data(tokenizer), config, out_dir=claimed, progress=False)
+    finally:
+        claimed.release()
+    names = sorted(name for name in os.listdir(run) if name.startswith("checkpoint-"))
+    assert names == ["checkpoint-4", "checkpoint-5", "checkpoint-7", "checkpoint-8", "checkpoint-9"]
+    assert os.path.islink(run / "checkpoint-9") and (outside / "precious.txt").read_text() == "not the run's"
+    assert (run / "checkpoint-8").read_text().startswith("a file") and (run / "checkpoint-7" / "notes.txt").exists()
+    assert json.loads((run / "checkpoint-5" / "trainer_state.json").read_text())["step"] == 5
+    assert runs.remove_old_checkpoints(str(run), None) == [] and runs.remove_old_checkpoints(str(run), 0) == []
+    assert runs.remove_old_checkpoints(str(run), 1) == [os.path.join(str(run), "checkpoint-4")]
+    with pytest.raises(OSError, match="is a symbolic link or a special file.*left in place"):
+        remove_run_output(run, "checkpoint-9")
+    with pytest.raises(OSError, match="is not an output a train run writes"):
+        remove_run_output(run, "notes.txt")
+    with pytest.raises(OSError, match="is not a claimed causalqwen run directory"):
+        remove_run_output(outside, "precious.txt")
+    assert os.path.islink(run / "checkpoint-9") and (outside / "precious.txt").exists()
+
+
+def test_without_a_limit_every_checkpoint_is_kept(tokenizer, tmp_path):
+    assert TrainingConfig().save_total_limit is None  # the library keeps all, as transformers' TrainingArguments
+    train(tiny_model(), synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 4, "save_every": 1}),
+          out_dir=str(tmp_path), progress=False)
+    assert sorted(name for name in os.listdir(tmp_path) if name.startswith("checkpoint-")) == [
+        f"checkpoint-{step}" for step in range(1, 5)]
+
+
+def test_a_run_recorded_before_warmup_ratio_existed_resumes_unchanged(tokenizer, tmp_path, killed_after_first_save):
+    """A run written by the version before: warmup_steps 50 (the command line's old default) and no warmup_ratio
+    or save_total_limit in its records. Resumed with no warm-up given, it keeps its 50 and ends bit-exact."""
+    old = CONFIG | {"steps": 7, "batch_size": 5, "warmup_steps": 50}
+    data = synthetic_data(tokenizer)
+    uninterrupted = tiny_model()
+    train(uninterrupted, data, TrainingConfig(**old), None, str(tmp_path / "a"), progress=False)
+    with killed_after_first_save():
+        train(tiny_model(), data, TrainingConfig(**old), None, str(tmp_path / "b"), progress=False)
+    state_file = tmp_path / "b" / "checkpoint-3" / "trainer_state.json"
+    record = json.loads(state_file.read_text())
+    del record["settings"]["training"]["warmup_ratio"]
+    state_file.write_text(json.dumps(record))
+    config_file = tmp_path / "b" / "training_config.json"
+    stored = json.loads(config_file.read_text())
+    del stored["warmup_ratio"], stored["save_total_limit"]
+    config_file.write_text(json.dumps(stored))
+    assert set(record["settings"]["training"]) == set(stored) - set(runs.LOGGING_SETTINGS)  # the old fields
+
+    # A missing field compares as None: the same as a run that gives warmup_steps and no ratio.
+    assert runs.settings_differences(record["settings"], runs.run_settings(TrainingConfig(**old), data, None)) == []
+    ratio = {key: value for key, value in old.items() if key != "warmup_steps"} | {"warmup_ratio": 0.1}
+    assert runs.settings_differences(record["settings"], runs.run_settings(TrainingConfig(**ratio), data, None)) == [
+        "warmup_ratio is None in the checkpoint, 0.1 now", "warmup_steps is 50 in the checkpoint, None now"]
+
+    resumed = tiny_model()
+    same_command = {key: value for key, value in old.items() if key != "warmup_steps"}  # no warm-up given
+    train(resumed, data, TrainingConfig(**same_command), None, str(tmp_path / "b"), resume=True, progress=False)
+    for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+    saved = json.loads((tmp_path / "b" / "checkpoint-7" / "trainer_state.json").read_text())["settings"]["training"]
+    assert (saved["warmup_steps"], saved["warmup_ratio"]) == (50, None)

@@ -64,7 +64,7 @@ def test_every_seed_option_names_its_range(command, value, tmp_path, data, capsy
 
 
 @pytest.mark.parametrize("option", ["--steps", "--batch-size", "--warmup-steps", "--max-length", "--eval-every",
-                                    "--save-every", "--log-every", "--lora-rank"])
+                                    "--save-every", "--save-total-limit", "--log-every", "--lora-rank"])
 @pytest.mark.parametrize("value", [BIG, str(2**63), HUGE])
 def test_every_train_count_option_is_bounded_by_64_bits(option, value, tmp_path, data, capsys):
     line = _fails(capsys, ["train", "--base", "tiny", "--data", data, "--out", str(tmp_path / "r"), option, value])
@@ -91,6 +91,8 @@ def test_other_integer_options_name_the_option(args, message, capsys):
     ("--eval-every", "0", "eval_every must be a positive int, got 0"),
     ("--save-every", "-3", "save_every must be a positive int, got -3"),
     ("--log-every", "0", "log_every must be a positive int, got 0"),
+    ("--save-total-limit", "-1", "save_total_limit must be an int >= 0, got -1"),
+    ("--warmup-ratio", "1.5", "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
     ("--max-length", "1", "max_length must be an int >= 2, got 1"),
     ("--lora-rank", "0", "argument --lora-rank: must be an integer from 1 to 9223372036854775807"),
 ])
@@ -98,6 +100,13 @@ def test_negative_and_zero_counts_are_refused_by_name(option, value, message, qw
     extra = ["--preset", "lora"] if option == "--lora-rank" else []
     line = _fails(capsys, ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), option, value, *extra])
     assert message in line, line
+    assert not (tmp_path / "r").exists()
+
+
+def test_warmup_steps_and_warmup_ratio_together_are_refused_naming_both(tmp_path, data, capsys):
+    line = _fails(capsys, ["train", "--base", "tiny", "--data", data, "--out", str(tmp_path / "r"),
+                           "--warmup-steps", "5", "--warmup-ratio", "0.2"])
+    assert "argument --warmup-ratio: not allowed with argument --warmup-steps" in line, line
     assert not (tmp_path / "r").exists()
 
 
@@ -322,9 +331,13 @@ def test_a_real_sigint_during_training(qwen_dir, tmp_path, data):
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
-        while not (run / "checkpoint-2").exists() and time.monotonic() < deadline and process.poll() is None:
+
+        def saved_steps():  # the oldest are removed as the run goes (--save-total-limit 3)
+            return [step for name in (os.listdir(run) if run.is_dir() else []) if (step := runs.checkpoint_step(name))]
+
+        while max(saved_steps(), default=0) < 2 and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.1)
-        assert (run / "checkpoint-2").exists()
+        assert max(saved_steps(), default=0) >= 2
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
     finally:

@@ -23,8 +23,9 @@ import re
 import sys
 
 from ..inference import MODES
-from ..training import SEED_MAX
+from ..training import DEFAULT_WARMUP_RATIO, SEED_MAX
 from .commands import (
+    DEFAULT_SAVE_TOTAL_LIMIT,
     DEFAULT_TEXT,
     INTERRUPTED,
     SOURCE_HELP,
@@ -117,6 +118,11 @@ COMMANDS = {
 }
 
 
+# How the help of every option shows its default: "(default: %(default)s)" where the default is a value, else a
+# phrase saying what the option's absence means ("(default: none)", "(default: off)"), or "(required)".
+OFF = "(default: off)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="causalqwen",
@@ -126,61 +132,85 @@ def build_parser() -> argparse.ArgumentParser:
     walk, gen, demo, tr, conv = (sub.add_parser(name, help=summary, description=description)
                                  for name, (summary, description) in COMMANDS.items())
     walk.add_argument("--text", default=DEFAULT_TEXT, help="input text (default: %(default)r)")
-    walk.add_argument("--seed", type=SEED, default=0, help="seed of the tiny base and the new modules (0 to 2**32 - 1)")
+    walk.add_argument("--seed", type=SEED, default=0,
+                      help="seed of the tiny base and the new modules, 0 to 2**32 - 1 (default: %(default)s)")
 
     gen.add_argument(
         "--model",
         default=TINY,
         type=path_text,
         help="a directory saved with save_pretrained (model + tokenizer), a Qwen2 checkpoint directory or hub id "
-        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base (default). " + SOURCE_HELP,
+        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base. " + SOURCE_HELP
+        + " (default: %(default)s)",
     )
-    gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch")
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch (required)")
     gen.add_argument("--mode", default="standard", choices=MODES, help="inference mode (default: %(default)s)")
     gen.add_argument("--seed", type=SEED, default=0, help="seed of every random draw, 0 to 2**32 - 1 (default: %(default)s)")
     gen.add_argument("--max-new-tokens", type=COUNT, default=32, help="tokens to add per prompt (default: %(default)s)")
-    gen.add_argument("--temperature", type=float, default=1.0, help="traditional mode: softmax temperature")
-    gen.add_argument("--top-k", type=COUNT, default=0, help="traditional mode: keep the k most probable tokens (0: all)")
-    gen.add_argument("--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1]")
-    gen.add_argument(
-        "--normalize", default="softmax", choices=("softmax", "ovr"), help="traditional mode: softmax of loc_S or P/sum(P)"
-    )
-    gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference)")
+    gen.add_argument("--temperature", type=float, default=1.0,
+                     help="traditional mode: softmax temperature (default: %(default)s)")
+    gen.add_argument("--top-k", type=COUNT, default=0,
+                     help="traditional mode: keep the k most probable tokens, 0: all (default: %(default)s)")
+    gen.add_argument("--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1] (default: %(default)s)")
+    gen.add_argument("--normalize", default="softmax", choices=("softmax", "ovr"),
+                     help="traditional mode: softmax of loc_S or P/sum(P) (default: %(default)s)")
+    gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference) " + OFF)
 
     demo.add_argument("--out", default="artifacts/demo", type=path_text, help="output directory (default: %(default)s)")
     demo.add_argument("--steps", type=COUNT, default=None, help="training steps (default: the demo's 1500)")
     demo.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
 
     tr.add_argument("--base", required=True, type=path_text,
-                    help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP)
-    tr.add_argument("--data", required=True, type=path_text, help="training data: JSONL, one {\"text\": ...} per line")
-    tr.add_argument("--eval-data", type=path_text, help="held-out JSONL for the eval/* metrics (default: none)")
-    tr.add_argument("--out", required=True, type=path_text, help="output directory")
-    tr.add_argument("--preset", default="causal",
-                    help="causal (default), abduction, all, or lora (LoRA adapters on the Qwen2 stack + causal)")
+                    help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP + " (required)")
+    tr.add_argument("--data", required=True, type=path_text,
+                    help="training data: JSONL, one {\"text\": ...} per line (required)")
+    tr.add_argument("--eval-data", type=path_text,
+                    help="held-out JSONL for the eval/* and dist/* metrics, printed and logged every --eval-every "
+                    "steps (default: none)")
+    tr.add_argument("--out", required=True, type=path_text,
+                    help="output directory: new, empty, or an earlier training run (with --resume or --overwrite) (required)")
+    tr.add_argument("--preset", default="causal", help="what trains: causal, abduction, all, or lora (LoRA adapters on "
+                    "the Qwen2 stack + causal) (default: %(default)s)")
     tr.add_argument("--lora-rank", type=integer(1), default=8,
                     help="preset lora: the adapters' rank, at most the base's hidden size (default: %(default)s)")
     tr.add_argument("--lora-alpha", type=float, default=16.0, help="preset lora: LoRA's alpha (default: %(default)s)")
-    tr.add_argument("--steps", type=COUNT, default=1000)
-    tr.add_argument("--batch-size", type=COUNT, default=8)
-    tr.add_argument("--learning-rate", type=float, default=1e-4)
-    tr.add_argument("--weight-decay", type=float, default=0.01)
-    tr.add_argument("--warmup-steps", type=COUNT, default=50)
-    tr.add_argument("--max-grad-norm", type=float, default=1.0)
-    tr.add_argument("--max-length", type=COUNT, default=512, help="tokens per text (longer texts are cut)")
-    tr.add_argument("--eval-every", type=COUNT, default=100)
-    tr.add_argument("--save-every", type=COUNT, default=500)
-    tr.add_argument("--log-every", type=COUNT, default=10, help="steps between training-metric records")
+    tr.add_argument("--steps", type=COUNT, default=1000, help="optimizer steps (default: %(default)s)")
+    tr.add_argument("--batch-size", type=COUNT, default=8, help="texts per step and process (default: %(default)s)")
+    tr.add_argument("--learning-rate", type=float, default=1e-4,
+                    help="AdamW's peak learning rate, reached after the warm-up, then cosine decay to 0 at --steps "
+                    "(default: %(default)s)")
+    tr.add_argument("--weight-decay", type=float, default=0.01,
+                    help="AdamW's decoupled weight decay, on matrices only (default: %(default)s)")
+    warmup = tr.add_mutually_exclusive_group()
+    warmup.add_argument("--warmup-steps", type=COUNT, default=None, metavar="N",
+                        help=f"steps of linear warm-up (default: ceil({DEFAULT_WARMUP_RATIO} x --steps), from "
+                        "--warmup-ratio; with --resume, the run's own warm-up)")
+    warmup.add_argument("--warmup-ratio", type=float, default=None, metavar="R",
+                        help=f"warm-up as a fraction of --steps, in [0, 1]: ceil(R x steps) steps (default: "
+                        f"{DEFAULT_WARMUP_RATIO}; with --resume, the run's own warm-up)")
+    tr.add_argument("--max-grad-norm", type=float, default=1.0,
+                    help="clip the global gradient norm at this value (default: %(default)s)")
+    tr.add_argument("--max-length", type=COUNT, default=512, help="tokens per text, longer texts are cut (default: %(default)s)")
+    tr.add_argument("--eval-every", type=COUNT, default=100,
+                    help="steps between eval metrics on --eval-data, one printed line each (default: %(default)s)")
+    tr.add_argument("--save-every", type=COUNT, default=500,
+                    help="steps between checkpoints; the last step is always saved (default: %(default)s)")
+    tr.add_argument("--save-total-limit", type=COUNT, default=DEFAULT_SAVE_TOTAL_LIMIT, metavar="N",
+                    help="keep the newest N checkpoints this run wrote, removing older ones; 0: keep all "
+                    "(default: %(default)s)")
+    tr.add_argument("--log-every", type=COUNT, default=10,
+                    help="steps between training-metric records (default: %(default)s)")
     tr.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
     again = tr.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="continue from the newest checkpoint in --out (same settings and data, checked); "
-                       "after a Ctrl-C the command prints the exact command line")
+                       "after a Ctrl-C the command prints the exact command line " + OFF)
     tr.add_argument("--allow-changed-settings", action="store_true",
-                    help="with --resume: continue although settings or data differ from the checkpoint's")
+                    help="with --resume: continue although settings or data differ from the checkpoint's " + OFF)
     again.add_argument("--overwrite", action="store_true",
-                       help="replace an earlier training run in --out (only the files a run writes are removed)")
-    tr.add_argument("--report-to", choices=("tensorboard", "wandb"), help="also log there (package must be installed)")
+                       help="replace an earlier training run in --out (only the files a run writes are removed) " + OFF)
+    tr.add_argument("--report-to", choices=("tensorboard", "wandb"),
+                    help="also log there, the package must be installed (default: none)")
     tr.add_argument("--max-u-divergence", type=float, default=None, metavar="EPS",
                     help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
                     "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)")
@@ -188,9 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --max-u-divergence: dual-ascent step of that multiplier (default: 1.0)")
     add_init_arguments(tr)
 
-    conv.add_argument("--base", required=True, type=path_text, help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP)
-    conv.add_argument("--out", required=True, type=path_text, help="output directory (must not exist, unless --overwrite)")
-    conv.add_argument("--overwrite", action="store_true")
+    conv.add_argument("--base", required=True, type=path_text,
+                      help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP + " (required)")
+    conv.add_argument("--out", required=True, type=path_text,
+                      help="output directory, which must not exist unless --overwrite (required)")
+    conv.add_argument("--overwrite", action="store_true",
+                      help="replace an earlier convert's output in --out (only a directory holding a CausalQwen model) " + OFF)
     add_init_arguments(conv)
     return parser
 
@@ -199,8 +232,8 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a conversion's initial scale and threshold (decision D14, `causalqwen.initialization`)."""
     group = parser.add_argument_group("initialization of a conversion from Qwen2 (decision D14)")
     group.add_argument("--init", choices=("d14", "drafts"), default=None,
-                       help="d14 (the default): gamma = 0.1 and the threshold C from the base's own logits "
-                       "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100")
+                       help="d14: gamma = 0.1 and the threshold C from the base's own logits (top_two_midpoint); "
+                       "drafts: the design drafts' gamma = 10, C = 100 (default: d14)")
     group.add_argument("--abduction-scale-init", type=float, default=None, metavar="GAMMA",
                        help="the initial scale of U (default: the --init choice's)")
     group.add_argument("--ovr-threshold", type=float, default=None, metavar="C",

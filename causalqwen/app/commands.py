@@ -15,6 +15,7 @@ import sys
 
 __all__ = [
     "DEFAULT_TEXT",
+    "DEFAULT_SAVE_TOTAL_LIMIT",
     "TINY",
     "SOURCE_HELP",
     "INTERRUPTED",
@@ -226,6 +227,9 @@ def init_keywords(args) -> dict:
     return init
 
 
+# Checkpoints a ``train`` run keeps (--save-total-limit): a resume needs only the newest; the two before it are a
+# way back from a diverged or unwanted tail, and the disk a run takes stays bounded at three checkpoints.
+DEFAULT_SAVE_TOTAL_LIMIT = 3
 # How the command's messages name the library's resume and overwrite keywords.
 FLAG_NAMES = {"resume": "--resume", "overwrite": "--overwrite"}
 INTERRUPTED = 130  # the exit status of a command ended by Ctrl-C (128 + SIGINT), as shells report it
@@ -256,7 +260,8 @@ def _report_interrupted_training(args) -> None:
 
 
 def train_command(args) -> int:
-    """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo.
+    """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo; each eval prints
+    one line (`causalqwen.files.runs.eval_line`), and only the newest ``--save-total-limit`` checkpoints stay.
 
     A Ctrl-C ends it with exit status 130 and two lines: the last checkpoint and the command that continues
     the run (``--resume``)."""
@@ -282,7 +287,7 @@ def train_command(args) -> int:
     interrupted = False
     try:
         train(model, train_set, config, eval_batch=eval_batch, out_dir=run_dir if writer else args.out,
-              resume=args.resume, allow_changed_settings=args.allow_changed_settings)
+              resume=args.resume, allow_changed_settings=args.allow_changed_settings, print_eval=True)
         if writer:
             _save_trained_model(args.out, model, tokenizer, lora=config.preset == "lora")
     except KeyboardInterrupt:  # Ctrl-C: reported below, after the frames (and the progress bar) of train are gone
@@ -306,8 +311,9 @@ def _training_config(args):
 
     config = TrainingConfig(
         steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps, max_grad_norm=args.max_grad_norm, preset=args.preset,
-        eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every, seed=args.seed,
+        warmup_steps=args.warmup_steps, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
+        preset=args.preset, eval_every=args.eval_every, save_every=args.save_every,
+        save_total_limit=args.save_total_limit, log_every=args.log_every, seed=args.seed,
         report_to=args.report_to, max_u_divergence=args.max_u_divergence,
         divergence_dual_lr=1.0 if args.divergence_dual_lr is None else args.divergence_dual_lr,
     )

@@ -48,7 +48,7 @@ except ImportError:  # Windows: no advisory locks; runs are not protected agains
     fcntl = None
 
 __all__ = ["MARKER", "LOCK", "RUN_KINDS", "RUN_OUTPUTS", "RunDirectory", "open_for_writing", "check_write_targets",
-           "check_not_link", "check_writable", "make_directory"]
+           "check_not_link", "check_writable", "make_directory", "remove_run_output"]
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +203,31 @@ def make_directory(path, *, root=None) -> str:
     os.makedirs(path, exist_ok=True)
     check_write_targets(path, (), root=root)
     return path
+
+
+def remove_run_output(run_dir, name: str) -> None:
+    """Remove the entry ``name`` of the run directory ``run_dir`` (a claimed one: it holds the `MARKER`), as the
+    run that wrote it: ``name`` must be one of the outputs a run of the marker's kind writes (`RUN_OUTPUTS`), and
+    the entry a real directory (removed with its contents, whose links are removed, never followed) or a regular
+    file. Anything else -- a symbolic link (never followed nor removed), a FIFO, a name outside the run's
+    outputs, a directory without the marker -- is an ``OSError`` naming it, and nothing is removed."""
+    run_dir = os.fspath(run_dir)
+    if not isinstance(name, str) or os.sep in name or (os.altsep and os.altsep in name) or name in ("", ".", ".."):
+        raise ValueError(f"name must be the name of an entry of the run directory, got {name!r}")
+    try:
+        kind = _read_marker(run_dir)["kind"]
+    except ValueError as error:
+        raise OSError(f"{run_dir!r} is not a claimed causalqwen run directory: {error}") from None
+    path = os.path.join(run_dir, name)
+    if name in (MARKER, LOCK) or not any(fnmatch.fnmatchcase(name, pattern) for pattern in RUN_OUTPUTS[kind]):
+        raise OSError(f"{path!r} is not an output a {kind} run writes; causalqwen never removes it")
+    status = os.lstat(path)
+    if stat.S_ISDIR(status.st_mode):
+        shutil.rmtree(path)  # refuses a directory swapped for a link since the lstat
+    elif stat.S_ISREG(status.st_mode):
+        os.unlink(path)
+    else:
+        raise OSError(f"{path!r} is a symbolic link or a special file, not an output the run wrote; it is left in place")
 
 
 def _read_marker(path: str) -> dict:

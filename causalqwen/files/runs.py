@@ -4,7 +4,8 @@ The loop of `causalqwen.training` writes, in its output directory (claimed by `c
 
 - ``training_config.json``: the `TrainingConfig` of the run (`write_config_file`);
 - ``metrics.jsonl``: one JSON record per logged step, plus an optional tensorboard / wandb sink (`MetricsLog`);
-- ``checkpoint-{step}/`` (`save_checkpoint`): the model (``save_pretrained``: safetensors; for a LoRA run the
+- ``checkpoint-{step}/`` (`save_checkpoint`; with ``save_total_limit`` only the newest ones are kept,
+  `remove_old_checkpoints`): the model (``save_pretrained``: safetensors; for a LoRA run the
   adapters and the base's config), the optimizer's tensors and every RNG state (``training_state.safetensors``,
   `causalqwen.files.training_state`), the scheduler, the optimizer's groups and the run's settings and data
   fingerprints (``trainer_state.json``, `run_settings`), the history (``history.json``) and, with a bound on
@@ -29,6 +30,7 @@ import shutil
 
 import safetensors
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from ..integrations.auto import SAVED_ONLY_FIELDS
 from ..integrations.lora import is_peft_model, restore_lora, save_lora
@@ -39,6 +41,7 @@ from .rundir import (
     check_write_targets,
     make_directory,
     open_for_writing,
+    remove_run_output,
 )
 from .training_state import TRAINING_JSON, read_training_record, save_training_state
 
@@ -50,6 +53,7 @@ __all__ = [
     "BOUND_JSON",
     "checkpoint_step",
     "latest_checkpoint",
+    "remove_old_checkpoints",
     "fingerprint",
     "run_settings",
     "settings_differences",
@@ -58,10 +62,12 @@ __all__ = [
     "save_checkpoint",
     "check_checkpoint",
     "recorded_config",
+    "with_recorded_warmup",
     "load_model_weights",
     "load_bound",
     "read_history",
     "MetricsLog",
+    "eval_line",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,7 +77,7 @@ _STEP_LIKE_NAME = re.compile(r"checkpoint-(\d+)")  # any digits, Unicode ones in
 CONFIG_FILE = "training_config.json"
 # Settings that change only what is logged or saved, not the trajectory of the parameters: a resumed run may
 # change them freely. Every other field of TrainingConfig must match the checkpoint's.
-LOGGING_SETTINGS = ("eval_every", "save_every", "log_every", "report_to")
+LOGGING_SETTINGS = ("eval_every", "save_every", "log_every", "report_to", "save_total_limit")
 BOUND_TENSORS = "divergence_reference.safetensors"
 BOUND_JSON = "divergence_bound.json"
 # Config fields that say where a model was saved from, not what it computes: a resume does not compare them.
@@ -117,6 +123,34 @@ def latest_checkpoint(out_dir: str) -> str | None:
             raise OSError(f"{path!r} is not a directory: a checkpoint is a directory the run writes; remove it")
         found[step] = path
     return found[max(found)] if found else None
+
+
+def remove_old_checkpoints(out_dir: str, keep: int | None) -> list[str]:
+    """Remove all but the newest ``keep`` checkpoints the run in ``out_dir`` wrote (``keep`` None or 0: keep all, as
+    transformers' ``save_total_limit``); return the paths removed, oldest first.
+
+    A checkpoint of the run is an entry named as `save_checkpoint` names one (`CHECKPOINT_NAME`) that is a real
+    directory, not a link, holding a ``trainer_state.json`` (a regular file) that records the step its name says.
+    Anything else -- a link named ``checkpoint-7``, a file, a directory the run did not write -- is neither
+    counted nor removed, and removal goes through `causalqwen.files.rundir.remove_run_output`."""
+    if not keep:
+        return []
+    ours = []
+    for name in os.listdir(out_dir):
+        path, step = os.path.join(out_dir, name), checkpoint_step(name)
+        record_file = os.path.join(path, TRAINING_JSON)
+        if step is None or os.path.islink(path) or not os.path.isdir(path) or os.path.islink(record_file):
+            continue
+        try:
+            if read_training_record(path)["step"] == step:
+                ours.append((step, name))
+        except OSError:
+            continue
+    removed = []
+    for _, name in sorted(ours)[:-keep]:
+        remove_run_output(out_dir, name)
+        removed.append(os.path.join(out_dir, name))
+    return removed
 
 
 # =============================================================================================
@@ -194,6 +228,7 @@ def _read_json(file: str, context: str):
 
 def save_checkpoint(out_dir: str, state) -> str:
     """Write ``checkpoint-{state.step}`` under a temporary name, fsync it, and rename it into place; return its path.
+    Then only the newest ``state.config.save_total_limit`` checkpoints of the run are kept (`remove_old_checkpoints`).
 
     ``state`` is the loop's `causalqwen.training.TrainingState`: the model, the optimizer, the scheduler, the
     generator of the eval metrics, the run's settings, the bound (or None) and the history."""
@@ -224,6 +259,7 @@ def save_checkpoint(out_dir: str, state) -> str:
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial_dir, final)  # atomic: a checkpoint-{step} directory is always complete
     fsync_directory(out_dir)
+    remove_old_checkpoints(out_dir, state.config.save_total_limit)  # after the new one is complete
     return final
 
 
@@ -272,10 +308,36 @@ def recorded_config(record: dict, path: str, config):
     names = ("learning_rate", "weight_decay", "warmup_steps", "steps")
     if not isinstance(recorded, dict) or any(name not in recorded for name in names):
         raise OSError(f"{json_file!r}: settings.training must record {', '.join(names)}, got {recorded!r}")
-    try:
-        return dataclasses.replace(config, **{name: recorded[name] for name in names})
+    try:  # a record written before warmup_ratio existed has none: its warmup_steps is the warm-up
+        return dataclasses.replace(config, warmup_ratio=recorded.get("warmup_ratio"),
+                                   **{name: recorded[name] for name in names})
     except (TypeError, ValueError) as error:
         raise OSError(f"{json_file!r}: settings.training is not a valid training config: {error}") from error
+
+
+def with_recorded_warmup(config, run_dir: str, checkpoint: str | None):
+    """``config`` for a resumed run: when it gives neither ``warmup_steps`` nor ``warmup_ratio`` (a
+    `causalqwen.training.TrainingConfig`), the warm-up the run recorded -- its newest ``checkpoint``'s settings,
+    else its ``training_config.json`` -- so that a run continues with its own warm-up (one begun before
+    ``warmup_ratio`` existed has ``warmup_steps``, e.g. the command line's old default 50, and no ratio)."""
+    if config.warmup_steps is not None or config.warmup_ratio is not None:
+        return config
+    if checkpoint is not None:
+        file = os.path.join(checkpoint, TRAINING_JSON)
+        recorded = (read_training_record(checkpoint).get("settings") or {}).get("training")
+    else:
+        file = os.path.join(run_dir, CONFIG_FILE)
+        recorded = _read_json(file, f"cannot resume in {run_dir}") if os.path.isfile(file) else None
+    if not isinstance(recorded, dict):
+        return config  # nothing recorded: the comparison of the settings names what is missing
+    warmup = {name: recorded.get(name) for name in ("warmup_steps", "warmup_ratio")}
+    try:
+        adopted = dataclasses.replace(config, **warmup)
+    except (TypeError, ValueError) as error:
+        raise OSError(f"cannot resume: {file!r} records a warm-up that is not a valid setting: {error}") from error
+    if adopted != config:
+        logger.info("no warm-up given: the resumed run keeps its own (%s)", ", ".join(f"{k}={v!r}" for k, v in warmup.items()))
+    return adopted
 
 
 def load_model_weights(path: str, model) -> None:
@@ -328,11 +390,13 @@ class MetricsLog:
     """The JSONL log plus an optional tensorboard / wandb sink (rank 0 only).
 
     A resumed run first drops the records after ``resumed_step`` (it redoes those steps), and the last line of a
-    killed run if it was cut short while being written."""
+    killed run if it was cut short while being written. With ``print_eval`` each record holding eval metrics is
+    also printed, one line (`eval_line`), above the progress bar."""
 
-    def __init__(self, out_dir: str | None, report_to: str | None, resumed_step: int):
+    def __init__(self, out_dir: str | None, report_to: str | None, resumed_step: int, *, print_eval: bool = False):
         self.path = os.path.join(out_dir, "metrics.jsonl") if out_dir else None
         self.sink = None
+        self.print_eval = print_eval
         if self.path:
             check_writable(self.path)  # never read nor rewritten through a link (causalqwen.files.rundir)
         if self.path and os.path.exists(self.path):  # drop what a resumed run will redo
@@ -377,3 +441,16 @@ class MetricsLog:
                 self.sink.add_scalar(key, value, step)
         elif self.sink is not None:
             self.sink.log(metrics, step=step)
+        if self.print_eval and any(key.startswith(EVAL_PREFIXES) for key in metrics):
+            tqdm.write(eval_line(step, metrics))
+
+
+EVAL_PREFIXES = ("eval/", "dist/")  # the metrics of the held-out set (`causalqwen.metrics.with_log_prefixes`)
+
+
+def eval_line(step: int, metrics: dict) -> str:
+    """The line that shows the eval metrics of a logged record: ``eval step 40: eval/loss=2.31547 ...``, each
+    ``eval/*`` and ``dist/*`` value as in ``metrics.jsonl``, to 6 significant digits (``format(value, ".6g")``)."""
+    shown = " ".join(f"{key}={format(value, '.6g') if isinstance(value, (int, float)) else value}"
+                     for key, value in metrics.items() if key.startswith(EVAL_PREFIXES))
+    return f"eval step {step}: {shown}"

@@ -5,6 +5,10 @@ transformers' mechanism for classes that live outside the library: ``config.json
 module is a file in the directory. causalqwen writes that module, `AUTO_MODULE` ``.py``, as a few import
 lines from the installed package, so the directory carries no code of its own. Loading through it needs
 ``trust_remote_code=True``: transformers' consent to import a module found in a directory.
+
+Where the package is missing, transformers' own message advises ``pip install causalqwen``, which cannot work:
+causalqwen is not on the Python package index. The module's docstring says how it is installed: from a
+clone of the repository, or from a wheel built there with ``python -m build``.
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ from ..files.rundir import open_for_writing
 AUTO_MODULE = "causalqwen_auto"
 
 AUTO_MODULE_SOURCE = (
-    '"""Written by causalqwen\'s save_pretrained: the classes that config.json and tokenizer_config.json name, '
-    'from the installed causalqwen package (pip install causalqwen)."""\n'
+    '"""Written by causalqwen\'s save_pretrained: the classes that config.json and tokenizer_config.json name,\n'
+    "from the installed causalqwen package.\n"
+    "\n"
+    "causalqwen is not on the Python package index, so transformers' advice `pip install causalqwen` cannot\n"
+    "work: install it from a clone of its repository (`pip install -e .` in the clone), or from a wheel built\n"
+    "there with `python -m build --wheel` (`pip install dist/causalqwen-*.whl`).\n"
+    '"""\n'
     "from causalqwen.configuration import CausalQwenConfig  # noqa: F401\n"
     "from causalqwen.modeling import CausalQwenForCausalLM, CausalQwenModel  # noqa: F401\n"
     "from causalqwen.integrations.pipelines import NumericTextGenerationPipeline  # noqa: F401\n"

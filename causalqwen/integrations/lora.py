@@ -54,14 +54,15 @@ after one ``disable_adapter()`` block. `base_reference` is that context with the
 - ``save_pretrained`` also writes a ``README.md`` model card beside ``adapter_config.json`` and
   ``adapter_model.safetensors``.
 
-**Files.** `save_lora` writes safetensors only (``safe_serialization=True``) and never the embedding;
-`load_lora` reads ``adapter_config.json`` (JSON) and ``adapter_model.safetensors`` with `safetensors` itself,
-after checking every tensor's name, shape, dtype and finiteness against the adapter the model would get.
-A directory that holds only a pickled ``adapter_model.bin`` is refused, never unpickled. The saved
-``adapter_config.json`` must be what `add_lora` makes, its settings passing the same checks (one function,
-`_lora_config`); its ``init_lora_weights`` must be a plain ``true`` or ``false`` (the loaded tensors replace the
-initialisation, so it does not matter, and a data-dependent one such as ``"pissa"`` or ``"corda"`` is never run).
-`save_lora` refuses a planted link among the files peft writes (`causalqwen.files.rundir.check_write_targets`).
+**Files.** `save_lora` writes safetensors only (``safe_serialization=True``), never the embedding, and records
+the base as a local directory's absolute path or a hub id (`causalqwen.integrations.lora_base`). `load_lora`
+reads ``adapter_config.json`` (JSON) and ``adapter_model.safetensors`` with `safetensors` itself, after
+checking every tensor's name, shape, dtype and finiteness against the adapter the model would get. A directory
+that holds only a pickled ``adapter_model.bin`` is refused, never unpickled. The saved ``adapter_config.json``
+must be what `add_lora` makes, its settings passing the same checks (one function, `_lora_config`); its
+``init_lora_weights`` must be a plain ``true`` or ``false`` (the loaded tensors replace the initialisation, so
+it does not matter, and a data-dependent one such as ``"pissa"`` or ``"corda"`` is never run). `save_lora`
+refuses a planted link among the files peft writes (`causalqwen.files.rundir.check_write_targets`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ from ..decision import DecisionHead
 from ..files.checkpoint import header_shapes, shape_problems, value_problem
 from ..files.rundir import check_write_targets
 from ..modeling import CausalQwenForCausalLM
+from .lora_base import portable_base
 
 __all__ = [
     "LORA_TARGET_MODULES", "CAUSAL_MODULES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "add_lora", "save_lora", "load_lora",
@@ -224,6 +226,7 @@ def _wrap(model: CausalQwenForCausalLM, config: LoraConfig) -> PeftModel:
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         peft_model = get_peft_model(model, config, adapter_name=_ADAPTER_NAME)
     _share_config(model)
+    config.base_model_name_or_path = portable_base(config.base_model_name_or_path)  # peft_config[_ADAPTER_NAME]
     return peft_model
 
 
@@ -323,6 +326,8 @@ def save_lora(peft_model: PeftModel, path) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise OSError(f"adapter directory {path!r} exists but is not a directory")
     check_write_targets(path, _ADAPTER_FILES)  # peft follows links: a planted one is refused, by name, first
+    config = peft_model.peft_config[peft_model.active_adapter]
+    config.base_model_name_or_path = portable_base(config.base_model_name_or_path)
     peft_model.save_pretrained(path, safe_serialization=True, save_embedding_layers=False)
     return path
 
