@@ -18,6 +18,12 @@ The encoding also keeps the *surface text* of every number (``"43.60"``, ``"−2
 text and is written in its shortest float32 form (`format_number`), with a space where it would
 otherwise run into its neighbours and read back as something else.
 
+Decision D15 (transformers' tokenizer interface): `NumericTokenizer` wraps a transformers tokenizer and speaks
+its interface itself, not as a ``PreTrainedTokenizerFast`` subclass, whose inherited entry points (``encode_plus``,
+``pad``, ``prepare_for_model``, the Rust backend) would each return ids without values: a call the wrapper lacks
+is an ``AttributeError``, never a silently lost number. Where transformers' defaults would lose values it differs,
+and says so: tensors (``"pt"``), padding, left padding, ``decode`` skipping special tokens, ``encode`` -> (ids, values).
+
 Around it: what is asked of the wrapped tokenizer (`causalqwen.integrations.wrapped_tokenizer`), loading, saving
 and the attributes transformers reads (`causalqwen.integrations.tokenizer_mixin`), and the checks of every
 argument with the bounded prefix a ``max_length`` reads (`causalqwen.checks.tokenizer_door`).
@@ -27,12 +33,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import torch
-from transformers import BatchEncoding, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from .checks.tokenizer_door import (MAX_TEXT_CHARS, UNSAFE_CUT_MARGIN, batch_rows, bounded_prefix, check_call_arguments,
-                                     check_decode_arguments, check_length, check_max_length, check_prompt_length,
-                                     check_surface, check_text, kept_positions)
+                                     check_decode_arguments, check_flags, check_length, check_max_length,
+                                     check_prompt_length, check_surface, check_text, kept_positions)
+from .integrations.numeric_encoding import RETURN_TENSORS, NumericEncoding, as_tensor_type, pad_rows, padded_lists
 from .integrations.tokenizer_mixin import TokenizerMixin
 from .integrations.wrapped_tokenizer import add_num_token, decode_run, encode_between_numbers
 from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, parse_number, split_numbers
@@ -50,6 +56,9 @@ class NumericTokenizer(TokenizerMixin):
             the pieces between numbers, which holds for byte-level BPE tokenizers without an added
             prefix space, such as Qwen2's.
         num_token: the text of the number token.
+        padding_side: where batches are padded (`padding_side`), set on ``hf_tokenizer`` too: ``"left"`` by
+            default, as batched generation needs (`causalqwen.files.data.collate` pads training batches on the
+            right itself).
 
     ``num_token`` is added to ``hf_tokenizer`` **in place** as a special token, so its id is
     K = ``len(hf_tokenizer)`` before the call and the wrapped tokenizer has K + 1 tokens
@@ -61,13 +70,13 @@ class NumericTokenizer(TokenizerMixin):
     ``"<|im_start|>"`` typed in the text is encoded as ordinary characters and never becomes a
     special token. Special tokens are meant to be inserted as ids, not as text.
 
-    It is not a ``PreTrainedTokenizerBase``: its encodings carry values beside the ids, which transformers'
-    tokenizer interface has no place for. It works where transformers takes a tokenizer and only saves or
-    reads it (``Trainer(processing_class=...)``, ``AutoTokenizer`` with ``trust_remote_code=True``), and
+    It is not a ``PreTrainedTokenizerBase`` (decision D15 above) but speaks its interface (``return_tensors``,
+    special tokens, ``convert_ids_to_tokens``, ``decode`` of plain ids, ...). It works where transformers takes a
+    tokenizer and saves or reads it (``Trainer(processing_class=...)``, ``AutoTokenizer`` with ``trust_remote_code``), and
     `causalqwen.integrations.pipelines.NumericTextGenerationPipeline` is the ``"text-generation"`` pipeline that uses it.
     """
 
-    def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, num_token: str = "<NUM>"):
+    def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, num_token: str = "<NUM>", padding_side: str = "left"):
         if not isinstance(hf_tokenizer, PreTrainedTokenizerBase):
             raise TypeError(
                 f"hf_tokenizer must be a transformers PreTrainedTokenizerBase, got {type(hf_tokenizer).__name__}"
@@ -78,9 +87,12 @@ class NumericTokenizer(TokenizerMixin):
             raise ValueError(f"num_token must be non-empty without surrounding whitespace, got {num_token!r}")
         if find_numbers(num_token):
             raise ValueError(f"num_token {num_token!r} must not contain a number")
+        if padding_side not in ("left", "right"):
+            raise ValueError(f'padding_side must be "left" or "right", got {padding_side!r}')
         self._hf_tokenizer = hf_tokenizer
         self._num_token = num_token
         self._num_token_id = add_num_token(hf_tokenizer, num_token)
+        hf_tokenizer.padding_side = padding_side
 
     # -- properties (loading, saving and the attributes transformers reads: `TokenizerMixin`) --
 
@@ -104,10 +116,8 @@ class NumericTokenizer(TokenizerMixin):
         return len(self._hf_tokenizer)
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({type(self._hf_tokenizer).__name__}, num_token={self._num_token!r}, "
-            f"num_token_id={self._num_token_id}, size={len(self)})"
-        )
+        return (f"{type(self).__name__}({type(self._hf_tokenizer).__name__}, num_token={self._num_token!r}, "
+                f"num_token_id={self._num_token_id}, size={len(self)})")
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -188,27 +198,41 @@ class NumericTokenizer(TokenizerMixin):
         texts: str | list[str],
         padding: bool | str = True,
         max_length: int | None = None,
-        padding_side: str = "right",
-        truncation: bool = False,
+        padding_side: str | None = None,
+        truncation: bool | str = False,
+        *,
+        return_tensors: str | None = "pt",
+        return_attention_mask: bool = True,
+        add_special_tokens: bool | None = None,
     ) -> NumericEncoding:
-        """Encode a batch of texts into padded tensors.
+        """Encode a batch of texts, as transformers' tokenizers do, with the values beside the ids.
 
         Args:
             texts: one str (a batch of one) or a non-empty list of str.
             padding: ``True`` or ``"longest"`` pads to the longest row; ``"max_length"`` pads to
-                ``max_length``; ``False`` pads nothing, so all rows must have the same length.
+                ``max_length``; ``False`` (or ``"do_not_pad"``) pads nothing: then the rows must have the
+                same length, unless ``return_tensors=None`` (lists of different lengths, as transformers').
             max_length: the longest allowed row (a positive int), or None for no limit.
-            padding_side: ``"right"`` or ``"left"``.
-            truncation: if True, rows longer than ``max_length`` keep their first ``max_length``
-                tokens; if False, such a row is an error.
+            padding_side: ``"right"`` or ``"left"``; None (default) takes the tokenizer's `padding_side`
+                (``"left"`` unless set otherwise, what batched generation needs).
+            truncation: if True (or ``"longest_first"``), rows longer than ``max_length`` keep their first
+                ``max_length`` tokens; if False (or ``"do_not_truncate"``), such a row is an error.
+            return_tensors: ``"pt"`` (default here: the model takes tensors) for torch tensors, ``"np"`` for
+                numpy arrays, None for Python lists (transformers' default; the values as Python floats).
+            return_attention_mask: leave ``attention_mask`` out when False.
+            add_special_tokens: no special token is ever added; True is refused where the wrapped tokenizer would.
 
         Returns:
             A `NumericEncoding`: ``input_ids`` (int64, [B, S]), ``numeric_values`` (float32, [B, S]) and
             ``attention_mask`` (int64, [B, S], 1 on real tokens and 0 on padding; padded positions hold
             the pad id and the value 0.0), and ``number_texts``, the surface text of each row's
-            numbers, which `batch_decode` writes back.
+            numbers, which `batch_decode` writes back. Any other keyword is a ``TypeError`` naming it.
         """
-        texts = check_call_arguments(texts, padding, max_length, padding_side, truncation)
+        padding_side = self.padding_side if padding_side is None else padding_side
+        texts, padding, truncation = check_call_arguments(texts, padding, max_length, padding_side, truncation)
+        if return_tensors not in RETURN_TENSORS:
+            raise ValueError(f'return_tensors must be "pt", "np" or None, got {return_tensors!r}')
+        check_flags(self._hf_tokenizer, return_attention_mask, add_special_tokens)
         max_length = int(max_length) if max_length is not None else None
         rows = self._encode_texts(texts, max_length + 1 if max_length is not None else None)
         if max_length is not None:
@@ -218,31 +242,40 @@ class NumericTokenizer(TokenizerMixin):
                         f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
                     )
             rows = [self._cut(row, max_length) for row in rows]
-        return self._pad(rows, padding, max_length, padding_side)
+        encoding = self._pad(rows, padding, max_length, padding_side, return_tensors)
+        if not return_attention_mask:
+            del encoding["attention_mask"]
+        return encoding
 
-    def _pad(self, rows: list[_Row], padding, max_length, padding_side: str) -> NumericEncoding:
-        """The rows as ``[B, S]`` tensors (`pad_rows`), S given by ``padding``; the pad id is needed only when a row
-        is shorter than S."""
+    def _pad(self, rows: list[_Row], padding, max_length, padding_side: str, return_tensors) -> NumericEncoding:
+        """The rows padded to the width ``padding`` gives (`padded_lists`), as ``return_tensors`` asks; the pad id
+        is needed only when a row is shorter than that width."""
         lengths = [len(row.input_ids) for row in rows]
         if padding is False:
-            if len(set(lengths)) > 1:
-                raise ValueError(f"padding=False needs texts of equal token length, got lengths {lengths}")
-            width = lengths[0]
+            if len(set(lengths)) > 1 and return_tensors is not None:
+                raise ValueError(f"padding=False needs texts of equal token length, got lengths {lengths} (or pass "
+                                 "return_tensors=None for lists of different lengths)")
+            width = None
         elif padding == "max_length":
             width = max_length
         else:
             width = max(lengths)
-        pad_token_id = self.pad_token_id if any(length < width for length in lengths) else 0
-        data = pad_rows([row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_token_id,
-                        padding_side)
-        return NumericEncoding(data, [row.number_texts for row in rows])
+        pad_token_id = self.pad_token_id if width is not None and any(length < width for length in lengths) else 0
+        if pad_token_id is None:
+            raise ValueError(
+                "the wrapped tokenizer has no pad token; set tokenizer.pad_token (for example to tokenizer.eos_token) "
+                "before padding a batch"
+            )
+        data = padded_lists([row.input_ids for row in rows], [row.numeric_values for row in rows], width,
+                            pad_token_id, padding_side)
+        return NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
 
     # -- decoding ----------------------------------------------------------------------------
 
     def decode(
         self,
         input_ids,
-        numeric_values,
+        numeric_values=None,
         skip_special_tokens: bool = True,
         out_of_vocab: str = "raise",
         *,
@@ -262,7 +295,10 @@ class NumericTokenizer(TokenizerMixin):
 
         Args:
             input_ids: a list of ints or a 1-D integer tensor/array.
-            numeric_values: a list of numbers or a 1-D tensor/array of the same length.
+            numeric_values: a list of numbers or a 1-D tensor/array of the same length; None (plain ids, as
+                transformers' ``decode(ids)``) writes each ``<NUM>`` as the literal ``num_token`` (``"<NUM>"``),
+                never as a number: the values are not in the ids. ``model.generate(...,
+                return_dict_in_generate=True)`` returns them: ``decode(out.sequences[0], out.numeric_values[0])``.
             skip_special_tokens: drop special tokens other than ``<NUM>`` from the text.
             out_of_vocab: what to do with an id at or beyond ``len(self)`` -- one of the model's
                 reserved rows, which an untrained model can predict: ``"raise"`` (default) or
@@ -276,9 +312,12 @@ class NumericTokenizer(TokenizerMixin):
                 at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, or ``number_texts`` has
                 more texts than there are ``<NUM>`` or a text that does not read as its value.
         """
+        if numeric_values is None and number_texts is not None:
+            raise TypeError("number_texts needs numeric_values: pass the values beside the ids")
         ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
                                                        number_texts, size=len(self))
-        pieces, _ = self._pieces(ids, values, surfaces, skip_special_tokens, len(ids))
+        pieces, _ = self._pieces(ids, values if numeric_values is not None else None, surfaces, skip_special_tokens,
+                                 len(ids))
         return _joined(pieces, _decoded_spaces(pieces))[0]
 
     def decode_continuation(
@@ -332,6 +371,9 @@ class NumericTokenizer(TokenizerMixin):
             if token_id >= size:
                 pieces.append((f"<unk:{token_id}>", _TEXT))
                 continue
+            if values is None:  # plain ids: the value is not known, so the number token is written as it is
+                pieces.append((self._num_token, _TEXT))
+                continue
             try:
                 written = format_number(values[position])
             except ValueError as error:
@@ -362,7 +404,9 @@ class NumericTokenizer(TokenizerMixin):
         `causalqwen.generate` (its ``attention_mask`` drops the padding, its prompts' numbers take
         their surface texts from ``number_texts=encoding.number_texts``), or ``input_ids`` [B, S] and
         ``numeric_values`` [B, S] as tensors, arrays or lists of rows. ``number_texts[b]`` lists the
-        surface texts of the first ``<NUM>`` of row b (see `decode`).
+        surface texts of the first ``<NUM>`` of row b (see `decode`). ``input_ids`` alone (plain ids, as a
+        ``model.generate`` without ``return_dict_in_generate=True`` returns them) writes each ``<NUM>`` as the
+        literal ``num_token``: the values are not in the ids (see `decode`).
         """
         texts = []
         for row, (ids, values, keep, surfaces) in enumerate(batch_rows(input_ids, numeric_values, number_texts)):
@@ -381,46 +425,6 @@ class _Row(NamedTuple):
     input_ids: list[int]
     numeric_values: list[float]
     number_texts: list[str]  # the surface text of each <NUM>, in order
-
-
-class NumericEncoding(BatchEncoding):
-    """What `NumericTokenizer.__call__` returns: a `transformers.BatchEncoding` with ``input_ids``,
-    ``numeric_values`` and ``attention_mask`` (``[B, S]`` tensors; ``model(**encoding)`` works), plus the
-    attribute ``number_texts``.
-
-    ``number_texts[b][k]`` is the text of the k-th number of row b as it was written (``"43.60"``,
-    ``"−2"``, ``"1,000"``). It is an attribute, not a key, so that it never reaches the model; pass the
-    whole encoding to `NumericTokenizer.batch_decode` to get the texts back, or give
-    ``number_texts=encoding.number_texts`` when decoding what `causalqwen.generate` made from it.
-    """
-
-    def __init__(self, data: dict, number_texts: list[list[str]]):
-        super().__init__(data)
-        self.number_texts = number_texts
-
-    def __getstate__(self):
-        return super().__getstate__() | {"number_texts": self.number_texts}
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self.number_texts = state.get("number_texts", [])
-
-
-def pad_rows(input_ids: list[list[int]], numeric_values: list[list[float]], width: int, pad_token_id: int,
-             padding_side: str = "right") -> dict[str, torch.Tensor]:
-    """Rows of ids and values as ``[B, width]`` tensors, each padded on ``padding_side`` to ``width``: padded
-    positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens). The one padding
-    of the package: `NumericTokenizer.__call__` and `causalqwen.files.data.collate` both pad with it."""
-    left = padding_side == "left"
-
-    def padded(row: list, fill) -> list:
-        return [fill] * (width - len(row)) + row if left else row + [fill] * (width - len(row))
-
-    shape = (len(input_ids), width)  # [B, S], also when S = 0
-    ids = torch.tensor([padded(row, pad_token_id) for row in input_ids], dtype=torch.int64).reshape(shape)
-    values = torch.tensor([padded(row, 0.0) for row in numeric_values], dtype=torch.float32).reshape(shape)
-    mask = torch.tensor([padded([1] * len(row), 0) for row in input_ids], dtype=torch.int64).reshape(shape)
-    return {"input_ids": ids, "numeric_values": values, "attention_mask": mask}
 
 
 # The kinds of decoded pieces: a run of ordinary tokens, a number as it was written, a number the model generated.

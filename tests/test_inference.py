@@ -245,7 +245,7 @@ def test_standard_prediction_differs_from_qwen_greedy_at_initialization():
     """The equivalence theorem covers loc_S = logits, not argmax P: scales differ per class. With the drafts'
     threshold C = 100, far above every logit, the decision drifts to the classes with large row norms."""
     model, numeric, qwen = build_tiny_causal_lm(seed=0, **DRAFT_INIT)
-    batch = numeric(["the market grew by a third and the price of tea", "hello world"])
+    batch = numeric(["the market grew by a third and the price of tea", "hello world"], padding_side="right")
     with torch.no_grad():
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"])
         logits = qwen(batch["input_ids"], attention_mask=batch["attention_mask"]).logits

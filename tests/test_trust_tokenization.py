@@ -389,7 +389,7 @@ def test_number_dense_texts_encode_as_the_reference_path(tokenizer, pieces, copi
     ids, values = tokenizer.encode(text)
     assert ids == expected
     assert [values[i] for i, token in enumerate(ids) if token == tokenizer.num_token_id] == [n.value for n in found]
-    batch = tokenizer([text] * copies + ["no numbers"])
+    batch = tokenizer([text] * copies + ["no numbers"], padding_side="right")
     assert batch["input_ids"][0, : len(ids)].tolist() == ids
 
 

@@ -28,7 +28,7 @@ from ..numbers import (
 )
 
 __all__ = ["MAX_TEXT_CHARS", "UNSAFE_CUT_MARGIN", "check_text", "check_length", "check_max_length", "bounded_prefix",
-           "check_call_arguments",
+           "check_call_arguments", "check_flags",
            "check_decode_arguments", "check_prompt_length", "check_surface", "batch_rows", "kept_positions"]
 
 # The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
@@ -112,9 +112,10 @@ def bounded_prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool
     return end, found, exact
 
 
-def check_call_arguments(texts, padding, max_length, padding_side, truncation) -> list[str]:
-    """The argument checks of ``NumericTokenizer.__call__``, then of each text (named by its index); the texts
-    as a list."""
+def check_call_arguments(texts, padding, max_length, padding_side, truncation) -> tuple[list[str], bool | str, bool]:
+    """The argument checks of ``NumericTokenizer.__call__``, then of each text (named by its index); the texts as
+    a list, ``padding`` (``"do_not_pad"`` read as False) and ``truncation`` as a bool (transformers' names
+    ``"longest_first"`` and ``"do_not_truncate"`` read as True and False)."""
     if isinstance(texts, str):
         texts = [texts]
     elif isinstance(texts, (list, tuple)):
@@ -126,15 +127,21 @@ def check_call_arguments(texts, padding, max_length, padding_side, truncation) -
         raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
     if not texts:
         raise ValueError("texts is an empty list; give at least one text")
+    if isinstance(padding, str) and padding == "do_not_pad":
+        padding = False
     padding_is_valid = padding is True or padding is False or (
         isinstance(padding, str) and padding in ("longest", "max_length")
     )
     if not padding_is_valid:
-        raise ValueError(f"padding must be one of True, False, 'longest', 'max_length'; got {padding!r}")
+        raise ValueError(
+            f"padding must be one of True, False, 'longest', 'max_length', 'do_not_pad'; got {padding!r}"
+        )
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    if isinstance(truncation, str) and truncation in ("longest_first", "do_not_truncate"):
+        truncation = truncation == "longest_first"
     if not isinstance(truncation, bool):
-        raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
+        raise TypeError(f"truncation must be a bool, 'longest_first' or 'do_not_truncate', got {truncation!r}")
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral)):
         raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
     if max_length is not None and max_length <= 0:
@@ -149,7 +156,23 @@ def check_call_arguments(texts, padding, max_length, padding_side, truncation) -
             check_length(text, max_length)
         except ValueError as error:
             raise ValueError(f"text {index}: {error}") from None
-    return texts
+    return texts, padding, truncation
+
+
+def check_flags(hf_tokenizer, return_attention_mask, add_special_tokens) -> None:
+    """``__call__``'s flags: ``return_attention_mask`` a bool; ``add_special_tokens`` None, False, or True where the
+    wrapped tokenizer adds none (Qwen2's): a ``NumericTokenizer`` never adds them, so True would be a promise broken
+    for a tokenizer that adds a BOS or an EOS."""
+    if not isinstance(return_attention_mask, bool):
+        raise TypeError(f"return_attention_mask must be a bool, got {type(return_attention_mask).__name__}")
+    if add_special_tokens is not None and not isinstance(add_special_tokens, bool):
+        raise TypeError(f"add_special_tokens must be a bool, got {type(add_special_tokens).__name__}")
+    if add_special_tokens and list(hf_tokenizer("a", add_special_tokens=True)["input_ids"]) != list(
+            hf_tokenizer("a", add_special_tokens=False)["input_ids"]):
+        raise ValueError(
+            "add_special_tokens=True: the wrapped tokenizer adds special tokens, which a NumericTokenizer never does; "
+            "pass add_special_tokens=False and put them in as ids"
+        )
 
 
 def check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts, *,
@@ -157,7 +180,7 @@ def check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_o
     """``decode``'s door: the ids, values and surface texts as lists, or an error naming the argument; ``size``
     is the tokenizer's number of tokens (an id at or beyond it is one of a model's reserved rows)."""
     ids = _as_id_list(input_ids, "input_ids")
-    values = _as_value_list(numeric_values, "numeric_values")
+    values = [0.0] * len(ids) if numeric_values is None else _as_value_list(numeric_values, "numeric_values")
     if len(ids) != len(values):
         raise ValueError(
             f"input_ids has length {len(ids)} but numeric_values has length {len(values)}; they must match"
@@ -215,10 +238,9 @@ def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:
         encoding = input_ids
         input_ids, numeric_values, mask = _unpack_encoding(encoding)
         number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
-    if numeric_values is None:
-        raise TypeError("batch_decode needs numeric_values beside input_ids (or the whole encoding)")
     id_rows = _as_rows(input_ids, "input_ids")
-    value_rows = _as_rows(numeric_values, "numeric_values")
+    # plain ids (no values): each <NUM> is written as the number token itself
+    value_rows = [None] * len(id_rows) if numeric_values is None else _as_rows(numeric_values, "numeric_values")
     mask_rows = _as_rows(mask, "attention_mask") if mask is not None else [None] * len(id_rows)
     text_rows = _as_text_rows(number_texts, len(id_rows))
     if not len(id_rows) == len(value_rows) == len(mask_rows):
@@ -229,17 +251,20 @@ def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:
     return list(zip(id_rows, value_rows, mask_rows, text_rows))
 
 
-def kept_positions(ids, values, mask) -> tuple[list, list]:
-    """The positions of one row where ``mask`` is not 0 (padding and what follows an EOS are dropped)."""
+def kept_positions(ids, values, mask) -> tuple[list, list | None]:
+    """The positions of one row where ``mask`` is not 0 (padding and what follows an EOS are dropped); ``values``
+    None (plain ids) stays None."""
     flags = mask.tolist() if isinstance(mask, (torch.Tensor, np.ndarray)) else list(mask)
     if any(flag not in (0, 1) for flag in flags):  # bools compare equal to 0 and 1
         raise ValueError(f"attention_mask must hold only 0 and 1, got {sorted(set(flags) - {0, 1})[:3]}")
     keep = [bool(flag) for flag in flags]
     ids = ids.tolist() if isinstance(ids, (torch.Tensor, np.ndarray)) else list(ids)
-    values = values.tolist() if isinstance(values, (torch.Tensor, np.ndarray)) else list(values)
-    if not len(keep) == len(ids) == len(values):
+    if values is not None:
+        values = values.tolist() if isinstance(values, (torch.Tensor, np.ndarray)) else list(values)
+    if not len(keep) == len(ids) == (len(values) if values is not None else len(ids)):
         raise ValueError(f"attention_mask has length {len(keep)} but input_ids {len(ids)}; they must match")
-    return [i for i, k in zip(ids, keep) if k], [v for v, k in zip(values, keep) if k]
+    kept_values = None if values is None else [v for v, k in zip(values, keep) if k]  # None: plain ids, no values
+    return [i for i, k in zip(ids, keep) if k], kept_values
 
 
 def _unpack_encoding(encoding: Mapping):

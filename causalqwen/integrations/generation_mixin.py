@@ -23,7 +23,9 @@ sampling. CausalQwen adds two things that travel beside the ids, in a `Generatio
   numerical embedding (decision D12).
 
 ``return_dict_in_generate=True`` gives a `CausalQwenGenerateOutput`: transformers' output plus
-``numeric_values`` ``[B, S + T]``. `causalqwen.generate` is the reference loop this one is tested
+``numeric_values`` ``[B, S + T]``, the one way to the values of the ``<NUM>`` tokens
+(``tokenizer.decode(out.sequences[0], out.numeric_values[0])``); without it, the ids alone come back, as in
+transformers, and ``tokenizer.decode(ids)`` writes each ``<NUM>`` as the literal ``<NUM>``. `causalqwen.generate` is the reference loop this one is tested
 against (equal sequences and values in every mode).
 """
 
@@ -155,6 +157,14 @@ class CausalQwenGenerationMixin(GenerationMixin):
         ``assistant_early_exit``, ``use_mtp``: their candidate tokens carry no ``<NUM>`` values), a
         ``generator`` that is not a ``torch.Generator``, and ``stop_strings`` with a ``tokenizer`` that is not a
         transformers tokenizer (pass ``tok.hf_tokenizer``; a generated number is matched as the text ``<NUM>``).
+
+        The values: without ``return_dict_in_generate=True`` this returns the ids alone, as transformers' does,
+        and the ids do not hold the values of the ``<NUM>`` tokens (the prompt's nor the generated ones):
+        ``tokenizer.decode(ids)`` writes each as the literal ``<NUM>``. To get the numbers, pass
+        ``return_dict_in_generate=True`` and decode with them:
+        ``out = model.generate(**enc, return_dict_in_generate=True)``, then
+        ``tokenizer.decode(out.sequences[0], out.numeric_values[0])`` (or
+        ``tokenizer.batch_decode(out.sequences, out.numeric_values)``).
         """
         input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:

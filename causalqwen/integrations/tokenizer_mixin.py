@@ -7,18 +7,23 @@ reads and sets ``padding_side``. `TokenizerMixin` gives a class that wraps a Hug
 these, from its ``hf_tokenizer`` and ``num_token`` and its constructor ``cls(hf_tokenizer, num_token=...)``.
 
 The directory is the wrapped tokenizer's own (``tokenizer.json``, ``tokenizer_config.json``, ...), with
-``<NUM>`` among its special added tokens, plus two entries in ``tokenizer_config.json``: ``num_token``, and
+``<NUM>`` among its special added tokens, plus entries in ``tokenizer_config.json``: ``num_token``,
+``padding_side``, and
 ``auto_map``, which names the class through the directory's module (`causalqwen.integrations.auto`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from transformers import AutoTokenizer
 
 from ..files.checkpoint import check_local_source
 from ..files.rundir import check_write_targets
+from .chat_template import apply_chat_template
+from .collator import NumericDataCollator
+from .numeric_encoding import NumericEncoding
 from .auto import (
     AUTO_MODULE,
     TOKENIZER_AUTO_MAP,
@@ -56,7 +61,8 @@ class TokenizerMixin:
         if num_token is None:
             recorded = getattr(hf_tokenizer, "num_token", None)  # transformers keeps a *_token entry as a special token
             num_token = str(recorded) if recorded is not None else "<NUM>"
-        return cls(hf_tokenizer, num_token=num_token)
+        padding_side = hf_tokenizer.init_kwargs.get("padding_side") or "left"  # recorded by save_pretrained
+        return cls(hf_tokenizer, num_token=num_token, padding_side=padding_side)
 
     def save_pretrained(self, path: str | os.PathLike, **kwargs) -> tuple[str, ...]:
         """Save the wrapped tokenizer, ``<NUM>`` included, with its ``save_pretrained(path, **kwargs)``, and
@@ -78,7 +84,8 @@ class TokenizerMixin:
         config_file = next((file for file in files if os.path.basename(file) == "tokenizer_config.json"), None)
         if config_file is None:
             raise RuntimeError(f"the wrapped tokenizer wrote no tokenizer_config.json to {os.fspath(path)!r}")
-        update_json(config_file, {"num_token": self.num_token, "auto_map": dict(TOKENIZER_AUTO_MAP)})
+        update_json(config_file, {"num_token": self.num_token, "padding_side": self.padding_side,
+                                  "auto_map": dict(TOKENIZER_AUTO_MAP)})
         write_auto_module(path)
         return tuple(files) + (os.path.join(path, AUTO_MODULE + ".py"),)
 
@@ -87,15 +94,59 @@ class TokenizerMixin:
         """What ``AutoTokenizer`` calls on a class it loaded from a directory's ``auto_map``. The directory
         already names this class (`save_pretrained`), so there is nothing to record."""
 
+    def apply_chat_template(self, conversation, add_generation_prompt: bool = False, tokenize: bool = True,
+                            **kwargs):
+        """The wrapped tokenizer's chat template, then numbers as ``<NUM>`` and values: a `NumericEncoding` whose
+        template special tokens (``<|im_start|>``, ...) keep their special ids, or with ``tokenize=False`` the
+        rendered text (`causalqwen.integrations.chat_template.apply_chat_template`)."""
+        return apply_chat_template(self, conversation, add_generation_prompt, tokenize, **kwargs)
+
+    def pad(self, encoded_inputs, padding: bool | str = True, max_length: int | None = None, *,
+            pad_to_multiple_of: int | None = None, return_tensors: str | None = None, padding_side: str | None = None,
+            return_attention_mask: bool | None = None, verbose: bool = True):
+        """Pad features as transformers' ``tokenizer.pad`` does, ``numeric_values`` (with 0.0) beside the ids, so that
+        the stock ``DataCollatorWithPadding(tokenizer)`` pads numbers too: a list of dicts (or a dict of lists) with
+        ``input_ids`` and ``numeric_values`` (``attention_mask``, ``labels`` -- padded with -100 -- and
+        ``numeric_labels`` where present), by `causalqwen.integrations.collator.NumericDataCollator`;
+        ``padding_side`` defaults to `padding_side`. ``padding=False`` is refused (transformers' ``pad`` then
+        returns the rows as they are: use them so)."""
+        if isinstance(encoded_inputs, Mapping):  # a dict of lists (a batch), as transformers' pad takes too
+            keys = list(encoded_inputs)
+            encoded_inputs = [dict(zip(keys, values)) for values in zip(*(encoded_inputs[key] for key in keys))]
+        if padding not in (True, "longest", "max_length"):
+            raise ValueError(f"pad needs padding=True, 'longest' or 'max_length', got {padding!r}")
+        if padding == "max_length" and max_length is None:
+            raise ValueError("padding='max_length' needs max_length")
+        collator = NumericDataCollator(self, padding_side=padding_side or self.padding_side,
+                                       pad_to_multiple_of=pad_to_multiple_of, return_tensors=return_tensors,
+                                       max_length=max_length if padding == "max_length" else None)
+        batch = collator(encoded_inputs)
+        if return_attention_mask is False:
+            del batch["attention_mask"]
+        return NumericEncoding(batch, [[] for _ in encoded_inputs])
+
+    # -- special tokens and vocabulary, as the wrapped tokenizer has them (None where it has none) --
+
     @property
-    def pad_token_id(self) -> int:
-        """The id used at padded positions; a ValueError if the wrapped tokenizer has no pad token."""
-        pad_token_id = self.hf_tokenizer.pad_token_id
-        if pad_token_id is None:
-            raise ValueError(
-                "the wrapped tokenizer has no pad token; set hf_tokenizer.pad_token before padding a batch"
-            )
-        return pad_token_id
+    def pad_token(self) -> str | None:
+        """The wrapped tokenizer's pad token (None if it has none); setting it sets the wrapped tokenizer's, as in
+        the transformers habit ``tokenizer.pad_token = tokenizer.eos_token``."""
+        return self.hf_tokenizer.pad_token
+
+    @pad_token.setter
+    def pad_token(self, token: str | None) -> None:
+        self.hf_tokenizer.pad_token = token
+
+    @property
+    def pad_token_id(self) -> int | None:
+        """The id used at padded positions (None if the wrapped tokenizer has no pad token: padding a batch of
+        rows of different lengths is then a ValueError)."""
+        return self.hf_tokenizer.pad_token_id
+
+    @property
+    def eos_token(self) -> str | None:
+        """The end-of-sequence token of the wrapped tokenizer (None if it has none)."""
+        return self.hf_tokenizer.eos_token
 
     @property
     def eos_token_id(self) -> int | None:
@@ -103,9 +154,78 @@ class TokenizerMixin:
         return self.hf_tokenizer.eos_token_id
 
     @property
+    def bos_token(self) -> str | None:
+        """The beginning-of-sequence token of the wrapped tokenizer (None if it has none, as Qwen2's)."""
+        return self.hf_tokenizer.bos_token
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The beginning-of-sequence id of the wrapped tokenizer (None if it has none)."""
+        return self.hf_tokenizer.bos_token_id
+
+    @property
+    def unk_token(self) -> str | None:
+        """The unknown token of the wrapped tokenizer (None if it has none)."""
+        return self.hf_tokenizer.unk_token
+
+    @property
+    def unk_token_id(self) -> int | None:
+        """The unknown-token id of the wrapped tokenizer (None if it has none)."""
+        return self.hf_tokenizer.unk_token_id
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        """The special tokens of the wrapped tokenizer as it came (eos, pad, ... and additional ones), then
+        ``num_token`` (the same before and after `save_pretrained`, which records it as a named special token)."""
+        tokens = [token for token in self.hf_tokenizer.all_special_tokens if token != self.num_token]
+        return tokens + [self.num_token]
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """The ids of `all_special_tokens`, ``<NUM>``'s last."""
+        return self.hf_tokenizer.convert_tokens_to_ids(self.all_special_tokens)
+
+    @property
+    def special_tokens_map(self) -> dict:
+        """The wrapped tokenizer's named special tokens (``{"eos_token": ..., "pad_token": ...}``)."""
+        return self.hf_tokenizer.special_tokens_map
+
+    @property
+    def vocab_size(self) -> int:
+        """The wrapped tokenizer's base vocabulary size, added tokens (``<NUM>`` among them) not counted, as
+        transformers' ``vocab_size``; ``len(tokenizer)`` counts them."""
+        return self.hf_tokenizer.vocab_size
+
+    @property
+    def model_max_length(self) -> int:
+        """The wrapped tokenizer's ``model_max_length``."""
+        return self.hf_tokenizer.model_max_length
+
+    @property
+    def name_or_path(self) -> str:
+        """Where the wrapped tokenizer was loaded from."""
+        return self.hf_tokenizer.name_or_path
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token to id, added tokens (``<NUM>``) included."""
+        return self.hf_tokenizer.get_vocab()
+
+    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
+        """The tokens of ids (one int, or a list), as the wrapped tokenizer writes them; the ``<NUM>`` id gives
+        ``num_token`` (its value is not in an id: `decode` with ``numeric_values`` writes it)."""
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        return self.hf_tokenizer.convert_ids_to_tokens(ids, skip_special_tokens=skip_special_tokens)
+
+    def convert_tokens_to_ids(self, tokens):
+        """The ids of tokens (one str, or a list), as the wrapped tokenizer gives them."""
+        return self.hf_tokenizer.convert_tokens_to_ids(tokens)
+
+    @property
     def padding_side(self) -> str:
-        """The wrapped tokenizer's ``padding_side``, where transformers' batching (``pipeline`` with
-        ``batch_size``) pads; ``__call__`` takes its own ``padding_side`` argument."""
+        """Where ``__call__`` pads when its ``padding_side`` is None, and where transformers' batching
+        (``pipeline`` with ``batch_size``) pads: the wrapped tokenizer's ``padding_side``, which the constructor
+        sets (``"left"`` by default, what batched generation needs)."""
         return self.hf_tokenizer.padding_side
 
     @padding_side.setter

@@ -1,0 +1,297 @@
+"""A script written from transformers habit, run against `causalqwen.tokenization.NumericTokenizer`.
+
+The oracles: the texts themselves (round trips), a fresh wrapped tokenizer that never saw ``<NUM>`` (special
+tokens, vocabulary, token strings), the wrapped tokenizer's own ``decode`` (which writes ``<NUM>``, its special
+added token, literally), numpy's float32 rounding of the values written in the texts, and values chosen here.
+"""
+
+import numpy as np
+import pytest
+import torch
+from transformers import (AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer,
+                          TrainingArguments)
+
+from causalqwen.app.tiny import build_tiny_causal_lm, build_tiny_tokenizer
+from causalqwen.files.data import collate
+from causalqwen.integrations.collator import NumericDataCollator
+from causalqwen.tokenization import NumericTokenizer
+
+TEXTS = ["It costs 2.5 dollars.", "Add 37 and 5."]
+SPECIAL_ATTRIBUTES = ["eos_token", "eos_token_id", "pad_token", "pad_token_id", "bos_token", "bos_token_id",
+                      "unk_token", "unk_token_id", "vocab_size"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer
+
+
+def test_tokenize_run_the_model_and_decode_as_transformers_users_do(tiny):
+    model, tok = tiny
+    enc = tok(TEXTS, return_tensors="pt", padding=True)
+    assert isinstance(enc["input_ids"], torch.Tensor) and enc.input_ids.shape == enc.numeric_values.shape
+    with torch.no_grad():
+        out = model(**enc)
+    assert out.logits.shape[:2] == enc.input_ids.shape
+    assert tok.batch_decode(enc.input_ids, enc.numeric_values, skip_special_tokens=True) == TEXTS
+    assert tok.batch_decode(enc) == TEXTS
+    # the values, float32-exact at the <NUM> positions, as numpy rounds the numbers written in the texts
+    numbers = [enc.numeric_values[b][enc.input_ids[b] == tok.num_token_id].tolist() for b in range(2)]
+    assert numbers == [[float(np.float32(2.5))], [float(np.float32(37)), float(np.float32(5))]]
+
+
+def test_the_default_padding_is_on_the_left_for_generation(tiny):
+    _, tok = tiny
+    enc = tok(TEXTS, return_tensors="pt", padding=True)
+    lengths = [len(tok.encode(text)[0]) for text in TEXTS]
+    width = max(lengths)
+    assert tok.padding_side == "left"
+    for row, length in enumerate(lengths):
+        assert enc.attention_mask[row].tolist() == [0] * (width - length) + [1] * length
+        assert enc.input_ids[row, : width - length].tolist() == [tok.pad_token_id] * (width - length)
+    right = tok(TEXTS, padding=True, padding_side="right")
+    assert right.attention_mask[0].tolist() == [1] * lengths[0] + [0] * (width - lengths[0])
+
+
+def test_decoding_plain_ids_writes_the_number_token_never_a_number(tiny):
+    _, tok = tiny
+    enc = tok(TEXTS, return_tensors="pt", padding=True)
+    assert tok.decode(enc.input_ids[1]) == "Add <NUM> and <NUM>."
+    assert tok.batch_decode(enc.input_ids, skip_special_tokens=True) == ["It costs <NUM> dollars.", "Add <NUM> and <NUM>."]
+    for row in enc.input_ids:  # the wrapped tokenizer writes <NUM>, its special added token, as its text too
+        expected = tok.hf_tokenizer.decode(row, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        assert tok.decode(row, skip_special_tokens=False) == expected
+    with pytest.raises(TypeError, match="number_texts needs numeric_values"):
+        tok.decode(enc.input_ids[0], number_texts=["2.5"])
+
+
+def test_return_tensors_none_and_np_are_lists_and_arrays(tiny):
+    _, tok = tiny
+    lists = tok(TEXTS, return_tensors=None, padding=False)
+    expected = [tok.encode(text) for text in TEXTS]  # rows of different lengths: nothing pads them
+    assert lists["input_ids"] == [ids for ids, _ in expected]
+    assert lists["numeric_values"] == [values for _, values in expected]
+    assert lists["attention_mask"] == [[1] * len(ids) for ids, _ in expected]
+    assert all(type(value) is float for row in lists["numeric_values"] for value in row)
+    arrays = tok(TEXTS, return_tensors="np", padding="longest")
+    tensors = tok(TEXTS, return_tensors="pt")
+    assert arrays["input_ids"].dtype == np.int64 and arrays["numeric_values"].dtype == np.float32
+    for key in tensors:
+        assert arrays[key].tolist() == tensors[key].tolist()
+    assert "attention_mask" not in tok(TEXTS, return_attention_mask=False)
+    assert tok(TEXTS, padding="do_not_pad", return_tensors=None)["input_ids"] == lists["input_ids"]
+    cut = tok(TEXTS, truncation="longest_first", max_length=3, return_tensors=None, padding=False)
+    assert cut["input_ids"] == [ids[:3] for ids, _ in expected]
+
+
+def test_bad_keywords_are_named(tiny):
+    _, tok = tiny
+    with pytest.raises(TypeError, match="return_tensor"):
+        tok(TEXTS, return_tensor="pt")
+    with pytest.raises(ValueError, match="return_tensors must be"):
+        tok(TEXTS, return_tensors="tf")
+    with pytest.raises(ValueError, match="padding=False needs texts of equal token length"):
+        tok(TEXTS, padding=False)
+
+
+def test_special_tokens_and_vocabulary_are_the_wrapped_tokenizers(tiny):
+    _, tok = tiny
+    fresh = build_tiny_tokenizer()  # never wrapped: no <NUM>
+    for name in SPECIAL_ATTRIBUTES:
+        assert getattr(tok, name) == getattr(fresh, name), name
+    assert tok.bos_token is None and tok.bos_token_id is None  # Qwen2 has none
+    assert tok.all_special_tokens == fresh.all_special_tokens + ["<NUM>"]
+    assert tok.all_special_ids == fresh.all_special_ids + [tok.num_token_id]
+    assert len(tok) == len(fresh) + 1 and tok.num_token_id == len(fresh)
+    ids = list(range(len(fresh)))
+    assert tok.convert_ids_to_tokens(ids) == fresh.convert_ids_to_tokens(ids)
+    assert tok.convert_ids_to_tokens(tok.num_token_id) == "<NUM>"
+    assert tok.convert_ids_to_tokens(torch.tensor([5, tok.num_token_id])) == [fresh.convert_ids_to_tokens(5), "<NUM>"]
+    assert tok.convert_tokens_to_ids(fresh.convert_ids_to_tokens(ids)) == ids
+    assert tok.convert_tokens_to_ids("<NUM>") == tok.num_token_id
+    assert tok.get_vocab() == fresh.get_vocab() | {"<NUM>": tok.num_token_id}
+
+
+def test_pad_token_can_be_set_as_transformers_users_do():
+    hf = build_tiny_tokenizer()
+    hf.pad_token = None
+    tok = NumericTokenizer(hf)
+    assert tok.pad_token is None and tok.pad_token_id is None
+    with pytest.raises(ValueError, match="no pad token; set tokenizer.pad_token"):
+        tok(TEXTS)
+    tok.pad_token = tok.eos_token
+    assert tok.pad_token_id == tok.eos_token_id == hf.eos_token_id
+    assert tok.batch_decode(tok(TEXTS)) == TEXTS
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_the_interface_survives_a_save_and_autotokenizer(tiny, tmp_path, side):
+    _, tok = tiny
+    fresh = NumericTokenizer(build_tiny_tokenizer(), padding_side=side)
+    fresh.save_pretrained(tmp_path)
+    for loaded in (NumericTokenizer.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path,
+                                                                                             trust_remote_code=True)):
+        assert isinstance(loaded, NumericTokenizer) and loaded.padding_side == side
+        for name in SPECIAL_ATTRIBUTES + ["all_special_tokens", "all_special_ids"]:
+            assert getattr(loaded, name) == getattr(tok, name), name
+        assert loaded.num_token_id == tok.num_token_id and len(loaded) == len(tok)
+        enc = loaded(TEXTS, return_tensors="pt")
+        assert loaded.batch_decode(enc.input_ids, enc.numeric_values) == TEXTS
+        assert torch.equal(enc.numeric_values, tok(TEXTS, padding_side=side).numeric_values)
+
+
+def test_numbers_survive_generate_on_the_documented_path(tiny):
+    model, tok = tiny
+    enc = tok(TEXTS, return_tensors="pt", padding=True)
+    plain = model.generate(**enc, max_new_tokens=3, do_sample=False)
+    full = model.generate(**enc, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    assert torch.equal(plain, full.sequences)
+    # plain ids: the prompt's numbers are written as <NUM>, never as a wrong number
+    assert tok.decode(plain[1]).startswith("Add <NUM> and <NUM>.")
+    # return_dict_in_generate=True gives the values: the prompt comes back with its numbers
+    for row, text in enumerate(TEXTS):
+        decoded = tok.decode(full.sequences[row], full.numeric_values[row])
+        assert decoded.startswith(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collating as transformers' DataCollatorWithPadding does, with the values
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_collator_pads_values_and_labels_as_written_by_hand(tiny):
+    _, tok = tiny
+    pad = tok.pad_token_id
+    features = [{"input_ids": [5, tok.num_token_id], "numeric_values": [0.0, 2.5], "labels": [5, tok.num_token_id]},
+                {"input_ids": torch.tensor([7]), "numeric_values": np.array([0.0], dtype=np.float32),
+                 "labels": [-100]}]
+    batch = NumericDataCollator(tok)(features)
+    assert batch["input_ids"].tolist() == [[5, tok.num_token_id], [7, pad]]
+    assert batch["numeric_values"].dtype == torch.float32
+    assert batch["numeric_values"].tolist() == [[0.0, 2.5], [0.0, 0.0]]
+    assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
+    assert batch["labels"].tolist() == [[5, tok.num_token_id], [-100, -100]]
+    assert batch["numeric_labels"].tolist() == [[0.0, 2.5], [0.0, 0.0]]
+    left = NumericDataCollator(tok, padding_side="left", pad_to_multiple_of=4, return_tensors="np")(features)
+    assert left["input_ids"].tolist() == [[pad, pad, 5, tok.num_token_id], [pad, pad, pad, 7]]
+    assert left["numeric_labels"].dtype == np.float32 and left["labels"][1].tolist() == [-100] * 4
+    plain = NumericDataCollator(tok)([{key: f[key] for key in ("input_ids", "numeric_values")} for f in features])
+    assert set(plain) == {"input_ids", "numeric_values", "attention_mask"}
+
+
+def test_the_collator_with_add_labels_is_the_projects_collate(tiny):
+    _, tok = tiny
+    texts = ["It costs 2.5 dollars.", "Add 37 and 5.", "x 1e3"]
+    rows = tok(texts, return_tensors=None, padding=False)
+    features = [{"input_ids": rows["input_ids"][b], "numeric_values": rows["numeric_values"][b]} for b in range(3)]
+    ours = NumericDataCollator(tok, add_labels=True)(features)
+    theirs = collate([{key: torch.tensor(value) for key, value in f.items()} for f in features], tok.pad_token_id)
+    assert set(ours) == set(theirs)
+    for key in theirs:
+        assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
+
+
+def test_the_collator_names_what_is_wrong(tiny):
+    _, tok = tiny
+    collator = NumericDataCollator(tok)
+    with pytest.raises(ValueError, match="non-empty list"):
+        collator([])
+    with pytest.raises(ValueError, match=r"features\[1\] has no numeric_values"):
+        collator([{"input_ids": [1], "numeric_values": [0.0]}, {"input_ids": [1]}])
+    with pytest.raises(ValueError, match=r"features\[0\]\['numeric_values'\] has length 2 but input_ids 1"):
+        collator([{"input_ids": [1], "numeric_values": [0.0, 1.0]}])
+    with pytest.raises(ValueError, match="padding_side"):
+        NumericDataCollator(tok, padding_side="middle")
+
+
+def test_trainer_with_the_collator_reports_eval_loss(tiny, tmp_path):
+    model, tok = tiny
+    rows = tok(["It costs 2.5 dollars.", "Add 37 and 5."], return_tensors=None, padding=False)
+    dataset = [{"input_ids": ids, "numeric_values": values} for ids, values in zip(rows["input_ids"],
+                                                                                  rows["numeric_values"])]
+    collator = NumericDataCollator(tok, add_labels=True)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
+    metrics = Trainer(model=model, args=args, eval_dataset=dataset, data_collator=collator).evaluate()
+    with torch.no_grad():
+        expected = model(**collator(dataset)).loss.item()
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chat templates: the wrapped tokenizer's template, numbers as <NUM> and values
+# ---------------------------------------------------------------------------------------------
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_apply_chat_template_keeps_the_templates_special_tokens_and_the_numbers(tiny):
+    _, tok = tiny
+    messages = [{"role": "user", "content": "What is 2.5 plus 37?"}]
+    rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, chat_template=CHATML)
+    assert rendered == "<|im_start|>user\nWhat is 2.5 plus 37?<|im_end|>\n<|im_start|>assistant\n"
+    enc = tok.apply_chat_template(messages, add_generation_prompt=True, chat_template=CHATML)
+    # oracle: the wrapped tokenizer itself, special-token matching on, the numbers written as <NUM> by hand
+    by_hand = "<|im_start|>user\nWhat is <NUM> plus <NUM>?<|im_end|>\n<|im_start|>assistant\n"
+    expected = tok.hf_tokenizer(by_hand, add_special_tokens=False)["input_ids"]
+    assert enc.input_ids[0].tolist() == expected
+    assert enc.input_ids[0, 0].item() == tok.convert_tokens_to_ids("<|im_start|>")
+    numbers = enc.numeric_values[0][enc.input_ids[0] == tok.num_token_id].tolist()
+    assert numbers == [float(np.float32(2.5)), 37.0] and enc.number_texts == [["2.5", "37"]]
+    assert tok.batch_decode(enc, skip_special_tokens=False) == [rendered]
+
+
+def test_a_typed_number_token_in_a_message_stays_text(tiny):
+    _, tok = tiny
+    messages = [[{"role": "user", "content": "<NUM> is 4"}], [{"role": "user", "content": "hi"}]]
+    enc = tok.apply_chat_template(messages, chat_template=CHATML, return_tensors=None)
+    assert [row.count(tok.num_token_id) for row in enc["input_ids"]] == [1, 0]  # the 4 alone
+    lengths = [sum(mask) for mask in enc["attention_mask"]]
+    assert lengths[1] < lengths[0] and enc["attention_mask"][1][0] == 0  # the shorter row padded on the left
+    with pytest.raises(ValueError, match="return_dict=False would give the ids without"):
+        tok.apply_chat_template(messages[0], chat_template=CHATML, return_dict=False)
+
+
+def test_transformers_stock_collators_pad_the_values_through_tokenizer_pad(tiny):
+    _, tok = tiny
+    rows = tok(TEXTS, return_tensors=None, padding=False)
+    features = [{key: rows[key][b] for key in rows} for b in range(2)]
+    expected = tok(TEXTS, return_tensors="pt", padding=True)  # the tokenizer's own padding, on its side (left)
+    batch = DataCollatorWithPadding(tok)(features)
+    assert set(batch) == set(expected)
+    for key in expected:
+        assert batch[key].dtype == expected[key].dtype and torch.equal(batch[key], expected[key]), key
+    wide = DataCollatorWithPadding(tok, padding="max_length", max_length=12)(features)
+    assert wide["input_ids"].shape == (2, 12) and wide["numeric_values"][:, -9:].tolist() == \
+        expected["numeric_values"].tolist()
+    lm = DataCollatorForLanguageModeling(tok, mlm=False)(features)
+    assert torch.equal(lm["numeric_values"], expected["numeric_values"])
+    assert lm["labels"].tolist() == expected["input_ids"].masked_fill(expected["attention_mask"] == 0, -100).tolist()
+    assert tok.batch_decode(batch) == TEXTS
+    with pytest.raises(ValueError, match="pad needs padding=True"):
+        tok.pad(features, padding=False)
+
+
+def test_add_special_tokens_is_taken_where_it_adds_nothing(tiny):
+    _, tok = tiny
+    expected = tok(TEXTS)
+    for flag in (True, False):  # Qwen2 adds no special token to a text: both are the plain encoding
+        assert torch.equal(tok(TEXTS, add_special_tokens=flag).input_ids, expected.input_ids)
+    with pytest.raises(TypeError, match="add_special_tokens must be a bool"):
+        tok(TEXTS, add_special_tokens="yes")
+
+
+def test_add_special_tokens_true_is_refused_where_the_wrapped_tokenizer_would_add_some():
+    from tokenizers.processors import TemplateProcessing
+
+    hf = build_tiny_tokenizer()
+    start = hf.convert_tokens_to_ids("<|im_start|>")
+    hf.backend_tokenizer.post_processor = TemplateProcessing(single="<|im_start|> $A", special_tokens=[
+        ("<|im_start|>", start)])
+    assert hf("a")["input_ids"][0] == start  # the wrapped tokenizer now adds a token in front
+    tok = NumericTokenizer(hf)
+    with pytest.raises(ValueError, match="the wrapped tokenizer adds special tokens"):
+        tok(TEXTS, add_special_tokens=True)
+    enc = tok(TEXTS, add_special_tokens=False)
+    assert start not in enc.input_ids.tolist()[1] and tok.batch_decode(enc, skip_special_tokens=False) == TEXTS
