@@ -28,6 +28,7 @@ old_paths.install()  # old module paths (before the sub-packages) import as alia
 from .configuration import CausalQwenConfig  # noqa: E402
 from .generation import GenerationOutput, generate  # noqa: E402
 from .integrations.pipelines import NumericTextGenerationPipeline  # noqa: E402
+from .integrations.streamer import NumericTextStreamer  # noqa: E402
 from .modeling import CausalQwenForCausalLM, CausalQwenModel, CausalQwenOutput  # noqa: E402
 from .tokenization import NumericEncoding, NumericTokenizer  # noqa: E402
 
@@ -41,6 +42,7 @@ __all__ = [
     "GenerationOutput",
     "NumericEncoding",
     "NumericTextGenerationPipeline",
+    "NumericTextStreamer",
     "NumericTokenizer",
     "generate",
     "__version__",

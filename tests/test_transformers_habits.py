@@ -295,3 +295,101 @@ def test_add_special_tokens_true_is_refused_where_the_wrapped_tokenizer_would_ad
         tok(TEXTS, add_special_tokens=True)
     enc = tok(TEXTS, add_special_tokens=False)
     assert start not in enc.input_ids.tolist()[1] and tok.batch_decode(enc, skip_special_tokens=False) == TEXTS
+
+
+# ----- a TextStreamer that writes the numbers (causalqwen.integrations.streamer) -----
+
+STREAM_PROMPT = "The price is 12.50 yuan, up 3% from"
+
+
+def _forcing(model, period, offset):
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    num = model.config.num_token_id
+
+    class NumbersEvery(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[1] % period == offset:
+                scores = torch.full_like(scores, -float("inf"))
+                scores[:, num] = 0.0
+            return scores
+
+    return LogitsProcessorList([NumbersEvery()])
+
+
+def _collecting_streamer(tok, **kwargs):
+    from causalqwen.integrations.streamer import NumericTextStreamer
+
+    class Collecting(NumericTextStreamer):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self.parts = []
+
+        def on_finalized_text(self, text, stream_end=False):
+            self.parts.append(text)
+
+    return Collecting(tok, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["standard", "causal"])
+@pytest.mark.parametrize("period, offset", [(2, 0), (2, 1), (3, 1)])
+def test_the_streamer_writes_the_generated_numbers_as_decode_and_the_pipeline(tiny, mode, period, offset, capsys):
+    """The streamed text, piece by piece, is the continuation `decode` writes from the values of the same call
+    (with a space in front where its first number would run into the prompt), and what the pipeline returns."""
+    from transformers import pipeline
+
+    from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
+    from causalqwen.integrations.streamer import NumericTextStreamer
+
+    model, tok = tiny
+    enc = tok([STREAM_PROMPT])
+    width = enc["input_ids"].shape[1]
+    kwargs = dict(mode=mode, max_new_tokens=10, logits_processor=_forcing(model, period, offset))
+    streamer = _collecting_streamer(tok, skip_prompt=True)
+    out = model.generate(**enc, streamer=streamer, return_dict_in_generate=True,
+                         generator=torch.Generator().manual_seed(1), **kwargs)
+    new_ids, new_values = out.sequences[0, width:], out.numeric_values[0, width:]
+    assert int((new_ids == model.config.num_token_id).sum()) >= 3  # numbers were generated
+    streamed = "".join(streamer.parts)
+    alone = tok.decode(new_ids, new_values, out_of_vocab="mark")
+    assert streamed == alone or (streamed == " " + alone and new_ids[0] == model.config.num_token_id)
+    assert "<NUM>" not in streamed and len(streamer.parts) >= 2  # written as it came, not all at the end
+    pipe = pipeline("text-generation", model=model, tokenizer=tok, pipeline_class=NumericTextGenerationPipeline)
+    record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), **kwargs)[0]
+    assert record["generated_text"] == STREAM_PROMPT + streamed
+    # printed to stdout by default, prompt first (as decode writes it); and reusable for the next call
+    printing = NumericTextStreamer(tok)
+    for _ in range(2):
+        again = model.generate(**enc, streamer=printing, generator=torch.Generator().manual_seed(1), **kwargs)
+        assert torch.equal(again, out.sequences)
+        printed = capsys.readouterr().out
+        assert printed == tok.decode(enc["input_ids"][0], enc["numeric_values"][0]) + streamed + "\n"
+
+
+def test_the_streamer_refuses_a_batch_and_a_foreign_caller(tiny):
+    from causalqwen.integrations.streamer import NumericTextStreamer
+
+    model, tok = tiny
+    enc = tok(["hello", "on day 3 we counted 41 birds"], padding_side="left")
+    with pytest.raises(ValueError, match="batch size 1 only"):
+        model.generate(**enc, streamer=NumericTextStreamer(tok), max_new_tokens=2)
+    with pytest.raises(RuntimeError, match="has no values to read"):
+        NumericTextStreamer(tok).put(torch.tensor([[1, 2]]))
+    with pytest.raises(TypeError, match="needs a NumericTokenizer"):
+        NumericTextStreamer(tok.hf_tokenizer)
+
+
+def test_the_streamer_reads_a_value_the_state_holds_or_has_just_chosen(tiny):
+    """transformers hands a token to the streamer right after choosing it (its value is then the step's loc_Y) or,
+    where it defers its stop test, one step late (the state then holds the value already): both are read."""
+    from causalqwen.integrations.generation_mixin import GenerationState
+    from causalqwen.integrations.streamer import NumericTextStreamer
+
+    model, tok = tiny
+    num = model.config.num_token_id
+    state = GenerationState("standard", torch.tensor([[0.0, 7.25]]), {}, num)
+    state.last_loc_Y = torch.tensor([3.5])
+    streamer = NumericTextStreamer(tok)
+    streamer.attach_generation_state(state)
+    assert streamer.values_of([5, num], 0) == [0.0, 7.25]  # held: the prompt, or a token given one step late
+    assert streamer.values_of([num], 2) == [3.5] and streamer.values_of([5], 2) == [0.0]  # just chosen

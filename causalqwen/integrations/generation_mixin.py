@@ -25,7 +25,10 @@ sampling. CausalQwen adds two things that travel beside the ids, in a `Generatio
 ``return_dict_in_generate=True`` gives a `CausalQwenGenerateOutput`: transformers' output plus
 ``numeric_values`` ``[B, S + T]``, the one way to the values of the ``<NUM>`` tokens
 (``tokenizer.decode(out.sequences[0], out.numeric_values[0])``); without it, the ids alone come back, as in
-transformers, and ``tokenizer.decode(ids)`` writes each ``<NUM>`` as the literal ``<NUM>``. `causalqwen.generate` is the reference loop this one is tested
+transformers, and ``tokenizer.decode(ids)`` writes each ``<NUM>`` as the literal ``<NUM>``. A ``streamer`` with an
+``attach_generation_state(state)`` method (`causalqwen.integrations.streamer.NumericTextStreamer`) is handed the
+state before the prompt, and reads each token's value there (`GenerationState.chosen_values`).
+`causalqwen.generate` is the reference loop this one is tested
 against (equal sequences and values in every mode).
 """
 
@@ -83,9 +86,13 @@ class GenerationState:
         """Append the value of the token chosen after the last step: its $\\mathrm{loc}_Y$ if ``<NUM>``, else 0."""
         if input_ids.shape[1] == self.values.shape[1]:
             return
-        token = input_ids[:, -1]  # [B]
-        value = predicted_value(token, self.last_loc_Y.to(self.values.dtype), self.num_token_id)  # [B]
-        self.values = torch.cat([self.values, value[:, None]], dim=1)
+        self.values = torch.cat([self.values, self.chosen_values(input_ids[:, -1])[:, None]], dim=1)
+
+    def chosen_values(self, token_ids: Tensor) -> Tensor:
+        """The values ``[B]`` beside the tokens ``[B]`` chosen after the last step: $\\mathrm{loc}_Y$ where
+        ``<NUM>``, else 0 -- what `catch_up` appends (a streamer that writes numbers reads them here)."""
+        token_ids = token_ids.to(self.last_loc_Y.device)
+        return predicted_value(token_ids, self.last_loc_Y.to(self.values.dtype), self.num_token_id)  # [B]
 
 
 def _new_tokens(kwargs: dict, config, prompt_width: int) -> tuple[int | None, int | None]:
@@ -203,6 +210,9 @@ class CausalQwenGenerationMixin(GenerationMixin):
         state = GenerationState(mode, values, draws, num_token_id)
         if mode != "traditional":  # traditional's scores are the class locations: no |W_cls| product
             state.abs_weight = self.action.classification_head.weight.abs()  # [V, C], once per call
+        streamer = kwargs.get("streamer")
+        if callable(getattr(streamer, "attach_generation_state", None)):  # a streamer that writes the numbers
+            streamer.attach_generation_state(state)  # (integrations.streamer) reads their values from the state
         with torch.no_grad():
             output = super().generate(input_ids, generation_config=generation_config, generation_state=state,
                                       **kwargs)
