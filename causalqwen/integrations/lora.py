@@ -70,7 +70,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import math
 import numbers
 import os
@@ -89,7 +88,7 @@ from ..decision import DecisionHead
 from ..files.checkpoint import header_shapes, shape_problems, value_problem
 from ..files.rundir import check_write_targets
 from ..modeling import CausalQwenForCausalLM
-from .lora_base import portable_base
+from .lora_base import portable_base, read_adapter_config
 
 __all__ = [
     "LORA_TARGET_MODULES", "CAUSAL_MODULES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "add_lora", "save_lora", "load_lora",
@@ -343,13 +342,7 @@ def _read_adapter_config(path: str) -> LoraConfig:
     Every refusal is a ``ValueError`` or ``TypeError`` naming the file and the field, raised before peft
     reads the file."""
     file = os.path.join(path, ADAPTER_CONFIG)
-    try:
-        with open(file, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise OSError(f"{file!r} is not a valid peft adapter config: {error}") from error
-    if not isinstance(raw, dict):
-        raise OSError(f"{file!r} is not a valid peft adapter config: not a JSON object")
+    raw = read_adapter_config(file)
     init = raw.get("init_lora_weights", True)
     if not isinstance(init, bool):
         raise ValueError(

@@ -25,7 +25,7 @@ import os
 from ..files.rundir import open_for_writing
 from ..modeling import CausalQwenForCausalLM
 
-__all__ = ["BASE_FIELD", "portable_base", "recorded_base", "adapter_base", "record_base", "load_base"]
+__all__ = ["BASE_FIELD", "portable_base", "recorded_base", "adapter_base", "record_base", "load_base", "read_adapter_config"]
 
 BASE_FIELD = "base_model_name_or_path"  # the field of adapter_config.json that records the base
 ADAPTER_CONFIG = "adapter_config.json"
@@ -49,7 +49,8 @@ def _adapter_config_file(adapter_dir) -> str:
     return file
 
 
-def _read_json(file: str) -> dict:
+def read_adapter_config(file: str) -> dict:
+    """The JSON object in an adapter's config ``file``; anything else is an ``OSError`` naming the file."""
     try:
         with open(file, encoding="utf-8") as handle:
             content = json.load(handle)
@@ -63,7 +64,7 @@ def _read_json(file: str) -> dict:
 def recorded_base(adapter_dir) -> str | None:
     """The base ``adapter_config.json`` records in ``adapter_dir``, as written (``None`` when none is)."""
     file = _adapter_config_file(adapter_dir)
-    base = _read_json(file).get(BASE_FIELD)
+    base = read_adapter_config(file).get(BASE_FIELD)
     if base is not None and not isinstance(base, str):
         raise ValueError(f"{file!r}: field {BASE_FIELD} must be a string, got {base!r}")
     return base or None
@@ -121,7 +122,7 @@ def record_base(adapter_dir, base_dir) -> str:
     path = os.path.realpath(os.path.expanduser(os.fspath(base_dir)))
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise OSError(f"base_dir {os.fspath(base_dir)!r} is not a saved model directory (no config.json in {path!r})")
-    content = _read_json(file)
+    content = read_adapter_config(file)
     content[BASE_FIELD] = path
     with open_for_writing(file) as handle:
         json.dump(content, handle, indent=2, sort_keys=True)
