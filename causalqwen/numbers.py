@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+import re
+from decimal import Decimal
 from typing import NamedTuple
 
 import numpy as np
 import regex
 
-from .checks.float32 import nearest_float32, within_float32_precision
+from .checks.float32 import nearest_float32, nearest_float32_many, subnormal_text, within_float32_precision
 
-__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_before", "next_cut_place", "last_cut_place",
+__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_in", "find_numbers_before", "next_cut_place", "last_cut_place",
            "split_numbers", "parse_number", "format_number"]
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +235,6 @@ class _NumberError(ValueError):
 _GROUPS = ("number", "sign", "integer", "fraction", "fraction_only", "exponent")
 _GROUP_INDICES = tuple(NUMBER_REGEX.groupindex[name] for name in _GROUPS)  # faster than the names
 _NUMBER_GROUP = _GROUP_INDICES[0]
-_UNKNOWN = object()
 
 
 def _value_of_parts(sign, integer, fraction, exponent) -> float:
@@ -290,38 +290,71 @@ def find_numbers(text: str) -> list[NumberMatch]:
     return find_numbers_before(text, len(text), len(text))
 
 
-def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
-    """The numbers of ``text[:endpos]`` that start before ``stop``.
+def find_numbers_in(texts: list[str]) -> list[list[NumberMatch]]:
+    """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number of them all valued once,
+    together (`causalqwen.checks.float32.nearest_float32_many`): what a batch costs per number."""
+    groups_of: dict[str, tuple] = {}
+    matched = [_number_matches(text, len(text), len(text), groups_of) for text in texts]
+    value_of = _values_of(groups_of)
+    return [_found(matches, value_of) for matches in matched]
 
-    When ``endpos`` is a cut place (or ``len(text)``) and ``stop <= endpos``, they are the numbers of the
-    whole text that start before ``stop``. A number's value depends on its text alone, so each distinct
-    text is valued once.
+
+def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
+    """The numbers of ``text[:endpos]`` that start before ``stop``: when ``endpos`` is a cut place (or
+    ``len(text)``) and ``stop <= endpos``, the numbers of the whole text that start before ``stop``.
 
     Far from ``stop``, ``endpos`` only bounds what a match may read; positions from ``stop`` on are never
-    tried: a match is tried at each place where one can start (`_MATCH_START`), as ``finditer`` would.
-    """
-    if endpos - stop <= _FAR:
-        matches = NUMBER_REGEX.finditer(text, 0, endpos)
-    else:
-        matches = _matches_before(text, stop, endpos)
-    found: list[NumberMatch] = []
-    append, make = found.append, tuple.__new__  # a NamedTuple's own constructor costs twice as much
-    values: dict[str, float | None] = {}
+    tried: a match is tried at each place where one can start (`_MATCH_START`), as ``finditer`` would."""
+    matches = _number_matches(text, stop, endpos, groups_of := {})
+    return _found(matches, _values_of(groups_of))
+
+
+def _number_matches(text: str, stop: int, endpos: int, groups_of: dict[str, tuple]) -> list[tuple[int, int, str]]:
+    """``(start, end, its text)`` of each match of the number alternative in ``text[:endpos]`` that starts before
+    ``stop`` (the identifiers skipped); ``groups_of`` gains the `_GROUP_INDICES` groups of each new number text."""
+    if _ASCII_DIGIT.search(text, 0, endpos) is None:  # every number has one (a skipped identifier may not)
+        return []
+    matches = NUMBER_REGEX.finditer(text, 0, endpos) if endpos - stop <= _FAR else _matches_before(text, stop, endpos)
+    found = []
     for match in matches:
         start, end = match.span()
         if start >= stop:
             break
         number = match.group(_NUMBER_GROUP)
-        if number is None:
-            continue
-        value = values.get(number, _UNKNOWN)
-        if value is _UNKNOWN:
-            value = values[number] = _value_of_match(match)
-        if value is not None:
-            append(make(NumberMatch, (start, end, number, value)))
+        if number is not None:
+            found.append((start, end, number))
+            if number not in groups_of:  # the groups of a number depend on its text alone
+                groups_of[number] = match.group(*_GROUP_INDICES)
     return found
 
 
+def _found(matches: list[tuple[int, int, str]], value_of: dict[str, float | None]) -> list[NumberMatch]:
+    """The `NumberMatch` of each match whose value is not None."""
+    make = tuple.__new__  # a NamedTuple's own constructor costs twice as much
+    return [make(NumberMatch, (start, end, number, value_of[number]))
+            for start, end, number in matches if value_of[number] is not None]
+
+
+def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
+    """The value of each number text (from its `_GROUP_INDICES` groups), or None where a value rule makes it
+    text: by `_value_of_groups`, or, from `_TOGETHER` of them on, with the float32 roundings done together."""
+    if len(groups_of) < _TOGETHER:
+        return {number: _value_of_groups(groups) for number, groups in groups_of.items()}
+    literals = [(integer or "0").replace(",", "") + (fraction or fraction_only or "") + (exponent or "")
+                for _, _, integer, fraction, fraction_only, exponent in groups_of.values()]
+    value_of = {}
+    for (number, groups), magnitude in zip(groups_of.items(), nearest_float32_many(literals)):
+        if not _FLOAT32_TINY < magnitude < math.inf:  # rule V1's rare cases, decided one by one
+            value_of[number] = _value_of_groups(groups)
+        elif len(groups[2] or "") > _IDENTIFIER_DIGITS and _is_identifier(*groups[2:4], groups[5]):
+            value_of[number] = None
+        else:
+            value_of[number] = -magnitude if groups[1] else magnitude
+    return value_of
+
+
+_ASCII_DIGIT = re.compile("[0-9]")
+_TOGETHER = 32  # numbers from which _values_of rounds them together (below, numpy costs more than it saves)
 _FAR = 4096  # characters between stop and endpos above which find_numbers_before tries matches one by one
 # Where a match of NUMBER_REGEX can start: its first two tests (it tests more after them).
 _MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", regex.VERBOSE)
@@ -340,9 +373,10 @@ def _matches_before(text: str, stop: int, endpos: int):
             position = match.end()
 
 
-def _value_of_match(match) -> float | None:
-    """The value of a match of the number alternative, or None if a value rule makes it text."""
-    _, sign, integer, fraction, fraction_only, exponent = match.group(*_GROUP_INDICES)
+def _value_of_groups(groups: tuple) -> float | None:
+    """The value of a match of the number alternative, from its `_GROUP_INDICES` groups, or None if a value
+    rule makes it text."""
+    _, sign, integer, fraction, fraction_only, exponent = groups
     try:
         value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
     except _NumberError:
@@ -456,28 +490,11 @@ def format_number(value) -> str:
         off = abs(float(single) - as_float) / abs(as_float)
         raise ValueError(
             f"cannot format {value!r}: float32 holds it only as {'the subnormal ' if magnitude < _FLOAT32_TINY else ''}"
-            f"{_subnormal_text(single)}, off by "
+            f"{subnormal_text(single)}, off by "
             f"{off:.2g} of it, more than float32's relative precision 2**-24 (rule V1 of causalqwen.numbers)"
         )
     if 0.0 < magnitude < _FLOAT32_TINY:
-        return _subnormal_text(single)
+        return subnormal_text(single)
     if magnitude == 0.0 or _POSITIONAL_LOWER <= magnitude < _POSITIONAL_UPPER:
         return np.format_float_positional(single, unique=True, trim="-")
     return np.format_float_scientific(single, unique=True, trim="-")
-
-
-def _subnormal_text(single) -> str:
-    """The shortest scientific text (numpy's style: ``"1.4012985e-45"``) within float32's relative precision of
-    the subnormal float32 ``single``: of each digit count, the two nearest decimals are tried, the nearer first."""
-    value = float(single)
-    exact = Decimal(abs(value))  # exact: a float is a binary fraction
-    for count in range(1, 10):
-        quantum = Decimal(1).scaleb(exact.adjusted() - count + 1)
-        candidates = sorted({exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)},
-                            key=lambda candidate: abs(candidate - exact))
-        for candidate in candidates:
-            if within_float32_precision(candidate, abs(value)) and nearest_float32(str(candidate)) == abs(value):
-                _, digits, exponent = candidate.normalize().as_tuple()
-                mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
-                return f"{'-' if value < 0 else ''}{mantissa}e{exponent + len(digits) - 1:+03d}"
-    raise AssertionError(f"no decimal of at most 9 digits is within 2**-24 of {value!r}")  # 9 digits always are

@@ -41,7 +41,7 @@ from .checks.tokenizer_door import (MAX_TEXT_CHARS, UNSAFE_CUT_MARGIN, batch_row
 from .integrations.numeric_encoding import RETURN_TENSORS, NumericEncoding, as_tensor_type, pad_rows, padded_lists
 from .integrations.tokenizer_mixin import TokenizerMixin
 from .integrations.wrapped_tokenizer import add_num_token, decode_run, encode_between_numbers
-from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, format_number, parse_number, split_numbers
+from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, find_numbers_in, format_number, parse_number, split_numbers
 
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "parse_number", "format_number",
            "NumericEncoding", "NumericTokenizer", "pad_rows", "MAX_TEXT_CHARS"]
@@ -156,7 +156,7 @@ class NumericTokenizer(TokenizerMixin):
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[_Row]:
         """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens."""
         if max_length is None:
-            return self._encode_whole(texts, [find_numbers(text) for text in texts])
+            return self._encode_whole(texts, find_numbers_in(texts))
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
         plans = [bounded_prefix(text, budget) for text in texts]
         rows = self._encode_whole([text[:end] for text, (end, _, _) in zip(texts, plans)],

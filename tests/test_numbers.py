@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from causalqwen.checks.float32 import nearest_float32, within_float32_precision
+from causalqwen.checks.float32 import nearest_float32, nearest_float32_many, within_float32_precision
 from causalqwen.numbers import (
     find_numbers,
     find_numbers_before,
+    find_numbers_in,
     format_number,
     next_cut_place,
     parse_number,
@@ -468,6 +469,47 @@ def test_the_numbers_before_a_place_are_the_whole_texts(text, stop, filler):
     expected = [number for number in find_numbers(whole) if number.start < stop]
     assert find_numbers_before(whole, stop, len(whole)) == expected
     assert find_numbers_before(whole, stop, next_cut_place(whole, stop)) == expected
+
+
+# Many numbers in one text or batch: their values are rounded together (nearest_float32_many), a fast path of
+# the one-by-one rounding that the short texts above take; both must give the same numbers, bit for bit.
+EDGE_LITERALS = ["3.4028235e38", "3.4028236e38", "340282356779733661637539395458142568448", "1e39", "1e-45",
+                 "1.4012985e-45", "3e-45", "1.1754944e-38", "1e-50", "16777217", "1234567890", "123456789",
+                 "1,234,567,890", "0.0000001", "-0", "−2", ".5", "2.5e-3", "0x1f", "2024-03-15", "1,0000"]
+
+
+@settings(max_examples=200)
+@given(st.lists(NUMERIC_TEXT | st.sampled_from(EDGE_LITERALS), min_size=8, max_size=40))
+def test_a_text_of_many_numbers_reads_as_its_whitespace_joined_parts(parts):
+    """The numbers of parts joined by spaces (many numbers: their values are rounded together) are the numbers of
+    each part (few: rounded one by one), at the same places with the same float32 bits; a batch reads as its texts."""
+    joined, expected, offset = " ".join(parts), [], 0
+    for part in parts:
+        expected += [(offset + number.start, offset + number.end, number.text, bits(number.value))
+                     for number in find_numbers(part)]
+        offset += len(part) + 1
+    assert [(n.start, n.end, n.text, bits(n.value)) for n in find_numbers(joined)] == expected
+    batch = find_numbers_in(parts)
+    assert [[(n.start, n.end, n.text, bits(n.value)) for n in found] for found in batch] == \
+        [[(n.start, n.end, n.text, bits(n.value)) for n in find_numbers(part)] for part in parts]
+
+
+@given(st.lists(st.tuples(st.floats(width=32, min_value=2.0**-149, max_value=float(np.finfo(np.float32).max)),
+                          st.sampled_from([-1, 0, 1]), st.integers(30, 60)), min_size=1, max_size=30))
+def test_nearest_float32_many_is_nearest_float32_of_each(cases):
+    """Literals at, a hair above and a hair below float32 midpoints (where float64 cannot tell them apart), and at
+    the overflow threshold: rounded together, each gets exactly what `nearest_float32` gives it alone."""
+    literals = []
+    for value, side, digits in cases:
+        lower = np.float32(value)
+        with np.errstate(over="ignore"):
+            upper = np.nextafter(lower, np.float32(np.inf))
+        upper_value = float(upper) if np.isfinite(upper) else 2.0**128
+        with localcontext(prec=300):
+            midpoint = (Decimal(float(lower)) + Decimal(upper_value)) / 2
+            literals.append(format(midpoint + side * Decimal(10) ** (midpoint.adjusted() - digits), "f"))
+    literals += ["0", "1e999", "340282356779733661637539395458142568448", "3.4028235e38", "1e-50", "0.1"]
+    assert [bits(value) for value in nearest_float32_many(literals)] == [bits(nearest_float32(x)) for x in literals]
 
 
 @given(NUMERIC_TEXT)

@@ -13,8 +13,10 @@ import random
 import time
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
+
 import pytest
 import regex
 from hypothesis import given, settings
@@ -391,6 +393,18 @@ def test_number_dense_texts_encode_as_the_reference_path(tokenizer, pieces, copi
     assert [values[i] for i, token in enumerate(ids) if token == tokenizer.num_token_id] == [n.value for n in found]
     batch = tokenizer([text] * copies + ["no numbers"], padding_side="right")
     assert batch["input_ids"][0, : len(ids)].tolist() == ids
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 5, 9, 40])
+def test_batches_of_any_size_encode_as_the_reference_path(tokenizer, count):
+    """A few texts are given to the Rust tokenizer one by one (its thread pool costs more than they do), more as one
+    batch: real lines with numbers get the reference path's ids either way, in one call and one by one."""
+    lines = (Path(__file__).parent / "data" / "real_text.txt").read_text(encoding="utf-8").splitlines()[:count]
+    runs = [wrapped_tokenizer.runs_between(line, find_numbers(line)) for line in lines]
+    expected = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, runs, tokenizer.num_token_id)
+    batch = tokenizer(lines, padding=False, return_tensors=None)
+    assert batch["input_ids"] == expected
+    assert [tokenizer.encode(line)[0] for line in lines] == expected
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import struct
-from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
 import numpy as np
 
-__all__ = ["nearest_float32", "within_float32_precision"]
+__all__ = ["nearest_float32", "nearest_float32_many", "subnormal_text", "within_float32_precision"]
 
 _FLOAT32 = struct.Struct("<f")
 _OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103  # halfway between the largest float32 and 2**128
@@ -45,6 +45,25 @@ def nearest_float32(magnitude: str) -> float:
     if as_single == as_double or not (math.frexp(as_double)[0] * 2**25).is_integer():
         return as_single
     return _round_at_float32_midpoint(magnitude, as_double)
+
+
+def nearest_float32_many(magnitudes: list[str]) -> list[float]:
+    """`nearest_float32` of each literal, computed together: ``[nearest_float32(m) for m in magnitudes]``.
+
+    The same two roundings, vectorised: Python's ``float`` of each literal (correct to float64), numpy's cast of
+    all of them to float32 (half to even, as the C cast), and the literal rounded the slow way wherever the
+    float64 could sit on a float32 midpoint (at most 25 significant bits) or exactly on the overflow
+    threshold. For texts dense in numbers; `tests/test_float32.py` checks it equal to the one-by-one form.
+    """
+    as_double = np.fromiter(map(float, magnitudes), dtype=np.float64, count=len(magnitudes))  # [N]
+    with np.errstate(over="ignore"):
+        as_single = as_double.astype(np.float32).astype(np.float64)  # [N], inf beyond float32
+    scaled = np.frexp(as_double)[0] * 2**25
+    slow = ((as_single != as_double) & (np.floor(scaled) == scaled)) | (as_double == _OVERFLOW_THRESHOLD)
+    singles = as_single.tolist()
+    for index in np.flatnonzero(slow).tolist():
+        singles[index] = nearest_float32(magnitudes[index])
+    return singles
 
 
 def _round_at_float32_midpoint(magnitude: str, as_double: float) -> float:
@@ -83,3 +102,20 @@ def within_float32_precision(exact: Decimal, single: float) -> bool:
         context.prec = max(highest - lowest + 2, 28)
         context.Emin, context.Emax = MIN_EMIN, MAX_EMAX
         return abs(as_decimal - exact) * 2**24 <= abs(exact)
+
+
+def subnormal_text(single) -> str:
+    """The shortest scientific text (numpy's style: ``"1.4012985e-45"``) within float32's relative precision of
+    the subnormal float32 ``single``: of each digit count, the two nearest decimals are tried, the nearer first."""
+    value = float(single)
+    exact = Decimal(abs(value))  # exact: a float is a binary fraction
+    for count in range(1, 10):
+        quantum = Decimal(1).scaleb(exact.adjusted() - count + 1)
+        candidates = sorted({exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)},
+                            key=lambda candidate: abs(candidate - exact))
+        for candidate in candidates:
+            if within_float32_precision(candidate, abs(value)) and nearest_float32(str(candidate)) == abs(value):
+                _, digits, exponent = candidate.normalize().as_tuple()
+                mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+                return f"{'-' if value < 0 else ''}{mantissa}e{exponent + len(digits) - 1:+03d}"
+    raise AssertionError(f"no decimal of at most 9 digits is within 2**-24 of {value!r}")  # 9 digits always are

