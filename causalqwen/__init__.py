@@ -9,15 +9,16 @@ The top level follows the design, a number's path from text to loss, one module 
 5. ``action`` and ``decision``: exogenous noise and the linear map U -> (S_k, Y); the decision head that
    owns every decision and target.
 6. ``losses``: One-vs-Rest classification from the Cauchy CDF and the gated Cauchy NLL of the value.
-7. ``inference``: the five inference modes; ``generation``: the autoregressive loop.
+7. ``inference``: the five inference modes; ``generation``: the autoregressive loop; ``writing``: how a number
+   is written back (the resolution a literal states, a value at a resolution, the spaces around numbers).
 8. ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
    conversion (decision D14), and the model (`CausalQwenModel`, `CausalQwenForCausalLM`).
 9. ``training``, ``divergence`` and ``metrics``: the training loop, the bound on how far U moves, the
-   evaluation metrics.
+   evaluation metrics; ``likelihood``: the probability of a text, numbers scored as written (decision D16).
 
 Infrastructure lives in sub-packages: ``kernels`` (the tiled and compiled head + loss), ``files`` (checkpoints,
 bases, run directories, datasets), ``integrations`` (transformers' Auto classes, ``model.generate``, the
-pipeline, peft's LoRA), ``checks`` (the input checks at the public door) and ``app`` (command line, demo, the
+pipeline, peft's LoRA, lm-eval), ``checks`` (the input checks at the public door) and ``app`` (command line, demo, the
 embedded tiny base).
 """
 

@@ -42,6 +42,8 @@ from .integrations.numeric_encoding import RETURN_TENSORS, NumericEncoding, as_t
 from .integrations.tokenizer_mixin import TokenizerMixin
 from .integrations.wrapped_tokenizer import add_num_token, decode_run, encode_between_numbers
 from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, find_numbers_in, format_number, parse_number, split_numbers
+from .writing import (GENERATED_NUMBER, TEXT_PIECE, WRITTEN_NUMBER, check_resolution, decoded_spaces, join_at_split,
+                      join_spaced, prompt_resolution, write_at_resolution)
 
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "parse_number", "format_number",
            "NumericEncoding", "NumericTokenizer", "pad_rows", "MAX_TEXT_CHARS"]
@@ -280,6 +282,7 @@ class NumericTokenizer(TokenizerMixin):
         out_of_vocab: str = "raise",
         *,
         number_texts=None,
+        number_resolution=None,
     ) -> str:
         """Turn ``(input_ids, numeric_values)`` back into text.
 
@@ -305,6 +308,9 @@ class NumericTokenizer(TokenizerMixin):
                 ``"mark"``, which writes it as ``<unk:ID>``.
             number_texts: the surface texts of the first ``<NUM>`` positions, a list of str; each must
                 read as the value at its position.
+            number_resolution: how a generated number is written (`causalqwen.writing`): None, its shortest
+                float32 text (``2.5007427``); a power of ten, the value rounded to it in the text only (``0.01``:
+                ``2.50``); ``"prompt"``, the finest resolution of the ``number_texts`` (None if there are none).
 
         Raises:
             TypeError: wrong element types.
@@ -317,8 +323,8 @@ class NumericTokenizer(TokenizerMixin):
         ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
                                                        number_texts, size=len(self))
         pieces, _ = self._pieces(ids, values if numeric_values is not None else None, surfaces, skip_special_tokens,
-                                 len(ids))
-        return _joined(pieces, _decoded_spaces(pieces))[0]
+                                 len(ids), resolution=number_resolution)
+        return join_spaced(pieces, decoded_spaces(pieces))[0]
 
     def decode_continuation(
         self,
@@ -329,6 +335,7 @@ class NumericTokenizer(TokenizerMixin):
         out_of_vocab: str = "raise",
         *,
         number_texts=None,
+        number_resolution=None,
     ) -> tuple[str, str]:
         """Decode a prompt and what was generated after it: ``(prompt, continuation)``.
 
@@ -345,46 +352,49 @@ class NumericTokenizer(TokenizerMixin):
         ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
                                                        number_texts, size=len(self))
         prompt_length = check_prompt_length(prompt_length, len(ids))
-        pieces, split = self._pieces(ids, values, surfaces, skip_special_tokens, prompt_length)
-        return _join_pieces(pieces, split)
+        pieces, split = self._pieces(ids, values, surfaces, skip_special_tokens, prompt_length,
+                                     resolution=number_resolution)
+        return join_at_split(pieces, split)
 
-    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool,
-                split: int) -> tuple[list[tuple[str, str]], int]:
-        """``(text, kind)`` pieces: decoded runs of ordinary ids (`_TEXT`), and each number as written (`_WRITTEN`,
-        its surface text) or generated (`_GENERATED`, its shortest float32 text); and the number of pieces made of
+    def _pieces(self, ids, values, surfaces: list[str], skip_special_tokens: bool, split: int, *,
+                resolution) -> tuple[list[tuple[str, str]], int]:
+        """``(text, kind)`` pieces: decoded runs of ordinary ids (`TEXT_PIECE`), and each number as written (`WRITTEN_NUMBER`,
+        its surface text) or generated (`GENERATED_NUMBER`, its shortest float32 text); and the number of pieces made of
         the first ``split`` ids (a run of ids that crosses ``split`` is decoded as two runs)."""
+        resolution = check_resolution(resolution)
+        resolution = prompt_resolution(surfaces) if resolution == "prompt" else resolution
         pieces: list[tuple[str, str]] = []
         run: list[int] = []
         size, count, split_piece = len(self), 0, None
         for position, token_id in enumerate(ids):
             if position == split:
                 if run:
-                    pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), _TEXT))
+                    pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), TEXT_PIECE))
                     run = []
                 split_piece = len(pieces)
             if token_id != self._num_token_id and token_id < size:
                 run.append(token_id)
                 continue
             if run:
-                pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), _TEXT))
+                pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), TEXT_PIECE))
                 run = []
             if token_id >= size:
-                pieces.append((f"<unk:{token_id}>", _TEXT))
+                pieces.append((f"<unk:{token_id}>", TEXT_PIECE))
                 continue
             if values is None:  # plain ids: the value is not known, so the number token is written as it is
-                pieces.append((self._num_token, _TEXT))
+                pieces.append((self._num_token, TEXT_PIECE))
                 continue
             try:
-                written = format_number(values[position])
+                written = write_at_resolution(values[position], resolution)
             except ValueError as error:
                 raise ValueError(f"numeric_values[{position}]: {error}") from None
             if count < len(surfaces):
-                pieces.append((check_surface(surfaces[count], values[position], count, position), _WRITTEN))
+                pieces.append((check_surface(surfaces[count], values[position], count, position), WRITTEN_NUMBER))
             else:
-                pieces.append((written, _GENERATED))
+                pieces.append((written, GENERATED_NUMBER))
             count += 1
         if run:
-            pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), _TEXT))
+            pieces.append((decode_run(self._hf_tokenizer, run, skip_special_tokens), TEXT_PIECE))
         if count < len(surfaces):
             raise ValueError(f"number_texts has {len(surfaces)} texts but the row has only {count} <NUM> tokens")
         return pieces, len(pieces) if split_piece is None else split_piece
@@ -397,6 +407,7 @@ class NumericTokenizer(TokenizerMixin):
         out_of_vocab: str = "raise",
         *,
         number_texts=None,
+        number_resolution=None,
     ) -> list[str]:
         """Decode each row with `decode`.
 
@@ -413,7 +424,8 @@ class NumericTokenizer(TokenizerMixin):
             try:
                 if keep is not None:
                     ids, values = kept_positions(ids, values, keep)
-                texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab, number_texts=surfaces))
+                texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab, number_texts=surfaces,
+                                         number_resolution=number_resolution))
             except ValueError as error:
                 raise ValueError(f"row {row}: {error}") from None
         return texts
@@ -425,75 +437,3 @@ class _Row(NamedTuple):
     input_ids: list[int]
     numeric_values: list[float]
     number_texts: list[str]  # the surface text of each <NUM>, in order
-
-
-# The kinds of decoded pieces: a run of ordinary tokens, a number as it was written, a number the model generated.
-_TEXT, _WRITTEN, _GENERATED = "text", "written", "generated"
-
-
-def _joined(pieces: list[tuple[str, str]], spaced: set[int]) -> tuple[str, list[tuple[int, int]]]:
-    """The pieces concatenated with a space before each piece whose index is in ``spaced`` (index ``len(pieces)``:
-    one at the end); and the character span of every piece."""
-    parts, spans, length = [], [], 0
-    for index, (text, _) in enumerate(pieces):
-        if index in spaced:
-            parts.append(" ")
-            length += 1
-        spans.append((length, length + len(text)))
-        parts.append(text)
-        length += len(text)
-    if len(pieces) in spaced:
-        parts.append(" ")
-    return "".join(parts), spans
-
-
-def _spaces(pieces: list[tuple[str, str]], split: int, spaced: set[int]) -> set[int]:
-    r"""The places of the spaces (slot i: before piece i) that make every number piece read back as itself.
-
-    Concatenated, a number can run into its neighbours: "5" and the digits "77" read as 577, "0.88" and "-0.24"
-    as 0.88 and a dash, "found" and "5" as the identifier "found5". A number that reads wrong gets a space on one
-    side, and if that is not enough, on the other: between spaces, every output of `format_number` and every
-    number as written reads as itself. A generated number takes the space before it first, a written one the
-    space after it (what precedes it came from its own text). The pieces before ``split`` (the prompt) keep the
-    slots they have in ``spaced``: one of their numbers that reads wrong opens slot ``split``, between the prompt
-    and the rest -- and followed by a space, a prompt that reads right alone reads right (no match of the grammar
-    spans a space, and a space and the end of the text look the same to its look-aheads); only should that not
-    do, its own sides.
-    """
-    spaced = set(spaced)
-    numbers_at = [index for index, (_, kind) in enumerate(pieces) if kind != _TEXT]
-    for _ in range(5):
-        joined, spans = _joined(pieces, spaced)
-        read = {(number.start, number.end) for number in find_numbers(joined)}
-        wrong = [index for index in numbers_at if spans[index] not in read]
-        if not wrong:
-            return spaced
-        before = set(spaced)  # neighbours that both read wrong share the slot between them
-        for index in wrong:
-            if index < split:  # then its own sides, should the space at the split not do
-                choices = (split, index + 1, index)
-            elif pieces[index][1] == _WRITTEN:
-                choices = (index + 1, index)
-            else:
-                choices = (index, index + 1)
-            spaced.add(next((slot for slot in choices if slot not in before), choices[0]))
-    raise RuntimeError(f"a number does not read back even between spaces: {joined!r}")
-
-
-def _decoded_spaces(pieces: list[tuple[str, str]]) -> set[int]:
-    """`decode`'s spaces: the numbers as written came first, from a text that reads them as they are, so the
-    pieces up to the last of them are the prompt (`_spaces`), and what the model generated follows them."""
-    written = [index for index, (_, kind) in enumerate(pieces) if kind == _WRITTEN]
-    return _spaces(pieces, written[-1] + 1 if written else 0, set())
-
-
-def _join_pieces(pieces: list[tuple[str, str]], split: int) -> tuple[str, str]:
-    """``(head, tail)``: the first ``split`` pieces as `decode` joins them alone, then the rest, spaced so that
-    every number reads back as itself (`_spaces`) and no space enters the head because of the tail."""
-    head_spaces = _decoded_spaces(pieces[:split]) - {split}  # a space at the very end changes no reading
-    spaced = _spaces(pieces, split, head_spaces)
-    head = _joined(pieces[:split], {slot for slot in spaced if slot < split})[0]
-    tail = _joined(pieces[split:], {slot - split for slot in spaced if slot >= split})[0]
-    return head, tail
-
-

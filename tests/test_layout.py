@@ -28,8 +28,8 @@ PACKAGES = ("causalqwen", "validation", "benchmarks")
 
 # The design's sections, in the order a number travels from text to loss (causalqwen/__init__.py lists them).
 SECTIONS = ("cauchy", "numbers", "tokenization", "embedding", "abduction", "action", "decision", "losses",
-            "inference", "generation", "configuration", "initialization", "modeling", "training", "divergence",
-            "metrics")
+            "inference", "generation", "writing", "configuration", "initialization", "modeling", "training",
+            "divergence", "metrics", "likelihood")
 SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
 
 MAX_MODULE_LINES = 500

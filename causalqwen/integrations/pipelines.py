@@ -21,6 +21,7 @@ from transformers import TextGenerationPipeline
 from transformers.pipelines.text_generation import ReturnType
 
 from ..tokenization import NumericTokenizer
+from ..writing import check_resolution
 
 __all__ = ["NumericTextGenerationPipeline"]
 
@@ -61,9 +62,11 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
                         raise ValueError(_EMPTY.format(which=f"prompt {index}"))
         return super().__call__(text_inputs, **kwargs)
 
-    def _sanitize_parameters(self, prefix=None, stop_sequence=None, **kwargs):
+    def _sanitize_parameters(self, prefix=None, stop_sequence=None, number_resolution=None, **kwargs):
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             stop_sequence=stop_sequence, **kwargs)
+        if number_resolution is not None:  # how generated numbers are written (causalqwen.writing)
+            postprocess_params["number_resolution"] = check_resolution(number_resolution)
         if prefix is not None:  # the parent measures the prefix with a transformers tokenizer call
             preprocess_params["prefix"] = prefix
             if prefix:
@@ -101,9 +104,10 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         return model_outputs
 
     def postprocess(self, model_outputs, *, return_type=ReturnType.FULL_TEXT, clean_up_tokenization_spaces=None,
-                    continue_final_message=None, skip_special_tokens=None, tools=None):
+                    continue_final_message=None, skip_special_tokens=None, tools=None, number_resolution=None):
         """One record per generated sequence: the text (the prompt as given, then the continuation with its
-        numbers written out) or, with ``return_tensors=True``, the ids; and the values beside the ids.
+        numbers written out, at ``number_resolution`` if given: a power of ten or ``"prompt"``, `causalqwen.writing`) or,
+        with ``return_tensors=True``, the ids; and the values beside the ids.
 
         The prompt and the continuation are told apart by their token counts (`NumericTokenizer.decode_continuation`):
         whatever space keeps a generated digit or number from running into the prompt's last number starts the
@@ -120,7 +124,8 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
                 records.append({"generated_token_ids": ids, "numeric_values": row_values})
                 continue
             _, new_text = self.tokenizer.decode_continuation(ids, row_values, prompt_length, skip, out_of_vocab="mark",
-                                                             number_texts=number_texts)
+                                                             number_texts=number_texts,
+                                                             number_resolution=number_resolution)
             text = model_outputs["prompt_text"] + new_text if return_type == ReturnType.FULL_TEXT else new_text
             records.append({"generated_text": text, "numeric_values": row_values})
         return records

@@ -1,0 +1,213 @@
+"""Executable specification of causalqwen.likelihood (decision D16) and of `cauchy.log_interval_prob`.
+
+Oracles: mpmath at 120 digits and SciPy for the interval probability, a Monte Carlo draw (binomial bound) for it,
+the real Qwen2 base for the ``softmax`` token term at initialization, SciPy's Cauchy survival function for the
+``ovr`` token term, and the training loss's Cauchy NLL for the limit of a fine resolution.
+"""
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from causalqwen import cauchy
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.likelihood import (number_log_probability, score_continuation, score_text, split_context,
+                                   token_log_probabilities)
+
+D = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+
+
+def _mp_log_interval(low, high, loc, scale) -> float:
+    with mpmath.workdps(120):
+        low, high, loc, scale = (mpmath.mpf(float(v)) for v in (low, high, loc, scale))  # the floats, exactly
+        return float(mpmath.log((mpmath.atan((high - loc) / scale) - mpmath.atan((low - loc) / scale)) / mpmath.pi))
+
+
+@pytest.mark.parametrize("low, high, loc, scale", [
+    (2.45, 2.55, 2.5, 0.1), (1e8, 1e8 + 0.1, 0.0, 1.0), (-1e8 - 0.1, -1e8, 0.0, 1.0), (-1.0, 1.0, 0.0, 1.0),
+    (36.5, 37.5, 73.0, 0.01), (1e30, 1e30 + 1e15, 0.0, 1e-30), (-0.5, 0.5, 1e20, 3.0), (0.0, 1.0, 0.0, 1.0),
+    (-1.0, 0.0, 0.0, 1.0), (1e-300, 2e-300, 0.0, 1.0), (5.0, 6.0, 5.5, 1e-12), (1e15, 1e16, 0.0, 1e-3),
+])
+def test_log_interval_prob_against_mpmath(low, high, loc, scale):
+    """Narrow intervals far out in a tail (where F(b) - F(a) cancels in float64), across the location, tiny scales."""
+    value = cauchy.log_interval_prob(D(low), D(high), D(loc), D(scale)).item()
+    expected = _mp_log_interval(low, high, loc, scale)
+    assert value == pytest.approx(expected, rel=1e-12, abs=1e-13)
+
+
+@settings(max_examples=200)
+@given(st.floats(-50, 50), st.floats(0.1, 10), st.floats(-50, 50), st.floats(0.1, 10))
+def test_log_interval_prob_against_scipy(low, width, loc, scale):
+    """Where SciPy's own difference does not cancel: the survival functions above the location, the CDFs below."""
+    high = low + width
+    if low >= loc:
+        expected = stats.cauchy.sf(low, loc, scale) - stats.cauchy.sf(high, loc, scale)
+    else:
+        expected = stats.cauchy.cdf(high, loc, scale) - stats.cauchy.cdf(low, loc, scale)
+    value = cauchy.log_interval_prob(D(low), D(high), D(loc), D(scale)).item()
+    assert value == pytest.approx(math.log(expected), rel=1e-9, abs=1e-10)
+
+
+def test_log_interval_prob_against_monte_carlo():
+    """200,000 draws: the fraction inside the interval is within 5 binomial standard deviations of exp(value)."""
+    generator = torch.Generator().manual_seed(0)
+    draws = cauchy.rsample(D(1.0), D(0.5), torch.rand(200_000, generator=generator, dtype=torch.float64))
+    probability = cauchy.log_interval_prob(D(1.2), D(2.0), D(1.0), D(0.5)).exp().item()
+    fraction = ((draws > 1.2) & (draws <= 2.0)).double().mean().item()
+    assert abs(fraction - probability) <= 5 * math.sqrt(probability * (1 - probability) / 200_000)
+
+
+def test_log_interval_prob_refuses_an_empty_interval():
+    with pytest.raises(ValueError, match="low must be < high"):
+        cauchy.log_interval_prob(D(1.0), D(1.0), D(0.0), D(1.0))
+    with pytest.raises(ValueError, match="scale"):
+        cauchy.log_interval_prob(D(0.0), D(1.0), D(0.0), D(0.0))
+
+
+@pytest.mark.parametrize("loc, scale", [(3.3, 0.7), (-120.0, 15.0), (0.0, 1e-3)])
+def test_the_numbers_written_at_one_resolution_add_up_to_one(loc, scale):
+    """Every integer literal stands for its unit interval; the intervals tile the line, so the terms of all of them
+    (here -N..N, plus the two tails from SciPy) add up to 1, and those of any subset to at most 1."""
+    total = sum(number_log_probability(str(n), loc, scale).exp().item() for n in range(-400, 401))
+    tails = stats.cauchy.cdf(-400.5, loc, scale) + stats.cauchy.sf(400.5, loc, scale)
+    assert total + tails == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("literal, value, resolution", [("2.50000", 2.5, 1e-5), ("-37.000000", -37.0, 1e-6),
+                                                         ("1.234567e2", 123.4567, 1e-4)])
+def test_a_fine_resolution_gives_the_training_losss_density(literal, value, resolution):
+    """log P(interval) - log h tends to log f_Y(v) = -nll, the regression term of the training loss, as h -> 0:
+    the difference is of order (h / scale)^2, plus the float64 rounding of v -/+ h/2 (a few ulps of v over h)."""
+    loc, scale = 2.0, 1.5
+    term = number_log_probability(literal, loc, scale).item() - math.log(resolution)
+    density = -cauchy.nll(D(value), D(loc), D(scale)).item()
+    assert term == pytest.approx(density, abs=10 * (resolution / scale) ** 2 + 4 * math.ulp(value) / resolution)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_causal_lm(seed=0, init_seed=0)
+
+
+def test_softmax_token_terms_at_initialization_are_qwens_log_likelihood(tiny):
+    """At initialization loc_S is Qwen's logits, so a text without numbers scores as under the real Qwen2 base."""
+    model, tokenizer, qwen = tiny
+    ids, values, texts, start = split_context(tokenizer, "The cat sat on", " the mat and slept")
+    score = score_continuation(model, ids, values, texts, start, "softmax")
+    with torch.no_grad():
+        logits = qwen(torch.tensor([ids])).logits[0].double()  # [S, V]
+    log_probs = torch.log_softmax(logits[:, : model.config.vocab_size], -1)
+    expected = sum(log_probs[i - 1, ids[i]].item() for i in range(start, len(ids)))
+    assert score.log_likelihood == pytest.approx(expected, rel=1e-5)
+
+
+def test_ovr_token_terms_against_scipy(tiny):
+    """log q_k = log P_k - log sum_j P_j with P_k the Cauchy survival function at the threshold (SciPy, float64)."""
+    model, tokenizer, _ = tiny
+    ids, values, texts, start = split_context(tokenizer, "Prices rose", " again in March")
+    score = score_continuation(model, ids, values, texts, start, "ovr")
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), torch.tensor([values]), torch.ones(1, len(ids), dtype=torch.long))
+    loc, scale = out.loc_S[0].double().numpy(), out.scale_S[0].double().numpy()
+    log_p = stats.cauchy.logsf(float(model.ovr_threshold), loc, scale)
+    log_q = log_p - np.logaddexp.reduce(log_p, axis=-1, keepdims=True)
+    expected = [log_q[i - 1, ids[i]] for i in range(start, len(ids))]
+    assert score.terms == pytest.approx(expected, rel=1e-9)
+    assert token_log_probabilities(out.loc_S[0], out.scale_S[0], model.ovr_threshold).exp().sum(-1).numpy() == \
+        pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_number_term_is_its_token_term_plus_its_interval(tiny):
+    """At a <NUM>: log q_NUM + log P(v - h/2 < Y <= v + h/2) with loc_Y, scale_Y of the position before it; the
+    interval part against a Monte Carlo draw of Y."""
+    model, tokenizer, _ = tiny
+    ids, values, texts, start = split_context(tokenizer, "A cup of coffee costs", " 2.5 dollars.")
+    score = score_continuation(model, ids, values, texts, start)
+    position = ids.index(tokenizer.num_token_id)
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), torch.tensor([values]), torch.ones(1, len(ids), dtype=torch.long))
+    log_q = token_log_probabilities(out.loc_S[0], out.scale_S[0], model.ovr_threshold)[position - 1]
+    loc, scale = out.loc_Y[0, position - 1].double(), out.scale_Y[0, position - 1].double()
+    interval = score.terms[position - start] - log_q[tokenizer.num_token_id].item()
+    draws = cauchy.rsample(loc, scale, torch.rand(400_000, generator=torch.Generator().manual_seed(1),
+                                                  dtype=torch.float64))
+    fraction = ((draws > 2.45) & (draws <= 2.55)).double().mean().item()
+    probability = math.exp(interval)
+    assert abs(fraction - probability) <= 5 * math.sqrt(probability * (1 - probability) / 400_000) + 1e-6
+    assert interval == pytest.approx(number_log_probability("2.5", loc, scale).item(), rel=1e-12)
+
+
+def test_the_same_digits_in_another_order_score_differently(tiny):
+    """"37" and "73" are both one <NUM> after the same context: the same token term; their number terms differ by
+    exactly the difference of their intervals' log-probabilities under the same law of Y."""
+    model, tokenizer, _ = tiny
+    first, second = (score_continuation(model, *split_context(tokenizer, "The code 37 repeated is", continuation))
+                     for continuation in (" 37.", " 73."))
+    ids, values, _, start = split_context(tokenizer, "The code 37 repeated is", " 37.")
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), torch.tensor([values]), torch.ones(1, len(ids), dtype=torch.long))
+    position = ids.index(tokenizer.num_token_id, start)  # " ", then <NUM>, then "."
+    loc, scale = out.loc_Y[0, position - 1].double(), out.scale_Y[0, position - 1].double()
+    expected = (number_log_probability("37", loc, scale) - number_log_probability("73", loc, scale)).item()
+    index = position - start
+    assert first.terms[index] - second.terms[index] == pytest.approx(expected, rel=1e-9)
+    assert first.terms[:index] == second.terms[:index]
+    assert first.log_likelihood != second.log_likelihood
+
+
+def test_rolling_score_is_the_continuation_of_the_end_of_text_token(tiny):
+    model, tokenizer, _ = tiny
+    text = "The price is 2.5 dollars and 3 cents."
+    whole = score_text(model, tokenizer, text)
+    ids, values, texts, start = split_context(tokenizer, "", text)
+    assert ids[0] == tokenizer.eos_token_id and start == 1
+    assert whole == pytest.approx(score_continuation(model, ids, values, texts, start).log_likelihood, rel=1e-12)
+    assert score_text(model, tokenizer, text, max_length=4) < 0  # windows of 4 tokens: scored, differently
+    with pytest.raises(ValueError, match="non-empty"):
+        score_text(model, tokenizer, "")
+
+
+def test_greedy_continuations_are_flagged(tiny):
+    """A continuation the standard mode decides token by token is greedy; another is not."""
+    from causalqwen.generation import generate
+
+    model, tokenizer, _ = tiny
+    encoding = tokenizer("The cat", padding=False)
+    out = generate(model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"],
+                   max_new_tokens=3)
+    ids, values = out.sequences[0].tolist(), out.numeric_values[0].tolist()
+    texts = encoding.number_texts[0]
+    assert tokenizer.num_token_id not in ids[2:]
+    assert score_continuation(model, ids, values, texts, encoding["input_ids"].shape[1]).is_greedy
+    other = ids[:-1] + [(ids[-1] + 1) % tokenizer.num_token_id]
+    assert not score_continuation(model, other, values, texts, encoding["input_ids"].shape[1]).is_greedy
+
+
+@pytest.mark.parametrize("context, continuation, match", [
+    ("It costs 2", ".5 dollars", "splits the number '2.5'"),
+    ("It is 12", "-34-56", "changes how the context's numbers read"),
+    ("Nothing", "", "empty"),
+])
+def test_split_context_refuses_what_cannot_be_scored(tiny, context, continuation, match):
+    with pytest.raises(ValueError, match=match):
+        split_context(tiny.tokenizer, context, continuation)
+
+
+def test_score_continuation_refuses_bad_input(tiny):
+    model, tokenizer, _ = tiny
+    ids, values, texts, start = split_context(tokenizer, "A cup costs", " 2.5 dollars.")
+    nan_values = [float("nan") if token == tokenizer.num_token_id else value for token, value in zip(ids, values)]
+    with pytest.raises(ValueError, match="has no value"):
+        score_continuation(model, ids, nan_values, texts, start)
+    with pytest.raises(ValueError, match="number texts"):
+        score_continuation(model, ids, values, [], start)
+    with pytest.raises(ValueError, match="token_probability"):
+        score_continuation(model, ids, values, texts, start, "argmax")
+    with pytest.raises(ValueError, match="start"):
+        score_continuation(model, ids, values, texts, 0)
