@@ -42,7 +42,7 @@ from .numbers import find_numbers, parse_number
 from .writing import literal_resolution
 
 __all__ = ["TOKEN_PROBABILITIES", "SequenceScore", "token_log_probabilities", "number_log_probability",
-           "score_continuation", "score_text", "split_context"]
+           "score_continuation", "score_text", "split_context", "keep_last"]
 
 TOKEN_PROBABILITIES = ("ovr", "softmax")
 
@@ -127,6 +127,22 @@ def split_context(tokenizer, context: str, continuation: str) -> tuple[list[int]
     if start >= len(ids):
         raise ValueError(f"the continuation {continuation!r} adds no token to the context")
     return ids, values, texts, start
+
+
+def keep_last(input_ids: list[int], numeric_values: list[float], number_texts: list[str], start: int,
+              max_length: int, num_token_id: int) -> tuple[list[int], list[float], list[str], int]:
+    """The last ``max_length`` tokens of an encoded text whose tokens ``start ..`` are scored: the context loses its
+    first tokens (and their numbers' texts), as lm-eval's models cut a context on the left.
+
+    Raises:
+        ValueError: the scored tokens alone (with one token of context) are more than ``max_length``.
+    """
+    if len(input_ids) - start + 1 > max_length:
+        raise ValueError(f"the continuation has {len(input_ids) - start} tokens: with one token of context it does "
+                         f"not fit the model's {max_length} positions")
+    cut = max(0, len(input_ids) - max_length)
+    dropped = input_ids[:cut].count(num_token_id)
+    return input_ids[cut:], numeric_values[cut:], number_texts[dropped:], start - cut
 
 
 @torch.no_grad()

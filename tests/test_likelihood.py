@@ -17,8 +17,8 @@ from scipy import stats
 
 from causalqwen import cauchy
 from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.likelihood import (number_log_probability, score_continuation, score_text, split_context,
-                                   token_log_probabilities)
+from causalqwen.likelihood import (keep_last, number_log_probability, score_continuation, score_text,
+                                   split_context, token_log_probabilities)
 
 D = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
 
@@ -211,3 +211,17 @@ def test_score_continuation_refuses_bad_input(tiny):
         score_continuation(model, ids, values, texts, start, "argmax")
     with pytest.raises(ValueError, match="start"):
         score_continuation(model, ids, values, texts, 0)
+
+
+def test_keep_last_cuts_the_context_on_the_left_with_its_numbers(tiny):
+    """A context longer than the model's positions loses its first tokens and their numbers' literals; the scored
+    tokens are kept and score as they do after the same kept context."""
+    model, tokenizer, _ = tiny
+    ids, values, texts, start = split_context(tokenizer, "It was 1 then 2 then 3 and then", " 4.5 kg.")
+    kept = keep_last(ids, values, texts, start, 9, tokenizer.num_token_id)
+    assert kept[0] == ids[-9:] and kept[1] == values[-9:] and len(ids) - start == 9 - kept[3]
+    assert kept[2] == texts[len(texts) - kept[0].count(tokenizer.num_token_id):]
+    score = score_continuation(model, *kept)
+    assert len(score.terms) == len(ids) - start
+    with pytest.raises(ValueError, match="does not fit"):
+        keep_last(ids, values, texts, start, 3, tokenizer.num_token_id)

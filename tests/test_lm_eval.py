@@ -88,3 +88,16 @@ def test_the_command_line_runs_lm_evals_cli_with_the_model_registered(tmp_path, 
     main(["--model", "causalqwen", "--model_args", "pretrained=tiny", "--tasks", "cq_numbers_mc", "--include_path",
           TASKS, "--limit", "2", "--device", "cpu", "--output_path", str(tmp_path)])
     assert "cq_numbers_mc" in capsys.readouterr().out
+
+
+def test_generate_until_takes_an_empty_context_and_refuses_a_budget_beyond_the_positions(lm):
+    (text,) = lm.generate_until(_requests("generate_until", [("", {"until": ["\n"], "max_gen_toks": 3})]))
+    assert isinstance(text, str)
+    with pytest.raises(ValueError, match="max_gen_toks=5000"):
+        lm.generate_until(_requests("generate_until", [("Hi", {"until": ["\n"], "max_gen_toks": 5000})]))
+
+
+def test_a_context_longer_than_the_positions_is_cut_on_the_left(lm):
+    context = "The price was 2.5 dollars. " * 300  # about 2,700 tokens: more than the 2,048 positions
+    ((log_likelihood, _),) = lm.loglikelihood(_requests("loglikelihood", [(context, "The end.")]))
+    assert log_likelihood < 0

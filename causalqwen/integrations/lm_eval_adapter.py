@@ -31,7 +31,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from ..generation import generate
 from ..inference import check_mode
-from ..likelihood import check_token_probability, score_continuation, score_text, split_context
+from ..likelihood import check_token_probability, keep_last, score_continuation, score_text, split_context
 from ..numbers import find_numbers
 from ..writing import check_resolution
 
@@ -94,8 +94,9 @@ class CausalQwenLM(LM):
         results = []
         for request in requests:
             context, continuation = request.args
-            ids, values, texts, start = split_context(self.tokenizer, context, continuation)
-            score = score_continuation(self.model, ids, values, texts, start, self.token_probability)
+            encoded = split_context(self.tokenizer, context, continuation)
+            encoded = keep_last(*encoded, self.model.config.max_position_embeddings, self.tokenizer.num_token_id)
+            score = score_continuation(self.model, *encoded, self.token_probability)
             results.append((score.log_likelihood, score.is_greedy))
             self.cache_hook.add_partial("loglikelihood", request.args, results[-1])
         return results
@@ -116,19 +117,32 @@ class CausalQwenLM(LM):
             context, settings = request.args
             until = settings.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            encoding = self.tokenizer(context, padding=False)
-            device = self.model.device
-            out = generate(self.model, encoding["input_ids"].to(device), encoding["numeric_values"].to(device),
-                           encoding["attention_mask"].to(device), mode=self.mode,
-                           max_new_tokens=int(settings.get("max_gen_toks", 256)), generator=self.generator,
+            max_new = int(settings.get("max_gen_toks", 256))
+            ids, values, texts = self._prompt(context, max_new)
+            input_ids = torch.tensor([ids], device=self.model.device)  # [1, S]
+            out = generate(self.model, input_ids, torch.tensor([values], device=self.model.device),
+                           torch.ones_like(input_ids), mode=self.mode, max_new_tokens=max_new, generator=self.generator,
                            eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id)
-            _, text = self.tokenizer.decode_continuation(
-                out.sequences[0], out.numeric_values[0], encoding["input_ids"].shape[1], out_of_vocab="mark",
-                number_texts=encoding.number_texts[0], number_resolution=self.number_resolution)
+            _, text = self.tokenizer.decode_continuation(out.sequences[0], out.numeric_values[0], len(ids),
+                                                         out_of_vocab="mark", number_texts=texts,
+                                                         number_resolution=self.number_resolution)
             results.append(cut_at_stop(text, until))
             self.cache_hook.add_partial("generate_until", request.args, results[-1])
         return results
 
+
+    def _prompt(self, context: str, max_new: int) -> tuple[list[int], list[float], list[str]]:
+        """The context's ids, values and number texts, its first tokens cut so that ``max_new`` more fit the model's
+        positions; an empty context is the end-of-text token."""
+        ids, values, texts = self.tokenizer.encode(context, return_number_texts=True)
+        if not ids:
+            ids, values = [self.tokenizer.eos_token_id], [0.0]
+        room = self.model.config.max_position_embeddings - max_new
+        if room < 1:
+            raise ValueError(f"max_gen_toks={max_new} leaves no room for a context in the model's "
+                             f"{self.model.config.max_position_embeddings} positions")
+        ids, values, texts, _ = keep_last(ids, values, texts, len(ids), room, self.tokenizer.num_token_id)
+        return ids, values, texts
 
 def main(argv: list[str] | None = None) -> int:
     """lm-eval's command line with the ``causalqwen`` model registered: the arguments are lm-eval's own."""
