@@ -124,7 +124,7 @@ class NumericTokenizer(TokenizerMixin):
     # -- encoding ----------------------------------------------------------------------------
 
     def encode(
-        self, text: str, max_length: int | None = None, return_number_texts: bool = False
+        self, text: str, max_length: int | None = None, return_number_texts: bool = False, **unknown
     ) -> tuple[list[int], list[float]] | tuple[list[int], list[float], list[str]]:
         """Encode one text into ``(input_ids, numeric_values)`` of equal length.
 
@@ -145,10 +145,17 @@ class NumericTokenizer(TokenizerMixin):
         The tokens are those of the whole text: the first ``max_length`` of them.
 
         Raises:
-            TypeError: ``text`` is not a str.
+            TypeError: ``text`` is not a str, or a keyword of transformers' ``encode`` (``add_special_tokens``), whose
+                callers expect ids alone.
             ValueError: the text holds a lone surrogate (not valid Unicode: the message names the
                 character), or it is longer than `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
         """
+        if unknown:  # transformers' encode(text, add_special_tokens=...) returns ids alone: a caller that would lose values
+            raise TypeError(
+                f"NumericTokenizer.encode() got unexpected keyword argument(s) {sorted(unknown)}: it returns (ids, values), "
+                "not the ids alone that transformers' encode returns; a caller that passes ids only loses every number "
+                "(lm-eval: use --model causalqwen, python -m causalqwen.integrations.lm_eval_adapter, not --model hf)"
+            )
         check_text(text)
         max_length = check_max_length(max_length)
         check_length(text, max_length)

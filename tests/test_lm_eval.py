@@ -101,3 +101,21 @@ def test_a_context_longer_than_the_positions_is_cut_on_the_left(lm):
     context = "The price was 2.5 dollars. " * 300  # about 2,700 tokens: more than the 2,048 positions
     ((log_likelihood, _),) = lm.loglikelihood(_requests("loglikelihood", [(context, "The end.")]))
     assert log_likelihood < 0
+
+
+def test_lm_evals_own_models_stay_registered_beside_causalqwen():
+    from lm_eval.api.registry import get_model
+
+    assert get_model("causalqwen") is CausalQwenLM
+    assert get_model("hf").__name__ == "HFLM"
+
+
+def test_the_trap_as_typed_stops_with_a_message_that_names_the_adapter(tmp_path, lm):
+    """`--model hf` on a CausalQwen directory with its own tokenizer: the tokenizer refuses transformers' encode
+    keyword (its callers expect ids alone, which would lose every number) and names `--model causalqwen`."""
+    lm.model.save_pretrained(tmp_path)
+    lm.tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(TypeError, match="--model causalqwen"):
+        lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={tmp_path},trust_remote_code=True,dtype=float32",
+                                tasks=["cq_numbers_mc"], task_manager=TaskManager(include_path=TASKS), limit=1,
+                                device="cpu")

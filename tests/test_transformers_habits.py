@@ -393,3 +393,15 @@ def test_the_streamer_reads_a_value_the_state_holds_or_has_just_chosen(tiny):
     streamer.attach_generation_state(state)
     assert streamer.values_of([5, num], 0) == [0.0, 7.25]  # held: the prompt, or a token given one step late
     assert streamer.values_of([num], 2) == [3.5] and streamer.values_of([5], 2) == [0.0]  # just chosen
+
+
+def test_decode_takes_one_id_as_transformers_does():
+    """``decode(id)``: one id is a row of one; a ``<NUM>`` with its value writes the value, without it ``<NUM>``."""
+    from causalqwen.app.tiny import build_tiny_tokenizer
+    from causalqwen.tokenization import NumericTokenizer
+
+    tokenizer = NumericTokenizer(build_tiny_tokenizer())
+    (token,) = tokenizer.encode("a")[0]
+    assert tokenizer.decode(token) == tokenizer.decode([token]) == "a"
+    assert tokenizer.decode(tokenizer.num_token_id) == "<NUM>"
+    assert tokenizer.decode(tokenizer.num_token_id, 2.5) == "2.5"

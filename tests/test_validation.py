@@ -190,15 +190,15 @@ def test_a_study_writes_its_own_page_and_leaves_the_report_alone(tmp_path, monke
     assert (tmp_path / "index.md").read_text(encoding="utf-8") == "the report"
     assert (tmp_path / "v1_closure_qq.png").read_bytes() == b"kept"
     with pytest.raises(SystemExit):
-        runner.main(["--only", "V12", "--out", str(tmp_path)])
+        runner.main(["--only", "V13", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert "choose from V1" in err and "V10, V11" in err
+    assert "choose from V1" in err and "V10, V11, V12" in err
 
 
 def test_studies_are_not_part_of_the_default_run():
     import validation.__main__ as runner
 
-    assert set(runner.STUDIES) == {"V10", "V11"} and not set(runner.STUDIES) & set(runner.EXPERIMENTS)
+    assert set(runner.STUDIES) == {"V10", "V11", "V12"} and not set(runner.STUDIES) & set(runner.EXPERIMENTS)
 
 
 def test_v10_decision_statistics_equal_scipy_on_the_models_own_forward():

@@ -5,9 +5,10 @@ repository root, where the docs site renders it). The exit status is 0 when ever
 otherwise; the failing claims are printed. ``--quick`` (for CI, under two minutes) runs the same code
 with smaller samples, fewer configurations and fewer training steps.
 
-The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark) take
-longer than the report's time budget, so they run only when named (``--only V10``) and each writes its own
-page, ``DIR/v10.md`` or ``DIR/v11.md``, next to the report.
+The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark; V12, lm-eval
+with Qwen beside CausalQwen) take longer than the report's time budget or need an optional extra, so they run
+only when named (``--only V10``) and each writes its own page, ``DIR/v10.md``, ``DIR/v11.md`` or ``DIR/v12.md``,
+next to the report.
 
 All experiments run with one torch thread: the models are tiny, so a second thread only adds
 contention on a shared machine, and one thread keeps every number reproducible bit for bit on a
@@ -40,6 +41,7 @@ EXPERIMENTS = {
 STUDIES = {
     "V10": "validation.v10_defaults",
     "V11": "validation.v11_arithmetic",
+    "V12": "validation.v12_lm_eval",
 }
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"

@@ -179,6 +179,10 @@ def check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_o
                            size: int) -> tuple[list[int], list[float], list[str]]:
     """``decode``'s door: the ids, values and surface texts as lists, or an error naming the argument; ``size``
     is the tokenizer's number of tokens (an id at or beyond it is one of a model's reserved rows)."""
+    if isinstance(input_ids, numbers.Integral) and not isinstance(input_ids, bool):  # one id, as transformers takes
+        input_ids = [input_ids]
+        numeric_values = numeric_values if numeric_values is None or not isinstance(numeric_values, numbers.Real) \
+            else [numeric_values]
     ids = _as_id_list(input_ids, "input_ids")
     values = [0.0] * len(ids) if numeric_values is None else _as_value_list(numeric_values, "numeric_values")
     if len(ids) != len(values):

@@ -24,6 +24,7 @@ import sys
 import torch
 
 try:
+    import lm_eval.models  # noqa: F401  lm-eval's own models (hf, ...) register before ours, so both stay available
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
 except ImportError as error:  # pragma: no cover - exercised only without the extra
