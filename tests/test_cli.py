@@ -82,6 +82,26 @@ def test_generate_on_the_embedded_tiny_base(mode, capsys):
     assert capsys.readouterr().out.startswith("It is 3 degrees")
 
 
+def test_generate_writes_numbers_at_the_resolution_asked_for(monkeypatch, capsys):
+    """--number-resolution reaches the decoding: a generated value 2.5007427 after a prompt with "1.25" is written
+    2.50 with "prompt" and 2.5 with 0.1 (the model is replaced by one that writes that value, the tokenizer is real)."""
+    from causalqwen.app import commands
+
+    def one_number(model, input_ids, numeric_values, attention_mask, **kwargs):
+        from causalqwen.generation import GenerationOutput
+
+        num = commands.load_model_and_tokenizer()[1].num_token_id
+        return GenerationOutput(sequences=torch.cat([input_ids, torch.tensor([[num]])], 1),
+                                numeric_values=torch.cat([numeric_values, torch.tensor([[2.5007427]])], 1),
+                                attention_mask=torch.cat([attention_mask, torch.ones(1, 1, dtype=attention_mask.dtype)], 1))
+
+    monkeypatch.setattr("causalqwen.generation.generate", one_number)
+    for resolution, written in (("prompt", "is 2.50"), ("0.1", "is 2.5"), (None, "is 2.5007427")):
+        extra = [] if resolution is None else ["--number-resolution", resolution]
+        assert cli.main(["generate", "--prompt", "It was 1.25, now it is", "--max-new-tokens", "1", *extra]) == 0
+        assert capsys.readouterr().out.strip().endswith(written)
+
+
 def test_generate_runs_as_a_console_command(saved_model):
     result = subprocess.run(
         [sys.executable, "-m", "causalqwen.app.cli", "generate", "--model", str(saved_model), "--prompt", "x 1",
@@ -99,6 +119,8 @@ def test_generate_runs_as_a_console_command(saved_model):
         (["--mode", "traditional", "--temperature", "0"], "temperature must be a finite number > 0"),
         (["--max-new-tokens", "-2"], "max_new_tokens must be an integer >= 0"),
         (["--model", "/no/such/dir"], "model directory '/no/such/dir' does not exist"),
+        (["--number-resolution", "0.3"], "must be a power of ten"),
+        (["--number-resolution", "coarse"], 'a power of ten or "prompt", got \'coarse\''),
     ],
 )
 def test_generate_reports_bad_arguments(args, message, capsys):

@@ -123,6 +123,17 @@ COMMANDS = {
 OFF = "(default: off)"
 
 
+def number_resolution(text: str):
+    """``--number-resolution``: "prompt" or a power of ten (`causalqwen.writing.check_resolution`)."""
+    from ..writing import check_resolution
+
+    try:
+        return check_resolution(text if text == "prompt" else float(text))
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error) if not isinstance(error, ValueError) or "resolution" in str(error)
+                                         else f'a power of ten or "prompt", got {text!r}') from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="causalqwen",
@@ -155,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--normalize", default="softmax", choices=("softmax", "ovr"),
                      help="traditional mode: softmax of loc_S or P/sum(P) (default: %(default)s)")
     gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference) " + OFF)
+    gen.add_argument("--number-resolution", type=number_resolution, default=None, metavar="H",
+                     help='write generated numbers at this resolution: a power of ten (0.01 writes 2.50) or "prompt", '
+                          "the finest of the prompt's numbers; only the text is rounded (default: the shortest text)")
 
     demo.add_argument("--out", default="artifacts/demo", type=path_text, help="output directory (default: %(default)s)")
     demo.add_argument("--steps", type=COUNT, default=None, help="training steps (default: the demo's 1500)")
@@ -261,7 +275,7 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
         parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
     texts = generate_text(args.prompt, args.model, args.mode, seed=args.seed, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, normalize=args.normalize,
-                          use_cache=not args.no_cache)
+                          use_cache=not args.no_cache, number_resolution=args.number_resolution)
     for text in texts:
         print(text)
     return 0

@@ -172,10 +172,11 @@ def generate_text(
     top_p: float = 1.0,
     normalize: str = "softmax",
     use_cache: bool = True,
+    number_resolution=None,
 ) -> list[str]:
     """Generate a continuation of each prompt (one left-padded batch); return prompt + continuation as text, the
     prompt exactly as given (its numbers as written) and the continuation told apart by token counts
-    (`NumericTokenizer.decode_continuation`)."""
+    (`NumericTokenizer.decode_continuation`), its numbers written at ``number_resolution`` (`causalqwen.writing`)."""
     import torch
 
     from ..generation import generate
@@ -199,7 +200,7 @@ def generate_text(
         kept = out.attention_mask[row].bool()  # the prompt's padding and what follows an EOS are dropped
         _, continuation = tokenizer.decode_continuation(
             out.sequences[row][kept], out.numeric_values[row][kept], int(batch["attention_mask"][row].sum()),
-            out_of_vocab="mark", number_texts=batch.number_texts[row])
+            out_of_vocab="mark", number_texts=batch.number_texts[row], number_resolution=number_resolution)
         texts.append(prompt + continuation)
     return texts
 
