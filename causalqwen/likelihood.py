@@ -94,14 +94,19 @@ def _exact_value(literal: str) -> float:
 
 
 def split_context(tokenizer, context: str, continuation: str) -> tuple[list[int], list[float], list[str], int]:
-    """Encode ``context + continuation`` once, and find where the continuation's tokens start: ``(input_ids,
-    numeric_values, number_texts, start)``. Whitespace at the end of the context moves to the continuation (as
-    lm-eval does). The split is at a token boundary, never inside a number.
+    """Encode a context and its continuation: ``(input_ids, numeric_values, number_texts, start)``, the
+    continuation's tokens from ``start`` on. Whitespace at the end of the context moves to the continuation (as
+    lm-eval does); an empty context is the end-of-text token.
+
+    The two are encoded separately and joined, so the continuation is scored as its own tokens even where the
+    tokenizer would merge characters across the boundary (``"这本书的"`` + ``"价格是"``, ``"The dog"`` + ``"gy"``): no
+    token is shared, none is cut. The numbers are the whole text's: each part must read the numbers the whole text
+    reads in it.
 
     Raises:
         ValueError: the continuation is empty; a number of the whole text spans the boundary (the continuation
-            splits it: ``"costs 2"`` + ``".5 dollars"``); or the continuation changes how the context's numbers read
-            (``"12"`` + ``"-34-56"`` makes the context's number part of an identifier).
+            splits it: ``"costs 2"`` + ``".5 dollars"``); or a part reads its numbers differently alone than within
+            the whole text (``"It is 12"`` + ``"-34-56"``, a date; ``"x"`` + ``"-5"``, where ``-`` is no sign).
     """
     if not isinstance(context, str) or not isinstance(continuation, str):
         raise TypeError("context and continuation must be str")
@@ -111,22 +116,20 @@ def split_context(tokenizer, context: str, continuation: str) -> tuple[list[int]
     if not continuation:
         raise ValueError("the continuation is empty: there is nothing to score")
     whole = context + continuation
-    ids, values, texts = tokenizer.encode(whole, return_number_texts=True)
-    context_ids, context_values, context_texts = tokenizer.encode(context, return_number_texts=True) if context \
-        else ([], [], [])
-    for number in find_numbers(whole):
+    found = find_numbers(whole)
+    for number in found:
         if number.start < len(context) < number.end:
             raise ValueError(f"the continuation {continuation!r} splits the number {number.text!r} of "
                              f"{whole!r}: score the whole number in the continuation")
-    start = len(context_ids)
-    if start == 0:  # nothing to condition on: the end-of-text token stands before the text (as in lm-eval)
-        ids, values, start = [_prefix_id(tokenizer), *ids], [0.0, *values], 1
-    num = tokenizer.num_token_id
-    if ids[:start].count(num) != len(context_texts) or texts[:len(context_texts)] != context_texts:
-        raise ValueError(f"the continuation {continuation!r} changes how the context's numbers read in {whole!r}")
-    if start >= len(ids):
-        raise ValueError(f"the continuation {continuation!r} adds no token to the context")
-    return ids, values, texts, start
+    for part, offset in ((context, 0), (continuation, len(context))):
+        within = [(n.start - offset, n.text) for n in found if offset <= n.start < offset + len(part)]
+        if within != [(n.start, n.text) for n in find_numbers(part)]:
+            raise ValueError(f"{part!r} reads its numbers differently alone than in {whole!r}: the context and the "
+                             "continuation must each read the numbers the whole text reads")
+    context_ids, context_values, context_texts = (tokenizer.encode(context, return_number_texts=True) if context
+                                                  else ([_prefix_id(tokenizer)], [0.0], []))
+    ids, values, texts = tokenizer.encode(continuation, return_number_texts=True)
+    return context_ids + ids, context_values + values, context_texts + texts, len(context_ids)
 
 
 def keep_last(input_ids: list[int], numeric_values: list[float], number_texts: list[str], start: int,

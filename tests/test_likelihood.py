@@ -191,7 +191,8 @@ def test_greedy_continuations_are_flagged(tiny):
 
 @pytest.mark.parametrize("context, continuation, match", [
     ("It costs 2", ".5 dollars", "splits the number '2.5'"),
-    ("It is 12", "-34-56", "changes how the context's numbers read"),
+    ("It is 12", "-34-56", "reads its numbers differently alone"),
+    ("x", "-5", "reads its numbers differently alone"),
     ("Nothing", "", "empty"),
 ])
 def test_split_context_refuses_what_cannot_be_scored(tiny, context, continuation, match):
@@ -225,3 +226,20 @@ def test_keep_last_cuts_the_context_on_the_left_with_its_numbers(tiny):
     assert len(score.terms) == len(ids) - start
     with pytest.raises(ValueError, match="does not fit"):
         keep_last(ids, values, texts, start, 3, tokenizer.num_token_id)
+
+
+@pytest.mark.parametrize("context, continuation", [
+    ("这本书的", "价格是12.5元。"), ("这本书的", "价格是"), ("A cup of coffee co", "sts"), ("The dog", "gy"),
+    ("I like ap", "ples"), ("The new car costs ", "25,000 dollars."), ("Hi", "\n1,250 dollars"),
+])
+def test_the_continuation_is_scored_as_its_own_tokens_across_any_boundary(tiny, context, continuation):
+    """Where the tokenizer would merge characters across the boundary, the continuation is still scored as the
+    tokens of its own text (whitespace moved from the context), never part of a context token, never merged away."""
+    model, tokenizer, _ = tiny
+    ids, values, texts, start = split_context(tokenizer, context, continuation)
+    moved = context[len(context.rstrip()):] + continuation
+    expected_ids, expected_values, expected_texts = tokenizer.encode(moved, return_number_texts=True)
+    assert (ids[start:], values[start:]) == (expected_ids, expected_values)
+    assert texts[len(texts) - len(expected_texts):] == expected_texts
+    assert ids[:start] == tokenizer.encode(context.rstrip())[0]
+    assert len(score_continuation(model, ids, values, texts, start).terms) == len(expected_ids)

@@ -79,7 +79,8 @@ class CausalQwenLM(LM):
         unknown = sorted(set(kwargs) - {"batch_size", "max_batch_size", "dtype", "trust_remote_code"})
         if unknown:
             raise ValueError(f"CausalQwenLM got unknown model_args {unknown}; it takes pretrained, mode, "
-                             "token_probability, number_resolution, device and seed")
+                             "token_probability, number_resolution, device and seed (and accepts batch_size, "
+                             "max_batch_size, dtype and trust_remote_code, which change nothing)")
         self.mode = check_mode(mode)
         self.token_probability = check_token_probability(token_probability)
         self.number_resolution = check_resolution(None if number_resolution in (None, "none") else number_resolution)
