@@ -244,14 +244,18 @@ def _value_of_parts(sign, integer, fraction, exponent) -> float:
         _NumberError: the value overflows float32, or its float32 is further from it than float32's
             relative precision (a non-zero literal that rounds to zero or to a subnormal).
     """
-    mantissa = (integer or "0").replace(",", "") + (fraction or "")
-    literal = mantissa + (exponent or "")
+    literal = _unsigned_literal(integer, fraction, exponent)
     magnitude = nearest_float32(literal)
     if math.isinf(magnitude):
         raise _NumberError(f"overflows float32 (the largest finite float32 is {_FLOAT32_MAX:.8g})")
     if magnitude <= _FLOAT32_TINY:  # above it, rounding is always within float32's precision (rule V1)
         _check_underflow(literal, magnitude)
     return -magnitude if sign else magnitude
+
+
+def _unsigned_literal(integer, fraction, exponent) -> str:
+    """The digits of a number's groups as one literal without sign or group commas (``"1,000.5"`` → ``"1000.5"``)."""
+    return (integer or "0").replace(",", "") + (fraction or "") + (exponent or "")
 
 
 def _check_underflow(literal: str, magnitude: float) -> None:
@@ -291,8 +295,7 @@ def find_numbers(text: str) -> list[NumberMatch]:
 
 
 def find_numbers_in(texts: list[str]) -> list[list[NumberMatch]]:
-    """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number of them all valued once,
-    together (`causalqwen.checks.float32.nearest_float32_many`): what a batch costs per number."""
+    """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number valued once (`_values_of`)."""
     groups_of: dict[str, tuple] = {}
     matched = [_number_matches(text, len(text), len(text), groups_of) for text in texts]
     value_of = _values_of(groups_of)
@@ -340,8 +343,7 @@ def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
     text: by `_value_of_groups`, or, from `_TOGETHER` of them on, with the float32 roundings done together."""
     if len(groups_of) < _TOGETHER:
         return {number: _value_of_groups(groups) for number, groups in groups_of.items()}
-    literals = [(integer or "0").replace(",", "") + (fraction or fraction_only or "") + (exponent or "")
-                for _, _, integer, fraction, fraction_only, exponent in groups_of.values()]
+    literals = [_unsigned_literal(groups[2], groups[3] or groups[4], groups[5]) for groups in groups_of.values()]
     value_of = {}
     for (number, groups), magnitude in zip(groups_of.items(), nearest_float32_many(literals)):
         if not _FLOAT32_TINY < magnitude < math.inf:  # rule V1's rare cases, decided one by one
@@ -361,8 +363,7 @@ _MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", 
 
 
 def _matches_before(text: str, stop: int, endpos: int):
-    """The matches of ``NUMBER_REGEX.finditer(text, 0, endpos)`` that start before ``stop``, without trying any
-    position from ``stop`` on."""
+    """The matches of ``NUMBER_REGEX.finditer(text, 0, endpos)`` starting before ``stop``, none tried from ``stop`` on."""
     position = 0
     while (place := _MATCH_START.search(text, position, stop)) is not None:
         match = NUMBER_REGEX.match(text, place.start(), endpos)
@@ -374,8 +375,7 @@ def _matches_before(text: str, stop: int, endpos: int):
 
 
 def _value_of_groups(groups: tuple) -> float | None:
-    """The value of a match of the number alternative, from its `_GROUP_INDICES` groups, or None if a value
-    rule makes it text."""
+    """The value of a number match, from its `_GROUP_INDICES` groups, or None if a value rule makes it text."""
     _, sign, integer, fraction, fraction_only, exponent = groups
     try:
         value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)

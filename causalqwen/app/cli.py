@@ -128,10 +128,13 @@ def number_resolution(text: str):
     from ..writing import check_resolution
 
     try:
-        return check_resolution(text if text == "prompt" else float(text))
-    except (TypeError, ValueError) as error:
-        raise argparse.ArgumentTypeError(str(error) if not isinstance(error, ValueError) or "resolution" in str(error)
-                                         else f'a power of ten or "prompt", got {text!r}') from None
+        value = text if text == "prompt" else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'a power of ten or "prompt", got {text!r}') from None
+    try:
+        return check_resolution(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
