@@ -30,12 +30,14 @@ from __future__ import annotations
 import argparse
 import collections
 import traceback
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import causalqwen
 from causalqwen import generate
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import MODES
@@ -86,11 +88,17 @@ class HostSyncCounter:
 
 
 def _short_path(filename: str) -> str:
-    """``causalqwen/...`` from the package's directory on (its sub-packages included), else the last two parts."""
-    parts = filename.split("/")
-    if "causalqwen" in parts[:-1]:
-        return "/".join(parts[len(parts) - 1 - parts[::-1].index("causalqwen"):])
-    return "/".join(parts[-2:])
+    """A file of this repository relative to its root (``causalqwen/kernels/fused.py``, ``tests/test_x.py``), whatever
+    the folders above the root are called; another file by its last two parts."""
+    path = Path(filename).resolve()
+    for root in _ROOTS:
+        if path.is_relative_to(root):
+            return path.relative_to(root).as_posix()
+    return "/".join(path.parts[-2:])
+
+
+# The folder that holds benchmarks/ and tests/, and the one that holds the installed causalqwen package.
+_ROOTS = (Path(__file__).resolve().parent.parent, Path(causalqwen.__file__).resolve().parent.parent)
 
 
 class _FunctionLevel(TorchFunctionMode):

@@ -1,5 +1,7 @@
 """The benchmarks run (on the tiny shape, one repeat): a smoke test, with no timing asserted."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -154,3 +156,12 @@ def test_host_syncs_stay_at_the_checks_and_the_stop_test():
         if "per token" in name:  # issue 29: no more than Qwen2's generate, 1 per token (the stop test)
             assert job.ours <= job.qwen and job.ours == 1, (name, job)
     assert len(jobs) == 3 + 2 * len(MODES)
+
+
+def test_sync_sites_are_named_from_the_repository_root_whatever_its_folders_are_called():
+    """A clone in a folder called ``causalqwen`` (with the package folder of the same name inside) names this file
+    ``tests/test_benchmarks.py``; a file outside the repository keeps its last two parts."""
+    here = Path(__file__).resolve()
+    assert syncs._short_path(str(here)) == "tests/test_benchmarks.py"
+    assert syncs._short_path(str(here.parent.parent / "causalqwen" / "kernels" / "fused.py")) == "causalqwen/kernels/fused.py"
+    assert syncs._short_path("/home/someone/causalqwen/causalqwen/tests/elsewhere.py") == "tests/elsewhere.py"

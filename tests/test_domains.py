@@ -186,6 +186,16 @@ def test_cache_round_trip_is_bit_identical_and_does_not_retrain(tmp_path):
     assert D.pretrained_base_path(tmp_path, **{**SMALL, "seed": 1}) != path
 
 
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode], ids=["no_grad", "inference_mode"])
+def test_a_first_call_under_an_evaluation_context_pretrains(tmp_path, small_base, context):
+    """An empty cache whose first caller evaluates (V3 does, under no_grad) still pretrains, to the same weights."""
+    model, _, _ = small_base
+    with context():
+        again, _ = D.pretrained_base(cache_dir=tmp_path, **SMALL)
+    one, two = model.state_dict(), again.state_dict()
+    assert all(torch.equal(one[k], two[k]) for k in one)
+
+
 def test_pretraining_is_deterministic_per_seed(tmp_path, small_base):
     model, _, _ = small_base
     again, _ = D.pretrained_base(cache_dir=tmp_path, **SMALL)  # trained anew in another directory

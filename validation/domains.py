@@ -426,7 +426,8 @@ def pretrained_base(steps: int = PretrainSettings.steps, seed: int = 0, cache_di
     final = root / f"pretrained-base-{_cache_key(resolved)}"
     if not final.is_dir():
         root.mkdir(parents=True, exist_ok=True)
-        with torch.random.fork_rng(devices=[]):
+        # Pretraining needs gradients even when the first caller evaluates under no_grad or inference_mode.
+        with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad():
             torch.manual_seed(resolved.seed)
             model, tokenizer, record = _pretrain(resolved)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-pretrained-base-", dir=root))
