@@ -104,6 +104,11 @@ INSPECT_PAGE = r"""
   const text = copy.textContent;
   const patterns = [/\\\(/, /\\\)/, /\\\[/, /\\\]/, /\$\$/, /\$[^$\s][^$]*\$/, /\\[a-zA-Z]{2,}\b/];
   const rawTex = patterns.map(p => text.match(p)).filter(m => m).map(m => m[0].slice(0, 60));
+  // a control character anywhere, formulas' sources included (a "\v" typed into a Python string
+  // becomes a vertical tab, and KaTeX draws it as a box)
+  const sources = formulas.map(el => el.querySelector("annotation")?.textContent || "").join(" ");
+  const controls = (document.body.textContent + sources).match(/[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/g) || [];
+  const controlCharacters = [...new Set(controls)].map(c => "U+" + c.charCodeAt(0).toString(16).padStart(4, "0"));
   const brokenImages = [...document.querySelectorAll("article img")]
     .filter(img => !img.complete || img.naturalWidth === 0)
     .map(img => img.getAttribute("src"));
@@ -115,6 +120,7 @@ INSPECT_PAGE = r"""
     diagrams,
     preMermaid: document.querySelectorAll("pre.mermaid").length,
     rawTex,
+    controlCharacters,
   };
 }
 """
@@ -220,6 +226,7 @@ def _problems(report: dict) -> list[str]:
     problems = list(report["errors"])
     problems += [f"formula not rendered: {item}" for item in report["unrendered"]]
     problems += [f"raw TeX left in the text: {item!r}" for item in report["rawTex"]]
+    problems += [f"control character {item} in the text" for item in report["controlCharacters"]]
     if report["preMermaid"]:
         problems.append(f"{report['preMermaid']} pre.mermaid block(s) left unrendered")
     problems += [f"diagram not rendered: {d['why']}" for d in report["diagrams"] if not d["ok"]]
@@ -292,6 +299,16 @@ def test_broken_formula_is_caught(site_url, browser):
     problems = _problems(report)
     assert any("KaTeX could not render" in p for p in problems), problems
     assert any("formula not rendered" in p for p in problems), problems
+
+
+def test_a_control_character_in_a_formula_is_caught(site_url, browser):
+    visit = Visit(browser)
+    try:  # what "$\varepsilon$" becomes when a Python string without r"" turns "\v" into a vertical tab
+        report = _served_with(visit, site_url, '<p><span class="arithmatex">\\(\x0barepsilon\\)</span></p>')
+    finally:
+        visit.close()
+    problems = _problems(report)
+    assert any("control character U+000b" in p for p in problems), problems
 
 
 def test_broken_diagram_is_caught(site_url, browser):

@@ -251,3 +251,26 @@ def test_a_directory_saved_before_the_move_loads_through_transformers(tmp_path):
         assert torch.equal(model(ids, values).loc_S, direct(ids, values).loc_S)
     out = generator("It costs 3 dollars and", max_new_tokens=3)
     assert out[0]["generated_text"].startswith("It costs 3 dollars and")
+
+
+def test_no_text_file_holds_a_control_character():
+    """Sources, docs and data the project wrote hold no raw control character other than tab, newline and carriage
+    return (a ``"\\v"`` in a Python string that meant TeX's ``\\varepsilon`` wrote a vertical tab into a docs page)."""
+    import re
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    control = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+    suffixes = {".py", ".md", ".yml", ".yaml", ".toml", ".json", ".txt", ".cfg", ".js", ".css", ".html", ""}
+    found = []
+    for name in tracked.decode().split("\0"):
+        path = ROOT / name
+        if name and path.suffix in suffixes and path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            if b"\0" in data[:8000] and path.suffix == "":
+                continue  # a binary file without a suffix
+            match = control.search(data)
+            if match:
+                line = data[: match.start()].count(b"\n") + 1
+                found.append(f"{name}:{line}: U+{match.group()[0]:04X}")
+    assert not found, found
