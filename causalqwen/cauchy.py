@@ -38,7 +38,7 @@ One cohesive toolkit, kept in one module, in five sections (each opens with a ba
 1. *Input handling*: the door of every function (`check_arguments`, `check_scale`);
 2. *The reduced form of z*: $h$, $r$, $\log r$ and each standardized function's value and analytic derivatives;
 3. *Public functions*: `prob`, `log_prob`, `nll`, `cdf`, `sf`, `log_cdf`, `log_sf`, `icdf`, `log_interval_prob`,
-   `rsample`, `linear`;
+   `log_interval_prob_reduced`, `rsample`, `linear`;
 4. *The tail kernel of the One-vs-Rest loss*: `tail_terms` and `tail_nll`, the $a(d, s)$ of `causalqwen.losses`;
 5. *Divergence between two Cauchy laws*: `kl_divergence`, the elementwise term of `causalqwen.divergence`.
 """
@@ -63,6 +63,7 @@ __all__ = [
     "log_sf",
     "icdf",
     "log_interval_prob",
+    "log_interval_prob_reduced",
     "rsample",
     "linear",
     "TailTerms",
@@ -356,28 +357,102 @@ def icdf(p, loc, scale, *, checked: bool = True) -> Tensor:
 
 
 def log_interval_prob(low, high, loc, scale, *, checked: bool = True) -> Tensor:
-    r"""$\log P(a < X \le b) = \log\big(\arctan z_b - \arctan z_a\big) - \log\pi$ for $a < b$, in float64.
+    r"""$\log P(a < X \le b)$ for $X \sim \mathrm{Cauchy}(\mu, \gamma)$, in float64, on the whole domain
 
-    On one side of the location ($z_a z_b \ge 0$) the difference is one arctangent,
-    $\arctan z_b - \arctan z_a = \arctan t$ with $t = \dfrac{(b - a)/\gamma}{1 + z_a z_b}$, so a narrow interval far
-    out in a tail keeps full relative precision where $F(b) - F(a)$ would cancel to zero; $\log t$ is formed from
-    logarithms ($\log(1 + z_a z_b) = \mathrm{softplus}(\log|z_a| + \log|z_b|)$), so nothing overflows, and
-    $\log\arctan t = \log t$ to within $t^2/3$ once $t < e^{-20}$. Across the location the two arctangents have
-    opposite signs and add without cancellation. An evaluation quantity: no gradient is defined.
+    $$
+    -\infty \le a < b \le +\infty, \qquad \mu \text{ finite}, \qquad 0 < \gamma < \infty:
+    $$
+
+    $a = -\infty$ gives $\log P(X \le b)$, $b = +\infty$ gives $\log P(X > a)$, both gives $\log 1 = 0$. The answer
+    is finite everywhere on it, ends near float64's limits ($\pm 1.8 \times 10^{308}$) and tiny scales included.
+    With $z = (x - \mu)/\gamma$, $P = (\arctan z_b - \arctan z_a)/\pi$, computed from the ends' signed distances to
+    the location in logarithms ($\log|a - \mu|$, $\log|b - \mu|$, $\log(b - a)$, each from halves where the
+    difference itself would overflow), as `log_interval_prob_reduced` states: one arctangent on one side of the
+    location, so a narrow interval far in a tail keeps full relative precision where $F(b) - F(a)$ would cancel
+    to zero; across it, $\log(1 - T)$ with $T$ the two tail masses, so an interval holding nearly all the mass
+    keeps full relative precision too. An evaluation quantity: no gradient is defined.
+
+    Raises:
+        TypeError: an argument is not a tensor or a Python number.
+        ValueError: (naming the argument) ``low``, ``high`` or ``loc`` is NaN, ``loc`` is infinite, ``scale`` is
+            not a finite number $> 0$; the shapes do not broadcast; or ``low < high`` fails somewhere.
+            ``checked=False`` skips these checks (a caller that has made them).
     """
+    # Python numbers are float64 here (the result is float64): 1.7e308 stays itself, not float32's inf
+    low, high, loc, scale = (torch.tensor(value, dtype=torch.float64)
+                             if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+                             for value in (low, high, loc, scale))
     low, loc, scale = _prepare(low, loc, scale, names=("low", "loc", "scale"), checked=checked)
     high, loc, scale = _prepare(high, loc, scale, names=("high", "loc", "scale"), checked=checked)
     low, high, loc, scale = (tensor.detach().double() for tensor in torch.broadcast_tensors(low, high, loc, scale))
-    if checked and not bool((low < high).all()):
-        raise ValueError("low must be < high everywhere (an interval of positive width)")
-    half_low, half_high = low * 0.5 - loc * 0.5, high * 0.5 - loc * 0.5  # halves: cannot overflow
-    log_abs_z_low = torch.log(2 * half_low.abs()) - torch.log(scale)
-    log_abs_z_high = torch.log(2 * half_high.abs()) - torch.log(scale)
-    log_t = (torch.log(2 * (high * 0.5 - low * 0.5)) - torch.log(scale)
-             - F.softplus(log_abs_z_low + log_abs_z_high, threshold=30.0))
-    log_atan_t = torch.where(log_t < -20.0, log_t, torch.log(torch.atan(torch.exp(log_t))))  # exp may give inf: atan(inf) = pi/2
-    across = torch.log(torch.atan(2 * half_high / scale) - torch.atan(2 * half_low / scale))  # z_a < 0 < z_b
-    return torch.where((half_low < 0) & (half_high > 0), across, log_atan_t) - LOG_PI
+    if checked:
+        for name, tensor in (("low", low), ("high", high), ("loc", loc)):
+            if bool(tensor.isnan().any()):
+                raise ValueError(f"{name} must not be NaN; found {int(tensor.isnan().sum())} NaN element(s)")
+        for name, tensor in (("loc", loc), ("scale", scale)):
+            if not bool(tensor.isfinite().all()):
+                raise ValueError(f"{name} must be finite everywhere, got {tensor[~tensor.isfinite()].flatten()[0].item()!r}")
+        if not bool((low < high).all()):
+            where = ~(low < high)
+            raise ValueError(f"low must be < high everywhere (an interval of positive width); found low = "
+                             f"{low[where].flatten()[0].item()!r} and high = {high[where].flatten()[0].item()!r}")
+    sign_low, log_distance_low = _signed_log_distance(low, loc)
+    sign_high, log_distance_high = _signed_log_distance(high, loc)
+    width = high - low  # rounded once; never 0 for low < high
+    log_width = torch.where(width.isinf() & low.isfinite() & high.isfinite(),
+                            torch.log(high * 0.5 - low * 0.5) + LOG_2, torch.log(width))  # +inf at an infinite end
+    return log_interval_prob_reduced(sign_low, log_distance_low, sign_high, log_distance_high, log_width,
+                                     torch.log(scale))
+
+
+def _signed_log_distance(x: Tensor, loc: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The sign of $x - \mu$ and $\log|x - \mu|$: $+\infty$ at an infinite $x$, $-\infty$ at $x = \mu$, from the
+    halves $x/2 - \mu/2$ (exact for normal numbers) where the difference overflows."""
+    difference = x - loc
+    overflow = difference.isinf() & x.isfinite()
+    log_distance = torch.where(overflow, torch.log((x * 0.5 - loc * 0.5).abs()) + LOG_2, torch.log(difference.abs()))
+    return torch.sign(torch.where(overflow, x * 0.5 - loc * 0.5, difference)), log_distance
+
+
+def log_interval_prob_reduced(sign_low, log_distance_low, sign_high, log_distance_high, log_width, log_scale) -> Tensor:
+    r"""$\log P(a < X \le b)$ from the ends' signed distances to the location, in logarithms (float64 tensors that
+    broadcast): $s_a, s_b \in \{-1, 0, 1\}$ the signs of $d_a = a - \mu$ and $d_b = b - \mu$, $\ell_a = \log|d_a|$ and
+    $\ell_b = \log|d_b|$ ($+\infty$ at an infinite end, $-\infty$ at an end on $\mu$), $\ell_w = \log(b - a)$ and
+    $\ell_\gamma = \log\gamma$. For a caller that holds the ends more exactly than float64 can
+    (`causalqwen.likelihood` forms them in exact decimal arithmetic); `log_interval_prob` from float ends. Not
+    checked: $a < b$ and consistent arguments are the caller's.
+
+    *On one side of the location* ($s_a \ge 0$ or $s_b \le 0$, so $z_a z_b \ge 0$):
+    $\arctan z_b - \arctan z_a = \arctan t$, with
+
+    $$
+    \log t = \ell_w - \ell_\gamma - \operatorname{softplus}(\ell_a + \ell_b - 2\ell_\gamma)
+    \quad\big(t = \tfrac{(b - a)/\gamma}{1 + z_a z_b}\big),
+    \qquad \log t = \ell_\gamma - \ell_{\text{finite end}} \text{ when the other end is infinite}
+    \quad\big(t = 1/|z|\big),
+    $$
+
+    and $\log P = \log\arctan t - \log\pi$, taken as $\log t$ once $t < e^{-20}$ (the error is $t^2/3$).
+
+    *Across the location* ($s_a < 0 < s_b$): $P = 1 - T$ with the two tail masses
+    $T = \big(\arctan(\gamma/|d_a|) + \arctan(\gamma/|d_b|)\big)/\pi$, $\gamma/|d| = e^{\ell_\gamma - \ell}$ (0 at an
+    infinite end). While $T < \tfrac12$, $\log P = \operatorname{log1p}(-T)$, accurate when $P$ is near 1;
+    otherwise $\log P = \log\big(\arctan|z_a| + \arctan|z_b|\big) - \log\pi$, a sum of two positive terms.
+    """
+    # On one side: the tangent t of the arctangent difference, from logarithms
+    log_t = torch.where(log_distance_high == math.inf, log_scale - log_distance_low,
+                        torch.where(log_distance_low == math.inf, log_scale - log_distance_high,
+                                    log_width - log_scale - F.softplus(log_distance_low + log_distance_high
+                                                                       - 2 * log_scale, threshold=40.0)))
+    one_side = torch.where(log_t < -20.0, log_t, torch.log(torch.atan(torch.exp(log_t)))) - LOG_PI  # atan(inf) = pi/2
+    # Across: one minus the two tails, or the two arctangents added
+    tails = (torch.atan(torch.exp(log_scale - log_distance_low))
+             + torch.atan(torch.exp(log_scale - log_distance_high))) / math.pi
+    across = torch.where(tails < 0.5, torch.log1p(-tails),
+                         torch.log(torch.atan(torch.exp(log_distance_low - log_scale))
+                                   + torch.atan(torch.exp(log_distance_high - log_scale))) - LOG_PI)
+    sign_low, sign_high = torch.as_tensor(sign_low), torch.as_tensor(sign_high)
+    return torch.where((sign_low < 0) & (sign_high > 0), across, one_side)
 
 
 def rsample(loc, scale, uniform) -> Tensor:

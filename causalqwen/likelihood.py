@@ -10,7 +10,7 @@ $$
 $$
 
 where $q(i)$ is the token distribution at the position before $x_i$, $v_i$ the value of the number as written
-and $h_i$ its resolution (`causalqwen.writing.literal_resolution`: ``2.5`` → 0.1). The number term is the
+and $h_i = 10^{k_i}$ its resolution (`causalqwen.writing.resolution_exponent`: ``2.5`` → $k = -1$). The number term is the
 probability of every real that the literal stands for, so the probability of ``"2.5"`` and of ``"2.50"`` differ,
 and over all literals at one resolution (disjoint intervals covering the line) the terms add up to at most
 $q_{\langle NUM\rangle}$: a probability, unlike the density $f_Y(v)$, which has units and can exceed 1. As
@@ -31,6 +31,8 @@ same text and compare with Qwen's in nats and in bits per byte.
 
 from __future__ import annotations
 
+import math
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from typing import NamedTuple
 
 import torch
@@ -38,8 +40,8 @@ from torch import Tensor
 
 from . import cauchy
 from .losses import ovr_log_probability
-from .numbers import find_numbers, parse_number
-from .writing import literal_resolution
+from .numbers import find_numbers, shown_literal
+from .writing import resolution_exponent
 
 __all__ = ["TOKEN_PROBABILITIES", "SequenceScore", "token_log_probabilities", "number_log_probability",
            "score_continuation", "score_text", "split_context", "keep_last"]
@@ -74,23 +76,86 @@ def token_log_probabilities(loc_S: Tensor, scale_S: Tensor, threshold, token_pro
 
 
 def number_log_probability(literal: str, loc_Y, scale_Y) -> Tensor:
-    r"""$\log P(v - h/2 < Y \le v + h/2)$ for the literal as written (value $v$, resolution $h$), float64, by
-    `causalqwen.cauchy.log_interval_prob` (stable far out in the tails)."""
-    value = float(_exact_value(literal))
-    half = literal_resolution(literal) / 2
-    loc_Y = torch.as_tensor(loc_Y, dtype=torch.float64)
-    scale_Y = torch.as_tensor(scale_Y, dtype=torch.float64)
-    return cauchy.log_interval_prob(torch.tensor(value - half, dtype=torch.float64),
-                                    torch.tensor(value + half, dtype=torch.float64), loc_Y, scale_Y)
+    r"""$\log P(v - h/2 < Y \le v + h/2)$ for the literal as written (value $v$, resolution $h = 10^k$), float64, of
+    the shape of ``loc_Y`` and ``scale_Y`` broadcast.
+
+    The ends are never rounded: a literal may hold more digits than float64 (``"1234567.123456789012345"``, whose
+    $v \pm h/2$ are one float64) and state any resolution (``"0.1"`` and 400 zeros: $10^{-401}$). Exact decimal
+    arithmetic forms the ends' distances to the location, $d_{a,b} = (v - \mu) \mp h/2$ (the first difference with
+    every digit, the second rounded once to 40 digits), and `causalqwen.cauchy.log_interval_prob_reduced` takes
+    their signs and logarithms with $\log h = k \ln 10$: one arctangent on one side of the location, stable far in
+    the tails and for an $h$ tiny beside $v$.
+
+    Raises:
+        TypeError: ``literal`` is not a str.
+        ValueError: ``literal`` is not one number of the grammar; its resolution is beyond exact decimal arithmetic
+            ($|k| > 10^{17}$, only a zero such as ``"0e999999999999999999"``); ``loc_Y`` is NaN or infinite or
+            ``scale_Y`` is not a finite number $> 0$. Each message names the input.
+    """
+    value, exponent = _value_and_exponent(literal)
+    loc_Y = torch.as_tensor(loc_Y, dtype=torch.float64).detach().cpu()
+    scale_Y = torch.as_tensor(scale_Y, dtype=torch.float64).detach().cpu()
+    if not bool(loc_Y.isfinite().all()):
+        raise ValueError(f"loc_Y must be finite everywhere to score the number {literal!r}, got "
+                         f"{loc_Y[~loc_Y.isfinite()].flatten()[0].item()!r}")
+    if not bool((scale_Y.isfinite() & (scale_Y > 0)).all()):
+        bad = scale_Y[~(scale_Y.isfinite() & (scale_Y > 0))].flatten()[0].item()
+        raise ValueError(f"scale_Y must be a finite number > 0 everywhere to score the number {literal!r}, got {bad!r}")
+    loc_Y, scale_Y = torch.broadcast_tensors(loc_Y, scale_Y)
+    ends = [_end_distances(value, exponent, loc) for loc in loc_Y.flatten().tolist()]
+    sign_low, log_low, sign_high, log_high = (torch.tensor([end[i] for end in ends], dtype=torch.float64)
+                                              .reshape(loc_Y.shape) for i in range(4))
+    log_width = torch.full(loc_Y.shape, exponent * _LOG_10, dtype=torch.float64)
+    return cauchy.log_interval_prob_reduced(sign_low, log_low, sign_high, log_high, log_width, torch.log(scale_Y))
 
 
-def _exact_value(literal: str) -> float:
-    """The literal's value as written, to float64 (its float32 value is what the model reads; the interval is the
-    written one)."""
-    parse_number(literal)  # the door
-    negative = literal[0] in "-\u2212"
-    magnitude = float(literal.lstrip("-\u2212").replace(",", ""))
-    return -magnitude if negative else magnitude
+_LOG_10 = math.log(10.0)
+_EXPONENT_LIMIT = 10**17  # |k| of a resolution 10^k that decimal arithmetic holds (its exponents stop near 10^18)
+_ROUNDED_DIGITS = 40  # the distances d = (v - mu) -/+ h/2, rounded once: far more than float64's 17
+
+
+def _value_and_exponent(literal: str) -> tuple[Decimal, int]:
+    """The literal's exact value as written (a decimal with no trailing zeros) and the exponent k of its resolution.
+
+    Raises:
+        ValueError: not one number of the grammar, or ``|k| > 10^17`` (named)."""
+    exponent = resolution_exponent(literal)  # the door: one number of the grammar
+    if abs(exponent) > _EXPONENT_LIMIT:
+        raise ValueError(f"the number {shown_literal(literal)} states the resolution 10^{exponent}, beyond exact decimal "
+                         f"arithmetic (|exponent| <= 10^17): it cannot be scored")
+    negative = literal[0] in "-\u2212"  # a number of the grammar: a sign is its first character
+    magnitude = Decimal(literal.lstrip("-\u2212").replace(",", ""))  # exact: the constructor does not round
+    if magnitude == 0:
+        return Decimal(0), exponent
+    with localcontext() as context:
+        context.prec = len(magnitude.as_tuple().digits)  # every digit: no rounding
+        context.Emax, context.Emin = MAX_EMAX, MIN_EMIN
+        magnitude = magnitude.normalize()  # trailing zeros dropped, so the exponent is that of the last digit
+    return (-magnitude if negative else magnitude), exponent
+
+
+def _end_distances(value: Decimal, exponent: int, loc: float) -> tuple[float, float, float, float]:
+    r"""``(sign, log|d|)`` of $d_a = (v - \mu) - h/2$ and of $d_b = (v - \mu) + h/2$, $h = 10^k$: $v - \mu$ with every
+    digit (a float64 is a binary fraction, so $\mu$ is an exact decimal), then each end rounded once."""
+    mu = Decimal(loc)
+    with localcontext() as context:
+        context.Emax, context.Emin = MAX_EMAX, MIN_EMIN
+        highest = max(value.adjusted(), mu.adjusted())
+        lowest = min(value.as_tuple().exponent, mu.as_tuple().exponent)
+        context.prec = highest - lowest + 2
+        offset = value - mu  # exact
+        context.prec = _ROUNDED_DIGITS
+        half = Decimal(5).scaleb(exponent - 1)
+        ends = (offset - half, offset + half)
+        result = []
+        for distance in ends:
+            if distance == 0:
+                result += [0.0, -math.inf]
+                continue
+            leading = distance.adjusted()
+            mantissa = float(abs(distance).scaleb(-leading))  # in [1, 10)
+            result += [1.0 if distance > 0 else -1.0, math.log(mantissa) + leading * _LOG_10]
+    return tuple(result)
 
 
 def split_context(tokenizer, context: str, continuation: str) -> tuple[list[int], list[float], list[str], int]:
@@ -185,7 +250,8 @@ def score_continuation(model, input_ids: list[int], numeric_values: list[float],
             literal = literal_of[index]
             loc, scale = out.loc_Y[0, index - 1].double(), out.scale_Y[0, index - 1].double()
             scored[index - start] += number_log_probability(literal, loc, scale).item()
-            greedy &= abs(loc.item() - _exact_value(literal)) <= literal_resolution(literal) / 2
+            sign_low, _, sign_high, _ = _end_distances(*_value_and_exponent(literal), loc.item())
+            greedy &= sign_low <= 0 <= sign_high  # a <= loc_Y <= b: the predicted value rounds to the literal
     return SequenceScore(sum(scored), greedy, scored)
 
 

@@ -23,7 +23,7 @@ import regex
 from .checks.float32 import nearest_float32, nearest_float32_many, subnormal_text, within_float32_precision
 
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_in", "find_numbers_before", "next_cut_place", "last_cut_place",
-           "split_numbers", "parse_number", "format_number"]
+           "split_numbers", "parse_number", "format_number", "shown_literal"]
 
 # ---------------------------------------------------------------------------------------------
 # The grammar
@@ -260,16 +260,26 @@ def _unsigned_literal(integer, fraction, exponent) -> str:
 
 def _check_underflow(literal: str, magnitude: float) -> None:
     """Rule V1 at the bottom of float32's range: the literal is read only if its float32 ``magnitude`` is within
-    float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it."""
+    float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it.
+
+    A float32 of 0.0 is faithful only to a zero literal, which its digits tell (``"0.00e-999999999999999999999"``);
+    no decimal arithmetic is done on a literal whose exponent may be beyond any decimal context. Otherwise the
+    literal's value is within a factor of two of a float32 near 1e-40, so its exact decimal costs time in
+    proportion to its digits alone."""
+    if magnitude == 0.0:
+        if _ZERO_LITERAL.match(literal):
+            return
+        raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
     if within_float32_precision(Decimal(literal), magnitude):
         return
-    if magnitude == 0.0:
-        raise _NumberError("is not zero but rounds to 0.0 in float32 (underflow)")
     nearest = "the subnormal " if magnitude < _FLOAT32_TINY else "the smallest normal float32, "
     raise _NumberError(
         f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is {nearest}"
         f"{format_number(magnitude)}, which would silently change it"
     )
+
+
+_ZERO_LITERAL = re.compile(r"[0.]*+(?:[eE]|$)")  # an unsigned literal whose digits before the exponent are all 0
 
 
 def _is_identifier(integer, fraction, exponent) -> bool:
@@ -429,18 +439,26 @@ def parse_number(literal: str) -> float:
         raise TypeError(f"literal must be a str, got {type(literal).__name__}")
     match = NUMBER_REGEX.fullmatch(literal)
     if match is None or match.group("number") is None:
-        raise ValueError(f"{literal!r} is not a single number of the numeric grammar")
+        raise ValueError(f"{shown_literal(literal)} is not a single number of the numeric grammar")
     _, sign, integer, fraction, fraction_only, exponent = match.group(*_GROUPS)
     try:
         value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
     except _NumberError as error:
-        raise ValueError(f"number {literal!r} {error}") from None
+        raise ValueError(f"number {shown_literal(literal)} {error}") from None
     if _is_identifier(integer, fraction, exponent):
         raise ValueError(
-            f"{literal!r} has more than {_IDENTIFIER_DIGITS} significant digits (float32 would read it as "
+            f"{shown_literal(literal)} has more than {_IDENTIFIER_DIGITS} significant digits (float32 would read it as "
             f"{format_number(value)}): the grammar takes it for an identifier, not a quantity"
         )
     return value
+
+
+def shown_literal(literal: str) -> str:
+    """A literal as a message names it: its repr, or for more than 40 characters its two ends around their count
+    (``'1000000000000000'...'000000000000' (5003 characters)``)."""
+    if len(literal) <= 40:
+        return repr(literal)
+    return f"{literal[:16]!r}...{literal[-12:]!r} ({len(literal)} characters)"
 
 
 def format_number(value) -> str:

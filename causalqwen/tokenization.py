@@ -43,7 +43,7 @@ from .integrations.tokenizer_mixin import TokenizerMixin
 from .integrations.wrapped_tokenizer import add_num_token, decode_run, encode_between_numbers
 from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, find_numbers_in, format_number, parse_number, split_numbers
 from .writing import (GENERATED_NUMBER, TEXT_PIECE, WRITTEN_NUMBER, check_resolution, decoded_spaces, join_at_split,
-                      join_spaced, prompt_resolution, write_at_resolution)
+                      join_spaced, prompt_exponent, resolution_for, write_at_resolution)
 
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "parse_number", "format_number",
            "NumericEncoding", "NumericTokenizer", "pad_rows", "MAX_TEXT_CHARS"]
@@ -317,7 +317,8 @@ class NumericTokenizer(TokenizerMixin):
                 read as the value at its position.
             number_resolution: how a generated number is written (`causalqwen.writing`): None, its shortest
                 float32 text (``2.5007427``); a power of ten, the value rounded to it in the text only (``0.01``:
-                ``2.50``); ``"prompt"``, the finest resolution of the ``number_texts`` (None if there are none).
+                ``2.50``); ``"prompt"``, the finest of the ``number_texts``' finest resolution, the unit and three
+                significant digits of the value (`causalqwen.writing.resolution_for`: ``2.50``).
 
         Raises:
             TypeError: wrong element types.
@@ -369,7 +370,7 @@ class NumericTokenizer(TokenizerMixin):
         its surface text) or generated (`GENERATED_NUMBER`, its shortest float32 text); and the number of pieces made of
         the first ``split`` ids (a run of ids that crosses ``split`` is decoded as two runs)."""
         resolution = check_resolution(resolution)
-        resolution = prompt_resolution(surfaces) if resolution == "prompt" else resolution
+        finest_in_prompt = prompt_exponent(surfaces) if resolution == "prompt" else None
         pieces: list[tuple[str, str]] = []
         run: list[int] = []
         size, count, split_piece = len(self), 0, None
@@ -392,7 +393,8 @@ class NumericTokenizer(TokenizerMixin):
                 pieces.append((self._num_token, TEXT_PIECE))
                 continue
             try:
-                written = write_at_resolution(values[position], resolution)
+                written = write_at_resolution(values[position], resolution_for(values[position], finest_in_prompt)
+                                              if resolution == "prompt" else resolution)
             except ValueError as error:
                 raise ValueError(f"numeric_values[{position}]: {error}") from None
             if count < len(surfaces):

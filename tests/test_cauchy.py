@@ -6,7 +6,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -396,3 +396,106 @@ def test_tail_nll_gradients_and_second_derivatives_by_finite_differences():
     # second derivatives (the literal path's Hessian) away from d = 0, where |d| and the branch switch are not smooth
     off_zero = diff.detach()[diff != 0].requires_grad_(), scale.detach()[diff != 0].requires_grad_()
     assert torch.autograd.gradgradcheck(cauchy.tail_nll, off_zero)
+
+
+# ---------------------------------------------------------------------------------------------
+# log_interval_prob on its whole domain: -inf <= a < b <= +inf, finite loc, 0 < scale < inf
+# ---------------------------------------------------------------------------------------------
+
+
+def _mp_log_interval(low: float, high: float, loc: float, scale: float) -> float:
+    """log P(a < X <= b) at 400 digits (the floats exactly) from the tail masses T(d) = P(X - loc > d) =
+    atan2(scale, d) / pi, which keep their relative precision however far out: T(a - loc) - T(b - loc) above the
+    location, T(loc - b) - T(loc - a) below it, 1 - T(b - loc) - T(loc - a) across it."""
+    with mp.workdps(400):
+        loc, scale = mp.mpf(loc), mp.mpf(scale)
+
+        def tail(distance):
+            return mp.mpf(0) if distance == mp.inf else mp.mpf(1) if distance == -mp.inf else mp.atan2(scale, distance) / mp.pi
+
+        low, high = mp.mpf(low), mp.mpf(high)
+        if low >= loc:
+            probability = tail(low - loc) - tail(high - loc)
+        elif high <= loc:
+            probability = tail(loc - high) - tail(loc - low)
+        else:
+            probability = 1 - tail(high - loc) - tail(loc - low)
+        return float(mp.log(probability))
+
+
+D64 = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+INF = math.inf
+
+
+@pytest.mark.parametrize("low, high, loc, scale", [
+    (-INF, 2.0, 0.0, 1.0), (2.0, INF, 0.0, 1.0), (-INF, -1e300, 0.0, 1.0), (1e300, INF, 0.0, 1e-300),
+    (-INF, 0.0, 0.0, 1.0), (0.0, INF, 0.0, 1.0), (-INF, 5.0, 7.0, 1e-3), (-5.0, INF, 1e3, 10.0),
+    (1.7e308, 1.79e308, 0.0, 1.0), (-1.79e308, -1.7e308, 0.0, 1.0), (1.7e308, 1.79e308, -1.7e308, 1e-300),
+    (-1.7e308, 1.7e308, 1e308, 1e-300), (1.79e308, INF, -1.79e308, 1.0), (-1.79e308, 1.79e308, 0.0, 1e308),
+    (5e-324, 1e-323, 0.0, 1.0), (0.0, 5e-324, 0.0, 1e-300),
+])
+def test_log_interval_prob_with_infinite_and_extreme_ends_against_mpmath(low, high, loc, scale):
+    """Infinite ends give P(X <= b) and P(X > a); ends near float64's limits (where x - loc overflows) and
+    subnormal ends give the finite answer."""
+    value = cauchy.log_interval_prob(D64(low), D64(high), D64(loc), D64(scale)).item()
+    assert math.isfinite(value)
+    assert value == pytest.approx(_mp_log_interval(low, high, loc, scale), rel=1e-12, abs=1e-300)
+
+
+@pytest.mark.parametrize("low, high, loc, scale", [
+    (-1e10, 1e10, 0.0, 1.0), (-1e300, 1e300, 3.0, 1.0), (-1.0, 1e200, 0.0, 1e-10), (-10.0, 10.0, 0.5, 1.0),
+])
+def test_an_interval_holding_nearly_all_the_mass_keeps_relative_precision(low, high, loc, scale):
+    """log P is then about minus the tails (-2e-10 for (-1e10, 1e10)): computed as log1p(-tails), not log of a
+    difference of arctangents that rounds to pi."""
+    with mp.workdps(400):
+        tails = (mp.atan(mp.mpf(scale) / (mp.mpf(loc) - mp.mpf(low)))
+                 + mp.atan(mp.mpf(scale) / (mp.mpf(high) - mp.mpf(loc)))) / mp.pi
+        expected = float(mp.log1p(-tails))
+    value = cauchy.log_interval_prob(D64(low), D64(high), D64(loc), D64(scale)).item()
+    assert value == pytest.approx(expected, rel=1e-12)
+
+
+def test_log_interval_prob_takes_python_numbers_as_float64():
+    """The result is float64, and so are Python numbers: 1.7e308 is not float32's inf."""
+    value = cauchy.log_interval_prob(1.7e308, 1.79e308, 0.0, 1.0)
+    assert value.dtype == torch.float64
+    assert value.item() == pytest.approx(_mp_log_interval(1.7e308, 1.79e308, 0.0, 1.0), rel=1e-12)
+    assert cauchy.log_interval_prob(-INF, 1, 0, 1).item() == pytest.approx(stats.cauchy.logcdf(1.0), rel=1e-12)
+
+
+def test_log_interval_prob_of_the_whole_line_is_zero_and_of_a_half_line_is_log_half():
+    assert cauchy.log_interval_prob(D64(-INF), D64(INF), D64(3.0), D64(2.0)).item() == 0.0
+    assert cauchy.log_interval_prob(D64(-INF), D64(3.0), D64(3.0), D64(2.0)).item() == pytest.approx(-math.log(2))
+    assert cauchy.log_interval_prob(D64(3.0), D64(INF), D64(3.0), D64(2.0)).item() == pytest.approx(-math.log(2))
+
+
+@settings(max_examples=200)
+@given(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6), st.floats(1e-3, 1e3), st.booleans())
+def test_log_interval_prob_with_one_infinite_end_is_scipys_log_cdf_or_log_sf(end, loc, scale, upper):
+    """(-inf, b] is log F(b); (a, +inf) is log S(a): SciPy's logcdf and logsf."""
+    if upper:
+        value = cauchy.log_interval_prob(D64(end), D64(INF), D64(loc), D64(scale)).item()
+        expected = stats.cauchy.logsf(end, loc, scale)
+    else:
+        value = cauchy.log_interval_prob(D64(-INF), D64(end), D64(loc), D64(scale)).item()
+        expected = stats.cauchy.logcdf(end, loc, scale)
+    assert value == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("low, high, loc, scale, error, match", [
+    (math.nan, 1.0, 0.0, 1.0, ValueError, "low must not be NaN"),
+    (0.0, math.nan, 0.0, 1.0, ValueError, "high must not be NaN"),
+    (0.0, 1.0, math.nan, 1.0, ValueError, "loc must not be NaN"),
+    (0.0, 1.0, INF, 1.0, ValueError, "loc must be finite"),
+    (0.0, 1.0, 0.0, math.nan, ValueError, "scale must be > 0"),
+    (0.0, 1.0, 0.0, -1.0, ValueError, "scale must be > 0"),
+    (0.0, 1.0, 0.0, 0.0, ValueError, "scale must be > 0"),
+    (0.0, 1.0, 0.0, INF, ValueError, "scale must be finite"),
+    (2.0, 1.0, 0.0, 1.0, ValueError, "low must be < high.*low = 2.0 and high = 1.0"),
+    (INF, INF, 0.0, 1.0, ValueError, "low must be < high"),
+    ("0", 1.0, 0.0, 1.0, TypeError, "low must be a torch.Tensor"),
+])
+def test_log_interval_prob_names_what_is_outside_its_domain(low, high, loc, scale, error, match):
+    with pytest.raises(error, match=match):
+        cauchy.log_interval_prob(low, high, loc, scale)

@@ -178,7 +178,7 @@ def test_greedy_continuations_are_flagged(tiny):
     from causalqwen.generation import generate
 
     model, tokenizer, _ = tiny
-    encoding = tokenizer("The cat", padding=False)
+    encoding = tokenizer("The cat", padding=False, return_tensors="pt")
     out = generate(model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"],
                    max_new_tokens=3)
     ids, values = out.sequences[0].tolist(), out.numeric_values[0].tolist()

@@ -5,7 +5,9 @@ Expectations come from hand-written tables and from exact decimal arithmetic (``
 code under test.
 """
 
+import math
 from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -15,7 +17,8 @@ from hypothesis import strategies as st
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.numbers import find_numbers, parse_number
 from causalqwen.tokenization import NumericTokenizer
-from causalqwen.writing import check_resolution, literal_resolution, prompt_resolution, write_at_resolution
+from causalqwen.writing import (check_resolution, literal_resolution, prompt_exponent, resolution_exponent, resolution_for,
+                               write_at_resolution)
 
 
 @pytest.mark.parametrize("literal, resolution", [
@@ -66,19 +69,18 @@ def test_check_resolution_names_a_bad_resolution(bad, error):
         check_resolution(bad)
 
 
-def test_prompt_resolution_is_the_finest_of_the_prompts_numbers():
-    assert prompt_resolution(["2.5", "37", "1.25"]) == pytest.approx(0.01)
-    assert prompt_resolution([]) is None
+def test_prompt_exponent_is_that_of_the_finest_of_the_prompts_numbers():
+    assert prompt_exponent(["2.5", "37", "1.25"]) == -2
+    assert prompt_exponent(["1.20e3"]) == 1
+    assert prompt_exponent([]) is None
 
 
 def test_decode_writes_generated_numbers_at_the_resolution_and_keeps_the_values():
     """A generated value 2.5007427 after a prompt with "1.25": written 2.50 with "prompt", 2.5007427 by default;
     the value beside the ids is the same in every case."""
     tokenizer = NumericTokenizer(build_tiny_tokenizer())
-    encoding = tokenizer("It was 1.25, now it is", padding=False, return_tensors=None)
-    ids = encoding["input_ids"][0] + [tokenizer.num_token_id]
-    values = encoding["numeric_values"][0] + [2.5007427]
-    texts = encoding.number_texts[0]
+    ids, values, texts = tokenizer.encode("It was 1.25, now it is", return_number_texts=True)
+    ids, values = ids + [tokenizer.num_token_id], values + [2.5007427]
     assert tokenizer.decode(ids, values, number_texts=texts).endswith("2.5007427")
     assert tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt").endswith("is 2.50")
     assert tokenizer.decode(ids, values, number_texts=texts, number_resolution=1).endswith("is 3")
@@ -88,3 +90,81 @@ def test_decode_writes_generated_numbers_at_the_resolution_and_keeps_the_values(
     assert tokenizer.batch_decode([ids], [values], number_texts=[texts], number_resolution="prompt")[0].endswith("2.50")
     with pytest.raises(ValueError, match="number_resolution"):
         tokenizer.decode(ids, values, number_resolution=0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# number_resolution="prompt": the finest of the prompt's resolution, the unit and three significant digits
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, prompt, expected", [
+    (2.4996202, [], "2.50"), (2.4996204, [], "2.50"), (2.4996202, ["12.50"], "2.50"), (2.4996202, ["1.20e3"], "2.50"),
+    (2.4996202, ["3.14159"], "2.49962"), (2026.3, [], "2026"), (2026.3, ["2,025"], "2026"), (0.0, [], "0"),
+    (0.0, ["0.25"], "0.00"), (-0.000123456, [], "-0.000123"), (123456.7, ["1e3"], "123457"),
+    (1234567936.0, [], "1,234,567,936"), (9.996, [], "10.00"), (2.5, ["1e-3"], "2.500"),
+])
+def test_a_generated_number_is_written_at_the_finest_of_the_prompt_the_unit_and_three_digits(value, prompt, expected):
+    """h = min(h_prompt, 1, 10^(floor(log10|v|) - 2)): a generated 2.4996202 is 2.50 with or without a prompt number,
+    and under a prompt whose only number is the coarser 1.20e3; a year 2026.3 is 2026; float32 noise below three
+    digits does not change the text."""
+    prompt_k = min((resolution_exponent(text) for text in prompt), default=None)
+    assert write_at_resolution(value, resolution_for(value, prompt_k)) == expected
+
+
+def _floor_log10(value: float) -> int:
+    """floor(log10 |v|) of a non-zero float, by exact rational comparison with powers of ten."""
+    exact = abs(Fraction(value))
+    exponent = math.floor(math.log10(float(exact)))  # then corrected exactly: the float log10 can be one off
+    while Fraction(10) ** exponent > exact:
+        exponent -= 1
+    while Fraction(10) ** (exponent + 1) <= exact:
+        exponent += 1
+    return exponent
+
+
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False),
+       st.one_of(st.none(), st.integers(-200, 40)))
+def test_resolution_for_is_the_minimum_of_the_three(value, prompt_k):
+    """Against floor(log10 |v|) by exact rational comparison; 10^-149 bounds it below (no float32 has a digit
+    beyond)."""
+    candidates = [0] if prompt_k is None else [0, prompt_k]
+    if value != 0:
+        candidates.append(_floor_log10(value) - 2)
+    assert resolution_for(value, prompt_k) == 10.0 ** max(min(candidates), -149)
+
+
+def test_decode_at_prompt_never_writes_a_value_as_a_number_that_loses_it():
+    """A prompt whose only number is coarser than the unit ("1.20e3", h = 10) wrote a generated 2.4996202 as "0";
+    it is 2.50. Without a prompt number, 2.50 too, and a batch of one gives the text a padded batch gives."""
+    tokenizer = NumericTokenizer(build_tiny_tokenizer())
+    for prompt, expected in (("It was 1.20e3, now it is", "is 2.50"), ("Now it is", "is 2.50")):
+        ids, values, texts = tokenizer.encode(prompt, return_number_texts=True)
+        ids, values = ids + [tokenizer.num_token_id], values + [2.4996202]
+        assert tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt").endswith(expected)
+        noisy = values[:-1] + [2.4996204]
+        assert tokenizer.decode(ids, noisy, number_texts=texts, number_resolution="prompt").endswith(expected)
+
+
+@pytest.mark.parametrize("bad, error, match", [(2.5, TypeError, "prompt_exponent"), (True, TypeError, "prompt_exponent"),
+                                               ("-2", TypeError, "prompt_exponent")])
+def test_resolution_for_names_a_bad_prompt_exponent(bad, error, match):
+    with pytest.raises(error, match=match):
+        resolution_for(2.5, bad)
+
+
+@pytest.mark.parametrize("value, error", [(math.nan, ValueError), (math.inf, ValueError), (1e39, ValueError),
+                                          ("2.5", TypeError)])
+def test_resolution_for_names_a_bad_value(value, error):
+    with pytest.raises(error):
+        resolution_for(value, None)
+
+
+@pytest.mark.parametrize("resolution", [1e-45, 1e38, 1e-30, 1e30])
+def test_check_resolution_takes_powers_of_ten_across_float32s_range(resolution):
+    assert check_resolution(resolution) == resolution
+
+
+@pytest.mark.parametrize("bad", [1e-46, 1e39, 10**400, 1e-149])
+def test_check_resolution_refuses_powers_of_ten_beyond_float32s_range(bad):
+    with pytest.raises(ValueError, match="between 1e-45 and 1e38"):
+        check_resolution(bad)
