@@ -2,7 +2,7 @@
 against lm-eval's own ``hf`` model (HFLM) on the same requests wherever the two share a convention.
 
 Both read one tiny Qwen2 base (`causalqwen.app.tiny.save_tiny_base`, seed 0): HFLM as it is, the adapter converted
-on load. At initialization the converted model's class locations are Qwen's logits (decision D7), so the
+on load. At initialization the converted model's class locations are Qwen's logits, so the
 ``traditional`` mode's greedy decoding is Qwen's greedy decoding: on a text without numbers the adapter in that
 mode and HFLM must write the same tokens, which makes HFLM an oracle for the generation conventions (length
 budget and its aliases, stop strings, request order). The rest (model_args, request types, errors) is checked
