@@ -121,8 +121,9 @@ def _value_and_exponent(literal: str) -> tuple[Decimal, int]:
         ValueError: not one number of the grammar, or ``|k| > 10^17`` (named)."""
     exponent = resolution_exponent(literal)  # the door: one number of the grammar
     if abs(exponent) > _EXPONENT_LIMIT:
-        raise ValueError(f"the number {shown_literal(literal)} states the resolution 10^{exponent}, beyond exact decimal "
-                         f"arithmetic (|exponent| <= 10^17): it cannot be scored")
+        shown = f"10^{exponent}" if abs(exponent) < 10**40 else "10^k with |k| > 10^40"  # str() stops at 4300 digits
+        raise ValueError(f"the number {shown_literal(literal)} states the resolution {shown}, beyond exact decimal "
+                         f"arithmetic (|k| <= 10^17): it cannot be scored")
     negative = literal[0] in "-\u2212"  # a number of the grammar: a sign is its first character
     magnitude = Decimal(literal.lstrip("-\u2212").replace(",", ""))  # exact: the constructor does not round
     if magnitude == 0:

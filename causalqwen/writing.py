@@ -82,7 +82,8 @@ def literal_resolution(literal: str) -> float:
     """
     exponent = resolution_exponent(literal)
     if exponent not in _FLOAT64_EXPONENTS:
-        raise ValueError(f"the resolution 10^{exponent} of the number {shown_literal(literal)} is outside float64's normal "
+        shown = f"10^{exponent}" if abs(exponent) < 10**40 else "10^k with |k| > 10^40"  # str() stops at 4300 digits
+        raise ValueError(f"the resolution {shown} of the number {shown_literal(literal)} is outside float64's normal "
                          "range (10^-307 to 10^308): resolution_exponent gives its exponent exactly")
     return 10.0**exponent
 

@@ -167,6 +167,13 @@ def test_decode_with_a_prompt_of_any_size_and_resolution(tokenizer):
     assert [number.value for number in find_numbers(written)] == [float(np.float32(1e30))] * 2
     fine = tokenizer.decode(ids, values, number_texts=texts, number_resolution=1e-30)
     assert fine.endswith(".000000000000000000000000000000")
+    # a zero stating 10^-999999999: the exact expansion to 10^-149, where every float32's ends; 10^(10^5000): 2.50
+    exact = f"{Decimal(float(np.float32(2.4996202))):.149f}"  # 2.4996201992034912109375 and zeros
+    for zero, expected in (("0e-999999999", exact), ("0e" + "9" * 5000, "2.50")):
+        ids, values, texts = tokenizer.encode(f"It was {zero}, now", return_number_texts=True)
+        ids, values = ids + [tokenizer.num_token_id], values + [2.4996202]
+        written = tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt")
+        assert written.endswith(f", now {expected}")
 
 
 def test_the_resolution_of_a_long_zero_fraction_is_never_zero():
@@ -263,6 +270,11 @@ def test_a_zero_of_any_resolution_is_scored_or_named():
         -999999999 * math.log(10) + log_density, rel=1e-15)
     with pytest.raises(ValueError, match="'0e99999999999999999999' states the resolution 10\\^99999999999999999999"):
         number_log_probability("0e99999999999999999999", 2.0, 3.0)
+    with pytest.raises(ValueError, match=r"'0e99999999999999'...'999999999999' \(5002 characters\) states the "
+                                         r"resolution 10\^k with \|k\| > 10\^40"):
+        number_log_probability("0e" + "9" * 5000, 2.0, 3.0)
+    with pytest.raises(ValueError, match=r"10\^k with \|k\| > 10\^40 of the number '0e-9999999999999'"):
+        literal_resolution("0e-" + "9" * 5000)
 
 
 @pytest.mark.parametrize("loc, scale, match", [(math.nan, 1.0, "loc_Y must be finite"),
