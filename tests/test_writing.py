@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causalqwen.app.tiny import build_tiny_tokenizer
-from causalqwen.numbers import find_numbers, parse_number
+from causalqwen.numbers import find_numbers, format_number, parse_number
 from causalqwen.tokenization import NumericTokenizer
 from causalqwen.writing import (check_resolution, literal_resolution, prompt_exponent, resolution_exponent, resolution_for,
                                write_at_resolution)
@@ -168,3 +168,22 @@ def test_check_resolution_takes_powers_of_ten_across_float32s_range(resolution):
 def test_check_resolution_refuses_powers_of_ten_beyond_float32s_range(bad):
     with pytest.raises(ValueError, match="between 1e-45 and 1e38"):
         check_resolution(bad)
+
+
+@pytest.mark.parametrize("value, resolution", [(2.0**-149, 1e-45), (2.0**-148, 1e-45), (3 * 2.0**-149, 1e-46)])
+def test_a_subnormal_whose_rounded_text_would_be_text_is_written_at_the_next_finer_power_that_reads_back(value,
+                                                                                                        resolution):
+    """2**-149 at 1e-45 would round to "0.000...001", 1e-45, which rule V1 reads as text (float32 holds it only 29% off):
+    the text is then the fewest further decimals that read back, here those of its faithful scientific text
+    (`format_number`'s "1.4012985e-45"), written positionally."""
+    expected = format(Decimal(format_number(value)), "f")
+    text = write_at_resolution(value, resolution)
+    assert text == expected
+    assert parse_number(text) == value
+
+
+def test_the_largest_float32_at_1e35_would_round_past_float32_and_is_written_one_digit_finer():
+    """3.4028235e38 to the nearest 1e35 is 3.403e38, beyond the largest float32 (text, rule V1): 1e34 gives 3.4028e38."""
+    largest = float(np.finfo(np.float32).max)
+    assert write_at_resolution(largest, 1e35) == "34028" + "0" * 34
+    assert write_at_resolution(largest, 1e34) == "34028" + "0" * 34
