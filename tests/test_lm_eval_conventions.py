@@ -161,10 +161,15 @@ def test_do_sample_true_draws_on_so_repeats_differ_and_the_run_repeats(causal, d
     assert again.generate_until(_requests("generate_until", [request] * 3), disable_tqdm=True) == texts
 
 
-def test_sampling_in_the_standard_mode_is_refused_with_the_modes_named(lm):
-    request = ("The price is", {"until": [], "max_gen_toks": 2, "temperature": 0.7})  # lm-eval: do_sample=True
-    with pytest.raises(ValueError, match=r"request 0 \(generate_until.*do_sample=True.*mode='standard'.*causal"):
-        lm.generate_until(_requests("generate_until", [request]), disable_tqdm=True)
+def test_sampling_in_the_standard_mode_decides_as_greedy_and_warns_once_with_the_modes_named(lm):
+    """A task's temperature > 0 (lm-eval: do_sample=True) under the default mode runs, deterministically, as with
+    do_sample=False; one warning per model names the sampling modes."""
+    sampled = ("The price is", {"until": [], "max_gen_toks": 3, "temperature": 0.7})
+    greedy = ("The price is", {"until": [], "max_gen_toks": 3, "do_sample": False})
+    with pytest.warns(UserWarning, match=r"do_sample=True.*mode='standard'.*causal") as caught:
+        texts = lm.generate_until(_requests("generate_until", [sampled] * 2), disable_tqdm=True)
+    assert len([w for w in caught if "do_sample=True" in str(w.message)]) <= 1
+    assert texts == lm.generate_until(_requests("generate_until", [greedy] * 2), disable_tqdm=True)
 
 
 def test_sampling_at_temperature_zero_in_the_traditional_mode_names_the_temperature(traditional):

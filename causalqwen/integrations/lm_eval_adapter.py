@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 
 import torch
 from tqdm import tqdm
@@ -227,6 +228,7 @@ class CausalQwenLM(LM):
         self.model, self.tokenizer = load_model_and_tokenizer(pretrained, seed=self.seed)
         self.model.to(self.device).eval()
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self._warned_standard_sampling = False  # do_sample=True under the standard mode warns once per model
 
     def _progress(self, requests, kind: str, disable_tqdm: bool):
         return tqdm(requests, desc=f"Running {kind} requests", disable=(disable_tqdm or self.rank != 0))
@@ -268,7 +270,7 @@ class CausalQwenLM(LM):
           ``seed`` anew at each request, so a request gives the same text wherever it falls in any run.
         * ``do_sample=True``: the draws run on through one generator seeded once with ``seed``, so the repeats of
           a request differ; ``traditional`` samples at ``temperature`` with ``top_k`` and ``top_p``. ``standard``
-          has nothing to draw, and is refused (a ``ValueError`` naming the sampling modes).
+          has nothing to draw: it decides as with ``do_sample=False``, and warns once (naming the sampling modes).
         """
         results = []
         for index, request in enumerate(self._progress(requests, "generate_until", disable_tqdm)):
@@ -305,8 +307,12 @@ class CausalQwenLM(LM):
             if self.mode == "traditional":
                 sampling = {"top_k": 1}
         elif self.mode == "standard":
-            raise ValueError("generation_kwargs do_sample=True asks for samples, but mode='standard' decides "
-                             f"without a draw: pass model_args mode= one of {', '.join(SAMPLING_MODES)}")
+            generator = self.generator  # unused: the standard mode decides without a draw
+            if not self._warned_standard_sampling:
+                warnings.warn("generation_kwargs do_sample=True asks for samples, but mode='standard' decides without "
+                              "a draw, so every repeat of a request is the same text; for samples pass model_args "
+                              f"mode= one of {', '.join(SAMPLING_MODES)}", UserWarning, stacklevel=2)
+                self._warned_standard_sampling = True
         else:
             generator = self.generator
             if self.mode == "traditional":
