@@ -24,10 +24,13 @@ penalty is the special case $\eta_\mu = 0$ with a starting $\mu$.
 
 Where the base law comes from depends on what is trained (`BaseLawOfU`):
 
-* frozen backbone (presets ``causal`` and ``abduction``): a frozen copy of the base abduction network applied to
-  the *same* features $z$ as the fine-tuned one (captured from the forward pass, so it costs two small matrix
-  products). The numerical embedding that ``causal`` trains moves $z$ itself after a number; the bound is on
-  what the abduction network does with $z$;
+* abduction network alone (preset ``abduction``): a frozen copy of the base abduction network applied to the
+  *same* features $z$ as the fine-tuned one (captured from the forward pass, so it costs two small matrix
+  products); with the rest frozen, these are the base's own features;
+* numerical embedding and abduction (preset ``causal``): the model's own backbone run with the base values of
+  those two modules (`torch.func.functional_call` with frozen copies of their parameters: one more forward pass,
+  no second backbone held). The numerical embedding moves $z$ itself after a number, so the base features differ
+  from the fine-tuned ones there, and the bound is on the whole law of $U$, as the design states it;
 * backbone trained in full (preset ``all``): the base model's own pass, by a frozen copy of the base
   `CausalQwenModel`;
 * LoRA (preset ``lora``): the same model with its adapters disabled (`causalqwen.integrations.lora.base_reference`, peft's
@@ -85,11 +88,12 @@ class BaseLawOfU:
     """The base model's law of $U$ on a batch, as the preset determines (see the module docstring).
 
     Made once, at the start of fine-tuning, from the model as it is then. ``kind`` is ``"abduction"`` (a
-    frozen copy of the abduction network on the captured $z$), ``"backbone"`` (a frozen copy of the whole
-    `CausalQwenModel`) or ``"adapters"`` (the `PeftModel` itself with its adapters disabled).
+    frozen copy of the abduction network on the captured $z$), ``"embedding_and_abduction"`` (the model's own pass
+    with frozen copies of its numerical embedding and abduction network), ``"backbone"`` (a frozen copy of the
+    whole `CausalQwenModel`) or ``"adapters"`` (the `PeftModel` itself with its adapters disabled).
     """
 
-    KINDS = ("abduction", "backbone", "adapters")
+    KINDS = ("abduction", "embedding_and_abduction", "backbone", "adapters")
 
     def __init__(self, model, kind: str):
         if kind not in self.KINDS:
@@ -101,6 +105,10 @@ class BaseLawOfU:
         self.frozen = None
         if kind == "abduction":
             self.frozen = copy.deepcopy(_causal_lm(model).model.abduction)
+        elif kind == "embedding_and_abduction":  # named as in CausalQwenModel, for functional_call
+            inner = _causal_lm(model).model
+            self.frozen = nn.ModuleDict({"numerical_embedding": copy.deepcopy(inner.numerical_embedding),
+                                         "abduction": copy.deepcopy(inner.abduction)})
         elif kind == "backbone":
             self.frozen = copy.deepcopy(_causal_lm(model).model)
         if self.frozen is not None:
@@ -135,6 +143,11 @@ class BaseLawOfU:
                 raise RuntimeError("no features captured: run the model's forward inside capturing_features() first")
             return self.frozen(self._z)
         inputs = {k: batch[k] for k in ("input_ids", "numeric_values", "attention_mask") if k in batch}
+        if self.kind == "embedding_and_abduction":
+            base_values = dict(self.frozen.named_parameters()) | dict(self.frozen.named_buffers())
+            out = torch.func.functional_call(_causal_lm(self.model).model, base_values, args=(), kwargs=inputs,
+                                             strict=False)
+            return out.loc_U, out.scale_U
         if self.kind == "backbone":
             out = self.frozen(**inputs)
             return out.loc_U, out.scale_U
@@ -173,7 +186,7 @@ class BaseLawOfU:
         self.frozen.load_state_dict(state, strict=True)
 
 
-PRESET_REFERENCE = {"causal": "abduction", "abduction": "abduction", "all": "backbone", "lora": "adapters"}
+PRESET_REFERENCE = {"causal": "embedding_and_abduction", "abduction": "abduction", "all": "backbone", "lora": "adapters"}
 
 
 class DivergenceBound:
