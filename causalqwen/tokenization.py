@@ -31,8 +31,13 @@ argument with the bounded prefix a ``max_length`` reads (`causalqwen.checks.toke
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import NamedTuple
 
+import numpy as np
+import torch
 from transformers import PreTrainedTokenizerBase
 
 from .checks.tokenizer_door import (MAX_TEXT_CHARS, UNSAFE_CUT_MARGIN, batch_rows, bounded_prefix, check_call_arguments,
@@ -46,7 +51,19 @@ from .writing import (GENERATED_NUMBER, TEXT_PIECE, WRITTEN_NUMBER, check_resolu
                       join_spaced, prompt_exponent, resolution_for, write_at_resolution)
 
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "split_numbers", "parse_number", "format_number",
-           "NumericEncoding", "NumericTokenizer", "pad_rows", "MAX_TEXT_CHARS"]
+           "NumericEncoding", "NumericTokenizer", "NumberTextsSeen", "pad_rows", "MAX_TEXT_CHARS",
+           "TENSORS_FOR_A_BATCH"]
+
+
+class _TensorsForABatch:
+    """The default of ``NumericTokenizer.__call__``'s ``return_tensors``: ``"pt"`` for a list of texts, None (Python
+    lists) for one str, as transformers returns one text."""
+
+    def __repr__(self) -> str:
+        return "TENSORS_FOR_A_BATCH"
+
+
+TENSORS_FOR_A_BATCH = _TensorsForABatch()
 
 
 class NumericTokenizer(TokenizerMixin):
@@ -95,6 +112,12 @@ class NumericTokenizer(TokenizerMixin):
         self._num_token = num_token
         self._num_token_id = add_num_token(hf_tokenizer, num_token)
         hf_tokenizer.padding_side = padding_side
+        self._number_texts_seen = NumberTextsSeen()
+
+    def __getstate__(self) -> dict:
+        """Pickled (``datasets`` hashes a mapped function with its tokenizer) without what the calls so far
+        encoded: a copy starts with an empty `number_texts_seen`, so the same tokenizer hashes the same."""
+        return self.__dict__ | {"_number_texts_seen": NumberTextsSeen()}
 
     # -- properties (loading, saving and the attributes transformers reads: `TokenizerMixin`) --
 
@@ -112,6 +135,11 @@ class NumericTokenizer(TokenizerMixin):
     def num_token_id(self) -> int:
         """The id of the number token."""
         return self._num_token_id
+
+    @property
+    def number_texts_seen(self) -> NumberTextsSeen:
+        """How the numbers of the last texts this tokenizer encoded alone were written (`NumberTextsSeen`)."""
+        return self._number_texts_seen
 
     def __len__(self) -> int:
         """The number of tokens, ``<NUM>`` included (K + 1 for a tokenizer of K tokens)."""
@@ -162,6 +190,17 @@ class NumericTokenizer(TokenizerMixin):
         row = self._encode_texts([text], max_length)[0]
         return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
 
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` as strings, as transformers' ``tokenize`` gives them: the wrapped tokenizer's
+        tokens of the text between numbers (``"Ġcosts"``), and ``num_token`` (``"<NUM>"``) for each number. The
+        tokens of `encode` (`convert_ids_to_tokens` of its ids); the values are not in strings: `encode` gives them.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+            ValueError: as `encode`.
+        """
+        return self.convert_ids_to_tokens(self.encode(text)[0])
+
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[_Row]:
         """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens."""
         if max_length is None:
@@ -210,14 +249,15 @@ class NumericTokenizer(TokenizerMixin):
         padding_side: str | None = None,
         truncation: bool | str = False,
         *,
-        return_tensors: str | None = "pt",
+        return_tensors=TENSORS_FOR_A_BATCH,
         return_attention_mask: bool = True,
         add_special_tokens: bool | None = None,
     ) -> NumericEncoding:
         """Encode a batch of texts, as transformers' tokenizers do, with the values beside the ids.
 
         Args:
-            texts: one str (a batch of one) or a non-empty list of str.
+            texts: a non-empty list of str (a batch), or one str (one text: Python lists unless ``return_tensors``
+                asks for tensors, as transformers' tokenizers return it).
             padding: ``True`` or ``"longest"`` pads to the longest row; ``"max_length"`` pads to
                 ``max_length``; ``False`` (or ``"do_not_pad"``) pads nothing: then the rows must have the
                 same length, unless ``return_tensors=None`` (lists of different lengths, as transformers').
@@ -226,8 +266,9 @@ class NumericTokenizer(TokenizerMixin):
                 (``"left"`` unless set otherwise, what batched generation needs).
             truncation: if True (or ``"longest_first"``), rows longer than ``max_length`` keep their first
                 ``max_length`` tokens; if False (or ``"do_not_truncate"``), such a row is an error.
-            return_tensors: ``"pt"`` (default here: the model takes tensors) for torch tensors, ``"np"`` for
-                numpy arrays, None for Python lists (transformers' default; the values as Python floats).
+            return_tensors: ``"pt"`` for torch tensors (the default for a list of texts: the model takes
+                tensors), ``"np"`` for numpy arrays, None for Python lists (the values as Python floats; the default
+                for one str, as transformers': flat lists, ``input_ids`` a list of ints).
             return_attention_mask: leave ``attention_mask`` out when False.
             add_special_tokens: no special token is ever added; True is refused where the wrapped tokenizer would.
 
@@ -235,8 +276,14 @@ class NumericTokenizer(TokenizerMixin):
             A `NumericEncoding`: ``input_ids`` (int64, [B, S]), ``numeric_values`` (float32, [B, S]) and
             ``attention_mask`` (int64, [B, S], 1 on real tokens and 0 on padding; padded positions hold
             the pad id and the value 0.0), and ``number_texts``, the surface text of each row's
-            numbers, which `batch_decode` writes back. Any other keyword is a ``TypeError`` naming it.
+            numbers, which `batch_decode` writes back. For one str with lists, the rows are flat (``input_ids``
+            [S], ``numeric_values`` [S], ``attention_mask`` [S], ``number_texts`` the list of its numbers' texts),
+            as ``datasets.map(tokenizer)`` and transformers' collators take a row. Any other keyword is a
+            ``TypeError`` naming it.
         """
+        one_text = isinstance(texts, str)
+        if return_tensors is TENSORS_FOR_A_BATCH:
+            return_tensors = None if one_text else "pt"
         padding_side = self.padding_side if padding_side is None else padding_side
         texts, padding, truncation = check_call_arguments(texts, padding, max_length, padding_side, truncation)
         if return_tensors not in RETURN_TENSORS:
@@ -254,6 +301,11 @@ class NumericTokenizer(TokenizerMixin):
         encoding = self._pad(rows, padding, max_length, padding_side, return_tensors)
         if not return_attention_mask:
             del encoding["attention_mask"]
+        if len(rows) == 1:  # a text encoded alone (a prompt): how its numbers were written, for a streamer
+            self._number_texts_seen.remember(encoding["input_ids"][0], encoding["numeric_values"][0],
+                                             encoding.number_texts[0])
+        if one_text and return_tensors is None:  # one text as lists: its row, flat
+            return NumericEncoding({key: rows[0] for key, rows in encoding.items()}, encoding.number_texts[0])
         return encoding
 
     def _pad(self, rows: list[_Row], padding, max_length, padding_side: str, return_tensors) -> NumericEncoding:
@@ -290,8 +342,9 @@ class NumericTokenizer(TokenizerMixin):
         *,
         number_texts=None,
         number_resolution=None,
-    ) -> str:
-        """Turn ``(input_ids, numeric_values)`` back into text.
+    ) -> str | list[str]:
+        """Turn ``(input_ids, numeric_values)`` back into text; a batch ``[B, S]`` into one text per row, as
+        transformers' ``decode`` does (`batch_decode`).
 
         The k-th ``<NUM>`` is written as ``number_texts[k]`` when given (the surface text `encode`
         returns with ``return_number_texts=True``); every further ``<NUM>`` (one the model generated) is
@@ -304,8 +357,10 @@ class NumericTokenizer(TokenizerMixin):
         applies to those runs (pad, eos, ...). Values at positions that are not ``<NUM>`` are not used.
 
         Args:
-            input_ids: a list of ints or a 1-D integer tensor/array.
-            numeric_values: a list of numbers or a 1-D tensor/array of the same length; None (plain ids, as
+            input_ids: a list of ints or a 1-D integer tensor/array (one text); or a 2-D tensor/array or a list of
+                rows (a batch: the list of the rows' texts, each row as `batch_decode` decodes it).
+            numeric_values: a list of numbers or a 1-D tensor/array of the same length (for a batch, of the same
+                shape); None (plain ids, as
                 transformers' ``decode(ids)``) writes each ``<NUM>`` as the literal ``num_token`` (``"<NUM>"``),
                 never as a number: the values are not in the ids. ``model.generate(...,
                 return_dict_in_generate=True)`` returns them: ``decode(out.sequences[0], out.numeric_values[0])``.
@@ -314,7 +369,7 @@ class NumericTokenizer(TokenizerMixin):
                 reserved rows, which an untrained model can predict: ``"raise"`` (default) or
                 ``"mark"``, which writes it as ``<unk:ID>``.
             number_texts: the surface texts of the first ``<NUM>`` positions, a list of str; each must
-                read as the value at its position.
+                read as the value at its position (for a batch, one such list per row).
             number_resolution: how a generated number is written (`causalqwen.writing`): None, its shortest
                 float32 text (``2.5007427``); a power of ten, the value rounded to it in the text only (``0.01``:
                 ``2.50``); ``"prompt"``, the finest of the ``number_texts``' finest resolution, the unit and three
@@ -328,6 +383,12 @@ class NumericTokenizer(TokenizerMixin):
         """
         if numeric_values is None and number_texts is not None:
             raise TypeError("number_texts needs numeric_values: pass the values beside the ids")
+        if is_batch(input_ids):
+            if numeric_values is not None and not is_batch(numeric_values):
+                raise ValueError(f"input_ids is a batch of {len(input_ids)} rows but numeric_values is not: pass one "
+                                 "row of values per row of ids (the same shape), or decode one row")
+            return self.batch_decode(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
+                                     number_texts=number_texts, number_resolution=number_resolution)
         ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
                                                        number_texts, size=len(self))
         pieces, _ = self._pieces(ids, values if numeric_values is not None else None, surfaces, skip_special_tokens,
@@ -426,8 +487,20 @@ class NumericTokenizer(TokenizerMixin):
         ``numeric_values`` [B, S] as tensors, arrays or lists of rows. ``number_texts[b]`` lists the
         surface texts of the first ``<NUM>`` of row b (see `decode`). ``input_ids`` alone (plain ids, as a
         ``model.generate`` without ``return_dict_in_generate=True`` returns them) writes each ``<NUM>`` as the
-        literal ``num_token``: the values are not in the ids (see `decode`).
+        literal ``num_token``: the values are not in the ids (see `decode`). One row (a 1-D tensor, a list of ints,
+        or the encoding of one text as lists, ``tokenizer("one text")``) gives a list of one text, as transformers'
+        ``batch_decode`` gives it.
         """
+        if isinstance(input_ids, Mapping) and numeric_values is None:
+            key = "input_ids" if "input_ids" in input_ids else "sequences"
+            if key in input_ids and not is_batch(input_ids[key]):  # the encoding of one text: its row, flat
+                encoding = input_ids
+                number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
+                input_ids = {name: [row] for name, row in encoding.items()}
+                number_texts = None if number_texts is None else [number_texts]
+        elif not isinstance(input_ids, Mapping) and not is_batch(input_ids) and not _is_empty(input_ids):
+            return [self.decode(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
+                                number_texts=number_texts, number_resolution=number_resolution)]
         texts = []
         for row, (ids, values, keep, surfaces) in enumerate(batch_rows(input_ids, numeric_values, number_texts)):
             try:
@@ -438,6 +511,63 @@ class NumericTokenizer(TokenizerMixin):
             except ValueError as error:
                 raise ValueError(f"row {row}: {error}") from None
         return texts
+
+
+class NumberTextsSeen:
+    """How the numbers of the last `SIZE` texts with numbers that a tokenizer encoded alone (one str, or a list of
+    one) were written, found by the ids and values of their row: ``"12.50"`` where the values say 12.5 only.
+
+    ``model.generate(**tokenizer([prompt]), streamer=...)`` hands a streamer the prompt's ids and values, not its
+    text; `causalqwen.integrations.streamer.NumericTextStreamer` asks here how the prompt's numbers were written.
+    A row is known by a 16-byte digest of its ids (int64) and values (float32), so a long text costs its digest
+    alone; two texts with the same ids and values (``"12.5"`` and ``"12.50"``) share a row, and the one encoded
+    last is found.
+    """
+
+    SIZE = 16
+
+    def __init__(self):
+        self.texts_by_row: OrderedDict[bytes, list[str]] = OrderedDict()
+
+    def remember(self, input_ids, numeric_values, number_texts: list[str]) -> None:
+        """Keep the texts of one row's numbers (a row without numbers needs none: it decodes as written)."""
+        if not number_texts:
+            return
+        key = self.row_digest(input_ids, numeric_values)
+        self.texts_by_row[key] = list(number_texts)
+        self.texts_by_row.move_to_end(key)
+        if len(self.texts_by_row) > self.SIZE:
+            self.texts_by_row.popitem(last=False)
+
+    def find(self, input_ids, numeric_values) -> list[str] | None:
+        """The texts of the numbers of a row encoded lately, or None if no such row was."""
+        return self.texts_by_row.get(self.row_digest(input_ids, numeric_values))
+
+    @staticmethod
+    def row_digest(input_ids, numeric_values) -> bytes:
+        """A digest of a row's ids and values (lists, CPU tensors or arrays of one row)."""
+        ids = np.asarray(input_ids.cpu() if isinstance(input_ids, torch.Tensor) else input_ids, dtype=np.int64)
+        values = np.asarray(numeric_values.cpu() if isinstance(numeric_values, torch.Tensor) else numeric_values,
+                            dtype=np.float32)
+        return hashlib.blake2b(ids.tobytes() + b"|" + values.tobytes(), digest_size=16).digest()
+
+
+def is_batch(input_ids) -> bool:
+    """Whether ``input_ids`` holds rows: a 2-D (or more) tensor or array, or a non-empty list whose first element
+    is a sequence, as transformers' ``decode`` tells a batch from one sequence."""
+    if isinstance(input_ids, (torch.Tensor, np.ndarray)):
+        return input_ids.ndim >= 2
+    if not isinstance(input_ids, (list, tuple)) or len(input_ids) == 0:
+        return False
+    first = input_ids[0]
+    return isinstance(first, (list, tuple)) or (isinstance(first, (torch.Tensor, np.ndarray)) and first.ndim >= 1)
+
+
+def _is_empty(input_ids) -> bool:
+    """An empty sequence of ids (an empty list, or a tensor without elements): a batch of no rows."""
+    if isinstance(input_ids, (torch.Tensor, np.ndarray)):
+        return input_ids.size == 0 if isinstance(input_ids, np.ndarray) else input_ids.numel() == 0
+    return isinstance(input_ids, (list, tuple)) and len(input_ids) == 0
 
 
 class _Row(NamedTuple):

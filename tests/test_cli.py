@@ -72,7 +72,8 @@ def test_generate_text_matches_the_library_generate(saved_model):
     batch = tokenizer(["a day of 30 hours"], padding_side="left")
     out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode="shared_noise",
                    max_new_tokens=5, generator=torch.Generator().manual_seed(4))
-    expected = tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark")
+    expected = tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark",
+                                      number_texts=batch.number_texts, number_resolution="prompt")
     assert commands.generate_text(["a day of 30 hours"], str(saved_model), "shared_noise", seed=4, max_new_tokens=5) == expected
 
 
@@ -84,7 +85,8 @@ def test_generate_on_the_embedded_tiny_base(mode, capsys):
 
 def test_generate_writes_numbers_at_the_resolution_asked_for(monkeypatch, capsys):
     """--number-resolution reaches the decoding: a generated value 2.5007427 after a prompt with "1.25" is written
-    2.50 with "prompt" and 2.5 with 0.1 (the model is replaced by one that writes that value, the tokenizer is real)."""
+    2.50 with "prompt" (the default) and 2.5 with 0.1, every float32 digit with "none" (the model is replaced by one
+    that writes that value, the tokenizer is real)."""
     from causalqwen.app import commands
 
     def one_number(model, input_ids, numeric_values, attention_mask, **kwargs):
@@ -96,7 +98,7 @@ def test_generate_writes_numbers_at_the_resolution_asked_for(monkeypatch, capsys
                                 attention_mask=torch.cat([attention_mask, torch.ones(1, 1, dtype=attention_mask.dtype)], 1))
 
     monkeypatch.setattr("causalqwen.generation.generate", one_number)
-    for resolution, written in (("prompt", "is 2.50"), ("0.1", "is 2.5"), (None, "is 2.5007427")):
+    for resolution, written in (("prompt", "is 2.50"), ("0.1", "is 2.5"), ("none", "is 2.5007427"), (None, "is 2.50")):
         extra = [] if resolution is None else ["--number-resolution", resolution]
         assert cli.main(["generate", "--prompt", "It was 1.25, now it is", "--max-new-tokens", "1", *extra]) == 0
         assert capsys.readouterr().out.strip().endswith(written)
@@ -120,7 +122,7 @@ def test_generate_runs_as_a_console_command(saved_model):
         (["--max-new-tokens", "-2"], "max_new_tokens must be an integer >= 0"),
         (["--model", "/no/such/dir"], "model directory '/no/such/dir' does not exist"),
         (["--number-resolution", "0.3"], "must be a power of ten"),
-        (["--number-resolution", "coarse"], 'a power of ten or "prompt", got \'coarse\''),
+        (["--number-resolution", "coarse"], 'a power of ten, "prompt" or "none", got \'coarse\''),
     ],
 )
 def test_generate_reports_bad_arguments(args, message, capsys):

@@ -511,7 +511,7 @@ batch = {{k: torch.tensor(v) for k, v in {{"input_ids": {batch["input_ids"].toli
 with torch.no_grad():
     loc_Y = model(**batch).loc_Y
 print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(base).__name__, loc_Y.tolist(), refused,
-                  "causalqwen" in sys.modules, type(tokenizer).__name__, tokenizer("99.9").numeric_values.tolist(),
+                  "causalqwen" in sys.modules, type(tokenizer).__name__, tokenizer(["99.9"]).numeric_values.tolist(),
                   type(wrapped).__name__, wrapped.num_token, type(pipe).__name__, text]))
 """
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}

@@ -1,11 +1,15 @@
 """Executable specification of the text-generation pipeline (causalqwen.integrations.pipelines).
 
 The oracle: ``model.generate`` (itself equal to the reference loop `causalqwen.generate`) followed by
-`NumericTokenizer.batch_decode` -- what the pipeline must give, with the prompt as the user wrote it.
+`NumericTokenizer.batch_decode` -- what the pipeline must give, with the prompt as the user wrote it; and Python's own
+formatting of each generated float32 value at the resolution ``number_resolution="prompt"`` states (decision D17).
 """
 
 import copy
+import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from transformers import pipeline
@@ -29,25 +33,56 @@ def _pipe(model, tokenizer):
     return pipeline("text-generation", model=model, tokenizer=tokenizer, pipeline_class=NumericTextGenerationPipeline)
 
 
-def _expected_text(model, tokenizer, prompt, **kwargs):
+def _expected_text(model, tokenizer, prompt, number_resolution, **kwargs):
     batch = tokenizer([prompt])
     out = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], return_dict_in_generate=True,
                          **kwargs)
     text = tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark",
-                                  number_texts=batch.number_texts)[0]
+                                  number_texts=batch.number_texts, number_resolution=number_resolution)[0]
     return text, out.numeric_values[0].tolist()
+
+
+def written_by_the_prompt_rule(value: float, prompt_decimals: int) -> str:
+    """A generated value as ``number_resolution="prompt"`` writes it: at h = min(h_prompt, 1, 10^(floor(log10|v|) - 2))
+    with h_prompt = 10^-prompt_decimals, by Python's formatting of the float32 value (half to even, exact)."""
+    decimals = max(prompt_decimals, 0) if value == 0 else max(prompt_decimals, 0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
 
 
 @pytest.mark.parametrize("mode", ["standard", "causal", "traditional", "shared_individual", "shared_noise"])
 def test_generated_numbers_are_written_out_in_every_mode(tiny, mode):
+    """By default at the prompt's resolution (its "12.50": at least to the cent); ``number_resolution=None``, every
+    float32 digit, as ``decode`` writes them by default."""
     _, numbers, tokenizer = tiny
-    record = _pipe(numbers, tokenizer)(PROMPT, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1))
-    text, values = _expected_text(numbers, tokenizer, PROMPT, max_new_tokens=3, mode=mode,
+    pipe = _pipe(numbers, tokenizer)
+    record = pipe(PROMPT, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1))
+    text, values = _expected_text(numbers, tokenizer, PROMPT, "prompt", max_new_tokens=3, mode=mode,
                                   generator=torch.Generator().manual_seed(1))
     assert record[0]["generated_text"] == text and record[0]["numeric_values"] == values
     assert text.startswith(PROMPT) and "<NUM>" not in text
-    generated = tokenizer.encode(text[len(PROMPT):])[1]
-    assert sum(value != 0 for value in generated) == 3  # three numbers written out, each read back as a number
+    generated = [value for value in tokenizer.encode(text[len(PROMPT):])[1] if value != 0]
+    assert len(generated) == 3  # three numbers written out, each read back as a number
+    assert re.findall(r"-?\d+\.\d+", text[len(PROMPT):]) == [written_by_the_prompt_rule(v, 2) for v in values[-3:]]
+    every_digit = pipe(PROMPT, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1),
+                       number_resolution=None)
+    text, _ = _expected_text(numbers, tokenizer, PROMPT, None, max_new_tokens=3, mode=mode,
+                             generator=torch.Generator().manual_seed(1))
+    assert every_digit[0]["generated_text"] == text
+    every = [float(np.float32(number)) for number in re.findall(r"-?\d+\.\d+", text[len(PROMPT):])]
+    assert every == values[-3:]  # each reads back as its float32 value
+
+
+def test_generated_numbers_are_written_alike_alone_and_in_a_padded_batch(tiny):
+    """A batch pads the shorter prompts, and the float32 values then differ in their last digits; written at the
+    prompt's resolution (the default) the texts are those of each prompt alone."""
+    _, numbers, tokenizer = tiny
+    pipe = _pipe(numbers, tokenizer)
+    prompts = [PROMPT, "It was 2.50 dollars and", "Costs: 1.25 and 3.75 and 9.99 and 7.10 and"]
+    alone = [pipe(prompt, max_new_tokens=3)[0]["generated_text"] for prompt in prompts]
+    batched = [rows[0]["generated_text"] for rows in pipe(prompts, max_new_tokens=3, batch_size=3)]
+    assert batched == alone
+    for text, prompt in zip(alone, prompts):
+        assert text.startswith(prompt) and sum(value != 0 for value in tokenizer.encode(text[len(prompt):])[1]) == 3
 
 
 def test_the_parents_options(tiny):

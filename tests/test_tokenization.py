@@ -340,9 +340,13 @@ def test_left_and_right_padding_agree(tokenizer):
     assert tokenizer.batch_decode(right["input_ids"], right["numeric_values"]) == BATCH
 
 
-def test_single_string_is_a_batch_of_one(tokenizer):
-    batch = tokenizer("价格是99.9元")
+def test_single_string_is_one_row_of_lists_or_a_batch_of_one_tensor(tokenizer):
+    """As transformers: one str gives its row as lists unless return_tensors asks for tensors, then [1, S]."""
+    one = tokenizer("价格是99.9元")
     ids, values = tokenizer.encode("价格是99.9元")
+    assert one["input_ids"] == ids and one["numeric_values"] == values and one["attention_mask"] == [1] * len(ids)
+    assert one.number_texts == ["99.9"]
+    batch = tokenizer("价格是99.9元", return_tensors="pt")
     assert batch["input_ids"].tolist() == [ids]
     assert batch["numeric_values"].tolist() == [[f32(v) for v in values]]
     assert batch["attention_mask"].tolist() == [[1] * len(ids)]
@@ -469,7 +473,7 @@ def test_decode_special_tokens(tokenizer):
         ([-1], [0.0], ValueError, r"input_ids\[0\] = -1 is not a token id"),
         ([1.5], [0.0], TypeError, r"input_ids\[0\] must be an int"),
         ([1], ["x"], TypeError, r"numeric_values\[0\] must be a real number"),
-        (torch.tensor([[1]]), [0.0], ValueError, "input_ids must be 1-D"),
+        (torch.tensor([[1]]), [0.0], ValueError, "input_ids is a batch of 1 rows but numeric_values is not"),
         (torch.tensor([1.0]), [0.0], TypeError, "input_ids must hold integers"),
         ("abc", [0.0], TypeError, "input_ids must be a list of ints"),
     ],
@@ -491,8 +495,8 @@ def test_batch_decode_bad_input(tokenizer):
         tokenizer.batch_decode(batch["input_ids"], batch["numeric_values"][:2])
     with pytest.raises(ValueError, match="row 0: input_ids has length"):
         tokenizer.batch_decode(batch["input_ids"], batch["numeric_values"][:, :2])
-    with pytest.raises(ValueError, match="2-D"):
-        tokenizer.batch_decode(batch["input_ids"][0], batch["numeric_values"][0])
+    with pytest.raises(ValueError, match="numeric_values must be 1-D"):
+        tokenizer.batch_decode(batch["input_ids"][0], batch["numeric_values"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from functools import partial
 
+import numpy as np
 import pytest
 import torch
 from transformers import Trainer, TrainingArguments
@@ -320,3 +321,48 @@ def test_the_label_declaration_and_trainer_metrics_refuse_what_they_cannot_read(
     outputs = (torch.zeros(1, 3, 64), torch.ones(1, 3, 64))
     with pytest.raises(ValueError, match=r'label names must be \["labels"\]'):
         TrainerMetrics(model).preprocess_logits_for_metrics(outputs, (torch.zeros(1, 3), torch.zeros(1, 3), None))
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' own collators over datasets.map(tokenizer), under Trainer
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["row by row", "batched"])
+@pytest.mark.parametrize("collator_name", ["DataCollatorWithPadding", "DataCollatorForLanguageModeling"])
+def test_transformers_collators_over_datasets_map_train_and_the_model_sees_every_value(tmp_path, collator_name,
+                                                                                         batched):
+    """``Dataset.map(lambda row: tokenizer(row["text"]))`` (one text: lists; or ``batched=True``: a batch of
+    tensors), transformers' ``DataCollatorWithPadding`` (labels added by the map) or
+    ``DataCollatorForLanguageModeling(mlm=False)``, and ``Trainer``, which rebuilds each batch with
+    ``type(batch)({...})``: two steps train, and the model's forward receives the value of every number of the
+    data set (two steps of four rows: the eight texts once), as ``encode`` reads them, beside its ``<NUM>``."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    texts = synthetic_texts(8, seed=4)
+    with_labels = collator_name == "DataCollatorWithPadding"
+
+    def encode(rows):
+        encoding = tokenizer(rows["text"])
+        return {**encoding, "labels": encoding["input_ids"]} if with_labels else encoding
+
+    dataset = Dataset.from_dict({"text": texts}).map(encode, batched=batched, batch_size=3, remove_columns=["text"])
+    collator = DataCollatorWithPadding(tokenizer) if with_labels else DataCollatorForLanguageModeling(tokenizer,
+                                                                                                     mlm=False)
+    seen = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(
+        (kwargs["input_ids"].clone(), kwargs["numeric_values"].clone())), with_kwargs=True)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-3,
+                             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator)
+    assert trainer.train().global_step == 2
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+    num = tokenizer.num_token_id
+    received = sorted(value for ids, values in seen for value in values[ids == num].tolist())
+    written = sorted(float(np.float32(value)) for text in texts for token, value in zip(*tokenizer.encode(text))
+                     if token == num)
+    assert len(seen) == 2 and len(written) >= 8 and received == written
+    assert all(values.dtype == torch.float32 for _, values in seen)

@@ -5,6 +5,9 @@ tokens, vocabulary, token strings), the wrapped tokenizer's own ``decode`` (whic
 added token, literally), numpy's float32 rounding of the values written in the texts, and values chosen here.
 """
 
+import math
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -302,6 +305,14 @@ def test_add_special_tokens_true_is_refused_where_the_wrapped_tokenizer_would_ad
 STREAM_PROMPT = "The price is 12.50 yuan, up 3% from"
 
 
+def written_by_the_prompt_rule(value: float, prompt_decimals: int) -> str:
+    """A generated value as ``number_resolution="prompt"`` writes it (decision D17), by Python's own formatting of
+    the float32 value (half to even on its exact binary value): at h = min(h_prompt, 1, 10^(floor(log10|v|) - 2)),
+    h_prompt = 10^-prompt_decimals, that is max(prompt_decimals, 0, 2 - floor(log10|v|)) decimals."""
+    decimals = max(prompt_decimals, 0) if value == 0 else max(prompt_decimals, 0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
 def _forcing(model, period, offset):
     from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -335,35 +346,47 @@ def _collecting_streamer(tok, **kwargs):
 @pytest.mark.parametrize("period, offset", [(2, 0), (2, 1), (3, 1)])
 def test_the_streamer_writes_the_generated_numbers_as_decode_and_the_pipeline(tiny, mode, period, offset, capsys):
     """The streamed text, piece by piece, is the continuation `decode` writes from the values of the same call
-    (with a space in front where its first number would run into the prompt), and what the pipeline returns."""
+    (with a space in front where its first number would run into the prompt), and what the pipeline returns: with
+    ``number_resolution=None``, every float32 digit; by default, at the prompt's resolution (its "12.50": to the
+    cent, as Python's own ``f"{value:.2f}"`` writes the float32 value)."""
     from transformers import pipeline
 
     from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
     from causalqwen.integrations.streamer import NumericTextStreamer
+    from causalqwen.numbers import find_numbers
 
     model, tok = tiny
     enc = tok([STREAM_PROMPT])
     width = enc["input_ids"].shape[1]
     kwargs = dict(mode=mode, max_new_tokens=10, logits_processor=_forcing(model, period, offset))
-    streamer = _collecting_streamer(tok, skip_prompt=True)
+    streamer = _collecting_streamer(tok, skip_prompt=True, number_resolution=None)
     out = model.generate(**enc, streamer=streamer, return_dict_in_generate=True,
                          generator=torch.Generator().manual_seed(1), **kwargs)
     new_ids, new_values = out.sequences[0, width:], out.numeric_values[0, width:]
-    assert int((new_ids == model.config.num_token_id).sum()) >= 3  # numbers were generated
+    generated = new_values[new_ids == model.config.num_token_id].tolist()
+    assert len(generated) >= 3  # numbers were generated
     streamed = "".join(streamer.parts)
     alone = tok.decode(new_ids, new_values, out_of_vocab="mark")
     assert streamed == alone or (streamed == " " + alone and new_ids[0] == model.config.num_token_id)
     assert "<NUM>" not in streamed and len(streamer.parts) >= 2  # written as it came, not all at the end
     pipe = pipeline("text-generation", model=model, tokenizer=tok, pipeline_class=NumericTextGenerationPipeline)
-    record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), **kwargs)[0]
+    record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), number_resolution=None, **kwargs)[0]
     assert record["generated_text"] == STREAM_PROMPT + streamed
-    # printed to stdout by default, prompt first (as decode writes it); and reusable for the next call
+    # by default: at the prompt's resolution, the same text from the streamer and the pipeline
+    cents = _collecting_streamer(tok, skip_prompt=True)
+    model.generate(**enc, streamer=cents, generator=torch.Generator().manual_seed(1), **kwargs)
+    record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), **kwargs)[0]
+    assert record["generated_text"] == STREAM_PROMPT + "".join(cents.parts)
+    marks = re.compile(r"<unk:\d+>")  # an untrained model's reserved rows, written with their ids
+    written = [number.text for number in find_numbers(marks.sub(" ", "".join(cents.parts)))]
+    assert written == [written_by_the_prompt_rule(value, prompt_decimals=2) for value in generated]
+    # printed to stdout by default, the prompt first as it was written ("12.50"); reusable for the next call
     printing = NumericTextStreamer(tok)
     for _ in range(2):
         again = model.generate(**enc, streamer=printing, generator=torch.Generator().manual_seed(1), **kwargs)
         assert torch.equal(again, out.sequences)
         printed = capsys.readouterr().out
-        assert printed == tok.decode(enc["input_ids"][0], enc["numeric_values"][0]) + streamed + "\n"
+        assert printed == STREAM_PROMPT + "".join(cents.parts) + "\n"
 
 
 def test_the_streamer_refuses_a_batch_and_a_foreign_caller(tiny):
@@ -405,3 +428,202 @@ def test_decode_takes_one_id_as_transformers_does():
     assert tokenizer.decode(token) == tokenizer.decode([token]) == "a"
     assert tokenizer.decode(tokenizer.num_token_id) == "<NUM>"
     assert tokenizer.decode(tokenizer.num_token_id, 2.5) == "2.5"
+
+
+# ---------------------------------------------------------------------------------------------
+# One text, as transformers returns it; decode of a batch; tokenize
+# ---------------------------------------------------------------------------------------------
+
+PLAIN = ["It costs dollars.", "价格是元", "a"]  # texts without numbers: the wrapped tokenizer is the oracle
+
+
+def test_one_text_gives_lists_as_transformers_gives_them(tiny):
+    """``tok("one text")``: flat lists, as the wrapped transformers tokenizer returns for one text; tensors
+    ``[1, S]`` where ``return_tensors`` asks for them; a list of texts keeps tensors by default."""
+    _, tok = tiny
+    for text in PLAIN:
+        theirs = tok.hf_tokenizer(text)
+        ours = tok(text)
+        assert ours["input_ids"] == theirs["input_ids"] and ours["attention_mask"] == theirs["attention_mask"]
+        assert ours["numeric_values"] == [0.0] * len(theirs["input_ids"]) and ours.number_texts == []
+        for asked in ("pt", "np"):
+            assert tok(text, return_tensors=asked)["input_ids"].tolist() == \
+                tok.hf_tokenizer(text, return_tensors=asked)["input_ids"].tolist()
+    one = tok("It costs 12.50 dollars, not 3.")
+    ids, values, texts = tok.encode("It costs 12.50 dollars, not 3.", return_number_texts=True)
+    assert one["input_ids"] == ids and one["numeric_values"] == values and one.number_texts == texts == ["12.50", "3"]
+    assert all(type(token) is int for token in one["input_ids"]) and all(type(v) is float for v in one["numeric_values"])
+    assert tok("It costs 12.50 dollars, not 3.", return_tensors=None)["input_ids"] == ids  # None said: the same
+    assert tok.decode(one["input_ids"], one["numeric_values"], number_texts=one.number_texts) == \
+        "It costs 12.50 dollars, not 3."
+    assert tok.batch_decode(one) == ["It costs 12.50 dollars, not 3."]  # a batch of one, as transformers'
+    wide = tok("x 1", padding="max_length", max_length=6, padding_side="right", return_attention_mask=False)
+    assert wide["input_ids"] == tok.encode("x 1")[0] + [tok.pad_token_id] * 3 and "attention_mask" not in wide
+    assert isinstance(tok(["x 1"])["input_ids"], torch.Tensor)  # a list of texts: tensors (D15)
+
+
+def test_one_text_rows_go_through_datasets_map_and_the_stock_collator(tiny):
+    """``dataset.map(lambda row: tok(row["text"]))`` stores rows of lists; transformers' own
+    ``DataCollatorWithPadding`` pads them, values included, as the tokenizer pads the same texts."""
+    from datasets import Dataset
+
+    _, tok = tiny
+    texts = ["It costs 12.50 dollars.", "Add 37 and 5.", "no number here at all"]
+    dataset = Dataset.from_dict({"text": texts}).map(lambda row: tok(row["text"]), remove_columns=["text"])
+    assert dataset.column_names == ["input_ids", "numeric_values", "attention_mask"]
+    assert dataset[0]["input_ids"] == tok.encode(texts[0])[0]
+    batch = DataCollatorWithPadding(tok)([dataset[index] for index in range(3)])
+    expected = tok(texts)
+    for key in expected:
+        assert torch.equal(batch[key], expected[key]), key
+    assert tok.batch_decode(batch, number_texts=expected.number_texts) == texts
+
+
+def test_decode_of_a_batch_gives_one_text_per_row_as_transformers(tiny):
+    """transformers' ``decode`` of a 2-D input (a [1, S] tensor, a list of rows) returns one text per row: so does
+    ours, with the values given in the same shape, and ``batch_decode`` of one row gives a list of one text."""
+    _, tok = tiny
+    plain = tok(PLAIN[:1], return_tensors="pt")
+    theirs = tok.hf_tokenizer.decode(plain["input_ids"], skip_special_tokens=True)
+    assert isinstance(theirs, list) and tok.decode(plain["input_ids"]) == theirs == PLAIN[:1]
+    enc = tok(TEXTS, return_tensors="pt", padding=True, padding_side="right")
+    rows = [tok.decode(enc["input_ids"][b], enc["numeric_values"][b]) for b in range(2)]
+    assert rows == TEXTS
+    assert tok.decode(enc["input_ids"], enc["numeric_values"]) == TEXTS
+    assert tok.decode(enc["input_ids"].tolist(), enc["numeric_values"].tolist()) == TEXTS
+    assert tok.decode(enc["input_ids"][:1], enc["numeric_values"][:1]) == TEXTS[:1]
+    assert tok.decode(enc["input_ids"].numpy(), enc["numeric_values"].numpy()) == TEXTS
+    assert tok.decode(enc["input_ids"]) == ["It costs <NUM> dollars.", "Add <NUM> and <NUM>."]  # plain ids
+    written = tok(["It was 12.50 and"], return_tensors="pt")
+    assert tok.decode(written["input_ids"], written["numeric_values"], number_texts=written.number_texts) == \
+        ["It was 12.50 and"]
+    assert tok.batch_decode(enc["input_ids"][0], enc["numeric_values"][0]) == TEXTS[:1]  # one row: a list of one
+    assert tok.batch_decode(enc["input_ids"][0].tolist(), enc["numeric_values"][0].tolist()) == TEXTS[:1]
+    assert tok.batch_decode([]) == [] and tok.batch_decode(torch.zeros(0, 3, dtype=torch.long)) == []
+    assert tok.decode([]) == ""
+
+
+@pytest.mark.parametrize("ids, values, match", [
+    (torch.tensor([[1, 2]]), [0.0, 0.0], "input_ids is a batch of 1 rows but numeric_values is not"),
+    ([[1, 2], [3, 4]], torch.zeros(2), "input_ids is a batch of 2 rows but numeric_values is not"),
+    (torch.tensor([1, 2]), torch.zeros(1, 2), "numeric_values must be 1-D"),
+    (torch.ones(1, 1, 2, dtype=torch.long), torch.zeros(1, 1, 2), "input_ids must be 2-D"),
+    ([[1, 2], [3]], [[0.0, 0.0], [0.0, 0.0]], "row 1: input_ids has length 1 but numeric_values has length 2"),
+])
+def test_decode_names_a_batch_whose_values_do_not_fit(tiny, ids, values, match):
+    _, tok = tiny
+    with pytest.raises(ValueError, match=match):
+        tok.decode(ids, values)
+
+
+def test_tokenize_gives_the_token_strings_with_the_number_token(tiny):
+    """Text without numbers: the wrapped tokenizer's own ``tokenize``; each number: one ``<NUM>``, between the
+    tokens the wrapped tokenizer gives the pieces around it."""
+    _, tok = tiny
+    for text in PLAIN + ["  spaces\tand\nlines ", "mixed 中文 and English"]:
+        assert tok.tokenize(text) == tok.hf_tokenizer.tokenize(text)
+    hf = tok.hf_tokenizer
+    assert tok.tokenize("It costs 12.50 dollars") == hf.tokenize("It costs ") + ["<NUM>"] + hf.tokenize(" dollars")
+    assert tok.tokenize("价格是99.9元") == hf.tokenize("价格是") + ["<NUM>"] + hf.tokenize("元")
+    assert tok.tokenize("") == [] and tok.tokenize("1 2") == ["<NUM>", hf.tokenize(" ")[0], "<NUM>"]
+    assert tok.convert_tokens_to_ids(tok.tokenize("It costs 12.50 dollars")) == tok.encode("It costs 12.50 dollars")[0]
+    with pytest.raises(TypeError, match="must be a str"):
+        tok.tokenize(["a list"])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'add_special_tokens'"):
+        tok.tokenize("a", add_special_tokens=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoding rebuilt from a plain mapping (transformers' Trainer moves batches so)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_encoding_is_rebuilt_from_a_plain_mapping_and_copied_with_its_texts(tiny):
+    import copy
+
+    from causalqwen.integrations.numeric_encoding import NumericEncoding
+
+    _, tok = tiny
+    enc = tok(["It costs 12.50 dollars.", "Add 37 and 5."])
+    rebuilt = type(enc)({key: value for key, value in enc.items()})  # what Trainer._prepare_input does
+    assert isinstance(rebuilt, NumericEncoding) and rebuilt.number_texts is None
+    assert set(rebuilt) == set(enc) and all(torch.equal(rebuilt[key], enc[key]) for key in enc)
+    assert tok.batch_decode(rebuilt) == ["It costs 12.5 dollars.", "Add 37 and 5."]  # texts not known: the values
+    assert NumericEncoding().keys() == set() and NumericEncoding().number_texts is None
+    for copied in (copy.copy(enc), copy.deepcopy(enc)):
+        assert copied.number_texts == [["12.50"], ["37", "5"]] and torch.equal(copied["input_ids"], enc["input_ids"])
+        assert tok.batch_decode(copied) == ["It costs 12.50 dollars.", "Add 37 and 5."]
+    padded = tok.pad([{"input_ids": [5], "numeric_values": [0.0]}])
+    assert type(padded)(dict(padded)).keys() == padded.keys()
+
+
+# ---------------------------------------------------------------------------------------------
+# The streamer writes the prompt as it was written
+# ---------------------------------------------------------------------------------------------
+
+
+def _printed_by_the_streamer(model, tok, enc, capsys, **streamer_kwargs):
+    from causalqwen.integrations.streamer import NumericTextStreamer
+
+    out = model.generate(**enc, streamer=NumericTextStreamer(tok, **streamer_kwargs), max_new_tokens=4,
+                         logits_processor=_forcing(model, 2, 0), return_dict_in_generate=True)
+    return capsys.readouterr().out, out
+
+
+def test_the_streamer_writes_the_prompt_as_it_was_written(tiny, capsys):
+    """Without ``skip_prompt``: the prompt exactly as given ("12.50", "1e3", "1,000"), then the continuation the
+    pipeline writes; whether the prompt was encoded as a list or as one str with tensors."""
+    from transformers import pipeline
+
+    from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
+
+    model, tok = tiny
+    prompt = "It was 12.50 on 1,000 days of 1e3 hours and"
+    pipe = pipeline("text-generation", model=model, tokenizer=tok, pipeline_class=NumericTextGenerationPipeline)
+    continuation = pipe(prompt, max_new_tokens=4, logits_processor=_forcing(model, 2, 0),
+                        return_full_text=False)[0]["generated_text"]
+    assert any(character.isdigit() for character in continuation)  # a number was generated
+    for enc in (tok([prompt]), tok(prompt, return_tensors="pt")):
+        printed, _ = _printed_by_the_streamer(model, tok, enc, capsys)
+        assert printed == prompt + continuation + "\n"
+
+
+def test_the_streamer_without_the_prompts_texts_writes_its_values_and_takes_them_when_given(tiny, capsys):
+    """A prompt the tokenizer did not encode (ids and values built by hand): its numbers in their shortest text;
+    ``number_texts`` given to the streamer: those. ``number_resolution=None``: every float32 digit."""
+    model, tok = tiny
+    ids, values, texts = tok.encode("It was 12.50 and", return_number_texts=True)
+    by_hand = {"input_ids": torch.tensor([ids]), "numeric_values": torch.tensor([values])}
+    by_hand["numeric_values"][0, ids.index(tok.num_token_id)] = 7.0  # not the row the tokenizer encoded
+    printed, out = _printed_by_the_streamer(model, tok, by_hand, capsys)
+    assert printed.startswith("It was 7 and")
+    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, number_texts=["7.000"])
+    assert printed.startswith("It was 7.000 and")
+    _, continuation = tok.decode_continuation(out.sequences[0], out.numeric_values[0], len(ids), out_of_vocab="mark",
+                                              number_texts=["7.000"])
+    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, number_texts=["7.000"], number_resolution=None)
+    assert printed == "It was 7.000 and" + continuation + "\n"
+
+
+def test_the_tokenizer_keeps_the_texts_of_its_last_single_texts_and_pickles_without_them():
+    """`NumberTextsSeen`: the last SIZE texts with numbers encoded alone, found by their ids and values; the latest of two
+    texts with the same ids and values wins; a copy of the tokenizer starts empty."""
+    import copy
+
+    from causalqwen.app.tiny import build_tiny_tokenizer
+
+    tok = NumericTokenizer(build_tiny_tokenizer())
+    seen = tok.number_texts_seen
+    first = tok(["It was 12.50 and"])
+    assert seen.find(first["input_ids"][0], first["numeric_values"][0]) == ["12.50"]
+    assert seen.find(first["input_ids"][0].tolist(), first["numeric_values"][0].tolist()) == ["12.50"]
+    tok("It was 12.5 and")  # the same ids and values, written otherwise: the latest wins
+    assert seen.find(first["input_ids"][0], first["numeric_values"][0]) == ["12.5"]
+    tok(["a 1", "b 2"])  # a batch is not kept
+    assert seen.find(*tok.encode("a 1")) is None
+    for index in range(seen.SIZE):
+        tok(f"row {index + 1}")
+    assert seen.find(first["input_ids"][0], first["numeric_values"][0]) is None  # the oldest went
+    assert seen.find(*tok.encode(f"row {seen.SIZE}")) == [str(seen.SIZE)]
+    assert len(seen.texts_by_row) == seen.SIZE
+    assert copy.deepcopy(tok).number_texts_seen.texts_by_row == {}

@@ -124,13 +124,16 @@ OFF = "(default: off)"
 
 
 def number_resolution(text: str):
-    """``--number-resolution``: "prompt" or a power of ten (`causalqwen.writing.check_resolution`)."""
+    """``--number-resolution``: "prompt", "none" (None: the shortest float32 text) or a power of ten
+    (`causalqwen.writing.check_resolution`)."""
     from ..writing import check_resolution
 
+    if text == "none":
+        return None
     try:
         value = text if text == "prompt" else float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f'a power of ten or "prompt", got {text!r}') from None
+        raise argparse.ArgumentTypeError(f'a power of ten, "prompt" or "none", got {text!r}') from None
     try:
         return check_resolution(value)
     except ValueError as error:
@@ -169,9 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--normalize", default="softmax", choices=("softmax", "ovr"),
                      help="traditional mode: softmax of loc_S or P/sum(P) (default: %(default)s)")
     gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference) " + OFF)
-    gen.add_argument("--number-resolution", type=number_resolution, default=None, metavar="H",
-                     help='write generated numbers at this resolution: a power of ten (0.01 writes 2.50) or "prompt", '
-                          "the finest of the prompt's numbers; only the text is rounded (default: the shortest text)")
+    gen.add_argument("--number-resolution", type=number_resolution, default="prompt", metavar="H",
+                     help='how generated numbers are written: "prompt", at the finest of the prompt\'s resolution, '
+                          "the unit and three significant digits (causalqwen.writing); a power of ten (0.01 writes "
+                          '2.50); or "none", every digit of the float32 value (2.4996202); only the text is rounded '
+                          "(default: %(default)s)")
 
     demo.add_argument("--out", default="artifacts/demo", type=path_text, help="output directory (default: %(default)s)")
     demo.add_argument("--steps", type=COUNT, default=None, help="training steps (default: the demo's 1500)")

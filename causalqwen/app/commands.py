@@ -172,7 +172,7 @@ def generate_text(
     top_p: float = 1.0,
     normalize: str = "softmax",
     use_cache: bool = True,
-    number_resolution=None,
+    number_resolution="prompt",
 ) -> list[str]:
     """Generate a continuation of each prompt (one left-padded batch); return prompt + continuation as text, the
     prompt exactly as given (its numbers as written) and the continuation told apart by token counts

@@ -9,6 +9,8 @@ number (``number_texts``). `pad_rows` is the one padding of the package: the tok
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 from transformers import BatchEncoding
@@ -29,10 +31,15 @@ class NumericEncoding(BatchEncoding):
     ``number_texts[b][k]`` is the text of the k-th number of row b as it was written (``"43.60"``,
     ``"−2"``, ``"1,000"``). It is an attribute, not a key, so that it never reaches the model; pass the
     whole encoding to `NumericTokenizer.batch_decode` to get the texts back, or give
-    ``number_texts=encoding.number_texts`` when decoding what `causalqwen.generate` made from it.
+    ``number_texts=encoding.number_texts`` when decoding what `causalqwen.generate` made from it. The encoding of
+    one text as lists (``tokenizer("one text")``) holds flat rows, and ``number_texts[k]`` is its k-th number.
+
+    ``NumericEncoding(mapping)`` builds one from a plain mapping, as transformers' ``Trainer`` rebuilds every
+    mapping it moves to the device (``type(batch)({...})``): the keys are kept, and ``number_texts`` is None
+    (not known; decoding then writes the values).
     """
 
-    def __init__(self, data: dict, number_texts: list[list[str]]):
+    def __init__(self, data: Mapping | None = None, number_texts: list | None = None):
         super().__init__(data)
         self.number_texts = number_texts
 
@@ -41,7 +48,7 @@ class NumericEncoding(BatchEncoding):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        self.number_texts = state.get("number_texts", [])
+        self.number_texts = state.get("number_texts")
 
 
 def padded_lists(input_ids: list[list[int]], numeric_values: list[list[float]], width: int | None,

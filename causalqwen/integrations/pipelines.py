@@ -8,7 +8,8 @@ chose (``return_dict_in_generate=True``), and the surface text of the prompt's n
 `NumericTextGenerationPipeline` overrides exactly those three steps, and refuses a tokenizer whose ``<NUM>``
 is not the model's and an empty prompt; everything else (batching, ``return_full_text``,
 ``max_new_tokens``, ``stop_sequence``, CausalQwen's ``mode`` and ``generator`` passed on to ``generate``)
-is the parent's.
+is the parent's. Generated numbers are written at ``number_resolution="prompt"`` unless the call says otherwise
+(`causalqwen.writing`; None writes every float32 digit).
 
 A saved CausalQwen names this class in ``config.json`` (``custom_pipelines``), so
 ``pipeline("text-generation", model=directory, trust_remote_code=True)`` builds it; for a model in
@@ -29,6 +30,10 @@ __all__ = ["NumericTextGenerationPipeline"]
 _UNSUPPORTED = ("handle_long_generation", "continue_final_message", "tokenizer_encode_kwargs", "tools", "documents")
 # an empty prompt: the parent would call generate without ids, or fail to pad it into a batch
 _EMPTY = "{which} is empty: the model continues a text of at least one token"
+# how generated numbers are written when the call does not say (causalqwen.writing)
+DEFAULT_NUMBER_RESOLUTION = "prompt"
+# number_resolution not given to the call (None is a value: every float32 digit)
+_NOT_GIVEN = object()
 
 
 class NumericTextGenerationPipeline(TextGenerationPipeline):
@@ -62,10 +67,10 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
                         raise ValueError(_EMPTY.format(which=f"prompt {index}"))
         return super().__call__(text_inputs, **kwargs)
 
-    def _sanitize_parameters(self, prefix=None, stop_sequence=None, number_resolution=None, **kwargs):
+    def _sanitize_parameters(self, prefix=None, stop_sequence=None, number_resolution=_NOT_GIVEN, **kwargs):
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             stop_sequence=stop_sequence, **kwargs)
-        if number_resolution is not None:  # how generated numbers are written (causalqwen.writing)
+        if number_resolution is not _NOT_GIVEN:  # how generated numbers are written (causalqwen.writing)
             postprocess_params["number_resolution"] = check_resolution(number_resolution)
         if prefix is not None:  # the parent measures the prefix with a transformers tokenizer call
             preprocess_params["prefix"] = prefix
@@ -84,7 +89,8 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
             unsupported.append("add_special_tokens")
         if unsupported:
             raise ValueError(f"{type(self).__name__} does not support {', '.join(unsupported)}")
-        encoding = self.tokenizer(prefix + prompt_text, max_length=max_length, truncation=bool(truncation))
+        encoding = self.tokenizer(prefix + prompt_text, max_length=max_length, truncation=bool(truncation),
+                                  return_tensors="pt")
         if encoding["input_ids"].shape[1] == 0:
             raise ValueError(_EMPTY.format(which="the prompt"))
         return {
@@ -104,10 +110,12 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         return model_outputs
 
     def postprocess(self, model_outputs, *, return_type=ReturnType.FULL_TEXT, clean_up_tokenization_spaces=None,
-                    continue_final_message=None, skip_special_tokens=None, tools=None, number_resolution=None):
+                    continue_final_message=None, skip_special_tokens=None, tools=None,
+                    number_resolution=DEFAULT_NUMBER_RESOLUTION):
         """One record per generated sequence: the text (the prompt as given, then the continuation with its
-        numbers written out, at ``number_resolution`` if given: a power of ten or ``"prompt"``, `causalqwen.writing`) or,
-        with ``return_tensors=True``, the ids; and the values beside the ids.
+        numbers written out at ``number_resolution``: ``"prompt"`` by default, a power of ten, or None for the
+        shortest float32 text; `causalqwen.writing`) or, with ``return_tensors=True``, the ids; and the values
+        beside the ids.
 
         The prompt and the continuation are told apart by their token counts (`NumericTokenizer.decode_continuation`):
         whatever space keeps a generated digit or number from running into the prompt's last number starts the

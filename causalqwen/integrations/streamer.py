@@ -14,13 +14,18 @@ rest. So the streamed continuation is the continuation `NumericTextGenerationPip
 (``return_full_text=False``): ``tokenizer.decode(out.sequences[0, S:], out.numeric_values[0, S:])`` of the same
 call -- and, where the first generated number or digit would run into the prompt's last number, a space in front,
 so that the prompt then the stream reads every number back. With ``skip_prompt=False`` the prompt is written first,
-as ``tokenizer.decode`` writes it.
+its numbers as they were written: the texts given as ``number_texts``, else those the tokenizer kept when it
+encoded the prompt (`causalqwen.tokenization.NumberTextsSeen`: ``"12.50"``, where the values say 12.5), else the
+shortest text of each value. Generated numbers are written at ``number_resolution="prompt"`` by default
+(`causalqwen.writing`), as the pipeline and ``causalqwen generate`` write them.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import TextStreamer
+
+from ..numbers import format_number
 
 __all__ = ["NumericTextStreamer"]
 
@@ -32,10 +37,12 @@ class NumericTextStreamer(TextStreamer):
 
     Args:
         tokenizer: the `NumericTokenizer` (anything with its ``decode_continuation``).
-        skip_prompt: write only what is generated (default False: the prompt first, as transformers' streamer).
+        skip_prompt: write only what is generated (default False: the prompt first, as transformers' streamer, its
+            numbers as they were written; see the module).
         **decode_kwargs: passed to ``decode_continuation``: ``skip_special_tokens``, ``out_of_vocab`` (default here
             ``"mark"``: an untrained model's reserved row is written ``<unk:ID>`` instead of failing mid-stream, as
-            the pipeline does), ``number_texts`` (the prompt's numbers as written).
+            the pipeline does), ``number_resolution`` (default here ``"prompt"``, as the pipeline; None writes every
+            float32 digit), ``number_texts`` (the prompt's numbers as written; by default those the tokenizer kept).
 
     Batch size 1 only, as transformers' `TextStreamer` (a ValueError otherwise). Override `on_finalized_text` to
     send the text elsewhere than stdout.
@@ -45,10 +52,13 @@ class NumericTextStreamer(TextStreamer):
         if not callable(getattr(tokenizer, "decode_continuation", None)):
             raise TypeError(f"NumericTextStreamer needs a NumericTokenizer (with decode_continuation), got "
                             f"{type(tokenizer).__name__}")
-        super().__init__(tokenizer, skip_prompt=skip_prompt, **({"out_of_vocab": "mark"} | decode_kwargs))
+        self.given_number_texts = decode_kwargs.pop("number_texts", None)
+        super().__init__(tokenizer, skip_prompt=skip_prompt,
+                         **({"out_of_vocab": "mark", "number_resolution": "prompt"} | decode_kwargs))
         self.state = None  # the GenerationState of the running generate call
         self.value_cache: list[float] = []  # beside token_cache: the prompt's ids, then every generated one
         self.prompt_length = 0
+        self.prompt_number_texts: list[str] = []  # the prompt's numbers as written
 
     def attach_generation_state(self, state) -> None:
         """Called by ``CausalQwenGenerationMixin.generate`` before the prompt: where the values are read."""
@@ -71,6 +81,7 @@ class NumericTextStreamer(TextStreamer):
         if self.next_tokens_are_prompt:
             self.next_tokens_are_prompt = False
             self.prompt_length = len(ids)
+            self.prompt_number_texts = self.number_texts_of_prompt(ids, self.value_cache)
             if not self.skip_prompt:
                 self.on_finalized_text(self.texts()[0])
             return
@@ -99,10 +110,21 @@ class NumericTextStreamer(TextStreamer):
         value = 0.0 if token != self.state.num_token_id else self.state.chosen_values(torch.tensor([token]))[0].item()
         return held + [value]
 
+    def number_texts_of_prompt(self, ids: list[int], values: list[float]) -> list[str]:
+        """How the prompt's numbers were written: the ``number_texts`` given, else those the tokenizer kept when it
+        encoded these ids and values, else the shortest text of each value (then ``"12.5"`` for ``"12.50"``)."""
+        if self.given_number_texts is not None:
+            return list(self.given_number_texts)
+        seen = getattr(self.tokenizer, "number_texts_seen", None)
+        found = seen.find(ids, values) if seen is not None else None
+        if found is not None:
+            return found
+        return [format_number(value) for token, value in zip(ids, values) if token == self.state.num_token_id]
+
     def texts(self) -> tuple[str, str]:
         """``(prompt, continuation)`` of everything so far, as `NumericTokenizer.decode_continuation` writes them."""
         return self.tokenizer.decode_continuation(self.token_cache, self.value_cache, self.prompt_length,
-                                                  **self.decode_kwargs)
+                                                  number_texts=self.prompt_number_texts, **self.decode_kwargs)
 
 
 def last_whitespace(text: str) -> int:
