@@ -22,7 +22,9 @@ Decision D15 (transformers' tokenizer interface): `NumericTokenizer` wraps a tra
 its interface itself, not as a ``PreTrainedTokenizerFast`` subclass, whose inherited entry points (``encode_plus``,
 ``pad``, ``prepare_for_model``, the Rust backend) would each return ids without values: a call the wrapper lacks
 is an ``AttributeError``, never a silently lost number. Where transformers' defaults would lose values it differs,
-and says so: tensors (``"pt"``), padding, left padding, ``decode`` skipping special tokens, ``encode`` -> (ids, values).
+and says so: tensors (``"pt"``) and padding for a list of texts, left padding, ``decode`` skipping special tokens,
+``encode`` -> (ids, values). Where it loses nothing it follows transformers: one str gives its row as Python lists,
+``decode`` of a batch one text per row, ``tokenize`` the token strings.
 
 Around it: what is asked of the wrapped tokenizer (`causalqwen.integrations.wrapped_tokenizer`), loading, saving
 and the attributes transformers reads (`causalqwen.integrations.tokenizer_mixin`), and the checks of every

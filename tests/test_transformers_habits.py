@@ -592,7 +592,7 @@ def test_the_streamer_without_the_prompts_texts_writes_its_values_and_takes_them
     """A prompt the tokenizer did not encode (ids and values built by hand): its numbers in their shortest text;
     ``number_texts`` given to the streamer: those. ``number_resolution=None``: every float32 digit."""
     model, tok = tiny
-    ids, values, texts = tok.encode("It was 12.50 and", return_number_texts=True)
+    ids, values = tok.encode("It was 12.50 and")
     by_hand = {"input_ids": torch.tensor([ids]), "numeric_values": torch.tensor([values])}
     by_hand["numeric_values"][0, ids.index(tok.num_token_id)] = 7.0  # not the row the tokenizer encoded
     printed, out = _printed_by_the_streamer(model, tok, by_hand, capsys)

@@ -2,8 +2,8 @@
 
 transformers' ``DataCollatorWithPadding`` pads what its tokenizer's ``pad`` knows; `NumericDataCollator` is the
 same recipe for rows of `causalqwen.tokenization.NumericTokenizer`: each feature a dict with ``input_ids`` and
-``numeric_values`` (lists, tensors or arrays, as ``tokenizer(text, return_tensors=None)`` or a ``datasets``
-map gives them), and optionally ``attention_mask``, ``labels`` and ``numeric_labels``. It pads them to the
+``numeric_values`` (lists, tensors or arrays, as ``tokenizer(text)`` or a ``datasets`` map gives them), and
+optionally ``attention_mask``, ``labels`` and ``numeric_labels``. It pads them to the
 longest row (or a multiple of ``pad_to_multiple_of``): ids with the pad id, values with 0.0, the mask with 0,
 labels with -100 and numeric labels with 0.0, by `causalqwen.integrations.numeric_encoding.padded_lists`.
 """
