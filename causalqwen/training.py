@@ -54,7 +54,8 @@ from .metrics import evaluate_batch, with_log_prefixes
 
 __all__ = [
     "PRESETS", "DEFAULT_WARMUP_RATIO", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable", "parameter_groups",
-    "optimizer_and_schedule", "globally_normalized_loss", "loss_and_gradients", "training_metrics", "train",
+    "optimizer_and_schedule", "globally_normalized_loss", "loss_and_gradients", "training_metrics",
+    "check_training_inputs", "train",
 ]
 
 logger = logging.getLogger(__name__)
@@ -156,17 +157,23 @@ class TrainingConfig:
         return math.ceil((DEFAULT_WARMUP_RATIO if self.warmup_ratio is None else self.warmup_ratio) * self.steps)
 
 
+def _check_preset(model, preset: str) -> None:
+    """``preset`` one of `PRESETS`, and ``lora`` exactly for the `peft.PeftModel` of
+    `causalqwen.integrations.lora.add_lora`."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if (preset == "lora") != is_peft_model(model):
+        raise TypeError("preset 'lora' trains the adapters of causalqwen.integrations.lora.add_lora(model), and only it does: "
+                        f"got a {type(model).__name__} for preset {preset!r}")
+
+
 def set_trainable(model, preset: str) -> list[str]:
     """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters.
 
     ``lora`` needs the `peft.PeftModel` of `causalqwen.integrations.lora.add_lora`: its LoRA matrices and its trained copies of
     the causal preset's modules train, everything else (the base weights and the base copies) is frozen.
     """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    if (preset == "lora") != is_peft_model(model):
-        raise TypeError("preset 'lora' trains the adapters of causalqwen.integrations.lora.add_lora(model), and only it does: "
-                        f"got a {type(model).__name__} for preset {preset!r}")
+    _check_preset(model, preset)
     if preset == "lora":
         chosen = {id(parameter) for name, parameter in model.named_parameters()
                   if ".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name}
@@ -256,6 +263,23 @@ def training_metrics(model, out) -> dict[str, float]:
     }
 
 
+def check_training_inputs(model, train_dataset: TextDataset, config: TrainingConfig) -> None:
+    """Every check of `train`'s inputs that needs no output directory, so that a run refused for its inputs claims
+    and writes nothing: ``config`` a `TrainingConfig`, a training text with two tokens, one full batch for each
+    process, the preset fitting the model (`set_trainable`) and the package ``report_to`` names installed.
+    ``causalqwen train`` calls it before it claims ``--out``."""
+    if not isinstance(config, TrainingConfig):
+        raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
+    check_trainable_dtypes(model)
+    scored = sum(int(len(train_dataset[i]["input_ids"]) >= 2) for i in range(len(train_dataset)))
+    if scored == 0:
+        raise ValueError(f"none of the {len(train_dataset)} training texts has two tokens: there is no next token "
+                         "to learn from")
+    _loader(train_dataset, config, _rank(), _world_size())  # ValueError: too few texts for one batch
+    _check_preset(model, config.preset)
+    runs.check_report_to(config.report_to)
+
+
 def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch: dict[str, torch.Tensor] | None = None,
           out_dir: str | os.PathLike | RunDirectory | None = None, *, resume: bool = False, overwrite: bool = False,
           progress: bool = True, allow_changed_settings: bool = False, print_eval: bool = False) -> list[dict]:
@@ -279,12 +303,7 @@ def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch:
     A non-finite loss or gradient stops the run with `TrainingDiverged` before the optimizer step.
     """
     rank = _rank()
-    if not isinstance(config, TrainingConfig):
-        raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
-    scored = sum(int(len(train_dataset[i]["input_ids"]) >= 2) for i in range(len(train_dataset)))
-    if scored == 0:
-        raise ValueError(f"none of the {len(train_dataset)} training texts has two tokens: there is no next token "
-                         "to learn from")
+    check_training_inputs(model, train_dataset, config)  # before the directory is claimed: a refused run writes nothing
     run_dir, owned = None, False
     if isinstance(out_dir, RunDirectory):
         run_dir = out_dir

@@ -422,7 +422,7 @@ def _adapter_on_a_saved_base(tiny, root: pathlib.Path, monkeypatch):
     tiny[0].save_pretrained(root / "work" / "qwen-causal")
     monkeypatch.chdir(root / "work")
     base = CausalQwenForCausalLM.from_pretrained("qwen-causal")
-    assert base.name_or_path == "qwen-causal"  # what peft would record, and what another directory cannot find
+    assert base.name_or_path == str((root / "work" / "qwen-causal").resolve())  # not "qwen-causal" as typed
     peft_model = _train(add_lora(base), tiny[1])
     save_lora(peft_model, "adapter")
     adapted = _outputs(peft_model, tiny[1])
@@ -452,6 +452,62 @@ def test_an_adapter_records_its_base_by_absolute_path_and_loads_from_another_dir
 
     # causalqwen's: the recorded base, then the checked adapter on it
     _assert_equal(_outputs(load_lora(load_base(adapter), adapter), tiny[1]), adapted)
+
+
+def test_a_base_loaded_by_a_relative_path_is_recorded_whatever_the_working_directory_becomes(tiny, tmp_path,
+                                                                                              monkeypatch):
+    """The working directory changes between loading the base and adding the adapter, to one that holds another
+    directory of the same name: the adapter records the base it was added to, and loads from a third directory."""
+    from peft import AutoPeftModelForCausalLM
+
+    from causalqwen.integrations.lora_base import load_base
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("work", "other", "elsewhere"):
+        (tmp_path / name).mkdir()
+    tiny[0].save_pretrained(tmp_path / "work" / "model")
+    decoy = copy.deepcopy(tiny[0])
+    with torch.no_grad():
+        decoy.model.abduction.b_loc.add_(1.0)  # another model under the same relative name
+    decoy.save_pretrained(tmp_path / "other" / "model")
+    monkeypatch.chdir(tmp_path / "work")
+    base = CausalQwenForCausalLM.from_pretrained("model")
+    monkeypatch.chdir(tmp_path / "other")
+    peft_model = _train(add_lora(base), tiny[1])
+    save_lora(peft_model, "adapter")
+    adapted = _outputs(peft_model, tiny[1])
+    adapter = tmp_path / "other" / "adapter"
+    recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == str((tmp_path / "work" / "model").resolve())
+
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    _assert_equal(_outputs(load_lora(load_base(adapter), adapter), tiny[1]), adapted)
+    loaded = AutoPeftModelForCausalLM.from_pretrained(str(adapter), import_allowlist=["causalqwen"])
+    _assert_equal(_outputs(loaded, tiny[1]), adapted)
+
+
+def test_peft_s_own_get_peft_model_and_save_pretrained_record_the_absolute_base(tiny, tmp_path, monkeypatch):
+    """The peft habit, without causalqwen's add_lora and save_lora: the base's name_or_path is what peft records."""
+    from peft import AutoPeftModelForCausalLM, LoraConfig, get_peft_model
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    tiny[0].save_pretrained(tmp_path / "work" / "model")
+    monkeypatch.chdir(tmp_path / "work")
+    peft_model = get_peft_model(CausalQwenForCausalLM.from_pretrained("model"),
+                                LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model.eval()
+    peft_model.save_pretrained("adapter")
+    adapted = _outputs(peft_model, tiny[1])
+    adapter = tmp_path / "work" / "adapter"
+    recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert recorded == str((tmp_path / "work" / "model").resolve())
+
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    loaded = AutoPeftModelForCausalLM.from_pretrained(str(adapter), import_allowlist=["causalqwen"])
+    _assert_equal(_outputs(loaded, tiny[1]), adapted)
+    assert not torch.equal(adapted["loc_S"], _outputs(tiny[0], tiny[1])["loc_S"])  # the adapter does change it
 
 
 def test_a_recorded_base_that_cannot_be_found_offline_is_named(tiny, saved, tmp_path, monkeypatch):

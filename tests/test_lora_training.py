@@ -76,7 +76,7 @@ def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, 
     with killed_after_first_save():
         train(add_lora(tiny_model(), rank=4), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json"))\
-        == ["adapter_config.json", "adapter_model.safetensors", "config.json", "divergence_bound.json",
+        == ["adapter_config.json", "adapter_model.safetensors", "checkpoint_files.json", "config.json", "divergence_bound.json",
             "divergence_reference.safetensors", "history.json", "trainer_state.json", "training_state.safetensors"]
     resumed = add_lora(tiny_model(), rank=4)
     history = train(resumed, _data(tokenizer), config, None, str(tmp_path / "b"), resume=True, progress=False)

@@ -180,7 +180,8 @@ def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path)
     for step in (3, 6, 9, 12):
         files = set(os.listdir(tmp_path / f"checkpoint-{step}"))
         assert files == {"config.json", "model.safetensors", "training_state.safetensors", "trainer_state.json",
-                         "history.json", "causalqwen_auto.py", "generation_config.json"}  # no pickle anywhere
+                         "history.json", "causalqwen_auto.py", "generation_config.json",
+                         "checkpoint_files.json"}  # no pickle anywhere
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
     reloaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "checkpoint-12")
     for (name, a), (_, b) in zip(model.state_dict().items(), reloaded.state_dict().items()):

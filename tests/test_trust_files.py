@@ -74,7 +74,7 @@ def finished_run(tiny, tmp_path_factory):
     train(_model(), _data(tiny[1]), TrainingConfig(**CONFIG | {"max_u_divergence": 1.0}), out_dir=str(out),
           progress=False)
     assert sorted(os.listdir(out / "checkpoint-2")) == [
-        "causalqwen_auto.py", "config.json", "divergence_bound.json", "divergence_reference.safetensors",
+        "causalqwen_auto.py", "checkpoint_files.json", "config.json", "divergence_bound.json", "divergence_reference.safetensors",
         "generation_config.json", "history.json", "model.safetensors", "trainer_state.json",
         "training_state.safetensors"]
     return out

@@ -173,13 +173,13 @@ def test_whatever_the_model_generates_decodes_and_works_as_a_prompt(tiny, models
 
 def test_the_pipeline_refuses_a_tokenizer_with_another_num_token(tiny, tmp_path):
     model, tokenizer = tiny
-    other = NumericTokenizer(tokenizer.hf_tokenizer, num_token="<|im_end|>")
-    with pytest.raises(ValueError, match=r"<NUM> id \(602\) differs from the model's num_token_id \(603\)"):
+    other = NumericTokenizer(copy.deepcopy(tokenizer.hf_tokenizer), num_token="<QTY>")  # added beside <NUM>: id 604
+    with pytest.raises(ValueError, match=r"<NUM> id \(604\) differs from the model's num_token_id \(603\)"):
         _pipe(model, other)
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     config_file = tmp_path / "tokenizer_config.json"
-    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"num_token": "<|im_end|>"}))
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"num_token": "<QTY>"}))
     with pytest.raises(ValueError, match=r"differs from the model's num_token_id \(603\)"):
         pipeline("text-generation", model=str(tmp_path), trust_remote_code=True)
 

@@ -270,7 +270,7 @@ def train_command(args) -> int:
 
     from ..files.data import TextDataset, collate, read_jsonl
     from ..files.rundir import RunDirectory
-    from ..training import train
+    from ..training import check_training_inputs, train
 
     config = _training_config(args)
     # The data first: a bad file fails at once, not after a (possibly large) model has been loaded.
@@ -282,6 +282,7 @@ def train_command(args) -> int:
     if eval_texts is not None:
         eval_set = TextDataset(eval_texts, tokenizer, args.max_length, eval_sources)
         eval_batch = collate(eval_set.items, tokenizer.pad_token_id)
+    check_training_inputs(model, train_set, config)  # every option checked before anything is written to --out
     writer = not dist.is_initialized() or dist.get_rank() == 0  # only rank 0 writes
     run_dir = RunDirectory.claim(args.out, "train", resume=args.resume, overwrite=args.overwrite,
                                  option_names=FLAG_NAMES) if writer else None

@@ -27,7 +27,7 @@ from ..numbers import (
     parse_number,
 )
 
-__all__ = ["MAX_TEXT_CHARS", "UNSAFE_CUT_MARGIN", "check_text", "check_length", "check_max_length", "bounded_prefix",
+__all__ = ["MAX_TEXT_CHARS", "UNSAFE_CUT_MARGIN", "NUM_TOKEN_FIX", "num_token_clash", "check_text", "check_length", "check_max_length", "bounded_prefix",
            "check_call_arguments", "check_flags",
            "check_decode_arguments", "check_prompt_length", "check_surface", "batch_rows", "kept_positions"]
 
@@ -35,6 +35,36 @@ __all__ = ["MAX_TEXT_CHARS", "UNSAFE_CUT_MARGIN", "check_text", "check_length", 
 # and aborts the process when it cannot get them, so longer texts are refused before they reach it
 # (or, with a token limit, only a prefix is encoded).
 MAX_TEXT_CHARS = 10_000_000
+
+
+def num_token_clash(hf_tokenizer, num_token: str) -> str | None:
+    """What ``num_token`` already is in the wrapped ``hf_tokenizer``, worded to follow "is" (``"the wrapped
+    tokenizer's eos_token and pad_token (id 600)"``), or None when it may be the number token: a token the
+    tokenizer does not have yet (it is added), or a special added token with no other role -- the ``<NUM>`` a
+    `NumericTokenizer` added before, in place or in a directory its ``save_pretrained`` wrote. A named special
+    token (end of text, padding, ...; ``num_token``'s own entry aside), one of the extra special tokens (those
+    of a chat template) and an ordinary token are each another token: numbers would encode as it."""
+    vocab_id = hf_tokenizer.get_vocab().get(num_token)
+    id_text = f" (id {vocab_id})" if vocab_id is not None else ""
+    roles = [role for role, token in hf_tokenizer.special_tokens_map.items() if role != "num_token" and token == num_token]
+    if roles:
+        named = roles[0] if len(roles) == 1 else ", ".join(roles[:-1]) + " and " + roles[-1]
+        return f"the wrapped tokenizer's {named}{id_text}"
+    extra = [str(token) for token in getattr(hf_tokenizer, "extra_special_tokens", None) or []]
+    if num_token in extra:
+        return f"one of the wrapped tokenizer's extra special tokens{id_text}"
+    if vocab_id is None:
+        return None
+    added = hf_tokenizer.added_tokens_decoder.get(vocab_id)
+    # An id below vocab_size is the tokenizer model's own (BPE) token, even where the loader made it special
+    # (transformers does so for any *_token a tokenizer_config.json names).
+    if vocab_id < hf_tokenizer.vocab_size or added is None or not added.special:
+        return f"an ordinary token of the wrapped tokenizer{id_text}, which ordinary text also produces"
+    return None
+
+
+NUM_TOKEN_FIX = ("choose a token the tokenizer does not have; NumericTokenizer adds it as a special token (the "
+                 "default '<NUM>')")
 
 
 def check_text(text) -> None:

@@ -139,7 +139,8 @@ def strict_from_pretrained(cls, load, path, model_args, kwargs):
     other (unless ``ignore_mismatched_sizes=True``, transformers' explicit request to re-initialise
     mismatched ones). After loading: no missing or unexpected key, no integer tensor for a
     floating-point parameter, nothing NaN or ±inf. ``output_loading_info=True`` still returns
-    ``(model, info)``.
+    ``(model, info)``. A model loaded from a local directory has that directory's absolute path as its
+    ``name_or_path`` (a LoRA adapter's record of its base: `causalqwen.integrations.lora_base`).
     """
     if isinstance(path, (str, os.PathLike)):
         check_local_source(path, "model")
@@ -173,6 +174,10 @@ def strict_from_pretrained(cls, load, path, model_args, kwargs):
     generation = getattr(model, "generation_config", None)
     if mode is not None and generation is not None and "generation_config" not in kwargs:
         generation.mode = mode  # a file with "_from_model_config": true loses the key in transformers' loader
+    if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
+        # A local directory is remembered by its absolute path, found from any working directory: what peft
+        # records as a LoRA adapter's base (get_peft_model reads model.name_or_path), not "model" as typed.
+        model.name_or_path = model.config.name_or_path = os.path.realpath(path)
     return (model, info) if want_info else model
 
 

@@ -1,10 +1,14 @@
 """The base model a saved LoRA adapter records, written so that any working directory finds it, and read back.
 
-peft writes the base's ``name_or_path`` into ``adapter_config.json`` (``base_model_name_or_path``) as it was
-typed: a base loaded with ``from_pretrained("qwen-causal")`` is recorded as ``"qwen-causal"``, which means
-nothing from another directory, and ``AutoPeftModelForCausalLM`` then takes it for a hub id. causalqwen's
-`causalqwen.integrations.lora` (``add_lora``, ``load_lora``, ``save_lora``) records instead `portable_base`:
-the absolute, resolved path of a base that is a local directory; a hub id stays a hub id.
+peft writes the base's ``name_or_path`` into ``adapter_config.json`` (``base_model_name_or_path``), and
+transformers keeps it as it was typed: a base loaded with ``from_pretrained("qwen-causal")`` would be recorded
+as ``"qwen-causal"``, which means nothing from another directory (``AutoPeftModelForCausalLM`` then takes it for
+a hub id), or another model where the working directory holds another ``qwen-causal``. So
+``CausalQwenForCausalLM.from_pretrained`` of a local directory sets the model's ``name_or_path`` to the
+directory's absolute, resolved path as it loads (`causalqwen.files.loading.strict_from_pretrained`): peft's own
+``get_peft_model`` and ``save_pretrained`` record that. causalqwen's `causalqwen.integrations.lora`
+(``add_lora``, ``load_lora``, ``save_lora``) records `portable_base` of it, which is the same path (and resolves
+a relative name a model got elsewhere); a hub id stays a hub id.
 
 Reading the record back (`adapter_base`, `load_base`) never goes to the network:
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from transformers import AutoTokenizer
 
+from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
 from ..files.checkpoint import check_local_source
 from ..files.rundir import check_write_targets
 from .chat_template import apply_chat_template
@@ -49,6 +50,9 @@ class TokenizerMixin:
         ``"<NUM>"``. This is also what ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` calls
         for a directory `save_pretrained` wrote. A local path that does not exist, or tokenizer files that
         are missing or corrupt, raise an ``OSError`` that names the path (and the loader's reason, on one line).
+        A ``tokenizer_config.json`` whose ``num_token`` is another token of the wrapped tokenizer (its end of
+        text, its pad token, a chat template's special token, an ordinary token) is a ``ValueError`` naming the
+        file, the token and the clash (`causalqwen.checks.tokenizer_door.num_token_clash`).
         """
         where = os.fspath(path) if isinstance(path, os.PathLike) else path
         if isinstance(path, (str, os.PathLike)):
@@ -58,9 +62,16 @@ class TokenizerMixin:
             hf_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
         except Exception as error:  # noqa: BLE001 -- the loaders raise many types, the Rust one a bare Exception
             raise OSError(f"cannot load a tokenizer from {where!r}: {' '.join(str(error).split())}") from error
-        if num_token is None:
-            recorded = getattr(hf_tokenizer, "num_token", None)  # transformers keeps a *_token entry as a special token
-            num_token = str(recorded) if recorded is not None else "<NUM>"
+        recorded = getattr(hf_tokenizer, "num_token", None)  # transformers keeps a *_token entry as a special token
+        if num_token is None and recorded is not None:  # the file names it: a clash is the file's, named so
+            num_token = str(recorded)
+            clash = num_token_clash(hf_tokenizer, num_token)
+            if clash is not None:
+                config_file = os.path.join(where, "tokenizer_config.json") if os.path.isdir(where) else (
+                    f"tokenizer_config.json of {where}")
+                raise ValueError(f"{config_file!r} names num_token {num_token!r}, which is {clash}: numbers would "
+                                 f"encode as that token; {NUM_TOKEN_FIX}, and write it there")
+        num_token = "<NUM>" if num_token is None else num_token  # a num_token argument is checked by the constructor
         padding_side = hf_tokenizer.init_kwargs.get("padding_side") or "left"  # recorded by save_pretrained
         return cls(hf_tokenizer, num_token=num_token, padding_side=padding_side)
 

@@ -19,6 +19,7 @@ import re
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerBase
 
+from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
 from ..numbers import NumberMatch
 
 __all__ = ["add_num_token", "runs_between", "encode_between_numbers", "encode_batch", "encode_by_runs", "decode_run"]
@@ -26,17 +27,16 @@ __all__ = ["add_num_token", "runs_between", "encode_between_numbers", "encode_ba
 
 def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
     """The id of ``num_token`` in ``hf_tokenizer``, added **in place** as a special token (id K = the size before)
-    unless the tokenizer already holds it as a special added token; a ``ValueError`` if it holds it otherwise."""
+    unless the tokenizer already holds it as a special added token with no other role (a ``<NUM>`` added
+    before); a ``ValueError`` naming the clash if it is another of its tokens
+    (`causalqwen.checks.tokenizer_door.num_token_clash`: end of text, padding, a chat template's special token,
+    an ordinary token), and nothing is added."""
+    clash = num_token_clash(hf_tokenizer, num_token)
+    if clash is not None:
+        raise ValueError(f"num_token {num_token!r} is {clash}: numbers would encode as that token; {NUM_TOKEN_FIX}")
     vocab = hf_tokenizer.get_vocab()
     if num_token in vocab:
-        num_token_id = vocab[num_token]
-        added = hf_tokenizer.added_tokens_decoder.get(num_token_id)
-        if added is None or not added.special:
-            raise ValueError(
-                f"the tokenizer already has {num_token!r} (id {num_token_id}) but not as a special added "
-                "token, so it could be produced from ordinary text; choose another num_token"
-            )
-        return num_token_id
+        return vocab[num_token]
     size_before = len(hf_tokenizer)
     hf_tokenizer.add_tokens(
         [AddedToken(num_token, special=True, normalized=False, lstrip=False, rstrip=False)],
