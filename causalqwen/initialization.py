@@ -29,7 +29,11 @@ differ from model to model. The rules read the base's own logits at the text pos
 The midpoint puts $C$ inside $(\ell_{(2)}, \ell_{(1)})$ at a typical position, which is where the decision is
 Qwen's. Without a calibration batch the base writes its own (`sample_calibration_batch`): ancestral samples at
 temperature 1 from a fixed seed, so the logits are those of text the base itself finds typical, in any
-language or domain, and the result does not depend on the global random state.
+language or domain, and the result does not depend on the global random state. The sampling shows a progress
+bar on stderr (``calibration``, one tick per sampled token; a 0.5B base in bfloat16 on a CPU takes minutes),
+shown as transformers shows its own: ``transformers.utils.logging.disable_progress_bar()`` (or
+``HF_HUB_DISABLE_PROGRESS_BARS=1``) turns it off, together with the bars of ``from_pretrained`` and
+``save_pretrained``; ``progress=False`` turns off this one.
 
 The drafts' values, $\gamma = 10$ and $C = 100$ (`DRAFT_INIT`), stay available by configuration; V10 in the
 validation report measures why they are not the default.
@@ -42,6 +46,8 @@ import numbers
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
+from transformers.utils import logging as transformers_logging
 
 from .files.loading import CACHE_NAME
 
@@ -101,14 +107,17 @@ def threshold_from_logits(logits: Tensor, rule: str, quantile: float = 0.5) -> f
 
 @torch.no_grad()
 def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, length: int = CALIBRATION_LENGTH,
-                             seed: int = CALIBRATION_SEED, vocab_limit: int | None = None) -> tuple[Tensor, Tensor]:
+                             seed: int = CALIBRATION_SEED, vocab_limit: int | None = None,
+                             progress: bool | None = None) -> tuple[Tensor, Tensor]:
     """Text the base writes itself: ``(input_ids [sequences, length + 1], logits [sequences * length, V])``.
 
     Each sequence starts at the base's BOS token (its EOS, or id 0, when it has none) and continues by
     ancestral sampling at temperature 1, with the KV cache, from a generator seeded with ``seed``, among the ids
     below ``vocab_limit`` (all when None; `from_qwen` passes the ``<NUM>`` id, ``len(tokenizer)``, so that no
     reserved row and no ``<NUM>`` is written); ``logits`` are the base's full logits at every sampled position
-    (float32), the distributions the tokens were drawn from.
+    (float32), the distributions the tokens were drawn from. ``progress``: the bar on stderr, one tick per
+    sampled position; None shows it when transformers shows its bars
+    (``transformers.utils.logging.is_progress_bar_enabled()``).
     """
     config = base.config
     start = config.bos_token_id if config.bos_token_id is not None else config.eos_token_id
@@ -120,6 +129,10 @@ def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, lengt
     step_input, cache, steps = ids, None, []
     was_training = base.training
     base.eval()
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be True, False or None, got {progress!r}")
+    shown = transformers_logging.is_progress_bar_enabled() if progress is None else progress
+    bar = tqdm(total=length, desc="calibration", unit="token", disable=not shown)
     try:
         for _ in range(length):
             output = base(input_ids=step_input, use_cache=True, **({CACHE_NAME: cache} if cache is not None else {}))
@@ -130,7 +143,9 @@ def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, lengt
             token = torch.multinomial(torch.softmax(allowed, dim=-1), 1, generator=generator)  # [n, 1]
             step_input = token.to(device)
             ids = torch.cat([ids, step_input], dim=1)
+            bar.update(1)
     finally:
+        bar.close()
         base.train(was_training)
     return ids, torch.cat(steps, dim=0)  # [n, length + 1], [n * length, V]
 
@@ -177,12 +192,12 @@ def calibration_logits(base, calibration, num_token_id: int | None = None) -> Te
 
 
 def initial_threshold(base, rule: str, quantile: float = 0.5, calibration=None,
-                      num_token_id: int | None = None) -> float:
+                      num_token_id: int | None = None, progress: bool | None = None) -> float:
     """$C$ for a conversion of ``base`` by ``rule``: from ``calibration`` when given, else from text the base
-    samples itself (`sample_calibration_batch`)."""
+    samples itself (`sample_calibration_batch`, whose progress bar ``progress`` switches)."""
     check_threshold_init(rule, quantile)
     if calibration is None:
-        _, logits = sample_calibration_batch(base, vocab_limit=num_token_id)
+        _, logits = sample_calibration_batch(base, vocab_limit=num_token_id, progress=progress)
     else:
         logits = calibration_logits(base, calibration, num_token_id)
     return threshold_from_logits(logits, rule, quantile)

@@ -34,6 +34,7 @@ import math
 import os
 import random
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import partial
 
 import numpy as np
@@ -53,7 +54,8 @@ from .integrations.lora import is_peft_model
 from .metrics import evaluate_batch, with_log_prefixes
 
 __all__ = [
-    "PRESETS", "DEFAULT_WARMUP_RATIO", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable", "parameter_groups",
+    "PRESETS", "DEFAULT_WARMUP_RATIO", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable",
+    "check_trainable_dtypes", "float32_master_weights", "parameter_groups",
     "optimizer_and_schedule", "globally_normalized_loss", "loss_and_gradients", "training_metrics",
     "check_training_inputs", "train",
 ]
@@ -151,10 +153,14 @@ class TrainingConfig:
     @property
     def num_warmup_steps(self) -> int:
         """The schedule's warm-up steps: ``warmup_steps`` if given, else ``ceil(warmup_ratio * steps)``
-        (`DEFAULT_WARMUP_RATIO` when neither is given), as transformers' ``TrainingArguments.get_warmup_steps``."""
+        (`DEFAULT_WARMUP_RATIO` when neither is given), the rule of transformers'
+        ``TrainingArguments.get_warmup_steps``, computed exactly on the ratio as written: its shortest decimal
+        (``repr``, what ``--warmup-ratio 0.07`` typed) times ``steps`` as a fraction. 0.07 x 100 is 7 steps, where
+        the float product 7.000000000000001 would give 8."""
         if self.warmup_steps is not None:
             return self.warmup_steps
-        return math.ceil((DEFAULT_WARMUP_RATIO if self.warmup_ratio is None else self.warmup_ratio) * self.steps)
+        ratio = DEFAULT_WARMUP_RATIO if self.warmup_ratio is None else self.warmup_ratio
+        return math.ceil(Fraction(repr(ratio)) * self.steps)
 
 
 def _check_preset(model, preset: str) -> None:
@@ -186,6 +192,51 @@ def set_trainable(model, preset: str) -> list[str]:
     return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
 
 
+def check_trainable_dtypes(model) -> None:
+    """A ``ValueError`` naming the float16 parameters of ``model``, if it has any: float16 gradients need loss
+    scaling, which `train` does not do. bfloat16 trains (`float32_master_weights`); float32 and wider as they are."""
+    half = [name for name, parameter in model.named_parameters() if parameter.dtype == torch.float16]
+    if half:
+        shown = ", ".join(half[:3]) + (f" and {len(half) - 3} more" if len(half) > 3 else "")
+        raise ValueError(
+            f"the model holds float16 parameters ({shown}), which train does not update: float16 gradients "
+            "need loss scaling; train in float32 (model.float(), or --dtype float32 on the command line) or "
+            "bfloat16 (model.to(torch.bfloat16), or --dtype bfloat16)"
+        )
+
+
+@contextlib.contextmanager
+def float32_master_weights(model):
+    r"""Train a bfloat16 model with float32 master weights: inside the block its trainable bfloat16 parameters
+    are float32 (cast in place, the same ``Parameter`` objects), and the block yields the dtype the forward pass
+    runs in under ``torch.autocast`` (bfloat16), or None when no parameter is bfloat16 (nothing changes).
+
+    An AdamW update is about the learning rate; bfloat16 keeps 8 significant bits, so a weight $w$ moves only
+    when the update exceeds half its spacing, $2^{\lfloor \log_2 |w| \rfloor - 8}$: at ``lr = 1e-4`` a weight
+    of 1 (the diagonal of $W_{\mathrm{loc}}$), $-2.25$ ($b_{\mathrm{scale}}$) or 0.1 ($b_{\mathrm{noise}}$) never
+    moves in bfloat16, where in float32 each update accumulates. The frozen parameters stay bfloat16 (the
+    forward runs in bfloat16 under autocast, in the memory of a bfloat16 model). When the block ends the
+    parameters it cast go back to bfloat16, rounded once: the model keeps its dtype (``model.float()`` before
+    training keeps the trained float32 values)."""
+    floating = [(name, parameter) for name, parameter in model.named_parameters() if parameter.is_floating_point()]
+    if not any(parameter.dtype == torch.bfloat16 for _, parameter in floating):
+        yield None
+        return
+    cast = [(name, parameter) for name, parameter in floating
+            if parameter.requires_grad and parameter.dtype == torch.bfloat16]
+    logger.warning("training the %d trainable bfloat16 parameters (%s) in float32 (master weights; the forward "
+                   "pass runs under bfloat16 autocast); they are rounded back to bfloat16 when training ends "
+                   "(model.float() before training keeps float32)", len(cast),
+                   ", ".join(name for name, _ in cast[:3]) + (", ..." if len(cast) > 3 else ""))
+    for _, parameter in cast:
+        parameter.data = parameter.data.float()
+    try:
+        yield torch.bfloat16
+    finally:
+        for _, parameter in cast:
+            parameter.data = parameter.data.to(torch.bfloat16)
+
+
 def parameter_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups: trainable matrices (``dim >= 2``) decay, everything else does not."""
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -204,6 +255,7 @@ class TrainingState:
     eval_generator: torch.Generator  # the causal draws of the eval metrics
     settings: dict  # `causalqwen.files.runs.run_settings`: what a checkpoint records and a resume compares
     bound: DivergenceBound | None = None  # the bound on how far U moves (max_u_divergence), or None
+    autocast_dtype: torch.dtype | None = None  # the forward's dtype under torch.autocast (`float32_master_weights`)
     step: int = 0  # optimizer steps taken
     history: list[dict] = field(default_factory=list)  # one dict of metrics per logged step
 
@@ -311,9 +363,12 @@ def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch:
         run_dir, owned = RunDirectory.claim(out_dir, "train", resume=resume, overwrite=overwrite), True
     try:
         out_dir = os.fspath(out_dir) if out_dir is not None else None
-        state = _start(model, train_dataset, config, eval_batch, out_dir, writes=run_dir is not None,
-                       resume=resume, allow_changed_settings=allow_changed_settings)
-        return _steps(state, train_dataset, eval_batch, out_dir, progress, print_eval)
+        set_trainable(model, config.preset)
+        with float32_master_weights(model) as autocast_dtype:
+            state = _start(model, train_dataset, config, eval_batch, out_dir, writes=run_dir is not None,
+                           resume=resume, allow_changed_settings=allow_changed_settings)
+            state.autocast_dtype = autocast_dtype
+            return _steps(state, train_dataset, eval_batch, out_dir, progress, print_eval)
     finally:
         if owned:
             run_dir.release()
@@ -451,8 +506,9 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
                 offset -= 1
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
-            out, grad_norm = loss_and_gradients(trained, model, batch, config, step=state.step,
-                                                first=state.step == start_step, bound=state.bound)
+            with _autocast(state, device):
+                out, grad_norm = loss_and_gradients(trained, model, batch, config, step=state.step,
+                                                    first=state.step == start_step, bound=state.bound)
             state.optimizer.step()
             state.scheduler.step()
             if state.bound is not None:
@@ -460,7 +516,8 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
             state.optimizer.zero_grad(set_to_none=True)
             state.step += 1
 
-            record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None)
+            with _autocast(state, device):
+                record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None)
             if record:
                 state.history.append(record)
                 if log:
@@ -478,6 +535,13 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
     _check_finite_parameters(model, state.step, config)  # what the caller saves as the trained model is finite
     model.eval()
     return state.history
+
+
+def _autocast(state: TrainingState, device: torch.device):
+    """``torch.autocast`` in ``state.autocast_dtype`` on ``device``'s kind, or no change when it is None."""
+    if state.autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=state.autocast_dtype)
 
 
 def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:

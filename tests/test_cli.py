@@ -376,7 +376,7 @@ def test_every_option_of_every_subcommand_has_help_that_shows_its_default(capsys
         with pytest.raises(SystemExit):
             cli.main([name, "--help"])  # every help text renders
         assert "(default: " in capsys.readouterr().out
-    assert checked == 49  # walkthrough 2, generate 10, demo 3, train 28, convert 6 options that are not required
+    assert checked == 51  # walkthrough 2, generate 10, demo 3, train 29, convert 7 options that are not required
 
 
 def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoints_and_prints_each_eval(

@@ -190,3 +190,54 @@ def test_the_bases_own_text_holds_no_reserved_row_and_no_num_and_a_users_mask_is
     from_long = CausalQwenForCausalLM.from_qwen(tiny.qwen, num_token_id=num, calibration={
         "input_ids": batch["input_ids"], "attention_mask": before.long()})
     assert from_bool.config.ovr_threshold == from_long.config.ovr_threshold
+
+
+@pytest.fixture
+def transformers_progress_bars():
+    """transformers' progress-bar switch, put back as it was after the test."""
+    from transformers.utils import logging as transformers_logging
+
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    yield transformers_logging
+    if was_enabled:
+        transformers_logging.enable_progress_bar()
+    else:
+        transformers_logging.disable_progress_bar()
+
+
+def test_the_calibration_shows_a_progress_bar_on_stderr_that_follows_transformers_switch(
+        transformers_progress_bars, capsys):
+    base, _ = build_tiny_base(seed=0)
+    transformers_progress_bars.enable_progress_bar()
+    shown = sample_calibration_batch(base, sequences=2, length=4)
+    captured = capsys.readouterr()
+    assert captured.out == "" and "calibration: 100%" in captured.err and "4/4" in captured.err
+    silenced = sample_calibration_batch(base, sequences=2, length=4, progress=False)
+    assert capsys.readouterr().err == ""
+    transformers_progress_bars.disable_progress_bar()  # transformers' own switch turns it off ...
+    quiet = sample_calibration_batch(base, sequences=2, length=4)
+    assert capsys.readouterr().err == ""
+    forced = sample_calibration_batch(base, sequences=2, length=4, progress=True)  # ... and progress=True on
+    assert "calibration: 100%" in capsys.readouterr().err
+    for ids, logits in (silenced, quiet, forced):  # the bar draws nothing from the sampler's generator
+        assert torch.equal(ids, shown[0]) and torch.equal(logits, shown[1])
+    for wrong in ("yes", 1, 0.0):
+        with pytest.raises(TypeError, match=f"progress must be True, False or None, got {wrong!r}"):
+            sample_calibration_batch(base, sequences=1, length=1, progress=wrong)
+
+
+def test_from_qwen_and_convert_show_the_calibration_bar_unless_transformers_bars_are_off(
+        transformers_progress_bars, qwen_dir, tmp_path, capsys):
+    from causalqwen.app import cli
+
+    transformers_progress_bars.enable_progress_bar()
+    assert cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "shown")]) == 0
+    captured = capsys.readouterr()
+    assert "calibration: 100%" in captured.err and "calibration" not in captured.out
+    base, hf_tokenizer = build_tiny_base(seed=0)
+    CausalQwenForCausalLM.from_qwen(base, num_token_id=len(hf_tokenizer))
+    assert "calibration: 100%" in capsys.readouterr().err
+    transformers_progress_bars.disable_progress_bar()
+    assert cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "quiet")]) == 0
+    CausalQwenForCausalLM.from_qwen(base, num_token_id=len(hf_tokenizer))
+    assert "calibration" not in capsys.readouterr().err

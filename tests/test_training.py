@@ -5,9 +5,13 @@ import json
 import math
 import os
 import re
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from causalqwen import CausalQwenForCausalLM
@@ -292,6 +296,36 @@ def test_the_progress_bar_never_shows_a_nan_loss_at_eval_only_steps(tokenizer, c
 # ---------------------------------------------------------------------------------------------
 # Short runs (issue 30): the warm-up is a fraction of the run, the newest checkpoints are kept, evals are printed
 # ---------------------------------------------------------------------------------------------
+
+
+# A ratio as a user writes it: a decimal in [0, 1] of at most 15 significant digits (float64 keeps every such
+# decimal, so its repr gives it back), in positional or exponent form.
+ratio_text = st.one_of(
+    st.builds(lambda digits: "0." + digits, st.text("0123456789", min_size=1, max_size=15)),
+    st.builds(lambda mantissa, exponent: f"{mantissa}e-{exponent}", st.integers(1, 9), st.integers(1, 12)),
+    st.sampled_from(["0", "1", "1.0", "0.07", "0.1", "0.3", "0.57", "0.29"]),
+)
+
+
+@given(ratio_text, st.integers(1, 2**63 - 1))
+def test_the_warm_up_of_a_ratio_is_the_exact_ceiling_of_the_ratio_as_written_times_steps(text, steps):
+    """ceil(R x steps) with R the decimal the user wrote, against Fraction of that decimal (float products round:
+    0.07 x 100 = 7.000000000000001 in float64, whose ceiling is 8)."""
+    exact = Fraction(Decimal(text))
+    config = TrainingConfig(steps=steps, warmup_ratio=float(text))  # as --warmup-ratio parses it
+    assert config.num_warmup_steps == math.ceil(exact * steps)
+    assert 0 <= config.num_warmup_steps <= steps
+
+
+def test_the_command_lines_warmup_ratio_gives_the_steps_its_help_promises():
+    from causalqwen.app import cli, commands
+
+    for ratio, steps, warmup in (("0.07", "100", 7), ("0.57", "100", 57), ("0.29", "100", 29), ("0.1", "1000", 100),
+                                 ("0.07", "1", 1), ("0", "5", 0), ("1", "5", 5), ("1e-9", "10", 1)):
+        args = cli.build_parser().parse_args(["train", "--base", "b", "--data", "d", "--out", "o",
+                                              "--warmup-ratio", ratio, "--steps", steps])
+        assert commands._training_config(args).num_warmup_steps == warmup, (ratio, steps)
+    assert 0.07 * 100 > 7 and 0.57 * 100 < 57  # float64 products on both sides of the exact one
 
 
 def cosine_with_warmup(step, warmup, steps, peak):

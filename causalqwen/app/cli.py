@@ -27,6 +27,7 @@ from ..training import DEFAULT_WARMUP_RATIO, SEED_MAX
 from .commands import (
     DEFAULT_SAVE_TOTAL_LIMIT,
     DEFAULT_TEXT,
+    DTYPES,
     INTERRUPTED,
     SOURCE_HELP,
     TINY,
@@ -223,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--log-every", type=COUNT, default=10,
                     help="steps between training-metric records (default: %(default)s)")
     tr.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
+    tr.add_argument("--dtype", choices=DTYPES, default="float32",
+                    help="the parameters' dtype while training and in model/: float32 trains every parameter as "
+                    "float32, 4 bytes each (a 0.5B model takes 2 GB where its bfloat16 checkpoint takes 1 GB), plus "
+                    "AdamW's two float32 moments per trained parameter; bfloat16 keeps the frozen weights in "
+                    "bfloat16 and trains float32 master copies of the trained ones, written rounded to bfloat16; "
+                    "auto: the checkpoint's dtype; float16 is refused (its gradients need loss scaling) "
+                    "(default: %(default)s)")
     again = tr.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="continue from the newest checkpoint in --out (same settings and data, checked); "
@@ -246,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="output directory, which must not exist unless --overwrite (required)")
     conv.add_argument("--overwrite", action="store_true",
                       help="replace an earlier convert's output in --out (only a directory holding a CausalQwen model) " + OFF)
+    conv.add_argument("--dtype", choices=DTYPES, default="auto",
+                      help="the saved model's dtype; auto: the base checkpoint's, as transformers' "
+                      "from_pretrained(dtype='auto') loads it (its config.json's dtype); the conversion itself runs "
+                      "in the checkpoint's dtype and the result is cast (default: %(default)s)")
     add_init_arguments(conv)
     return parser
 

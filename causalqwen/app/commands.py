@@ -16,6 +16,7 @@ import sys
 __all__ = [
     "DEFAULT_TEXT",
     "DEFAULT_SAVE_TOTAL_LIMIT",
+    "DTYPES",
     "TINY",
     "SOURCE_HELP",
     "INTERRUPTED",
@@ -29,6 +30,8 @@ __all__ = [
 ]
 
 DEFAULT_TEXT = "The price is 99.9 yuan; 温度-15.5度 in 2020-2021, up 1,250 units."
+# The choices of --dtype: one of torch's floating dtypes for the parameters, or "auto" (the checkpoint's, as loaded).
+DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def _shape(t) -> str:
@@ -95,8 +98,9 @@ SOURCE_HELP = ("A name with no '/' must be an existing directory (else it fails 
                "owner/name and is read from the local Hugging Face cache or downloaded (HF_HUB_OFFLINE=1: the cache only)")
 
 
-def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None = None):
-    """``(CausalQwenForCausalLM, NumericTokenizer)`` from ``model``, in eval mode.
+def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None = None, dtype: str = "auto"):
+    """``(CausalQwenForCausalLM, NumericTokenizer)`` from ``model``, in eval mode, its parameters in ``dtype``
+    (one of `DTYPES`; ``"auto"``: as loaded, which is the checkpoint's dtype, and float32 for the tiny base).
 
     ``model`` is ``"tiny"`` (the embedded tiny Qwen2 base, converted with ``from_qwen``; random
     weights), a directory written by ``save_pretrained`` (model and tokenizer), or a Qwen2
@@ -118,11 +122,13 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
     from ..tokenization import NumericTokenizer
     from .tiny import build_tiny_causal_lm
 
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     init = init or {}
     torch.manual_seed(seed)
     if model == TINY:
         tiny = build_tiny_causal_lm(seed=seed, **init)
-        return tiny.model, tiny.tokenizer
+        return _in_dtype(tiny.model, dtype), tiny.tokenizer
     try:
         check_local_source(model, "model")
     except OSError as error:
@@ -157,7 +163,14 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
             f"{model}: the model's num_token_id ({loaded.config.num_token_id}) differs from the tokenizer's <NUM> id "
             f"({tokenizer.num_token_id})"
         )
-    return loaded.eval(), tokenizer
+    return _in_dtype(loaded, dtype).eval(), tokenizer
+
+
+def _in_dtype(model, dtype: str):
+    """``model`` with its parameters cast to ``dtype`` (a name in `DTYPES`), or as it is for ``"auto"``."""
+    import torch
+
+    return model if dtype == "auto" else model.to(getattr(torch, dtype))
 
 
 def generate_text(
@@ -332,7 +345,13 @@ def _model_to_train(args, preset: str):
     import torch
     import torch.distributed as dist
 
-    model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed, init=init_keywords(args))
+    from ..training import check_trainable_dtypes
+
+    if args.dtype == "float16":  # before a (possibly large) model is loaded
+        raise ValueError("--dtype float16 cannot train: float16 gradients need loss scaling, which causalqwen train "
+                         "does not do; use --dtype float32 (the default) or bfloat16")
+    model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed, init=init_keywords(args), dtype=args.dtype)
+    check_trainable_dtypes(model)  # --dtype auto on a float16 checkpoint: refused before --out is claimed
     if preset == "lora":
         from ..integrations.lora import add_lora
 
@@ -387,12 +406,13 @@ def convert_command(args) -> int:
                 f"output directory {args.out!r} does not hold a CausalQwen model; --overwrite replaces only an earlier "
                 "convert's output, never another directory: choose a new or empty one"
             )
-    model, tokenizer = load_model_and_tokenizer(args.base, init=init_keywords(args))
+    model, tokenizer = load_model_and_tokenizer(args.base, init=init_keywords(args), dtype=args.dtype)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     config = model.config
+    dtype = str(model.dtype).removeprefix("torch.")
     print(f"CausalQwen (V = {config.vocab_size}, <NUM> id {config.num_token_id}, gamma = {config.abduction_scale_init:g}, "
-          f"C = {config.ovr_threshold:.6g} ({config.ovr_threshold_init})) written to {args.out}")
+          f"C = {config.ovr_threshold:.6g} ({config.ovr_threshold_init}), {dtype}) written to {args.out}")
     return 0
 
 
