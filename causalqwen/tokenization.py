@@ -503,6 +503,9 @@ class NumericTokenizer(TokenizerMixin):
         elif not isinstance(input_ids, Mapping) and not is_batch(input_ids) and not _is_empty(input_ids):
             return [self.decode(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
                                 number_texts=number_texts, number_resolution=number_resolution)]
+        if isinstance(number_texts, (list, tuple)) and any(isinstance(texts, str) for texts in number_texts):
+            raise TypeError("number_texts of a batch holds one list of str per row (for one row: [['12.50', ...]]), "
+                            f"got a str in {number_texts!r:.80}")
         texts = []
         for row, (ids, values, keep, surfaces) in enumerate(batch_rows(input_ids, numeric_values, number_texts)):
             try:

@@ -516,6 +516,13 @@ def test_decode_names_a_batch_whose_values_do_not_fit(tiny, ids, values, match):
         tok.decode(ids, values)
 
 
+def test_decode_of_a_batch_names_number_texts_given_for_one_row(tiny):
+    _, tok = tiny
+    enc = tok(["It was 12.50 and"])
+    with pytest.raises(TypeError, match=r"number_texts of a batch holds one list of str per row .*'12.50'"):
+        tok.decode(enc["input_ids"], enc["numeric_values"], number_texts=["12.50"])
+
+
 def test_tokenize_gives_the_token_strings_with_the_number_token(tiny):
     """Text without numbers: the wrapped tokenizer's own ``tokenize``; each number: one ``<NUM>``, between the
     tokens the wrapped tokenizer gives the pieces around it."""
