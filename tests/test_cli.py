@@ -223,7 +223,8 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
         (["train", "--base", qwen_dir, "--data", str(empty), "--out", str(tmp_path / "r3")], "the dataset is empty"),
         (["train", "--base", str(llama), "--data", data, "--out", str(tmp_path / "r4")], "CausalQwen needs a Qwen2 base"),
         (["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r5"), "--preset", "most"], "unknown preset 'most'"),
-        (["train", "--base", qwen_dir, "--data", data, "--out", str(foreign)], "is not a causalqwen run"),
+        (["train", "--base", qwen_dir, "--data", data, "--out", str(foreign), "--batch-size", "4"],
+         "is not a causalqwen run"),
         (["convert", "--base", qwen_dir, "--out", str(foreign)], "exists and is not empty; pass --overwrite"),
     ]
     for args, message in cases:
