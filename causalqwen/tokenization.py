@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -47,7 +48,8 @@ from .checks.tokenizer_door import (MAX_TEXT_CHARS, UNSAFE_CUT_MARGIN, batch_row
                                      check_prompt_length, check_surface, check_text, kept_positions)
 from .integrations.numeric_encoding import RETURN_TENSORS, NumericEncoding, as_tensor_type, pad_rows, padded_lists
 from .integrations.tokenizer_mixin import TokenizerMixin
-from .integrations.wrapped_tokenizer import add_num_token, decode_run, encode_between_numbers
+from .integrations.wrapped_tokenizer import (CHUNK_CHARACTERS, EncodingPlan, add_num_token, chunks_of, decode_run,
+                                             encode_between_numbers)
 from .numbers import NUMBER_REGEX, NumberMatch, find_numbers, find_numbers_in, format_number, parse_number, split_numbers
 from .writing import (GENERATED_NUMBER, TEXT_PIECE, WRITTEN_NUMBER, check_resolution, decoded_spaces, join_at_split,
                       join_spaced, prompt_exponent, resolution_for, write_at_resolution)
@@ -206,11 +208,16 @@ class NumericTokenizer(TokenizerMixin):
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[_Row]:
         """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens."""
         if max_length is None:
-            return self._encode_whole(texts, find_numbers_in(texts))
+            return self._encode_chunks(texts, lambda chunk: (chunk, find_numbers_in(chunk)))
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
-        plans = [bounded_prefix(text, budget) for text in texts]
-        rows = self._encode_whole([text[:end] for text, (end, _, _) in zip(texts, plans)],
-                                  [found for _, found, _ in plans])
+        plans = []
+
+        def read(chunk: list[str]) -> tuple[list[str], list[list[NumberMatch]]]:
+            chunk_plans = [bounded_prefix(text, budget) for text in chunk]
+            plans.extend(chunk_plans)
+            return [text[:end] for text, (end, _, _) in zip(chunk, chunk_plans)], [found for _, found, _ in chunk_plans]
+
+        rows = self._encode_chunks(texts, read)
         for index, text in enumerate(texts):
             grown = budget
             end, _, exact = plans[index]
@@ -220,21 +227,55 @@ class NumericTokenizer(TokenizerMixin):
                 rows[index] = self._encode_whole([text[:end]], [found])[0]
         return [self._cut(row, max_length) for row in rows]
 
+    def _encode_chunks(self, texts: list[str], read) -> list[_Row]:
+        """The rows of ``texts``, whose numbers ``read`` finds: ``read(chunk)`` gives the texts to encode (the chunk's
+        texts or prefixes of them) and their numbers.
+
+        A batch of more than `CHUNK_CHARACTERS` characters goes in chunks of about that many (`chunks_of`), through
+        two threads: while a second thread has the wrapped tokenizer encode chunk k (its Rust code releases the
+        GIL and spreads the texts over every core), this one reads the numbers of chunk k + 1 and then puts
+        the rows of chunk k - 1 together: where a core is free, the grammar's time (one core, the GIL held) overlaps
+        the wrapped tokenizer's instead of adding to it. The distinct runs between numbers that earlier chunks
+        encoded one by one are not encoded again (`EncodingPlan`). Each text's row is the one it has alone."""
+        chunks = chunks_of(texts, CHUNK_CHARACTERS)
+        if len(chunks) <= 1:
+            return self._encode_whole(*read(texts))
+        rows: list[_Row] = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
+            before = None  # the plan of the chunk before, its ids (a future) and its numbers
+            ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
+            for chunk in chunks:
+                encoded, found = read(chunk)
+                plan = EncodingPlan(self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id,
+                                    ids_of_runs)
+                ids = encoder.submit(plan.encode)
+                if before is not None:
+                    rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
+                before = (plan, ids, found)
+            rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
+        return rows
+
     def _encode_whole(self, texts: list[str], found: list[list[NumberMatch]]) -> list[_Row]:
         """Encode every text, given its numbers: the text between them by the wrapped tokenizer."""
         id_rows = encode_between_numbers(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
+        return self._rows(id_rows, found)
+
+    def _rows(self, id_rows: list[list[int]], found: list[list[NumberMatch]]) -> list[_Row]:
+        """The row of each text from its ids and numbers (`_row`)."""
         return [self._row(ids, numbers_found) for ids, numbers_found in zip(id_rows, found)]
 
     def _row(self, ids: list[int], found: list[NumberMatch]) -> _Row:
         """Put each number's value at its ``<NUM>`` position."""
-        positions = [position for position, token_id in enumerate(ids) if token_id == self._num_token_id]
-        if len(positions) != len(found):
+        count = ids.count(self._num_token_id)
+        if count != len(found):
             raise RuntimeError(
-                f"the wrapped tokenizer gave {len(positions)} <NUM> ids for {len(found)} numbers; it must encode "
+                f"the wrapped tokenizer gave {count} <NUM> ids for {len(found)} numbers; it must encode "
                 f"{self._num_token!r} as its one added token"
             )
         values = [0.0] * len(ids)
-        for position, number in zip(positions, found):
+        position = -1
+        for number in found:
+            position = ids.index(self._num_token_id, position + 1)
             values[position] = number.value
         return _Row(ids, values, [number.text for number in found])
 

