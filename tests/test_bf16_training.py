@@ -206,3 +206,13 @@ def test_the_dtype_option_names_its_choices(tmp_path, capsys):
         assert exited.value.code == 2 and "argument --dtype: invalid choice: 'float64'" in err[-1]
         assert "float32" in err[-1] and "bfloat16" in err[-1] and "auto" in err[-1]
     assert not (tmp_path / "c").exists() and not (tmp_path / "t").exists()
+
+
+def test_the_loader_refuses_a_dtype_it_does_not_know_by_name():
+    from causalqwen.app.commands import load_model_and_tokenizer
+
+    for wrong in ("float64", "bf16", torch.bfloat16, None):
+        with pytest.raises(ValueError, match=r"dtype must be one of float32, bfloat16, float16, auto, got "):
+            load_model_and_tokenizer("tiny", dtype=wrong)
+    model, _ = load_model_and_tokenizer("tiny", dtype="bfloat16")
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
