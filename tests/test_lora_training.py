@@ -21,6 +21,15 @@ from causalqwen.integrations.lora import (
 from causalqwen.training import TrainingConfig, set_trainable, train
 
 
+def _lora_model(rank=4, seed=0):
+    """The tiny model with LoRA adapters whose random start (peft draws lora_A from the global generator) is fixed
+    by ``seed``, whatever the global random state is: the runs a resume is compared with start alike."""
+    model = tiny_model()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return add_lora(model, rank=rank)
+
+
 def _data(tokenizer, n=40, seed=0):
     return synthetic_data(tokenizer, n, seed)
 
@@ -70,15 +79,15 @@ def test_the_adapter_disabled_base_law_is_the_untouched_models(tokenizer):
 
 def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, killed_after_first_save):
     config = TrainingConfig(**CONFIG | {"steps": 7, "max_u_divergence": 0.05, "divergence_dual_lr": 5.0})
-    uninterrupted = add_lora(tiny_model(), rank=4)
+    uninterrupted = _lora_model()
     full_history = train(uninterrupted, _data(tokenizer), config, None, str(tmp_path / "a"), progress=False)
     assert any(record["constraint/multiplier"] > 0 for record in full_history)
     with killed_after_first_save():
-        train(add_lora(tiny_model(), rank=4), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
+        train(_lora_model(), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json"))\
         == ["adapter_config.json", "adapter_model.safetensors", "checkpoint_files.json", "config.json", "divergence_bound.json",
             "divergence_reference.safetensors", "history.json", "trainer_state.json", "training_state.safetensors"]
-    resumed = add_lora(tiny_model(), rank=4)
+    resumed = _lora_model()
     history = train(resumed, _data(tokenizer), config, None, str(tmp_path / "b"), resume=True, progress=False)
     for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
