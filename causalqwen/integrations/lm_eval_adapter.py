@@ -199,8 +199,8 @@ class CausalQwenLM(LM):
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         seed: 0 to 2**32 - 1; seeds the random draws of the ``causal``, ``shared_*`` and ``traditional`` modes
             and the new parameters of a Qwen2 base converted on load.
-        batch_size, max_batch_size, dtype, trust_remote_code: accepted so that lm-eval's command lines run,
-            checked, and change nothing: requests are scored one at a time, in float32.
+        **kwargs: ``batch_size``, ``max_batch_size``, ``dtype`` and ``trust_remote_code``, accepted so that
+            lm-eval's command lines run, checked, and change nothing: requests are scored one at a time, in float32.
 
     Every value is checked before anything loads; a bad one is a ``ValueError`` naming the argument and the value.
     """
