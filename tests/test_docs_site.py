@@ -106,7 +106,8 @@ INSPECT_PAGE = r"""
   const rawTex = patterns.map(p => text.match(p)).filter(m => m).map(m => m[0].slice(0, 60));
   // a control character anywhere, formulas' sources included (a "\v" typed into a Python string
   // becomes a vertical tab, and KaTeX draws it as a box)
-  const sources = formulas.map(el => el.querySelector("annotation")?.textContent || "").join(" ");
+  const sources = formulas.map(el => [el.querySelector("annotation")?.textContent, el.dataset.katexError,
+                                       el.textContent].join(" ")).join(" ");
   const controls = (document.body.textContent + sources).match(/[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/g) || [];
   const controlCharacters = [...new Set(controls)].map(c => "U+" + c.charCodeAt(0).toString(16).padStart(4, "0"));
   const brokenImages = [...document.querySelectorAll("article img")]
