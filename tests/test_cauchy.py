@@ -403,11 +403,12 @@ def test_tail_nll_gradients_and_second_derivatives_by_finite_differences():
 # ---------------------------------------------------------------------------------------------
 
 
-def _mp_log_interval(low: float, high: float, loc: float, scale: float) -> float:
+def _mp_log_interval(low, high, loc, scale, digits: int = 400) -> float:
     """log P(a < X <= b) at 400 digits (the floats exactly) from the tail masses T(d) = P(X - loc > d) =
     atan2(scale, d) / pi, which keep their relative precision however far out: T(a - loc) - T(b - loc) above the
-    location, T(loc - b) - T(loc - a) below it, 1 - T(b - loc) - T(loc - a) across it."""
-    with mp.workdps(400):
+    location, T(loc - b) - T(loc - a) below it, 1 - T(b - loc) - T(loc - a) across it. The ends may be floats or
+    mpmath numbers (read exactly at ``digits``)."""
+    with mp.workdps(digits):
         loc, scale = mp.mpf(loc), mp.mpf(scale)
 
         def tail(distance):

@@ -17,6 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_cauchy import _mp_log_interval
+
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.likelihood import number_log_probability
 from causalqwen.numbers import find_numbers, parse_number
@@ -205,21 +207,11 @@ def _mp_number_log_probability(literal: str, loc: float, scale: float) -> float:
     mantissa, _, exponent = unsigned.lower().partition("e")
     decimals = len(mantissa.partition(".")[2])
     k = (int(exponent) if exponent else 0) - decimals
-    with mp.workdps(200 + len(unsigned) + abs(k) + 330):
+    digits = 200 + len(unsigned) + abs(k) + 330
+    with mp.workdps(digits):
         value = mp.mpf(unsigned) * (-1 if literal[0] in "-\u2212" else 1)
         half = mp.mpf(10) ** k / 2
-        low, high, loc, scale = value - half, value + half, mp.mpf(loc), mp.mpf(scale)
-
-        def tail(distance):  # P(Y - loc > distance)
-            return mp.atan2(scale, distance) / mp.pi
-
-        if low >= loc:
-            probability = tail(low - loc) - tail(high - loc)
-        elif high <= loc:
-            probability = tail(loc - high) - tail(loc - low)
-        else:
-            probability = 1 - tail(high - loc) - tail(loc - low)
-        return float(mp.log(probability))
+        return _mp_log_interval(value - half, value + half, loc, scale, digits=digits)
 
 
 @pytest.mark.parametrize("literal, loc, scale", [
