@@ -33,10 +33,11 @@ argument with the bounded prefix a ``max_length`` reads (`causalqwen.checks.toke
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -241,18 +242,27 @@ class NumericTokenizer(TokenizerMixin):
         if len(chunks) <= 1:
             return self._encode_whole(*read(texts))
         rows: list[_Row] = []
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
-            before = None  # the plan of the chunk before, its ids (a future) and its numbers
-            ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
-            for chunk in chunks:
-                encoded, found = read(chunk)
-                plan = EncodingPlan(self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id,
-                                    ids_of_runs)
-                ids = encoder.submit(plan.encode)
-                if before is not None:
-                    rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
-                before = (plan, ids, found)
-            rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
+        # Python's cyclic garbage collector is paused meanwhile (if it runs): the rows are hundreds of thousands of
+        # lists and tuples, none in a cycle, that its passes would traverse again and again (a third of the time
+        # of a 2 MB call); it resumes afterwards and then finds any cycle made in between.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
+                before = None  # the plan of the chunk before, its ids (a future) and its numbers
+                ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
+                for chunk in chunks:
+                    encoded, found = read(chunk)
+                    plan = EncodingPlan(self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id,
+                                        ids_of_runs)
+                    ids = encoder.submit(plan.encode)
+                    if before is not None:
+                        rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
+                    before = (plan, ids, found)
+                rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
+        finally:
+            if collecting:
+                gc.enable()
         return rows
 
     def _encode_whole(self, texts: list[str], found: list[list[NumberMatch]]) -> list[_Row]:

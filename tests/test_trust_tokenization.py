@@ -8,6 +8,7 @@ oracle, from exact rational arithmetic, or from encoding the whole text -- never
 """
 
 import base64
+import gc
 import itertools
 import random
 import time
@@ -493,6 +494,19 @@ def test_a_large_batch_cut_at_max_length_keeps_each_texts_first_tokens(any_token
     longest = max(len(ids) for ids, _, _ in expected)
     with pytest.raises(ValueError, match=r"text \d+ has more than max_length=\d+ tokens; pass truncation=True"):
         any_tokenizer(texts, max_length=longest - 1, padding=False, return_tensors=None)
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_large_batch_leaves_the_garbage_collector_as_it_found_it(tokenizer, collecting):
+    """The collector is paused during a large batch; afterwards it runs if, and only if, it ran before."""
+    texts = large_batch(3000, seed=1)
+    was = gc.isenabled()
+    try:
+        gc.enable() if collecting else gc.disable()
+        tokenizer(texts, padding=False, return_tensors=None)
+        assert gc.isenabled() == collecting
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 @pytest.mark.parametrize("sizes, characters, expected", [
