@@ -234,10 +234,13 @@ def test_from_qwen_and_convert_show_the_calibration_bar_unless_transformers_bars
     assert cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "shown")]) == 0
     captured = capsys.readouterr()
     assert "calibration: 100%" in captured.err and "calibration" not in captured.out
+    assert "conversion: 100%" in captured.err and "3/3" in captured.err  # building, casting, copying the weights
     base, hf_tokenizer = build_tiny_base(seed=0)
     CausalQwenForCausalLM.from_qwen(base, num_token_id=len(hf_tokenizer))
-    assert "calibration: 100%" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "calibration: 100%" in err and "conversion: 100%" in err
     transformers_progress_bars.disable_progress_bar()
     assert cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "quiet")]) == 0
     CausalQwenForCausalLM.from_qwen(base, num_token_id=len(hf_tokenizer))
-    assert "calibration" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "calibration" not in err and "conversion" not in err
