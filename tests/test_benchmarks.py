@@ -85,9 +85,30 @@ def test_tokenizer_benchmark_reports_every_call_shape(tmp_path):
     status = tokenizer.main(["--vocab", "tiny", "--megabytes", "0.05", "--repeats", "1", "--out", str(out)])
     report = out.read_text()
     assert status == (0 if "| NO |" not in report else 1)
-    for call in ("batch", "single", "whole"):
+    for call in ("batch", "single", "whole", "large batch"):
         assert f"| {call} |" in report
-    assert "numbers per line" in report
+    for corpus in ("mixed", "dense", "varied"):
+        assert f"| large batch | {corpus} |" in report
+    assert "numbers per line" in report and "documents)" in report and "load average" in report
+
+
+def test_the_tokenizer_benchmarks_documents_and_varied_corpus_hold_what_they_say():
+    """A large batch's documents are the corpus's lines, joined; the varied corpus's text between numbers does not
+    repeat (so no run is encoded once for many), unlike the dense corpus's."""
+    from benchmarks.tokenizer import dense_lines, documents, varied_lines
+    from causalqwen.integrations.wrapped_tokenizer import runs_between
+    from causalqwen.numbers import find_numbers
+
+    lines = varied_lines(0.05)
+    joined = documents(lines)
+    assert "\n".join(joined) == "\n".join(lines)
+    assert all(len(document) >= 240 for document in joined[:-1])
+    repeated = {}
+    for name, corpus in (("varied", lines), ("dense", dense_lines(0.05))):
+        runs = [run for line in corpus for run in runs_between(line, find_numbers(line))[1:-1]]  # between two numbers
+        repeated[name] = 1 - len(set(runs)) / len(runs)
+        assert 4 <= sum(len(find_numbers(line)) for line in corpus) / len(corpus) <= 12
+    assert repeated["varied"] < 0.05 and repeated["dense"] > 0.5, repeated
 
 
 def test_divergence_bound_benchmark_reports_every_preset():
