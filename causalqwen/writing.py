@@ -21,12 +21,13 @@ to even, of the float32 value's exact decimal expansion, in exact decimal arithm
 which writes a generated value $v$ at ([decision D17](../decisions.md#d17-how-generated-numbers-are-written))
 
 $$
-h = \min\big(h_{\text{prompt}},\ 1,\ 10^{\lfloor \log_{10}|v| \rfloor - 2}\big)
-\qquad (v = 0:\ \min(h_{\text{prompt}}, 1)),
+h = \min\big(h_{\text{prompt}},\ 10^{\lfloor \log_{10}|v| \rfloor - 1}\big)
+\qquad (v = 0:\ h_{\text{prompt}}),
 $$
 
-the finest of the prompt's finest resolution (left out when the prompt has no number), the unit, and three
-significant digits of $v$ (`resolution_for`): a generated 2.4996202 is ``2.50``, a year 2026.3 is ``2026``.
+the prompt's finest resolution (the unit when the prompt has no number), refined where it would leave fewer than
+two significant digits of $v$ (`resolution_for`): a generated 2.4996202 is ``2.50`` after ``12.50`` and ``2.5``
+after ``7 days`` or no number at all, a year 2026.3 is ``2026``, and after ``3e5 m`` a 2.5 is ``2.5``, never ``0``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ _FINEST_ALLOWED, _COARSEST_ALLOWED = -45, 38
 # Every float32 value is m * 2**j with j >= -149, whose exact decimal expansion ends at or above 10^-149: a
 # resolution finer than that would only add zeros.
 _FINEST_DIGIT = -149
+_COARSEST_DIGIT = 38  # float32's largest order of magnitude (3.4e38)
 # Where float64 holds 10^k as a normal number (literal_resolution).
 _FLOAT64_EXPONENTS = range(-307, 309)
 
@@ -112,16 +114,21 @@ def prompt_exponent(prompt_number_texts: list[str]) -> int | None:
 
 
 def resolution_for(value, prompt_exponent: int | None) -> float:
-    r"""The resolution at which ``number_resolution="prompt"`` writes a generated value $v$ (its float32):
+    r"""The resolution at which ``number_resolution="prompt"`` writes a generated value $v$ (its float32): the
+    prompt's finest resolution (the unit when the prompt holds no number), refined where it would leave fewer than
+    two significant digits of $v$,
 
     $$
-    h = \max\Big(\min\big(10^{k_{\text{prompt}}},\ 1,\ 10^{\lfloor \log_{10}|v| \rfloor - 2}\big),\ 10^{-149}\Big),
+    h = \max\Big(\min\big(10^{k_{\text{prompt}}},\ 10^{\lfloor \log_{10}|v| \rfloor - 1}\big),\ 10^{-149}\Big),
     $$
 
-    with $10^{k_{\text{prompt}}}$ left out when ``prompt_exponent`` is None (no number in the prompt) and the last
-    term left out for $v = 0$. $\lfloor \log_{10}|v| \rfloor$ is exact (the decimal exponent of v's leading digit),
-    so three significant digits are kept whatever the float32 noise below them (2.4996202 and 2.4996204 both give
-    0.01). $10^{-149}$ is where the exact decimal expansion of every float32 ends: finer would only add zeros.
+    with $k_{\text{prompt}} = 0$ when ``prompt_exponent`` is None and the second term left out for $v = 0$ (then
+    at most $10^{38}$, float32's largest order: a zero is ``0`` at any coarser power too). So
+    after "7 days" a generated 24.01 is ``24``, after "12.50" a 2.4996 is ``2.50``, and after "3e5 m" (resolution
+    $10^5$) a 2.5 is ``2.5``, never ``0``. $\lfloor \log_{10}|v| \rfloor$ is exact (the decimal exponent of v's
+    leading digit), so float32 noise below the written digits never changes the text (2.4996202 and 2.4996204
+    both give 2.5). $10^{-149}$ is where the exact decimal expansion of every float32 ends: finer would only add
+    zeros.
 
     Raises:
         TypeError: ``value`` is not a real number, or ``prompt_exponent`` is neither None nor an int.
@@ -131,10 +138,11 @@ def resolution_for(value, prompt_exponent: int | None) -> float:
     if prompt_exponent is not None and (isinstance(prompt_exponent, bool) or not isinstance(prompt_exponent, int)):
         raise TypeError(f"prompt_exponent must be None or an int, got {type(prompt_exponent).__name__}")
     exact = _exact_float32(value)
-    exponents = [0] if prompt_exponent is None else [0, prompt_exponent]
+    exponents = [0 if prompt_exponent is None else prompt_exponent]
     if exact != 0:
-        exponents.append(exact.adjusted() - 2)  # adjusted(): the exponent of the leading digit, floor(log10 |v|)
-    return 10.0 ** max(min(exponents), _FINEST_DIGIT)
+        exponents.append(exact.adjusted() - 1)  # adjusted(): the exponent of the leading digit, floor(log10 |v|)
+    # a zero after a prompt stating 10^(10^5000) is "0" at 10^38 as at any coarser power: float32 ends there
+    return 10.0 ** max(min(exponents + [_COARSEST_DIGIT]), _FINEST_DIGIT)
 
 
 def write_at_resolution(value, resolution: float | None) -> str:

@@ -2,7 +2,7 @@
 default (decision D17), every float32 digit with ``--number-resolution none``.
 
 The oracle: the float32 values the same command writes with every digit (``none``), written again by Python's own
-formatting at the resolution h = min(h_prompt, 1, 10^(floor(log10|v|) - 2)) the rule states, as decimals
+formatting at the resolution h = min(h_prompt, 10^(floor(log10|v|) - 1)) (h_prompt the unit without a prompt number) the rule states, as decimals
 max(d_prompt, 0, 2 - floor(log10|v|)) where h_prompt = 10^-d_prompt (no d_prompt when the prompt has no number).
 """
 
@@ -35,9 +35,10 @@ def numbers_model(tmp_path_factory):
 
 def written_at_the_rule(value: float, prompt_decimals: int | None) -> str:
     """``value`` as the rule writes it, by Python's formatting of the float32 value (half to even, exact)."""
-    decimals = [0] if prompt_decimals is None else [prompt_decimals, 0]
+    decimals = [0 if prompt_decimals is None else prompt_decimals]  # the unit without a prompt number
     if value != 0:
-        decimals.append(2 - math.floor(math.log10(abs(value))))
+        decimals.append(1 - math.floor(math.log10(abs(value))))  # two significant digits at least
+    assert max(decimals) >= 0, "the values generated here are below 10"
     return f"{value:.{max(decimals)}f}"
 
 
@@ -51,8 +52,8 @@ def _generated(capsys, model: str, prompt: str, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize("prompt, prompt_decimals", [
     ("The price is 12.50 yuan, up 3% from", 2),   # the prompt's cents
-    ("It took 1.20e3 seconds, then", 0),          # tens in the prompt: never coarser than the unit
-    ("The price rose again and again to", None),  # no number in the prompt: the unit and 3 significant digits
+    ("It took 1.20e3 seconds, then", -1),         # tens in the prompt: refined to two significant digits
+    ("The price rose again and again to", None),  # no number in the prompt: the unit, two significant digits
 ])
 def test_generate_writes_generated_numbers_at_the_prompts_resolution_by_default(numbers_model, capsys, prompt,
                                                                                 prompt_decimals):

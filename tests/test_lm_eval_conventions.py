@@ -314,21 +314,23 @@ def _written_resolution(literal: str) -> Decimal:
     ("It is 3e5 m away, about", Decimal("1e5"), 12345.6),
     ("It costs 100 dollars, or", Decimal(1), 0.000123),
     ("It weighs 0.125 kg, or", Decimal("0.001"), 2.5),
-    ("The price is", None, 2.4996202),  # no number in the context: the unit and three significant digits
+    ("The price is", None, 2.4996202),  # no number in the context: the unit, keeping two significant digits
     ("In the year", None, 2026.3),
 ])
 def test_a_generated_value_is_never_written_as_a_number_that_loses_it(directories, context, prompt_resolution,
                                                                       value):
-    """Under number_resolution="prompt" a generated v is written at h = min(h_prompt, 1, 10^(floor(log10|v|) - 2)):
-    never coarser than the unit or three significant digits, whatever the context's numbers."""
+    """Under number_resolution="prompt" a generated v is written at h = min(h_prompt, 10^(floor(log10|v|) - 1)), h_prompt
+    the unit when the context holds no number: never fewer than two significant digits, whatever the context."""
     model = CausalQwenLM.create_from_arg_string(f"pretrained={directories[1]}")
     with torch.no_grad():  # every step predicts <NUM> with loc_Y = value
         model.model.action.classification_head.bias[model.tokenizer.num_token_id] = 1e4
         model.model.action.regression_head.weight.zero_()
         model.model.action.regression_head.bias.fill_(value)
     generated = Decimal(float(torch.tensor(value, dtype=torch.float32)))  # the float32 value the model carries
-    finest = [Decimal(1), Decimal(1).scaleb(generated.adjusted() - 2)]  # adjusted(): floor(log10 |v|), exact
-    expected_resolution = min(finest if prompt_resolution is None else [prompt_resolution, *finest])
+    two_digits = Decimal(1).scaleb(generated.adjusted() - 1)  # adjusted(): floor(log10 |v|), exact
+    expected_resolution = min(Decimal(1) if prompt_resolution is None else prompt_resolution, two_digits)
     written = _generate(model, context, **GREEDY, max_gen_toks=1).strip()
-    assert _written_resolution(written) == expected_resolution
+    # the text's digits go down to the resolution (an integer at 10^3 ends in zeros: "12000" states the unit)
+    assert _written_resolution(written) == min(expected_resolution, Decimal(1))
+    assert Decimal(written) % expected_resolution == 0
     assert abs(Decimal(written) - generated) <= expected_resolution / 2

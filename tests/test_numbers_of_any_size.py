@@ -165,13 +165,13 @@ def test_decode_with_a_prompt_of_any_size_and_resolution(tokenizer):
     ids, values, texts = tokenizer.encode("The mass is 1e30 kg, or", return_number_texts=True)
     ids, values = ids + [tokenizer.num_token_id], values + [float(np.float32(1e30))]
     written = tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt")
-    assert written.endswith("1,000,000,015,047,466,219,876,688,855,040")
+    assert written.endswith(" or 1" + "0" * 30)  # at 10^29, two significant digits: one digit run, no group commas
     assert [number.value for number in find_numbers(written)] == [float(np.float32(1e30))] * 2
     fine = tokenizer.decode(ids, values, number_texts=texts, number_resolution=1e-30)
     assert fine.endswith(".000000000000000000000000000000")
-    # a zero stating 10^-999999999: the exact expansion to 10^-149, where every float32's ends; 10^(10^5000): 2.50
+    # a zero stating 10^-999999999: the exact expansion to 10^-149, where every float32's ends; 10^(10^5000): 2.5
     exact = f"{Decimal(float(np.float32(2.4996202))):.149f}"  # 2.4996201992034912109375 and zeros
-    for zero, expected in (("0e-999999999", exact), ("0e" + "9" * 5000, "2.50")):
+    for zero, expected in (("0e-999999999", exact), ("0e" + "9" * 5000, "2.5")):
         ids, values, texts = tokenizer.encode(f"It was {zero}, now", return_number_texts=True)
         ids, values = ids + [tokenizer.num_token_id], values + [2.4996202]
         written = tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt")

@@ -43,9 +43,9 @@ def _expected_text(model, tokenizer, prompt, number_resolution, **kwargs):
 
 
 def written_by_the_prompt_rule(value: float, prompt_decimals: int) -> str:
-    """A generated value as ``number_resolution="prompt"`` writes it: at h = min(h_prompt, 1, 10^(floor(log10|v|) - 2))
+    """A generated value as ``number_resolution="prompt"`` writes it: at h = min(h_prompt, 10^(floor(log10|v|) - 1))
     with h_prompt = 10^-prompt_decimals, by Python's formatting of the float32 value (half to even, exact)."""
-    decimals = max(prompt_decimals, 0) if value == 0 else max(prompt_decimals, 0, 2 - math.floor(math.log10(abs(value))))
+    decimals = prompt_decimals if value == 0 else max(prompt_decimals, 1 - math.floor(math.log10(abs(value))))
     return f"{value:.{decimals}f}"
 
 

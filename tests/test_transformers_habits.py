@@ -307,9 +307,9 @@ STREAM_PROMPT = "The price is 12.50 yuan, up 3% from"
 
 def written_by_the_prompt_rule(value: float, prompt_decimals: int) -> str:
     """A generated value as ``number_resolution="prompt"`` writes it (decision D17), by Python's own formatting of
-    the float32 value (half to even on its exact binary value): at h = min(h_prompt, 1, 10^(floor(log10|v|) - 2)),
-    h_prompt = 10^-prompt_decimals, that is max(prompt_decimals, 0, 2 - floor(log10|v|)) decimals."""
-    decimals = max(prompt_decimals, 0) if value == 0 else max(prompt_decimals, 0, 2 - math.floor(math.log10(abs(value))))
+    the float32 value (half to even on its exact binary value): at h = min(h_prompt, 10^(floor(log10|v|) - 1)),
+    h_prompt = 10^-prompt_decimals, that is max(prompt_decimals, 1 - floor(log10|v|)) decimals."""
+    decimals = prompt_decimals if value == 0 else max(prompt_decimals, 1 - math.floor(math.log10(abs(value))))
     return f"{value:.{decimals}f}"
 
 

@@ -93,20 +93,21 @@ def test_decode_writes_generated_numbers_at_the_resolution_and_keeps_the_values(
 
 
 # ---------------------------------------------------------------------------------------------
-# number_resolution="prompt": the finest of the prompt's resolution, the unit and three significant digits
+# number_resolution="prompt": the prompt's resolution (the unit without one), keeping two significant digits
 # ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("value, prompt, expected", [
-    (2.4996202, [], "2.50"), (2.4996204, [], "2.50"), (2.4996202, ["12.50"], "2.50"), (2.4996202, ["1.20e3"], "2.50"),
-    (2.4996202, ["3.14159"], "2.49962"), (2026.3, [], "2026"), (2026.3, ["2,025"], "2026"), (0.0, [], "0"),
-    (0.0, ["0.25"], "0.00"), (-0.000123456, [], "-0.000123"), (123456.7, ["1e3"], "123457"),
-    (1234567936.0, [], "1,234,567,936"), (9.996, [], "10.00"), (2.5, ["1e-3"], "2.500"),
+    (2.4996202, [], "2.5"), (2.4996204, [], "2.5"), (2.4996202, ["12.50"], "2.50"), (2.4996202, ["1.20e3"], "2.5"),
+    (2.4996202, ["3e5"], "2.5"), (2.4996202, ["3.14159"], "2.49962"), (24.01, ["7"], "24"), (32.7, ["58"], "33"),
+    (2026.3, [], "2026"), (2026.3, ["2,025"], "2026"), (0.0, [], "0"), (0.0, ["0.25"], "0.00"),
+    (-0.000123456, [], "-0.00012"), (0.0312, ["7"], "0.031"), (123456.7, ["1e3"], "123000"),
+    (123456.7, ["1.20e3"], "123460"), (1234567936.0, [], "1,234,567,936"), (9.996, [], "10.0"), (2.5, ["1e-3"], "2.500"),
 ])
-def test_a_generated_number_is_written_at_the_finest_of_the_prompt_the_unit_and_three_digits(value, prompt, expected):
-    """h = min(h_prompt, 1, 10^(floor(log10|v|) - 2)): a generated 2.4996202 is 2.50 with or without a prompt number,
-    and under a prompt whose only number is the coarser 1.20e3; a year 2026.3 is 2026; float32 noise below three
-    digits does not change the text."""
+def test_a_generated_number_is_written_at_the_prompts_resolution_keeping_two_digits(value, prompt, expected):
+    """h = min(h_prompt, 10^(floor(log10|v|) - 1)), h_prompt the unit without a prompt number: 24 after "7 days",
+    2.50 after prices in cents, a year 2026.3 is 2026, and a coarse prompt ("1.20e3", "3e5") never writes 2.5 as 2
+    or 0; float32 noise below the written digits does not change the text."""
     prompt_k = min((resolution_exponent(text) for text in prompt), default=None)
     assert write_at_resolution(value, resolution_for(value, prompt_k)) == expected
 
@@ -124,20 +125,20 @@ def _floor_log10(value: float) -> int:
 
 @given(st.floats(width=32, allow_nan=False, allow_infinity=False),
        st.one_of(st.none(), st.integers(-200, 40)))
-def test_resolution_for_is_the_minimum_of_the_three(value, prompt_k):
+def test_resolution_for_is_the_finer_of_the_prompts_and_two_significant_digits(value, prompt_k):
     """Against floor(log10 |v|) by exact rational comparison; 10^-149 bounds it below (no float32 has a digit
-    beyond)."""
-    candidates = [0] if prompt_k is None else [0, prompt_k]
+    beyond) and 10^38 above (float32's largest order, which only a zero after a coarser prompt reaches)."""
+    candidates = [0 if prompt_k is None else prompt_k]
     if value != 0:
-        candidates.append(_floor_log10(value) - 2)
-    assert resolution_for(value, prompt_k) == 10.0 ** max(min(candidates), -149)
+        candidates.append(_floor_log10(value) - 1)
+    assert resolution_for(value, prompt_k) == 10.0 ** max(min(candidates + [38]), -149)  # float32's orders
 
 
 def test_decode_at_prompt_never_writes_a_value_as_a_number_that_loses_it():
     """A prompt whose only number is coarser than the unit ("1.20e3", h = 10) wrote a generated 2.4996202 as "0";
-    it is 2.50. Without a prompt number, 2.50 too, and a batch of one gives the text a padded batch gives."""
+    it is 2.5. Without a prompt number, 2.5 too, and the float32 noise of a padded batch gives the same text."""
     tokenizer = NumericTokenizer(build_tiny_tokenizer())
-    for prompt, expected in (("It was 1.20e3, now it is", "is 2.50"), ("Now it is", "is 2.50")):
+    for prompt, expected in (("It was 1.20e3, now it is", "is 2.5"), ("Now it is", "is 2.5")):
         ids, values, texts = tokenizer.encode(prompt, return_number_texts=True)
         ids, values = ids + [tokenizer.num_token_id], values + [2.4996202]
         assert tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt").endswith(expected)

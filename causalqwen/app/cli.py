@@ -174,8 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="traditional mode: softmax of loc_S or P/sum(P) (default: %(default)s)")
     gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference) " + OFF)
     gen.add_argument("--number-resolution", type=number_resolution, default="prompt", metavar="H",
-                     help='how generated numbers are written: "prompt", at the finest of the prompt\'s resolution, '
-                          "the unit and three significant digits (causalqwen.writing); a power of ten (0.01 writes "
+                     help='how generated numbers are written: "prompt", at the prompt\'s finest resolution (the unit '
+                          "without a number), refined to keep two significant digits (causalqwen.writing); a power of "
+                          "ten (0.01 writes "
                           '2.50); or "none", every digit of the float32 value (2.4996202); only the text is rounded '
                           "(default: %(default)s)")
 
