@@ -217,7 +217,8 @@ def float32_master_weights(model):
     moves in bfloat16, where in float32 each update accumulates. The frozen parameters stay bfloat16 (the
     forward runs in bfloat16 under autocast, in the memory of a bfloat16 model). When the block ends the
     parameters it cast go back to bfloat16, rounded once: the model keeps its dtype (``model.float()`` before
-    training keeps the trained float32 values)."""
+    training keeps the trained float32 values). A parameter that moved in float32 but rounds back to its starting
+    bfloat16 value everywhere has had all its training erased by that rounding: a warning names each one."""
     floating = [(name, parameter) for name, parameter in model.named_parameters() if parameter.is_floating_point()]
     if not any(parameter.dtype == torch.bfloat16 for _, parameter in floating):
         yield None
@@ -228,13 +229,23 @@ def float32_master_weights(model):
                    "pass runs under bfloat16 autocast); they are rounded back to bfloat16 when training ends "
                    "(model.float() before training keeps float32)", len(cast),
                    ", ".join(name for name, _ in cast[:3]) + (", ..." if len(cast) > 3 else ""))
+    start = [parameter.detach().clone() for _, parameter in cast]  # bfloat16: what the rounding may fall back to
     for _, parameter in cast:
         parameter.data = parameter.data.float()
     try:
         yield torch.bfloat16
     finally:
-        for _, parameter in cast:
+        erased = []
+        for (name, parameter), before in zip(cast, start):
+            moved = not torch.equal(parameter.data, before.float())
             parameter.data = parameter.data.to(torch.bfloat16)
+            if moved and torch.equal(parameter.data, before):
+                erased.append(name)
+        if erased:
+            logger.warning("rounding back to bfloat16 erased all the training of %d parameters (%s): each moved in "
+                           "float32 by less than half a bfloat16 spacing and is back at its start; train in float32 "
+                           "to keep them (--dtype float32, or model.float() before training)", len(erased),
+                           ", ".join(erased[:5]) + (f" and {len(erased) - 5} more" if len(erased) > 5 else ""))
 
 
 def parameter_groups(model, weight_decay: float) -> list[dict]:

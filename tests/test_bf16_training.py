@@ -129,6 +129,22 @@ def test_cli_training_in_bfloat16_keeps_float32_master_weights_and_writes_bfloat
                                                                       BF16_RATE)), start)
 
 
+def test_a_bfloat16_run_whose_rounding_erases_the_training_names_the_parameters(converted, tmp_path, caplog):
+    """At the command line's learning rate (1e-4) for 4 steps, b_noise, b_scale and diag(W_loc) move in float32 by
+    less than half their bfloat16 spacing: model/ holds them at their start, and a warning names them."""
+    data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(24, seed=0))
+    start = _small_parameters(CausalQwenForCausalLM.from_pretrained(converted / "converted"))
+    with caplog.at_level("WARNING", logger="causalqwen.training"):
+        assert cli.main(["train", "--base", str(converted / "converted"), "--data", data, "--out",
+                         str(tmp_path / "run"), "--steps", "4", "--batch-size", str(BATCH), "--dtype", "bfloat16",
+                         "--warmup-steps", "0"]) == 0
+    trained = _small_parameters(CausalQwenForCausalLM.from_pretrained(tmp_path / "run" / "model"))
+    assert all(torch.equal(trained[name], start[name]) for name in ("action.b_noise", "model.abduction.b_scale"))
+    erased = [record.getMessage() for record in caplog.records if "erased all the training" in record.getMessage()]
+    assert len(erased) == 1 and "action.b_noise" in erased[0] and "model.abduction.b_scale" in erased[0]
+    assert "--dtype float32" in erased[0]
+
+
 def test_python_training_of_a_bfloat16_model_uses_float32_master_weights_and_keeps_its_dtype(converted, caplog):
     texts = synthetic_texts(24, seed=0)
     model = CausalQwenForCausalLM.from_pretrained(converted / "converted")
