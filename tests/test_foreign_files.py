@@ -251,7 +251,8 @@ def _fails(capsys, args):
         cli.main(args)
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2, err
-    assert err[-1].startswith("causalqwen: error: ") and not any("Traceback" in line for line in err), err
+    assert err[-1].startswith(f"causalqwen {args[0]}: error: ") and not any("Traceback" in line for line in err), err
+    assert len(err) == 1, err  # one line
     return err[-1]
 
 

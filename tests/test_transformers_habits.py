@@ -634,3 +634,12 @@ def test_the_tokenizer_keeps_the_texts_of_its_last_single_texts_and_pickles_with
     assert seen.find(*tok.encode(f"row {seen.SIZE}")) == [str(seen.SIZE)]
     assert len(seen.texts_by_row) == seen.SIZE
     assert copy.deepcopy(tok).number_texts_seen.texts_by_row == {}
+
+
+@pytest.mark.parametrize("pair", ["b 6", ["b 6"]])
+def test_a_text_pair_in_transformers_positional_form_is_named(pair):
+    """``tok("a 5", "b 6")``, transformers' text_pair habit: the second positional argument is padding here, and the
+    error says that text pairs are not supported."""
+    tok = NumericTokenizer(build_tiny_tokenizer())
+    with pytest.raises(ValueError, match=r"padding must be one of .*text pairs, transformers' text_pair, are not"):
+        tok("a 5", pair)

@@ -452,3 +452,24 @@ def test_divergence_dual_lr_without_the_bound_is_refused(qwen_dir, tmp_path, dat
             "--divergence-dual-lr", "5"]
     assert "--divergence-dual-lr applies to --max-u-divergence only" in _fails(capsys, args)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["convert", "--base", "no_such_base_dir", "--out", "out"], "causalqwen convert: error: model directory"),
+    (["generate", "--prompt", "hi", "--number-resolution", "junk"], "causalqwen generate: error: argument --number"),
+    (["train", "--bogus"], "causalqwen train: error: the following arguments are required"),
+    (["generate", "--prompt", "hi", "--top-k", "3"], "causalqwen generate: error: --temperature, --top-k"),
+    (["bogus"], "causalqwen: error: argument COMMAND: invalid choice: 'bogus'"),
+])
+def test_every_command_line_error_is_one_line_that_names_the_command(tmp_path, monkeypatch, capsys, argv, start):
+    """A usage error (argparse's) and a data error alike: one line on stderr, ``causalqwen COMMAND: error: ...``, exit
+    status 2, no usage block, nothing written."""
+    from causalqwen.app import cli
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith(start), captured.err
+    assert list(tmp_path.iterdir()) == []

@@ -141,8 +141,16 @@ def number_resolution(text: str):
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, ``causalqwen COMMAND: error: ...``, with exit status 2,
+    instead of argparse's usage block followed by the error; its sub-parsers are of the same class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="causalqwen",
         description="CausalQwen reference implementation: a Cauchy abduction-action language model on Qwen2.",
     )
@@ -293,7 +301,7 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
         return convert_command(args)
     # generate
     if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
-        parser.error("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
+        raise ValueError("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
     texts = generate_text(args.prompt, args.model, args.mode, seed=args.seed, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, normalize=args.normalize,
                           use_cache=not args.no_cache, number_resolution=args.number_resolution)
@@ -323,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"causalqwen {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
     except (ValueError, TypeError, OSError, StrictDataclassError, SafetensorError) as error:
-        parser.error(one_line(error))
+        parser.exit(2, f"causalqwen {args.command}: error: {one_line(error)}\n")  # SystemExit(2), as a usage error
     except RuntimeError as error:
         print(f"causalqwen {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 1

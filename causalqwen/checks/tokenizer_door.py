@@ -163,8 +163,10 @@ def check_call_arguments(texts, padding, max_length, padding_side, truncation) -
         isinstance(padding, str) and padding in ("longest", "max_length")
     )
     if not padding_is_valid:
+        pair = (" (the second positional argument is padding: text pairs, transformers' text_pair, are not "
+                "supported; join the two texts or encode each alone)") if isinstance(padding, (str, list)) else ""
         raise ValueError(
-            f"padding must be one of True, False, 'longest', 'max_length', 'do_not_pad'; got {padding!r}"
+            f"padding must be one of True, False, 'longest', 'max_length', 'do_not_pad'; got {padding!r}{pair}"
         )
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
