@@ -52,6 +52,7 @@ from transformers.utils import logging as transformers_logging
 from .files.loading import CACHE_NAME
 
 __all__ = [
+    "copy_base_weights",
     "THRESHOLD_INITS",
     "DEFAULT_INIT",
     "DRAFT_INIT",
@@ -201,3 +202,20 @@ def initial_threshold(base, rule: str, quantile: float = 0.5, calibration=None,
     else:
         logits = calibration_logits(base, calibration, num_token_id)
     return threshold_from_logits(logits, rule, quantile)
+
+
+@torch.no_grad()
+def copy_base_weights(base, model) -> None:
+    """The Qwen2 stack of ``base`` (a ``Qwen2ForCausalLM``) into ``model.model`` and its lm_head into
+    $W_{\\mathrm{cls}}$ of ``model`` (a new `CausalQwenForCausalLM`): decision D4–D7's initialization."""
+    base_vocab = base.config.vocab_size
+    backbone = base.model.state_dict()
+    if model.config.vocab_size > base_vocab:
+        new_row = model.model.embed_tokens.weight[base_vocab:]  # initialised like the other rows
+        backbone["embed_tokens.weight"] = torch.cat([backbone["embed_tokens.weight"], new_row], dim=0)
+    missing, unexpected = model.model.load_state_dict(backbone, strict=False)
+    own = tuple(name for name, _ in model.model.named_parameters() if name.startswith(("numerical_embedding.", "abduction.")))
+    if unexpected or set(missing) - set(own):
+        raise ValueError(f"the base's Qwen2 stack does not fit: missing {sorted(set(missing) - set(own))}, "
+                         f"unexpected {sorted(unexpected)}")
+    model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)

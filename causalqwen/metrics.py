@@ -32,6 +32,7 @@ from .decision import next_token_targets
 from .losses import ovr_probability
 
 __all__ = [
+    "training_metrics",
     "TrainerMetrics",
     "classification_metrics",
     "distribution_stats",
@@ -254,3 +255,19 @@ def _label_pair(labels, outputs) -> tuple:
 def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:
     """Name `evaluate_batch` metrics as logged (D13): ``dist/`` for U statistics and OvR sums, ``eval/`` otherwise."""
     return {(f"dist/{k}" if k.startswith(("U_", "ovr")) else f"eval/{k}"): v for k, v in metrics.items()}
+
+
+@torch.no_grad()
+def training_metrics(model, out) -> dict[str, float]:
+    """The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
+    was scored against): the predictions are taken tile by tile (`DecisionHead.predict_tiled`), never from the
+    ``[B, S, V]`` decisions the fused loss exists to avoid."""
+    scored = out.targets.scored  # [B, S]
+    predicted = model.action.predict_tiled(out.loc_U[scored], out.scale_U[scored])  # [N]
+    correct, total = (predicted == out.targets.labels[scored]).sum(), scored.sum()
+    return {
+        "train/total_loss": out.loss.item(),
+        "train/cls_loss_mean": out.cls_loss.item(),
+        "train/reg_loss_effective": out.reg_loss.item(),
+        "train/accuracy": float(correct) / float(total) if int(total) > 0 else 0.0,
+    }

@@ -62,7 +62,7 @@ from .files.loading import (
     strict_from_pretrained,
 )
 from .files.rundir import check_write_targets
-from .initialization import initial_threshold
+from .initialization import copy_base_weights, initial_threshold
 from .integrations.auto import (
     CUSTOM_PIPELINES,
     MODEL_AUTO_MAP,
@@ -478,25 +478,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             model = model.to(base.dtype)
             stages.update()
             stages.set_postfix_str("copying the base's weights")
-            _copy_base_weights(base, model)
+            copy_base_weights(base, model)
             stages.update()
         return model
-
-
-@torch.no_grad()
-def _copy_base_weights(base: Qwen2ForCausalLM, model: CausalQwenForCausalLM) -> None:
-    """The Qwen2 stack into ``model.model`` and lm_head into $W_{\\mathrm{cls}}$ (decision D4–D7's initialization)."""
-    base_vocab = base.config.vocab_size
-    backbone = base.model.state_dict()
-    if model.config.vocab_size > base_vocab:
-        new_row = model.model.embed_tokens.weight[base_vocab:]  # initialised like the other rows
-        backbone["embed_tokens.weight"] = torch.cat([backbone["embed_tokens.weight"], new_row], dim=0)
-    missing, unexpected = model.model.load_state_dict(backbone, strict=False)
-    own = tuple(name for name, _ in model.model.named_parameters() if name.startswith(("numerical_embedding.", "abduction.")))
-    if unexpected or set(missing) - set(own):
-        raise ValueError(f"the base's Qwen2 stack does not fit: missing {sorted(set(missing) - set(own))}, "
-                         f"unexpected {sorted(unexpected)}")
-    model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)
 
 
 # what transformers.Trainer reads for its label names: numeric_labels is optional, labels alone are required

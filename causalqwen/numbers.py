@@ -21,9 +21,10 @@ import numpy as np
 import regex
 
 from .checks.float32 import nearest_float32, nearest_float32_many, subnormal_text, within_float32_precision
+from .checks.values import shown_literal
 
 __all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_in", "find_numbers_before", "next_cut_place", "last_cut_place",
-           "split_numbers", "parse_number", "format_number", "shown_literal"]
+           "split_numbers", "parse_number", "format_number"]
 
 # ---------------------------------------------------------------------------------------------
 # The grammar
@@ -212,6 +213,7 @@ _LAST_CUT_PLACE = regex.compile(_CUT_PLACE_SOURCE, regex.VERBOSE | regex.REVERSE
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _IDENTIFIER_DIGITS = 9  # rule V2: a plain digit run with more significant digits than this is an identifier
+_ZERO_LITERAL = re.compile(r"[0.]*+(?:[eE]|$)")  # an unsigned literal whose digits before the exponent are all 0
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
 # format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
 # positionally, all others in scientific notation (numpy's bounds for float64 scalars).
@@ -241,9 +243,8 @@ def _value_of_parts(sign, integer, fraction, exponent) -> float:
     """The float32 value (as a Python float) of a number of the grammar, from its groups (rules V1 and V3).
 
     Raises:
-        _NumberError: the value overflows float32, or its float32 is further from it than float32's
-            relative precision (a non-zero literal that rounds to zero or to a subnormal).
-    """
+        _NumberError: the value overflows float32, or its float32 is further from it than float32's relative
+            precision (a non-zero literal that rounds to zero or to a subnormal)."""
     literal = _unsigned_literal(integer, fraction, exponent)
     magnitude = nearest_float32(literal)
     if math.isinf(magnitude):
@@ -260,12 +261,9 @@ def _unsigned_literal(integer, fraction, exponent) -> str:
 
 def _check_underflow(literal: str, magnitude: float) -> None:
     """Rule V1 at the bottom of float32's range: the literal is read only if its float32 ``magnitude`` is within
-    float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it.
-
-    A float32 of 0.0 is faithful only to a zero literal, which its digits tell (``"0.00e-999999999999999999999"``);
-    no decimal arithmetic is done on a literal whose exponent may be beyond any decimal context. Otherwise the
-    literal's value is within a factor of two of a float32 near 1e-40, so its exact decimal costs time in
-    proportion to its digits alone."""
+    float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it. A 0.0 is
+    faithful only to a zero literal, told by its digits (``"0e-999999999999999999999"``: no decimal arithmetic on an
+    exponent beyond any decimal context); otherwise the value is near 1e-40, and its exact decimal cheap."""
     if magnitude == 0.0:
         if _ZERO_LITERAL.match(literal):
             return
@@ -277,9 +275,6 @@ def _check_underflow(literal: str, magnitude: float) -> None:
         f"underflows float32's normal range (|v| < {_FLOAT32_TINY:.8g}): the nearest float32 is {nearest}"
         f"{format_number(magnitude)}, which would silently change it"
     )
-
-
-_ZERO_LITERAL = re.compile(r"[0.]*+(?:[eE]|$)")  # an unsigned literal whose digits before the exponent are all 0
 
 
 def _is_identifier(integer, fraction, exponent) -> bool:
@@ -407,11 +402,8 @@ def last_cut_place(text: str, low: int, high: int) -> int | None:
 
 
 def split_numbers(text: str) -> list[tuple[str, str | float]]:
-    """Split ``text`` into pieces ``("text", str)`` and ``("number", value)``, in order.
-
-    Text pieces are never empty, and joining the text pieces with the original number literals
-    gives back ``text``.
-    """
+    """Split ``text`` into pieces ``("text", str)`` and ``("number", value)``, in order. Text pieces are never
+    empty, and joining the text pieces with the original number literals gives back ``text``."""
     pieces: list[tuple[str, str | float]] = []
     position = 0
     for number in find_numbers(text):
@@ -427,13 +419,13 @@ def split_numbers(text: str) -> list[tuple[str, str | float]]:
 def parse_number(literal: str) -> float:
     """The float32 value (as a Python float) of a single number literal.
 
-    The whole of ``literal`` must be one quantity of the grammar of `NUMBER_REGEX`, for example
-    ``"-15.5"``, ``"−2"``, ``".5"``, ``"1,000,000"``, ``"2E-2"`` or ``"1e+30"``.
+    The whole of ``literal`` must be one quantity of the grammar of `NUMBER_REGEX`, for example ``"-15.5"``,
+    ``"−2"``, ``".5"``, ``"1,000,000"``, ``"2E-2"`` or ``"1e+30"``.
 
     Raises:
         TypeError: ``literal`` is not a str.
-        ValueError: ``literal`` is not exactly one number; its value overflows float32, underflows to
-            zero or to an unfaithful subnormal; or it is a digit run float32 cannot hold (an identifier).
+        ValueError: ``literal`` is not exactly one number; its value overflows float32, underflows to zero or to an
+            unfaithful subnormal; or it is a digit run float32 cannot hold (an identifier).
     """
     if not isinstance(literal, str):
         raise TypeError(f"literal must be a str, got {type(literal).__name__}")
@@ -453,41 +445,31 @@ def parse_number(literal: str) -> float:
     return value
 
 
-def shown_literal(literal: str) -> str:
-    """A literal as a message names it: its repr, or for more than 40 characters its two ends around their count
-    (``'1000000000000000'...'000000000000' (5003 characters)``)."""
-    if len(literal) <= 40:
-        return repr(literal)
-    return f"{literal[:16]!r}...{literal[-12:]!r} ({len(literal)} characters)"
-
-
 def format_number(value) -> str:
     """The shortest decimal text that rounds back to the float32 value of ``value``.
 
-    ``value`` is first rounded to float32, giving v. When v is zero or ``1e-4 <= |v| < 1e16``
-    (compared exactly, in float64) it is written positionally, otherwise in scientific notation.
-    The digits are numpy's shortest unique digits for float32 (so they are the same decimal
-    number as ``str(np.float32(v))``), and no trailing ``.0`` is kept. The bounds are the ones
-    numpy uses for float64 scalars; numpy itself switches float32 scalars to scientific notation
-    from 1e6 on, which this function does not::
+    ``value`` is first rounded to float32, giving v. When v is zero or ``1e-4 <= |v| < 1e16`` (compared exactly,
+    in float64) it is written positionally, otherwise in scientific notation. The digits are numpy's shortest
+    unique digits for float32 (the same decimal number as ``str(np.float32(v))``), and no trailing ``.0`` is
+    kept. The bounds are numpy's for float64 scalars (numpy switches float32 scalars to scientific notation from
+    1e6 on, which this function does not)::
 
         99.9 -> "99.9"    5.0 -> "5"    -0.0 -> "-0"    1e30 -> "1e+30"    1e-5 -> "1e-05"
 
     Note that float32(1e-4) is slightly below 1e-4, so it is written ``"1e-04"``.
 
-    Subnormal v (``0 < |v| < 1.1754944e-38``) are the exception. Their shortest unique text can be far
-    from v (the smallest, 2**-149 = 1.4012985e-45, would be "1e-45", 29% off), and rule V1 reads such a
-    literal as text. A subnormal is written with the fewest digits that stay within float32's relative
-    precision 2**-24 of v (``2**-149 -> "1.4012985e-45"``, ``2**-148 -> "2.802597e-45"``), which also
-    round back to v.
+    Subnormal v (``0 < |v| < 1.1754944e-38``) are the exception. Their shortest unique text can be far from v
+    (the smallest, 2**-149 = 1.4012985e-45, would be "1e-45", 29% off), and rule V1 reads such a literal as text.
+    A subnormal is written with the fewest digits that stay within float32's relative precision 2**-24 of v
+    (``2**-149 -> "1.4012985e-45"``, ``2**-148 -> "2.802597e-45"``), which also round back to v.
 
     Every output is accepted by `parse_number` and gives back the same float32 value.
 
     Raises:
         TypeError: ``value`` is not a real number (bools are rejected too).
-        ValueError: ``value`` is NaN or infinite, overflows float32, or is not zero but float32 cannot
-            hold it to its relative precision: it rounds to 0 (``1e-50``) or to a subnormal further off
-            than 2**-24 (``3e-45`` would become 2.8025969e-45, 6.6% less). The message names the value.
+        ValueError: ``value`` is NaN or infinite, overflows float32, or is not zero but float32 cannot hold it to
+            its relative precision: it rounds to 0 (``1e-50``) or to a subnormal further off than 2**-24 (``3e-45``
+            would become 2.8025969e-45, 6.6% less). The message names the value.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
         raise TypeError(f"value must be a real number, got {type(value).__name__}")

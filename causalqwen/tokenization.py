@@ -254,7 +254,7 @@ class NumericTokenizer(TokenizerMixin):
                 for chunk in chunks:
                     encoded, found = read(chunk)
                     plan = EncodingPlan(self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id,
-                                        ids_of_runs)
+                                        ids_of_runs=ids_of_runs)
                     ids = encoder.submit(plan.encode)
                     if before is not None:
                         rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))

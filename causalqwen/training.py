@@ -51,7 +51,9 @@ from .files.rundir import RunDirectory
 from .files.training_state import load_training_state
 from .inference import as_number
 from .integrations.lora import is_peft_model
-from .metrics import evaluate_batch, with_log_prefixes
+from .kernels.mixed_precision import autocast_in, check_trainable_dtypes, float32_master_weights
+from .checks.values import TrainingDiverged, check_finite_parameters
+from .metrics import evaluate_batch, training_metrics, with_log_prefixes
 
 __all__ = [
     "PRESETS", "DEFAULT_WARMUP_RATIO", "TrainingConfig", "TrainingState", "TrainingDiverged", "set_trainable",
@@ -192,62 +194,6 @@ def set_trainable(model, preset: str) -> list[str]:
     return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
 
 
-def check_trainable_dtypes(model) -> None:
-    """A ``ValueError`` naming the float16 parameters of ``model``, if it has any: float16 gradients need loss
-    scaling, which `train` does not do. bfloat16 trains (`float32_master_weights`); float32 and wider as they are."""
-    half = [name for name, parameter in model.named_parameters() if parameter.dtype == torch.float16]
-    if half:
-        shown = ", ".join(half[:3]) + (f" and {len(half) - 3} more" if len(half) > 3 else "")
-        raise ValueError(
-            f"the model holds float16 parameters ({shown}), which train does not update: float16 gradients "
-            "need loss scaling; train in float32 (model.float(), or --dtype float32 on the command line) or "
-            "bfloat16 (model.to(torch.bfloat16), or --dtype bfloat16)"
-        )
-
-
-@contextlib.contextmanager
-def float32_master_weights(model):
-    r"""Train a bfloat16 model with float32 master weights: inside the block its trainable bfloat16 parameters
-    are float32 (cast in place, the same ``Parameter`` objects), and the block yields the dtype the forward pass
-    runs in under ``torch.autocast`` (bfloat16), or None when no parameter is bfloat16 (nothing changes).
-
-    An AdamW update is about the learning rate; bfloat16 keeps 8 significant bits, so a weight $w$ moves only
-    when the update exceeds half its spacing, $2^{\lfloor \log_2 |w| \rfloor - 8}$: at ``lr = 1e-4`` a weight
-    of 1 (the diagonal of $W_{\mathrm{loc}}$), $-2.25$ ($b_{\mathrm{scale}}$) or 0.1 ($b_{\mathrm{noise}}$) never
-    moves in bfloat16, where in float32 each update accumulates. The frozen parameters stay bfloat16 (the
-    forward runs in bfloat16 under autocast, in the memory of a bfloat16 model). When the block ends the
-    parameters it cast go back to bfloat16, rounded once: the model keeps its dtype (``model.float()`` before
-    training keeps the trained float32 values). A parameter that moved in float32 but rounds back to its starting
-    bfloat16 value everywhere has had all its training erased by that rounding: a warning names each one."""
-    floating = [(name, parameter) for name, parameter in model.named_parameters() if parameter.is_floating_point()]
-    if not any(parameter.dtype == torch.bfloat16 for _, parameter in floating):
-        yield None
-        return
-    cast = [(name, parameter) for name, parameter in floating
-            if parameter.requires_grad and parameter.dtype == torch.bfloat16]
-    logger.warning("training the %d trainable bfloat16 parameters (%s) in float32 (master weights; the forward "
-                   "pass runs under bfloat16 autocast); they are rounded back to bfloat16 when training ends "
-                   "(model.float() before training keeps float32)", len(cast),
-                   ", ".join(name for name, _ in cast[:3]) + (", ..." if len(cast) > 3 else ""))
-    start = [parameter.detach().clone() for _, parameter in cast]  # bfloat16: what the rounding may fall back to
-    for _, parameter in cast:
-        parameter.data = parameter.data.float()
-    try:
-        yield torch.bfloat16
-    finally:
-        erased = []
-        for (name, parameter), before in zip(cast, start):
-            moved = not torch.equal(parameter.data, before.float())
-            parameter.data = parameter.data.to(torch.bfloat16)
-            if moved and torch.equal(parameter.data, before):
-                erased.append(name)
-        if erased:
-            logger.warning("rounding back to bfloat16 erased all the training of %d parameters (%s): each moved in "
-                           "float32 by less than half a bfloat16 spacing and is back at its start; train in float32 "
-                           "to keep them (--dtype float32, or model.float() before training)", len(erased),
-                           ", ".join(erased[:5]) + (f" and {len(erased) - 5} more" if len(erased) > 5 else ""))
-
-
 def parameter_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups: trainable matrices (``dim >= 2``) decay, everything else does not."""
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -304,26 +250,6 @@ def globally_normalized_loss(out, config) -> torch.Tensor:
     dist.all_reduce(totals)  # [N_cls, N_reg]
     shares = (counts / totals.clamp_min(1)).to(out.cls_loss.dtype)
     return _world_size() * (out.cls_loss * shares[0] + config.regression_weight * out.reg_loss * shares[1])
-
-
-class TrainingDiverged(ValueError):
-    """Training produced a non-finite loss or gradient (or parameters that break the forward pass)."""
-
-
-@torch.no_grad()
-def training_metrics(model, out) -> dict[str, float]:
-    """The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
-    was scored against): the predictions are taken tile by tile (`DecisionHead.predict_tiled`), never from the
-    ``[B, S, V]`` decisions the fused loss exists to avoid."""
-    scored = out.targets.scored  # [B, S]
-    predicted = model.action.predict_tiled(out.loc_U[scored], out.scale_U[scored])  # [N]
-    correct, total = (predicted == out.targets.labels[scored]).sum(), scored.sum()
-    return {
-        "train/total_loss": out.loss.item(),
-        "train/cls_loss_mean": out.cls_loss.item(),
-        "train/reg_loss_effective": out.reg_loss.item(),
-        "train/accuracy": float(correct) / float(total) if int(total) > 0 else 0.0,
-    }
 
 
 def check_training_inputs(model, train_dataset: TextDataset, config: TrainingConfig) -> None:
@@ -517,7 +443,7 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
                 offset -= 1
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
-            with _autocast(state, device):
+            with autocast_in(state.autocast_dtype, device):
                 out, grad_norm = loss_and_gradients(trained, model, batch, config, step=state.step,
                                                     first=state.step == start_step, bound=state.bound)
             state.optimizer.step()
@@ -527,7 +453,7 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
             state.optimizer.zero_grad(set_to_none=True)
             state.step += 1
 
-            with _autocast(state, device):
+            with autocast_in(state.autocast_dtype, device):
                 record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None)
             if record:
                 state.history.append(record)
@@ -538,21 +464,14 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
                                     acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
             bar.update(1)
             if out_dir and rank == 0 and (state.step % config.save_every == 0 or state.step == config.steps):
-                _check_finite_parameters(model, state.step, config)
+                check_finite_parameters(model, state.step, config.learning_rate, config.weight_decay)
                 runs.save_checkpoint(out_dir, state)
             if state.step >= config.steps:
                 break
     bar.close()
-    _check_finite_parameters(model, state.step, config)  # what the caller saves as the trained model is finite
+    check_finite_parameters(model, state.step, config.learning_rate, config.weight_decay)  # what the caller saves as the trained model is finite
     model.eval()
     return state.history
-
-
-def _autocast(state: TrainingState, device: torch.device):
-    """``torch.autocast`` in ``state.autocast_dtype`` on ``device``'s kind, or no change when it is None."""
-    if state.autocast_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=state.autocast_dtype)
 
 
 def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
@@ -574,21 +493,3 @@ def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
     if record:
         record["step"] = step
     return record
-
-
-def _check_finite_parameters(model, step: int, config) -> None:
-    """`TrainingDiverged` naming the step and the first trainable parameter holding NaN or ±inf: run before a
-    checkpoint is written and once when training ends (a model that `from_pretrained` refuses is never saved)."""
-    named = [(name, p.detach()) for name, p in model.named_parameters() if p.requires_grad]
-    if not named:
-        return
-    finite = torch.stack([torch.isfinite(p).all().to(named[0][1].device) for _, p in named])
-    if bool(finite.all()):  # one sync
-        return
-    for (name, _), ok in zip(named, finite.tolist()):
-        if not ok:
-            raise TrainingDiverged(
-                f"training diverged by step {step}: the parameter {name} holds NaN or ±inf values, so neither a "
-                f"checkpoint nor the model is written; lower the learning rate (now {config.learning_rate:g}) or "
-                f"the weight decay (now {config.weight_decay:g})"
-            )

@@ -38,7 +38,8 @@ from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
-from .numbers import NUMBER_REGEX, find_numbers, format_number, parse_number, shown_literal
+from .checks.values import shown_literal
+from .numbers import NUMBER_REGEX, find_numbers, format_number, parse_number
 
 __all__ = ["resolution_exponent", "literal_resolution", "check_resolution", "prompt_exponent", "resolution_for",
            "write_at_resolution", "TEXT_PIECE", "WRITTEN_NUMBER", "GENERATED_NUMBER", "join_spaced", "number_spaces",

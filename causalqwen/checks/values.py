@@ -16,7 +16,7 @@ import numbers
 import torch
 from torch import Tensor
 
-__all__ = ["as_bool_mask", "check_threshold", "check_labels", "check_positive_int", "all_good", "first_index"]
+__all__ = ["TrainingDiverged", "check_finite_parameters", "shown_literal", "as_bool_mask", "check_threshold", "check_labels", "check_positive_int", "all_good", "first_index"]
 
 
 def as_bool_mask(mask: Tensor, name: str) -> Tensor:
@@ -75,3 +75,33 @@ def all_good(conditions: list[Tensor]) -> list[bool]:
 def first_index(bad: Tensor) -> tuple[int, ...]:
     """Index of the first True element of ``bad`` (called only once a check has failed)."""
     return tuple(bad.nonzero()[0].tolist())
+
+
+class TrainingDiverged(ValueError):
+    """Training produced a non-finite loss or gradient (or parameters that break the forward pass)."""
+
+
+def check_finite_parameters(model, step: int, learning_rate: float, weight_decay: float) -> None:
+    """`TrainingDiverged` naming the step and the first trainable parameter holding NaN or ±inf: run before a
+    checkpoint is written and once when training ends (a model that `from_pretrained` refuses is never saved)."""
+    named = [(name, p.detach()) for name, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        return
+    finite = torch.stack([torch.isfinite(p).all().to(named[0][1].device) for _, p in named])
+    if bool(finite.all()):  # one sync
+        return
+    for (name, _), ok in zip(named, finite.tolist()):
+        if not ok:
+            raise TrainingDiverged(
+                f"training diverged by step {step}: the parameter {name} holds NaN or ±inf values, so neither a "
+                f"checkpoint nor the model is written; lower the learning rate (now {learning_rate:g}) or "
+                f"the weight decay (now {weight_decay:g})"
+            )
+
+
+def shown_literal(literal: str) -> str:
+    """A literal as a message names it: its repr, or for more than 40 characters its two ends around their count
+    (``'1000000000000000'...'000000000000' (5003 characters)``)."""
+    if len(literal) <= 40:
+        return repr(literal)
+    return f"{literal[:16]!r}...{literal[-12:]!r} ({len(literal)} characters)"

@@ -110,7 +110,7 @@ class EncodingPlan:
     """
 
     def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
-                 num_token: str, num_token_id: int, ids_of_runs: dict[str, list[int] | None] | None = None):
+                 num_token: str, num_token_id: int, *, ids_of_runs: dict[str, list[int] | None] | None = None):
         self.hf_tokenizer, self.num_token_id = hf_tokenizer, num_token_id
         self.ids_of_runs = {} if ids_of_runs is None else ids_of_runs
         self.runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
