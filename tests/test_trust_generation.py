@@ -76,7 +76,7 @@ def test_a_generated_number_after_the_prompts_number(tiny, models, pipes):
     """Each generated number is written with one space before it; the prompt's "5" stays where it was."""
     _, tokenizer = tiny
     prompt = "The total is 5"
-    record = pipes["numbers"](prompt, max_new_tokens=3)[0]
+    record = pipes["numbers"](prompt, max_new_tokens=3, number_resolution=None)[0]  # every float32 digit
     batch = tokenizer([prompt])
     reference = generate(models["numbers"], batch["input_ids"], batch["numeric_values"], max_new_tokens=3)
     assert record["numeric_values"] == reference.numeric_values[0].tolist()
@@ -152,7 +152,7 @@ def test_whatever_the_model_generates_decodes_and_works_as_a_prompt(tiny, models
     assert record["numeric_values"] == reference.numeric_values[0].tolist()
     prompt, continuation = tokenizer.decode_continuation(
         reference.sequences[0], reference.numeric_values[0], batch["input_ids"].shape[1], out_of_vocab="mark",
-        number_texts=batch.number_texts[0])
+        number_texts=batch.number_texts[0], number_resolution="prompt")  # the pipeline's default
     assert prompt == text and record["generated_text"] == text + continuation
 
     # as ids of model.generate

@@ -262,7 +262,7 @@ def _with_nan(tensor: torch.Tensor) -> torch.Tensor:
 def _pipeline_other_num_token():
     from causalqwen import NumericTokenizer
 
-    other = NumericTokenizer(copy.deepcopy(shared_tiny().tokenizer.hf_tokenizer), num_token="<|im_end|>")
+    other = NumericTokenizer(copy.deepcopy(shared_tiny().tokenizer.hf_tokenizer), num_token="<QTY>")
     numeric_pipeline(tokenizer=other)
 
 
