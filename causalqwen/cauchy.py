@@ -45,7 +45,10 @@ One cohesive toolkit, kept in one module, in five sections (each opens with a ba
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from functools import reduce
 from typing import NamedTuple
 
@@ -54,6 +57,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "validating",
+    "set_validate_args",
+    "validation",
     "prob",
     "log_prob",
     "nll",
@@ -79,6 +85,46 @@ LOG_2 = math.log(2.0)
 # --------------------------------------------------------------------------------------------
 # Input handling
 # --------------------------------------------------------------------------------------------
+
+# The one validation switch of the package, as torch.distributions' ``validate_args``: every public formula and
+# every public door checks its inputs while `validating()` is True; a caller that has checked them runs its inner
+# code under ``with validation(False):``. The context variable holds a local override (None: none), so the
+# process default set by `set_validate_args` holds in every thread and task that has not overridden it.
+_VALIDATE_ARGS: contextvars.ContextVar[bool | None] = contextvars.ContextVar("causalqwen_validate_args", default=None)
+_validate_args_default = True
+
+
+def validating() -> bool:
+    """True while inputs are checked: the innermost `validation` block's value, else the process default
+    (`set_validate_args`; True unless changed)."""
+    enabled = _VALIDATE_ARGS.get()
+    return _validate_args_default if enabled is None else enabled
+
+
+def _check_switch_value(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def set_validate_args(value: bool) -> None:
+    """Set the process default of `validating` (like ``torch.distributions.Distribution.set_default_validate_args``).
+    A `validation` block still overrides it inside the block."""
+    global _validate_args_default
+    _check_switch_value(value, "set_validate_args(value)")
+    _validate_args_default = value
+
+
+@contextlib.contextmanager
+def validation(enabled: bool) -> Iterator[None]:
+    """Within the block, `validating()` is ``enabled``: ``with cauchy.validation(False): ...`` for a caller that has
+    checked the inputs itself. Blocks nest; leaving one restores the value before it, also on an exception. The value
+    belongs to the current thread or task (a context variable)."""
+    _check_switch_value(enabled, "validation(enabled)")
+    token = _VALIDATE_ARGS.set(enabled)
+    try:
+        yield
+    finally:
+        _VALIDATE_ARGS.reset(token)
 
 
 def _as_float_tensors(*values, names: tuple[str, ...]) -> list[Tensor]:
@@ -112,7 +158,7 @@ def check_scale(scale: Tensor, name: str = "scale") -> None:
 def _prepare(x, loc, scale, names=("x", "loc", "scale"), checked: bool = True) -> list[Tensor]:
     """Common dtype, broadcast shapes and (unless ``checked`` is False: a caller that has checked) ``scale > 0``."""
     x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
-    if not checked:
+    if not (checked and validating()):
         return list(torch.broadcast_tensors(x, loc, scale))
     try:
         torch.broadcast_shapes(x.shape, loc.shape, scale.shape)
@@ -347,7 +393,7 @@ def icdf(p, loc, scale, *, checked: bool = True) -> Tensor:
     that a small $p$ is not rounded away in $p - \tfrac12$. $F^{-1}(0) = -\infty$, $F^{-1}(1) = +\infty$.
     """
     p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"), checked=checked)
-    if checked and not bool(((p >= 0) & (p <= 1)).all()):
+    if checked and validating() and not bool(((p >= 0) & (p <= 1)).all()):
         raise ValueError("p must lie in [0, 1] everywhere (it is a probability)")
     lower = -1.0 / torch.tan(math.pi * p)
     upper = 1.0 / torch.tan(math.pi * (1.0 - p))
@@ -385,7 +431,7 @@ def log_interval_prob(low, high, loc, scale, *, checked: bool = True) -> Tensor:
     low, loc, scale = _prepare(low, loc, scale, names=("low", "loc", "scale"), checked=checked)
     high, loc, scale = _prepare(high, loc, scale, names=("high", "loc", "scale"), checked=checked)
     low, high, loc, scale = (tensor.detach().double() for tensor in torch.broadcast_tensors(low, high, loc, scale))
-    if checked:
+    if checked and validating():
         for name, tensor in (("low", low), ("high", high), ("loc", loc)):
             if bool(tensor.isnan().any()):
                 raise ValueError(f"{name} must not be NaN; found {int(tensor.isnan().sum())} NaN element(s)")
@@ -478,17 +524,18 @@ def linear(loc, scale, weight: Tensor, bias: Tensor | None = None, *, abs_weight
     """
     if not isinstance(weight, Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    loc, scale = _as_float_tensors(loc, scale, names=("loc", "scale"))
+    if validating():
+        if abs_weight is not None and (not isinstance(abs_weight, Tensor) or abs_weight.shape != weight.shape):
+            raise ValueError(f"abs_weight must be a tensor of weight's shape {tuple(weight.shape)}")
+        check_scale(scale)
+        if loc.shape[-1:] != weight.shape[-1:] or scale.shape[-1:] != weight.shape[-1:]:
+            raise ValueError(
+                f"last dimension of loc {tuple(loc.shape)} and scale {tuple(scale.shape)} must equal "
+                f"weight's input dimension {weight.shape[-1]}"
+            )
     if abs_weight is None:
         abs_weight = weight.abs()
-    elif not isinstance(abs_weight, Tensor) or abs_weight.shape != weight.shape:
-        raise ValueError(f"abs_weight must be a tensor of weight's shape {tuple(weight.shape)}")
-    loc, scale = _as_float_tensors(loc, scale, names=("loc", "scale"))
-    check_scale(scale)
-    if loc.shape[-1:] != weight.shape[-1:] or scale.shape[-1:] != weight.shape[-1:]:
-        raise ValueError(
-            f"last dimension of loc {tuple(loc.shape)} and scale {tuple(scale.shape)} must equal "
-            f"weight's input dimension {weight.shape[-1]}"
-        )
     loc_out = F.linear(loc, weight, bias)  # [..., K]
     scale_out = F.linear(scale, abs_weight)  # [..., K]
     return loc_out, scale_out
@@ -641,7 +688,7 @@ def kl_divergence(loc_p, scale_p, loc_q, scale_q, *, checked: bool = True) -> Te
     """
     names = ("loc_p", "scale_p", "loc_q", "scale_q")
     loc_p, scale_p, loc_q, scale_q = _as_float_tensors(loc_p, scale_p, loc_q, scale_q, names=names)
-    if checked:
+    if checked and validating():
         try:
             torch.broadcast_shapes(loc_p.shape, scale_p.shape, loc_q.shape, scale_q.shape)
         except RuntimeError:

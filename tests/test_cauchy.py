@@ -1,6 +1,7 @@
 """The Cauchy toolkit against independent oracles: SciPy, mpmath at 50 digits, and Monte Carlo."""
 
 import math
+import threading
 
 import mpmath as mp
 import numpy as np
@@ -500,3 +501,135 @@ def test_log_interval_prob_with_one_infinite_end_is_scipys_log_cdf_or_log_sf(end
 def test_log_interval_prob_names_what_is_outside_its_domain(low, high, loc, scale, error, match):
     with pytest.raises(error, match=match):
         cauchy.log_interval_prob(low, high, loc, scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# The validation switch: cauchy.validating / validation / set_validate_args
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_validate_args_default():
+    yield
+    cauchy.set_validate_args(True)
+
+
+def test_inputs_are_checked_by_default():
+    assert cauchy.validating() is True
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        cauchy.log_prob(0.0, 0.0, -1.0)
+
+
+CHECKED_CALLS = [
+    ("log_prob", lambda: cauchy.log_prob(torch.tensor([0.0, 1.0]), 0.0, torch.tensor([1.0, -1.0]))),
+    ("nll", lambda: cauchy.nll(torch.tensor([0.0, 1.0]), 0.0, torch.tensor([1.0, 0.0]))),
+    ("prob", lambda: cauchy.prob(0.0, 0.0, math.nan)),
+    ("cdf", lambda: cauchy.cdf(0.0, 0.0, -2.0)),
+    ("sf", lambda: cauchy.sf(0.0, 0.0, -2.0)),
+    ("log_cdf", lambda: cauchy.log_cdf(0.0, 0.0, -2.0)),
+    ("log_sf", lambda: cauchy.log_sf(0.0, 0.0, -2.0)),
+    ("icdf", lambda: cauchy.icdf(torch.tensor([1.5]), 0.0, 1.0)),
+    ("rsample", lambda: cauchy.rsample(0.0, 1.0, torch.tensor([-0.5]))),
+    ("log_interval_prob", lambda: cauchy.log_interval_prob(2.0, 1.0, 0.0, 1.0)),
+    ("linear", lambda: cauchy.linear(torch.zeros(3), torch.tensor([1.0, -1.0, 1.0]), torch.ones(2, 3))),
+    ("kl_divergence", lambda: cauchy.kl_divergence(0.0, 1.0, math.inf, 1.0)),
+]
+
+
+@pytest.mark.parametrize("call", [call for _, call in CHECKED_CALLS], ids=[name for name, _ in CHECKED_CALLS])
+def test_validation_false_skips_the_value_checks_of_every_formula(call):
+    """Each formula refuses an input outside its domain while validating, and computes without looking under
+    ``validation(False)`` (a caller that has checked): no exception, a tensor."""
+    with pytest.raises(ValueError):
+        call()
+    with cauchy.validation(False):
+        result = call()
+    assert isinstance(result, (torch.Tensor, tuple))
+
+
+@given(params)
+def test_validation_false_gives_the_same_numbers_and_gradients_on_valid_inputs(values):
+    """The switch changes only whether inputs are looked at: values and gradients are bit for bit the same."""
+    x, loc, scale = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in values)
+    for name in ("log_prob", "nll", "prob", "cdf", "sf", "log_cdf", "log_sf"):
+        function = getattr(cauchy, name)
+        checked = function(x, loc, scale)
+        checked_grads = torch.autograd.grad(checked, (x, loc, scale))
+        with cauchy.validation(False):
+            trusted = function(x, loc, scale)
+            trusted_grads = torch.autograd.grad(trusted, (x, loc, scale))
+        assert torch.equal(checked, trusted), name
+        assert all(torch.equal(a, b) for a, b in zip(checked_grads, trusted_grads)), name
+    p = torch.tensor(0.3, dtype=torch.float64)
+    with cauchy.validation(False):
+        assert torch.equal(cauchy.icdf(p, loc, scale), cauchy.icdf(p, loc, scale))
+        kl_trusted = cauchy.kl_divergence(x, scale, loc, scale + 1.0)
+        interval_trusted = cauchy.log_interval_prob(x, x + 1.0, loc, scale)
+    assert torch.equal(kl_trusted, cauchy.kl_divergence(x, scale, loc, scale + 1.0))
+    assert torch.equal(interval_trusted, cauchy.log_interval_prob(x, x + 1.0, loc, scale))
+
+
+def test_validation_blocks_nest_and_restore_also_on_an_exception():
+    with cauchy.validation(False):
+        assert cauchy.validating() is False
+        with cauchy.validation(True):
+            assert cauchy.validating() is True
+            with pytest.raises(ValueError, match="scale must be > 0"):
+                cauchy.sf(0.0, 0.0, 0.0)
+        assert cauchy.validating() is False
+        with pytest.raises(RuntimeError, match="raised inside"):
+            with cauchy.validation(True):
+                raise RuntimeError("raised inside")
+        assert cauchy.validating() is False
+    assert cauchy.validating() is True
+
+
+def test_set_validate_args_sets_the_default_of_every_thread(restore_validate_args_default):
+    """Like torch.distributions.Distribution.set_default_validate_args: a process default, seen by new threads;
+    a `validation` block still overrides it."""
+    cauchy.set_validate_args(False)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(cauchy.validating()))
+    thread.start()
+    thread.join()
+    assert seen == [False] and cauchy.validating() is False
+    assert cauchy.log_prob(0.0, 0.0, -1.0).isnan().item()  # not looked at: log of a negative scale
+    with cauchy.validation(True):
+        with pytest.raises(ValueError, match="scale must be > 0"):
+            cauchy.log_prob(0.0, 0.0, -1.0)
+    cauchy.set_validate_args(True)
+    assert cauchy.validating() is True
+
+
+def test_a_validation_block_belongs_to_its_own_thread():
+    """Turning checks off in one thread (a generation loop) leaves every other thread checking."""
+    inside, release = threading.Event(), threading.Event()
+    seen = []
+
+    def trusted_caller():
+        with cauchy.validation(False):
+            seen.append(cauchy.validating())
+            inside.set()
+            release.wait(timeout=30)
+
+    thread = threading.Thread(target=trusted_caller)
+    thread.start()
+    assert inside.wait(timeout=30)
+    try:
+        assert cauchy.validating() is True
+        with pytest.raises(ValueError, match="scale must be > 0"):
+            cauchy.prob(0.0, 0.0, -1.0)
+    finally:
+        release.set()
+        thread.join()
+    assert seen == [False]
+
+
+@pytest.mark.parametrize("value", [0, 1, None, "False", torch.tensor(False), np.bool_(False)])
+def test_the_switch_takes_only_true_or_false(value, restore_validate_args_default):
+    with pytest.raises(TypeError, match=r"validation\(enabled\) must be True or False"):
+        with cauchy.validation(value):
+            pass
+    with pytest.raises(TypeError, match=r"set_validate_args\(value\) must be True or False"):
+        cauchy.set_validate_args(value)
+    assert cauchy.validating() is True
