@@ -70,7 +70,7 @@ def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold, num_token
     number, ``[]`` or ``[V]`` (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). Inputs already checked."""
     if isinstance(threshold, Tensor) and threshold.dim() > 0:
         threshold = threshold[num_token_id]  # C_<NUM>
-    return cauchy.sf(threshold, loc_S_num, scale_S_num, checked=False)  # [...]
+    return cauchy.sf(threshold, loc_S_num, scale_S_num)  # [...]
 
 
 def check_law(loc, scale, causal_size: int | None = None, names: tuple[str, str] = ("loc", "scale")) -> None:

@@ -35,7 +35,9 @@ No ``eps`` is added anywhere.
 
 One cohesive toolkit, kept in one module, in five sections (each opens with a banner comment below):
 
-1. *Input handling*: the door of every function (`check_arguments`, `check_scale`);
+1. *Input handling*: the one validation switch of the package (`validating`, `validation`, `set_validate_args`,
+   as ``validate_args`` in ``torch.distributions``) and the checks every function makes while it is on
+   (`check_arguments`, `check_scale`);
 2. *The reduced form of z*: $h$, $r$, $\log r$ and each standardized function's value and analytic derivatives;
 3. *Public functions*: `prob`, `log_prob`, `nll`, `cdf`, `sf`, `log_cdf`, `log_sf`, `icdf`, `log_interval_prob`,
    `log_interval_prob_reduced`, `rsample`, `linear`;
@@ -141,9 +143,19 @@ def _as_float_tensors(*values, names: tuple[str, ...]) -> list[Tensor]:
 
 
 def check_arguments(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
-    """The door of every function here: numbers or tensors of one floating dtype, shapes that broadcast,
-    ``scale > 0``. Returns the three broadcast tensors; raises ``TypeError``/``ValueError`` naming the argument."""
-    return _prepare(x, loc, scale, names)
+    """The check of every function here: numbers or tensors of one floating dtype, shapes that broadcast,
+    ``scale > 0``. Returns the three broadcast tensors; raises ``TypeError``/``ValueError`` naming the argument.
+    It checks whenever it is called; the formulas call it while `validating`."""
+    x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
+    try:
+        torch.broadcast_shapes(x.shape, loc.shape, scale.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{names[0]}, {names[1]} and {names[2]} must broadcast together; got shapes "
+            f"{tuple(x.shape)}, {tuple(loc.shape)} and {tuple(scale.shape)}"
+        ) from None
+    check_scale(scale, names[2])
+    return list(torch.broadcast_tensors(x, loc, scale))
 
 
 def check_scale(scale: Tensor, name: str = "scale") -> None:
@@ -155,19 +167,11 @@ def check_scale(scale: Tensor, name: str = "scale") -> None:
         )
 
 
-def _prepare(x, loc, scale, names=("x", "loc", "scale"), checked: bool = True) -> list[Tensor]:
-    """Common dtype, broadcast shapes and (unless ``checked`` is False: a caller that has checked) ``scale > 0``."""
+def _prepare(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
+    """Common dtype and broadcast shapes; while `validating`, `check_arguments` first."""
+    if validating():
+        return check_arguments(x, loc, scale, names)
     x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
-    if not (checked and validating()):
-        return list(torch.broadcast_tensors(x, loc, scale))
-    try:
-        torch.broadcast_shapes(x.shape, loc.shape, scale.shape)
-    except RuntimeError:
-        raise ValueError(
-            f"{names[0]}, {names[1]} and {names[2]} must broadcast together; got shapes "
-            f"{tuple(x.shape)}, {tuple(loc.shape)} and {tuple(scale.shape)}"
-        ) from None
-    check_scale(scale, names[2])
     return list(torch.broadcast_tensors(x, loc, scale))
 
 
@@ -331,69 +335,69 @@ class _StandardizedFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------
 
 
-def log_prob(x, loc, scale, *, checked: bool = True) -> Tensor:
+def log_prob(x, loc, scale) -> Tensor:
     r"""Log density $\log f(x) = -\log(\pi\gamma) - \log(1 + z^2)$, $z = (x - \mu)/\gamma$.
 
     Finite for every finite input: $\log(1+z^2)$ is evaluated as $\log(1+r^2) - 2\log r$ far from
     the location, so neither $z$ nor $z^2$ is ever formed.
     """
-    x, loc, scale = _prepare(x, loc, scale, checked=checked)
+    x, loc, scale = _prepare(x, loc, scale)
     return -LOG_PI - torch.log(scale) - _StandardizedFunction.apply(x, loc, scale, "log1p_square")
 
 
-def nll(x, loc, scale, *, checked: bool = True) -> Tensor:
+def nll(x, loc, scale) -> Tensor:
     r"""Negative log-likelihood $\log(\pi\gamma) + \log\big(1 + ((x-\mu)/\gamma)^2\big) = -\log f(x)$."""
-    return -log_prob(x, loc, scale, checked=checked)
+    return -log_prob(x, loc, scale)
 
 
-def prob(x, loc, scale, *, checked: bool = True) -> Tensor:
+def prob(x, loc, scale) -> Tensor:
     r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$; far from the location $r^2/(\pi\gamma(1 + r^2))$ with $r = 1/|z|$."""
-    x, loc, scale = _prepare(x, loc, scale, checked=checked)
+    x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(x, loc, scale, "prob")
 
 
-def sf(x, loc, scale, *, checked: bool = True) -> Tensor:
+def sf(x, loc, scale) -> Tensor:
     r"""Survival function $P(X > x) = \tfrac12 - \tfrac1\pi\arctan z$.
 
     In the upper tail it is evaluated as $\arctan(1/z)/\pi$, which keeps full relative precision.
     """
-    x, loc, scale = _prepare(x, loc, scale, checked=checked)
+    x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(x, loc, scale, "sf")
 
 
-def cdf(x, loc, scale, *, checked: bool = True) -> Tensor:
+def cdf(x, loc, scale) -> Tensor:
     r"""Distribution function $P(X \le x) = \tfrac12 + \tfrac1\pi\arctan z$.
 
     By symmetry $F(x; \mu, \gamma) = \mathrm{sf}(\mu; x, \gamma)$, which is how it is computed.
     """
-    x, loc, scale = _prepare(x, loc, scale, checked=checked)
+    x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(loc, x, scale, "sf")
 
 
-def log_sf(x, loc, scale, *, checked: bool = True) -> Tensor:
+def log_sf(x, loc, scale) -> Tensor:
     r"""$\log P(X > x)$, accurate to a few ulps for every finite input.
 
     Upper tail ($z > 1$): $\log\arctan(1/z) - \log\pi$; lower tail ($z < -1$):
     $\log\big(1 - \arctan(1/|z|)/\pi\big)$ via ``log1p``; in between the direct form.
     """
-    x, loc, scale = _prepare(x, loc, scale, checked=checked)
+    x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(x, loc, scale, "log_sf")
 
 
-def log_cdf(x, loc, scale, *, checked: bool = True) -> Tensor:
+def log_cdf(x, loc, scale) -> Tensor:
     r"""$\log P(X \le x) = \log \mathrm{sf}(\mu; x, \gamma)$ (the mirror image of `log_sf`)."""
-    x, loc, scale = _prepare(x, loc, scale, checked=checked)
+    x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(loc, x, scale, "log_sf")
 
 
-def icdf(p, loc, scale, *, checked: bool = True) -> Tensor:
+def icdf(p, loc, scale) -> Tensor:
     r"""Quantile function $F^{-1}(p) = \mu + \gamma \tan\big(\pi(p - \tfrac12)\big)$, $p \in [0, 1]$.
 
     Written as $-\gamma\cot(\pi p)$ for $p < \tfrac14$ and $\gamma\cot(\pi(1 - p))$ for $p > \tfrac34$, so
     that a small $p$ is not rounded away in $p - \tfrac12$. $F^{-1}(0) = -\infty$, $F^{-1}(1) = +\infty$.
     """
-    p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"), checked=checked)
-    if checked and validating() and not bool(((p >= 0) & (p <= 1)).all()):
+    p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"))
+    if validating() and not bool(((p >= 0) & (p <= 1)).all()):
         raise ValueError("p must lie in [0, 1] everywhere (it is a probability)")
     lower = -1.0 / torch.tan(math.pi * p)
     upper = 1.0 / torch.tan(math.pi * (1.0 - p))
@@ -402,7 +406,7 @@ def icdf(p, loc, scale, *, checked: bool = True) -> Tensor:
     return loc + scale * z
 
 
-def log_interval_prob(low, high, loc, scale, *, checked: bool = True) -> Tensor:
+def log_interval_prob(low, high, loc, scale) -> Tensor:
     r"""$\log P(a < X \le b)$ for $X \sim \mathrm{Cauchy}(\mu, \gamma)$, in float64, on the whole domain
 
     $$
@@ -421,17 +425,17 @@ def log_interval_prob(low, high, loc, scale, *, checked: bool = True) -> Tensor:
     Raises:
         TypeError: an argument is not a tensor or a Python number.
         ValueError: (naming the argument) ``low``, ``high`` or ``loc`` is NaN, ``loc`` is infinite, ``scale`` is
-            not a finite number $> 0$; the shapes do not broadcast; or ``low < high`` fails somewhere.
-            ``checked=False`` skips these checks (a caller that has made them).
+            not a finite number $> 0$; the shapes do not broadcast; or ``low < high`` fails somewhere. These
+            checks run while `validating` (the module's switch).
     """
     # Python numbers are float64 here (the result is float64): 1.7e308 stays itself, not float32's inf
     low, high, loc, scale = (torch.tensor(value, dtype=torch.float64)
                              if isinstance(value, (int, float)) and not isinstance(value, bool) else value
                              for value in (low, high, loc, scale))
-    low, loc, scale = _prepare(low, loc, scale, names=("low", "loc", "scale"), checked=checked)
-    high, loc, scale = _prepare(high, loc, scale, names=("high", "loc", "scale"), checked=checked)
+    low, loc, scale = _prepare(low, loc, scale, names=("low", "loc", "scale"))
+    high, loc, scale = _prepare(high, loc, scale, names=("high", "loc", "scale"))
     low, high, loc, scale = (tensor.detach().double() for tensor in torch.broadcast_tensors(low, high, loc, scale))
-    if checked and validating():
+    if validating():
         for name, tensor in (("low", low), ("high", high), ("loc", loc)):
             if bool(tensor.isnan().any()):
                 raise ValueError(f"{name} must not be NaN; found {int(tensor.isnan().sum())} NaN element(s)")
@@ -649,7 +653,7 @@ class _ScaleDivergence(torch.autograd.Function):
         return grad * t / scale_p, -grad * t / scale_q
 
 
-def kl_divergence(loc_p, scale_p, loc_q, scale_q, *, checked: bool = True) -> Tensor:
+def kl_divergence(loc_p, scale_p, loc_q, scale_q) -> Tensor:
     r"""Kullback-Leibler divergence $\mathrm{KL}(p \,\|\, q)$ of $q = \mathrm{Cauchy}(\mu_q, \gamma_q)$ from
     $p = \mathrm{Cauchy}(\mu_p, \gamma_p)$, elementwise (the four arguments broadcast together):
 
@@ -683,12 +687,12 @@ def kl_divergence(loc_p, scale_p, loc_q, scale_q, *, checked: bool = True) -> Te
     Both parts have analytic backward passes (like `log_prob`), so the gradient is finite and accurate wherever
     the true one is representable, e.g. for $\gamma_p = 10^{-30}$, $\gamma_q = 10^{30}$ in float32, where the
     chain rule through the quotients would overflow. As elsewhere in this module, a location below the
-    smallest normal float (a subnormal) loses a bit when it is halved. ``checked=False`` skips the input
-    checks (finite locations, finite scales $> 0$, shapes that broadcast).
+    smallest normal float (a subnormal) loses a bit when it is halved. While `validating`, the inputs are
+    checked first (finite locations, finite scales $> 0$, shapes that broadcast).
     """
     names = ("loc_p", "scale_p", "loc_q", "scale_q")
     loc_p, scale_p, loc_q, scale_q = _as_float_tensors(loc_p, scale_p, loc_q, scale_q, names=names)
-    if checked and validating():
+    if validating():
         try:
             torch.broadcast_shapes(loc_p.shape, scale_p.shape, loc_q.shape, scale_q.shape)
         except RuntimeError:

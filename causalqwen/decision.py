@@ -120,7 +120,7 @@ class DecisionHead(ActionNetwork):
 
     def probabilities(self, decision: ActionOutput) -> Tensor:
         r"""$P_k = P(S_k > C_k)$, ``[..., V]``."""
-        return cauchy.sf(self.ovr_threshold, decision.loc_S, decision.scale_S, checked=False)
+        return cauchy.sf(self.ovr_threshold, decision.loc_S, decision.scale_S)
 
     def predict(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
         r"""$\hat k = \arg\max_k P_k$ (`inference.predicted_token`) and its value, $\mathrm{loc}_Y$ at ``<NUM>`` and 0.0
@@ -143,10 +143,10 @@ class DecisionHead(ActionNetwork):
     def decide_step(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
                     uniform=None, noise=None, generator=None) -> tuple[ActionOutput, Tensor, Tensor]:
         r"""The decision in one of the four decision modes for rows with law of $U$ ``[..., C]``: the mode's decision
-        input $U'$ (`inference.decision_input_unchecked`) and the class and value laws the action network maps it to
+        input $U'$ (`inference.decision_input`) and the class and value laws the action network maps it to
         (`decide_unchecked`). Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
-        loc, scale = inference.decision_input_unchecked(mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
-                                                        noise=noise, generator=generator)
+        loc, scale = inference.decision_input(mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
+                                              noise=noise, generator=generator)
         return self.decide_unchecked(loc, scale, abs_weight=abs_weight), loc, scale  # [..., V] x2, [...] x2; U'
 
     def choose(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
@@ -154,7 +154,7 @@ class DecisionHead(ActionNetwork):
         r"""One step's (token, value) for rows with law of $U$ ``[B, C]``, in any of the five modes (decision D11).
 
         The four decision modes decide (`decide_step`) and take the OvR argmax (`predict`). ``traditional``
-        samples the token from `inference.traditional_probabilities_unchecked` with
+        samples the token from `inference.traditional_probabilities` with
         ``sampling = (temperature, top_k, top_p, normalize)`` on the standard decision input; with
         ``normalize="softmax"`` that needs the class locations alone (`locations`), so a step costs one
         $[V, C]$ product, as Qwen's lm_head does, instead of two.
@@ -164,13 +164,13 @@ class DecisionHead(ActionNetwork):
                                                     noise=noise, generator=generator)
             return Choice(*self.predict(decision), loc, scale)  # [B] x2, [B, C] x2
         temperature, top_k, top_p, normalize = sampling
-        loc, scale = inference.decision_input_unchecked("standard", loc_U, scale_U, self.noise_scale)
+        loc, scale = inference.decision_input("standard", loc_U, scale_U, self.noise_scale)
         if normalize == "softmax":
             (loc_S, loc_Y), scale_S = self.locations(loc), None  # [B, V], [B]
         else:
             loc_S, scale_S, loc_Y, _ = self.decide_unchecked(loc, scale, abs_weight=abs_weight)
-        probs = inference.traditional_probabilities_unchecked(loc_S, temperature, top_k, top_p, scale_S=scale_S,
-                                                              threshold=self.ovr_threshold, normalize=normalize)
+        probs = inference.traditional_probabilities(loc_S, temperature, top_k, top_p, scale_S=scale_S,
+                                                    threshold=self.ovr_threshold, normalize=normalize)
         token = inference.sample_token(probs, generator)  # [B]
         return Choice(token, inference.predicted_value(token, loc_Y, self.num_token_id), loc, scale)
 

@@ -49,7 +49,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from transformers import Trainer, TrainerCallback
 
-from .cauchy import kl_divergence
+from .cauchy import kl_divergence, validation
 from .files.checkpoint import value_problem
 from .integrations.lora import base_reference, is_peft_model
 from .losses import at_least_float32
@@ -58,16 +58,16 @@ __all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrai
 
 
 def u_divergence(loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_U: Tensor,
-                 mask: Tensor | None = None, *, checked: bool = True) -> tuple[Tensor, Tensor]:
+                 mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     r"""$\sum_i \sum_c \mathrm{KL}$ over the positions where ``mask`` is true, and their number: ``(sum, count)``.
 
     ``[B, S, C]`` four times and a ``[B, S]`` mask (all positions when None). The mean $\bar D$ is
     ``sum / count``; the two are returned apart so that several processes can add them up first.
-    ``checked=False`` skips `kl_divergence`'s input checks (for laws that are valid by construction). The
+    `kl_divergence` checks the laws while `causalqwen.cauchy.validating`. The
     divergence is computed in at least float32 (the laws come in bfloat16 under autocast).
     """
     laws = (at_least_float32(t) for t in (loc_U, scale_U, base_loc_U, base_scale_U))  # bf16 under autocast
-    per_position = kl_divergence(*laws, checked=checked).sum(-1)  # [B, S]
+    per_position = kl_divergence(*laws).sum(-1)  # [B, S]
     if mask is None:
         return per_position.sum(), torch.tensor(per_position.numel(), device=per_position.device)
     mask = mask.bool()
@@ -223,8 +223,9 @@ class DivergenceBound:
     def divergence(self, out, batch: dict) -> tuple[Tensor, Tensor]:
         """``(sum, count)`` of the per-position divergence over the real positions of ``batch`` (`u_divergence`)."""
         base_loc_U, base_scale_U = self.base.law(batch)
-        # checked=False: both laws come from abduction networks, whose scales are clamped at scale_eps > 0
-        return u_divergence(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"), checked=False)
+        # not checked: both laws come from abduction networks, whose scales are clamped at scale_eps > 0
+        with validation(False):
+            return u_divergence(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"))
 
     def penalty(self, out, batch: dict) -> Tensor:
         r"""$\mu\, \bar D$ for the loss (differentiable in the fine-tuned law); $\bar D$ is kept for `step`.

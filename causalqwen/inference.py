@@ -7,8 +7,10 @@ receives. Everything downstream is the same closed-form Cauchy algebra
 This module owns the rules of D11 once: the decision input of each mode (`decision_input`), the OvR argmax
 (`predicted_token`; `causalqwen.kernels.fused.ovr_argmax` is its tiled fast path for the standard decision,
 tested equal to it), the value beside a token (`predicted_value`) and the traditional sampling distribution
-(`traditional_probabilities`). Each public door checks its arguments and then runs its trusted form
-(``*_unchecked``, or the two ``predicted_*`` functions), which `DecisionHead` calls on inputs the model has checked.
+(`traditional_probabilities`). Each function has one name and checks its arguments while
+`causalqwen.cauchy.validating` (the package's one switch); `DecisionHead` calls them under
+``cauchy.validation(False)`` on inputs the model's door has checked, and the two ``predicted_*`` functions check
+nothing (their callers have).
 
 | mode | decision input $U'$ | randomness |
 |---|---|---|
@@ -54,7 +56,6 @@ __all__ = [
     "check_temperature",
     "check_uniform",
     "decision_input",
-    "decision_input_unchecked",
     "draw_standard_cauchy",
     "draw_uniform",
     "predict",
@@ -63,7 +64,6 @@ __all__ = [
     "sample_token",
     "tempered_scores",
     "traditional_probabilities",
-    "traditional_probabilities_unchecked",
 ]
 
 DECISION_MODES = ("standard", "causal", "shared_individual", "shared_noise")
@@ -93,7 +93,9 @@ def draw_uniform(shape, *, generator: torch.Generator | None = None, device=None
 
 def draw_standard_cauchy(shape, *, generator: torch.Generator | None = None, device=None) -> Tensor:
     r"""$\varepsilon_n = F^{-1}(\varepsilon) = \tan(\pi(\varepsilon - \tfrac12))$, $\varepsilon$ from `draw_uniform`; float64."""
-    return cauchy.icdf(draw_uniform(shape, generator=generator, device=device), 0.0, 1.0, checked=False)
+    uniform = draw_uniform(shape, generator=generator, device=device)  # in (0, 1) by construction
+    with cauchy.validation(False):
+        return cauchy.icdf(uniform, 0.0, 1.0)
 
 
 def check_uniform(uniform: Tensor) -> Tensor:
@@ -153,28 +155,24 @@ def decision_input(
 
     Returns ``(loc, scale)``, both ``[..., C]`` in the dtype of ``loc_U``. The sampled modes form
     $\tan(\cdot)$ in float64. A zero $|b_{\mathrm{noise}}|$ is allowed: the action network clamps the
-    resulting decision scales at ``scale_eps``. This is the door: every argument is checked, then
-    `decision_input_unchecked` runs.
+    resulting decision scales at ``scale_eps``. While `causalqwen.cauchy.validating`, every argument is checked
+    first.
     """
-    check_mode(mode, DECISION_MODES)
-    check_law_of_U(loc_U, scale_U, noise_scale)
-    uniform = check_uniform(uniform) if uniform is not None else None
-    noise = check_noise(noise) if noise is not None else None
-    return decision_input_unchecked(mode, loc_U, scale_U, noise_scale, uniform=uniform, noise=noise,
-                                    generator=generator)
-
-
-def decision_input_unchecked(mode: str, loc_U: Tensor, scale_U: Tensor, noise_scale: Tensor, *,
-                             uniform: Tensor | None = None, noise: Tensor | None = None,
-                             generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """`decision_input` on arguments already checked (`DecisionHead.decide_step`, whose door is the model's)."""
+    if cauchy.validating():
+        check_mode(mode, DECISION_MODES)
+        check_law_of_U(loc_U, scale_U, noise_scale)
+        if uniform is not None:
+            check_uniform(uniform)
+        if noise is not None:
+            check_noise(noise)
     if mode == "standard":
         return loc_U, noise_infused_scale(scale_U, noise_scale)  # [..., C]
     if mode in ("causal", "shared_individual"):
         if uniform is None:
             uniform = draw_uniform(loc_U.shape, generator=generator, device=loc_U.device)  # on the grid, in range
         uniform = uniform.to(torch.float64).clamp(UNIFORM_EPS, 1.0 - UNIFORM_EPS)  # D10
-        standard = cauchy.icdf(uniform, 0.0, 1.0, checked=False)  # tan(pi (eps - 1/2)), float64
+        with cauchy.validation(False):  # clamped into (0, 1) just above
+            standard = cauchy.icdf(uniform, 0.0, 1.0)  # tan(pi (eps - 1/2)), float64
         u = (loc_U.double() + scale_U.double() * standard).to(loc_U.dtype)  # [..., C], the sampled individual
         return u, noise_scale.expand_as(u)
     # shared_noise
@@ -201,17 +199,20 @@ def predicted_value(token: Tensor, loc_Y: Tensor, num_token_id: int) -> Tensor:
 
 def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_id: int) -> tuple[Tensor, Tensor]:
     r"""Token $\hat k = \arg\max_k P_k$ (`predicted_token`) and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>``, 0.0
-    elsewhere (`predicted_value`), after checking every argument.
+    elsewhere (`predicted_value`), after checking every argument while `causalqwen.cauchy.validating`.
 
     Shapes: ``loc_S``, ``scale_S`` ``[..., V]``, ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
     """
-    num_classes = loc_S.shape[-1]
-    if isinstance(num_token_id, bool) or not isinstance(num_token_id, numbers.Integral) or not 0 <= num_token_id < num_classes:
-        raise ValueError(f"num_token_id must be a class index in [0, {num_classes}), got {num_token_id!r}")
-    if tuple(loc_Y.shape) != tuple(loc_S.shape[:-1]):
-        raise ValueError(f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim {tuple(loc_S.shape[:-1])}")
-    check_threshold(threshold, num_classes)
-    cauchy.check_scale(scale_S)
+    if cauchy.validating():
+        num_classes = loc_S.shape[-1]
+        if (isinstance(num_token_id, bool) or not isinstance(num_token_id, numbers.Integral)
+                or not 0 <= num_token_id < num_classes):
+            raise ValueError(f"num_token_id must be a class index in [0, {num_classes}), got {num_token_id!r}")
+        if tuple(loc_Y.shape) != tuple(loc_S.shape[:-1]):
+            raise ValueError(f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim "
+                             f"{tuple(loc_S.shape[:-1])}")
+        check_threshold(threshold, num_classes)
+        cauchy.check_scale(scale_S)
     token_ids = predicted_token(loc_S, scale_S, threshold)  # [...]
     return token_ids, predicted_value(token_ids, loc_Y, num_token_id)
 
@@ -284,25 +285,18 @@ def traditional_probabilities(loc_S: Tensor, temperature: float = 1.0, top_k: in
     and top-p keeps the smallest set of most probable classes whose mass reaches ``top_p`` (always at
     least one), each followed by renormalization. Returns ``[..., V]``, zero outside the kept set,
     summing to 1. The division by ``temperature`` is `tempered_scores`: a tiny temperature puts all the mass on
-    the most probable class (ties share it). This is the door: the arguments are checked, then
-    `traditional_probabilities_unchecked` runs.
+    the most probable class (ties share it). While `causalqwen.cauchy.validating`, the arguments are checked first
+    (and ``temperature``, ``top_k``, ``top_p`` may be NumPy scalars or 0-d tensors); otherwise they are taken to be
+    the Python numbers `check_sampling_args` returns.
     """
-    temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
-    check_normalize(normalize)
-    if normalize == "ovr":
-        if scale_S is None or threshold is None:
-            raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
-        check_threshold(threshold, loc_S.shape[-1])
-        cauchy.check_scale(scale_S)
-    return traditional_probabilities_unchecked(loc_S, temperature, top_k, top_p, scale_S=scale_S, threshold=threshold,
-                                               normalize=normalize)
-
-
-def traditional_probabilities_unchecked(loc_S: Tensor, temperature: float, top_k: int, top_p: float, *,
-                                        scale_S: Tensor | None = None, threshold=None,
-                                        normalize: str = "softmax") -> Tensor:
-    """`traditional_probabilities` on arguments already checked (``temperature``, ``top_k``, ``top_p`` Python
-    numbers from `check_sampling_args`), for `DecisionHead.choose`."""
+    if cauchy.validating():
+        temperature, top_k, top_p = check_sampling_args(temperature, top_k, top_p)
+        check_normalize(normalize)
+        if normalize == "ovr":
+            if scale_S is None or threshold is None:
+                raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
+            check_threshold(threshold, loc_S.shape[-1])
+            cauchy.check_scale(scale_S)
     if normalize == "softmax":
         scores = loc_S  # [..., V]
     else:

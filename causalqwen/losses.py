@@ -130,7 +130,7 @@ def gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float
 
 
 def _gated_regression(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float) -> Tensor:
-    gated = (alpha + (1.0 - alpha) * p_num) * cauchy.nll(targets, loc_Y, scale_Y, checked=False)
+    gated = (alpha + (1.0 - alpha) * p_num) * cauchy.nll(targets, loc_Y, scale_Y)
     return torch.where(num_mask, gated, torch.zeros_like(gated))
 
 

@@ -9,6 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scipy import stats
 
+from causalqwen import cauchy
 from causalqwen.action import ActionNetwork
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import (
@@ -16,7 +17,6 @@ from causalqwen.inference import (
     MODES,
     check_law_of_U,
     decision_input,
-    decision_input_unchecked,
     draw_standard_cauchy,
     draw_uniform,
     predict,
@@ -24,7 +24,6 @@ from causalqwen.inference import (
     predicted_value,
     sample_token,
     traditional_probabilities,
-    traditional_probabilities_unchecked,
 )
 from causalqwen.initialization import DRAFT_INIT, sample_calibration_batch
 
@@ -169,13 +168,17 @@ def test_decision_input_rejects_bad_input():
 
 
 @pytest.mark.parametrize("mode", DECISION_MODES)
-def test_the_door_and_the_trusted_decision_input_agree(mode):
-    """`decision_input` checks, then runs `decision_input_unchecked`: same draws, same numbers."""
+def test_decision_input_without_validation_gives_the_same_draws_and_numbers(mode):
+    """`decision_input` under ``cauchy.validation(False)`` (a caller that has checked) skips only the checks."""
     loc_U, scale_U = _law((3,), seed=6)
     noise_scale = torch.full((C,), 0.4, dtype=torch.float64)
-    door = decision_input(mode, loc_U, scale_U, noise_scale, generator=torch.Generator().manual_seed(2))
-    trusted = decision_input_unchecked(mode, loc_U, scale_U, noise_scale, generator=torch.Generator().manual_seed(2))
-    assert torch.equal(door[0], trusted[0]) and torch.equal(door[1], trusted[1])
+    checked = decision_input(mode, loc_U, scale_U, noise_scale, generator=torch.Generator().manual_seed(2))
+    with cauchy.validation(False):
+        trusted = decision_input(mode, loc_U, scale_U, noise_scale, generator=torch.Generator().manual_seed(2))
+        decision_input(mode, loc_U, scale_U, -noise_scale)  # not looked at
+    assert torch.equal(checked[0], trusted[0]) and torch.equal(checked[1], trusted[1])
+    with pytest.raises(ValueError, match="noise_scale must be >= 0"):
+        decision_input(mode, loc_U, scale_U, -noise_scale)
 
 
 @pytest.mark.parametrize("loc_U,scale_U,noise_scale,error,match", [
@@ -360,14 +363,19 @@ def test_traditional_probabilities_reject_bad_input():
         traditional_probabilities(loc_S, normalize="sparsemax")
 
 
-def test_the_door_and_the_trusted_traditional_probabilities_agree():
+def test_traditional_probabilities_without_validation_gives_the_same_distribution():
     g = torch.Generator().manual_seed(3)
     loc_S, scale_S = torch.randn(4, V, generator=g) * 5, torch.rand(4, V, generator=g) + 0.1
     for normalize in ("softmax", "ovr"):
-        door = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0, normalize=normalize)
-        trusted = traditional_probabilities_unchecked(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0,
-                                                      normalize=normalize)
-        assert torch.equal(door, trusted)
+        checked = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0, normalize=normalize)
+        with cauchy.validation(False):
+            trusted = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0,
+                                                normalize=normalize)
+        assert torch.equal(checked, trusted)
+    with cauchy.validation(False):
+        traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=-scale_S, threshold=1.0, normalize="ovr")
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=-scale_S, threshold=1.0, normalize="ovr")
     with pytest.raises(TypeError):  # past top_p the arguments are keyword-only
         traditional_probabilities(loc_S, 1.0, 0, 1.0, scale_S)
 
