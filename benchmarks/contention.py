@@ -41,7 +41,8 @@ def demo_steps(steps: int = 60) -> float:
     from causalqwen.app.demo import DEMO_OVERRIDES
     from causalqwen.app.tiny import build_tiny_causal_lm
     from causalqwen.files.data import TextDataset, synthetic_texts
-    from causalqwen.training import TrainingConfig, train
+    from causalqwen import train
+    from causalqwen.training import TrainingConfig
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, **DEMO_OVERRIDES)
     data = TextDataset(synthetic_texts(2000, seed=0), tokenizer, max_length=64)

@@ -17,12 +17,7 @@ import torch
 from causalqwen import CausalQwenForCausalLM
 from causalqwen.divergence import DivergenceBound
 from causalqwen.integrations.lora import add_lora
-from causalqwen.training import (
-    TrainingConfig,
-    loss_and_gradients,
-    parameter_groups,
-    set_trainable,
-)
+from causalqwen.training import TrainingConfig, loss_and_gradients, parameter_groups, set_trainable
 
 from .common import (
     SHAPES,

@@ -12,39 +12,58 @@ The top level follows the design, a number's path from text to loss, one module 
 7. ``inference``: the five inference modes; ``generation``: the autoregressive loop; ``writing``: how a number
    is written back (the resolution a literal states, a value at a resolution, the spaces around numbers).
 8. ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
-   conversion (decision D14), and the model (`CausalQwenModel`, `CausalQwenForCausalLM`).
-9. ``training``, ``divergence`` and ``metrics``: the training loop, the bound on how far U moves, the
-   evaluation metrics; ``likelihood``: the probability of a text, numbers scored as written (decision D16).
+   conversion, and the model (`CausalQwenModel`, `CausalQwenForCausalLM`).
+9. ``training``, ``divergence`` and ``metrics``: the training step, the bound on how far U moves, the
+   evaluation metrics; ``likelihood``: the probability of a text, numbers scored as written.
 
-Infrastructure lives in sub-packages: ``kernels`` (the tiled and compiled head + loss), ``files`` (checkpoints,
-bases, run directories, datasets), ``integrations`` (transformers' Auto classes, ``model.generate``, the
-pipeline, peft's LoRA, lm-eval), ``checks`` (the input checks at the public door) and ``app`` (command line, demo, the
-embedded tiny base).
+The sections import only the standard library, torch, numpy, regex and each other (``configuration``,
+``initialization`` and ``modeling`` build on transformers' Qwen2 as well). The infrastructure sits above them in
+sub-packages: ``kernels`` (the tiled and compiled head + loss, registered beside the literal one), ``checks``
+(the input checks at the public doors), ``files`` (checkpoints, bases, run directories, datasets, what earlier
+versions wrote), ``integrations`` (transformers' tokenizer and Auto classes, ``model.generate``, the pipeline,
+the Trainer, peft's LoRA, lm-eval) and ``app`` (training runs, the command line, the demo, the embedded tiny base).
+
+This namespace is the table of contents of what a user needs; each name is imported when it is first used
+(PEP 562), so ``import causalqwen.cauchy`` costs what importing torch costs.
 """
 
-from .integrations import old_paths
+import importlib
 
-old_paths.install()  # old module paths (before the sub-packages) import as aliases that warn
+from .files import earlier_versions
 
-from .configuration import CausalQwenConfig  # noqa: E402
-from .generation import GenerationOutput, generate  # noqa: E402
-from .integrations.pipelines import NumericTextGenerationPipeline  # noqa: E402
-from .integrations.streamer import NumericTextStreamer  # noqa: E402
-from .modeling import CausalQwenForCausalLM, CausalQwenModel, CausalQwenOutput  # noqa: E402
-from .tokenization import NumericEncoding, NumericTokenizer  # noqa: E402
+earlier_versions.install()  # import sites of earlier versions (saved directories, scripts) keep working
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CausalQwenConfig",
-    "CausalQwenForCausalLM",
-    "CausalQwenModel",
-    "CausalQwenOutput",
-    "GenerationOutput",
-    "NumericEncoding",
-    "NumericTextGenerationPipeline",
-    "NumericTextStreamer",
-    "NumericTokenizer",
-    "generate",
-    "__version__",
-]
+# name -> the module that defines it
+_HOMES = {
+    "CausalQwenConfig": "causalqwen.configuration",
+    "CausalQwenForCausalLM": "causalqwen.modeling",
+    "CausalQwenModel": "causalqwen.modeling",
+    "CausalQwenOutput": "causalqwen.modeling",
+    "DivergenceBoundTrainer": "causalqwen.integrations.bounded_trainer",
+    "GenerationOutput": "causalqwen.generation",
+    "generate": "causalqwen.generation",
+    "NumericEncoding": "causalqwen.integrations.numeric_encoding",
+    "NumericTokenizer": "causalqwen.integrations.tokenizer",
+    "NumericTextGenerationPipeline": "causalqwen.integrations.pipelines",
+    "NumericTextStreamer": "causalqwen.integrations.streamer",
+    "TrainingConfig": "causalqwen.training",
+    "load_abduction": "causalqwen.files.abduction_weights",
+    "save_abduction": "causalqwen.files.abduction_weights",
+    "train": "causalqwen.app.training_run",
+}
+
+__all__ = sorted(_HOMES) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'causalqwen' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

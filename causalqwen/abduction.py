@@ -15,8 +15,8 @@ $$h = \operatorname{GELU}(W_{\mathrm{in}}\, z + b_{\mathrm{in}}), \qquad
 
 with $W_{\mathrm{loc},h} = W_{\mathrm{scale},h} = 0$ at the start, so it begins at exactly the same law of $U$ (and
 Qwen's logits, D7) while $W_{\mathrm{in}}$ is random, so the residual weights receive a gradient from the first step.
-`save_abduction` / `load_abduction` (`causalqwen.files.abduction_weights`) move a trained abduction network between
-models of the same base.
+`causalqwen.save_abduction` / `causalqwen.load_abduction` (`causalqwen.files.abduction_weights`) move a trained
+abduction network between models of the same base.
 """
 
 from __future__ import annotations
@@ -26,11 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import initialization as init
-
-# The file I/O is infrastructure (causalqwen.files.abduction_weights); its two functions stay importable from here,
-# where the docs (fine-tuning.md) import them.
-from .files.abduction_weights import load_abduction, save_abduction
+from torch.nn import init  # transformers guards these while it initialises a loaded model: loaded tensors are kept
 
 __all__ = [
     "ABDUCTION_TYPES",
@@ -38,8 +34,6 @@ __all__ = [
     "MLPAbductionNetwork",
     "build_abduction",
     "inverse_softplus",
-    "load_abduction",
-    "save_abduction",
 ]
 
 ABDUCTION_TYPES = ("linear", "mlp")

@@ -33,8 +33,7 @@ Where the base law comes from depends on what is trained (`BaseLawOfU`):
   from the fine-tuned ones there, and the bound is on the whole law of $U$, as the design states it;
 * backbone trained in full (preset ``all``): the base model's own pass, by a frozen copy of the base
   `CausalQwenModel`;
-* LoRA (preset ``lora``): the same model with its adapters disabled (`causalqwen.integrations.lora.base_reference`, peft's
-  ``disable_adapter``), which also switches to the base copies of the modules trained beside the adapters
+* LoRA (preset ``lora``): the same model with its adapters disabled (`adapters_disabled`, peft's ``disable_adapter``), which also switches to the base copies of the modules trained beside the adapters
   (numerical embedding, abduction, head), so no second model is held: the cost is one more forward pass.
 """
 
@@ -47,14 +46,11 @@ import math
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from transformers import Trainer, TrainerCallback
 
 from .cauchy import kl_divergence, validation
-from .files.checkpoint import value_problem
-from .integrations.lora import base_reference, is_peft_model
 from .losses import at_least_float32
 
-__all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "DivergenceBoundTrainer", "dual_ascent"]
+__all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "adapters_disabled", "dual_ascent"]
 
 
 def u_divergence(loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_U: Tensor,
@@ -80,8 +76,26 @@ def dual_ascent(multiplier: float, divergence: float, max_divergence: float, dua
 
 
 def _causal_lm(model) -> nn.Module:
-    """The `CausalQwenForCausalLM` inside ``model`` (itself, or the one a `PeftModel` wraps)."""
-    return model.get_base_model() if is_peft_model(model) else model
+    """The `CausalQwenForCausalLM` inside ``model`` (itself, or the one a `peft.PeftModel` wraps)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+@contextlib.contextmanager
+def adapters_disabled(peft_model):
+    """peft's ``peft_model.disable_adapter()``, with every parameter's ``requires_grad`` restored on exit.
+
+    Inside, ``peft_model(...)`` is the base model's forward pass: base backbone (no LoRA), base numerical
+    embedding, base abduction network and base head (the wrappers' ``original_module``), so its
+    ``(loc_U, scale_U)`` is the base model's law of $U$; no parameter requires a gradient, so the outputs carry
+    no graph. peft's own context would leave every adapter parameter trainable on exit.
+    """
+    flags = [(parameter, parameter.requires_grad) for parameter in peft_model.parameters()]
+    try:
+        with peft_model.disable_adapter():
+            yield peft_model
+    finally:
+        for parameter, requires_grad in flags:
+            parameter.requires_grad_(requires_grad)
 
 
 class BaseLawOfU:
@@ -98,7 +112,7 @@ class BaseLawOfU:
     def __init__(self, model, kind: str):
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
-        if kind == "adapters" and not is_peft_model(model):
+        if kind == "adapters" and not hasattr(model, "disable_adapter"):
             raise TypeError("the adapter-disabled base pass needs a peft model (causalqwen.integrations.lora.add_lora)")
         self.kind = kind
         self.model = model
@@ -151,7 +165,7 @@ class BaseLawOfU:
         if self.kind == "backbone":
             out = self.frozen(**inputs)
             return out.loc_U, out.scale_U
-        with base_reference(self.model):  # peft's disable_adapter, trainable flags kept
+        with adapters_disabled(self.model):  # peft's disable_adapter, trainable flags kept
             out = _causal_lm(self.model).model(**inputs)
         return out.loc_U, out.scale_U
 
@@ -160,30 +174,9 @@ class BaseLawOfU:
         return {} if self.frozen is None else {k: v.detach().cpu() for k, v in self.frozen.state_dict().items()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        """Load what `state_dict` gave (read back from a checkpoint): the same tensors with the same shapes, and
-        `causalqwen.files.checkpoint.value_problem` for each (floating point, finite in the reference's own dtype: an
-        integer tensor is never cast, a float64 1e300 never becomes inf); ``ValueError`` naming every tensor at
-        fault, before anything is copied."""
-        if self.frozen is None:
-            if state:
-                raise ValueError(f"the adapter-disabled base holds no tensors; got {sorted(state)[:3]}...")
-            return
-        expected = self.frozen.state_dict()
-        if set(state) != set(expected):
-            raise ValueError(f"the base reference holds {len(expected)} tensors {sorted(expected)[:3]}...; "
-                             f"got {len(state)} {sorted(state)[:3]}...")
-        problems = []
-        for name, tensor in state.items():
-            if tensor.shape != expected[name].shape:
-                problems.append(f"{name} has shape {tuple(tensor.shape)}, the reference needs {tuple(expected[name].shape)}")
-            elif expected[name].dtype.is_floating_point:
-                if (problem := value_problem(name, tensor, expected[name].dtype)) is not None:
-                    problems.append(problem)
-            elif tensor.dtype != expected[name].dtype:
-                problems.append(f"{name} is stored as {tensor.dtype}, the reference holds {expected[name].dtype}")
-        if problems:
-            raise ValueError("base reference tensors: " + "; ".join(problems))
-        self.frozen.load_state_dict(state, strict=True)
+        """Load what `state_dict` gave (the checks of a file read back are `causalqwen.app.runs.load_bound`'s)."""
+        if self.frozen is not None:
+            self.frozen.load_state_dict(state, strict=True)
 
 
 PRESET_REFERENCE = {"causal": "embedding_and_abduction", "abduction": "abduction", "all": "backbone", "lora": "adapters"}
@@ -261,44 +254,3 @@ class DivergenceBound:
         """What the training loop logs: ``constraint/u_divergence``, ``constraint/multiplier`` and the bound."""
         return {"constraint/u_divergence": self.last_divergence, "constraint/multiplier": self.multiplier,
                 "constraint/max_u_divergence": self.max_divergence}
-
-
-class _DualAscentCallback(TrainerCallback):
-    """After each optimizer step of `transformers.Trainer`: the bound's dual-ascent step."""
-
-    def __init__(self, bound: DivergenceBound):
-        self.bound = bound
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.bound.step()
-
-
-class DivergenceBoundTrainer(Trainer):
-    r"""`transformers.Trainer` with the bound $\bar D(U, U_{\mathrm{base}}) \le \varepsilon$ (`DivergenceBound`).
-
-    The keyword arguments ``max_u_divergence`` ($\varepsilon$), ``preset`` (what is trained, which picks the base
-    reference: ``"causal"``, ``"abduction"``, ``"all"`` or ``"lora"``) and ``divergence_dual_lr`` ($\eta_\mu$) are
-    this class's; everything else goes to `Trainer`. The base law is the model's as it is when the trainer is made.
-    Training losses include $\mu \bar D$; evaluation losses do not. The logs carry ``constraint/u_divergence``
-    and ``constraint/multiplier``. With gradient accumulation, $\mu$ steps once per optimizer step, on the mean
-    divergence of the accumulated batches.
-    """
-
-    def __init__(self, *args, max_u_divergence: float, preset: str = "causal", divergence_dual_lr: float = 1.0,
-                 **kwargs):
-        super().__init__(*args, **kwargs)
-        self.divergence_bound = DivergenceBound(self.model, max_u_divergence, preset, dual_lr=divergence_dual_lr)
-        self.add_callback(_DualAscentCallback(self.divergence_bound))
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not model.training:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        with self.divergence_bound.capturing_features():
-            outputs = model(**inputs)
-        loss = outputs.loss + self.divergence_bound.penalty(outputs, inputs)
-        return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        if "loss" in logs and self.divergence_bound.last_divergence is not None:
-            logs = logs | self.divergence_bound.metrics()
-        super().log(logs, *args, **kwargs)

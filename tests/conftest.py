@@ -45,7 +45,7 @@ def killed_after_first_save():
     """A context manager: inside it, ``runs.save_checkpoint`` writes its checkpoint and then raises
     ``KeyboardInterrupt`` (a run killed right after its first checkpoint), and the ``with`` expects that interrupt;
     on leaving it, saving is back to normal."""
-    from causalqwen.files import runs
+    from causalqwen.app import runs
 
     @contextlib.contextmanager
     def killed():

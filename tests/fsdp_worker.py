@@ -21,11 +21,7 @@ import torch
 
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
-from causalqwen.training import (
-    globally_normalized_loss,
-    parameter_groups,
-    set_trainable,
-)
+from causalqwen.training import globally_normalized_loss, parameter_groups, set_trainable
 
 STEPS = 3
 GLOBAL_BATCH = 8

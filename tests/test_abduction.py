@@ -20,14 +20,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from scipy.special import erf
 
-from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
+from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, load_abduction, save_abduction
 from causalqwen.abduction import (
     AbductionNetwork,
     MLPAbductionNetwork,
     build_abduction,
     inverse_softplus,
-    load_abduction,
-    save_abduction,
 )
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files import abduction_weights

@@ -16,7 +16,8 @@ from causalqwen import CausalQwenForCausalLM, NumericTokenizer
 from causalqwen.app import cli
 from causalqwen.app.tiny import build_tiny_base
 from causalqwen.files.data import TextDataset, synthetic_texts
-from causalqwen.training import TrainingConfig, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 SMALL = ("action.b_noise", "model.abduction.b_scale", "model.abduction.W_loc")  # W_loc: its diagonal
 STEPS, BATCH = 6, 4

@@ -14,7 +14,8 @@ from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.generation import generate
 from causalqwen.inference import MODES
-from causalqwen.training import TrainingConfig, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -21,9 +21,10 @@ from test_training import synthetic_data, tiny_model
 
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.divergence import BaseLawOfU, DivergenceBound, dual_ascent, u_divergence
-from causalqwen.files import runs
+from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
-from causalqwen.training import TrainingConfig, set_trainable, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig, set_trainable
 
 
 def _batch(tokenizer, n=6, seed=3):
@@ -261,7 +262,7 @@ def test_the_trainer_path_follows_the_training_loop(tmp_path):
     at every step and the same final parameters (the whole data set is each step's batch, so samplers agree)."""
     from functools import partial
 
-    from causalqwen.divergence import DivergenceBoundTrainer
+    from causalqwen import DivergenceBoundTrainer
 
     config = TrainingConfig(steps=6, batch_size=12, learning_rate=2e-2, warmup_steps=1, log_every=1, eval_every=100,
                             save_every=100, preset="causal", max_u_divergence=0.02, divergence_dual_lr=10.0)

@@ -25,10 +25,11 @@ import torch
 from causalqwen import NumericTokenizer
 from causalqwen.app import cli
 from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
-from causalqwen.files import runs
+from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.files.rundir import RunDirectory
-from causalqwen.training import TrainingConfig, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 CONFIG = dict(steps=3, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset="all", eval_every=100, save_every=1,
               log_every=1, seed=0)
@@ -104,7 +105,7 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
         train(_model(), _data(tokenizer), config, out_dir=str(out), progress=False)
     (out / "checkpoint-1" / "notes.txt").write_text(NOTE)
     kept = _tree(out / "checkpoint-1")
-    with caplog.at_level(logging.WARNING, logger="causalqwen.files.runs"):
+    with caplog.at_level(logging.WARNING, logger="causalqwen.app.runs"):
         train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 4, "save_total_limit": 1}),
               out_dir=str(out), resume=True, progress=False)
     assert _checkpoints(out) == ["checkpoint-1", "checkpoint-4"]
@@ -146,7 +147,7 @@ def test_an_old_checkpoint_holding_what_the_run_did_not_write_is_kept_whole(thre
         (old / runs.CHECKPOINT_RECORD).unlink()
         foreign = "model.safetensors"
     before = _tree(old)
-    with caplog.at_level(logging.WARNING, logger="causalqwen.files.runs"):
+    with caplog.at_level(logging.WARNING, logger="causalqwen.app.runs"):
         removed = runs.remove_old_checkpoints(str(run), 1)
     assert removed == [str(run / "checkpoint-2")]
     assert _checkpoints(run) == ["checkpoint-1", "checkpoint-3"]

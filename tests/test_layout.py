@@ -1,5 +1,5 @@
-"""The package's shape, checked: the top level is the design's sections, infrastructure lives in sub-packages,
-and the code stays small and literal (issue 29).
+"""The package's shape, checked: the top level is the design's sections, infrastructure lives in sub-packages
+above them, and the code stays small and literal.
 
 The rules, read from the source with `ast` (nothing is imported to measure it):
 
@@ -10,7 +10,10 @@ The rules, read from the source with `ast` (nothing is imported to measure it):
 - no function takes more than 6 positional parameters (``self`` counted): more goes keyword-only or into a
   small dataclass;
 - no module imports another's private (``_underscored``) name, or reads one through a module;
-- no import cycle among the modules of ``causalqwen``, ``validation`` or ``benchmarks``, deferred imports included;
+- no import cycle among the modules of ``causalqwen``, ``validation`` or ``benchmarks``, deferred imports included,
+  and none among the sections and sub-packages of ``causalqwen`` with each sub-package one node;
+- the math sections (`LEAF_SECTIONS`) import only the standard library, torch, numpy, regex and each other, and
+  importing one of them in a fresh interpreter loads no transformers, peft, safetensors or huggingface_hub;
 - every section module has its own test file, ``tests/test_<module>.py``.
 """
 
@@ -35,9 +38,13 @@ SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 50
 MAX_POSITIONAL = 6
-# cauchy: one closed form per method; tokenization: the tokenizer, its large-call path and transformers' interface,
-# still to be split into the section and an integration
-LONG_MODULES_ALLOWED = {"causalqwen/cauchy.py", "causalqwen/tokenization.py"}
+# The sections a number's path runs through that need nothing but torch (and numpy, regex): the math layer.
+LEAF_SECTIONS = ("cauchy", "numbers", "tokenization", "embedding", "abduction", "action", "decision", "losses",
+                 "inference", "writing", "divergence", "metrics", "likelihood")
+# What a leaf section may import besides the standard library and the other sections.
+LEAF_EXTERNAL = {"torch", "numpy", "regex"}
+# cauchy: one closed form per method, in named sections
+LONG_MODULES_ALLOWED = {"causalqwen/cauchy.py"}
 LONG_FUNCTIONS_ALLOWED = {("causalqwen/app/cli.py", "build_parser")}  # the argument table
 
 
@@ -173,6 +180,89 @@ def test_there_is_no_import_cycle():
     assert cycles == []
 
 
+def package_node(module: str) -> str | None:
+    """The node of ``module`` in the package graph: a section, or a whole sub-package (``kernels/``); None for the
+    table of contents (``causalqwen`` itself) and for modules outside the package."""
+    parts = module.split(".")
+    if parts[0] != "causalqwen" or len(parts) == 1:
+        return None
+    return parts[1] + "/" if parts[1] in SUBPACKAGES else parts[1]
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Sections and sub-packages, each sub-package one node; an edge for every import, deferred ones included."""
+    edges: dict[str, set[str]] = {}
+    for path in python_files("causalqwen"):
+        source = package_node(module_name(path))
+        if source is None:
+            continue
+        targets = {package_node(target) for target in imported_modules(path, parsed(path))}
+        edges.setdefault(source, set()).update(target for target in targets if target not in (None, source))
+    return edges
+
+
+def test_sections_and_sub_packages_form_no_cycle():
+    edges = package_graph()
+    cycles, state = [], {}
+
+    def visit(name, trail):
+        state[name] = "open"
+        for target in sorted(edges.get(name, ())):
+            if state.get(target) == "open":
+                cycles.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, trail + [target])
+        state[name] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def external_imports(tree: ast.Module) -> set[str]:
+    """The top-level names of every absolute import outside the package, anywhere in ``tree``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names - {"causalqwen"}
+
+
+@pytest.mark.parametrize("section", LEAF_SECTIONS)
+def test_a_math_section_imports_only_the_standard_library_torch_numpy_regex_and_sections(section):
+    import sys
+
+    path = ROOT / "causalqwen" / f"{section}.py"
+    tree = parsed(path)
+    outside = {name for name in external_imports(tree) if name not in sys.stdlib_module_names} - LEAF_EXTERNAL
+    assert outside == set(), f"{section} imports {sorted(outside)}"
+    inside = {package_node(target) for target in imported_modules(path, tree)} - {None, section}
+    assert inside <= set(SECTIONS), f"{section} imports {sorted(inside - set(SECTIONS))}"
+
+
+def test_importing_a_math_section_loads_no_transformers_peft_safetensors_or_hub():
+    """In a fresh interpreter, as a user would: ``import causalqwen.<section>`` for each math section."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        f"for name in {list(LEAF_SECTIONS)!r}:\n"
+        "    __import__('causalqwen.' + name)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('transformers', 'peft', 'safetensors', 'huggingface_hub', 'accelerate', 'lm_eval'))\n"
+        "mine = sorted(m for m in sys.modules if m.startswith('causalqwen.') and m.count('.') > 1)\n"
+        "print(heavy, mine)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    # the only sub-package module loaded is the compatibility table that `import causalqwen` installs (stdlib only)
+    assert run.stdout.strip() == "[] ['causalqwen.files.earlier_versions']", run.stdout
+
+
 @pytest.mark.parametrize("section", SECTIONS)
 def test_every_section_has_its_own_test_file(section):
     test_file = ROOT / "tests" / f"test_{section}.py"
@@ -181,7 +271,8 @@ def test_every_section_has_its_own_test_file(section):
         f"from causalqwen import {section}" in test_file.read_text(encoding="utf-8")
 
 
-OLD_PATHS = importlib.import_module("causalqwen.integrations.old_paths").OLD_PATHS
+EARLIER = importlib.import_module("causalqwen.files.earlier_versions")
+OLD_PATHS = EARLIER.OLD_PATHS
 
 
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))
@@ -215,11 +306,15 @@ def test_an_old_path_split_in_two_gives_the_names_of_both_and_still_runs_with_py
     assert "usage: causalqwen convert" in run.stdout and "moved to causalqwen.app.cli" in run.stderr
 
 
-def test_the_old_checks_module_names_import_from_the_checks_package():
-    from causalqwen import checks
-    from causalqwen.checks import values
-
-    assert all(getattr(checks, name) is getattr(values, name) for name in values.__all__)
+def test_a_name_that_left_a_module_is_answered_by_the_compatibility_table_alone():
+    """Each name of `MOVED_NAMES` is not in its old module's source, and reading it through the old module gives the
+    new module's object, with the warning naming the new path."""
+    for old_module, names in EARLIER.MOVED_NAMES.items():
+        module = importlib.import_module(old_module)
+        for name, new_module in names.items():
+            assert name not in vars(module), f"{old_module} still holds {name}"
+            with pytest.warns(DeprecationWarning, match=new_module.replace(".", r"\.")):
+                assert getattr(module, name) is getattr(importlib.import_module(new_module), name)
 
 
 def test_the_old_paths_name_no_module_that_still_exists():

@@ -1,4 +1,4 @@
-"""The lm-eval adapter (causalqwen.integrations.lm_eval_adapter): lm-eval's own client runs CausalQwen on the
+"""The lm-eval adapter (causalqwen.app.lm_eval_adapter): lm-eval's own client runs CausalQwen on the
 offline task set under validation/lm_eval_tasks, with all three request types, and its answers are the
 project's likelihood and generation.
 
@@ -18,7 +18,7 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from causalqwen.integrations.lm_eval_adapter import CausalQwenLM, cut_at_stop, main  # noqa: E402
+from causalqwen.app.lm_eval_adapter import CausalQwenLM, cut_at_stop, main  # noqa: E402
 from causalqwen.likelihood import score_continuation, score_text, split_context  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""lm-eval's request conventions in the ``causalqwen`` model (causalqwen.integrations.lm_eval_adapter), checked
+"""lm-eval's request conventions in the ``causalqwen`` model (causalqwen.app.lm_eval_adapter), checked
 against lm-eval's own ``hf`` model (HFLM) on the same requests wherever the two share a convention.
 
 Both read one tiny Qwen2 base (`causalqwen.app.tiny.save_tiny_base`, seed 0): HFLM as it is, the adapter converted
@@ -28,7 +28,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
 from causalqwen.app.tiny import save_tiny_base
-from causalqwen.integrations.lm_eval_adapter import CausalQwenLM, cut_at_stop
+from causalqwen.app.lm_eval_adapter import CausalQwenLM, cut_at_stop
 from causalqwen.likelihood import (
     keep_last,
     score_continuation,

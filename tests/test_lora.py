@@ -434,7 +434,7 @@ def _adapter_on_a_saved_base(tiny, root: pathlib.Path, monkeypatch):
 def test_an_adapter_records_its_base_by_absolute_path_and_loads_from_another_directory(tiny, tmp_path, monkeypatch):
     from peft import AutoPeftModelForCausalLM
 
-    from causalqwen.integrations.lora_base import load_base
+    from causalqwen.app.commands import load_base
 
     adapter, adapted, merged = _adapter_on_a_saved_base(tiny, tmp_path, monkeypatch)
     recorded = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
@@ -460,7 +460,7 @@ def test_a_base_loaded_by_a_relative_path_is_recorded_whatever_the_working_direc
     directory of the same name: the adapter records the base it was added to, and loads from a third directory."""
     from peft import AutoPeftModelForCausalLM
 
-    from causalqwen.integrations.lora_base import load_base
+    from causalqwen.app.commands import load_base
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for name in ("work", "other", "elsewhere"):

@@ -18,7 +18,8 @@ from causalqwen.integrations.lora import (
     merge_lora,
     trainable_parameter_count,
 )
-from causalqwen.training import TrainingConfig, set_trainable, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig, set_trainable
 
 
 def _lora_model(rank=4, seed=0):

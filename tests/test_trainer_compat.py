@@ -13,7 +13,7 @@ from causalqwen.files.data import TextDataset, collate, synthetic_texts
 
 def trainer_set_up_as_train(config, tmp_path):
     """The tiny CausalQwen, its optimizer and schedule, and transformers' ``TrainingArguments`` set up as
-    ``causalqwen.training.train`` sets them up for ``config`` (batches of 12, clipping, a step logged each step):
+    ``causalqwen.train`` sets them up for ``config`` (batches of 12, clipping, a step logged each step):
     what a ``Trainer`` needs to take the same steps as ``train``."""
     from transformers import get_cosine_schedule_with_warmup
 
@@ -165,9 +165,10 @@ def test_trainer_saves_the_tokenizer_given_as_processing_class(tmp_path):
 
 def test_trainer_and_causalqwen_train_give_the_same_loss_curve(tmp_path):
     """Same data, preset, AdamW groups, cosine schedule with warm-up and clipping: transformers.Trainer and
-    causalqwen.training.train give the same loss at every step. Each step takes the whole data set as its batch,
+    causalqwen.train give the same loss at every step. Each step takes the whole data set as its batch,
     so the two samplers' orders do not matter (the loss is a mean over scored positions)."""
-    from causalqwen.training import TrainingConfig, train
+    from causalqwen import train
+    from causalqwen.training import TrainingConfig
 
     config = TrainingConfig(steps=6, batch_size=12, learning_rate=5e-3, warmup_steps=2, log_every=1, eval_every=100,
                             save_every=100, preset="causal")

@@ -16,23 +16,15 @@ from safetensors.torch import load_file
 
 from causalqwen import CausalQwenForCausalLM
 from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.files import runs
+from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.files.rundir import RunDirectory, remove_run_output
-from causalqwen.files.runs import latest_checkpoint
+from causalqwen.app.runs import latest_checkpoint
 from causalqwen.losses import ovr_probability
 from causalqwen.metrics import evaluate_batch, with_log_prefixes
-from causalqwen.training import (
-    DEFAULT_WARMUP_RATIO,
-    TrainingConfig,
-    TrainingDiverged,
-    loss_and_gradients,
-    optimizer_and_schedule,
-    parameter_groups,
-    set_trainable,
-    train,
-    training_metrics,
-)
+from causalqwen import train
+from causalqwen.metrics import training_metrics
+from causalqwen.training import DEFAULT_WARMUP_RATIO, TrainingConfig, TrainingDiverged, loss_and_gradients, optimizer_and_schedule, parameter_groups, set_trainable
 
 
 def tiny_model(**overrides):
@@ -294,7 +286,7 @@ def test_the_progress_bar_never_shows_a_nan_loss_at_eval_only_steps(tokenizer, c
 
 
 # ---------------------------------------------------------------------------------------------
-# Short runs (issue 30): the warm-up is a fraction of the run, the newest checkpoints are kept, evals are printed
+# Short runs: the warm-up is a fraction of the run, the newest checkpoints are kept, evals are printed
 # ---------------------------------------------------------------------------------------------
 
 

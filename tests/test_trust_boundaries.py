@@ -1,4 +1,4 @@
-"""Trust boundaries (issue 14): what causalqwen reads is data, never code; a run deletes only what it wrote;
+"""Trust boundaries: what causalqwen reads is data, never code; a run deletes only what it wrote;
 resume is strict; the public doors refuse a misspelt keyword, a wrong type or a setting that would give
 a silently wrong answer, by name."""
 
@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
 from causalqwen.app import cli
 from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm, save_tiny_base
-from causalqwen.files import runs
+from causalqwen.app import runs
 from causalqwen.files.checkpoint import weight_files
 from causalqwen.files.data import TextDataset, read_jsonl, synthetic_texts
 from causalqwen.files.rundir import LOCK, MARKER, RunDirectory
@@ -29,7 +29,8 @@ from causalqwen.inference import traditional_probabilities
 from causalqwen.losses import fused_ovr_classification_loss
 from causalqwen.configuration import CausalQwenConfig
 from causalqwen.numbers import format_number, parse_number
-from causalqwen.training import TrainingConfig, TrainingDiverged, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig, TrainingDiverged
 
 
 class _Planted:

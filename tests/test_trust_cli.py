@@ -1,4 +1,4 @@
-"""Trust boundaries of the command line (issue 27): every option and every file the ``causalqwen`` command
+"""Trust boundaries of the command line: every option and every file the ``causalqwen`` command
 reads fails with exit status 2 and one line naming the option, or the file and line, that is wrong; a
 Ctrl-C during ``train`` names the last checkpoint and the command that continues the run (exit 130)."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from causalqwen import NumericTokenizer, training
 from causalqwen.app import cli, commands
-from causalqwen.files import runs
+from causalqwen.app import runs
 from causalqwen.files.data import read_jsonl
 from causalqwen.files.rundir import RunDirectory
 

@@ -181,9 +181,10 @@ TINY_RUN = dict(steps=2, batch_size=4, learning_rate=3e-3, warmup_steps=1, prese
 
 
 def train_tiny(out: str | None, resume: bool = False, overwrite: bool = False, data=None, **changes):
-    """`causalqwen.training.train` of a fresh tiny model with `TINY_RUN` (``changes`` override its settings);
+    """`causalqwen.train` of a fresh tiny model with `TINY_RUN` (``changes`` override its settings);
     the global torch random state is left as it was."""
-    from causalqwen.training import TrainingConfig, train
+    from causalqwen import train
+    from causalqwen.training import TrainingConfig
 
     with torch.random.fork_rng(devices=[]):
         return train(fresh_tiny_model(), data if data is not None else tiny_dataset(),

@@ -32,7 +32,7 @@ frozen and the same trainable parameters up to $3H + 1$ values (the V9 pairing, 
 |---|---|---|
 | Qwen CE | `head`: untied lm_head + bias + residual adapter on $z$ | next-token cross-entropy |
 | Qwen CE + NTL | the same | cross-entropy $+\ 0.3\,\mathcal L_{\mathrm{NTL}}$ (`ntloss.NTLoss`, the Wasserstein NTL with its defaults, weight as its README recommends) |
-| CausalQwen | `causal`: $\vec w_{\mathrm{num}}$, abduction network, head | the project's loss (`causalqwen.training.train`), `from_qwen` at its defaults except gate $\alpha = 1$, $\lambda = 0.1$ (as V9) |
+| CausalQwen | `causal`: $\vec w_{\mathrm{num}}$, abduction network, head | the project's loss (`causalqwen.train`), `from_qwen` at its defaults except gate $\alpha = 1$, $\lambda = 0.1$ (as V9) |
 
 The NTL term: at each position whose target is a digit token $d^{*}$, with $q_i$ the softmax over the ten digit
 tokens only, $\ell = \sum_{i=0}^{9} q_i\,|i - d^{*}|$ (the Wasserstein-1 distance between $q$ and the point mass on
@@ -172,7 +172,7 @@ def causal_answers(model, numeric_tokenizer, problems: list[Problem], batch_size
 
 
 def _last_logged(history: list[dict], key: str) -> float:
-    """The last value of ``key`` in a `causalqwen.training.train` history (NaN if never logged)."""
+    """The last value of ``key`` in a `causalqwen.train` history (NaN if never logged)."""
     values = [record[key] for record in history if key in record]
     return float(values[-1]) if values else math.nan
 

@@ -1,10 +1,10 @@
 r"""lm-eval: Qwen beside CausalQwen on numbers
 
 **Question.** Read by EleutherAI's lm-evaluation-harness through its own adapter
-(`causalqwen.integrations.lm_eval_adapter`, the model ``causalqwen``: every number of a text reaches the model as
+(`causalqwen.app.lm_eval_adapter`, the model ``causalqwen``: every number of a text reaches the model as
 ``<NUM>`` with its value, and is scored as the probability of its written resolution interval,
 `causalqwen.likelihood`), does CausalQwen pick the right number in the multiple-choice items at least 3 times in 4
-(issue 31's goal)? And what does lm-eval's ordinary ``--model hf`` report when it is pointed at the same trained
+(the goal)? And what does lm-eval's ordinary ``--model hf`` report when it is pointed at the same trained
 directory, as a user who does not know about the adapter would do?
 
 **Method.** The offline task group ``cq_numbers`` (`validation/lm_eval_tasks`, run from the repository root):
@@ -56,7 +56,7 @@ BATCH_SIZE = 4
 TASK_GROUP = "cq_numbers"
 TASKS_DIR = "validation/lm_eval_tasks"  # relative: the tasks' data paths are read from the repository root
 ROOT = Path(__file__).resolve().parent.parent
-GOAL_ACC = 0.75  # issue 31: right at least 3 times in 4
+GOAL_ACC = 0.75  # the goal: right at least 3 times in 4
 TRAP_ACC = 0.25  # at most chance (four choices)
 SAME_TOLERANCE = 1e-6  # d0 against a: the same numbers up to float noise
 OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -129,7 +129,7 @@ def hf_reading(directory: Path, tokenizer=None) -> dict:
 
 def adapter_reading(pretrained: Path) -> dict:
     """``pretrained`` read by the ``causalqwen`` model (`CausalQwenLM`, its defaults: standard mode, OvR)."""
-    from causalqwen.integrations.lm_eval_adapter import CausalQwenLM
+    from causalqwen.app.lm_eval_adapter import CausalQwenLM
 
     return evaluate(CausalQwenLM.create_from_arg_string(f"pretrained={pretrained},mode=standard"))
 
@@ -224,7 +224,7 @@ def claims(readings: dict) -> list[Claim]:
     trap = readings["d"]
     trap_acc = trap["metrics"]["mc acc"]
     return [
-        check("the trained CausalQwen read by the adapter (row c): mc acc (issue 31's goal, right at least 3 times "
+        check("the trained CausalQwen read by the adapter (row c): mc acc (the goal: right at least 3 times "
               "in 4)", readings["c"]["metrics"]["mc acc"], ">=", GOAL_ACC),
         Claim("the trap (row d, c's directory read by `--model hf`): mc acc at most 0.25, or it failed to load",
               trap_acc, f"≤ {fmt(TRAP_ACC)} or a failure", trap["error"] is not None or trap_acc <= TRAP_ACC),

@@ -16,7 +16,7 @@ $\lvert\partial L/\partial \lvert b\rvert\rvert$. This is why decision D7 initia
 the total loss of a batch of synthetic sentences through the model's forward, both on the fused
 training path (the default with ``labels``) and on the literal path (``return_decisions=True``);
 the gradient of $b_{\mathrm{noise}}$ after ``backward``. Then a few steps of the real training loop
-(`causalqwen.training.train`, preset ``causal``) from 0 and from 0.1.
+(`causalqwen.train`, preset ``causal``) from 0 and from 0.1.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import torch
 
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, synthetic_texts
-from causalqwen.training import TrainingConfig, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
 from .fixtures import sentence_batch

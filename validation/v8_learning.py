@@ -1,6 +1,6 @@
 r"""Learning on the demo task: loss parts and metrics over the training steps
 
-**Claim.** Trained by the real training loop (`causalqwen.training.train`) on the synthetic corpus of
+**Claim.** Trained by the real training loop (`causalqwen.train`) on the synthetic corpus of
 `causalqwen.files.data`, whose numbers are partly predictable from the context, the model learns: the
 held-out total loss
 
@@ -35,7 +35,8 @@ from causalqwen.app.demo import DEMO_OVERRIDES, DEMO_STEPS
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.metrics import evaluate_batch, with_log_prefixes
-from causalqwen.training import TrainingConfig, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
 from .fixtures import sentence_batch

@@ -43,7 +43,8 @@ from causalqwen import CausalQwenForCausalLM, NumericTokenizer
 from causalqwen.divergence import u_divergence
 from causalqwen.files.data import TextDataset, collate
 from causalqwen.integrations.lora import add_lora, merge_lora, trainable_parameter_count
-from causalqwen.training import TrainingConfig, set_trainable, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig, set_trainable
 
 from .common import ExperimentResult, check, fmt, module_text
 from .comparison_eval import evaluate_causal, evaluate_qwen

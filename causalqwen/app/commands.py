@@ -2,7 +2,7 @@
 
 * `walkthrough` -- the whole forward pass on the embedded tiny Qwen2 base, printed stage by stage.
 * `generate_text` -- text in, text out, from `load_model_and_tokenizer`'s model.
-* `train_command` -- a real checkpoint and JSONL data through `causalqwen.training.train`; a Ctrl-C names the last
+* `train_command` -- a real checkpoint and JSONL data through `causalqwen.train`; a Ctrl-C names the last
   checkpoint and the command that continues the run.
 * `convert_command` -- ``from_qwen`` plus ``save_pretrained`` (model and tokenizer).
 """
@@ -22,6 +22,7 @@ __all__ = [
     "INTERRUPTED",
     "walkthrough",
     "load_model_and_tokenizer",
+    "load_base",
     "generate_text",
     "init_keywords",
     "train_command",
@@ -119,7 +120,7 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
 
     from ..files.checkpoint import check_local_source
     from ..modeling import CausalQwenConfig, CausalQwenForCausalLM
-    from ..tokenization import NumericTokenizer
+    from ..integrations.tokenizer import NumericTokenizer
     from .tiny import build_tiny_causal_lm
 
     if dtype not in DTYPES:
@@ -219,10 +220,11 @@ def generate_text(
 
 
 def init_keywords(args) -> dict:
-    """The ``from_qwen`` keywords of the options of `causalqwen.app.cli.add_init_arguments`: nothing for the defaults (D14)."""
+    """The ``from_qwen`` keywords of the options of `causalqwen.app.cli.add_init_arguments`: nothing for the defaults
+    (the calibrated initialization)."""
     from ..initialization import DRAFT_INIT
 
-    init = dict(DRAFT_INIT) if args.init == "drafts" else {}  # None or "d14": from_qwen's defaults
+    init = dict(DRAFT_INIT) if args.init == "drafts" else {}  # None or "calibrated": from_qwen's defaults
     if args.threshold_init is not None:
         init.pop("ovr_threshold", None)
         init["ovr_threshold_init"] = args.threshold_init
@@ -236,7 +238,7 @@ def init_keywords(args) -> dict:
         if args.threshold_init != "top_logit_quantile":
             raise ValueError("--threshold-quantile applies to --threshold-init top_logit_quantile only")
         init["ovr_threshold_quantile"] = args.threshold_quantile
-    if args.init == "d14" and not init:
+    if args.init == "calibrated" and not init:
         init = {"ovr_threshold_init": "top_two_midpoint"}  # said explicitly: refused for a saved CausalQwen too
     return init
 
@@ -252,7 +254,7 @@ INTERRUPTED = 130  # the exit status of a command ended by Ctrl-C (128 + SIGINT)
 def _report_interrupted_training(args) -> None:
     """Two lines on stderr after a Ctrl-C during ``train``: the last checkpoint (or that there is none) and
     the command that continues the run: this one, with ``--resume`` and without ``--overwrite``."""
-    from ..files.runs import latest_checkpoint
+    from .runs import latest_checkpoint
 
     given = getattr(args, "argv", None) or ["train", "..."]
     words = [word for word in given if not (word.startswith("--ov") and "--overwrite".startswith(word))]
@@ -275,7 +277,7 @@ def _report_interrupted_training(args) -> None:
 
 def train_command(args) -> int:
     """``causalqwen train``: a real checkpoint and JSONL data through the same loop as the demo; each eval prints
-    one line (`causalqwen.files.runs.eval_line`), and only the newest ``--save-total-limit`` checkpoints stay.
+    one line (`causalqwen.app.runs.eval_line`), and only the newest ``--save-total-limit`` checkpoints stay.
 
     A Ctrl-C ends it with exit status 130 and two lines: the last checkpoint and the command that continues
     the run (``--resume``)."""
@@ -283,7 +285,7 @@ def train_command(args) -> int:
 
     from ..files.data import TextDataset, collate, read_jsonl
     from ..files.rundir import RunDirectory
-    from ..training import check_training_inputs, train
+    from .training_run import check_training_inputs, train
 
     config = _training_config(args)
     # The data first: a bad file fails at once, not after a (possibly large) model has been loaded.
@@ -345,7 +347,7 @@ def _model_to_train(args, preset: str):
     import torch
     import torch.distributed as dist
 
-    from ..training import check_trainable_dtypes
+
 
     if args.dtype == "float16":  # before a (possibly large) model is loaded
         raise ValueError("--dtype float16 cannot train: float16 gradients need loss scaling, which causalqwen train "
@@ -420,3 +422,20 @@ def one_line(error: BaseException) -> str:
     """The message of ``error`` on one line (a CLI error never prints a traceback or a multi-line block)."""
     return " ".join(str(error).split()) or type(error).__name__
 
+
+def load_base(adapter_dir, **kwargs):
+    """The `CausalQwenForCausalLM` the adapter in ``adapter_dir`` records as its base (`adapter_base`), loaded
+    without the network (``local_files_only=True``; ``kwargs`` go to ``from_pretrained``, e.g. ``dtype``).
+    Put the adapter on it with ``causalqwen.integrations.lora.load_lora(load_base(adapter_dir), adapter_dir)``."""
+    from ..integrations.lora_base import adapter_base
+    from ..modeling import CausalQwenForCausalLM
+
+    base = adapter_base(adapter_dir)
+    kwargs.setdefault("local_files_only", True)
+    try:
+        return CausalQwenForCausalLM.from_pretrained(base, **kwargs)
+    except OSError as error:
+        if os.path.isdir(base):
+            raise
+        raise OSError(f"the base model {base!r} recorded by the adapter in {os.fspath(adapter_dir)!r} is no local "
+                      f"directory and is not in the local Hugging Face cache (no download is made): {error}") from error

@@ -1,6 +1,6 @@
 r"""Which checkpoints a run has, and which of their files the run wrote.
 
-`causalqwen.files.runs` writes a checkpoint ``checkpoint-{step}/`` under a temporary name and renames it; this
+`causalqwen.app.runs` writes a checkpoint ``checkpoint-{step}/`` under a temporary name and renames it; this
 module finds them (`latest_checkpoint`: only the names the run writes, anything it would mistake for one is an
 ``OSError``), records every file a save wrote with its size and SHA-256 (`record_checkpoint_files`), and removes
 old checkpoints file by file, only what that record lists (`remove_old_checkpoints`, `remove_checkpoint`): a

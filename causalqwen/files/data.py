@@ -33,7 +33,8 @@ import sys
 import torch
 from torch.utils.data import Dataset
 
-from ..tokenization import NumericTokenizer, format_number, pad_rows
+from ..numbers import format_number
+from ..tokenization import pad_rows
 
 __all__ = ["DRINK_PRICES", "synthetic_texts", "read_jsonl", "TextDataset", "collate"]
 
@@ -191,7 +192,7 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
 
 
 class TextDataset(Dataset):
-    """Texts encoded with `NumericTokenizer`, each truncated to ``max_length`` tokens, EOS appended.
+    """Texts encoded with ``tokenizer`` (a `causalqwen.NumericTokenizer`), each truncated to ``max_length`` tokens, EOS appended.
 
     An item is a dict of 1-D tensors ``input_ids`` (long), ``numeric_values`` (float32). Encoding
     happens once, here, and reads only as much of a long text as ``max_length`` tokens need; a number
@@ -199,7 +200,7 @@ class TextDataset(Dataset):
     (``sources[i]``, e.g. ``"data.jsonl, line 7"``; by default ``"text i"``, counted from 1).
     """
 
-    def __init__(self, texts: list[str], tokenizer: NumericTokenizer, max_length: int = 64,
+    def __init__(self, texts: list[str], tokenizer, max_length: int = 64,
                  sources: list[str] | None = None):
         if not texts:
             raise ValueError("the dataset is empty: no texts to train on")

@@ -6,20 +6,20 @@ random, which hands back a half-loaded model. `strict_from_pretrained` wraps
 built and after it is loaded; `check_qwen_base` does the same for the base that ``from_qwen`` reads.
 A checkpoint written before the model was split into `CausalQwenModel` and its head (keys
 ``numerical_embedding.*``, ``abduction.*``, ``ovr_threshold``) still loads: its keys are renamed
-(`LEGACY_KEYS`) on the way in.
+(`causalqwen.files.earlier_versions.LEGACY_KEYS`) on the way in.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
 
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
-from transformers import AutoTokenizer, Qwen2ForCausalLM, Qwen2Model
+from transformers import AutoTokenizer, Qwen2ForCausalLM
 
+from .earlier_versions import LEGACY_KEYS, cache_keyword
 from .checkpoint import (
     check_local_source,
     check_sizes_against_headers,
@@ -30,19 +30,11 @@ from .checkpoint import (
     weight_files,
 )
 
-__all__ = ["LEGACY_KEYS", "strict_from_pretrained", "check_qwen_base", "num_token_id_from_tokenizer", "load_config",
+__all__ = ["strict_from_pretrained", "check_qwen_base", "num_token_id_from_tokenizer", "load_config",
            "check_generation_mode", "saved_generation_mode"]
 
-# Checkpoint key (regex) -> key of the split model, for checkpoints written by causalqwen 0.1.0.
-# transformers 5.24 renamed the KV cache, argument and output field, from ``past_key_values`` to ``cache`` (its
-# generation loop passes ``cache=`` and reads ``outputs["cache"]``); the outputs carry it under the installed name.
-CACHE_NAME = "cache" if "cache" in inspect.signature(Qwen2Model.forward).parameters else "past_key_values"
-
-LEGACY_KEYS = {
-    r"^numerical_embedding\.": "model.numerical_embedding.",
-    r"^abduction\.": "model.abduction.",
-    r"^ovr_threshold$": "action.ovr_threshold",
-}
+# transformers' name of the KV cache argument and output field (`causalqwen.files.earlier_versions.cache_keyword`)
+CACHE_NAME = cache_keyword()
 
 
 def _renamed(shapes: dict) -> tuple[dict, dict | None]:

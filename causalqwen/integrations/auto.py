@@ -28,10 +28,13 @@ AUTO_MODULE_SOURCE = (
     "work: install it from a clone of its repository (`pip install -e .` in the clone), or from a wheel built\n"
     "there with `python -m build --wheel` (`pip install dist/causalqwen-*.whl`).\n"
     '"""\n'
-    "from causalqwen.configuration import CausalQwenConfig  # noqa: F401\n"
-    "from causalqwen.modeling import CausalQwenForCausalLM, CausalQwenModel  # noqa: F401\n"
-    "from causalqwen.integrations.pipelines import NumericTextGenerationPipeline  # noqa: F401\n"
-    "from causalqwen.tokenization import NumericTokenizer  # noqa: F401\n"
+    "from causalqwen import (  # noqa: F401  (the top-level namespace: a later move of a module cannot break this)\n"
+    "    CausalQwenConfig,\n"
+    "    CausalQwenForCausalLM,\n"
+    "    CausalQwenModel,\n"
+    "    NumericTextGenerationPipeline,\n"
+    "    NumericTokenizer,\n"
+    ")\n"
 )
 
 MODEL_AUTO_MAP = {

@@ -87,7 +87,7 @@ from safetensors.torch import load_file
 from ..decision import DecisionHead
 from ..files.checkpoint import header_shapes, shape_problems, value_problem
 from ..files.rundir import check_write_targets
-from ..modeling import CausalQwenForCausalLM
+from ..configuration import CausalQwenConfig
 from .lora_base import portable_base, read_adapter_config
 
 __all__ = [
@@ -117,11 +117,17 @@ _ADAPTER_NAME = "default"
 # =============================================================================================
 
 
+def is_causal_lm(model) -> bool:
+    """Whether ``model`` is a `causalqwen.CausalQwenForCausalLM`: a CausalQwen config and the decision head."""
+    return isinstance(getattr(model, "config", None), CausalQwenConfig) and isinstance(getattr(model, "action", None),
+                                                                                     DecisionHead)
+
+
 def _check_model(model) -> None:
     """``TypeError`` unless ``model`` is a plain `CausalQwenForCausalLM` without adapters."""
     if isinstance(model, PeftModel):
         raise TypeError("model is already a PeftModel; pass a plain CausalQwenForCausalLM (merge_lora gives one back)")
-    if not isinstance(model, CausalQwenForCausalLM):
+    if not is_causal_lm(model):
         raise TypeError(
             f"model must be a CausalQwenForCausalLM (convert a Qwen2 model with CausalQwenForCausalLM.from_qwen), "
             f"got {type(model).__name__}"
@@ -139,7 +145,7 @@ def _check_peft_model(peft_model) -> None:
     """``TypeError`` unless ``peft_model`` is a LoRA `PeftModel` around a `CausalQwenForCausalLM`."""
     if not isinstance(peft_model, PeftModel):
         raise TypeError(f"expected a peft.PeftModel (from add_lora or load_lora), got {type(peft_model).__name__}")
-    if not isinstance(peft_model.get_base_model(), CausalQwenForCausalLM):
+    if not is_causal_lm(peft_model.get_base_model()):
         raise TypeError(
             f"the PeftModel must wrap a CausalQwenForCausalLM, it wraps {type(peft_model.get_base_model()).__name__}"
         )
@@ -211,7 +217,7 @@ def lora_target_pattern(target_modules=LORA_TARGET_MODULES) -> str:
     return r"model\.layers\.\d+\.(?:" + "|".join(owners) + ")"
 
 
-def _share_config(model: CausalQwenForCausalLM) -> None:
+def _share_config(model) -> None:
     """Point every `DecisionHead` in ``model`` (the trained copy and the base copy) back at ``model.config``:
     peft's deep copy gave the trained copy a config of its own (see the module docstring)."""
     for module in model.modules():
@@ -219,7 +225,7 @@ def _share_config(model: CausalQwenForCausalLM) -> None:
             module.config = model.config
 
 
-def _wrap(model: CausalQwenForCausalLM, config: LoraConfig) -> PeftModel:
+def _wrap(model, config: LoraConfig) -> PeftModel:
     """`get_peft_model` with the config shared again, and peft's one transformers-deprecation warning silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -229,7 +235,7 @@ def _wrap(model: CausalQwenForCausalLM, config: LoraConfig) -> PeftModel:
     return peft_model
 
 
-def add_lora(model: CausalQwenForCausalLM, rank: int = 8, alpha: float = 16, dropout: float = 0.0,
+def add_lora(model, rank: int = 8, alpha: float = 16, dropout: float = 0.0,
              target_modules=LORA_TARGET_MODULES) -> PeftModel:
     r"""Wrap ``model`` in LoRA adapters of rank $r$ on the backbone and train the causal preset beside them.
 
@@ -294,21 +300,11 @@ def trainable_parameter_count(model: torch.nn.Module) -> int:
 
 @contextlib.contextmanager
 def base_reference(peft_model: PeftModel) -> Iterator[PeftModel]:
-    """``peft_model.disable_adapter()``, with every parameter's ``requires_grad`` restored on exit.
-
-    Inside, ``peft_model(...)`` is the base model's forward pass: base backbone (no LoRA), base numerical
-    embedding, base abduction network and base head (the wrappers' ``original_module``), so its
-    ``(loc_U, scale_U)`` is the base model's law of $U$; no parameter requires a gradient, so the outputs carry
-    no graph. peft's own context would leave every adapter parameter trainable on exit (module docstring).
-    """
+    """The base model inside ``peft_model``: `causalqwen.divergence.adapters_disabled` (peft's ``disable_adapter``,
+    every parameter's ``requires_grad`` restored on exit), after checking that it is a LoRA model of CausalQwen."""
     _check_peft_model(peft_model)
-    flags = [(parameter, parameter.requires_grad) for parameter in peft_model.parameters()]
-    try:
-        with peft_model.disable_adapter():
-            yield peft_model
-    finally:
-        for parameter, requires_grad in flags:
-            parameter.requires_grad_(requires_grad)
+    with adapters_disabled(peft_model):
+        yield peft_model
 
 
 # =============================================================================================
@@ -377,13 +373,13 @@ def _read_adapter_config(path: str) -> LoraConfig:
     return config
 
 
-def _expected_adapter_tensors(model: CausalQwenForCausalLM, config: LoraConfig) -> dict[str, torch.Tensor]:
+def _expected_adapter_tensors(model, config: LoraConfig) -> dict[str, torch.Tensor]:
     """``{name: tensor}`` (on the meta device: shape and dtype, no values) of the adapter file that ``config``
     gives ``model``, from a copy built on the meta device in ``model``'s dtype (nothing allocated, ``model``
     untouched), so each dtype is the one the loaded tensor takes (peft keeps LoRA matrices in float32 on a
     half-precision base). ``ValueError`` if a LoRA layer would land outside the backbone's decoder layers."""
     with torch.device("meta"):
-        shadow = CausalQwenForCausalLM(model.config).to(model.dtype)
+        shadow = type(model)(model.config).to(model.dtype)
     shadow_peft = _wrap(shadow, copy.deepcopy(config))
     adapted = [name for name, module in shadow.named_modules() if isinstance(module, BaseTunerLayer)]
     outside = [name for name in adapted if not re.fullmatch(r"model\.layers\.\d+\..+", name)]
@@ -392,7 +388,7 @@ def _expected_adapter_tensors(model: CausalQwenForCausalLM, config: LoraConfig) 
     return get_peft_model_state_dict(shadow_peft)
 
 
-def _checked_adapter_state(model: CausalQwenForCausalLM, config: LoraConfig, weights: str) -> dict[str, torch.Tensor]:
+def _checked_adapter_state(model, config: LoraConfig, weights: str) -> dict[str, torch.Tensor]:
     """The tensors of ``weights``, after checking that they are exactly what ``config`` gives ``model`` (names,
     shapes) and `causalqwen.files.checkpoint.value_problem` for each (floating point, finite in the dtype it is loaded
     into: a float64 1e300 is refused, not turned into inf); ``ValueError`` naming the file and every problem."""
@@ -425,7 +421,7 @@ def restore_lora(peft_model: PeftModel, path) -> None:
         raise ValueError(f"peft did not place these adapter tensors: {', '.join(result.unexpected_keys)}")
 
 
-def load_lora(model: CausalQwenForCausalLM, path, *, trainable: bool = False) -> PeftModel:
+def load_lora(model, path, *, trainable: bool = False) -> PeftModel:
     """Put the adapter saved in the directory ``path`` (`save_lora`) onto ``model``, a fresh
     `CausalQwenForCausalLM` of the same base the adapter was trained on.
 
@@ -476,7 +472,7 @@ def load_lora(model: CausalQwenForCausalLM, path, *, trainable: bool = False) ->
 # =============================================================================================
 
 
-def merge_lora(peft_model: PeftModel) -> CausalQwenForCausalLM:
+def merge_lora(peft_model: PeftModel) -> torch.nn.Module:
     r"""Fold the adapters into the weights and return the plain `CausalQwenForCausalLM`.
 
     Every LoRA layer becomes an ``nn.Linear`` with $W + \frac{\alpha}{r} B A$ (peft's ``merge_and_unload``
@@ -487,7 +483,7 @@ def merge_lora(peft_model: PeftModel) -> CausalQwenForCausalLM:
     """
     _check_peft_model(peft_model)
     merged = peft_model.merge_and_unload(progressbar=False, safe_merge=True)
-    if not isinstance(merged, CausalQwenForCausalLM):
+    if not is_causal_lm(merged):
         raise TypeError(f"merging gave a {type(merged).__name__}, not a CausalQwenForCausalLM")
     _share_config(merged)
     return merged

@@ -10,7 +10,8 @@ directory's absolute, resolved path as it loads (`causalqwen.files.loading.stric
 (``add_lora``, ``load_lora``, ``save_lora``) records `portable_base` of it, which is the same path (and resolves
 a relative name a model got elsewhere); a hub id stays a hub id.
 
-Reading the record back (`adapter_base`, `load_base`) never goes to the network:
+Reading the record back (`adapter_base`, and `causalqwen.app.commands.load_base`, which loads the base) never goes
+to the network:
 
 - an absolute path must be an existing directory, or the error names it;
 - a hub id (``owner/name``) is read from the local Hugging Face cache only (``local_files_only``), or the
@@ -27,9 +28,8 @@ import json
 import os
 
 from ..files.rundir import open_for_writing
-from ..modeling import CausalQwenForCausalLM
 
-__all__ = ["BASE_FIELD", "portable_base", "recorded_base", "adapter_base", "record_base", "load_base", "read_adapter_config"]
+__all__ = ["BASE_FIELD", "portable_base", "recorded_base", "adapter_base", "record_base", "read_adapter_config"]
 
 BASE_FIELD = "base_model_name_or_path"  # the field of adapter_config.json that records the base
 ADAPTER_CONFIG = "adapter_config.json"
@@ -132,18 +132,3 @@ def record_base(adapter_dir, base_dir) -> str:
         json.dump(content, handle, indent=2, sort_keys=True)
         handle.write("\n")
     return path
-
-
-def load_base(adapter_dir, **kwargs) -> CausalQwenForCausalLM:
-    """The `CausalQwenForCausalLM` the adapter in ``adapter_dir`` records as its base (`adapter_base`), loaded
-    without the network (``local_files_only=True``; ``kwargs`` go to ``from_pretrained``, e.g. ``dtype``).
-    Put the adapter on it with ``causalqwen.integrations.lora.load_lora(load_base(adapter_dir), adapter_dir)``."""
-    base = adapter_base(adapter_dir)
-    kwargs.setdefault("local_files_only", True)
-    try:
-        return CausalQwenForCausalLM.from_pretrained(base, **kwargs)
-    except OSError as error:
-        if os.path.isdir(base):
-            raise
-        raise OSError(f"the base model {base!r} recorded by the adapter in {os.fspath(adapter_dir)!r} is no local "
-                      f"directory and is not in the local Hugging Face cache (no download is made): {error}") from error

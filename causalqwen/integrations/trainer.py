@@ -1,4 +1,4 @@
-"""What transformers' `Trainer` reads from `CausalQwenForCausalLM`: its label names (issue 30).
+"""What transformers' `Trainer` reads from `CausalQwenForCausalLM`: its label names.
 
 `Trainer` takes for a label every parameter of the model's ``forward`` whose name contains ``"label"``
 (``transformers.utils.find_labels``, unless ``TrainingArguments.label_names`` says otherwise), and in evaluation

@@ -32,8 +32,8 @@ from tqdm.auto import tqdm
 
 from ..integrations.auto import SAVED_ONLY_FIELDS
 from ..integrations.lora import is_peft_model, restore_lora, save_lora
-from .checkpoint import fsync_directory, fsync_tree, load_weights_strictly
-from .checkpoint_directories import (
+from ..files.checkpoint import fsync_directory, fsync_tree, load_weights_strictly, value_problem
+from ..files.checkpoint_directories import (
     CHECKPOINT_NAME,
     CHECKPOINT_RECORD,
     checkpoint_step,
@@ -43,13 +43,13 @@ from .checkpoint_directories import (
     remove_killed_save,
     remove_old_checkpoints,
 )
-from .rundir import (
+from ..files.rundir import (
     check_writable,
     check_write_targets,
     make_directory,
     open_for_writing,
 )
-from .training_state import TRAINING_JSON, read_training_record, save_training_state
+from ..files.training_state import TRAINING_JSON, read_training_record, save_training_state
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -297,13 +297,41 @@ def load_model_weights(path: str, model) -> None:
         raise OSError(f"cannot resume from {path}: {error}") from error
 
 
+def check_base_reference(reference, state: dict) -> None:
+    """The tensors of a bound's base reference read back from a file, checked against ``reference`` (a
+    `causalqwen.divergence.BaseLawOfU`): the same names and shapes, and `causalqwen.files.checkpoint.value_problem` for
+    each (floating point, finite in the reference's own dtype: an integer tensor is never cast, a float64 1e300 never
+    becomes inf); ``ValueError`` naming every tensor at fault, before anything is copied."""
+    if reference.frozen is None:
+        if state:
+            raise ValueError(f"the adapter-disabled base holds no tensors; got {sorted(state)[:3]}...")
+        return
+    expected = reference.frozen.state_dict()
+    if set(state) != set(expected):
+        raise ValueError(f"the base reference holds {len(expected)} tensors {sorted(expected)[:3]}...; "
+                         f"got {len(state)} {sorted(state)[:3]}...")
+    problems = []
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            problems.append(f"{name} has shape {tuple(tensor.shape)}, the reference needs {tuple(expected[name].shape)}")
+        elif expected[name].dtype.is_floating_point:
+            if (problem := value_problem(name, tensor, expected[name].dtype)) is not None:
+                problems.append(problem)
+        elif tensor.dtype != expected[name].dtype:
+            problems.append(f"{name} is stored as {tensor.dtype}, the reference holds {expected[name].dtype}")
+    if problems:
+        raise ValueError("base reference tensors: " + "; ".join(problems))
+
+
 def load_bound(path: str, bound) -> None:
     """The bound's base reference and multiplier from a checkpoint (`save_checkpoint`)."""
     tensors_file = os.path.join(path, BOUND_TENSORS)
     if not os.path.isfile(tensors_file):
         raise OSError(f"cannot resume from {path}: it has no {BOUND_TENSORS} (was it written with max_u_divergence?)")
     try:  # every tensor checked by name: shape, floating point, finite in the reference's dtype
-        bound.base.load_state_dict(load_file(tensors_file))
+        state = load_file(tensors_file)
+        check_base_reference(bound.base, state)
+        bound.base.load_state_dict(state)
     except (ValueError, safetensors.SafetensorError) as error:
         raise OSError(f"cannot resume from {path}: {tensors_file!r}: {error}") from error
     state = _read_json(os.path.join(path, BOUND_JSON), f"cannot resume from {path}")
@@ -334,7 +362,7 @@ def read_history(path: str) -> list[dict]:
 
 def check_report_to(report_to: str | None) -> None:
     """A ``ValueError`` naming the package unless the sink ``report_to`` names (``"tensorboard"``, ``"wandb"``;
-    ``None``: none) can be imported. Nothing is created: `causalqwen.training.train` and ``causalqwen train``
+    ``None``: none) can be imported. Nothing is created: `causalqwen.train` and ``causalqwen train``
     call it before they claim the output directory."""
     try:
         if report_to == "tensorboard":

@@ -18,7 +18,7 @@ Each request type runs under a progress bar, as in lm-eval's ``hf`` model. Every
 before the model loads; an error raised by a request names it (``request 3 (loglikelihood): ...``).
 
 From Python: ``lm_eval.simple_evaluate(model=CausalQwenLM.create_from_arg_string("pretrained=DIR"), tasks=...)``.
-From the command line, ``python -m causalqwen.integrations.lm_eval_adapter`` takes lm-eval's own arguments,
+From the command line, ``python -m causalqwen.app.lm_eval_adapter`` takes lm-eval's own arguments,
 ``--model causalqwen --model_args pretrained=DIR,mode=standard ...``, and runs lm-eval's CLI with this model
 registered. lm-eval is an optional extra: ``pip install -e ".[eval]"``.
 """
@@ -39,7 +39,7 @@ try:
     from lm_eval.api.registry import register_model
     from lm_eval.models.utils import normalize_gen_kwargs
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError('causalqwen.integrations.lm_eval_adapter needs lm-eval: pip install -e ".[eval]"') from error
+    raise ImportError('causalqwen.app.lm_eval_adapter needs lm-eval: pip install -e ".[eval]"') from error
 
 from ..generation import generate
 from ..inference import MODES, check_mode
@@ -208,7 +208,7 @@ class CausalQwenLM(LM):
     def __init__(self, pretrained: str = "tiny", *, mode: str = "standard", token_probability: str = "ovr",
                  number_resolution="prompt", device: str = "cpu", seed: int = 0, **kwargs):
         super().__init__()
-        from ..app.commands import load_model_and_tokenizer
+        from .commands import load_model_and_tokenizer
 
         unknown = sorted(set(kwargs) - set(NO_OP_ARGS))
         if unknown:
