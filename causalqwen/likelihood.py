@@ -40,8 +40,7 @@ from torch import Tensor
 
 from . import cauchy
 from .losses import ovr_log_probability
-from .checks.values import shown_literal
-from .numbers import find_numbers
+from .numbers import find_numbers, shown_literal
 from .writing import resolution_exponent
 
 __all__ = ["TOKEN_PROBABILITIES", "SequenceScore", "token_log_probabilities", "number_log_probability",

@@ -6,13 +6,12 @@ that happen to be written with digits included, stays text. The grammar is one r
 `causalqwen.tokenization` uses them to encode, and `format_number` to write numbers the model
 generated. Numbers that came from a text are written back as they were written (their *surface
 text* travels with the encoding), so the grammar decides only what the model reads, never what
-comes back out. The exact float32 arithmetic of rule V1 is `causalqwen.checks.float32`.
+comes back out. The exact float32 arithmetic of rule V1, and `format_number`, are `causalqwen.float32`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from decimal import Decimal
 from typing import NamedTuple
@@ -20,11 +19,10 @@ from typing import NamedTuple
 import numpy as np
 import regex
 
-from .checks.float32 import nearest_float32, nearest_float32_many, subnormal_text, within_float32_precision
-from .checks.values import shown_literal
+from .float32 import format_number, nearest_float32, nearest_float32_many, within_float32_precision
 
-__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_in", "find_numbers_before", "next_cut_place", "last_cut_place",
-           "split_numbers", "parse_number", "format_number"]
+__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_in", "find_numbers_before",
+           "next_cut_place", "last_cut_place", "split_numbers", "parse_number", "shown_literal"]
 
 # ---------------------------------------------------------------------------------------------
 # The grammar
@@ -162,8 +160,8 @@ NUMBER_REGEX = regex.compile(
     (?P<skip>
         (?<! [0-9A-Za-z_\-] ) {_UUID} (?! [0-9A-Za-z_] )
       | (?<! [0-9A-Za-z_.] ) [0-9]++ (?: \.[0-9]++ ){{2,}}+ (?! [0-9] )
-      | (?<! [0-9A-Za-z_:] ) (?= [0-9a-fA-F:]{{0,45}} [a-fA-F] ) [0-9a-fA-F]{{1,4}} (?: :{{1,2}} [0-9a-fA-F]{{1,4}} ){{2,7}}
-            (?! [0-9A-Za-z_:] )
+      | (?<! [0-9A-Za-z_:] ) (?= [0-9a-fA-F:]{{0,45}} [a-fA-F] )
+            [0-9a-fA-F]{{1,4}} (?: :{{1,2}} [0-9a-fA-F]{{1,4}} ){{2,7}} (?! [0-9A-Za-z_:] )
       | (?<! [0-9A-Za-z_] ) [0-9]++ (?P<joint> [\-/:] )
             # not from the third or a later run of a chain, unless the run before ends a UUID
             (?<! [0-9] (?P=joint) [0-9]++ (?<! (?<! [0-9A-Za-z_\-] ) {_UUID} ) (?P=joint) [0-9]++ (?P=joint) )
@@ -213,12 +211,9 @@ _LAST_CUT_PLACE = regex.compile(_CUT_PLACE_SOURCE, regex.VERBOSE | regex.REVERSE
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _IDENTIFIER_DIGITS = 9  # rule V2: a plain digit run with more significant digits than this is an identifier
-_ZERO_LITERAL = re.compile(r"[0.]*+(?:[eE]|$)")  # an unsigned literal whose digits before the exponent are all 0
+# an unsigned literal whose digits before the exponent are all 0
+_ZERO_LITERAL = re.compile(r"[0.]*+(?:[eE]|$)")
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
-# format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
-# positionally, all others in scientific notation (numpy's bounds for float64 scalars).
-_POSITIONAL_LOWER = 1e-4
-_POSITIONAL_UPPER = 1e16
 
 
 class NumberMatch(NamedTuple):
@@ -255,15 +250,17 @@ def _value_of_parts(sign, integer, fraction, exponent) -> float:
 
 
 def _unsigned_literal(integer, fraction, exponent) -> str:
-    """The digits of a number's groups as one literal without sign or group commas (``"1,000.5"`` → ``"1000.5"``)."""
+    """The digits of a number's groups as one literal without sign or group commas
+    (``"1,000.5"`` → ``"1000.5"``)."""
     return (integer or "0").replace(",", "") + (fraction or "") + (exponent or "")
 
 
 def _check_underflow(literal: str, magnitude: float) -> None:
-    """Rule V1 at the bottom of float32's range: the literal is read only if its float32 ``magnitude`` is within
-    float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it. A 0.0 is
-    faithful only to a zero literal, told by its digits (``"0e-999999999999999999999"``: no decimal arithmetic on an
-    exponent beyond any decimal context); otherwise the value is near 1e-40, and its exact decimal cheap."""
+    """Rule V1 at the bottom of float32's range: the literal is read only if its float32 ``magnitude`` is
+    within float32's relative precision of it, so no non-zero literal becomes 0.0 and no subnormal changes it.
+    A 0.0 is faithful only to a zero literal, told by its digits (``"0e-999999999999999999999"``: no decimal
+    arithmetic on an exponent beyond any decimal context); otherwise the value is near 1e-40, and its exact
+    decimal cheap."""
     if magnitude == 0.0:
         if _ZERO_LITERAL.match(literal):
             return
@@ -300,7 +297,8 @@ def find_numbers(text: str) -> list[NumberMatch]:
 
 
 def find_numbers_in(texts: list[str]) -> list[list[NumberMatch]]:
-    """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number valued once (`_values_of`)."""
+    """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number valued once
+    (`_values_of`)."""
     groups_of: dict[str, tuple] = {}
     matched = [_number_matches(text, len(text), len(text), groups_of) for text in texts]
     value_of = _values_of(groups_of)
@@ -317,12 +315,17 @@ def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
     return _found(matches, _values_of(groups_of))
 
 
-def _number_matches(text: str, stop: int, endpos: int, groups_of: dict[str, tuple]) -> list[tuple[int, int, str]]:
-    """``(start, end, its text)`` of each match of the number alternative in ``text[:endpos]`` that starts before
-    ``stop`` (the identifiers skipped); ``groups_of`` gains the `_GROUP_INDICES` groups of each new number text."""
+def _number_matches(text: str, stop: int, endpos: int,
+                    groups_of: dict[str, tuple]) -> list[tuple[int, int, str]]:
+    """``(start, end, its text)`` of each match of the number alternative in ``text[:endpos]`` that starts
+    before ``stop`` (the identifiers skipped); ``groups_of`` gains the `_GROUP_INDICES` groups of each new
+    number text."""
     if _ASCII_DIGIT.search(text, 0, endpos) is None:  # every number has one (a skipped identifier may not)
         return []
-    matches = NUMBER_REGEX.finditer(text, 0, endpos) if endpos - stop <= _FAR else _matches_before(text, stop, endpos)
+    if endpos - stop <= _FAR:
+        matches = NUMBER_REGEX.finditer(text, 0, endpos)
+    else:
+        matches = _matches_before(text, stop, endpos)
     found = []
     for match in matches:
         start, end = match.span()
@@ -348,7 +351,8 @@ def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
     text: by `_value_of_groups`, or, from `_TOGETHER` of them on, with the float32 roundings done together."""
     if len(groups_of) < _TOGETHER:
         return {number: _value_of_groups(groups) for number, groups in groups_of.items()}
-    literals = [_unsigned_literal(groups[2], groups[3] or groups[4], groups[5]) for groups in groups_of.values()]
+    literals = [_unsigned_literal(groups[2], groups[3] or groups[4], groups[5])
+                for groups in groups_of.values()]
     value_of = {}
     for (number, groups), magnitude in zip(groups_of.items(), nearest_float32_many(literals)):
         if not _FLOAT32_TINY < magnitude < math.inf:  # rule V1's rare cases, decided one by one
@@ -368,7 +372,8 @@ _MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", 
 
 
 def _matches_before(text: str, stop: int, endpos: int):
-    """The matches of ``NUMBER_REGEX.finditer(text, 0, endpos)`` starting before ``stop``, none tried from ``stop`` on."""
+    """The matches of ``NUMBER_REGEX.finditer(text, 0, endpos)`` starting before ``stop``, none tried from
+    ``stop`` on."""
     position = 0
     while (place := _MATCH_START.search(text, position, stop)) is not None:
         match = NUMBER_REGEX.match(text, place.start(), endpos)
@@ -380,7 +385,8 @@ def _matches_before(text: str, stop: int, endpos: int):
 
 
 def _value_of_groups(groups: tuple) -> float | None:
-    """The value of a number match, from its `_GROUP_INDICES` groups, or None if a value rule makes it text."""
+    """The value of a number match, from its `_GROUP_INDICES` groups, or None if a value rule makes it
+    text."""
     _, sign, integer, fraction, fraction_only, exponent = groups
     try:
         value = _value_of_parts(sign, integer, fraction or fraction_only, exponent)
@@ -424,8 +430,8 @@ def parse_number(literal: str) -> float:
 
     Raises:
         TypeError: ``literal`` is not a str.
-        ValueError: ``literal`` is not exactly one number; its value overflows float32, underflows to zero or to an
-            unfaithful subnormal; or it is a digit run float32 cannot hold (an identifier).
+        ValueError: ``literal`` is not exactly one number; its value overflows float32, underflows to zero or
+            to an unfaithful subnormal; or it is a digit run float32 cannot hold (an identifier).
     """
     if not isinstance(literal, str):
         raise TypeError(f"literal must be a str, got {type(literal).__name__}")
@@ -439,62 +445,16 @@ def parse_number(literal: str) -> float:
         raise ValueError(f"number {shown_literal(literal)} {error}") from None
     if _is_identifier(integer, fraction, exponent):
         raise ValueError(
-            f"{shown_literal(literal)} has more than {_IDENTIFIER_DIGITS} significant digits (float32 would read it as "
-            f"{format_number(value)}): the grammar takes it for an identifier, not a quantity"
+            f"{shown_literal(literal)} has more than {_IDENTIFIER_DIGITS} significant digits "
+            f"(float32 would read it as {format_number(value)}): the grammar takes it for an identifier, "
+            "not a quantity"
         )
     return value
 
 
-def format_number(value) -> str:
-    """The shortest decimal text that rounds back to the float32 value of ``value``.
-
-    ``value`` is first rounded to float32, giving v. When v is zero or ``1e-4 <= |v| < 1e16`` (compared exactly,
-    in float64) it is written positionally, otherwise in scientific notation. The digits are numpy's shortest
-    unique digits for float32 (the same decimal number as ``str(np.float32(v))``), and no trailing ``.0`` is
-    kept. The bounds are numpy's for float64 scalars (numpy switches float32 scalars to scientific notation from
-    1e6 on, which this function does not)::
-
-        99.9 -> "99.9"    5.0 -> "5"    -0.0 -> "-0"    1e30 -> "1e+30"    1e-5 -> "1e-05"
-
-    Note that float32(1e-4) is slightly below 1e-4, so it is written ``"1e-04"``.
-
-    Subnormal v (``0 < |v| < 1.1754944e-38``) are the exception. Their shortest unique text can be far from v
-    (the smallest, 2**-149 = 1.4012985e-45, would be "1e-45", 29% off), and rule V1 reads such a literal as text.
-    A subnormal is written with the fewest digits that stay within float32's relative precision 2**-24 of v
-    (``2**-149 -> "1.4012985e-45"``, ``2**-148 -> "2.802597e-45"``), which also round back to v.
-
-    Every output is accepted by `parse_number` and gives back the same float32 value.
-
-    Raises:
-        TypeError: ``value`` is not a real number (bools are rejected too).
-        ValueError: ``value`` is NaN or infinite, overflows float32, or is not zero but float32 cannot hold it to
-            its relative precision: it rounds to 0 (``1e-50``) or to a subnormal further off than 2**-24 (``3e-45``
-            would become 2.8025969e-45, 6.6% less). The message names the value.
-    """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
-        raise TypeError(f"value must be a real number, got {type(value).__name__}")
-    try:
-        as_float = float(value)
-    except OverflowError:  # a Python int beyond the float64 range
-        raise ValueError(f"cannot format {value!r}: it overflows float32") from None
-    if not math.isfinite(as_float):
-        raise ValueError(f"cannot format {value!r}: the numeric grammar has no NaN or infinity")
-    with np.errstate(over="ignore", under="ignore"):
-        single = np.float32(value)
-    if not np.isfinite(single):
-        raise ValueError(f"cannot format {value!r}: it overflows float32")
-    magnitude = abs(float(single))
-    if magnitude <= _FLOAT32_TINY and not within_float32_precision(Decimal(as_float), float(single)):
-        if magnitude == 0.0:
-            raise ValueError(f"cannot format {value!r}: it is not zero but underflows float32 (it rounds to 0)")
-        off = abs(float(single) - as_float) / abs(as_float)
-        raise ValueError(
-            f"cannot format {value!r}: float32 holds it only as {'the subnormal ' if magnitude < _FLOAT32_TINY else ''}"
-            f"{subnormal_text(single)}, off by "
-            f"{off:.2g} of it, more than float32's relative precision 2**-24 (rule V1 of causalqwen.numbers)"
-        )
-    if 0.0 < magnitude < _FLOAT32_TINY:
-        return subnormal_text(single)
-    if magnitude == 0.0 or _POSITIONAL_LOWER <= magnitude < _POSITIONAL_UPPER:
-        return np.format_float_positional(single, unique=True, trim="-")
-    return np.format_float_scientific(single, unique=True, trim="-")
+def shown_literal(literal: str) -> str:
+    """A literal as a message names it: its repr, or for more than 40 characters its two ends around their
+    count (``'1000000000000000'...'000000000000' (5003 characters)``)."""
+    if len(literal) <= 40:
+        return repr(literal)
+    return f"{literal[:16]!r}...{literal[-12:]!r} ({len(literal)} characters)"

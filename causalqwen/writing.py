@@ -14,7 +14,7 @@ scores a number as the probability of that interval. A literal may state any res
 400 decimals: $10^{-401}$), so $k$ is an integer (`resolution_exponent`) and $h$ a float only where float64
 holds it (`literal_resolution`).
 
-The other direction: the model carries a float32 value, and `causalqwen.numbers.format_number` writes its
+The other direction: the model carries a float32 value, and `causalqwen.float32.format_number` writes its
 shortest faithful text (``2.4996202``). `write_at_resolution` rounds the *text* to a resolution $h = 10^k$ (half
 to even, of the float32 value's exact decimal expansion, in exact decimal arithmetic) and never the value itself.
 `NumericTokenizer.decode` takes ``number_resolution``: None (the shortest text), a power of ten, or ``"prompt"``,
@@ -38,8 +38,8 @@ from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
-from .checks.values import shown_literal
-from .numbers import NUMBER_REGEX, find_numbers, format_number, parse_number
+from .float32 import format_number
+from .numbers import NUMBER_REGEX, find_numbers, parse_number, shown_literal
 
 __all__ = ["resolution_exponent", "literal_resolution", "check_resolution", "prompt_exponent", "resolution_for",
            "write_at_resolution", "TEXT_PIECE", "WRITTEN_NUMBER", "GENERATED_NUMBER", "join_spaced", "number_spaces",
@@ -150,7 +150,7 @@ def write_at_resolution(value, resolution: float | None) -> str:
     """``value`` written to the nearest multiple of ``resolution`` (a power of ten $10^k$ from $10^{-149}$ to
     $10^{38}$, as `check_resolution` or `resolution_for` give), half to even, with no exponent: ``(2.5007427, 0.01)``
     → ``"2.50"``, ``(1234.5, 10)`` → ``"1230"``. A zero is written without a sign. None:
-    `causalqwen.numbers.format_number` (the shortest text of the float32 value).
+    `causalqwen.float32.format_number` (the shortest text of the float32 value).
 
     The text always reads back as one number of the grammar, within ``resolution / 2`` of the float32 value
     (exactly, in decimal):

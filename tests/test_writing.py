@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
-from causalqwen.numbers import find_numbers, format_number, parse_number
-from causalqwen.tokenization import NumericTokenizer
+from causalqwen.float32 import format_number
+from causalqwen.numbers import find_numbers, parse_number
 from causalqwen.writing import (check_resolution, literal_resolution, prompt_exponent, resolution_exponent, resolution_for,
                                write_at_resolution)
 

@@ -1,6 +1,6 @@
 """Input checks, each at one public door: ``doors`` (the model's forward and generation inputs, one host
 synchronisation), ``tokenizer_door`` (the tokenizer's arguments), ``values`` (masks, labels, thresholds, the
-shared value checks, a finite-parameter check of training, a literal as messages show it) and ``float32`` (the exact float32 faithfulness rule V1 that number literals must pass).
+shared value checks, a finite-parameter check of training).
 
 ``causalqwen.checks`` was once the module that ``values`` is now; its names are importable from here too."""
 
@@ -13,8 +13,7 @@ from .values import (
     check_positive_int,
     check_threshold,
     first_index,
-    shown_literal,
 )
 
 __all__ = ["as_bool_mask", "check_threshold", "check_labels", "check_positive_int", "all_good", "first_index",
-           "TrainingDiverged", "check_finite_parameters", "shown_literal"]
+           "TrainingDiverged", "check_finite_parameters"]

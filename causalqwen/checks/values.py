@@ -16,7 +16,7 @@ import numbers
 import torch
 from torch import Tensor
 
-__all__ = ["TrainingDiverged", "check_finite_parameters", "shown_literal", "as_bool_mask", "check_threshold", "check_labels", "check_positive_int", "all_good", "first_index"]
+__all__ = ["TrainingDiverged", "check_finite_parameters", "as_bool_mask", "check_threshold", "check_labels", "check_positive_int", "all_good", "first_index"]
 
 
 def as_bool_mask(mask: Tensor, name: str) -> Tensor:
@@ -97,11 +97,3 @@ def check_finite_parameters(model, step: int, learning_rate: float, weight_decay
                 f"checkpoint nor the model is written; lower the learning rate (now {learning_rate:g}) or "
                 f"the weight decay (now {weight_decay:g})"
             )
-
-
-def shown_literal(literal: str) -> str:
-    """A literal as a message names it: its repr, or for more than 40 characters its two ends around their count
-    (``'1000000000000000'...'000000000000' (5003 characters)``)."""
-    if len(literal) <= 40:
-        return repr(literal)
-    return f"{literal[:16]!r}...{literal[-12:]!r} ({len(literal)} characters)"
