@@ -332,7 +332,7 @@ def test_a_directory_saved_before_the_move_loads_through_transformers(tmp_path):
 
     from causalqwen import CausalQwenForCausalLM, NumericTextGenerationPipeline, NumericTokenizer
 
-    saved = ROOT / "tests" / "data" / "saved_before_d14"
+    saved = ROOT / "tests" / "data" / "saved_directories" / "main_41679d3"
     assert "from causalqwen.pipelines import" in (saved / "causalqwen_auto.py").read_text(encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
