@@ -238,8 +238,8 @@ def test_parse_number_rounds_correctly(integer, fraction, exponent):
         assert bits(parse_number(literal)) == bits(expected)
 
 
-@pytest.mark.parametrize("literal", ["5.", "+5", " 5", "5 ", "1,00", "x", "", "1e", "--5", "5-", "007", "3.10.2", "1e5f",
-                                     "0x10", "5kg"])
+@pytest.mark.parametrize("literal", ["5.", "+5", " 5", "5 ", "1,00", "x", "", "1e", "--5", "5-", "007", "3.10.2",
+                                     "1e5f", "0x10", "5kg"])
 def test_parse_number_rejects_non_numbers(literal):
     with pytest.raises(ValueError, match="not a single number"):
         parse_number(literal)
@@ -380,7 +380,8 @@ def test_parse_number_names_a_long_literal_in_one_short_line():
     with pytest.raises(ValueError) as raised:
         parse_number(literal)
     message = str(raised.value)
-    assert message == "'1000000000000000'...'00000000000x' (5002 characters) is not a single number of the numeric grammar"
+    assert message == ("'1000000000000000'...'00000000000x' (5002 characters) is not a single number of the "
+                       "numeric grammar")
     assert "\n" not in message
 
 

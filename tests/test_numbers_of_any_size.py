@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from test_cauchy import _mp_log_interval
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.likelihood import number_log_probability
 from causalqwen.numbers import find_numbers, parse_number
-from causalqwen.tokenization import NumericTokenizer
 from causalqwen.writing import (check_resolution, literal_resolution, resolution_exponent, resolution_for,
                                 write_at_resolution)
 
@@ -94,7 +94,8 @@ def test_every_literal_in_a_text_tokenizes_and_is_read_only_when_float32_holds_i
 @pytest.mark.parametrize("literal, reason", [
     ("1e999999999", "overflows float32"), ("0.5e400000", "overflows float32"), ("1e-99999999", "rounds to 0.0"),
     ("1e-9999999999999999999", "rounds to 0.0"), ("-5e-999999999999999999", "rounds to 0.0"),
-    ("9" * 5000, "overflows float32"), ("9" * 12, "more than 9 significant digits"), ("1" + "0" * 5000 + ".5", "overflows float32"),
+    ("9" * 5000, "overflows float32"), ("9" * 12, "more than 9 significant digits"),
+    ("1" + "0" * 5000 + ".5", "overflows float32"),
     ("0." + "0" * 5000 + "1", "rounds to 0.0"), ("1e" + "9" * 5000, "overflows float32"),
 ])
 def test_parse_number_says_why_a_literal_of_any_size_is_not_a_number(literal, reason):

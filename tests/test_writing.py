@@ -18,8 +18,8 @@ from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.float32 import format_number
 from causalqwen.numbers import find_numbers, parse_number
-from causalqwen.writing import (check_resolution, literal_resolution, prompt_exponent, resolution_exponent, resolution_for,
-                               write_at_resolution)
+from causalqwen.writing import (check_resolution, literal_resolution, prompt_exponent, resolution_exponent,
+                                resolution_for, write_at_resolution)
 
 
 @pytest.mark.parametrize("literal, resolution", [
@@ -103,7 +103,8 @@ def test_decode_writes_generated_numbers_at_the_resolution_and_keeps_the_values(
     (2.4996202, ["3e5"], "2.5"), (2.4996202, ["3.14159"], "2.49962"), (24.01, ["7"], "24"), (32.7, ["58"], "33"),
     (2026.3, [], "2026"), (2026.3, ["2,025"], "2026"), (0.0, [], "0"), (0.0, ["0.25"], "0.00"),
     (-0.000123456, [], "-0.00012"), (0.0312, ["7"], "0.031"), (123456.7, ["1e3"], "123000"),
-    (123456.7, ["1.20e3"], "123460"), (1234567936.0, [], "1,234,567,936"), (9.996, [], "10.0"), (2.5, ["1e-3"], "2.500"),
+    (123456.7, ["1.20e3"], "123460"), (1234567936.0, [], "1,234,567,936"), (9.996, [], "10.0"),
+    (2.5, ["1e-3"], "2.500"),
 ])
 def test_a_generated_number_is_written_at_the_prompts_resolution_keeping_two_digits(value, prompt, expected):
     """h = min(h_prompt, 10^(floor(log10|v|) - 1)), h_prompt the unit without a prompt number: 24 after "7 days",
@@ -147,7 +148,8 @@ def test_decode_at_prompt_never_writes_a_value_as_a_number_that_loses_it():
         assert tokenizer.decode(ids, noisy, number_texts=texts, number_resolution="prompt").endswith(expected)
 
 
-@pytest.mark.parametrize("bad, error, match", [(2.5, TypeError, "prompt_exponent"), (True, TypeError, "prompt_exponent"),
+@pytest.mark.parametrize("bad, error, match", [(2.5, TypeError, "prompt_exponent"),
+                                               (True, TypeError, "prompt_exponent"),
                                                ("-2", TypeError, "prompt_exponent")])
 def test_resolution_for_names_a_bad_prompt_exponent(bad, error, match):
     with pytest.raises(error, match=match):
@@ -175,8 +177,8 @@ def test_check_resolution_refuses_powers_of_ten_beyond_float32s_range(bad):
 @pytest.mark.parametrize("value, resolution", [(2.0**-149, 1e-45), (2.0**-148, 1e-45), (3 * 2.0**-149, 1e-46)])
 def test_a_subnormal_whose_rounded_text_would_be_text_is_written_at_the_next_finer_power_that_reads_back(value,
                                                                                                         resolution):
-    """2**-149 at 1e-45 would round to "0.000...001", 1e-45, which rule V1 reads as text (float32 holds it only 29% off):
-    the text is then the fewest further decimals that read back, here those of its faithful scientific text
+    """2**-149 at 1e-45 would round to "0.000...001", 1e-45, which rule V1 reads as text (float32 holds it only
+    29% off): the text is then the fewest further decimals that read back, here those of its faithful scientific text
     (`format_number`'s "1.4012985e-45"), written positionally."""
     expected = format(Decimal(format_number(value)), "f")
     text = write_at_resolution(value, resolution)
@@ -185,7 +187,8 @@ def test_a_subnormal_whose_rounded_text_would_be_text_is_written_at_the_next_fin
 
 
 def test_the_largest_float32_at_1e35_would_round_past_float32_and_is_written_one_digit_finer():
-    """3.4028235e38 to the nearest 1e35 is 3.403e38, beyond the largest float32 (text, rule V1): 1e34 gives 3.4028e38."""
+    """3.4028235e38 to the nearest 1e35 is 3.403e38, beyond the largest float32 (text, rule V1): 1e34 gives
+    3.4028e38."""
     largest = float(np.finfo(np.float32).max)
     assert write_at_resolution(largest, 1e35) == "34028" + "0" * 34
     assert write_at_resolution(largest, 1e34) == "34028" + "0" * 34
