@@ -3,7 +3,8 @@
 The top level follows the design, a number's path from text to loss, one module per section:
 
 1. ``cauchy``: the Cauchy toolkit (law, CDF and tails, closure under linear maps, KL).
-2. ``numbers`` and ``tokenization``: the number grammar; text to ``<NUM>`` tokens with their values.
+2. ``float32``, ``numbers`` and ``tokenization``: a value's exact float32 and its text; the number grammar; text
+   to ``<NUM>`` tokens with their values.
 3. ``embedding``: the numerical embedding, sign(v) ln(1 + |v|) w_num added to ``<NUM>``'s row.
 4. ``abduction``: features z to the Cauchy law of the individual representation U.
 5. ``action`` and ``decision``: exogenous noise and the linear map U -> (S_k, Y); the decision head that

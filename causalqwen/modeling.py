@@ -18,8 +18,8 @@ differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
 **One forward per job.** `CausalQwenForCausalLM.forward` is a straight line, as Qwen2's: the door (the checks and
 the positions, `causalqwen.checks.doors.open_door`), the law of $U$ (`CausalQwenModel.law_of_U`), the standard
 decisions (for the last ``logits_to_keep`` positions, transformers' keyword), and with ``labels`` the loss.
-transformers' generation loop runs this same forward for the law of $U$ alone (``return_decisions=False``, and
-``check_inputs=False``: the prompt was checked at ``generate``'s door); the mode of a generation step is not the
+transformers' generation loop runs this same forward for the law of $U$ alone (``return_decisions=False``, under
+``cauchy.validation(False)``: the prompt was checked at ``generate``'s door); the mode of a generation step is not the
 forward's business: the mixin forms the mode's scores from the last position's law of $U$
 (`causalqwen.integrations.generation_mixin`).
 """
@@ -49,6 +49,7 @@ from transformers.utils import logging as transformers_logging
 
 from .abduction import AbductionNetwork, build_abduction
 from .action import ActionNetwork
+from .cauchy import validation
 from .checks.doors import check_keywords, open_door
 from .configuration import CausalQwenConfig, config_from_base, conversion_settings
 from .decision import DecisionHead, NextTokenTargets
@@ -72,9 +73,9 @@ from .integrations.auto import (
 )
 from .integrations.generation_mixin import CausalQwenGenerationMixin
 from .integrations.trainer import signature_for_trainer
+from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
 
-# CausalQwenConfig is imported from here by directories saved before causalqwen.configuration existed
-__all__ = ["CausalQwenConfig", "CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
+__all__ = ["CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class CausalQwenOutput(ModelOutput):
 
 
 _ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids", "cache", "past_key_values",
-                "use_cache", "check_inputs")
+                "use_cache")
 _FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions", "logits_to_keep")
 # what transformers' generation loop passes besides (cache_position before transformers 5.24)
 _GENERATION_LOOP_ARGS = ("cache_position", "return_dict")
@@ -267,15 +268,15 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
     def forward(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, position_ids: torch.LongTensor | None = None,
                 cache: Cache | None = None, past_key_values: Cache | None = None, use_cache: bool | None = None,
-                check_inputs: bool = True, **kwargs) -> CausalQwenModelOutput:
+                **kwargs) -> CausalQwenModelOutput:
         r"""The law of $U$ at every position, ``[B, S, C]`` twice. Inputs are checked here (one host
-        synchronisation, `causalqwen.checks.doors.open_door`) unless ``check_inputs=False``. With an
+        synchronisation, `causalqwen.checks.doors.open_door`) while `causalqwen.cauchy.validating`. With an
         ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that left padding does
         not shift them. The KV cache comes as ``cache`` (or, before transformers 5.24, ``past_key_values``)."""
         cache = _one_cache(cache, past_key_values)
         check_keywords("forward", kwargs, _ABDUCE_ARGS)
         mask, position_ids = open_door(self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids,
-                                       cache=cache, check=check_inputs)
+                                       cache=cache)
         return self.law_of_U(input_ids, numeric_values, mask, position_ids=position_ids, cache=cache,
                              use_cache=use_cache, **kwargs)
 
@@ -340,12 +341,12 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
     def abduce(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,
                attention_mask: torch.Tensor | None = None, *, position_ids: torch.LongTensor | None = None,
                cache: Cache | None = None, past_key_values: Cache | None = None, use_cache: bool | None = None,
-               check_inputs: bool = True, **kwargs) -> CausalQwenModelOutput:
+               **kwargs) -> CausalQwenModelOutput:
         r"""The first half of the forward pass, `CausalQwenModel.forward`: the law of $U$ ``[B, S, C]`` and the
         Qwen2 outputs. The inference modes (`causalqwen.inference`) start from here."""
         check_keywords("abduce", kwargs, _ABDUCE_ARGS)
         return self.model(input_ids, numeric_values, attention_mask, position_ids=position_ids, cache=cache,
-                          past_key_values=past_key_values, use_cache=use_cache, check_inputs=check_inputs, **kwargs)
+                          past_key_values=past_key_values, use_cache=use_cache, **kwargs)
 
     def forward(
         self,
@@ -361,7 +362,6 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         use_cache: bool | None = None,
         return_decisions: bool | None = None,
         logits_to_keep: int = 0,
-        check_inputs: bool = True,
         **kwargs,
     ) -> CausalQwenOutput:
         r"""The whole model in a straight line: the law of $U$, the standard decisions, and with ``labels`` the
@@ -384,9 +384,11 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         positions only. Neither changes how the loss is computed. Without decisions and without ``labels`` the
         output is the law of $U$ alone (what a step of transformers' generation loop asks for: the mode's scores
         are formed from it, `causalqwen.integrations.generation_mixin`).
-        All inputs are checked here with one host synchronisation (`causalqwen.checks.doors.open_door`), unless
-        ``check_inputs=False``: the caller has checked them (``model.generate`` checks the prompt at its door, and
-        every later step's token and value are the model's own), and the forward makes no synchronisation.
+        All inputs are checked here with one host synchronisation (`causalqwen.checks.doors.open_door`) while
+        `causalqwen.cauchy.validating`; the rest of the forward runs under ``cauchy.validation(False)``. A caller that
+        has checked them runs the forward under ``cauchy.validation(False)`` too (``model.generate`` checks the
+        prompt at its door, and every later step's token and value are the model's own), and the forward makes no
+        synchronisation.
         """
         cache = _one_cache(cache, past_key_values)
         for name in _GENERATION_LOOP_ARGS:  # positions come from position_ids; the output always is a dict
@@ -398,26 +400,26 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             return_decisions = labels is None
         mask, positions = open_door(self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids,
                                     cache=cache, labels=labels, numeric_labels=numeric_labels,
-                                    threshold=self.ovr_threshold, check=check_inputs)
-        law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids=positions, cache=cache,
-                                  use_cache=use_cache, **kwargs)
-        loc_U, scale_U = law.loc_U, law.scale_U  # [B, S, C] each
+                                    threshold=self.ovr_threshold)
+        with validation(False):  # checked at the door: nothing below looks at the inputs again
+            law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids=positions, cache=cache,
+                                      use_cache=use_cache, **kwargs)
+            loc_U, scale_U = law.loc_U, law.scale_U  # [B, S, C] each
 
-        fields = dict(loc_U=loc_U, scale_U=scale_U)
-        decision = None
-        if return_decisions:
-            kept = slice(-logits_to_keep, None)  # every position when 0
-            decision = self.action.standard(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
-            fields |= dict(loc_S=decision.loc_S, scale_S=decision.scale_S, loc_Y=decision.loc_Y,
-                           scale_Y=decision.scale_Y, logits=decision.loc_S)
-        if labels is not None:
-            window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
-            numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
-            targets = self.action.next_token_targets(labels, numeric_labels, window)
-            every_position = decision if logits_to_keep == 0 else None  # the literal loss reuses full decisions
-            parts, fields["loc_Y"], fields["scale_Y"] = self.action.loss(loc_U, scale_U, targets, every_position)
-            fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
-                           n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets, numeric_labels=numeric_labels)
+            fields = dict(loc_U=loc_U, scale_U=scale_U)
+            decision = None
+            if return_decisions:
+                kept = slice(-logits_to_keep, None)  # every position when 0
+                decision = self.action(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
+                fields |= dict(loc_S=decision.loc_S, scale_S=decision.scale_S, loc_Y=decision.loc_Y,
+                               scale_Y=decision.scale_Y, logits=decision.loc_S)
+            if labels is not None:
+                window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
+                numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
+                targets = self.action.next_token_targets(labels, numeric_labels, window)
+                parts, fields["loc_Y"], fields["scale_Y"] = self.action.loss(loc_U, scale_U, targets)
+                fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
+                               n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets, numeric_labels=numeric_labels)
         return CausalQwenOutput(**fields, **{CACHE_NAME: getattr(law, CACHE_NAME)}, hidden_states=law.hidden_states,
                                 attentions=law.attentions)
 

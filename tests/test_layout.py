@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("causalqwen", "validation", "benchmarks")
 
 # The design's sections, in the order a number travels from text to loss (causalqwen/__init__.py lists them).
-SECTIONS = ("cauchy", "numbers", "tokenization", "embedding", "abduction", "action", "decision", "losses",
-            "inference", "generation", "writing", "configuration", "initialization", "modeling", "training",
+SECTIONS = ("cauchy", "float32", "numbers", "tokenization", "embedding", "abduction", "action", "decision",
+            "losses", "inference", "generation", "writing", "configuration", "initialization", "modeling", "training",
             "divergence", "metrics", "likelihood")
 SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
 
@@ -39,8 +39,8 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 50
 MAX_POSITIONAL = 6
 # The sections a number's path runs through that need nothing but torch (and numpy, regex): the math layer.
-LEAF_SECTIONS = ("cauchy", "numbers", "tokenization", "embedding", "abduction", "action", "decision", "losses",
-                 "inference", "writing", "divergence", "metrics", "likelihood")
+LEAF_SECTIONS = ("cauchy", "float32", "numbers", "tokenization", "embedding", "abduction", "action", "decision",
+                 "losses", "inference", "writing", "divergence", "metrics", "likelihood")
 # What a leaf section may import besides the standard library and the other sections.
 LEAF_EXTERNAL = {"torch", "numpy", "regex"}
 # cauchy: one closed form per method, in named sections

@@ -118,9 +118,10 @@ _ADAPTER_NAME = "default"
 
 
 def is_causal_lm(model) -> bool:
-    """Whether ``model`` is a `causalqwen.CausalQwenForCausalLM`: a CausalQwen config and the decision head."""
-    return isinstance(getattr(model, "config", None), CausalQwenConfig) and isinstance(getattr(model, "action", None),
-                                                                                     DecisionHead)
+    """Whether ``model`` is a `causalqwen.CausalQwenForCausalLM`: a module with a CausalQwen config and a decision head
+    (``action``, which peft may have wrapped), unlike `causalqwen.CausalQwenModel`, which has none."""
+    return (isinstance(model, torch.nn.Module) and isinstance(getattr(model, "config", None), CausalQwenConfig)
+            and isinstance(getattr(model, "action", None), torch.nn.Module))
 
 
 def _check_model(model) -> None:
