@@ -28,7 +28,8 @@ from causalqwen.files.rundir import LOCK, MARKER, RunDirectory
 from causalqwen.inference import traditional_probabilities
 from causalqwen.losses import fused_ovr_classification_loss
 from causalqwen.configuration import CausalQwenConfig
-from causalqwen.numbers import format_number, parse_number
+from causalqwen.float32 import format_number
+from causalqwen.numbers import parse_number
 from causalqwen import train
 from causalqwen.training import TrainingConfig, TrainingDiverged
 

@@ -20,7 +20,7 @@ from causalqwen import generate
 from causalqwen.app import cli, commands
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
-from causalqwen.numbers import format_number
+from causalqwen.float32 import format_number
 from causalqwen.tokenization import NumericTokenizer
 
 

@@ -33,7 +33,7 @@ import sys
 import torch
 from torch.utils.data import Dataset
 
-from ..numbers import format_number
+from ..float32 import format_number
 from ..tokenization import pad_rows
 
 __all__ = ["DRINK_PRICES", "synthetic_texts", "read_jsonl", "TextDataset", "collate"]

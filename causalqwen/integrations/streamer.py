@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from transformers import TextStreamer
 
-from ..numbers import format_number
+from ..float32 import format_number
 
 __all__ = ["NumericTextStreamer"]
 
