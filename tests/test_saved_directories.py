@@ -19,8 +19,10 @@ and an implementation that orders the same sums differently moves a value by a f
 by eight; a sum of signed values is compared against the sum of their magnitudes, which bounds its rounding.
 """
 
+import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -81,11 +83,8 @@ def loaded(request, tmp_path_factory):
     """``(recorded, found)``: the directory's recorded outputs and what a fresh interpreter finds today."""
     name = request.param
     work = tmp_path_factory.mktemp(name)
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(work / "modules"),
-                       TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
     out = work / "found.json"
-    result = subprocess.run([sys.executable, "-c", LOAD, str(SAVED / "record.py"), str(SAVED / name), str(out)],
-                            check=False, cwd=work, env=environment, capture_output=True, text=True, timeout=600)
+    result = run_fresh([LOAD, str(SAVED / "record.py"), str(SAVED / name), str(out)], work)
     assert result.returncode == 0 and out.exists(), result.stderr[-4000:]
     recorded = json.loads((SAVED / f"{name}.json").read_text(encoding="utf-8"))
     return name, recorded, json.loads(out.read_text(encoding="utf-8"))
@@ -183,3 +182,66 @@ def test_the_pipeline_writes_the_recorded_text(loaded, loader):
     assert generate["numbers"]["pipeline_text"] == expected
     if loader == "causalqwen":
         assert part(found, "today_only")["every_digit_text"] == recorded["generate"]["numbers"]["pipeline_text"]
+
+
+def run_fresh(arguments: list[str], work: Path) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(work / "modules"),
+                       TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, "-c", *arguments], check=False, cwd=work, env=environment,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_directory_saved_today_imports_the_top_level_namespace_and_loads_the_same_both_ways(tmp_path):
+    from causalqwen.app.tiny import build_tiny_causal_lm
+
+    tiny = build_tiny_causal_lm(seed=1, init_seed=1)
+    saved = tmp_path / "saved"
+    tiny.model.save_pretrained(saved)
+    tiny.tokenizer.save_pretrained(saved)
+    module = ast.parse((saved / "causalqwen_auto.py").read_text(encoding="utf-8"))
+    imports = [node for node in ast.walk(module) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert imports and all(isinstance(node, ast.ImportFrom) and node.module == "causalqwen" and node.level == 0
+                           for node in imports), ast.unparse(module)
+    out = tmp_path / "found.json"
+    result = run_fresh([LOAD, str(SAVED / "record.py"), str(saved), str(out)], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    found = json.loads(out.read_text(encoding="utf-8"))
+    assert part(found, "auto") == part(found, "causalqwen")
+    assert part(found, "auto")["config"]["abduction_scale_init"] == tiny.model.config.abduction_scale_init
+
+
+# A directory whose causalqwen_auto.py names what no version had: the import fails and its message names it.
+UNKNOWN_IMPORTS = {
+    "from causalqwen.no_such_module import CausalQwenConfig": "causalqwen.no_such_module",
+    "from causalqwen.pipelines import NoSuchPipeline": "NoSuchPipeline",
+    "from causalqwen.tokenization import NoSuchTokenizer": "NoSuchTokenizer",
+}
+
+# one directory per interpreter: after a failed import of one directory's module, transformers' AutoConfig in the
+# same interpreter can answer another directory's without importing it
+LOAD_CONFIG = r"""
+import json, sys
+from transformers import AutoConfig
+
+try:
+    AutoConfig.from_pretrained(sys.argv[2], trust_remote_code=True)
+    error = None
+except Exception as raised:
+    error = [[kind.__name__ for kind in type(raised).__mro__], str(raised)]
+open(sys.argv[1], "w", encoding="utf-8").write(json.dumps(error))
+"""
+
+
+@pytest.mark.parametrize("line", list(UNKNOWN_IMPORTS))
+def test_an_old_directory_importing_an_unknown_module_or_name_fails_with_its_name(tmp_path, line):
+    directory = tmp_path / "saved"
+    shutil.copytree(SAVED / "main_41679d3", directory)
+    auto = directory / "causalqwen_auto.py"
+    auto.write_text(auto.read_text(encoding="utf-8") + line + "  # noqa: F401\n", encoding="utf-8")
+    out = tmp_path / "error.json"
+    result = run_fresh([LOAD_CONFIG, str(out), str(directory)], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    error = json.loads(out.read_text(encoding="utf-8"))
+    assert error is not None, line
+    kinds, message = error
+    assert "ImportError" in kinds and UNKNOWN_IMPORTS[line] in message, (kinds, message)
