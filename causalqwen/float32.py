@@ -1,9 +1,9 @@
 """float32 values and their decimal text, exactly: the float32 a literal stands for, and a value's text.
 
-A number's value is float32 (decision D3). Rule V1 of the number grammar (`causalqwen.numbers`) reads a
-literal as a number only when its float32 stays within float32's relative precision of it, and
-`format_number` refuses a value float32 holds only further off: a value is never silently changed by more
-than float32's own rounding. Both directions need exact computations that float64 cannot do:
+A number's value is float32. Rule V1 of the number grammar (`causalqwen.numbers`) reads a literal as a number
+only when its float32 stays within float32's relative precision of it, and `format_number` refuses a value
+float32 holds only further off: a value is never silently changed by more than float32's own rounding. Both
+directions need exact computations that float64 cannot do:
 
 * `nearest_float32`: the correctly rounded float32 of a decimal literal, half to even. Rounding first to
   float64 and then to float32 goes wrong when the float64 lands exactly on a midpoint between two float32
