@@ -35,7 +35,6 @@ def bits(x: float) -> int:
     return int(np.array(x, dtype=np.float32).view(np.uint32))
 
 
-
 def _float32_nearest(exact: Fraction) -> float:
     """Oracle: the float32 nearest to ``exact`` (ties to even), by exact rational arithmetic."""
     with np.errstate(over="ignore"):
