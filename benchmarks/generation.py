@@ -1,6 +1,6 @@
 """Benchmark (c): generation speed of CausalQwen against ``Qwen2ForCausalLM.generate`` on the same base.
 
-Goals (issues 3 and 19), printed with the measured ratios:
+Goals, printed with the measured ratios:
 
 1. per-token decode time is flat in context length: context 512 vs 32, ratio <= 1.5 (the KV cache);
 2. decode tokens/s >= 0.75x those of ``Qwen2ForCausalLM.generate(do_sample=False)`` in every mode;

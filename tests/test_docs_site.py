@@ -1,4 +1,4 @@
-"""The built docs site renders offline in a real browser (issue 6).
+"""The built docs site renders offline in a real browser.
 
 `make docs` builds ``site/`` (``mkdocs build --strict``); these tests serve it on 127.0.0.1 and open
 every page in headless Chromium (Debian's package, driven by Playwright) with every other host made

@@ -62,7 +62,7 @@ def test_a_training_forward_with_loss_synchronises_at_most_twice(tiny):
         out = model(**batch)
         out.loss.backward()
     model.eval()
-    # one transfer for every check of the inputs, one for the rows the fused loss scores (issue 15: was 17-18)
+    # one transfer for every check of the inputs, one for the rows the fused loss scores (there were 17-18)
     assert len(syncs.ours) <= 2, syncs.ours
     assert torch.isfinite(out.loss) and int(out.n_cls) > 0 and int(out.n_reg) > 0
 
@@ -81,7 +81,7 @@ def test_generation_synchronises_at_most_once_per_token(tiny, mode, padded):
         assert out.sequences.shape[1] == enc["input_ids"].shape[1] + tokens
         counts[tokens] = (len(syncs.ours), len(syncs.theirs))
     per_token = (counts[12][0] - counts[4][0]) / 8  # the door's checks happen once, before the first token
-    assert per_token <= 1, counts  # issue 15: was 12-14
+    assert per_token <= 1, counts  # there were 12-14
     if not padded:  # without padding Qwen2 gets no mask, so it makes no check of its own either
         assert counts[12][1] == counts[4][1], counts
 

@@ -258,18 +258,18 @@ def test_standard_prediction_differs_from_qwen_greedy_at_initialization():
     assert (tokens != logits.argmax(-1))[real].any()
 
 
-def test_at_d14_defaults_the_standard_prediction_is_mostly_qwens_greedy_token():
+def test_at_the_calibrated_defaults_the_standard_prediction_is_mostly_qwens_greedy_token():
     """D14's threshold lies between the top two logits at a typical position of the base's own text, where
     argmax P is the greedy token; the drafts' C = 100 is far from that (V3 and V10 measure it on a trained base)."""
     tiny = build_tiny_causal_lm(seed=0, init_seed=0)
     ids, _ = sample_calibration_batch(tiny.qwen, vocab_limit=tiny.tokenizer.num_token_id)  # the rule's text
     agreement = {}
-    for name, threshold in (("d14", tiny.model.ovr_threshold), ("drafts", 100.0)):
+    for name, threshold in (("calibrated", tiny.model.ovr_threshold), ("drafts", 100.0)):
         with torch.no_grad():  # a sampled id of the <NUM> row is the base's token there: value 0, as the base saw it
             out = tiny.model(ids, numeric_values=torch.zeros(ids.shape))
         tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, threshold, tiny.model.config.num_token_id)
         agreement[name] = float((tokens == out.loc_S.argmax(-1)).double().mean())
-    assert agreement["d14"] >= 0.9 and agreement["d14"] - agreement["drafts"] >= 0.3, agreement
+    assert agreement["calibrated"] >= 0.9 and agreement["calibrated"] - agreement["drafts"] >= 0.3, agreement
 
 
 # ---- traditional sampling ----

@@ -1,8 +1,8 @@
-"""The robustness suite (issue 7, item 2): bad inputs fail clearly, tampered checkpoints are refused,
-extreme but finite inputs stay finite through forward, loss and backward.
+"""The robustness suite: bad inputs fail clearly, tampered checkpoints are refused, extreme but finite inputs
+stay finite through forward, loss and backward, and every trust-boundary case holds.
 
 The cases are data in ``validation/`` (``bad_inputs``, ``tampered_checkpoints``, ``extreme_inputs``,
-``trust*``; gathered by ``validation.robustness``, whose report runs the same tables);
+``trust/``; gathered by ``validation.robustness``, whose report runs the same tables);
 here every bad-input and checkpoint case is a test of its own, and Hypothesis draws the extreme inputs.
 """
 
@@ -54,7 +54,6 @@ from validation.tampered_checkpoints import (
     saved_checkpoint,
     tampered_checkpoint,
 )
-from validation.trust_round_three import ROUND_THREE_CASES
 
 # ---------------------------------------------------------------------------------------------
 # The bad-input table
@@ -74,7 +73,7 @@ def test_bad_input_raises_its_clear_error(case):
     _assert_raises_as_listed(case)
 
 
-ALL_TRUST_CASES = trust.TRUST_CASES + ROUND_THREE_CASES
+ALL_TRUST_CASES = trust.TRUST_CASES
 
 
 @pytest.mark.parametrize("case", ALL_TRUST_CASES, ids=lambda case: case.id)
@@ -83,17 +82,46 @@ def test_trust_boundary_case_holds(case):
     assert outcome.passed, f"{case.id}: {outcome.actual}"
 
 
-def test_the_trust_table_covers_every_group():
+def test_the_trust_tables_are_one_per_boundary_with_the_kind_a_column():
+    names = [boundary.name for boundary in trust.BOUNDARIES]
+    assert names == ["configuration", "files and checkpoints", "run directories", "model inputs", "generation",
+                     "tokenizer and text", "adapters", "command line"]
+    assert all(boundary.cases for boundary in trust.BOUNDARIES), "every boundary has rows"
+    assert ALL_TRUST_CASES == [case for boundary in trust.BOUNDARIES for case in boundary.cases]
+    assert len(ALL_TRUST_CASES) == 102  # the rows of the tables before they were split by boundary
     ids = [case.id for case in ALL_TRUST_CASES]
     assert len(ids) == len(set(ids))
-    for group in cases.GROUPS:
-        assert sum(case.group == group for case in trust.TRUST_CASES) >= 8, group
-        assert sum(case.group == group for case in ROUND_THREE_CASES) >= 6, group
+    assert cases.KINDS == ("security", "silent", "clarity")
+    for kind in cases.KINDS:
+        assert sum(case.kind == kind for case in ALL_TRUST_CASES) >= 8, kind
+    assert all(case.kind in cases.KINDS for case in ALL_TRUST_CASES)
     assert all(case.error is None or re.compile(case.message) for case in ALL_TRUST_CASES)
+    with pytest.raises(ValueError, match=r"trust case 'x': kind must be one of security, silent, clarity, got 'silly'"):
+        cases.TrustCase("x", "silly", "x", lambda: None, None)
     must_fail = cases.TrustCase("x", "silent", "x", lambda: None, ValueError, "")
     assert not cases.run_trust_case(must_fail).passed  # no error where one is expected
     wrong = cases.TrustCase("x", "silent", "x", lambda: (_ for _ in ()).throw(cases.WrongResult("no")), None)
     assert not cases.run_trust_case(wrong).passed
+
+
+def test_the_report_shows_the_trust_cases_one_table_per_boundary():
+    from validation.robustness import _trust_markdown
+
+    outcomes = [cases.TrustOutcome(case, case.id != "lock-symlink", "ran") for case in ALL_TRUST_CASES]
+    markdown = "\n".join(_trust_markdown(outcomes))
+    headings = [markdown.index(f"#### {boundary.name.capitalize()}: ") for boundary in trust.BOUNDARIES]
+    assert headings == sorted(headings)
+    for boundary, start, end in zip(trust.BOUNDARIES, headings, headings[1:] + [len(markdown)]):
+        section = markdown[start:end]
+        assert section.count("\n| `") == len(boundary.cases), boundary.name
+        for case in boundary.cases:
+            assert f"| `{case.id}` | {case.kind} |" in section, case.id
+    assert "**FAIL** · 101 of 102 cases (security 19 of 20, silent 48 of 48, clarity 34 of 34)" in markdown
+    assert "13 of 14 cases (security 6 of 7, silent 5 of 5, clarity 2 of 2)" in markdown  # run directories
+    assert "4 of 4 cases (silent 4 of 4)" in markdown  # adapters: only the kinds it has
+    stray = cases.TrustOutcome(cases.TrustCase("stray", "silent", "x", lambda: None, None), True, "ran")
+    with pytest.raises(ValueError, match=r"in no boundary of validation\.trust\.BOUNDARIES: \['stray'\]"):
+        _trust_markdown(outcomes + [stray])
 
 
 def test_the_table_covers_every_component_with_at_least_15_kinds():
@@ -310,6 +338,8 @@ def test_summary_runs_the_tables_and_a_fuzz_sample_and_reports_every_row():
     assert "### Real text survives tokenization" in markdown
     assert "### Security: what the project reads, and what it refuses" in markdown
     assert f"{len(ALL_TRUST_CASES)} of {len(ALL_TRUST_CASES)} trust-boundary cases hold" in markdown
+    for boundary in trust.BOUNDARIES:
+        assert f"#### {boundary.name.capitalize()}: {boundary.crosses}" in markdown
     assert "**FAIL**" not in markdown
     assert f"{len(BAD_INPUT_CASES)} of {len(BAD_INPUT_CASES)} bad inputs give their clear error" in markdown
     assert "0 of 6 extreme inputs left a NaN or ±inf" in markdown

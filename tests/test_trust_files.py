@@ -1,4 +1,4 @@
-"""Trust boundaries, round three (issue 27): the files causalqwen writes and the files it reads back.
+"""Trust boundaries of files: the files causalqwen writes and the files it reads back.
 
 - **Links.** Nothing is written through a symbolic link (nor into a hard-linked file): the lock, the marker,
   the run's logs and checkpoints, ``save_pretrained``'s files, the tokenizer's, the adapter's, the abduction
@@ -542,7 +542,7 @@ def test_a_null_num_token_id_is_refused_and_a_keyword_may_supply_it(saved_model,
 
 
 # =============================================================================================
-# Optimisation settings within float32, parameters finite before any save (hostile pass, fix 1)
+# Optimisation settings within float32, parameters finite before any save
 # =============================================================================================
 
 
@@ -587,7 +587,7 @@ def test_non_finite_parameters_are_never_saved(tiny, tmp_path, monkeypatch):
 
 
 # =============================================================================================
-# Checkpoint names (fix 3)
+# Checkpoint names
 # =============================================================================================
 
 
@@ -621,7 +621,7 @@ def test_latest_checkpoint_returns_the_entry_it_found_and_ignores_other_names(fi
 
 
 # =============================================================================================
-# A trainer_state that contradicts its own checkpoint (fix 2)
+# A trainer_state that contradicts its own checkpoint
 # =============================================================================================
 
 

@@ -1,4 +1,4 @@
-"""Trust boundaries of generation (issue 27): the pipeline and ``generate`` accept anything the model itself can
+"""Trust boundaries of generation: the pipeline and ``generate`` accept anything the model itself can
 generate, and every bad input is refused once, at its door, by name.
 
 The oracles: the reference loop `causalqwen.generate` (ids and values), the prompt exactly as the user wrote it,

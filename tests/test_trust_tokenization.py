@@ -1,4 +1,4 @@
-"""Trust boundaries of tokenization (issue 27): linear time on crafted texts, bounded prefixes with
+"""Trust boundaries of tokenization: linear time on crafted texts, bounded prefixes with
 ``max_length``, and float32's precision at the bottom of its range.
 
 The number grammar was rewritten to run in linear time. `OLD_NUMBER_REGEX` below is the grammar as it was
@@ -36,7 +36,7 @@ from causalqwen.numbers import (
 from causalqwen.tokenization import NumericTokenizer
 from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 
-# The grammar before issue 27, verbatim: the oracle of the differential tests.
+# The grammar before its linear-time rewrite, verbatim: the oracle of the differential tests.
 _CASED = r"\p{Lu}\p{Ll}\p{Lt}"
 _UNIT = r"\p{L}\p{M}%％‰℃℉°′″"
 OLD_NUMBER_REGEX = regex.compile(
@@ -206,7 +206,7 @@ def test_finding_numbers_takes_linear_time(name):
     assert _cpu_seconds(lambda: find_numbers(large)) < ratio_bound * _cpu_seconds(lambda: find_numbers(small)) + slack
 
 
-def test_the_issue_27_chain_is_read_as_before():
+def test_the_crafted_dash_chain_is_read_as_before():
     """10 kB of "1-1-...-1a" took 3.4-5.4 s (its time now: `python -m benchmarks tokenizer`): no three runs
     hold as a date, so every run is a number, as the old grammar read them."""
     text = "1-" * 5000 + "1a"

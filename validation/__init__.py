@@ -5,7 +5,8 @@ experiment (``v1_closure`` ... ``v8_learning``), each with ``run(quick, out_dir)
 `validation.common` writes the report.
 
 The report's Robustness section is `validation.robustness` (`run_suite`), which gathers the tables of
-``bad_inputs``, ``tampered_checkpoints``, ``extreme_inputs``, ``trust`` (with ``trust_clarity``),
-``trust_round_three`` (with ``trust_round_three_clarity`` and ``trust_second_look``) and ``real_text``;
+``bad_inputs``, ``tampered_checkpoints``, ``extreme_inputs``, ``trust`` (one table per boundary: configuration,
+files and checkpoints, run directories, model inputs, generation, tokenizer and text, adapters, command line)
+and ``real_text``;
 ``cases`` says how a row is judged, and ``fixtures`` holds what the experiments and the rows start from.
 """

@@ -25,7 +25,7 @@ __all__ = [
     "run_case",
     "CommandLineExit",
     "run_cli",
-    "GROUPS",
+    "KINDS",
     "WrongResult",
     "TrustCase",
     "TrustOutcome",
@@ -34,7 +34,10 @@ __all__ = [
 ]
 
 COMPONENTS = ("tokenizer", "model", "losses", "inference", "generation", "cli")
-GROUPS = ("security", "silent", "clarity")
+# The kinds of finding a trust case holds the project to: an input from someone else that could run code or touch
+# the user's files; an input that gave a wrong answer without a word; an input that failed with a message naming
+# nothing.
+KINDS = ("security", "silent", "clarity")
 
 
 # =============================================================================================
@@ -132,7 +135,8 @@ class TrustCase:
 
     Attributes:
         id: a short stable name.
-        group: ``"security"``, ``"silent"`` or ``"clarity"``.
+        kind: the kind of finding, one of `KINDS`: ``"security"`` (code run or the user's files touched),
+            ``"silent"`` (a wrong result without a word) or ``"clarity"`` (an error that named nothing).
         description: the input, in words.
         trigger: a zero-argument callable that gives the input (and checks the result or side effects).
         error: the exception type it must raise exactly, or None if it must succeed.
@@ -140,18 +144,22 @@ class TrustCase:
     """
 
     id: str
-    group: str
+    kind: str
     description: str
     trigger: Callable[[], object]
     error: type[BaseException] | None
     message: str = ""
 
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"trust case {self.id!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
 
-def command_line_refusal(case_id: str, group: str, description: str, trigger: Callable[[], object],
+
+def command_line_refusal(case_id: str, kind: str, description: str, trigger: Callable[[], object],
                          message: str) -> TrustCase:
     """A `TrustCase` whose trigger runs the ``causalqwen`` command (`run_cli`), which must exit through argparse with
     status 2 (a usage or data error) and a last line of stderr matching ``message``."""
-    return TrustCase(case_id, group, description, trigger, CommandLineExit, "exit status 2: " + message)
+    return TrustCase(case_id, kind, description, trigger, CommandLineExit, "exit status 2: " + message)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 r"""The robustness suite: where the implementation must fail loudly, and where it must not fail at all.
 
-Three parts, each data plus a runner, shared by the tests (``tests/test_robustness.py``) and by the
+Four parts, each data plus a runner, shared by the tests (``tests/test_robustness.py``) and by the
 validation report (`summary_markdown`); this module runs them all (`run_suite`) and writes the report's
 section. Each part's names are imported from the module that owns it:
 
@@ -20,8 +20,8 @@ section. Each part's names are imported from the module that owns it:
    loss or in any gradient. The tests draw these cases with Hypothesis; the report draws a fixed-seed
    sample with `random.Random` (`validation.extreme_inputs`).
 
-4. **Trust boundaries** (`validation.trust`, `validation.trust_round_three`): files and inputs from
-   outside -- planted pickles, shard paths that leave their directory, oversized configs, foreign output
+4. **Trust boundaries** (`validation.trust`, one table per boundary): files and inputs from outside --
+   planted pickles and links, shard paths that leave their directory, oversized configs, foreign output
    directories, changed settings on resume, misspelt keywords, wrong types -- with what the project reads
    and refuses (`READS_AND_REFUSALS`; the report's security section).
 
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 
 from .bad_inputs import BAD_INPUT_CASES
-from .cases import COMPONENTS, GROUPS, CaseOutcome, run_case, run_trust_case
+from .cases import COMPONENTS, KINDS, CaseOutcome, TrustOutcome, run_case, run_trust_case
 from .common import table, verdict
 from .extreme_inputs import (
     LOSS_PATHS,
@@ -54,8 +54,7 @@ from .extreme_inputs import (
 from .fixtures import scratch_dir
 from .real_text import real_text_markdown
 from .tampered_checkpoints import CHECKPOINT_CASES, intact_checkpoint_round_trip
-from .trust import TRUST_CASES
-from .trust_round_three import ROUND_THREE_CASES
+from .trust import BOUNDARIES, TRUST_CASES
 
 __all__ = [
     "READS_AND_REFUSALS",
@@ -103,7 +102,7 @@ class SuiteResult:
     model_checks: list[FiniteCheck]
     loss_checks: list[FiniteCheck]
     seconds: float
-    trust: list = dataclasses.field(default_factory=list)  # outcomes of TRUST_CASES + ROUND_THREE_CASES
+    trust: list = dataclasses.field(default_factory=list)  # outcomes of validation.trust.TRUST_CASES
     real_text: bool = True  # every row of validation.real_text holds
     markdown: str = ""
 
@@ -155,7 +154,7 @@ def run_suite(model_examples: int = 24, loss_examples: int = 60, seed: int = 0) 
     loss_cases = [random_loss_case(rng) for _ in range(loss_examples)]
     model_checks = [run_model_case(case) for case in model_cases]
     loss_checks = [run_loss_case(case) for case in loss_cases]
-    trust = [run_trust_case(case) for case in TRUST_CASES + ROUND_THREE_CASES]
+    trust = [run_trust_case(case) for case in TRUST_CASES]
     real_text, real_text_ok = real_text_markdown()
     result = SuiteResult(bad_inputs, checkpoints, round_trip, model_checks, loss_checks, time.perf_counter() - started,
                          trust, real_text_ok)
@@ -251,35 +250,60 @@ def _fuzz_section(result: SuiteResult, model_cases: list[ModelCase], loss_cases:
     return parts
 
 
-def _trust_markdown(outcomes) -> list[str]:
-    """The security section: what the project reads and refuses, then the trust-boundary cases."""
+def _kind_counts(outcomes: list[TrustOutcome]) -> str:
+    """``"security 7 of 7, silent 5 of 5, clarity 2 of 2"``: the rows that hold, per kind of finding present."""
+    return ", ".join(f"{kind} {sum(o.passed for o in outcomes if o.case.kind == kind)} of "
+                     f"{sum(o.case.kind == kind for o in outcomes)}"
+                     for kind in KINDS if any(o.case.kind == kind for o in outcomes))
+
+
+def _trust_markdown(outcomes: list[TrustOutcome]) -> list[str]:
+    """The security section: what the project reads and refuses, then the trust-boundary cases, one table per
+    boundary (`validation.trust.BOUNDARIES`) with the kind of finding a column."""
     if not outcomes:
         return []
-    counts = ", ".join(f"{group} {sum(o.passed for o in outcomes if o.case.group == group)} of "
-                       f"{sum(o.case.group == group for o in outcomes)}" for group in GROUPS)
-    rows = [[f"`{o.case.id}`", o.case.group, html.escape(o.case.description, quote=False),
-             f"`{o.case.error.__name__}`" if o.case.error is not None else "the right result",
-             _code(_shortened(o)), verdict(o.passed)] for o in outcomes]
-    return [
+    by_id = {o.case.id: o for o in outcomes}
+    listed = {case.id for boundary in BOUNDARIES for case in boundary.cases}
+    unlisted = [case_id for case_id in by_id if case_id not in listed]
+    if unlisted:
+        raise ValueError(f"trust outcomes of cases in no boundary of validation.trust.BOUNDARIES: {unlisted}")
+    parts = [
         "### Security: what the project reads, and what it refuses",
         "",
         "Nothing the project reads is unpickled, and nothing it did not write is deleted "
-        "(`causalqwen.files.checkpoint`, `causalqwen.files.rundir`; the [trust boundaries](../security.md) page explains why).",
+        "(`causalqwen.files.checkpoint`, `causalqwen.files.rundir`; the [trust boundaries](../security.md) page "
+        "explains why).",
         "",
         table(["what", "read from", "refused"], [list(row) for row in READS_AND_REFUSALS]),
         "",
         "### Trust boundaries: files and inputs from outside",
         "",
         f"{verdict(all(o.passed for o in outcomes))} · {sum(o.passed for o in outcomes)} of {len(outcomes)} cases "
-        f"({counts}). A row must raise exactly its exception with a message naming the file, line, field or "
-        "character, or, where the expected outcome is *the right result*, run and give it. Rows that plant a "
-        "pickle or keep a user's file also check that the pickle never ran and the file is still there, and rows "
-        "that plant a link check that the file it points to is unchanged (`validation/trust.py`; the rows from "
-        "`lock-symlink` on are the third hostile pass, issue 27: `validation/trust_round_three.py`).",
-        "",
-        table(["case", "group", "input", "expected", "outcome", "verdict"], rows),
+        f"({_kind_counts(outcomes)}), in {len(BOUNDARIES)} boundaries. A row must raise exactly its exception "
+        "with a message naming the file, line, field or character, or, where the expected outcome is *the right "
+        "result*, run and give it. Its kind says what the input did before: **security**, code from a file ran or "
+        "the user's files were touched; **silent**, a wrong answer without a word; **clarity**, an error that named "
+        "nothing. Rows that plant a pickle or keep a user's file also check that the pickle never ran and the file "
+        "is still there, and rows that plant a link check that the file it points to is unchanged "
+        "(`validation/trust/`, one module per boundary).",
         "",
     ]
+    for boundary in BOUNDARIES:
+        shown = [by_id[case.id] for case in boundary.cases if case.id in by_id]
+        if not shown:
+            continue
+        rows = [[f"`{o.case.id}`", o.case.kind, html.escape(o.case.description, quote=False),
+                 f"`{o.case.error.__name__}`" if o.case.error is not None else "the right result",
+                 _code(_shortened(o)), verdict(o.passed)] for o in shown]
+        parts += [
+            f"#### {boundary.name.capitalize()}: {boundary.crosses}",
+            "",
+            f"{sum(o.passed for o in shown)} of {len(shown)} cases ({_kind_counts(shown)}).",
+            "",
+            table(["case", "kind", "input", "expected", "outcome", "verdict"], rows),
+            "",
+        ]
+    return parts
 
 
 def summary_markdown() -> str:

@@ -89,7 +89,7 @@ def pretrained_agreement(n_texts: int) -> dict:
     logits = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # [B, S, V]
     greedy = logits.argmax(-1)
     result = {"positions": int(real.sum())}
-    for name, init in (("d14", {}), ("drafts", DRAFT_INIT)):
+    for name, init in (("calibrated", {}), ("drafts", DRAFT_INIT)):
         torch.manual_seed(0)
         model = CausalQwenForCausalLM.from_qwen(base, num_token_id=tokenizer.num_token_id, **init).eval()
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -170,7 +170,7 @@ def _body(text: str, config_rows: list[list], pooled: np.ndarray, gamma_spread: 
         table(["initialization", "γ", "C", "max |loc_S − logits|", "argmax P = greedy"],
               [[label, pretrained[key]["gamma"], pretrained[key]["C"], pretrained[key]["max_error"],
                 f"{100 * pretrained[key]['agreement']:.2f}%"]
-               for key, label in (("d14", "D14 defaults (`from_qwen`)"), ("drafts", "the drafts' (`DRAFT_INIT`)"))]),
+               for key, label in (("calibrated", "D14 defaults (`from_qwen`)"), ("drafts", "the drafts' (`DRAFT_INIT`)"))]),
     ])
 
 
@@ -183,9 +183,9 @@ def _claims(max_error_all: float, traditional_all: float, gamma_spread: float, p
         check("at init $\\gamma$ does not change $\\arg\\max_k P_k$ (largest change of the agreement across $\\gamma$)",
               gamma_spread, "<=", 0.01),
         check("pretrained base, D14's defaults: $\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$",
-              pretrained["d14"]["max_error"], "<=", MAX_LOGIT_ERROR),
+              pretrained["calibrated"]["max_error"], "<=", MAX_LOGIT_ERROR),
         check("pretrained base, D14's defaults: $\\arg\\max_k P_k$ = Qwen's greedy token (share of positions)",
-              pretrained["d14"]["agreement"], ">=", 0.99),
+              pretrained["calibrated"]["agreement"], ">=", 0.99),
     ]
 
 
@@ -216,7 +216,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         body=_body(text, config_rows, pooled, gamma_spread, pretrained),
         figures=[figure_name],
         headline=(f"max |loc_S − logits| = {fmt(max_error_all, 3)}; pretrained base: argmax P = greedy at "
-                  f"{100 * pretrained['d14']['agreement']:.2f}% of positions at D14's defaults, "
+                  f"{100 * pretrained['calibrated']['agreement']:.2f}% of positions at D14's defaults, "
                   f"{100 * pretrained['drafts']['agreement']:.1f}% at the drafts'; random bases: "
                   f"{100 * pooled.min():.1f}–{100 * pooled.max():.1f}% over the grid"),
         settings=(f"{len(configs)} tiny Qwen2 models, random ids [{batch}, {length}] (seed {INPUT_SEED} + model index), "
