@@ -5,8 +5,15 @@ of the Qwen2 backbone's fields by transformers' ``@strict`` (huggingface_hub's t
 an int where a float belongs, a bool where an int belongs, a string anywhere is refused, the field named), the
 kinds of CausalQwen's own fields here (a bool is a JSON boolean, an int an integer, a real a finite number: a
 ``TypeError`` naming the field), and in ``__post_init__`` every range, the backbone's sizes and rotary parameters,
-and the fields a saved file must name. `conversion_settings` and `config_from_base`
-are how `CausalQwenForCausalLM.from_qwen` builds a config from a base and its overrides (decision D14's defaults).
+and the fields a saved file must name.
+
+One set of defaults: ``CausalQwenConfig()`` starts where `CausalQwenForCausalLM.from_qwen` does, at the
+calibrated initialization (`causalqwen.initialization.DEFAULT_INIT`: $\gamma = 0.1$ and the threshold rule
+``"top_two_midpoint"``); without a base there are no logits to calibrate on, so $C$ starts at 0.0, what the rule
+gives for a base whose logits are all zero. A saved config names its scale and threshold (`INITIALIZATION_FIELDS`,
+which every save writes); a config file that leaves one out was written when the class defaults were the drafts',
+and loads with the drafts' value (`causalqwen.initialization.DRAFT_INIT`). `conversion_settings` and
+`config_from_base` are how ``from_qwen`` builds a config from a base and its overrides.
 """
 
 from __future__ import annotations
@@ -26,11 +33,10 @@ from transformers import AutoConfig, Qwen2Config
 
 from .abduction import ABDUCTION_TYPES
 from .decision import LOSS_ALGORITHMS
-from .initialization import DEFAULT_INIT, check_threshold_init
-from .integrations.auto import SAVED_ONLY_FIELDS
+from .initialization import DEFAULT_INIT, DRAFT_INIT, check_threshold_init
 
-__all__ = ["CausalQwenConfig", "SETTING_LIMIT", "FIELDS_A_FILE_MUST_NAME", "conversion_settings",
-           "config_from_base"]
+__all__ = ["CausalQwenConfig", "SETTING_LIMIT", "FIELDS_A_FILE_MUST_NAME", "INITIALIZATION_FIELDS",
+           "conversion_settings", "config_from_base"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,27 +128,27 @@ def _check_ranges(config, ranges: dict) -> None:
 
 @strict
 class CausalQwenConfig(Qwen2Config):
-    r"""A `Qwen2Config` plus the CausalQwen hyper-parameters (decisions D2–D10).
+    r"""A `Qwen2Config` plus the CausalQwen hyper-parameters.
 
     Attributes:
-        num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added, decision D2).
+        num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added).
         causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
-        abduction_scale_init: $\gamma$, the initial ``scale_U``. The class default 10.0 is the drafts' value, what
-            every saved config without other values means; `from_qwen` starts at 0.1 (decision D14,
-            `causalqwen.initialization.DEFAULT_INIT`).
-        abduction_type: the abduction architecture, ``"linear"`` (D6, the default) or ``"mlp"`` (D6 plus a residual
-            MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both start at
-            $U \sim \mathrm{Cauchy}(z, \gamma)$.
+        abduction_scale_init: $\gamma$, the initial ``scale_U`` (0.1, as `from_qwen` starts,
+            `causalqwen.initialization.DEFAULT_INIT`; a saved config without the field means the drafts' 10.0).
+        abduction_type: the abduction architecture, ``"linear"`` (the identity map, the default) or ``"mlp"`` (that
+            plus a residual MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both
+            start at $U \sim \mathrm{Cauchy}(z, \gamma)$.
         abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
         noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
         ovr_threshold: the OvR threshold $C_k$, shared or, with ``ovr_threshold_per_class``, a vector of $V$
-            thresholds initialised to this value; a parameter when ``learnable_threshold``. The class default
-            100.0 is the drafts' value; `from_qwen` computes it from the base (``ovr_threshold_init``).
-        ovr_threshold_init: how `from_qwen` chose ``ovr_threshold`` (`causalqwen.initialization`):
-            ``"fixed"`` (as given; the class default, and what a saved config without the field means),
-            ``"top_two_midpoint"`` (from_qwen's default: the median midpoint of the base's two largest logits on a
-            calibration batch) or ``"top_logit_quantile"``. A record of the conversion: a model built from a
-            config uses ``ovr_threshold`` whatever the rule.
+            thresholds initialised to this value; a parameter when ``learnable_threshold``. `from_qwen` computes it
+            from the base by ``ovr_threshold_init``; without a base it starts at 0.0, what ``"top_two_midpoint"``
+            gives for a base whose logits are all zero (a saved config without the field means the drafts' 100.0).
+        ovr_threshold_init: the rule by which `from_qwen` computes ``ovr_threshold`` from its base
+            (`causalqwen.initialization`): ``"top_two_midpoint"`` (the default: the median midpoint of the base's
+            two largest logits on a calibration batch), ``"top_logit_quantile"`` or ``"fixed"`` (as given; what a
+            saved config without the field means). A record of the conversion: a model built from a config uses
+            ``ovr_threshold`` whatever the rule.
         ovr_threshold_quantile: the quantile of ``"top_logit_quantile"`` (0.5).
         regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
         gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
@@ -163,12 +169,12 @@ class CausalQwenConfig(Qwen2Config):
 
     num_token_id: int | None = None
     causal_size: int | None = None
-    abduction_scale_init: float = 10.0
+    abduction_scale_init: float = 0.1
     abduction_type: str = "linear"
     abduction_mlp_size: int | None = None
     noise_init: float = 0.1
-    ovr_threshold: float = 100.0
-    ovr_threshold_init: str = "fixed"
+    ovr_threshold: float = 0.0
+    ovr_threshold_init: str = "top_two_midpoint"
     ovr_threshold_quantile: float = 0.5
     ovr_threshold_per_class: bool = False
     learnable_threshold: bool = False
@@ -217,7 +223,7 @@ class CausalQwenConfig(Qwen2Config):
         if self.causal_size != self.hidden_size:
             raise ValueError(
                 f"causal_size ({self.causal_size}) must equal hidden_size ({self.hidden_size}): "
-                "the abduction network is initialised as the identity (decision D6)"
+                "the abduction network is initialised as the identity"
             )
         limit = SETTING_LIMIT
         _check_ranges(self, {
@@ -304,7 +310,10 @@ class CausalQwenConfig(Qwen2Config):
     def from_dict(cls, config_dict: dict, **kwargs):
         """`PreTrainedConfig.from_dict` (what ``from_pretrained`` and ``AutoConfig`` build a config with), after
         checking that ``config_dict``, a saved config, names every field of `FIELDS_A_FILE_MUST_NAME` (a keyword
-        argument may supply one). A ``ValueError`` names the missing fields; ``from_pretrained`` adds the file."""
+        argument may supply one). A ``ValueError`` names the missing fields; ``from_pretrained`` adds the file.
+
+        A field of `INITIALIZATION_FIELDS` that ``config_dict`` leaves out means the drafts' value
+        (`causalqwen.initialization.DRAFT_INIT`), the class default of the versions that wrote such a file."""
         if isinstance(config_dict, dict):
             missing = [" or ".join(names) for names in FIELDS_A_FILE_MUST_NAME
                        if all(config_dict.get(name) is None and kwargs.get(name) is None for name in names)]
@@ -314,6 +323,7 @@ class CausalQwenConfig(Qwen2Config):
                     "CausalQwen config must name the <NUM> id and the sizes of the model's tensors; a default "
                     "would describe another model"
                 )
+            config_dict = {**DRAFT_INIT, **config_dict}
         return super().from_dict(config_dict, **kwargs)
 
     @classmethod
@@ -346,6 +356,12 @@ FIELDS_A_FILE_MUST_NAME = (("num_token_id",), ("vocab_size",), ("hidden_size",),
                            ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
                            ("rope_parameters", "rope_theta"))
 
+# The fields whose class defaults were once the drafts' values (DRAFT_INIT) and are now the calibrated ones. Every
+# save writes them (transformers' ``to_diff_dict`` drops a field only where `PreTrainedConfig` itself has it, at the
+# same value), so a file names the values it was saved with; one without them was written when the drafts' values
+# were the class defaults (``ovr_threshold_init`` did not exist yet).
+INITIALIZATION_FIELDS = tuple(DRAFT_INIT)
+
 
 def _config_file(source, subfolder: str) -> str:
     """The config file that ``from_pretrained(source, subfolder=...)`` reads, for error messages."""
@@ -366,7 +382,7 @@ def _config_fields() -> frozenset[str]:
 
 
 def conversion_settings(overrides: dict, calibration) -> dict:
-    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` over `DEFAULT_INIT` (D14).
+    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` over `DEFAULT_INIT`.
     An unknown field is a ``ValueError``; an ``ovr_threshold`` given alone means the rule ``"fixed"``; a threshold
     with another rule, or a calibration batch without a rule, is a ``ValueError``."""
     unknown = sorted(set(overrides) - _config_fields())
@@ -393,11 +409,16 @@ def conversion_settings(overrides: dict, calibration) -> dict:
     return settings
 
 
+# What a conversion does not take from the base's config: the records of the base's own file and class, and the
+# loader records (``auto_map``, ``custom_pipelines``) that name the base's remote code, not CausalQwen's.
+_BASE_RECORDS = ("model_type", "architectures", "transformers_version", "_name_or_path", "auto_map", "custom_pipelines")
+
+
 def config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
-    """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size (D2)."""
-    settings = {k: v for k, v in base_config.to_dict().items()
-                if k not in ("model_type", "architectures", "transformers_version", "_name_or_path")
-                and k not in SAVED_ONLY_FIELDS}
+    """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size.
+    Until a rule computes it, the threshold is the class default (0.0)."""
+    settings = {k: v for k, v in base_config.to_dict().items() if k not in _BASE_RECORDS}
+    settings["ovr_threshold"] = CausalQwenConfig.ovr_threshold
     settings.update(overrides)
     settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
     if settings["num_token_id"] == base_config.vocab_size:

@@ -1,7 +1,7 @@
-r"""The initial scale and threshold of a conversion from Qwen2 (decision D14).
+r"""The initial scale and threshold of a conversion from Qwen2.
 
 `CausalQwenForCausalLM.from_qwen` starts every class location at Qwen's logit,
-$\mathrm{loc}_{S_k} = \ell_k$ (D7). What it still has to choose are two free numbers: the initial scale of $U$,
+$\mathrm{loc}_{S_k} = \ell_k$. What it still has to choose are two free numbers: the initial scale of $U$,
 $\gamma$ = ``abduction_scale_init``, and the OvR threshold $C$ = ``ovr_threshold``. At initialization
 
 $$
@@ -36,11 +36,14 @@ shown as transformers shows its own: ``transformers.utils.logging.disable_progre
 ``save_pretrained``; ``progress=False`` turns off this one.
 
 The drafts' values, $\gamma = 10$ and $C = 100$ (`DRAFT_INIT`), stay available by configuration; V10 in the
-validation report measures why they are not the default.
+validation report measures why they are not the default. The calibrated values (`DEFAULT_INIT`) are also
+`causalqwen.CausalQwenConfig`'s class defaults; a config made without a base has no logits to calibrate on and
+starts at $C = 0$, what ``"top_two_midpoint"`` gives for a base whose logits are all zero.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 
@@ -48,8 +51,6 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformers.utils import logging as transformers_logging
-
-from .files.loading import CACHE_NAME
 
 __all__ = [
     "copy_base_weights",
@@ -68,9 +69,10 @@ __all__ = [
 
 THRESHOLD_INITS = ("top_two_midpoint", "top_logit_quantile", "fixed")
 
-# from_qwen's defaults (D14), decided from V10.
+# The calibrated initialization, decided from V10: from_qwen's defaults and CausalQwenConfig's class defaults.
 DEFAULT_INIT = {"abduction_scale_init": 0.1, "ovr_threshold_init": "top_two_midpoint"}
-# The design drafts' values (D6, D8): reachable as from_qwen(base, **DRAFT_INIT).
+# The design drafts' values: reachable as from_qwen(base, **DRAFT_INIT), and what a saved config without these
+# fields means.
 DRAFT_INIT = {"abduction_scale_init": 10.0, "ovr_threshold": 100.0, "ovr_threshold_init": "fixed"}
 
 CALIBRATION_SEQUENCES = 8  # sequences the base samples when no calibration batch is given
@@ -128,6 +130,8 @@ def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, lengt
     generator = torch.Generator(device="cpu").manual_seed(seed)
     ids = torch.full((sequences, 1), start, dtype=torch.long, device=device)  # [n, 1]
     step_input, cache, steps = ids, None, []
+    # the base's name for its KV cache, argument and output field alike (transformers 5.24 renamed past_key_values)
+    cache_name = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
     was_training = base.training
     base.eval()
     if progress is not None and not isinstance(progress, bool):
@@ -136,8 +140,8 @@ def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, lengt
     bar = tqdm(total=length, desc="calibration", unit="token", disable=not shown)
     try:
         for _ in range(length):
-            output = base(input_ids=step_input, use_cache=True, **({CACHE_NAME: cache} if cache is not None else {}))
-            cache = output[CACHE_NAME]
+            output = base(input_ids=step_input, use_cache=True, **({cache_name: cache} if cache is not None else {}))
+            cache = output[cache_name]
             logits = output.logits[:, -1].float()  # [n, V]
             steps.append(logits.cpu())
             allowed = logits.cpu().double()[:, :vocab_limit]  # [n, V'] (the whole row when vocab_limit is None)
@@ -207,7 +211,7 @@ def initial_threshold(base, rule: str, quantile: float = 0.5, calibration=None,
 @torch.no_grad()
 def copy_base_weights(base, model) -> None:
     """The Qwen2 stack of ``base`` (a ``Qwen2ForCausalLM``) into ``model.model`` and its lm_head into
-    $W_{\\mathrm{cls}}$ of ``model`` (a new `CausalQwenForCausalLM`): decision D4–D7's initialization."""
+    $W_{\\mathrm{cls}}$ of ``model`` (a new `CausalQwenForCausalLM`), whose own modules keep their initialization."""
     base_vocab = base.config.vocab_size
     backbone = base.model.state_dict()
     if model.config.vocab_size > base_vocab:

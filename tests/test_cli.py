@@ -283,8 +283,9 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
 
 
 def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
-    """D14 by default (gamma 0.1, C by the rule), the drafts' values by --init drafts, a fixed C, and the options
-    refused where they cannot apply (a saved CausalQwen keeps its own initialization)."""
+    """The calibrated values by default and by --init calibrated (gamma 0.1, C by the rule), the drafts' values by
+    --init drafts, a fixed C, and the options refused where they cannot apply (a saved CausalQwen keeps its own
+    initialization; --init takes the names of what it does)."""
     from causalqwen import CausalQwenForCausalLM
     from causalqwen.files.data import synthetic_texts
     from causalqwen.initialization import DRAFT_INIT
@@ -293,9 +294,11 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
         assert cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / name), *options]) == 0
         return CausalQwenForCausalLM.from_pretrained(tmp_path / name).config
 
-    d14 = convert("d14")
-    assert (d14.abduction_scale_init, d14.ovr_threshold_init) == (0.1, "top_two_midpoint")
-    assert f"C = {d14.ovr_threshold:.6g} (top_two_midpoint)" in capsys.readouterr().out
+    calibrated = convert("calibrated")
+    assert (calibrated.abduction_scale_init, calibrated.ovr_threshold_init) == (0.1, "top_two_midpoint")
+    assert f"C = {calibrated.ovr_threshold:.6g} (top_two_midpoint)" in capsys.readouterr().out
+    named = convert("named", "--init", "calibrated")
+    assert {k: getattr(named, k) for k in DRAFT_INIT} == {k: getattr(calibrated, k) for k in DRAFT_INIT}
     drafts = convert("drafts", "--init", "drafts")
     assert {k: getattr(drafts, k) for k in DRAFT_INIT} == DRAFT_INIT
     fixed = convert("fixed", "--ovr-threshold", "7.5", "--abduction-scale-init", "0.5")
@@ -313,9 +316,10 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
          "abduction_scale_init must be finite"),
         (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad3"), "--ovr-threshold", "5",
           "--threshold-init", "top_two_midpoint"], "pass one of them"),
-        (["train", "--base", str(tmp_path / "d14"), "--data", data, "--out", str(tmp_path / "run"), "--init", "drafts"],
+        (["train", "--base", str(tmp_path / "calibrated"), "--data", data, "--out", str(tmp_path / "run"), "--init",
+          "drafts"],
          "is a saved CausalQwen, which keeps the initialization it was converted with"),
-        (["convert", "--base", str(tmp_path / "drafts"), "--out", str(tmp_path / "bad5"), "--init", "d14"],
+        (["convert", "--base", str(tmp_path / "drafts"), "--out", str(tmp_path / "bad5"), "--init", "calibrated"],
          "is a saved CausalQwen, which keeps the initialization it was converted with"),
         (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad6"), "--threshold-quantile", "0.3"],
          "--threshold-quantile applies to --threshold-init top_logit_quantile only"),
@@ -330,6 +334,14 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad4"), "--threshold-init", "median"])
     assert "invalid choice: 'median'" in capsys.readouterr().err
+    for old_name in ("d14", "D14", "default", ""):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad8"), "--init", old_name])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines()[-1].endswith(
+            f"error: argument --init: invalid choice: '{old_name}' (choose from 'calibrated', 'drafts')"), err
+        assert not (tmp_path / "bad8").exists()
 
 
 def test_resuming_a_run_converted_another_way_says_how_to_convert_it_again(qwen_dir, tmp_path, capsys):
@@ -385,7 +397,7 @@ def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoint
     import json
     import math
 
-    from causalqwen.files import runs
+    from causalqwen.app import runs
     from causalqwen.files.data import synthetic_texts
 
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(40, seed=0))

@@ -5,8 +5,12 @@ The kinds of the Qwen2 backbone's fields are transformers' ``@strict`` type vali
 kinds, every range, the backbone's sizes and rotary parameters are `CausalQwenConfig.__post_init__`'s. A nonsense
 value in a saved ``config.json`` (or the CausalQwen ``mode`` of a saved ``generation_config.json``) is a
 ``ValueError`` naming the file and the field, raised before the model is built (never a model that loads and emits
-NaN, never a raw ``KeyError`` / ``AssertionError``). The oracles are the ranges the spec gives (decisions D2-D14),
+NaN, never a raw ``KeyError`` / ``AssertionError``). The oracles are the ranges the spec gives (docs/decisions.md),
 written out here, independent of the code's tables.
+
+One set of defaults: a config made in code starts where ``from_qwen`` does (the oracle is a real conversion), and a
+saved config keeps the scale and threshold it names; one that names none was written when the drafts' values
+(gamma = 10, C = 100, rule "fixed") were the class defaults, and means them.
 """
 
 import json
@@ -17,12 +21,13 @@ import shutil
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig, Qwen2Config
 from hypothesis import given
 from hypothesis import strategies as st
 
 from causalqwen import CausalQwenForCausalLM
 from causalqwen.app.cli import main
-from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
 from causalqwen.configuration import (
     SETTING_LIMIT,
     CausalQwenConfig,
@@ -238,7 +243,132 @@ def test_a_real_setting_that_is_not_finite_is_named_as_such(field, value):
 
 @given(threshold=st.floats(min_value=-1e30, max_value=1e30))
 def test_a_threshold_given_alone_fixes_it_and_a_rule_with_it_is_refused(threshold):
-    """from_qwen's settings (D14): ``ovr_threshold`` alone means the rule "fixed"; with a rule it is a conflict."""
+    """from_qwen's settings: ``ovr_threshold`` alone means the rule "fixed"; with a rule it is a conflict."""
     assert conversion_settings({"ovr_threshold": threshold}, None)["ovr_threshold_init"] == "fixed"
     with pytest.raises(ValueError, match="fixes the threshold"):
         conversion_settings({"ovr_threshold": threshold, "ovr_threshold_init": "top_two_midpoint"}, None)
+
+
+# The drafts' scale and threshold, as the design drafts give them (what a config file without the fields means).
+DRAFTS = {"abduction_scale_init": 10.0, "ovr_threshold": 100.0, "ovr_threshold_init": "fixed"}
+TINY_SIZES = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, num_token_id=39)
+
+
+def _own_fields(config) -> dict:
+    """Every field `CausalQwenConfig` adds to `Qwen2Config`, with its value in ``config``."""
+    names = [name for name in CausalQwenConfig.__dataclass_fields__ if not hasattr(Qwen2Config(), name)]
+    return {name: getattr(config, name) for name in names}
+
+
+def test_a_config_made_in_code_starts_at_the_calibrated_scale_and_rule():
+    config = CausalQwenConfig()
+    assert (config.abduction_scale_init, config.ovr_threshold_init, config.ovr_threshold) == (
+        0.1, "top_two_midpoint", 0.0)
+
+
+def test_a_config_made_in_code_is_what_from_qwen_makes_of_a_base_whose_logits_are_all_zero():
+    """Every CausalQwen field of ``CausalQwenConfig(sizes)`` equals ``from_qwen``'s; the threshold the rule computes
+    for a base with a zero lm_head is the class default 0.0, and a model built from the config, with the base's
+    weights copied, is the converted model, parameter for parameter and output for output."""
+    from causalqwen.initialization import copy_base_weights
+
+    base, tokenizer = build_tiny_base(seed=0)
+    base.lm_head.weight = torch.nn.Parameter(torch.zeros_like(base.lm_head.weight))  # every logit 0, backbone kept
+    torch.manual_seed(0)
+    converted = CausalQwenForCausalLM.from_qwen(base, num_token_id=len(tokenizer))
+    backbone = {name: getattr(converted.config, name) for name in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "bos_token_id",
+        "eos_token_id", "pad_token_id", "num_token_id")}
+    config = CausalQwenConfig(**backbone, tie_word_embeddings=False)
+    assert _own_fields(config) == _own_fields(converted.config)
+    assert converted.config.ovr_threshold == 0.0
+    torch.manual_seed(0)
+    built = CausalQwenForCausalLM(config)
+    copy_base_weights(base, built)
+    expected, got = converted.state_dict(), built.state_dict()
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    ids = torch.tensor([[5, 17, len(tokenizer), 2, 9]])
+    values = torch.tensor([[0.0, 0.0, 42.5, 0.0, 0.0]])
+    for labels in (None, ids):  # the decisions' laws without labels, the losses with them
+        with torch.no_grad():
+            a = converted.eval()(input_ids=ids, numeric_values=values, labels=labels)
+            b = built.eval()(input_ids=ids, numeric_values=values, labels=labels)
+        assert a.keys() == b.keys()
+        for field, tensor in a.items():
+            if isinstance(tensor, torch.Tensor):
+                assert torch.equal(tensor, b[field]), field
+
+
+def _saved(tmp_path, **overrides):
+    """A model built from ``CausalQwenConfig(TINY_SIZES, overrides)``, saved to ``tmp_path / "model"``."""
+    model = CausalQwenForCausalLM(CausalQwenConfig(**TINY_SIZES, **overrides))
+    model.save_pretrained(tmp_path / "model")
+    return tmp_path / "model"
+
+
+@pytest.mark.parametrize("overrides", [{}, DRAFTS, dict(abduction_scale_init=0.5, ovr_threshold=-3.25)])
+def test_every_save_names_its_scale_and_threshold_and_loads_them_back(tmp_path, overrides):
+    """The class defaults included: a file that names them does not depend on what the defaults are."""
+    path = _saved(tmp_path, **overrides)
+    written = json.loads((path / "config.json").read_text())
+    expected = {name: CausalQwenConfig(**TINY_SIZES, **overrides).to_dict()[name] for name in DRAFTS}
+    assert {name: written.get(name) for name in DRAFTS} == expected
+    for load in (CausalQwenConfig.from_pretrained, AutoConfig.from_pretrained):
+        assert {name: getattr(load(path), name) for name in DRAFTS} == expected
+
+
+@pytest.mark.parametrize("left_out", [tuple(DRAFTS), ("ovr_threshold_init",), ("abduction_scale_init",),
+                                      ("ovr_threshold",)])
+def test_a_saved_config_that_leaves_out_the_scale_or_threshold_means_the_drafts_value(tmp_path, left_out):
+    """As the files written when the drafts' values were the class defaults. The loaded model decides with the
+    threshold the file means (every class probability P(S_k > C) by SciPy's Cauchy law; its scale_U comes from its
+    saved weights), and a model built from the loaded config starts at the gamma the file means."""
+    from scipy import stats
+
+    path = _saved(tmp_path, abduction_scale_init=0.5, ovr_threshold=-3.25, ovr_threshold_init="top_logit_quantile")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in left_out}))
+    saved = {"abduction_scale_init": 0.5, "ovr_threshold": -3.25, "ovr_threshold_init": "top_logit_quantile"}
+    expected = {name: DRAFTS[name] if name in left_out else saved[name] for name in DRAFTS}
+    for load in (CausalQwenConfig.from_pretrained, AutoConfig.from_pretrained):
+        assert {name: getattr(load(path), name) for name in DRAFTS} == expected
+    model = CausalQwenForCausalLM.from_pretrained(path).eval()
+    with torch.no_grad():
+        output = model(input_ids=torch.tensor([[5, 17, 3]]))
+        probabilities = model.action.probabilities(model.action.standard(output.loc_U, output.scale_U))
+    torch.testing.assert_close(output.scale_U, torch.full_like(output.scale_U, 0.5))  # the saved weights' gamma
+    with torch.no_grad():
+        rebuilt = CausalQwenForCausalLM(model.config).eval()(input_ids=torch.tensor([[5, 17, 3]]))
+    torch.testing.assert_close(rebuilt.scale_U, torch.full_like(rebuilt.scale_U, expected["abduction_scale_init"]))
+    loc_S, scale_S = output.loc_S.double().numpy(), output.scale_S.double().numpy()
+    oracle = stats.cauchy.sf(expected["ovr_threshold"], loc=loc_S, scale=scale_S)
+    torch.testing.assert_close(probabilities.double(), torch.from_numpy(oracle), rtol=1e-5, atol=1e-7)
+
+
+def test_a_keyword_at_load_wins_over_what_a_file_without_the_field_means(tmp_path):
+    path = _saved(tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "abduction_scale_init"}))
+    assert CausalQwenConfig.from_pretrained(path, abduction_scale_init=2.0).abduction_scale_init == 2.0
+
+
+@pytest.mark.parametrize("field, value, error, message", [
+    ("abduction_scale_init", None, TypeError, "config field abduction_scale_init must be a number, got None"),
+    ("ovr_threshold", None, TypeError, "config field ovr_threshold must be a number, got None"),
+    ("ovr_threshold", "100", TypeError, "config field ovr_threshold must be a number, got '100'"),
+    ("ovr_threshold_init", None, ValueError, "config field ovr_threshold_init must be one of"),
+    ("ovr_threshold_init", "calibrated", ValueError, "config field ovr_threshold_init must be one of"),
+])
+def test_a_null_or_foreign_scale_or_threshold_in_a_file_is_refused_naming_file_and_field(
+        tmp_path, field, value, error, message):
+    """A null is not a left-out field: it is refused, never read as the drafts' value or the class default."""
+    path = _saved(tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | {field: value}))
+    with pytest.raises(error, match=re.escape(message)) as caught:
+        CausalQwenConfig.from_pretrained(path)
+    assert str(caught.value).startswith(str(path / "config.json"))

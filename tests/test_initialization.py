@@ -1,8 +1,8 @@
-"""Decision D14: the initial scale and threshold of a conversion (`causalqwen.initialization`, `from_qwen`).
+"""The initial scale and threshold of a conversion (`causalqwen.initialization`, `from_qwen`).
 
 Oracles: NumPy for the medians and quantiles, SciPy's Cauchy survival function for the OvR probabilities,
 the real Qwen2 forward (no cache) for the logits the calibration sampler records, and a directory saved by
-the code before this decision (``tests/data/saved_before_d14``, written by commit cd833d2).
+the code before the threshold rule existed (``tests/data/saved_directories/main_41679d3``, written by main at 41679d3).
 """
 
 from pathlib import Path
@@ -26,7 +26,7 @@ from causalqwen.initialization import (
     threshold_from_logits,
 )
 
-SAVED_BEFORE_D14 = Path(__file__).parent / "data" / "saved_before_d14"
+SAVED_WITH_DRAFTS = Path(__file__).parent / "data" / "saved_directories" / "main_41679d3"
 
 finite = st.floats(-50, 50, allow_nan=False, width=32)
 
@@ -73,7 +73,7 @@ def test_the_sampler_records_the_logits_of_a_full_qwen2_forward_and_leaves_the_g
     assert torch.equal(again_ids, ids) and torch.equal(again_logits, logits)
 
 
-def test_from_qwen_defaults_are_d14_and_the_threshold_is_the_rule_on_the_bases_own_text():
+def test_from_qwen_defaults_are_the_calibrated_ones_and_the_threshold_is_the_rule_on_the_bases_own_text():
     tiny = build_tiny_causal_lm(seed=0, init_seed=0)
     config = tiny.model.config
     assert config.abduction_scale_init == DEFAULT_INIT["abduction_scale_init"] == 0.1
@@ -153,17 +153,19 @@ def test_a_calibration_batch_of_numbers_only_is_refused():
                           num_token_id=num)
 
 
-def test_a_config_refuses_an_unknown_rule_and_means_the_drafts_without_the_new_fields():
+def test_a_config_refuses_an_unknown_rule_and_starts_where_from_qwen_does():
     with pytest.raises(ValueError, match="ovr_threshold_init"):
         CausalQwenConfig(num_token_id=3, ovr_threshold_init="median")
     config = CausalQwenConfig(num_token_id=3)
-    assert (config.abduction_scale_init, config.ovr_threshold, config.ovr_threshold_init) == (10.0, 100.0, "fixed")
+    assert {name: getattr(config, name) for name in DEFAULT_INIT} == DEFAULT_INIT
+    assert (config.abduction_scale_init, config.ovr_threshold_init, config.ovr_threshold) == (
+        0.1, "top_two_midpoint", 0.0)
 
 
-def test_a_directory_saved_before_d14_loads_with_the_behaviour_it_was_saved_with():
-    config_text = (SAVED_BEFORE_D14 / "config.json").read_text()
+def test_a_directory_saved_with_the_drafts_values_loads_with_them():
+    config_text = (SAVED_WITH_DRAFTS / "config.json").read_text()
     assert "ovr_threshold_init" not in config_text  # written before the field existed
-    model = CausalQwenForCausalLM.from_pretrained(SAVED_BEFORE_D14).eval()
+    model = CausalQwenForCausalLM.from_pretrained(SAVED_WITH_DRAFTS).eval()
     assert (model.config.abduction_scale_init, model.config.ovr_threshold, model.config.ovr_threshold_init) == (
         10.0, 100.0, "fixed")
     ids = torch.tensor([[5, 17, 40, 2, 9]])

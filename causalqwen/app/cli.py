@@ -272,11 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a conversion's initial scale and threshold (decision D14, `causalqwen.initialization`)."""
-    group = parser.add_argument_group("initialization of a conversion from Qwen2 (decision D14)")
-    group.add_argument("--init", choices=("d14", "drafts"), default=None,
-                       help="d14: gamma = 0.1 and the threshold C from the base's own logits (top_two_midpoint); "
-                       "drafts: the design drafts' gamma = 10, C = 100 (default: d14)")
+    """The options of a conversion's initial scale and threshold (`causalqwen.initialization`)."""
+    group = parser.add_argument_group("initialization of a conversion from Qwen2")
+    group.add_argument("--init", choices=("calibrated", "drafts"), default=None,
+                       help="calibrated: gamma = 0.1 and the threshold C from the base's own logits "
+                       "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100 (default: calibrated)")
     group.add_argument("--abduction-scale-init", type=float, default=None, metavar="GAMMA",
                        help="the initial scale of U (default: the --init choice's)")
     group.add_argument("--ovr-threshold", type=float, default=None, metavar="C",
