@@ -6,7 +6,8 @@ directory gave when it was recorded: ``tests/data/saved_directories/record.py``,
 wrote both (its docstring says how). ``main_41679d3`` is the tiny base converted with the drafts' values
 (gamma = 10, C = 100: its config.json writes no threshold rule), ``main_3b621fe`` with the calibrated ones.
 The code of 41679d3 no longer runs on the installed transformers (its output class refuses the ``cache`` keyword
-that transformers 5.24 passes), so ``main_41679d3.json`` was recorded by cd833d2, which writes the same bytes.
+that transformers 5.24 passes), so ``main_41679d3.json`` was recorded by cd833d2, which writes the same bytes; the
+parts 41679d3 still runs, its tokenizer's encodings and its config's values, are the recorded ones.
 
 Each directory is loaded in a fresh interpreter, as a user's script meets it: first through transformers'
 ``AutoConfig`` / ``AutoTokenizer`` / ``AutoModelForCausalLM`` / ``pipeline`` with ``trust_remote_code=True``
