@@ -38,7 +38,8 @@ import torch
 
 from causalqwen.action import ActionNetwork
 from causalqwen.kernels.compiled import COMPILE_ENV
-from causalqwen.losses import fused_ovr_classification_loss, ovr_classification_loss
+from causalqwen.kernels.fused import fused_ovr_classification_loss
+from causalqwen.losses import ovr_classification_loss
 
 from .common import (
     interleaved_medians,

@@ -17,11 +17,10 @@ $w_{\mathrm{reg}}$ is ``regression_head.weight`` (``[1, C]``). Initialization: $
 $w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}}$ equal to ``noise_init`` (0.1) in every component.
 A zero ``b_noise`` is possible but never learns: $\partial|b|/\partial b = 0$ at $b = 0$ in PyTorch.
 
-One owner each: `noise_infused_scale` (standard noise infusion), `class_law` (the closure), `check_law` (the check
-of a law handed to the decision path), `num_probability` (the gate's $P_{\langle NUM\rangle}$, read by the losses).
-`ActionNetwork` has two doors, `ActionNetwork.forward` (from the law of $U$, noise infused) and
-`ActionNetwork.decide` (from a given decision input), each checking once and then running its trusted form,
-`ActionNetwork.standard` or `ActionNetwork.decide_unchecked`; `ActionNetwork.locations` gives the locations alone.
+One owner each: `noise_infused_scale` (standard noise infusion), `check_law` (the check of a law handed to the
+decision path), `num_probability` (the gate's $P_{\langle NUM\rangle}$, read by the losses). `ActionNetwork` has
+one name per map: ``forward`` (from the law of $U$, noise infused), ``decide`` (from a given decision input) and
+``locations`` (the locations alone). Each checks its law while `causalqwen.cauchy.validating`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import initialization as init
 
 from . import cauchy
 
@@ -39,22 +37,9 @@ __all__ = [
     "ActionNetwork",
     "ActionOutput",
     "check_law",
-    "class_law",
     "noise_infused_scale",
     "num_probability",
-    "scale_floor",
 ]
-
-
-def scale_floor(scale: Tensor, scale_eps: float) -> Tensor:
-    r"""$\max(\mathrm{scale}, \epsilon)$: every scale passes this floor before it divides (decision D10)."""
-    return scale.clamp_min(scale_eps)
-
-
-def class_law(loc: Tensor, scale: Tensor, weight: Tensor, bias: Tensor | None, abs_weight: Tensor) -> tuple[Tensor, Tensor]:
-    r"""The linear Cauchy closure $(\mathrm{loc}\,W^\top + b,\ \mathrm{scale}\,|W|^\top)$ (`cauchy.linear`) on inputs
-    already checked, with $|W|$ given. Shapes: ``[..., C]`` in, ``[..., K]`` out."""
-    return F.linear(loc, weight, bias), F.linear(scale, abs_weight)
 
 
 def noise_infused_scale(scale_U: Tensor, noise_scale: Tensor) -> Tensor:
@@ -64,13 +49,13 @@ def noise_infused_scale(scale_U: Tensor, noise_scale: Tensor) -> Tensor:
     return scale_U + noise_scale  # [..., C] + [C]
 
 
-def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold, num_token_id: int) -> Tensor:
+def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold: Tensor, num_token_id: int) -> Tensor:
     r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8, D9), from
     the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold`` is a
-    number, ``[]`` or ``[V]`` (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). Inputs already checked."""
-    if isinstance(threshold, Tensor) and threshold.dim() > 0:
-        threshold = threshold[num_token_id]  # C_<NUM>
-    return cauchy.sf(threshold, loc_S_num, scale_S_num)  # [...]
+    ``[]`` or ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). The survival function is
+    evaluated in the dtype and on the device of ``loc_S_num``."""
+    threshold_num = threshold[num_token_id] if threshold.dim() > 0 else threshold  # C_<NUM> []
+    return cauchy.sf(threshold_num.to(loc_S_num), loc_S_num, scale_S_num)  # [...]
 
 
 def check_law(loc, scale, causal_size: int | None = None, names: tuple[str, str] = ("loc", "scale")) -> None:
@@ -116,11 +101,12 @@ class ActionNetwork(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Decision D7. ``classification_head.weight`` keeps whatever it holds (``from_qwen`` copies lm_head)."""
-        init.zeros_(self.classification_head.bias)
-        init.xavier_uniform_(self.regression_head.weight)
-        init.zeros_(self.regression_head.bias)
-        init.constant_(self.b_noise, self.noise_init)
+        """Decision D7. ``classification_head.weight`` keeps whatever it holds (``from_qwen`` copies lm_head). The
+        ``torch.nn.init`` functions keep a tensor transformers has loaded (it guards them while it initialises)."""
+        nn.init.zeros_(self.classification_head.bias)
+        nn.init.xavier_uniform_(self.regression_head.weight)
+        nn.init.zeros_(self.regression_head.bias)
+        nn.init.constant_(self.b_noise, self.noise_init)
 
     @property
     def noise_scale(self) -> Tensor:
@@ -132,16 +118,17 @@ class ActionNetwork(nn.Module):
         """$C$, the number of components of $U$."""
         return self.b_noise.shape[0]
 
-    # ---- the doors: the law is checked once (`check_law`), then the trusted form below runs ----
-
     def forward(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
-        r"""Standard (noise-infused) decisions from the law of $U$ ``[..., C]``: `standard` on a checked law."""
-        check_law(loc_U, scale_U, self.causal_size, ("loc_U", "scale_U"))  # scale_U >= 0, so the sum is too
-        return self.standard(loc_U, scale_U, classes=classes)
+        r"""Standard (noise-infused) decisions from the law of $U$ ``[..., C]``: `decide` on the decision input
+        $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$ (`noise_infused_scale`). ``classes`` as in
+        `decide`."""
+        if cauchy.validating():
+            check_law(loc_U, scale_U, self.causal_size, ("loc_U", "scale_U"))  # scale_U >= 0, so the sum is too
+        return self.decide(loc_U, noise_infused_scale(scale_U, self.b_noise.abs()), classes=classes)
 
     def decide(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None, classes=None) -> ActionOutput:
-        r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$:
-        `decide_unchecked` on a checked law.
+        r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$,
+        ``[..., C]``: the linear closure of the module docstring.
 
         No noise is added here. The input scale and the output scales are clamped below at
         ``scale_eps`` (decision D10), so a decision input with no spread at all (causal mode with
@@ -150,41 +137,26 @@ class ActionNetwork(nn.Module):
         (`cauchy.linear`). ``classes`` (a list or index tensor of class ids) keeps only those columns
         of ``loc_S``/``scale_S``, in that order, in the spirit of transformers' ``logits_to_keep``.
         """
-        check_law(loc, scale, self.causal_size)
-        return self.decide_unchecked(loc, scale, abs_weight=abs_weight, classes=classes)
-
-    # ---- the trusted forms, for callers whose law of U is valid by construction ----
-
-    def standard(self, loc_U: Tensor, scale_U: Tensor, *, classes=None) -> ActionOutput:
-        r"""`decide_unchecked` on the standard decision input $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$
-        (`noise_infused_scale`), for a caller that has checked the law of $U$ (the model's own ``scale_U`` is
-        >= ``scale_eps``)."""
-        return self.decide_unchecked(loc_U, noise_infused_scale(scale_U, self.noise_scale), classes=classes)
-
-    def decide_unchecked(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None,
-                         classes=None) -> ActionOutput:
-        r"""`decide` on an input already checked: the linear closure (`class_law`) of
-        $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \max(\mathrm{scale}, \epsilon))$, scales floored again after it."""
-        scale = scale_floor(scale, self.scale_eps)  # [..., C]
-        weight, bias = self.classification_head.weight, self.classification_head.bias
+        if cauchy.validating():
+            check_law(loc, scale, self.causal_size)
+        scale = scale.clamp_min(self.scale_eps)  # [..., C], max(scale, eps) (D10)
+        weight, bias = self.classification_head.weight, self.classification_head.bias  # [V, C], [V]
         if classes is not None:
             weight, bias = weight[classes], bias[classes]  # [K, C], [K]
             abs_weight = abs_weight[classes] if abs_weight is not None else None
         abs_weight = weight.abs() if abs_weight is None else abs_weight
-        loc_S, scale_S = class_law(loc, scale, weight, bias, abs_weight)  # [..., V] (or [..., K])
-        w_reg = self.regression_head.weight
-        loc_Y, scale_Y = class_law(loc, scale, w_reg, self.regression_head.bias, w_reg.abs())  # [..., 1]
-        return ActionOutput(
-            loc_S=loc_S,
-            scale_S=scale_floor(scale_S, self.scale_eps),
-            loc_Y=loc_Y.squeeze(-1),
-            scale_Y=scale_floor(scale_Y.squeeze(-1), self.scale_eps),
-        )
+        w_reg, b_reg = self.regression_head.weight, self.regression_head.bias  # [1, C], [1]
+        # loc_S = loc W^T + b,  scale_S = max(scale |W|^T, eps);  loc_Y = loc . w + b_reg,  scale_Y = max(scale . |w|, eps)
+        loc_S = F.linear(loc, weight, bias)  # [..., V] (or [..., K])
+        scale_S = F.linear(scale, abs_weight).clamp_min(self.scale_eps)  # [..., V]
+        loc_Y = F.linear(loc, w_reg, b_reg).squeeze(-1)  # [...]
+        scale_Y = F.linear(scale, w_reg.abs()).squeeze(-1).clamp_min(self.scale_eps)  # [...]
+        return ActionOutput(loc_S, scale_S, loc_Y, scale_Y)
 
     def locations(self, loc: Tensor) -> tuple[Tensor, Tensor]:
         r"""The locations alone, $(\mathrm{loc}_S, \mathrm{loc}_Y) = (W_{\mathrm{cls}}\,\mathrm{loc} + b_{\mathrm{cls}},\
         w_{\mathrm{reg}}\cdot\mathrm{loc} + b_{\mathrm{reg}})$, ``[..., V]`` and ``[...]``, for a decision input with
-        location ``loc`` ``[..., C]`` (already checked): equal to `decide`'s ``loc_S`` and ``loc_Y``, without the
+        location ``loc`` ``[..., C]``: equal to `decide`'s ``loc_S`` and ``loc_Y``, without the
         $|W_{\mathrm{cls}}|$ product the scales need. A location does not depend on the scale, so neither the
         noise nor the floor enters."""
         loc_S = F.linear(loc, self.classification_head.weight, self.classification_head.bias)  # [..., V]

@@ -6,45 +6,42 @@ regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``sca
 
 | method | what it gives |
 |---|---|
-| ``forward`` / ``decide`` | the law of $S_k$ and $Y$ (decision D7), checked; ``standard`` / ``decide_unchecked`` trusted |
+| ``forward`` / ``decide`` | the law of $S_k$ and $Y$ (decision D7) from the law of $U$ / from a decision input |
 | ``probabilities``, ``log_probabilities`` | $P_k = P(S_k > C_k)$ and its logs (D8) |
 | ``predict`` | $\arg\max_k P_k$ and $\mathrm{loc}_Y$ at ``<NUM>`` (D11) |
+| ``standard_token`` | ``predict``'s token under standard inference, from the law of $U$ |
 | ``decide_step`` | the decision in one of the four decision modes (D11) |
 | ``choose`` | one generation step's (token, value) in any of the five modes (D11) |
 | ``step_scores`` | one step's scores for transformers' generation loop |
 | ``next_token_targets`` | the scoring rule: which position is scored against which label (D9) |
-| ``loss`` | $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$, literal or fused (D8–D9) |
+| ``loss`` | $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ by ``config.loss_algorithm`` (D8–D9) |
 
-Its methods trust their inputs: the model's ``forward``, ``generate`` and the public functions of
-`causalqwen.losses` and `causalqwen.inference` check them at the door. The rules themselves have one owner each,
-which the head calls: the decision laws and the noise infusion `causalqwen.action`, the OvR argmax, the value at
-``<NUM>`` and every mode's decision input `causalqwen.inference`, the loss `causalqwen.losses`.
+The threshold is always a tensor: a ``[V]`` buffer (``ovr_threshold_per_class``) or a parameter
+(``learnable_threshold``, ``[]`` or ``[V]``), saved with the weights; otherwise the config's number as a 0-d float64
+tensor on the CPU, which torch uses as a scalar beside tensors of any device and dtype (so it is exact, moves with
+no ``.to()`` and is not saved).
+
+The rules themselves have one owner each, which the head calls: the decision laws and the noise infusion
+`causalqwen.action`, the OvR argmax, the value at ``<NUM>`` and every mode's decision input
+`causalqwen.inference`, the loss `causalqwen.losses` (and the implementations registered in its
+`LOSS_FUNCTIONS`). They check their inputs while `causalqwen.cauchy.validating`; the model runs the head under
+``cauchy.validation(False)`` once its door has checked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import initialization as init
 
 from . import cauchy, inference
 from .action import ActionNetwork, ActionOutput
-from .kernels.fused import HeadInputs, default_tiling, ovr_argmax
-from .losses import (
-    LossParts,
-    LossSettings,
-    at_least_float32,
-    ovr_tail_nll,
-    total_from_decisions,
-    total_from_law_of_U,
-)
+from .losses import LOSS_FUNCTIONS, LossParts, at_least_float32, ovr_tail_nll
 
-__all__ = ["LOSS_ALGORITHMS", "Choice", "DecisionHead", "NextTokenTargets", "next_token_targets"]
-
-LOSS_ALGORITHMS = ("fused", "literal")
+__all__ = ["STANDARD_TOKEN_FUNCTIONS", "Choice", "DecisionHead", "NextTokenTargets", "next_token_targets"]
 
 
 class NextTokenTargets(NamedTuple):
@@ -81,6 +78,15 @@ def next_token_targets(labels: Tensor, numeric_targets: Tensor | None, attention
     return NextTokenTargets(scored, next_labels.masked_fill(~scored, ignore_index), next_values, is_num)
 
 
+def literal_standard_token(head: DecisionHead, loc_U: Tensor, scale_U: Tensor) -> Tensor:
+    r"""$\arg\max_k P_k$ of the standard decisions ``head(loc_U, scale_U)`` ``[..., V]``: `DecisionHead.predict`'s token."""
+    return head.predict(head(loc_U, scale_U))[0]  # [...]
+
+
+# ``standard_token``'s implementations by ``config.loss_algorithm``: "fused" is registered by causalqwen.kernels
+STANDARD_TOKEN_FUNCTIONS: dict[str, Callable[..., Tensor]] = {"literal": literal_standard_token}
+
+
 class DecisionHead(ActionNetwork):
     """`ActionNetwork` plus the threshold, the ``<NUM>`` id and the loss settings of a `CausalQwenConfig`."""
 
@@ -90,18 +96,18 @@ class DecisionHead(ActionNetwork):
         if config.ovr_threshold_per_class or config.learnable_threshold:
             threshold = torch.full((config.vocab_size,) if config.ovr_threshold_per_class else (), config.ovr_threshold)
             if config.learnable_threshold:
-                self.ovr_threshold = nn.Parameter(threshold)
+                self.ovr_threshold = nn.Parameter(threshold)  # [] or [V]
             else:
-                self.register_buffer("ovr_threshold", threshold, persistent=True)
+                self.register_buffer("ovr_threshold", threshold, persistent=True)  # [V]
         else:
-            self.ovr_threshold = config.ovr_threshold  # a plain number
+            self.ovr_threshold = torch.tensor(config.ovr_threshold, dtype=torch.float64, device="cpu")  # [] a scalar
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Decision D7, and every threshold back at ``ovr_threshold``."""
+        """Decision D7, and the threshold back at ``ovr_threshold``."""
         super().reset_parameters()
-        if isinstance(getattr(self, "ovr_threshold", None), Tensor):
-            init.constant_(self.ovr_threshold, self.config.ovr_threshold)
+        if hasattr(self, "ovr_threshold"):  # not yet while ActionNetwork.__init__ runs
+            nn.init.constant_(self.ovr_threshold, self.config.ovr_threshold)
 
     @property
     def num_token_id(self) -> int:
@@ -119,8 +125,8 @@ class DecisionHead(ActionNetwork):
         return -on, -off
 
     def probabilities(self, decision: ActionOutput) -> Tensor:
-        r"""$P_k = P(S_k > C_k)$, ``[..., V]``."""
-        return cauchy.sf(self.ovr_threshold, decision.loc_S, decision.scale_S)
+        r"""$P_k = P(S_k > C_k)$, ``[..., V]``, in the dtype of ``decision.loc_S``."""
+        return cauchy.sf(self.ovr_threshold.to(decision.loc_S), decision.loc_S, decision.scale_S)
 
     def predict(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
         r"""$\hat k = \arg\max_k P_k$ (`inference.predicted_token`) and its value, $\mathrm{loc}_Y$ at ``<NUM>`` and 0.0
@@ -128,15 +134,11 @@ class DecisionHead(ActionNetwork):
         token = inference.predicted_token(decision.loc_S, decision.scale_S, self.ovr_threshold)  # [...]
         return token, inference.predicted_value(token, decision.loc_Y, self.num_token_id)
 
-    def predict_tiled(self, loc_U: Tensor, scale_U: Tensor) -> Tensor:
-        r"""`predict`'s token under standard inference from the law of $U$ ``[N, C]``, never forming ``[N, V]``
-        (`fused.ovr_argmax`); for metrics at the vocabulary sizes where the decisions would not fit."""
-        threshold = self.ovr_threshold
-        if not isinstance(threshold, Tensor):
-            threshold = torch.tensor(float(threshold), device=loc_U.device)
-        inputs = HeadInputs(None, None, self.classification_head.weight, self.classification_head.bias,
-                            self.noise_scale, threshold)
-        return ovr_argmax(loc_U, scale_U, inputs, default_tiling(loc_U.device, self.scale_eps))
+    def standard_token(self, loc_U: Tensor, scale_U: Tensor) -> Tensor:
+        r"""`predict`'s token under standard inference from the law of $U$ ``[N, C]``, by ``config.loss_algorithm``
+        (`STANDARD_TOKEN_FUNCTIONS`): ``literal`` forms the ``[N, V]`` decisions, ``fused`` takes the argmax tile by
+        tile (`causalqwen.kernels.fused.ovr_argmax`), for the vocabulary sizes where they would not fit."""
+        return STANDARD_TOKEN_FUNCTIONS[self.config.loss_algorithm](self, loc_U, scale_U)  # [N]
 
     # ---- one step of generation, in a mode ----
 
@@ -144,10 +146,10 @@ class DecisionHead(ActionNetwork):
                     uniform=None, noise=None, generator=None) -> tuple[ActionOutput, Tensor, Tensor]:
         r"""The decision in one of the four decision modes for rows with law of $U$ ``[..., C]``: the mode's decision
         input $U'$ (`inference.decision_input`) and the class and value laws the action network maps it to
-        (`decide_unchecked`). Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
+        (`decide`). Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
         loc, scale = inference.decision_input(mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
                                               noise=noise, generator=generator)
-        return self.decide_unchecked(loc, scale, abs_weight=abs_weight), loc, scale  # [..., V] x2, [...] x2; U'
+        return self.decide(loc, scale, abs_weight=abs_weight), loc, scale  # [..., V] x2, [...] x2; U'
 
     def choose(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
                uniform=None, noise=None, generator=None, sampling=None) -> Choice:
@@ -168,7 +170,7 @@ class DecisionHead(ActionNetwork):
         if normalize == "softmax":
             (loc_S, loc_Y), scale_S = self.locations(loc), None  # [B, V], [B]
         else:
-            loc_S, scale_S, loc_Y, _ = self.decide_unchecked(loc, scale, abs_weight=abs_weight)
+            loc_S, scale_S, loc_Y, _ = self.decide(loc, scale, abs_weight=abs_weight)
         probs = inference.traditional_probabilities(loc_S, temperature, top_k, top_p, scale_S=scale_S,
                                                     threshold=self.ovr_threshold, normalize=normalize)
         token = inference.sample_token(probs, generator)  # [B]
@@ -192,26 +194,20 @@ class DecisionHead(ActionNetwork):
     def next_token_targets(self, labels: Tensor, numeric_targets: Tensor | None,
                            attention_mask: Tensor | None) -> NextTokenTargets:
         """`next_token_targets` with this head's ``ignore_index`` and ``<NUM>`` id."""
-        return next_token_targets(labels, numeric_targets, attention_mask, self.ignore_index, self.num_token_id)
-
-    def loss(self, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets,
-             decision: ActionOutput | None = None) -> tuple[LossParts, Tensor, Tensor]:
-        r"""The total loss of D8–D9 by ``loss_algorithm``; returns the parts, $\mathrm{loc}_Y$ and $\mathrm{scale}_Y$ ``[B, S]``.
-
-        ``literal`` scores the full ``[B, S, V]`` decisions (``decision``, formed here if not given) and
-        autograd differentiates it (twice, if asked). ``fused`` never forms them (`causalqwen.kernels.fused`).
-        """
-        if self.config.loss_algorithm == "literal":
-            decision = decision if decision is not None else self.standard(loc_U, scale_U)
-            parts = total_from_decisions(decision, targets.labels, targets.values, scored=targets.scored,
-                                         settings=self._settings())
-            return parts, decision.loc_Y, decision.scale_Y
-        parts, num_decision = total_from_law_of_U(at_least_float32(loc_U), at_least_float32(scale_U), self,
-                                                  targets.labels, targets.values, scored=targets.scored,
-                                                  settings=self._settings())
-        return parts, num_decision.loc_Y, num_decision.scale_Y
-
-    def _settings(self) -> LossSettings:
         config = self.config
-        return LossSettings(config.num_token_id, self.ovr_threshold, config.ignore_index, config.regression_weight,
-                            config.gate_alpha, config.detach_gate)
+        return next_token_targets(labels, numeric_targets, attention_mask, config.ignore_index, config.num_token_id)
+
+    def loss(self, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets) -> tuple[LossParts, Tensor, Tensor]:
+        r"""The total loss of D8–D9 from the law of $U$ ``[B, S, C]``; returns the parts, $\mathrm{loc}_Y$ and
+        $\mathrm{scale}_Y$ ``[B, S]``.
+
+        The implementation is ``LOSS_FUNCTIONS[config.loss_algorithm]`` (`causalqwen.losses`): ``literal`` scores
+        the full ``[B, S, V]`` decisions and autograd differentiates it (twice, if asked); ``fused`` never forms
+        them (`causalqwen.kernels.fused`).
+        """
+        config = self.config
+        parts, decision = LOSS_FUNCTIONS[config.loss_algorithm](
+            self, loc_U, scale_U, targets.labels, targets.values, num_token_id=config.num_token_id,
+            threshold=self.ovr_threshold, ignore_index=config.ignore_index,
+            regression_weight=config.regression_weight, gate_alpha=config.gate_alpha, detach_gate=config.detach_gate)
+        return parts, decision.loc_Y, decision.scale_Y  # [B, S] each

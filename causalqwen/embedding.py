@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from transformers import initialization as init
 
 __all__ = ["NumericalEmbedding", "signed_log1p"]
 
@@ -36,8 +35,8 @@ class NumericalEmbedding(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """A direction drawn uniformly on the unit sphere (a normalised Gaussian vector)."""
-        direction = torch.randn(self.hidden_size, device=self.w_num.device)
-        init.copy_(self.w_num, (direction / direction.norm()).to(self.w_num.dtype))
+        direction = torch.randn(self.hidden_size, device=self.w_num.device)  # [H]
+        self.w_num.copy_((direction / direction.norm()).to(self.w_num.dtype))  # transformers skips a loaded module
 
     def forward(self, numeric_values: Tensor) -> Tensor:
         magnitude = signed_log1p(numeric_values.float())  # [B, S], in float32 whatever the model dtype

@@ -33,7 +33,6 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
 from .checks.doors import check_forward, position_ids_from_mask, refuse_meta
-from .checks.values import as_bool_mask
 from .decision import DecisionHead
 from .inference import (
     as_number,
@@ -45,6 +44,7 @@ from .inference import (
     draw_standard_cauchy,
     draw_uniform,
 )
+from .losses import as_bool_mask
 
 __all__ = ["generate", "GenerationOutput", "check_prompt", "check_generator", "check_length", "mode_draws",
            "widened_values"]

@@ -41,8 +41,7 @@ from torch import Tensor
 
 from . import cauchy
 from .action import check_law, noise_infused_scale
-from .checks.values import check_threshold
-from .losses import at_least_float32, ovr_tail_nll
+from .losses import at_least_float32, check_threshold, ovr_tail_nll
 
 __all__ = [
     "DECISION_MODES",

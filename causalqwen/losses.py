@@ -10,57 +10,89 @@ cross-entropies, evaluated entirely in log space with the one tail kernel `cauch
 (decision D8; no ``eps`` inside a logarithm):
 $-\log(1 - P_k) = a(d_k, s_k)$ and $-\log P_k = a(-d_k, s_k)$ with $d_k = \mathrm{loc}_{S_k} - C_k$.
 
-This module is the *literal* path: it takes the full ``[..., V]`` tensors. `causalqwen.kernels.fused` computes
-the same classification loss tile by tile, and `fused_total_loss` assembles the same total from it.
 Labels here are already aligned with positions; the next-token shift is `DecisionHead.next_token_targets`.
+Each formula has one name and checks its arguments while `causalqwen.cauchy.validating` (the package's one
+switch); the model's forward calls them under ``cauchy.validation(False)`` once its door has checked its inputs.
 
-Two kinds of function, one of each per job:
-
-| job | the door (checks its arguments) | the trusted form (the decision head's, inputs checked once) |
-|---|---|---|
-| $P_k$, $\log P_k$, $\log(1 - P_k)$ | `ovr_probability`, `ovr_log_probability` | `ovr_tail_nll` |
-| $L_{\mathrm{cls}}$ per position | `ovr_classification_loss` | (inside the totals) |
-| $\mathrm{gate}\cdot\mathrm{nll}$ | `gated_regression_loss` | (inside the totals) |
-| $L$ from the decisions ``[..., V]`` | `total_loss` | `total_from_decisions` |
-| $L$ from the law of $U$, tiled | `fused_total_loss` | `total_from_law_of_U` |
-
-The gate's $P_{\langle NUM\rangle}$ is `causalqwen.action.num_probability`, the same for both totals.
+**The loss interface.** The model computes its loss from the law of $U$ with one of the functions in
+`LOSS_FUNCTIONS`, chosen on one line by ``config.loss_algorithm`` (as transformers chooses an attention
+implementation). All have the signature of `literal_loss`, the eager reference registered here as
+``"literal"``: the action network's decisions ``[..., V]`` and `total_loss` on them, differentiated by autograd.
+`causalqwen.kernels.fused` registers ``"fused"``: the same loss, tile by tile, never forming ``[..., V]``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from . import cauchy
-from .action import ActionOutput, check_law, num_probability
-from .checks.values import as_bool_mask, check_labels, check_threshold
-from .kernels.fused import (
-    HeadInputs,
-    Tiling,
-    default_tiling,
-    fused_ovr_classification_loss,
-    tiled_ovr_loss,
-)
+from .action import ActionOutput, num_probability
 
 __all__ = [
-    "ovr_probability",
-    "ovr_log_probability",
-    "ovr_classification_loss",
-    "gated_regression_loss",
-    "total_loss",
-    "fused_total_loss",
-    "ovr_tail_nll",
-    "total_from_decisions",
-    "total_from_law_of_U",
+    "LOSS_ALGORITHMS",
+    "LOSS_FUNCTIONS",
     "LossParts",
-    "LossSettings",
+    "as_bool_mask",
     "at_least_float32",
-    "fused_ovr_classification_loss",
+    "check_labels",
+    "check_loss_inputs",
+    "check_threshold",
+    "gated_regression_loss",
+    "literal_loss",
+    "ovr_classification_loss",
+    "ovr_log_probability",
+    "ovr_probability",
+    "ovr_tail_nll",
+    "total_from_classification",
+    "total_loss",
 ]
+
+LOSS_ALGORITHMS = ("fused", "literal")  # the names a config may choose; "fused" is registered by causalqwen.kernels
+
+
+# ---- the checks of the rules this module owns ----
+
+
+def check_threshold(threshold, num_classes: int) -> None:
+    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0 or 1)."""
+    if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
+        raise ValueError(
+            f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
+            f"got {tuple(threshold.shape)}"
+        )
+    if isinstance(threshold, Tensor):
+        finite = bool(torch.isfinite(threshold).all())
+    elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
+        finite = math.isfinite(threshold)
+    else:
+        raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
+    if not finite:
+        raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
+
+
+def check_labels(labels: Tensor, num_classes: int, ignore_index: int) -> None:
+    """Labels are an integer tensor, each a class in ``[0, num_classes)`` or ``ignore_index``."""
+    if not isinstance(labels, Tensor) or labels.dtype == torch.bool or labels.dtype.is_floating_point:
+        raise TypeError(f"labels must be an integer tensor, got {getattr(labels, 'dtype', type(labels))}")
+    out_of_range = (labels != ignore_index) & ((labels < 0) | (labels >= num_classes))
+    if bool(out_of_range.any()):
+        bad = labels[out_of_range][0].item()
+        raise ValueError(f"labels must lie in [0, {num_classes}) or equal ignore_index={ignore_index}; found {bad}")
+
+
+def as_bool_mask(mask: Tensor, name: str) -> Tensor:
+    """Return ``mask`` as a bool tensor; raise ``ValueError`` naming it if it holds anything but 0 and 1."""
+    if mask.dtype == torch.bool:
+        return mask
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError(f"{name} must contain only 0 and 1")
+    return mask.bool()
 
 
 def at_least_float32(t: Tensor) -> Tensor:
@@ -68,37 +100,41 @@ def at_least_float32(t: Tensor) -> Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
+def as_threshold(threshold) -> Tensor:
+    """A threshold given as a number becomes a 0-d float64 tensor on the CPU, which torch treats as a scalar beside
+    tensors of every device and dtype (as it treats the number); a tensor is returned as it is."""
+    return threshold if isinstance(threshold, Tensor) else torch.tensor(float(threshold), dtype=torch.float64)
+
+
+# ---- the OvR probabilities and the two per-position losses ----
+
+
 def ovr_probability(loc_S, scale_S, threshold) -> Tensor:
     r"""One-vs-Rest probability $P_k = P(S_k > C_k)$, the Cauchy survival function at the threshold.
 
     ``threshold`` is a number, a 0-d tensor, or a per-class tensor of shape ``[V]``. Same shape as ``loc_S``.
     """
-    check_threshold(threshold, loc_S.shape[-1])
+    if cauchy.validating():
+        check_threshold(threshold, loc_S.shape[-1])
     return cauchy.sf(threshold, loc_S, scale_S)
+
+
+def ovr_tail_nll(loc_S: Tensor, scale_S: Tensor, threshold, *, off: bool = True) -> tuple[Tensor, Tensor | None]:
+    r"""$(-\log P_k,\ -\log(1 - P_k)) = (a(-d, s),\ a(d, s))$ with the tail kernel $a$ (`cauchy.tail_nll`),
+    $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$; both ``[..., V]`` (the second only with ``off``). The inputs'
+    checks are its callers' (`ovr_log_probability`, `ovr_classification_loss`)."""
+    diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C
+    return cauchy.tail_nll(-diff, scale), (cauchy.tail_nll(diff, scale) if off else None)
 
 
 def ovr_log_probability(loc_S, scale_S, threshold) -> tuple[Tensor, Tensor]:
     r"""$(\log P_k,\ \log(1 - P_k))$ computed without cancellation: $(-a(-d, s),\ -a(d, s))$ with the tail
     kernel $a$ (`cauchy.tail_terms`), $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$."""
-    check_threshold(threshold, loc_S.shape[-1])
-    cauchy.check_arguments(threshold, loc_S, scale_S)
+    if cauchy.validating():
+        check_threshold(threshold, loc_S.shape[-1])
+        cauchy.check_arguments(threshold, loc_S, scale_S)
     on, off = ovr_tail_nll(loc_S, scale_S, threshold)
     return -on, -off
-
-
-def ovr_tail_nll(loc_S: Tensor, scale_S: Tensor, threshold, *, off: bool = True) -> tuple[Tensor, Tensor | None]:
-    r"""$(-\log P_k,\ -\log(1 - P_k)) = (a(-d, s),\ a(d, s))$, unchecked; both ``[..., V]`` (the second only with ``off``)."""
-    diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C
-    return cauchy.tail_nll(-diff, scale), (cauchy.tail_nll(diff, scale) if off else None)
-
-
-def _ovr_loss(loc_S: Tensor, scale_S: Tensor, labels: Tensor, scored: Tensor, threshold) -> Tensor:
-    r"""$\sum_k$ of $-\log P_k$ at the label and $-\log(1 - P_k)$ elsewhere, per position; 0 where not ``scored``."""
-    on, off = ovr_tail_nll(loc_S, scale_S, threshold)  # [..., V] each
-    target = labels.masked_fill(~scored, 0)  # any class index; these rows are zeroed below
-    is_target = torch.arange(loc_S.shape[-1], device=labels.device) == target.unsqueeze(-1)  # [..., V]
-    loss = torch.where(is_target, on, off).sum(-1)  # [...]
-    return torch.where(scored, loss, torch.zeros_like(loss))
 
 
 def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int = -100) -> Tensor:
@@ -107,12 +143,19 @@ def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int
     $y$ is the one-hot of the label. Shapes: ``loc_S``, ``scale_S`` ``[..., V]``, ``labels`` ``[...]``;
     result ``[...]``, exactly 0 where ``labels == ignore_index``.
     """
-    if labels.shape != loc_S.shape[:-1]:
-        raise ValueError(f"labels shape {tuple(labels.shape)} must equal loc_S shape without its last dim {tuple(loc_S.shape[:-1])}")
-    scored = check_labels(labels, loc_S.shape[-1], ignore_index)
-    check_threshold(threshold, loc_S.shape[-1])
-    cauchy.check_arguments(threshold, loc_S, scale_S)
-    return _ovr_loss(loc_S, scale_S, labels, scored, threshold)
+    if cauchy.validating():
+        if labels.shape != loc_S.shape[:-1]:
+            raise ValueError(f"labels shape {tuple(labels.shape)} must equal loc_S shape without its last dim "
+                             f"{tuple(loc_S.shape[:-1])}")
+        check_labels(labels, loc_S.shape[-1], ignore_index)
+        check_threshold(threshold, loc_S.shape[-1])
+        cauchy.check_arguments(threshold, loc_S, scale_S)
+    scored = labels != ignore_index  # [...]
+    on, off = ovr_tail_nll(loc_S, scale_S, threshold)  # -log P_k, -log(1 - P_k) [..., V] each
+    target = labels.masked_fill(~scored, 0)  # any class index; these rows are zeroed below
+    is_target = torch.arange(loc_S.shape[-1], device=labels.device) == target.unsqueeze(-1)  # [..., V] one-hot y
+    loss = torch.where(is_target, on, off).sum(-1)  # [...]
+    return torch.where(scored, loss, torch.zeros_like(loss))
 
 
 def gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float = 0.0) -> Tensor:
@@ -123,26 +166,16 @@ def gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float
 
     ``num_mask`` ($m$) is a boolean (or 0/1) tensor; the result is exactly 0 where it is off.
     """
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {alpha}")
-    cauchy.check_scale(scale_Y)
-    return _gated_regression(loc_Y, scale_Y, targets, p_num, as_bool_mask(num_mask, "num_mask"), alpha)
+    if cauchy.validating():
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {alpha}")
+        cauchy.check_scale(scale_Y)
+        num_mask = as_bool_mask(num_mask, "num_mask")
+    gated = (alpha + (1.0 - alpha) * p_num) * cauchy.nll(targets, loc_Y, scale_Y)  # [...]
+    return torch.where(num_mask.bool(), gated, torch.zeros_like(gated))
 
 
-def _gated_regression(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float) -> Tensor:
-    gated = (alpha + (1.0 - alpha) * p_num) * cauchy.nll(targets, loc_Y, scale_Y)
-    return torch.where(num_mask, gated, torch.zeros_like(gated))
-
-
-class LossSettings(NamedTuple):
-    """What the total loss needs besides the tensors: owned by the decision head and the config."""
-
-    num_token_id: int
-    threshold: float | Tensor = 100.0
-    ignore_index: int = -100
-    regression_weight: float = 1.0
-    gate_alpha: float = 0.0
-    detach_gate: bool = False
+# ---- the total ----
 
 
 class LossParts(NamedTuple):
@@ -159,51 +192,52 @@ class LossParts(NamedTuple):
     reg_loss: Tensor  # [...] per position (gated)
 
 
-def _check_settings(settings: LossSettings, num_classes: int) -> None:
-    r"""$C$ finite, the ``<NUM>`` id a class, $\lambda \ge 0$ finite and $\alpha \in [0, 1]$."""
-    check_threshold(settings.threshold, num_classes)
-    if not 0 <= settings.num_token_id < num_classes:
-        raise ValueError(f"num_token_id={settings.num_token_id} is not a class index in [0, {num_classes})")
-    if not (math.isfinite(float(settings.regression_weight)) and float(settings.regression_weight) >= 0):
-        raise ValueError(f"regression_weight (lambda) must be a finite number >= 0, got {settings.regression_weight}")
-    if not 0.0 <= settings.gate_alpha <= 1.0:
-        raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {settings.gate_alpha}")
-
-
-def _loss_masks(labels, num_classes, numeric_targets, loc_Y, attention_mask, settings: LossSettings):
-    """Check shapes, targets and labels at the door; return the scored positions ``valid``."""
-    shapes = {"loc_Y": loc_Y.shape, "numeric_targets": numeric_targets.shape}
+def check_loss_inputs(labels, numeric_targets, num_classes: int, *, shapes: dict, num_token_id: int, threshold,
+                      attention_mask=None, ignore_index: int = -100, regression_weight: float = 1.0,
+                      gate_alpha: float = 0.0) -> None:
+    r"""The checks of a total loss's arguments besides the laws: every tensor in ``shapes`` (and ``attention_mask``)
+    of the shape of ``labels``, $C$ finite, the ``<NUM>`` id a class, $\lambda \ge 0$ finite, $\alpha \in [0, 1]$,
+    finite ``numeric_targets`` and labels that are classes or ``ignore_index``."""
     if attention_mask is not None:
-        shapes["attention_mask"] = attention_mask.shape
+        shapes = {**shapes, "attention_mask": attention_mask.shape}
     for name, shape in shapes.items():
         if shape != labels.shape:
             raise ValueError(f"{name} shape {tuple(shape)} must equal labels shape {tuple(labels.shape)}")
-    _check_settings(settings, num_classes)
+    check_threshold(threshold, num_classes)
+    if not 0 <= num_token_id < num_classes:
+        raise ValueError(f"num_token_id={num_token_id} is not a class index in [0, {num_classes})")
+    if not (math.isfinite(float(regression_weight)) and float(regression_weight) >= 0):
+        raise ValueError(f"regression_weight (lambda) must be a finite number >= 0, got {regression_weight}")
+    if not 0.0 <= gate_alpha <= 1.0:
+        raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {gate_alpha}")
     if not bool(torch.isfinite(numeric_targets).all()):  # even where unscored: its NaN gradient would reach loc_Y
         where = tuple((~torch.isfinite(numeric_targets)).nonzero()[0].tolist())
         raise ValueError(f"numeric_targets must be finite: found {numeric_targets[where].item()} at position {list(where)}")
-    valid = check_labels(labels, num_classes, settings.ignore_index)
+    check_labels(labels, num_classes, ignore_index)
     if attention_mask is not None:
-        valid = valid & as_bool_mask(attention_mask, "attention_mask")
-    return valid
+        as_bool_mask(attention_mask, "attention_mask")
 
 
-def _total(cls_loss_sum: Tensor, cls_loss: Tensor | None, num_decision: ActionOutput, labels: Tensor,
-           numeric_targets: Tensor, *, scored: Tensor, settings: LossSettings) -> LossParts:
-    r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ and ``num_decision``: the
-    law of $S_{\langle NUM\rangle}$ (``loc_S``, ``scale_S``) and of $Y$, all ``[...]``, in at least float32."""
+def total_from_classification(cls_loss_sum: Tensor, cls_loss: Tensor | None, num_law: ActionOutput, labels: Tensor,
+                              numeric_targets: Tensor, scored: Tensor, *, num_token_id: int, threshold: Tensor,
+                              regression_weight: float = 1.0, gate_alpha: float = 0.0,
+                              detach_gate: bool = False) -> LossParts:
+    r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ (``cls_loss_sum``; the
+    per-position ``cls_loss`` if formed) and ``num_law``: the law of $S_{\langle NUM\rangle}$ (``loc_S``, ``scale_S``)
+    and of $Y$, all ``[...]`` in at least float32. ``scored`` ``[...]`` marks the positions scored. Both loss
+    functions end here, so that the gate and the regression have one definition."""
     n_cls = scored.sum()
     cls_loss_mean = cls_loss_sum / n_cls.clamp(min=1)
-    p_num = num_probability(num_decision.loc_S, num_decision.scale_S, settings.threshold, settings.num_token_id)  # [...]
-    if settings.detach_gate:
+    p_num = num_probability(num_law.loc_S, num_law.scale_S, threshold, num_token_id)  # [...]
+    if detach_gate:
         p_num = p_num.detach()
-    num_mask = scored & (labels == settings.num_token_id)  # [...]
-    reg_loss = _gated_regression(num_decision.loc_Y, num_decision.scale_Y, numeric_targets, p_num, num_mask,
-                                 settings.gate_alpha)  # [...]
+    num_mask = scored & (labels == num_token_id)  # [...]
+    reg_loss = gated_regression_loss(num_law.loc_Y, num_law.scale_Y, numeric_targets, p_num, num_mask,
+                                     gate_alpha)  # [...]
     n_reg = num_mask.sum()
     reg_loss_effective = reg_loss.sum() / n_reg.clamp(min=1)
     return LossParts(
-        total=cls_loss_mean + settings.regression_weight * reg_loss_effective,
+        total=cls_loss_mean + regression_weight * reg_loss_effective,
         cls_loss_mean=cls_loss_mean,
         reg_loss_effective=reg_loss_effective,
         n_cls=n_cls,
@@ -211,33 +245,6 @@ def _total(cls_loss_sum: Tensor, cls_loss: Tensor | None, num_decision: ActionOu
         cls_loss=cls_loss,
         reg_loss=reg_loss,
     )
-
-
-def total_from_decisions(decision: ActionOutput, labels: Tensor, numeric_targets: Tensor, *, scored: Tensor,
-                         settings: LossSettings) -> LossParts:
-    """`total_loss` on checked inputs: ``scored`` ``[...]`` marks the positions scored (labels elsewhere are ignored)."""
-    loc_S, scale_S, loc_Y, scale_Y = (at_least_float32(t) for t in decision)  # [..., V] x2, [...] x2
-    cls_loss = _ovr_loss(loc_S, scale_S, labels, scored, settings.threshold)  # [...]
-    k = settings.num_token_id
-    num_decision = ActionOutput(loc_S[..., k], scale_S[..., k], loc_Y, scale_Y)  # [...] each
-    return _total(cls_loss.sum(), cls_loss, num_decision, labels, numeric_targets, scored=scored, settings=settings)
-
-
-def total_from_law_of_U(loc_U: Tensor, scale_U: Tensor, action, labels: Tensor, numeric_targets: Tensor, *,
-                        scored: Tensor, settings: LossSettings, tiling: Tiling | None = None) -> tuple[LossParts, ActionOutput]:
-    """`fused_total_loss` on checked inputs; returns the loss parts and the action's output at ``<NUM>`` alone."""
-    head = action.classification_head
-    tiling = tiling or default_tiling(loc_U.device, action.scale_eps)
-    # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
-    decision = action.standard(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[settings.num_token_id])
-    loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in decision)  # [..., 1] x2, [...] x2
-    C = loc_U.shape[-1]
-    inputs = HeadInputs(at_least_float32(loc_U).reshape(-1, C), at_least_float32(scale_U).reshape(-1, C), head.weight,
-                        head.bias, action.noise_scale, settings.threshold)
-    cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
-    num_decision = ActionOutput(loc_S_num[..., 0], scale_S_num[..., 0], loc_Y, scale_Y)  # [...] each
-    parts = _total(cls_loss_sum, None, num_decision, labels, numeric_targets, scored=scored, settings=settings)
-    return parts, decision
 
 
 def total_loss(
@@ -272,47 +279,50 @@ def total_loss(
     0/1, same shape as ``labels``) switches positions off. ``threshold`` is a number or a ``[V]``
     tensor. The gate's $P_{\langle NUM\rangle}$ uses the ``<NUM>`` column only; with
     ``detach_gate`` it carries no gradient. This is the literal path, from the full ``[..., V]``
-    decisions; `fused_total_loss` is the same loss computed without them.
+    decisions (in at least float32).
     """
-    settings = LossSettings(num_token_id, threshold, ignore_index, regression_weight, gate_alpha, detach_gate)
-    valid = _loss_masks(labels, loc_S.shape[-1], numeric_targets, loc_Y, attention_mask, settings)
-    cauchy.check_arguments(threshold, loc_S, scale_S)
-    cauchy.check_scale(scale_Y)
-    if scale_Y.shape != labels.shape:
-        raise ValueError(f"scale_Y shape {tuple(scale_Y.shape)} must equal labels shape {tuple(labels.shape)}")
-    return total_from_decisions(ActionOutput(loc_S, scale_S, loc_Y, scale_Y), labels, numeric_targets, scored=valid,
-                                settings=settings)
+    if cauchy.validating():
+        check_loss_inputs(labels, numeric_targets, loc_S.shape[-1], shapes={"loc_Y": loc_Y.shape,
+                          "numeric_targets": numeric_targets.shape}, num_token_id=num_token_id, threshold=threshold,
+                          attention_mask=attention_mask, ignore_index=ignore_index,
+                          regression_weight=regression_weight, gate_alpha=gate_alpha)
+        cauchy.check_arguments(threshold, loc_S, scale_S)
+        cauchy.check_scale(scale_Y)
+        if scale_Y.shape != labels.shape:
+            raise ValueError(f"scale_Y shape {tuple(scale_Y.shape)} must equal labels shape {tuple(labels.shape)}")
+    threshold = as_threshold(threshold)  # [] or [V]
+    scored = labels != ignore_index  # [...]
+    if attention_mask is not None:
+        scored = scored & attention_mask.bool()
+    loc_S, scale_S = at_least_float32(loc_S), at_least_float32(scale_S)  # [..., V] each
+    cls_loss = ovr_classification_loss(loc_S, scale_S, labels.masked_fill(~scored, ignore_index), threshold,
+                                       ignore_index)  # [...]
+    k = num_token_id
+    num_law = ActionOutput(loc_S[..., k], scale_S[..., k], at_least_float32(loc_Y), at_least_float32(scale_Y))  # [...]
+    return total_from_classification(cls_loss.sum(), cls_loss, num_law, labels, numeric_targets, scored,
+                                     num_token_id=num_token_id, threshold=threshold,
+                                     regression_weight=regression_weight, gate_alpha=gate_alpha,
+                                     detach_gate=detach_gate)
 
 
-def fused_total_loss(
-    loc_U: Tensor,
-    scale_U: Tensor,
-    action,
-    labels: Tensor,
-    numeric_targets: Tensor,
-    *,
-    num_token_id: int,
-    threshold=100.0,
-    attention_mask: Tensor | None = None,
-    ignore_index: int = -100,
-    regression_weight: float = 1.0,
-    gate_alpha: float = 0.0,
-    detach_gate: bool = False,
-    chunk_size: int | None = None,
-    vocab_chunk_size: int | None = None,
-) -> tuple[LossParts, ActionOutput]:
-    r"""`total_loss` from the law of $U$ and the `ActionNetwork` ``action``, never forming ``[..., V]``.
+# ---- the loss interface: from the law of U to the total, chosen by name ----
 
-    The classification part is `fused_ovr_classification_loss` (``reduction="sum"``) over the valid
-    positions; the gate's $P_{\langle NUM\rangle}$ and the regression come from the action restricted to
-    the ``<NUM>`` class. Returns the loss parts (``cls_loss`` is None) and that restricted action
-    output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``). Shapes: ``loc_U``,
-    ``scale_U`` ``[..., C]``, everything else ``[...]``.
-    """
-    settings = LossSettings(num_token_id, threshold, ignore_index, regression_weight, gate_alpha, detach_gate)
-    check_law(loc_U, scale_U, action.causal_size, ("loc_U", "scale_U"))
-    valid = _loss_masks(labels, action.classification_head.weight.shape[0], numeric_targets, loc_U[..., 0],
-                        attention_mask, settings)
-    tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
-    return total_from_law_of_U(loc_U, scale_U, action, labels, numeric_targets, scored=valid, settings=settings,
-                               tiling=tiling)
+
+def literal_loss(action, loc_U: Tensor, scale_U: Tensor, labels: Tensor, numeric_targets: Tensor, *,
+                 num_token_id: int, threshold=100.0, attention_mask: Tensor | None = None, ignore_index: int = -100,
+                 regression_weight: float = 1.0, gate_alpha: float = 0.0,
+                 detach_gate: bool = False) -> tuple[LossParts, ActionOutput]:
+    r"""The total loss from the law of $U$ ``[..., C]`` and the `ActionNetwork` ``action``: its standard decisions
+    ``action(loc_U, scale_U)`` ``[..., V]`` and `total_loss` on them. Returns the loss parts and the decisions.
+
+    This is the eager reference of `LOSS_FUNCTIONS` (``"literal"``); every other entry has this signature and
+    returns the same parts (``cls_loss`` may be None) and, where it does not form ``[..., V]``, the decisions at
+    the ``<NUM>`` column alone (``loc_S``, ``scale_S`` ``[..., 1]``)."""
+    decision = action(loc_U, scale_U)  # [..., V] x2, [...] x2
+    parts = total_loss(*decision, labels, numeric_targets, num_token_id=num_token_id, threshold=threshold,
+                       attention_mask=attention_mask, ignore_index=ignore_index,
+                       regression_weight=regression_weight, gate_alpha=gate_alpha, detach_gate=detach_gate)
+    return parts, decision
+
+
+LOSS_FUNCTIONS: dict[str, Callable[..., tuple[LossParts, ActionOutput]]] = {"literal": literal_loss}

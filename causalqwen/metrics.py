@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import cauchy
 from .decision import next_token_targets
 from .losses import ovr_probability
 
@@ -126,13 +127,14 @@ def position_statistics(head, loc_U: Tensor, scale_U: Tensor, generator: torch.G
     parts = {name: [] for name in ("predicted", "loc_Y", "sums", "sums_causal")}
     for start in range(0, loc_U.shape[0], rows):
         loc, scale = loc_U[start:start + rows], scale_U[start:start + rows]  # [n, C]
-        decision = head.standard(loc, scale)  # [n, V] x2, [n] x2
-        parts["predicted"].append(head.predict(decision)[0])
-        parts["loc_Y"].append(decision.loc_Y)
-        parts["sums"].append(head.probabilities(decision).sum(-1))
-        if causal_sums:  # one individual u_i per position (causal mode, D11)
-            causal, _, _ = head.decide_step("causal", loc, scale, generator=generator)  # [n, V] x2, [n] x2
-            parts["sums_causal"].append(head.probabilities(causal).sum(-1))
+        with cauchy.validation(False):  # the model's own law of U
+            decision = head(loc, scale)  # [n, V] x2, [n] x2
+            parts["predicted"].append(head.predict(decision)[0])
+            parts["loc_Y"].append(decision.loc_Y)
+            parts["sums"].append(head.probabilities(decision).sum(-1))
+            if causal_sums:  # one individual u_i per position (causal mode, D11)
+                causal, _, _ = head.decide_step("causal", loc, scale, generator=generator)  # [n, V] x2, [n] x2
+                parts["sums_causal"].append(head.probabilities(causal).sum(-1))
     return {name: torch.cat(values) for name, values in parts.items() if values}
 
 
@@ -260,10 +262,12 @@ def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:
 @torch.no_grad()
 def training_metrics(model, out) -> dict[str, float]:
     """The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
-    was scored against): the predictions are taken tile by tile (`DecisionHead.predict_tiled`), never from the
-    ``[B, S, V]`` decisions the fused loss exists to avoid."""
+    was scored against): the predictions are the standard decision's tokens by the model's loss algorithm
+    (`DecisionHead.standard_token`): tile by tile under ``fused``, never from the ``[B, S, V]`` decisions the fused
+    loss exists to avoid."""
     scored = out.targets.scored  # [B, S]
-    predicted = model.action.predict_tiled(out.loc_U[scored], out.scale_U[scored])  # [N]
+    with cauchy.validation(False):  # the model's own law of U
+        predicted = model.action.standard_token(out.loc_U[scored], out.scale_U[scored])  # [N]
     correct, total = (predicted == out.targets.labels[scored]).sum(), scored.sum()
     return {
         "train/total_loss": out.loss.item(),

@@ -170,19 +170,20 @@ def test_closure_law_of_S_and_Y_is_the_float64_closed_form(C, V, seed, noise, sc
     np.testing.assert_allclose(out.scale_Y.detach().numpy(), np.maximum(scale_in @ np.abs(w), scale_eps), rtol=1e-12)
 
 
-# ---- the doors and the trusted forms ----
+# ---- the maps and their checks ----
 
 
-def test_forward_is_standard_is_decide_of_the_noise_infused_input():
+def test_forward_is_decide_of_the_noise_infused_input():
     net = _action()
     g = torch.Generator().manual_seed(9)
     loc_U = torch.randn(4, 6, generator=g, dtype=torch.float64)
     scale_U = torch.rand(4, 6, generator=g, dtype=torch.float64)
     infused = noise_infused_scale(scale_U, net.noise_scale)
     torch.testing.assert_close(infused, scale_U + net.b_noise.detach().abs(), rtol=0, atol=0)
-    for got, want, trusted, also in zip(net(loc_U, scale_U), net.decide(loc_U, infused), net.standard(loc_U, scale_U),
-                                        net.decide_unchecked(loc_U, infused)):
-        assert torch.equal(got, want) and torch.equal(got, trusted) and torch.equal(got, also)
+    with cauchy.validation(False):
+        unchecked = net(loc_U, scale_U)
+    for got, want, also in zip(net(loc_U, scale_U), net.decide(loc_U, infused), unchecked):
+        assert torch.equal(got, want) and torch.equal(got, also)
 
 
 def test_classes_keep_those_columns_in_that_order():
@@ -221,12 +222,30 @@ def test_check_law_takes_c_from_loc_when_not_given():
         check_law(torch.zeros(2, 3), torch.ones(2, 4))
 
 
-@pytest.mark.parametrize("threshold", [2.5, torch.tensor(-1.0), torch.linspace(-3.0, 3.0, 7)])
+@pytest.mark.parametrize("threshold", [torch.tensor(2.5, dtype=torch.float64), torch.tensor(-1.0),
+                                       torch.linspace(-3.0, 3.0, 7)])
 def test_num_probability_is_the_cauchy_survival_function_at_the_num_threshold(threshold):
     g = torch.Generator().manual_seed(3)
     loc, scale = torch.randn(4, 5, generator=g, dtype=torch.float64) * 4, torch.rand(4, 5, generator=g, dtype=torch.float64)
     num = 4
-    c = float(threshold[num]) if isinstance(threshold, torch.Tensor) and threshold.dim() else float(threshold)
+    c = float(threshold[num]) if threshold.dim() else float(threshold)
     expected = stats.cauchy.sf(c, loc=loc.numpy(), scale=scale.numpy() + 0.1)
     got = num_probability(loc, scale + 0.1, threshold, num)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=0)
+
+
+def test_a_negative_scale_is_refused_while_validating_and_not_looked_at_under_validation_false():
+    """`forward` and `decide` check their law while `cauchy.validating()`; a caller that has checked (the model after
+    its door) runs them under `cauchy.validation(False)`, where the same call is not examined."""
+    net = _action()
+    loc, bad = torch.zeros(2, 6, dtype=torch.float64), torch.full((2, 6), -0.05, dtype=torch.float64)
+    with pytest.raises(ValueError, match="scale_U must be >= 0 everywhere"):
+        net(loc, bad)  # -0.05 + |b_noise| = 0.05 would pass a check made after the noise
+    with pytest.raises(ValueError, match="scale must be >= 0 everywhere"):
+        net.decide(loc, bad)
+    with pytest.raises(TypeError, match="loc_U must be a floating-point tensor"):
+        net(loc.long(), bad)
+    with cauchy.validation(False):
+        out = net.decide(loc, bad)  # the floor at scale_eps is all that happens
+    floored = net.decide(loc, torch.zeros_like(bad))  # a zero scale is a (degenerate) law: floored alike
+    assert all(torch.equal(a, b) for a, b in zip(out, floored))

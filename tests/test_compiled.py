@@ -12,7 +12,7 @@ import torch
 
 from causalqwen.kernels import fused
 from causalqwen.kernels.compiled import COMPILE_ENV, compile_enabled, compiled
-from causalqwen.losses import fused_ovr_classification_loss
+from causalqwen.kernels.fused import fused_ovr_classification_loss
 
 
 def _tile(rows, classes, seed=0, dtype=torch.float32):

@@ -13,7 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scipy import stats
 
-from causalqwen import CausalQwenConfig
+from causalqwen import CausalQwenConfig, cauchy
 from causalqwen.action import ActionOutput
 from causalqwen.decision import DecisionHead, next_token_targets
 from causalqwen.inference import draw_uniform, traditional_probabilities
@@ -85,7 +85,7 @@ def _no_near_ties(probabilities):
 def test_probabilities_and_their_logs_are_scipy_at_the_threshold(per_class):
     head = _head(per_class)
     loc_U, scale_U = _law()
-    decision = head.standard(loc_U, scale_U)
+    decision = head(loc_U, scale_U)
     thresholds = _numpy(head)[-1]  # C_k [V]
     loc_S, scale_S = decision.loc_S.detach().numpy(), decision.scale_S.detach().numpy()
     np.testing.assert_allclose(head.probabilities(decision).detach().numpy(),
@@ -111,7 +111,8 @@ def test_ovr_probability_falls_with_the_threshold_and_rises_with_the_location(se
     decision = ActionOutput(loc_S, scale_S, torch.zeros(3), torch.ones(3))
     shifted = ActionOutput(loc_S + loc_shift, scale_S, torch.zeros(3), torch.ones(3))
     low, high = _head(), _head()
-    low.ovr_threshold, high.ovr_threshold = threshold, threshold + raise_by
+    low.ovr_threshold = torch.tensor(threshold, dtype=torch.float64)
+    high.ovr_threshold = torch.tensor(threshold + raise_by, dtype=torch.float64)
     assert bool((low.probabilities(decision) >= high.probabilities(decision)).all())
     assert bool((low.log_probabilities(decision)[0] >= high.log_probabilities(decision)[0]).all())
     assert bool((low.probabilities(shifted) >= low.probabilities(decision)).all())
@@ -138,12 +139,16 @@ def test_predict_is_the_argmax_of_scipy_probabilities_and_loc_Y_at_num(seed, per
     np.testing.assert_array_equal(value.numpy(), expected_value)
 
 
-def test_predict_tiled_is_predict_of_the_standard_decision():
+@pytest.mark.parametrize("algorithm", ["fused", "literal"])
+def test_standard_token_is_predict_of_the_standard_decision_under_either_algorithm(algorithm):
+    import causalqwen.kernels.fused  # noqa: F401  registers "fused"
+
     head = _head(per_class=True).float()
+    head.config.loss_algorithm = algorithm
     loc_U, scale_U = (t.float() for t in _law(40, seed=4))
     with torch.no_grad():
-        tokens, _ = head.predict(head.standard(loc_U, scale_U))
-        assert torch.equal(head.predict_tiled(loc_U, scale_U), tokens)
+        tokens, _ = head.predict(head(loc_U, scale_U))
+        assert torch.equal(head.standard_token(loc_U, scale_U), tokens)
 
 
 # ---- one step in each mode ----
@@ -286,20 +291,40 @@ def test_half_precision_numeric_targets_are_widened_to_float32():
 # ---- the threshold ----
 
 
-@pytest.mark.parametrize("per_class,learnable,kind", [(False, False, float), (True, False, torch.Tensor),
+@pytest.mark.parametrize("per_class,learnable,kind", [(False, False, torch.Tensor), (True, False, torch.Tensor),
                                                       (False, True, torch.nn.Parameter)])
-def test_the_threshold_is_what_the_config_asks_and_resets_to_it(per_class, learnable, kind):
+def test_the_threshold_is_a_tensor_the_config_asks_for_and_resets_to_it(per_class, learnable, kind):
     config = CausalQwenConfig(hidden_size=C, num_attention_heads=2, num_key_value_heads=1, vocab_size=V,
                               num_token_id=NUM, ovr_threshold=2.5, ovr_threshold_per_class=per_class,
                               learnable_threshold=learnable)
     head = DecisionHead(config)
     assert isinstance(head.ovr_threshold, kind)
-    if isinstance(head.ovr_threshold, torch.Tensor):
-        assert tuple(head.ovr_threshold.shape) == ((V,) if per_class else ())
-        with torch.no_grad():
-            head.ovr_threshold.fill_(-7.0)
-        head.reset_parameters()
-        assert bool((head.ovr_threshold == 2.5).all())
+    assert tuple(head.ovr_threshold.shape) == ((V,) if per_class else ())
+    with torch.no_grad():
+        head.ovr_threshold.fill_(-7.0)
+    head.reset_parameters()
+    assert bool((head.ovr_threshold == 2.5).all())
+    if per_class or learnable:
         assert torch.equal(head.state_dict()["ovr_threshold"], head.ovr_threshold.detach())  # saved with the model
     else:
-        assert head.ovr_threshold == 2.5
+        assert "ovr_threshold" not in head.state_dict()  # the config's number: saved files do not change
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_a_shared_threshold_scores_as_the_config_number_itself_in_every_dtype(dtype):
+    """The shared C = 0.1 is no bfloat16 number: cast with the head it would move to 0.10009765625. It stays the
+    config's float64 value (a CPU scalar, which torch combines with tensors of any dtype as it does a number), and
+    every decision function gives bit for bit what the Python number gives."""
+    config = CausalQwenConfig(hidden_size=C, num_attention_heads=2, num_key_value_heads=1, vocab_size=V,
+                              num_token_id=NUM, ovr_threshold=0.1)
+    head = DecisionHead(config).to(dtype)
+    assert head.ovr_threshold.dtype == torch.float64 and head.ovr_threshold.device.type == "cpu"
+    assert head.ovr_threshold.item() == 0.1
+    g = torch.Generator().manual_seed(3)
+    loc_U, scale_U = torch.randn(5, C, generator=g).to(dtype), torch.rand(5, C, generator=g).to(dtype)
+    decision = head(loc_U, scale_U)
+    diff = decision.loc_S - 0.1  # the number, as torch combines it with a tensor of this dtype
+    log_p, _ = head.log_probabilities(decision)
+    assert torch.equal(log_p, -cauchy.tail_nll(-diff, decision.scale_S))
+    assert torch.equal(head.probabilities(decision), cauchy.sf(0.1, decision.loc_S, decision.scale_S))
+    assert torch.equal(head.predict(decision)[0], log_p.argmax(-1))

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causalqwen.action import ActionNetwork
-from causalqwen.losses import fused_ovr_classification_loss, ovr_classification_loss
+from causalqwen.kernels.fused import fused_ovr_classification_loss
+from causalqwen.losses import ovr_classification_loss
 
 EPS = 1e-6
 NAMES = ["loc_U", "scale_U", "W", "b", "b_noise", "threshold"]

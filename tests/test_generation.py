@@ -97,7 +97,7 @@ def test_a_traditional_step_samples_from_the_full_standard_decision(tiny, normal
     with torch.no_grad():
         choice = head.choose("traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6),
                              sampling=sampling)
-        full = head.standard(loc_U, scale_U)  # [4, V] x2, [4] x2
+        full = head(loc_U, scale_U)  # [4, V] x2, [4] x2
         probs = traditional_probabilities(full.loc_S, 0.8, 40, 0.9, scale_S=full.scale_S, threshold=head.ovr_threshold,
                                           normalize=normalize)
     token = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(6))[:, 0]

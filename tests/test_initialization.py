@@ -171,7 +171,7 @@ def test_a_directory_saved_with_the_drafts_values_loads_with_them():
     ids = torch.tensor([[5, 17, 40, 2, 9]])
     with torch.no_grad():
         output = model(input_ids=ids)
-        probabilities = model.action.probabilities(model.action.standard(output.loc_U, output.scale_U))
+        probabilities = model.action.probabilities(model.action(output.loc_U, output.scale_U))
     loc_S, scale_S = output.loc_S.double().numpy(), output.scale_S.double().numpy()
     np.testing.assert_allclose(probabilities.double().numpy(), stats.cauchy.sf(100.0, loc=loc_S, scale=scale_S),
                                rtol=1e-5, atol=1e-7)

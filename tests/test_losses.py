@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from causalqwen import losses
+from causalqwen.kernels.fused import fused_loss
 
 NUM = 2  # the <NUM> class in the small examples below
 IGNORE = -100
@@ -279,7 +280,7 @@ def _action(causal_size, classes, g, dtype=torch.float64):
 
 @given(data=st.data())
 def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(data):
-    """`fused_total_loss` (tiled, from the law of U) = `total_loss` on the action's full decisions, for random
+    """`fused_loss` (tiled, from the law of U) = `literal_loss` (`total_loss` on the action's full decisions), for random
     shapes, tiles, thresholds (shared or per class), gates and masks; with the unscored positions' law of U set to
     garbage, neither moves."""
     B, S, C, V = (data.draw(st.integers(1, n)) for n in (3, 5, 4, 9))
@@ -299,11 +300,12 @@ def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(da
                     gate_alpha=data.draw(st.sampled_from([0.0, 0.5])), regression_weight=data.draw(st.floats(0, 2)),
                     detach_gate=data.draw(st.booleans()))
     leaves = [loc_U, scale_U, threshold, *action.parameters()]
-    literal = losses.total_loss(*action(loc_U, scale_U), labels, targets, **settings)
+    literal, decision = losses.LOSS_FUNCTIONS["literal"](action, loc_U, scale_U, labels, targets, **settings)
+    assert decision.loc_S.shape == (B, S, V)
     literal_grads = torch.autograd.grad(literal.total, leaves, allow_unused=True)
-    fused, num_decision = losses.fused_total_loss(loc_U, scale_U, action, labels, targets, **settings,
-                                                  chunk_size=data.draw(st.sampled_from([1, 2, 5, None])),
-                                                  vocab_chunk_size=data.draw(st.sampled_from([1, 3, None])))
+    fused, num_decision = fused_loss(action, loc_U, scale_U, labels, targets, **settings,
+                                     chunk_size=data.draw(st.sampled_from([1, 2, 5, None])),
+                                     vocab_chunk_size=data.draw(st.sampled_from([1, 3, None])))
     fused_grads = torch.autograd.grad(fused.total, leaves, allow_unused=True)
     for name in ("total", "cls_loss_mean", "reg_loss_effective", "n_cls", "n_reg", "reg_loss"):
         torch.testing.assert_close(getattr(fused, name), getattr(literal, name), rtol=1e-12, atol=1e-12, msg=name)
@@ -435,3 +437,67 @@ def test_bad_inputs_raise_clear_errors():
         losses.ovr_classification_loss(loc_S, scale_S, labels.double(), 1.0)
     with pytest.raises(ValueError, match="scale must be > 0"):
         losses.ovr_classification_loss(loc_S, torch.zeros_like(scale_S), labels, 1.0)
+
+
+def test_the_checks_run_while_validating_and_not_under_validation_false():
+    """One switch (`cauchy.validation`): the same bad call is a ValueError naming the input while validating, and
+    under ``validation(False)`` (a caller that has checked) nothing is looked at: the formula just runs."""
+    from causalqwen import cauchy
+
+    loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(11)
+    nan_threshold = torch.tensor(math.nan, dtype=torch.float64)
+    with pytest.raises(ValueError, match="threshold .* must be finite"):
+        losses.ovr_probability(loc_S, scale_S, nan_threshold)
+    with pytest.raises(ValueError, match="numeric_targets must be finite"):
+        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets.masked_fill(labels == 0, math.inf),
+                          num_token_id=NUM)
+    with cauchy.validation(False):
+        assert bool(losses.ovr_probability(loc_S, scale_S, nan_threshold).isnan().all())
+        parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM)
+    torch.testing.assert_close(parts.total, losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets,
+                                                              num_token_id=NUM).total, rtol=0, atol=0)
+
+
+def test_the_loss_interface_has_one_signature_and_every_name_a_config_may_choose():
+    """`LOSS_FUNCTIONS` holds every `LOSS_ALGORITHMS` name once `causalqwen.kernels.fused` is imported; each takes
+    `literal_loss`'s parameters, in its order and kinds (the fused one adds its tile sizes as keywords)."""
+    import inspect
+
+    assert set(losses.LOSS_FUNCTIONS) == set(losses.LOSS_ALGORITHMS) == {"literal", "fused"}
+    reference = list(inspect.signature(losses.literal_loss).parameters.values())
+    for name, function in losses.LOSS_FUNCTIONS.items():
+        parameters = list(inspect.signature(function).parameters.values())
+        assert [(p.name, p.kind, p.default) for p in parameters[:len(reference)]] == \
+            [(p.name, p.kind, p.default) for p in reference], name
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[len(reference):]), name
+
+
+@pytest.mark.parametrize("threshold", [1.0, torch.tensor(1.0, dtype=torch.float64), torch.linspace(-1.0, 2.0, 4)])
+def test_the_literal_loss_is_total_loss_on_the_action_s_decisions(threshold):
+    """`literal_loss` from the law of U = the float64 textbook loss (SciPy-free closed form, `_textbook_ovr_loss`
+    per position, and the gated regression by hand) on `ActionNetwork.forward`'s decisions."""
+    g = torch.Generator().manual_seed(12)
+    action = _action(3, 4, g)
+    loc_U, scale_U = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.rand(2, 5, 3, generator=g,
+                                                                                        dtype=torch.float64)
+    labels = torch.tensor([[0, NUM, 1, IGNORE, 3], [NUM, NUM, 2, 0, IGNORE]])
+    targets = torch.randn(2, 5, generator=g, dtype=torch.float64)
+    parts, decision = losses.literal_loss(action, loc_U, scale_U, labels, targets, num_token_id=NUM,
+                                          threshold=threshold, regression_weight=0.5)
+    loc_S, scale_S = decision.loc_S.detach().numpy(), decision.scale_S.detach().numpy()
+    loc_Y, scale_Y = decision.loc_Y.detach().numpy(), decision.scale_Y.detach().numpy()
+    c = threshold.tolist() if isinstance(threshold, torch.Tensor) and threshold.dim() else float(threshold)
+    c_num = c[NUM] if isinstance(c, list) else c
+    cls, reg, n_reg = [], 0.0, 0
+    for b, s in itertools.product(range(2), range(5)):
+        y = int(labels[b, s])
+        if y == IGNORE:
+            continue
+        cls.append(_textbook_ovr_loss(loc_S[b, s], scale_S[b, s], y, c))
+        if y == NUM:
+            p_num = 0.5 + math.atan((loc_S[b, s, NUM] - c_num) / scale_S[b, s, NUM]) / math.pi
+            z = (float(targets[b, s]) - loc_Y[b, s]) / scale_Y[b, s]
+            reg += p_num * (math.log(math.pi * scale_Y[b, s]) + math.log1p(z * z))
+            n_reg += 1
+    expected = sum(cls) / len(cls) + 0.5 * reg / n_reg
+    assert math.isclose(parts.total.item(), expected, rel_tol=1e-12)

@@ -176,13 +176,13 @@ def test_float64_numeric_values_at_the_float32_boundary():
 def test_a_non_finite_numeric_target_anywhere_is_an_error_not_a_nan_gradient():
     """Before: a NaN target at an unscored position gave a finite loss but NaN gradients (0 * NaN in backward)."""
     from causalqwen.action import ActionNetwork
-    from causalqwen.losses import fused_total_loss
+    from causalqwen.kernels.fused import fused_loss
 
     action = ActionNetwork(4, 6)
     targets = torch.tensor([[1.0, math.inf, 0.0]])
     with pytest.raises(ValueError, match=r"numeric_targets must be finite: found inf at position \[0, 1\]"):
-        fused_total_loss(torch.zeros(1, 3, 4), torch.ones(1, 3, 4), action, torch.tensor([[3, 1, 2]]), targets,
-                         num_token_id=3)
+        fused_loss(action, torch.zeros(1, 3, 4), torch.ones(1, 3, 4), torch.tensor([[3, 1, 2]]), targets,
+                   num_token_id=3)
 
 
 def test_a_zero_scale_is_still_clamped_but_a_negative_one_is_refused():

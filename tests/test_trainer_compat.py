@@ -262,7 +262,7 @@ def test_the_plain_recipes_compute_metrics_gets_the_law_of_U_and_the_labels(tmp_
         labels = torch.as_tensor(prediction.label_ids)
         received.update(labels=labels, numeric_labels=numeric_labels, shapes=[p.shape for p in prediction.predictions])
         scored = labels[:, 1:] != -100  # position i is scored against labels[i+1]
-        predicted = model.action.predict(model.action.standard(loc_U, scale_U))[0][:, :-1]
+        predicted = model.action.predict(model.action(loc_U, scale_U))[0][:, :-1]
         is_num = scored & (labels[:, 1:] == model.config.num_token_id)
         errors = (loc_Y[:, :-1] - numeric_labels[:, 1:]).abs()[is_num]
         return {"accuracy": (predicted == labels[:, 1:])[scored].float().mean().item(),

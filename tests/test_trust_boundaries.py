@@ -26,7 +26,7 @@ from causalqwen.files.checkpoint import weight_files
 from causalqwen.files.data import TextDataset, read_jsonl, synthetic_texts
 from causalqwen.files.rundir import LOCK, MARKER, RunDirectory
 from causalqwen.inference import traditional_probabilities
-from causalqwen.losses import fused_ovr_classification_loss
+from causalqwen.kernels.fused import fused_ovr_classification_loss
 from causalqwen.configuration import CausalQwenConfig
 from causalqwen.float32 import format_number
 from causalqwen.numbers import parse_number

@@ -61,7 +61,7 @@ def _total_loss(**overrides):
 
 def _fused_loss(**overrides):
     from causalqwen.action import ActionNetwork
-    from causalqwen.losses import fused_ovr_classification_loss
+    from causalqwen.kernels.fused import fused_ovr_classification_loss
 
     action = ActionNetwork(4, 6)
     arguments = dict(

@@ -331,7 +331,7 @@ def evaluate_causal(model, numeric_tokenizer, texts, *, batch_size: int = 64,
             labels = targets.labels[targets.scored]  # [N]
             predicted, confidence, loc_Y = [], [], []
             for c in range(0, loc_U.shape[0], chunk):
-                decision = head.standard(loc_U[c:c + chunk], scale_U[c:c + chunk])  # [n, V] x2, [n] x2
+                decision = head(loc_U[c:c + chunk], scale_U[c:c + chunk])  # [n, V] x2, [n] x2
                 token = head.predict(decision)[0]  # argmax_k P_k
                 predicted.append(token)
                 confidence.append(head.probabilities(decision).gather(-1, token[:, None]).squeeze(-1))

@@ -282,7 +282,8 @@ def _action_network_losses(draw: _LossDraw) -> tuple[torch.Tensor, torch.Tensor]
     r"""(2), (3) the literal and the fused path through an ActionNetwork with weights of magnitude <= 1
     (so $|\mathrm{loc}_S| \le C |\mathrm{loc}_U|$); ``(loc_U, scale_U)``."""
     from causalqwen.action import ActionNetwork
-    from causalqwen.losses import fused_total_loss, total_loss
+    from causalqwen.kernels.fused import fused_loss
+    from causalqwen.losses import total_loss
 
     case = draw.case
     with torch.random.fork_rng(devices=[]):
@@ -299,8 +300,8 @@ def _action_network_losses(draw: _LossDraw) -> tuple[torch.Tensor, torch.Tensor]
             decision = action(loc, scale)
             parts = total_loss(*decision, draw.labels, draw.targets, threshold=case.threshold, **draw.settings)
         else:
-            parts, _ = fused_total_loss(loc, scale, action, draw.labels, draw.targets, threshold=case.threshold,
-                                        **draw.settings)
+            parts, _ = fused_loss(action, loc, scale, draw.labels, draw.targets, threshold=case.threshold,
+                                  **draw.settings)
         parts.total.backward()
         draw.judge(label, parts.total, [("loc_U", loc), ("scale_U", scale), *action.named_parameters()])
     return loc_U, scale_U
@@ -312,7 +313,7 @@ def run_loss_case(case: LossCase) -> FiniteCheck:
     - `losses.total_loss` on directly given ``loc_S``, ``scale_S``, ``loc_Y``, ``scale_Y`` and a
       learnable per-class threshold;
     - the literal path ``ActionNetwork`` → `total_loss` from ``loc_U``, ``scale_U``;
-    - the fused path `losses.fused_total_loss` from the same ``loc_U``, ``scale_U``.
+    - the fused path `kernels.fused.fused_loss` from the same ``loc_U``, ``scale_U``.
     """
     draw = _draw_loss_problem(case)
     loc_S, scale_S = _given_decisions_loss(draw)

@@ -229,7 +229,7 @@ def _fuzz_section(result: SuiteResult, model_cases: list[ModelCase], loss_cases:
                      + f"; {sum(case.mask in all_padding for case in loss_cases)} with all-padding rows"
                      + f"; {sum(case.labels == 'all_ignored' for case in loss_cases)} all-ignored")
     fuzz_rows = [_fuzz_row("whole model: forward(labels) + backward", result.model_checks, model_coverage),
-                 _fuzz_row("losses alone: total_loss, ActionNetwork + total_loss, fused_total_loss", result.loss_checks,
+                 _fuzz_row("losses alone: total_loss, ActionNetwork + total_loss, fused_loss", result.loss_checks,
                            loss_coverage)]
     largest_number = max(abs(v) for case in model_cases for v in case.values + case.targets) if model_cases else 0.0
     failures = [name for check in result.model_checks + result.loss_checks for name in check.non_finite]

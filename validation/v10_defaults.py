@@ -127,7 +127,7 @@ def decision_statistics(model, tokenizer, texts: list[str]) -> dict:
     batch = collate(TextDataset(texts, tokenizer, max_length=64).items, tokenizer.pad_token_id)
     law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
-    decision = head.standard(law.loc_U[targets.scored], law.scale_U[targets.scored])  # [N, V]
+    decision = head(law.loc_U[targets.scored], law.scale_U[targets.scored])  # [N, V]
     labels = targets.labels[targets.scored]  # [N]
     standard = head.predict(decision)[0]
     traditional = decision.loc_S.argmax(dim=-1)

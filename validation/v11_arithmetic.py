@@ -164,7 +164,7 @@ def causal_answers(model, numeric_tokenizer, problems: list[Problem], batch_size
             law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
             rows = torch.arange(len(batch["input_ids"]))
             where = torch.tensor(positions[start:start + batch_size])
-            decision = model.action.standard(law.loc_U[rows, where], law.scale_U[rows, where])
+            decision = model.action(law.loc_U[rows, where], law.scale_U[rows, where])
             answers += decision.loc_Y.double().tolist()
     finally:
         model.train(was_training)

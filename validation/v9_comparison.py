@@ -135,7 +135,7 @@ def _decision_agreement(qwen, qwen_tokenizer, causal, tokenizer, texts) -> tuple
         input_ids = torch.tensor([ids], dtype=torch.long)
         greedy = qwen(input_ids=input_ids).logits[0].argmax(-1)  # [S]
         law = causal.abduce(input_ids, torch.tensor([values], dtype=torch.float32), torch.ones_like(input_ids))
-        decided = causal.action.predict(causal.action.standard(law.loc_U[0], law.scale_U[0]))[0]  # [S]
+        decided = causal.action.predict(causal.action(law.loc_U[0], law.scale_U[0]))[0]  # [S]
         agreeing += int((decided == greedy).sum())
         positions += len(ids)
     return agreeing, positions

@@ -10,51 +10,10 @@ host synchronisation, so the model's ``forward`` folds all of its data checks in
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 from torch import Tensor
 
-__all__ = ["TrainingDiverged", "check_finite_parameters", "as_bool_mask", "check_threshold", "check_labels", "check_positive_int", "all_good", "first_index"]
-
-
-def as_bool_mask(mask: Tensor, name: str) -> Tensor:
-    """Return ``mask`` as a bool tensor; raise ``ValueError`` naming it if it holds anything but 0 and 1."""
-    if mask.dtype == torch.bool:
-        return mask
-    if not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError(f"{name} must contain only 0 and 1")
-    return mask.bool()
-
-
-def check_threshold(threshold, num_classes: int) -> None:
-    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0 or 1)."""
-    if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
-        raise ValueError(
-            f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
-            f"got {tuple(threshold.shape)}"
-        )
-    if isinstance(threshold, Tensor):
-        finite = bool(torch.isfinite(threshold).all())
-    elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
-        finite = math.isfinite(threshold)
-    else:
-        raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
-    if not finite:
-        raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
-
-
-def check_labels(labels: Tensor, num_classes: int, ignore_index: int) -> Tensor:
-    """Return the mask of scored positions; raise if a label is neither a class nor ``ignore_index``."""
-    if not isinstance(labels, Tensor) or labels.dtype == torch.bool or labels.dtype.is_floating_point:
-        raise TypeError(f"labels must be an integer tensor, got {getattr(labels, 'dtype', type(labels))}")
-    scored = labels != ignore_index
-    out_of_range = scored & ((labels < 0) | (labels >= num_classes))
-    if bool(out_of_range.any()):
-        bad = labels[out_of_range][0].item()
-        raise ValueError(f"labels must lie in [0, {num_classes}) or equal ignore_index={ignore_index}; found {bad}")
-    return scored
+__all__ = ["TrainingDiverged", "check_finite_parameters", "check_positive_int", "all_good", "first_index"]
 
 
 def check_positive_int(name: str, value) -> int:

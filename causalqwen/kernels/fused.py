@@ -8,11 +8,15 @@ $a(d_{nk}, s_{nk}) = -\log(1 - P_{nk})$ over the classes, swapping in $a(-d, s) 
 $$L_n = \underbrace{\sum_k a(d_{nk}, s_{nk})}_{\text{tile by tile}}
 \;+\; \underbrace{a(-d_{n y_n}, s_{n y_n}) - a(d_{n y_n}, s_{n y_n})}_{\text{the label's class, on } [n] \text{ vectors}}.$$
 
-Each tile is ``chunk_size`` rows by ``vocab_chunk_size`` classes, formed by the same action map as the
-literal path (`action.class_law`, with the threshold folded into the bias) and scored by the same
+Each tile is ``chunk_size`` rows by ``vocab_chunk_size`` classes, formed by the same linear closure as the
+literal path (`ActionNetwork.decide`, with the threshold folded into the bias) and scored by the same
 kernel; its gradients are the kernel's analytic derivatives, pushed through the two matrix products by
 hand. No tile outlives its loop iteration, no one-hot is built, $|W|$ is formed block by block, and
 ignored rows never enter a product.
+
+Importing this module registers its two fast paths under the name ``"fused"``: `fused_loss` in
+`causalqwen.losses.LOSS_FUNCTIONS` (the model's loss, with the signature of `losses.literal_loss`) and
+`fused_standard_token` in `causalqwen.decision.STANDARD_TOKEN_FUNCTIONS` (the standard decision's argmax).
 """
 
 from __future__ import annotations
@@ -25,12 +29,24 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import cauchy
-from ..action import class_law, noise_infused_scale, scale_floor
-from ..checks.values import check_labels, check_positive_int, check_threshold
+from ..action import ActionOutput, check_law, noise_infused_scale
+from ..checks.values import check_positive_int
+from ..decision import STANDARD_TOKEN_FUNCTIONS
+from ..losses import (
+    LOSS_FUNCTIONS,
+    LossParts,
+    as_threshold,
+    at_least_float32,
+    check_labels,
+    check_loss_inputs,
+    check_threshold,
+    total_from_classification,
+)
 from .compiled import compiled
 
-__all__ = ["fused_ovr_classification_loss", "tiled_ovr_loss", "ovr_argmax", "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE",
-           "FUSED_CUDA_CHUNK_SIZE", "FUSED_CUDA_VOCAB_CHUNK_SIZE", "HeadInputs", "Tiling", "default_tiling"]
+__all__ = ["fused_loss", "fused_standard_token", "fused_ovr_classification_loss", "tiled_ovr_loss", "ovr_argmax",
+           "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE", "FUSED_CUDA_CHUNK_SIZE", "FUSED_CUDA_VOCAB_CHUNK_SIZE",
+           "HeadInputs", "Tiling", "default_tiling"]
 
 FUSED_CHUNK_SIZE = 512  # rows per tile on the CPU; measured by `python -m benchmarks head` (and `--tune`)
 FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile on the CPU; measured likewise
@@ -89,7 +105,7 @@ class _Rows(NamedTuple):
 def _scored_rows(inputs: HeadInputs, labels: Tensor, rows: Tensor, dtype, scale_eps: float) -> _Rows:
     loc = inputs.loc_U[rows].to(dtype)  # [n, C]
     scale_raw = noise_infused_scale(inputs.scale_U[rows].to(dtype), inputs.noise_scale.to(dtype))  # [n, C]
-    return _Rows(loc, scale_floor(scale_raw, scale_eps), scale_raw < scale_eps, labels[rows])
+    return _Rows(loc, scale_raw.clamp_min(scale_eps), scale_raw < scale_eps, labels[rows])
 
 
 def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: bool, grads: bool):
@@ -99,7 +115,7 @@ def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: b
     This literal function is the specification; the tile runs `tile_elementwise_compiled`, the same function
     compiled into one loop (`causalqwen.kernels.compiled`), or this one where compilation is off or unavailable.
     """
-    terms = cauchy.tail_terms(diff, scale_floor(scale_raw, scale_eps), value=value, grads=grads)
+    terms = cauchy.tail_terms(diff, scale_raw.clamp_min(scale_eps), value=value, grads=grads)
     row_sums = terms.value.sum(-1) if value else None  # [c]
     d_scale = terms.d_scale.masked_fill(scale_raw < scale_eps, 0.0) if grads else None  # through the floor
     return row_sums, terms.d_diff, d_scale
@@ -111,12 +127,13 @@ tile_elementwise_compiled = compiled(tile_elementwise)
 def _tile_law(loc: Tensor, scale: Tensor, weight_b: Tensor, abs_weight_b: Tensor, shift_b: Tensor) -> tuple[Tensor, Tensor]:
     r"""One tile's $(\mathrm{loc}_S - C,\ \mathrm{scale}_S)$ ``[c, b]`` in the working dtype of ``shift_b``.
 
-    In the working dtype the threshold is folded into the bias of the product (`action.class_law`). Under
+    In the working dtype the threshold is folded into the bias of the product (as `ActionNetwork.decide` forms
+    $\mathrm{loc}_S$). Under
     autocast the operands come in its dtype (bfloat16, float16): the products run there, as autocast runs
     the literal path's, and their results are widened before the shift is added, so that $C$ is not rounded
     to a few significant digits along with them."""
     if loc.dtype == shift_b.dtype:
-        return class_law(loc, scale, weight_b, shift_b, abs_weight_b)  # [c, b] each
+        return F.linear(loc, weight_b, shift_b), F.linear(scale, abs_weight_b)  # [c, b] each
     diff = F.linear(loc, weight_b).to(shift_b.dtype) + shift_b  # [c, b]
     return diff, F.linear(scale, abs_weight_b).to(shift_b.dtype)
 
@@ -196,7 +213,7 @@ def _label_class(inputs: HeadInputs, rows: _Rows, row_weight, tiling: Tiling, va
     shift_y = inputs.bias[rows.labels].to(dtype) - threshold_y  # [n]
     diff = (rows.loc * weight_y).sum(-1) + shift_y  # [n]  loc_S - C at the label
     scale_raw = (rows.scale * weight_y.abs()).sum(-1)  # [n]
-    scale = scale_floor(scale_raw, tiling.scale_eps)
+    scale = scale_raw.clamp_min(tiling.scale_eps)
     on = cauchy.tail_terms(-diff, scale, value=value, grads=grads)  # -log P
     off = cauchy.tail_terms(diff, scale, value=value, grads=grads)  # -log(1 - P)
     correction = on.value - off.value if value else None
@@ -277,7 +294,7 @@ def ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tilin
 
 def _ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tiling, dtype, gemm) -> Tensor:
     loc = loc_U.to(dtype)  # [N, C]
-    scale = scale_floor(noise_infused_scale(scale_U.to(dtype), inputs.noise_scale.to(dtype)), tiling.scale_eps)  # [N, C]
+    scale = noise_infused_scale(scale_U.to(dtype), inputs.noise_scale.to(dtype)).clamp_min(tiling.scale_eps)  # [N, C]
     loc_g, scale_g = loc.to(gemm), scale.to(gemm)
     best = torch.full((loc.shape[0],), torch.inf, dtype=dtype, device=loc.device)  # smallest -log P so far
     token = torch.zeros(loc.shape[0], dtype=torch.long, device=loc.device)
@@ -290,7 +307,7 @@ def _ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tili
         for r0 in range(0, loc.shape[0], tiling.rows):
             chunk = slice(r0, r0 + tiling.rows)
             diff, scale_raw = _tile_law(loc_g[chunk], scale_g[chunk], weight_g, abs_weight_g, shift_b)  # [c, b] each
-            neg_log_p = cauchy.tail_terms(-diff, scale_floor(scale_raw, tiling.scale_eps)).value  # -log P
+            neg_log_p = cauchy.tail_terms(-diff, scale_raw.clamp_min(tiling.scale_eps)).value  # -log P
             value, index = neg_log_p.min(-1)  # [c]: the first of equal values, as argmax
             better = value < best[chunk]  # strictly: an earlier block keeps a tie
             best[chunk] = torch.where(better, value, best[chunk])
@@ -414,35 +431,88 @@ def fused_ovr_classification_loss(
     cross-entropies do).
 
     Shapes: ``loc_U``, ``scale_U`` ``[N, C]``; ``weight`` ``[V, C]``; ``bias`` ``[V]``;
-    ``noise_scale`` ``[C]``; ``threshold`` a number, ``[]`` or ``[V]``; ``labels`` ``[N]``.
+    ``noise_scale`` ``[C]``; ``threshold`` a number, ``[]`` or ``[V]``; ``labels`` ``[N]``. The arguments are
+    checked while `causalqwen.cauchy.validating`; the tile sizes always.
     """
-    if loc_U.dim() != 2 or scale_U.shape != loc_U.shape:
-        raise ValueError(f"loc_U and scale_U must both be [N, C], got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
-    num_classes = weight.shape[0]
-    if weight.dim() != 2 or weight.shape[1] != loc_U.shape[1]:
-        raise ValueError(f"weight must be [V, C] with C = {loc_U.shape[1]}, got {tuple(weight.shape)}")
-    if bias.shape != (num_classes,) or noise_scale.shape != (loc_U.shape[1],):
-        raise ValueError(f"bias must be [V] and noise_scale [C]; got {tuple(bias.shape)} and {tuple(noise_scale.shape)}")
-    check_threshold(threshold, num_classes)
-    if labels.shape != loc_U.shape[:1]:
-        raise ValueError(f"labels shape {tuple(labels.shape)} must be [N] = {tuple(loc_U.shape[:1])}")
-    scored = check_labels(labels, num_classes, ignore_index)
+    if cauchy.validating():
+        if loc_U.dim() != 2 or scale_U.shape != loc_U.shape:
+            raise ValueError(f"loc_U and scale_U must both be [N, C], got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
+        if weight.dim() != 2 or weight.shape[1] != loc_U.shape[1]:
+            raise ValueError(f"weight must be [V, C] with C = {loc_U.shape[1]}, got {tuple(weight.shape)}")
+        if bias.shape != (weight.shape[0],) or noise_scale.shape != (loc_U.shape[1],):
+            raise ValueError(f"bias must be [V] and noise_scale [C]; got {tuple(bias.shape)} and {tuple(noise_scale.shape)}")
+        check_threshold(threshold, weight.shape[0])
+        if labels.shape != loc_U.shape[:1]:
+            raise ValueError(f"labels shape {tuple(labels.shape)} must be [N] = {tuple(loc_U.shape[:1])}")
+        check_labels(labels, weight.shape[0], ignore_index)
     tiling = default_tiling(loc_U.device, scale_eps, chunk_size, vocab_chunk_size)
     if reduction not in ("none", "sum"):
         raise ValueError(f'reduction must be "none" or "sum", got {reduction!r}')
-    inputs = HeadInputs(loc_U, scale_U, weight, bias, noise_scale, threshold)
-    return tiled_ovr_loss(inputs, labels, scored, tiling, reduction=reduction)
+    inputs = HeadInputs(loc_U, scale_U, weight, bias, noise_scale, as_threshold(threshold))
+    return tiled_ovr_loss(inputs, labels, labels != ignore_index, tiling, reduction=reduction)
 
 
 def tiled_ovr_loss(inputs: HeadInputs, labels: Tensor, scored: Tensor, tiling: Tiling, *, reduction: str) -> Tensor:
-    """`fused_ovr_classification_loss` on inputs its caller has checked: ``labels`` ``[N]`` scored where ``scored``
-    ``[N]`` (bool), ``inputs.threshold`` a number or a tensor, ``reduction`` ``"none"`` or ``"sum"``."""
-    loc_U, weight, threshold = inputs.loc_U, inputs.weight, inputs.threshold
-    if not isinstance(threshold, Tensor):
-        inputs = inputs._replace(threshold=torch.tensor(float(threshold), dtype=loc_U.dtype, device=loc_U.device))
+    """The tiled pass behind `fused_ovr_classification_loss` and `fused_loss`: ``labels`` ``[N]`` scored where
+    ``scored`` ``[N]`` (bool), ``inputs.threshold`` a ``[]`` or ``[V]`` tensor, ``reduction`` ``"none"`` or ``"sum"``."""
+    loc_U, weight = inputs.loc_U, inputs.weight
     rows = scored.nonzero().squeeze(-1)  # [n] the scored rows; the others never reach a GEMM (one synchronisation)
     tiling = tiling._replace(gemm_dtype=autocast_gemm_dtype(loc_U.device.type, torch.promote_types(weight.dtype, torch.float32)))
     if reduction == "none":
         return _FusedOvRLoss.apply(_PassSettings(tiling, HeadInputs(*(False,) * 6)), labels, rows, *inputs)
     need = HeadInputs(*(torch.is_grad_enabled() and x.requires_grad for x in inputs))
     return _FusedOvRLossSum.apply(_PassSettings(tiling, need), labels, rows, *inputs)
+
+
+def fused_loss(action, loc_U: Tensor, scale_U: Tensor, labels: Tensor, numeric_targets: Tensor, *,
+               num_token_id: int, threshold=100.0, attention_mask: Tensor | None = None, ignore_index: int = -100,
+               regression_weight: float = 1.0, gate_alpha: float = 0.0, detach_gate: bool = False,
+               chunk_size: int | None = None, vocab_chunk_size: int | None = None) -> tuple[LossParts, ActionOutput]:
+    r"""`losses.literal_loss` from the law of $U$ and the `ActionNetwork` ``action``, never forming ``[..., V]``:
+    registered as ``LOSS_FUNCTIONS["fused"]``.
+
+    The classification part is `tiled_ovr_loss` (``reduction="sum"``) over the scored positions; the gate's
+    $P_{\langle NUMangle}$ and the regression come from the action restricted to the ``<NUM>`` class, and both end
+    in `losses.total_from_classification`, as the literal loss does. Returns the loss parts (``cls_loss`` is None)
+    and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``).
+    Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size`` and ``vocab_chunk_size``
+    set the tiles (`default_tiling`).
+    """
+    head = action.classification_head
+    if cauchy.validating():
+        check_law(loc_U, scale_U, action.causal_size, ("loc_U", "scale_U"))
+        check_loss_inputs(labels, numeric_targets, head.weight.shape[0], shapes={"loc_Y": loc_U.shape[:-1],
+                          "numeric_targets": numeric_targets.shape}, num_token_id=num_token_id, threshold=threshold,
+                          attention_mask=attention_mask, ignore_index=ignore_index,
+                          regression_weight=regression_weight, gate_alpha=gate_alpha)
+    tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
+    threshold = as_threshold(threshold)  # [] or [V]
+    scored = labels != ignore_index  # [...]
+    if attention_mask is not None:
+        scored = scored & attention_mask.bool()
+    loc_U, scale_U = at_least_float32(loc_U), at_least_float32(scale_U)  # [..., C] each
+    # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
+    num_decision = action(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[num_token_id])
+    loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in num_decision)  # [..., 1] x2, [...] x2
+    C = loc_U.shape[-1]
+    inputs = HeadInputs(loc_U.reshape(-1, C), scale_U.reshape(-1, C), head.weight, head.bias, action.noise_scale,
+                        threshold)
+    cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
+    num_law = ActionOutput(loc_S_num[..., 0], scale_S_num[..., 0], loc_Y, scale_Y)  # [...] each
+    parts = total_from_classification(cls_loss_sum, None, num_law, labels, numeric_targets, scored,
+                                      num_token_id=num_token_id, threshold=threshold,
+                                      regression_weight=regression_weight, gate_alpha=gate_alpha,
+                                      detach_gate=detach_gate)
+    return parts, num_decision
+
+
+def fused_standard_token(head, loc_U: Tensor, scale_U: Tensor) -> Tensor:
+    r"""`decision.literal_standard_token` from the law of $U$ ``[N, C]`` without forming ``[N, V]`` (`ovr_argmax`):
+    registered as ``STANDARD_TOKEN_FUNCTIONS["fused"]``."""
+    inputs = HeadInputs(None, None, head.classification_head.weight, head.classification_head.bias,
+                        head.noise_scale, head.ovr_threshold)
+    return ovr_argmax(loc_U, scale_U, inputs, default_tiling(loc_U.device, head.scale_eps))
+
+
+LOSS_FUNCTIONS["fused"] = fused_loss
+STANDARD_TOKEN_FUNCTIONS["fused"] = fused_standard_token
