@@ -328,3 +328,21 @@ def test_a_shared_threshold_scores_as_the_config_number_itself_in_every_dtype(dt
     assert torch.equal(log_p, -cauchy.tail_nll(-diff, decision.scale_S))
     assert torch.equal(head.probabilities(decision), cauchy.sf(0.1, decision.loc_S, decision.scale_S))
     assert torch.equal(head.predict(decision)[0], log_p.argmax(-1))
+
+
+@pytest.mark.parametrize("per_class,learnable", [(True, False), (False, True), (True, True)])
+def test_the_forward_refuses_a_threshold_held_with_the_weights_once_it_is_nan(per_class, learnable):
+    """A per-class or learnable threshold lives with the weights (a file or training can make it NaN): the model's
+    door names it. The shared one is the config's number, which the config checks."""
+    import math
+
+    from causalqwen.app.tiny import build_tiny_causal_lm
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0, ovr_threshold_per_class=per_class,
+                                               learnable_threshold=learnable)
+    enc = tokenizer(["He ran 3 km"])
+    model(**enc, labels=enc["input_ids"])  # finite: no error
+    with torch.no_grad():
+        model.action.ovr_threshold.fill_(math.nan)
+    with pytest.raises(ValueError, match=r"threshold \(the OvR threshold C_k\) must be finite: found NaN"):
+        model(**enc, labels=enc["input_ids"])

@@ -215,7 +215,9 @@ def _check_labels(config, input_ids, labels, numeric_labels, *, numeric_values, 
                               "pass numeric_labels with the target values")
 
         deferred.require(~unvalued, no_value)
-    if isinstance(threshold, Tensor):  # a learnable threshold that training sent to NaN
+    # a learnable or per-class threshold (held with the weights) that training or a file sent to NaN; a shared one
+    # is the config's number (a CPU scalar beside tensors of any device), checked with the config
+    if isinstance(threshold, torch.nn.Parameter) or (isinstance(threshold, Tensor) and threshold.dim() > 0):
         deferred.require(torch.isfinite(threshold), lambda: ValueError(
             "threshold (the OvR threshold C_k) must be finite: found NaN or ±inf"))
 
