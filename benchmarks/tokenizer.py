@@ -55,9 +55,9 @@ import sys
 import time
 from pathlib import Path
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.files.data import synthetic_texts
-from causalqwen.tokenization import NumericTokenizer
 
 from .common import interleaved_medians, machine, markdown_table, write_report
 

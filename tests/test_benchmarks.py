@@ -96,7 +96,7 @@ def test_the_tokenizer_benchmarks_documents_and_varied_corpus_hold_what_they_say
     """A large batch's documents are the corpus's lines, joined; the varied corpus's text between numbers does not
     repeat (so no run is encoded once for many), unlike the dense corpus's."""
     from benchmarks.tokenizer import dense_lines, documents, varied_lines
-    from causalqwen.integrations.wrapped_tokenizer import runs_between
+    from causalqwen.tokenization import runs_between
     from causalqwen.numbers import find_numbers
 
     lines = varied_lines(0.05)

@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
+from causalqwen import NumericTokenizer
 from causalqwen.modeling import CausalQwenForCausalLM
 from causalqwen.numbers import find_numbers
-from causalqwen.tokenization import NumericTokenizer
 from validation import comparison_eval as E
 from validation import domain_a as A
 from validation import domains as D

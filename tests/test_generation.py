@@ -14,7 +14,7 @@ from causalqwen import generate
 from causalqwen.generation import mode_draws, widened_values
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import MODES, traditional_probabilities
-from causalqwen.tokenization import format_number
+from causalqwen.float32 import format_number
 
 SAMPLING_MODES = ("causal", "shared_individual", "shared_noise", "traditional")
 PROMPTS = ["the price of tea rose by 12.5 percent and", "hello", "on day 3 we counted 41 birds"]

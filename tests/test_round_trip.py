@@ -21,10 +21,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.float32 import format_number
 from causalqwen.numbers import find_numbers
-from causalqwen.tokenization import NumericTokenizer
 from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 
 CORPUS = Path(__file__).parent / "data" / "real_text.txt"

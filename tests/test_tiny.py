@@ -7,6 +7,7 @@ import torch
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import (
     TINY_CORPUS,
     build_tiny_base,
@@ -16,7 +17,6 @@ from causalqwen.app.tiny import (
     save_tiny_base,
     tiny_vocab_size,
 )
-from causalqwen.tokenization import NumericTokenizer
 
 SAMPLES = ["The price is 99.9 yuan.", "温度-15.5度", "In 2020-2021 sales grew by 12.5%.", "hello"]
 

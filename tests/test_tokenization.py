@@ -1,5 +1,6 @@
-"""Executable specification of numeric-aware tokenization (causalqwen.tokenization): text to ``(input_ids,
-numeric_values)`` and back, batches and their padding, saving and loading.
+"""Executable specification of numeric-aware tokenization (causalqwen.tokenization, and the tokenizer that runs it,
+causalqwen.integrations.tokenizer): text to ``(input_ids, numeric_values)`` and back, batches and their padding,
+saving and loading.
 
 The expected values in these tests come from hand-written tables (the grammar's, in test_numbers.py), from
 the wrapped Hugging Face tokenizer itself, from the literal padding loop written here, or from the values the
@@ -20,14 +21,12 @@ from test_numbers import (  # the grammar's hand-written table, read here throug
     f32,
 )
 
+from causalqwen import NumericTokenizer, tokenization
 from causalqwen.app.tiny import build_tiny_tokenizer
-from causalqwen.tokenization import (
-    NumericTokenizer,
-    format_number,
-    pad_rows,
-    parse_number,
-    split_numbers,
-)
+from causalqwen.float32 import format_number
+from causalqwen.numbers import find_numbers, parse_number, split_numbers
+from causalqwen.tokenization import pad_rows
+from causalqwen.writing import decoded_spaces, join_spaced
 
 
 @pytest.fixture(scope="module")
@@ -567,3 +566,100 @@ def test_decode_can_mark_ids_of_reserved_rows(tokenizer):
     with pytest.raises(ValueError, match='out_of_vocab must be "raise" or "mark"'):
         tokenizer.decode(ids, values, out_of_vocab="skip")
     assert tokenizer.batch_decode([ids], [values], out_of_vocab="mark") == [f"cost 5 now<unk:{size + 7}>2.5"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The section's algorithms alone: any run encoder, no transformers
+# ---------------------------------------------------------------------------------------------
+
+# A character-level "wrapped tokenizer": each character is its code point, <NUM> an id no character has.
+CHAR_NUM_ID = 0x110000
+
+
+def char_ids(runs: list[str]) -> list[list[int]]:
+    return [[ord(character) for character in run] for run in runs]
+
+
+def char_text(ids: list[int]) -> str:
+    return "".join(map(chr, ids))
+
+
+def section_encode(text: str) -> tokenization.EncodedRow:
+    """The four steps of `causalqwen.tokenization`'s docstring, written out."""
+    found = find_numbers(text)
+    runs = tokenization.runs_between(text, found)
+    ids = tokenization.ids_between_numbers(runs, char_ids([run for run in runs if run]), CHAR_NUM_ID)
+    return tokenization.encoded_row(ids, found, CHAR_NUM_ID, "<NUM>")
+
+
+def section_decode(row: tokenization.EncodedRow, number_texts: list[str] | None = None, resolution=None) -> str:
+    pieces, _ = tokenization.decoded_pieces(
+        row.input_ids, row.numeric_values, row.number_texts if number_texts is None else number_texts,
+        num_token_id=CHAR_NUM_ID, num_token="<NUM>", size=CHAR_NUM_ID + 1, decode_run=char_text,
+        split=len(row.input_ids), resolution=resolution)
+    return join_spaced(pieces, decoded_spaces(pieces))[0]
+
+
+@pytest.mark.parametrize("text, ids, numbers", [
+    ("价格是99.9元", [*map(ord, "价格是"), CHAR_NUM_ID, ord("元")], [(3, "99.9", f32(99.9))]),
+    ("-3 kg, 5", [CHAR_NUM_ID, *map(ord, " kg, "), CHAR_NUM_ID], [(0, "-3", -3.0), (6, "5", 5.0)]),
+    ("12", [CHAR_NUM_ID], [(0, "12", 12.0)]),
+    ("", [], []),
+    ("no numbers", [*map(ord, "no numbers")], []),
+    ("1-2", [CHAR_NUM_ID, ord("-"), CHAR_NUM_ID], [(0, "1", 1.0), (2, "2", 2.0)]),
+])
+def test_the_section_encodes_with_any_run_encoder(text, ids, numbers):
+    row = section_encode(text)
+    assert row.input_ids == ids
+    expected_values = [0.0] * len(ids)
+    for position, _, value in numbers:
+        expected_values[position] = value
+    assert [bits(value) for value in row.numeric_values] == [bits(value) for value in expected_values]
+    assert row.number_texts == [surface for _, surface, _ in numbers]
+    assert section_decode(row) == text  # the numbers as written, the runs as the encoder decodes them
+
+
+def test_the_section_writes_generated_numbers_with_the_spaces_that_keep_them():
+    row = tokenization.EncodedRow([ord("x"), CHAR_NUM_ID, CHAR_NUM_ID], [0.0, 2.5, 7.0], [])
+    assert section_decode(row) == "x 2.5 7"  # a letter and a number before a number would join it
+    assert section_decode(row, resolution=0.01) == "x 2.50 7.00"
+    first = tokenization.EncodedRow([CHAR_NUM_ID, CHAR_NUM_ID], [12.5, 3.0], [])
+    assert section_decode(first, number_texts=["12.50"]) == "12.50 3"
+
+
+def test_the_section_refuses_a_run_encoder_that_loses_the_num_id():
+    found = find_numbers("a 5 b")
+    with pytest.raises(RuntimeError, match=r"the wrapped tokenizer gave 0 <NUM> ids for 1 numbers; it must encode "
+                                           r"'<NUM>' as its one added token"):
+        tokenization.encoded_row([ord("a")], found, CHAR_NUM_ID, "<NUM>")
+
+
+@pytest.mark.parametrize("surfaces, match", [
+    (["7"], r"number_texts\[0\] = '7' reads as 7, but numeric_values\[1\] holds 2\.5; leave number_texts out"),
+    (["2.5x"], r"number_texts\[0\] = '2\.5x' is not a number of the grammar"),
+    (["2.5", "1", "9"], r"number_texts has 3 texts but the row has only 2 <NUM> tokens"),
+])
+def test_the_section_checks_each_number_text_against_its_value(surfaces, match):
+    row = tokenization.EncodedRow([ord("x"), CHAR_NUM_ID, CHAR_NUM_ID], [0.0, 2.5, 1.0], [])
+    with pytest.raises(ValueError, match=match):
+        section_decode(row, number_texts=surfaces)
+
+
+def test_the_section_names_a_value_it_cannot_write():
+    row = tokenization.EncodedRow([ord("x"), CHAR_NUM_ID], [0.0, math.nan], [])
+    with pytest.raises(ValueError, match=r"numeric_values\[1\]: "):
+        section_decode(row)
+    with pytest.raises(ValueError, match=r"numeric_values\[1\]: "):
+        section_decode(row, resolution="prompt")
+
+
+@pytest.mark.parametrize("text, budget, end, numbers, exact", [
+    ("aaaa bbbb cccc", 10, 9, [], True),  # before the last space in the budget's second half
+    ("ab 123456789", 6, 12, ["123456789"], True),  # the budget falls in a number: it is read whole
+    ("1" * 30, 10, 10, [], False),  # a digit run of 30 is an identifier (text): cut at the budget
+    ("short 1", 100, 7, ["1"], True),  # within the budget: the whole text
+])
+def test_bounded_prefix_cuts_where_the_tokens_stay_the_whole_texts(text, budget, end, numbers, exact):
+    got_end, found, got_exact = tokenization.bounded_prefix(text, budget)
+    assert (got_end, [number.text for number in found], got_exact) == (end, numbers, exact)
+    assert [number.text for number in find_numbers(text) if number.start < got_end] == numbers

@@ -1,4 +1,4 @@
-"""A script written from transformers habit, run against `causalqwen.tokenization.NumericTokenizer`.
+"""A script written from transformers habit, run against `causalqwen.NumericTokenizer`.
 
 The oracles: the texts themselves (round trips), a fresh wrapped tokenizer that never saw ``<NUM>`` (special
 tokens, vocabulary, token strings), the wrapped tokenizer's own ``decode`` (which writes ``<NUM>``, its special
@@ -14,10 +14,10 @@ import torch
 from transformers import (AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer,
                           TrainingArguments)
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_causal_lm, build_tiny_tokenizer
 from causalqwen.files.data import collate
 from causalqwen.integrations.collator import NumericDataCollator
-from causalqwen.tokenization import NumericTokenizer
 
 TEXTS = ["It costs 2.5 dollars.", "Add 37 and 5."]
 SPECIAL_ATTRIBUTES = ["eos_token", "eos_token_id", "pad_token", "pad_token_id", "bos_token", "bos_token_id",
@@ -420,8 +420,8 @@ def test_the_streamer_reads_a_value_the_state_holds_or_has_just_chosen(tiny):
 
 def test_decode_takes_one_id_as_transformers_does():
     """``decode(id)``: one id is a row of one; a ``<NUM>`` with its value writes the value, without it ``<NUM>``."""
+    from causalqwen import NumericTokenizer
     from causalqwen.app.tiny import build_tiny_tokenizer
-    from causalqwen.tokenization import NumericTokenizer
 
     tokenizer = NumericTokenizer(build_tiny_tokenizer())
     (token,) = tokenizer.encode("a")[0]

@@ -16,12 +16,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from transformers import pipeline
 
-from causalqwen import generate
+from causalqwen import NumericTokenizer, generate
 from causalqwen.app import cli, commands
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 from causalqwen.float32 import format_number
-from causalqwen.tokenization import NumericTokenizer
 
 
 @pytest.fixture(scope="module")

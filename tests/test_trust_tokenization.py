@@ -23,8 +23,9 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from causalqwen import tokenization
+from causalqwen import NumericTokenizer, tokenization
 from causalqwen.app.tiny import build_tiny_tokenizer
+from causalqwen.integrations import tokenizer as tokenizer_module
 from causalqwen.integrations import wrapped_tokenizer
 from causalqwen.numbers import (
     NUMBER_REGEX,
@@ -33,7 +34,6 @@ from causalqwen.numbers import (
     next_cut_place,
     parse_number,
 )
-from causalqwen.tokenization import NumericTokenizer
 from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 
 # The grammar before its linear-time rewrite, verbatim: the oracle of the differential tests.
@@ -359,7 +359,7 @@ def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small
     """Spy on what reaches the wrapped tokenizer: a prefix of at most the budget, 16 * 8 + 64 characters.
     ``small`` is a short text with the same first tokens, encoded whole for the expected ids."""
     prefixes, rust_inputs = [], []
-    encode_between, encode_batch = tokenization.encode_between_numbers, wrapped_tokenizer.encode_batch
+    encode_between, encode_batch = tokenizer_module.encode_between_numbers, wrapped_tokenizer.encode_batch
 
     def spy_between(hf_tokenizer, texts, *args):
         prefixes.extend(len(t) for t in texts)
@@ -369,7 +369,7 @@ def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small
         rust_inputs.extend(len(t) for t in texts)
         return encode_batch(backend, texts)
 
-    monkeypatch.setattr(tokenization, "encode_between_numbers", spy_between)
+    monkeypatch.setattr(tokenizer_module, "encode_between_numbers", spy_between)
     monkeypatch.setattr(wrapped_tokenizer, "encode_batch", spy_batch)
     ids, values = tokenizer.encode(text, max_length=8)
     assert prefixes and max(prefixes) <= 16 * 8 + 64
@@ -388,7 +388,7 @@ def test_number_dense_texts_encode_as_the_reference_path(tokenizer, pieces, copi
     the reference path, which encodes every run separately, and as a batch of such texts."""
     text = "".join(number + separator for number, separator in pieces)
     found = find_numbers(text)
-    runs = wrapped_tokenizer.runs_between(text, found)
+    runs = tokenization.runs_between(text, found)
     (expected,) = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, [runs], tokenizer.num_token_id)
     ids, values = tokenizer.encode(text)
     assert ids == expected
@@ -402,7 +402,7 @@ def test_batches_of_any_size_encode_as_the_reference_path(tokenizer, count):
     """A few texts are given to the Rust tokenizer one by one (its thread pool costs more than they do), more as one
     batch: real lines with numbers get the reference path's ids either way, in one call and one by one."""
     lines = (Path(__file__).parent / "data" / "real_text.txt").read_text(encoding="utf-8").splitlines()[:count]
-    runs = [wrapped_tokenizer.runs_between(line, find_numbers(line)) for line in lines]
+    runs = [tokenization.runs_between(line, find_numbers(line)) for line in lines]
     expected = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, runs, tokenizer.num_token_id)
     batch = tokenizer(lines, padding=False, return_tensors=None)
     assert batch["input_ids"] == expected
@@ -454,7 +454,7 @@ def reference_rows(tokenizer: NumericTokenizer, texts: list[str]) -> list[tuple[
     rows = []
     for text in texts:
         found = find_numbers(text)
-        (ids,) = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, [wrapped_tokenizer.runs_between(text, found)],
+        (ids,) = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, [tokenization.runs_between(text, found)],
                                                   tokenizer.num_token_id)
         values = [0.0] * len(ids)
         positions = [position for position, token_id in enumerate(ids) if token_id == tokenizer.num_token_id]
@@ -468,7 +468,7 @@ def reference_rows(tokenizer: NumericTokenizer, texts: list[str]) -> list[tuple[
 @pytest.mark.parametrize("make", [large_batch, repeating_batch], ids=["many shapes", "repeating runs"])
 def test_a_large_batch_encodes_each_text_as_it_is_encoded_alone(any_tokenizer, make):
     texts = make(3000, seed=38)
-    assert len(wrapped_tokenizer.chunks_of(texts, tokenization.CHUNK_CHARACTERS)) >= 3  # goes in chunks
+    assert len(tokenization.chunks_of(texts, tokenization.CHUNK_CHARACTERS)) >= 3  # goes in chunks
     expected = reference_rows(any_tokenizer, texts)
     batch = any_tokenizer(texts, padding=False, return_tensors=None)
     assert batch["input_ids"] == [ids for ids, _, _ in expected]
@@ -520,7 +520,7 @@ def test_a_large_batch_leaves_the_garbage_collector_as_it_found_it(tokenizer, co
 ])
 def test_chunks_of_cuts_a_batch_into_consecutive_chunks_of_at_least_the_size(sizes, characters, expected):
     texts = ["x" * size for size in sizes]
-    chunks = wrapped_tokenizer.chunks_of(texts, characters)
+    chunks = tokenization.chunks_of(texts, characters)
     flat_index = iter(range(len(texts)))
     assert [[next(flat_index) for _ in chunk] for chunk in chunks] == expected
     assert [text for chunk in chunks for text in chunk] == texts

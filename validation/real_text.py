@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import html
 
+from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
-from causalqwen.tokenization import NumericTokenizer
 
 from .common import table, verdict
 from .qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path

@@ -11,7 +11,7 @@ second and never touches the Hugging Face Hub:
 * `build_tiny_qwen` builds a randomly initialised `transformers.Qwen2ForCausalLM`
   whose embedding matrix has more rows (V) than the tokenizer has tokens (K), just like Qwen2.5
   (K = 151665, V = 151936). The spare rows leave room for the ``<NUM>`` token that
-  `causalqwen.tokenization.NumericTokenizer` appends with id K.
+  `causalqwen.integrations.tokenizer.NumericTokenizer` appends with id K.
 * `build_tiny_base` returns both, and `save_tiny_base` writes them to a directory
   that ``from_pretrained`` can load offline.
 * `build_tiny_causal_lm` converts the tiny base to CausalQwen with its `NumericTokenizer`: the

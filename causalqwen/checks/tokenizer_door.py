@@ -2,10 +2,10 @@
 
 Texts must be Unicode text (a str without lone surrogates) and not longer than `MAX_TEXT_CHARS` unless a
 ``max_length`` bounds what is read of them: then only a prefix reaches the wrapped tokenizer, however long the
-text (`bounded_prefix`), and it reads the same numbers and first tokens as the whole text. The batch arguments
-must be among the values documented. What is decoded may come as lists, tensors or arrays, as an encoding, or as
-a generation output (``sequences``); it is turned into lists here, and every error names the argument, the row
-and the position.
+text (`causalqwen.tokenization.bounded_prefix`), and it reads the same numbers and first tokens as the whole text.
+The batch arguments must be among the values documented. What is decoded may come as lists, tensors or arrays,
+as an encoding, or as a generation output (``sequences``); it is turned into lists here (`is_batch` tells one
+row from a batch, as transformers does), and every error names the argument, the row and the position.
 """
 
 from __future__ import annotations
@@ -17,19 +17,9 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..numbers import (
-    NumberMatch,
-    find_numbers,
-    find_numbers_before,
-    format_number,
-    last_cut_place,
-    next_cut_place,
-    parse_number,
-)
-
-__all__ = ["MAX_TEXT_CHARS", "UNSAFE_CUT_MARGIN", "NUM_TOKEN_FIX", "num_token_clash", "check_text", "check_length", "check_max_length", "bounded_prefix",
-           "check_call_arguments", "check_flags",
-           "check_decode_arguments", "check_prompt_length", "check_surface", "batch_rows", "kept_positions"]
+__all__ = ["MAX_TEXT_CHARS", "NUM_TOKEN_FIX", "num_token_clash", "check_text", "check_length", "check_max_length",
+           "check_call_arguments", "check_flags", "check_decode_arguments", "check_prompt_length", "is_batch",
+           "is_empty", "batch_rows", "kept_positions"]
 
 # The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
 # and aborts the process when it cannot get them, so longer texts are refused before they reach it
@@ -46,7 +36,8 @@ def num_token_clash(hf_tokenizer, num_token: str) -> str | None:
     of a chat template) and an ordinary token are each another token: numbers would encode as it."""
     vocab_id = hf_tokenizer.get_vocab().get(num_token)
     id_text = f" (id {vocab_id})" if vocab_id is not None else ""
-    roles = [role for role, token in hf_tokenizer.special_tokens_map.items() if role != "num_token" and token == num_token]
+    roles = [role for role, token in hf_tokenizer.special_tokens_map.items()
+             if role != "num_token" and token == num_token]
     if roles:
         named = roles[0] if len(roles) == 1 else ", ".join(roles[:-1]) + " and " + roles[-1]
         return f"the wrapped tokenizer's {named}{id_text}"
@@ -97,49 +88,6 @@ def check_max_length(max_length) -> int | None:
     if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 1:
         raise ValueError(f"max_length must be a positive int, got {max_length!r}")
     return int(max_length)
-
-
-# A prefix cut at a place that is neither a space nor the end of a number keeps this many tokens in reserve:
-# the BPE merges of its last piece can differ from the whole text's.
-UNSAFE_CUT_MARGIN = 8
-
-
-def bounded_prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool]:
-    """``(end, numbers, exact)``: a prefix ``text[:end]`` to encode instead of the whole text, and its numbers,
-    which are the whole text's numbers that start before ``end`` (none reaches past it).
-
-    ``end`` is at most ``budget``, or the end of a number that ``budget`` falls inside (the number becomes one
-    ``<NUM>``, however long it is written); ``len(text)`` when the text is within the budget. Where to cut, in
-    order of preference, in the budget's second half:
-
-    * just before a space that follows a non-space: neither the number grammar nor a byte-level BPE
-      pre-tokenizer joins across it, so the prefix's tokens are the whole text's (``exact``);
-    * the last cut place of the number grammar (`causalqwen.numbers`: a character no number reads
-      through, as "+" after a letter in base64, or a CJK punctuation mark);
-    * ``budget`` itself, in a run that holds no cut place (a long digit run, "1a1a1a..."); the numbers
-      are then read up to the next cut place after it, however far, so they are still the whole text's:
-      that costs time linear in the run, in the number grammar only, never in the wrapped tokenizer.
-
-    Except at a space or a number's end, the prefix's last text tokens may differ from the whole text's
-    and are not used (`UNSAFE_CUT_MARGIN`).
-    """
-    if len(text) <= budget:
-        return len(text), find_numbers(text), True
-    half = budget // 2
-    end = text.rfind(" ", half + 1, budget + 1)
-    while end > half and text[end - 1].isspace():
-        end = text.rfind(" ", half + 1, end)
-    exact = end > half
-    if not exact:
-        end = last_cut_place(text, half + 1, budget)
-    if end is None:
-        end, reach = budget, next_cut_place(text, budget)
-    else:
-        reach = end
-    found = find_numbers_before(text, end, reach)
-    if found and found[-1].end >= end:  # the prefix ends with a number: its tokens are the whole text's
-        end, exact = found[-1].end, True
-    return end, found, exact
 
 
 def check_call_arguments(texts, padding, max_length, padding_side, truncation) -> tuple[list[str], bool | str, bool]:
@@ -249,18 +197,22 @@ def check_prompt_length(prompt_length, length: int) -> int:
     return int(prompt_length)
 
 
-def check_surface(surface: str, value: float, index: int, position: int) -> str:
-    """The surface text of the ``index``-th number, checked to read as the value at its position."""
-    try:
-        read = parse_number(surface)
-    except ValueError:
-        raise ValueError(f"number_texts[{index}] = {surface!r} is not a number of the grammar") from None
-    if read != float(np.float32(value)):
-        raise ValueError(
-            f"number_texts[{index}] = {surface!r} reads as {format_number(read)}, but numeric_values[{position}] "
-            f"holds {format_number(value)}; leave number_texts out to write the values"
-        )
-    return surface
+def is_batch(input_ids) -> bool:
+    """Whether ``input_ids`` holds rows: a 2-D (or more) tensor or array, or a non-empty list whose first element
+    is a sequence, as transformers' ``decode`` tells a batch from one sequence."""
+    if isinstance(input_ids, (torch.Tensor, np.ndarray)):
+        return input_ids.ndim >= 2
+    if not isinstance(input_ids, (list, tuple)) or len(input_ids) == 0:
+        return False
+    first = input_ids[0]
+    return isinstance(first, (list, tuple)) or (isinstance(first, (torch.Tensor, np.ndarray)) and first.ndim >= 1)
+
+
+def is_empty(input_ids) -> bool:
+    """An empty sequence of ids (an empty list, or a tensor without elements): a batch of no rows."""
+    if isinstance(input_ids, (torch.Tensor, np.ndarray)):
+        return input_ids.size == 0 if isinstance(input_ids, np.ndarray) else input_ids.numel() == 0
+    return isinstance(input_ids, (list, tuple)) and len(input_ids) == 0
 
 
 def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:

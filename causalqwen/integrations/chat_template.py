@@ -1,5 +1,5 @@
-"""``apply_chat_template`` for `causalqwen.tokenization.NumericTokenizer`: the wrapped tokenizer's template, numbers
-as ``<NUM>`` and values.
+"""``apply_chat_template`` for `causalqwen.integrations.tokenizer.NumericTokenizer`: the wrapped tokenizer's
+template, numbers as ``<NUM>`` and values.
 
 The wrapped tokenizer renders the conversation with its own chat template (``<|im_start|>user ...<|im_end|>``
 for Qwen2). The rendered text is then cut at the special tokens' texts the template wrote, which become their
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from .numeric_encoding import NumericEncoding, RETURN_TENSORS, as_tensor_type, padded_lists
+from ..tokenization import RETURN_TENSORS, as_tensor_type, padded_lists
+from .numeric_encoding import NumericEncoding
 
 __all__ = ["apply_chat_template", "encode_with_special_texts"]
 

@@ -1,11 +1,11 @@
 """A data collator for transformers' ``Trainer`` and ``DataLoader`` that pads ``numeric_values`` with the ids.
 
 transformers' ``DataCollatorWithPadding`` pads what its tokenizer's ``pad`` knows; `NumericDataCollator` is the
-same recipe for rows of `causalqwen.tokenization.NumericTokenizer`: each feature a dict with ``input_ids`` and
+same recipe for rows of `causalqwen.integrations.tokenizer.NumericTokenizer`: each feature a dict with ``input_ids`` and
 ``numeric_values`` (lists, tensors or arrays, as ``tokenizer(text)`` or a ``datasets`` map gives them), and
 optionally ``attention_mask``, ``labels`` and ``numeric_labels``. It pads them to the
 longest row (or a multiple of ``pad_to_multiple_of``): ids with the pad id, values with 0.0, the mask with 0,
-labels with -100 and numeric labels with 0.0, by `causalqwen.integrations.numeric_encoding.padded_lists`.
+labels with -100 and numeric labels with 0.0, by `causalqwen.tokenization.padded_lists`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .numeric_encoding import RETURN_TENSORS, as_tensor_type, padded_lists
+from ..tokenization import RETURN_TENSORS, as_tensor_type, padded_lists
 
 __all__ = ["NumericDataCollator"]
 

@@ -1,26 +1,35 @@
-"""The batch `causalqwen.tokenization.NumericTokenizer` returns: a transformers ``BatchEncoding`` with values.
+"""What `causalqwen.integrations.tokenizer.NumericTokenizer` returns and remembers of the texts it encoded.
 
 `NumericEncoding` holds ``input_ids``, ``numeric_values`` and ``attention_mask`` as transformers' tokenizers
 hold theirs: ``[B, S]`` torch tensors (``return_tensors="pt"``), numpy arrays (``"np"``) or Python lists
 (``None``; then rows may have different lengths when nothing pads them), plus the surface text of every
-number (``number_texts``). `pad_rows` is the one padding of the package: the tokenizer and
-`causalqwen.files.data.collate` both pad with it.
+number (``number_texts``); `causalqwen.tokenization.pad_rows` pads its rows, and `TENSORS_FOR_A_BATCH` is the
+default type of its rows. `NumberTextsSeen` keeps how the
+numbers of the last texts encoded alone were written, for a streamer that is handed their ids and values only.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 from transformers import BatchEncoding
 
-__all__ = ["NumericEncoding", "pad_rows", "padded_lists", "as_tensor_type", "RETURN_TENSORS", "FLOAT_KEYS"]
+__all__ = ["NumericEncoding", "TENSORS_FOR_A_BATCH", "NumberTextsSeen"]
 
-# What ``return_tensors`` may be: torch tensors, numpy arrays, or Python lists (None).
-RETURN_TENSORS = ("pt", "np", None)
-# The keys that hold values (float32); every other key holds ids or flags (int64).
-FLOAT_KEYS = ("numeric_values", "numeric_labels")
+
+class _TensorsForABatch:
+    """The default of ``NumericTokenizer.__call__``'s ``return_tensors``: ``"pt"`` for a list of texts, None (Python
+    lists) for one str, as transformers returns one text."""
+
+    def __repr__(self) -> str:
+        return "TENSORS_FOR_A_BATCH"
+
+
+TENSORS_FOR_A_BATCH = _TensorsForABatch()
 
 
 class NumericEncoding(BatchEncoding):
@@ -51,41 +60,40 @@ class NumericEncoding(BatchEncoding):
         self.number_texts = state.get("number_texts")
 
 
-def padded_lists(input_ids: list[list[int]], numeric_values: list[list[float]], width: int | None,
-                 pad_token_id: int | None, padding_side: str = "right") -> dict[str, list]:
-    """Rows of ids and values as lists, each padded on ``padding_side`` to ``width`` (None: not padded): padded
-    positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens)."""
-    left = padding_side == "left"
+class NumberTextsSeen:
+    """How the numbers of the last `SIZE` texts with numbers that a tokenizer encoded alone (one str, or a list of
+    one) were written, found by the ids and values of their row: ``"12.50"`` where the values say 12.5 only.
 
-    def padded(row: list, fill) -> list:
-        if width is None:
-            return list(row)
-        return [fill] * (width - len(row)) + list(row) if left else list(row) + [fill] * (width - len(row))
+    ``model.generate(**tokenizer([prompt]), streamer=...)`` hands a streamer the prompt's ids and values, not its
+    text; `causalqwen.integrations.streamer.NumericTextStreamer` asks here how the prompt's numbers were written.
+    A row is known by a 16-byte digest of its ids (int64) and values (float32), so a long text costs its digest
+    alone; two texts with the same ids and values (``"12.5"`` and ``"12.50"``) share a row, and the one encoded
+    last is found.
+    """
 
-    return {
-        "input_ids": [padded(row, pad_token_id) for row in input_ids],
-        "numeric_values": [padded([float(value) for value in row], 0.0) for row in numeric_values],
-        "attention_mask": [padded([1] * len(row), 0) for row in input_ids],
-    }
+    SIZE = 16
 
+    def __init__(self):
+        self.texts_by_row: OrderedDict[bytes, list[str]] = OrderedDict()
 
-def as_tensor_type(data: dict[str, list], return_tensors: str | None) -> dict:
-    """Rows of equal length (``[B, S]``, also S = 0) as torch tensors (``"pt"``) or numpy arrays (``"np"``):
-    ``numeric_values`` and ``numeric_labels`` float32, the others (ids, mask, labels) int64; ``None`` leaves the
-    lists as they are."""
-    if return_tensors is None:
-        return data
-    converted = {}
-    for key, rows in data.items():
-        shape = (len(rows), len(rows[0]) if rows else 0)
-        array = np.asarray(rows, dtype=np.float32 if key in FLOAT_KEYS else np.int64).reshape(shape)
-        converted[key] = torch.from_numpy(array) if return_tensors == "pt" else array  # numpy reads lists 3x faster
-    return converted
+    def remember(self, input_ids, numeric_values, number_texts: list[str]) -> None:
+        """Keep the texts of one row's numbers (a row without numbers needs none: it decodes as written)."""
+        if not number_texts:
+            return
+        key = self.row_digest(input_ids, numeric_values)
+        self.texts_by_row[key] = list(number_texts)
+        self.texts_by_row.move_to_end(key)
+        if len(self.texts_by_row) > self.SIZE:
+            self.texts_by_row.popitem(last=False)
 
+    def find(self, input_ids, numeric_values) -> list[str] | None:
+        """The texts of the numbers of a row encoded lately, or None if no such row was."""
+        return self.texts_by_row.get(self.row_digest(input_ids, numeric_values))
 
-def pad_rows(input_ids: list[list[int]], numeric_values: list[list[float]], width: int, pad_token_id: int,
-             padding_side: str = "right") -> dict[str, torch.Tensor]:
-    """Rows of ids and values as ``[B, width]`` tensors, each padded on ``padding_side`` to ``width``: padded
-    positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens). The one padding
-    of the package: `NumericTokenizer.__call__` and `causalqwen.files.data.collate` both pad with it."""
-    return as_tensor_type(padded_lists(input_ids, numeric_values, width, pad_token_id, padding_side), "pt")
+    @staticmethod
+    def row_digest(input_ids, numeric_values) -> bytes:
+        """A digest of a row's ids and values (lists, CPU tensors or arrays of one row)."""
+        ids = np.asarray(input_ids.cpu() if isinstance(input_ids, torch.Tensor) else input_ids, dtype=np.int64)
+        values = np.asarray(numeric_values.cpu() if isinstance(numeric_values, torch.Tensor) else numeric_values,
+                            dtype=np.float32)
+        return hashlib.blake2b(ids.tobytes() + b"|" + values.tobytes(), digest_size=16).digest()

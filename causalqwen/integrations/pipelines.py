@@ -21,7 +21,7 @@ from __future__ import annotations
 from transformers import TextGenerationPipeline
 from transformers.pipelines.text_generation import ReturnType
 
-from ..tokenization import NumericTokenizer
+from .tokenizer import NumericTokenizer
 from ..writing import check_resolution
 
 __all__ = ["NumericTextGenerationPipeline"]

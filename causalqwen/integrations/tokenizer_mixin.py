@@ -1,4 +1,4 @@
-"""What transformers asks of a tokenizer class, for `causalqwen.tokenization.NumericTokenizer`.
+"""What transformers asks of a tokenizer class, for `causalqwen.integrations.tokenizer.NumericTokenizer`.
 
 ``AutoTokenizer.from_pretrained(path, trust_remote_code=True)`` calls ``from_pretrained`` (and
 ``register_for_auto_class``) of the class a directory's ``tokenizer_config.json`` names; ``Trainer`` saves the

@@ -1,4 +1,4 @@
-"""The Hugging Face tokenizer inside `causalqwen.tokenization.NumericTokenizer`: all that is asked of it.
+"""The Hugging Face tokenizer inside `causalqwen.integrations.tokenizer.NumericTokenizer`: all that is asked of it.
 
 `NumericTokenizer` leaves the text between numbers to a transformers tokenizer (Qwen2's). It asks three
 things of it: to hold ``<NUM>`` as a special added token (`add_num_token`), to encode the runs of text
@@ -11,8 +11,9 @@ ordinary ids (`decode_run`). Encoding has a reference path and two fast ones tha
 * each *distinct* run encoded once and the rows put together from those (number-dense texts).
 
 `EncodingPlan` chooses between them and keeps every call of the wrapped tokenizer in one step (`EncodingPlan.encode`),
-which `NumericTokenizer` runs in a second thread for a large batch, chunk by chunk (`chunks_of`), while it reads
-the numbers of the next chunk.
+which `NumericTokenizer` runs in a second thread for a large batch, chunk by chunk
+(`causalqwen.tokenization.chunks_of`), while it reads the numbers of the next chunk. The runs between numbers and
+the ids put together from theirs are the section's (`causalqwen.tokenization.runs_between`, `ids_between_numbers`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from transformers import PreTrainedTokenizerBase
 
 from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
 from ..numbers import NumberMatch
+from ..tokenization import ids_between_numbers, runs_between
 
-__all__ = ["add_num_token", "runs_between", "chunks_of", "CHUNK_CHARACTERS", "encode_between_numbers",
-           "EncodingPlan", "encode_batch", "encode_by_runs", "decode_run"]
+__all__ = ["add_num_token", "encode_between_numbers", "EncodingPlan", "encode_batch", "encode_by_runs", "decode_run"]
 
 
 def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
@@ -54,36 +55,6 @@ def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
             f"tokens; expected id {size_before} and {size_before + 1} tokens"
         )
     return num_token_id
-
-
-def runs_between(text: str, found: list[NumberMatch]) -> list[str]:
-    """The text before, between and after the numbers: one more run than numbers (runs may be empty)."""
-    runs, position = [], 0
-    for number in found:
-        runs.append(text[position : number.start])
-        position = number.end
-    runs.append(text[position:])
-    return runs
-
-
-def chunks_of(texts: list[str], characters: int) -> list[list[str]]:
-    """``texts`` in consecutive chunks of at least ``characters`` characters each, the last one included when it
-    holds fewer (then it is joined to the one before); one chunk when all of them hold fewer."""
-    chunks, start, size = [], 0, 0
-    for index, text in enumerate(texts):
-        size += len(text)
-        if size >= characters:
-            chunks.append(texts[start : index + 1])
-            start, size = index + 1, 0
-    if start < len(texts):
-        if chunks:
-            chunks[-1] = chunks[-1] + texts[start:]
-        else:
-            chunks.append(texts[start:])
-    return chunks
-
-
-CHUNK_CHARACTERS = 1 << 15  # characters per chunk of a large batch (see NumericTokenizer._encode_chunks)
 
 
 def encode_between_numbers(hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
@@ -149,7 +120,7 @@ class EncodingPlan:
         if self.by_runs:
             ids_of = self.ids_of_runs
             ids_of.update(zip(self.rust_texts, rust_ids))
-            rust_ids = [_with_num_ids(runs, [ids_of[run] for run in runs if run], self.num_token_id)
+            rust_ids = [ids_between_numbers(runs, [ids_of[run] for run in runs if run], self.num_token_id)
                         for runs in (self.runs_per_text[index] for index in self.quick)]
         for index, ids in zip(self.quick, rust_ids):
             id_rows[index] = ids
@@ -162,18 +133,6 @@ class EncodingPlan:
 def _any_of(texts: tuple[str, ...]) -> re.Pattern:
     """A compiled pattern that finds any of ``texts`` (none if empty)."""
     return re.compile("|".join(map(re.escape, texts)) or "(?!)")
-
-
-def _with_num_ids(runs: list[str], encoded: list[list[int]], num_token_id: int) -> list[int]:
-    """The ids of the non-empty ``runs`` (``encoded``, in order), with ``num_token_id`` between every two runs."""
-    encoded_runs = iter(encoded)
-    ids: list[int] = []
-    for index, run in enumerate(runs):
-        if index:
-            ids.append(num_token_id)
-        if run:
-            ids.extend(next(encoded_runs))
-    return ids
 
 
 def encode_batch(backend, texts: list[str]) -> list[list[int]]:
@@ -206,7 +165,7 @@ def encode_by_runs(hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[li
     matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text), then ``<NUM>`` ids put between them."""
     flat = [run for runs in runs_per_text for run in runs if run]
     encoded = iter(_encode_text_runs(hf_tokenizer, flat))
-    return [_with_num_ids(runs, [next(encoded) for run in runs if run], num_token_id) for runs in runs_per_text]
+    return [ids_between_numbers(runs, [next(encoded) for run in runs if run], num_token_id) for runs in runs_per_text]
 
 
 def _encode_text_runs(hf_tokenizer: PreTrainedTokenizerBase, runs: list[str]) -> list[list[int]]:
