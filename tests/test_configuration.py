@@ -21,9 +21,9 @@ import shutil
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoConfig, Qwen2Config
 from hypothesis import given
 from hypothesis import strategies as st
+from transformers import AutoConfig, Qwen2Config
 
 from causalqwen import CausalQwenForCausalLM
 from causalqwen.app.cli import main
