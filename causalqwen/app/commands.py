@@ -347,7 +347,7 @@ def _model_to_train(args, preset: str):
     import torch
     import torch.distributed as dist
 
-
+    from ..kernels.mixed_precision import check_trainable_dtypes
 
     if args.dtype == "float16":  # before a (possibly large) model is loaded
         raise ValueError("--dtype float16 cannot train: float16 gradients need loss scaling, which causalqwen train "

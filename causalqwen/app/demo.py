@@ -29,8 +29,8 @@ from ..files.data import TEMPLATES, TextDataset, collate, synthetic_texts
 from ..files.rundir import MARKER, RunDirectory, open_for_writing
 from ..inference import MODES
 from ..metrics import evaluate_batch, regression_metrics, with_log_prefixes
-from .training_run import train
 from ..training import TrainingConfig
+from .training_run import train
 
 __all__ = ["DEMO_STEPS", "DEMO_THREADS", "run_demo"]
 

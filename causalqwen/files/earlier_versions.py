@@ -11,6 +11,9 @@ Every mapping from an earlier version's name to today's lives in this module, as
   itself does not re-export them: reading one of them through the old module resolves it here, with the warning.
 - `LEGACY_KEYS`: weight names of checkpoints written before the model was split into `CausalQwenModel` and its
   head, renamed on the way in (`causalqwen.files.loading`).
+- a config saved while the drafts' scale and threshold were the class defaults leaves those fields out: each one
+  missing means its `causalqwen.initialization.DRAFT_INIT` value (`causalqwen.CausalQwenConfig.from_dict`, where
+  the config is read, since the config must not depend on the files layer);
 - `cache_keyword`: transformers 5.24 renamed the KV cache argument and output field from ``past_key_values`` to
   ``cache``; the model passes and returns it under the installed name.
 

@@ -85,6 +85,7 @@ from peft.utils.other import AuxiliaryTrainingWrapper
 from safetensors.torch import load_file
 
 from ..decision import DecisionHead
+from ..divergence import adapters_disabled
 from ..files.checkpoint import header_shapes, shape_problems, value_problem
 from ..files.rundir import check_write_targets
 from ..configuration import CausalQwenConfig
