@@ -32,6 +32,7 @@ from torch import Tensor
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
+from .cauchy import validating, validation
 from .checks.doors import check_forward, position_ids_from_mask, refuse_meta
 from .decision import DecisionHead
 from .inference import (
@@ -120,7 +121,11 @@ def _check_left_padding(attention_mask, input_ids: Tensor) -> Tensor:
 def check_prompt(config, input_ids: Tensor, numeric_values, attention_mask) -> tuple[Tensor, int]:
     """The prompt's checks at both generation doors (`generate` and ``model.generate``): no empty prompt (named by
     its index), left padding, at most ``max_position_embeddings`` tokens, and the model's own checks of ids and
-    values (`doors.check_forward`). Returns the mask ``[B, S]`` (long) and the longest prompt's token count."""
+    values (`doors.check_forward`). Returns the mask ``[B, S]`` (long) and the longest prompt's token count. While
+    `causalqwen.cauchy.validating` is False the prompt is taken as checked: only the mask and the count are formed."""
+    if not validating():
+        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).bool().long()  # [B, S]
+        return mask, int(mask.sum(-1).max())
     refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask)
     if input_ids.numel() == 0:
         raise ValueError(
@@ -168,14 +173,16 @@ def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: s
     batch, causal_size = shape
     if value.shape not in ((causal_size,), (batch, causal_size)):
         raise ValueError(f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}")
-    value = check_uniform(value) if name == "uniform" else check_noise(value)
+    if validating():
+        check_uniform(value) if name == "uniform" else check_noise(value)
     return value.expand(batch, causal_size)
 
 
 def mode_draws(model, input_ids: Tensor, mode: str, *, uniform=None, noise=None, generator=None) -> dict:
     """The random inputs of every step of ``mode``, as keywords of `DecisionHead.choose` / ``step_scores``: the shared
     modes' one draw per row (``uniform`` / ``noise`` as given, checked, or drawn now from ``generator``) and the
-    generator (``causal``'s draws per step). Both generation loops take their draws from here."""
+    generator (``causal``'s draws per step). Both generation loops take their draws from here. A given draw's values
+    are checked while `causalqwen.cauchy.validating`."""
     shape, device = (input_ids.shape[0], model.config.causal_size), input_ids.device
     fixed_uniform = _check_fixed_draw("uniform", uniform, mode, "shared_individual", shape)
     fixed_noise = _check_fixed_draw("noise", noise, mode, "shared_noise", shape)
@@ -257,7 +264,8 @@ def generate(
         noise: fixes $\varepsilon_n$ of ``shared_noise``, ``[B, C]`` or ``[C]``, finite.
         output_decision_inputs: also return $U$ and $U'$ of every step.
 
-    Everything after ``attention_mask`` is keyword-only.
+    Everything after ``attention_mask`` is keyword-only. The prompt and the draws are checked here, at the door,
+    while `causalqwen.cauchy.validating` (the keywords always); the steps run under ``cauchy.validation(False)``.
     """
     _check_model(model)
     check_mode(mode)
@@ -276,7 +284,7 @@ def generate(
     eos_ids, pad_token_id = _stop_ids(model.config, eos_token_id, pad_token_id)
     draws = mode_draws(model, input_ids, mode, uniform=uniform, noise=noise, generator=generator)
     rule = _Rule(mode, draws, sampling, new_tokens, eos_ids, pad_token_id, use_cache, output_decision_inputs)
-    with torch.no_grad():
+    with torch.no_grad(), validation(False):  # every step's inputs are the checked prompt and the model's own
         sequences, values, mask, trace = _loop(model, input_ids, widened_values(numeric_values, input_ids), mask, rule)
     traced = {}
     if output_decision_inputs and trace:

@@ -15,7 +15,7 @@ from transformers import (
     Qwen2Model,
 )
 
-from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel
+from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel, cauchy
 from causalqwen.checks.doors import position_ids_from_mask
 from causalqwen.losses import total_loss
 from causalqwen.modeling import CausalQwenOutput
@@ -555,8 +555,9 @@ def test_logits_to_keep_limits_the_decisions_never_the_loss(small_model, keep, l
         torch.testing.assert_close(kept.loss, full.loss, rtol=0, atol=0)
 
 
-def test_check_inputs_false_skips_only_the_checks(small_model):
-    """A forward without its checks gives the same numbers on valid inputs, and no host synchronisation."""
+def test_a_forward_without_validation_skips_only_the_checks(small_model):
+    """A forward under ``cauchy.validation(False)`` gives the same numbers on valid inputs, and no host
+    synchronisation; the door checks again once the block is left."""
     from benchmarks.syncs import count
 
     model = small_model
@@ -565,12 +566,17 @@ def test_check_inputs_false_skips_only_the_checks(small_model):
     positions = position_ids_from_mask(mask)
     with torch.no_grad():
         checked = model(ids, attention_mask=mask)
-        trusted = model(ids, attention_mask=mask, position_ids=positions, check_inputs=False)
-        syncs = count(lambda: model.model(ids, position_ids=positions, check_inputs=False))
+        with cauchy.validation(False):
+            trusted = model(ids, attention_mask=mask, position_ids=positions)
+            syncs = count(lambda: model.model(ids, position_ids=positions))
+            labelled = count(lambda: model(ids, position_ids=positions, labels=ids, return_decisions=True))
     torch.testing.assert_close(trusted.loc_S[mask.bool()], checked.loc_S[mask.bool()], rtol=1e-6, atol=1e-6)
     assert syncs.total == 0, syncs.counts
+    assert labelled.total <= 1, labelled.counts  # the fused loss's selection of the scored rows, not a check
     with pytest.raises(ValueError, match="input_ids must lie in"):
         model(ids + 1000)  # the door is open by default
+    with pytest.raises(TypeError, match="check_inputs"):
+        model(ids, check_inputs=False)  # the switch is the one way to skip the checks
 
 
 @given(lengths=st.lists(st.integers(1, 9), min_size=1, max_size=5), extra=st.integers(0, 3))

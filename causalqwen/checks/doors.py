@@ -4,14 +4,16 @@ Shape and type checks cost nothing and run at once (a meta tensor, which has no 
 them). Checks of the *data* (token ids in range, values finite and representable in float32 -- neither
 beyond it nor so small that float32 makes them 0 --, a value only beside ``<NUM>``, a 0/1 mask, positions
 in ``[0, max_position_embeddings)``, labels in range, a value for every ``<NUM>`` target, a finite
-threshold) each need a value from the device; they are collected (`Deferred`) and brought to the host
+threshold) each need a value from the device; they are collected (`_Deferred`) and brought to the host
 in one transfer, together with whether the mask is all ones (then Qwen2 gets no mask; otherwise its masks are
 built without its own look at the padding, `causalqwen.modeling.CausalQwenModel.law_of_U`: either way Qwen2
 makes no host synchronisation of its own). Only when that transfer reports a failure is the culprit looked up, so an error still names
 the position and the value.
 
 `open_door` is the preamble of every forward (`CausalQwenModel.forward`, `CausalQwenForCausalLM.forward`): the
-checks, then the positions Qwen2 gets (`position_ids_from_mask`, also the reference generation loop's).
+checks, then the positions Qwen2 gets (`position_ids_from_mask`, also the reference generation loop's). The checks
+run while `causalqwen.cauchy.validating` (the package's one switch, on by default): a caller that has checked the
+inputs itself (``generate``, after the prompt's door) runs the forward under ``cauchy.validation(False)``.
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..cauchy import validating
 from .values import all_good, first_index
 
-__all__ = ["Deferred", "check_forward", "check_keywords", "refuse_meta", "open_door", "position_ids_from_mask",
+__all__ = ["check_forward", "check_keywords", "refuse_meta", "open_door", "position_ids_from_mask",
            "PASSED_TO_QWEN2"]
 
 # Keywords that forward/abduce hand on to Qwen2Model; everything else is refused by name.
 PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
 
 
-class Deferred:
+class _Deferred:
     """Data-dependent checks, gathered and then settled with one device-to-host transfer."""
 
     def __init__(self):
@@ -77,7 +80,7 @@ def refuse_meta(**tensors) -> None:
             raise ValueError(f"{name} is a meta tensor: it has a shape but no values to compute with")
 
 
-def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: Deferred | None = None) -> None:
+def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: _Deferred | None = None) -> None:
     r"""``tensor`` must be a tensor of input_ids' shape; with ``deferred``, real numbers that float32 holds.
 
     The values enter $\phi$ in float32 (decision D3: a number beyond float32 is an error, never clamped), so
@@ -113,7 +116,7 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: Deferred | N
         deferred.require(~underflow, to_zero)
 
 
-def _check_ids(config, input_ids, deferred: Deferred) -> None:
+def _check_ids(config, input_ids, deferred: _Deferred) -> None:
     if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
     if input_ids.dtype not in (torch.int64, torch.int32):
@@ -128,7 +131,7 @@ def _check_ids(config, input_ids, deferred: Deferred) -> None:
                      lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})"))
 
 
-def _check_values(config, input_ids, numeric_values, deferred: Deferred) -> None:
+def _check_values(config, input_ids, numeric_values, deferred: _Deferred) -> None:
     num = config.num_token_id
     if numeric_values is None:
         is_num = input_ids == num
@@ -151,7 +154,7 @@ def _check_values(config, input_ids, numeric_values, deferred: Deferred) -> None
     deferred.require(~stray, stray_value)
 
 
-def _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, deferred: Deferred) -> None:
+def _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, deferred: _Deferred) -> None:
     limit = config.max_position_embeddings
 
     def too_long(longest):
@@ -188,7 +191,7 @@ def _check_mask_and_positions(config, input_ids, attention_mask, past_length, po
 
 
 def _check_labels(config, input_ids, labels, numeric_labels, *, numeric_values, attention_mask, threshold,
-                  deferred: Deferred) -> None:
+                  deferred: _Deferred) -> None:
     if labels.dtype == torch.bool or labels.dtype.is_floating_point:
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     next_labels = labels[:, 1:]
@@ -228,7 +231,7 @@ def check_forward(config, input_ids, numeric_values=None, attention_mask=None, p
     to Qwen2 (None when it is all ones, which Qwen2 would otherwise check itself)."""
     refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask,
                 position_ids=position_ids, labels=labels, numeric_labels=numeric_labels)
-    deferred = Deferred()
+    deferred = _Deferred()
     if labels is not None and isinstance(input_ids, Tensor):  # in the order the checks were always made
         _like_input_ids("labels", labels, input_ids)
         if numeric_labels is not None:
@@ -254,13 +257,14 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
 
 
 def open_door(config, input_ids, numeric_values=None, attention_mask=None, *, position_ids=None, cache=None,
-              labels=None, numeric_labels=None, threshold=None, check: bool = True) -> tuple[Tensor | None, Tensor | None]:
+              labels=None, numeric_labels=None, threshold=None) -> tuple[Tensor | None, Tensor | None]:
     """A forward's preamble: `check_forward` (one host synchronisation) with the cache's length, then the positions
     of the new tokens from the mask when none are given. Returns ``(mask for Qwen2, position_ids)``: the mask is
-    None when it is all ones, the positions None when Qwen2 may count them itself (no mask). ``check=False``
-    (inputs a caller has checked already) skips the checks and their synchronisation and keeps the mask as given."""
+    None when it is all ones, the positions None when Qwen2 may count them itself (no mask). While
+    `causalqwen.cauchy.validating` is False (inputs a caller has checked already) the checks and their
+    synchronisation are skipped and the mask is kept as given."""
     mask = attention_mask
-    if check:
+    if validating():
         past_length = cache.get_seq_length() if cache is not None else 0
         mask = check_forward(config, input_ids, numeric_values, attention_mask, past_length, position_ids,
                              labels=labels, numeric_labels=numeric_labels, threshold=threshold)

@@ -6,9 +6,10 @@ sampling. CausalQwen adds two things that travel beside the ids, in a `Generatio
 (``generation_state``); the model's ``forward`` is the training forward, unchanged:
 
 * **one forward per job.** Each step is the plain ``forward``, asked for the law of $U$ alone
-  (``return_decisions=False``) and without its input check (``check_inputs=False``): ``generate`` checks the prompt
-  once at its door, and every later token and value is the model's own, so a step makes no host synchronisation
-  of its own (per token as many as Qwen2's ``generate``: the loop's stop test, and Qwen2's mask check with padding).
+  (``return_decisions=False``), and the loop runs under ``cauchy.validation(False)``: ``generate`` checks the prompt
+  once at its door (while `causalqwen.cauchy.validating`), and every later token and value is the model's own, so a
+  step makes no host synchronisation of its own (per token as many as Qwen2's ``generate``: the loop's stop test,
+  and Qwen2's mask check with padding).
 * **the mode** (decision D11) and its random draws. `_update_model_kwargs_for_generation` (the hook transformers
   calls with each step's outputs) forms, from the last position's law of $U$, the scores whose argmax is the
   mode's choice (`GenerationState.step_scores`, `DecisionHead.step_scores`) and writes them into the step's
@@ -42,6 +43,7 @@ from transformers import GenerationMixin, PreTrainedTokenizerBase
 from transformers.generation.logits_process import TemperatureLogitsWarper
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from ..cauchy import validating, validation
 from ..checks.doors import refuse_meta
 from ..generation import (
     check_generator,
@@ -195,7 +197,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
             if temperature is not None:
                 check_temperature(temperature)
         num_token_id = self.config.num_token_id
-        if numeric_values is None and bool((input_ids == num_token_id).any()):
+        if validating() and numeric_values is None and bool((input_ids == num_token_id).any()):
             raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
                              "tokenizer's numeric_values, or every number would silently become 0")
         mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
@@ -213,7 +215,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
         streamer = kwargs.get("streamer")
         if callable(getattr(streamer, "attach_generation_state", None)):  # a streamer that writes the numbers
             streamer.attach_generation_state(state)  # (integrations.streamer) reads their values from the state
-        with torch.no_grad():
+        with torch.no_grad(), validation(False):  # each step's inputs: the checked prompt and the model's own choices
             output = super().generate(input_ids, generation_config=generation_config, generation_state=state,
                                       **kwargs)
         sequences = output if isinstance(output, Tensor) else output.sequences
@@ -234,13 +236,14 @@ class CausalQwenGenerationMixin(GenerationMixin):
     def prepare_inputs_for_generation(self, input_ids: Tensor, generation_state: GenerationState | None = None,
                                       **kwargs):
         """transformers' inputs for the next step, with the values of the ids it passes on; the step asks the forward
-        for the law of $U$ alone, on inputs checked at `generate`'s door."""
+        for the law of $U$ alone (on inputs checked at `generate`'s door: the loop runs under
+        ``cauchy.validation(False)``)."""
         kwargs.pop("tokenizer", None)  # transformers' loop passes on the stop-string tokenizer; the model has no use
         inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         if generation_state is not None:
             generation_state.catch_up(input_ids)
             inputs["numeric_values"] = generation_state.values[:, -inputs["input_ids"].shape[1]:]
-            inputs |= {"return_decisions": False, "check_inputs": False}
+            inputs["return_decisions"] = False
         return inputs
 
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs: dict, *args, **kwargs) -> dict:
