@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from causalqwen import generate
+from causalqwen import cauchy, generate
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.inference import MODES
@@ -130,3 +130,103 @@ def test_the_log_step_stays_within_the_training_steps_memory():
     assert 0.0 <= float(accuracy) <= 1.0
     # peak resident set after the log step: within 5% of the training step's (a [B, S, V] tensor would add 264 MB)
     assert int(logged_kb) <= 1.05 * int(step_kb), (step_kb, logged_kb)
+
+
+# ---- the doors follow the one switch, cauchy.validating() ----
+
+
+def test_a_forward_under_validation_false_neither_checks_nor_synchronises(tiny):
+    """The door refuses a value beside a token that is not <NUM>; under ``cauchy.validation(False)`` (a caller that
+    has checked) it does not look, and the forward makes no host synchronisation of its own."""
+    model, tokenizer = tiny
+    enc = tokenizer(["The price is 12.5 yuan and"])
+    stray = enc["numeric_values"].clone()
+    stray[0, 0] = 7.0  # the first token is not <NUM>
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"numeric_values must be 0 wherever input_ids is not <NUM>.*\[0, 0\]"):
+            model(enc["input_ids"], stray)
+        checked = model(**enc)
+        with cauchy.validation(False), HostSyncs() as syncs:
+            trusted = model(**enc)
+            model(enc["input_ids"], stray)  # not looked at
+    assert syncs.ours == [], syncs.ours
+    assert torch.equal(trusted.loc_S, checked.loc_S) and torch.equal(trusted.loc_U, checked.loc_U)
+    assert cauchy.validating()
+
+
+class _RecordValidating:
+    """A forward hook on the abduction network, which every step of both generation loops runs: whether
+    `cauchy.validating()` was on while the step ran."""
+
+    def __init__(self, module):
+        self.seen = []
+        self.handle = module.register_forward_hook(lambda *_: self.seen.append(cauchy.validating()))
+
+
+@pytest.mark.parametrize("loop", ["causalqwen.generate", "model.generate"])
+def test_generation_checks_the_prompt_at_its_door_and_runs_every_step_unchecked(tiny, loop):
+    model, tokenizer = tiny
+    enc = tokenizer(["The price is 12.5 yuan and", "He ran 3 km"], padding_side="left")
+    bad = enc["numeric_values"].clone()
+    bad[1, -1] = 2.0  # beside a token that is not <NUM>
+
+    def run(values):
+        if loop == "causalqwen.generate":
+            return generate(model, enc["input_ids"], values, enc["attention_mask"], max_new_tokens=3)
+        return model.generate(enc["input_ids"], numeric_values=values, attention_mask=enc["attention_mask"],
+                              max_new_tokens=3, return_dict_in_generate=True)
+
+    with pytest.raises(ValueError, match="numeric_values must be 0 wherever input_ids is not <NUM>"):
+        run(bad)  # the door looks at the prompt
+    recorder = _RecordValidating(model.model.abduction)
+    try:
+        out = run(enc["numeric_values"])
+    finally:
+        recorder.handle.remove()
+    steps = out.sequences.shape[1] - enc["input_ids"].shape[1]
+    assert steps >= 1 and recorder.seen == [False] * steps  # one step per new token, none checked again
+    assert cauchy.validating()  # the block ends with the call
+
+
+@pytest.mark.parametrize("loop", ["causalqwen.generate", "model.generate"])
+def test_with_validation_off_the_generation_door_takes_the_prompt_as_checked(tiny, loop):
+    """``cauchy.set_validate_args(False)``: the same continuation of a valid prompt, and the prompt not looked at."""
+    model, tokenizer = tiny
+    enc = tokenizer(["The price is 12.5 yuan and", "hello"], padding_side="left")
+    bad = enc["numeric_values"].clone()
+    bad[1, -1] = 2.0
+
+    def run(values):
+        if loop == "causalqwen.generate":
+            return generate(model, enc["input_ids"], values, enc["attention_mask"], max_new_tokens=4)
+        return model.generate(enc["input_ids"], numeric_values=values, attention_mask=enc["attention_mask"],
+                              max_new_tokens=4, return_dict_in_generate=True)
+
+    checked = run(enc["numeric_values"])
+    cauchy.set_validate_args(False)
+    try:
+        trusted = run(enc["numeric_values"])
+        run(bad)  # not looked at
+    finally:
+        cauchy.set_validate_args(True)
+    assert torch.equal(trusted.sequences, checked.sequences)
+    assert torch.equal(trusted.numeric_values, checked.numeric_values)
+
+
+def test_an_error_inside_a_generation_step_leaves_the_switch_on(tiny):
+    """A stopping criterion that raises in the middle of transformers' loop: the error reaches the caller, and
+    the inputs of the next call are checked again."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Fails(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            assert not cauchy.validating()  # inside the loop
+            raise RuntimeError("a stopping criterion failed")
+
+    model, tokenizer = tiny
+    enc = tokenizer(["The price is 12.5 yuan and"])
+    with pytest.raises(RuntimeError, match="a stopping criterion failed"):
+        model.generate(**enc, max_new_tokens=3, stopping_criteria=StoppingCriteriaList([Fails()]))
+    assert cauchy.validating()
+    with pytest.raises(ValueError, match="input_ids must lie in"):
+        model(enc["input_ids"] + model.config.vocab_size)
