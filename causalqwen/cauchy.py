@@ -103,16 +103,12 @@ def validating() -> bool:
     return _validate_args_default if enabled is None else enabled
 
 
-def _check_switch_value(value, name: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-
-
 def set_validate_args(value: bool) -> None:
     """Set the process default of `validating` (like ``torch.distributions.Distribution.set_default_validate_args``).
     A `validation` block still overrides it inside the block."""
     global _validate_args_default
-    _check_switch_value(value, "set_validate_args(value)")
+    if not isinstance(value, bool):
+        raise TypeError(f"set_validate_args(value) must be True or False, got {type(value).__name__} {value!r}")
     _validate_args_default = value
 
 
@@ -121,7 +117,8 @@ def validation(enabled: bool) -> Iterator[None]:
     """Within the block, `validating()` is ``enabled``: ``with cauchy.validation(False): ...`` for a caller that has
     checked the inputs itself. Blocks nest; leaving one restores the value before it, also on an exception. The value
     belongs to the current thread or task (a context variable)."""
-    _check_switch_value(enabled, "validation(enabled)")
+    if not isinstance(enabled, bool):
+        raise TypeError(f"validation(enabled) must be True or False, got {type(enabled).__name__} {enabled!r}")
     token = _VALIDATE_ARGS.set(enabled)
     try:
         yield
