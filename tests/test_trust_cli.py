@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from causalqwen import NumericTokenizer, training
-from causalqwen.app import cli, commands
+from causalqwen import NumericTokenizer
+from causalqwen.app import cli, commands, training_run
 from causalqwen.app import runs
 from causalqwen.files.data import read_jsonl
 from causalqwen.files.rundir import RunDirectory
@@ -289,7 +289,7 @@ def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(qwen_dir, tmp_p
 
 def test_ctrl_c_before_the_first_checkpoint_says_so(qwen_dir, tmp_path, data, capsys, monkeypatch):
     run = tmp_path / "run"
-    forward = training.loss_and_gradients
+    forward = training_run.loss_and_gradients  # the step as the training run looks it up
     calls = []
 
     def interrupt_at_step_2(*args, **kwargs):
@@ -298,7 +298,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_so(qwen_dir, tmp_path, data, ca
             raise KeyboardInterrupt
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(training, "loss_and_gradients", interrupt_at_step_2)
+    monkeypatch.setattr(training_run, "loss_and_gradients", interrupt_at_step_2)
     args = ["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "4", "--batch-size", "2"]
     assert cli.main(args) == 130
     err = capsys.readouterr().err.split("\n")[-3:-1]

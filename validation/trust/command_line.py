@@ -84,14 +84,13 @@ def _interrupted_training():
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from causalqwen import training
-    from causalqwen.app import cli
+    from causalqwen.app import cli, training_run
 
     data = jsonl_file("data.jsonl", b'{"text": "The price is 12.5 yuan."}\n' * 8)
     out = os.path.join(fresh_dir("interrupted"), "run")
     args = ["train", "--base", _saved_tiny_base(), "--data", data, "--out", out, "--steps", "6", "--batch-size", "2",
             "--save-every", "2"]
-    step = training.loss_and_gradients
+    step = training_run.loss_and_gradients  # the step as the training run looks it up
     calls = []
 
     def interrupted_at_step_3(*arguments, **keywords):  # Ctrl-C arrives during the third step
@@ -101,12 +100,12 @@ def _interrupted_training():
         return step(*arguments, **keywords)
 
     err = io.StringIO()
-    training.loss_and_gradients = interrupted_at_step_3
+    training_run.loss_and_gradients = interrupted_at_step_3
     try:
         with redirect_stdout(io.StringIO()), redirect_stderr(err):
             status = cli.main(args)
     finally:
-        training.loss_and_gradients = step
+        training_run.loss_and_gradients = step
     lines = err.getvalue().strip().splitlines()
     checkpoint = os.path.join(out, "checkpoint-2")
     expected = f"causalqwen train: interrupted; the last checkpoint is {checkpoint} (step 2 of 6)"
