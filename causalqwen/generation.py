@@ -174,7 +174,10 @@ def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: s
     if value.shape not in ((causal_size,), (batch, causal_size)):
         raise ValueError(f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}")
     if validating():
-        check_uniform(value) if name == "uniform" else check_noise(value)
+        if name == "uniform":
+            check_uniform(value)
+        else:
+            check_noise(value)
     return value.expand(batch, causal_size)
 
 
