@@ -102,7 +102,7 @@ _MEMORY_SCRIPT = textwrap.dedent("""
     import gc, resource, sys, torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from causalqwen import CausalQwenForCausalLM
-    from causalqwen.training import training_metrics
+    from causalqwen.metrics import training_metrics
     torch.manual_seed(0)
     V, H = 131072, 32
     qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=V, hidden_size=H, intermediate_size=64, num_hidden_layers=1,
