@@ -577,9 +577,8 @@ def test_validation_blocks_nest_and_restore_also_on_an_exception():
             with pytest.raises(ValueError, match="scale must be > 0"):
                 cauchy.sf(0.0, 0.0, 0.0)
         assert cauchy.validating() is False
-        with pytest.raises(RuntimeError, match="raised inside"):
-            with cauchy.validation(True):
-                raise RuntimeError("raised inside")
+        with pytest.raises(RuntimeError, match="raised inside"), cauchy.validation(True):
+            raise RuntimeError("raised inside")
         assert cauchy.validating() is False
     assert cauchy.validating() is True
 
@@ -594,9 +593,8 @@ def test_set_validate_args_sets_the_default_of_every_thread(restore_validate_arg
     thread.join()
     assert seen == [False] and cauchy.validating() is False
     assert cauchy.log_prob(0.0, 0.0, -1.0).isnan().item()  # not looked at: log of a negative scale
-    with cauchy.validation(True):
-        with pytest.raises(ValueError, match="scale must be > 0"):
-            cauchy.log_prob(0.0, 0.0, -1.0)
+    with cauchy.validation(True), pytest.raises(ValueError, match="scale must be > 0"):
+        cauchy.log_prob(0.0, 0.0, -1.0)
     cauchy.set_validate_args(True)
     assert cauchy.validating() is True
 
@@ -627,9 +625,8 @@ def test_a_validation_block_belongs_to_its_own_thread():
 
 @pytest.mark.parametrize("value", [0, 1, None, "False", torch.tensor(False), np.bool_(False)])
 def test_the_switch_takes_only_true_or_false(value, restore_validate_args_default):
-    with pytest.raises(TypeError, match=r"validation\(enabled\) must be True or False"):
-        with cauchy.validation(value):
-            pass
+    with pytest.raises(TypeError, match=r"validation\(enabled\) must be True or False"), cauchy.validation(value):
+        pass
     with pytest.raises(TypeError, match=r"set_validate_args\(value\) must be True or False"):
         cauchy.set_validate_args(value)
     assert cauchy.validating() is True
