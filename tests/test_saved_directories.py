@@ -98,8 +98,9 @@ def part(found: dict, name: str) -> dict:
 
 
 def assert_close(actual, expected, what: str) -> None:
-    np.testing.assert_allclose(np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64),
-                               rtol=RTOL, atol=0, err_msg=what)
+    np.testing.assert_allclose(
+        np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64), rtol=RTOL, atol=0, err_msg=what
+    )
 
 
 def written_at_prompt_resolution(value: float) -> str:
@@ -144,8 +145,11 @@ def test_the_forward_laws_and_the_loss_are_the_recorded_ones(loaded, loader):
     for law, expected in recorded["forward"].items():
         actual = today["forward"][law]
         assert actual["shape"] == expected["shape"], law
-        assert_close(actual["first"] + actual["last"] + [actual["abs_sum"]],
-                     expected["first"] + expected["last"] + [expected["abs_sum"]], law)
+        assert_close(
+            actual["first"] + actual["last"] + [actual["abs_sum"]],
+            expected["first"] + expected["last"] + [expected["abs_sum"]],
+            law,
+        )
         assert abs(actual["sum"] - expected["sum"]) <= RTOL * expected["abs_sum"], law
     assert_close(today["loc_Y"], recorded["loc_Y"], "loc_Y")
     assert_close(today["loss"], recorded["loss"], "loss")
@@ -186,10 +190,22 @@ def test_the_pipeline_writes_the_recorded_text(loaded, loader):
 
 
 def run_fresh(arguments: list[str], work: Path) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(work / "modules"),
-                       TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, "-c", *arguments], check=False, cwd=work, env=environment,
-                          capture_output=True, text=True, timeout=600)
+    environment = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_MODULES_CACHE=str(work / "modules"),
+        TRANSFORMERS_VERBOSITY="error",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return subprocess.run(
+        [sys.executable, "-c", *arguments],
+        check=False,
+        cwd=work,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_a_directory_saved_today_imports_the_top_level_namespace_and_loads_the_same_both_ways(tmp_path):
@@ -201,8 +217,9 @@ def test_a_directory_saved_today_imports_the_top_level_namespace_and_loads_the_s
     tiny.tokenizer.save_pretrained(saved)
     module = ast.parse((saved / "causalqwen_auto.py").read_text(encoding="utf-8"))
     imports = [node for node in ast.walk(module) if isinstance(node, (ast.Import, ast.ImportFrom))]
-    assert imports and all(isinstance(node, ast.ImportFrom) and node.module == "causalqwen" and node.level == 0
-                           for node in imports), ast.unparse(module)
+    assert imports and all(
+        isinstance(node, ast.ImportFrom) and node.module == "causalqwen" and node.level == 0 for node in imports
+    ), ast.unparse(module)
     out = tmp_path / "found.json"
     result = run_fresh([LOAD, str(SAVED / "record.py"), str(saved), str(out)], tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
