@@ -217,18 +217,17 @@ def padded_lists(input_ids: list[list[int]], numeric_values: list[list[float]], 
                  pad_token_id: int | None, padding_side: str = "right") -> dict[str, list]:
     """Rows of ids and values as lists, each padded on ``padding_side`` to ``width`` (None: not padded): padded
     positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens)."""
-    left = padding_side == "left"
-
-    def padded(row: list, fill) -> list:
-        if width is None:
-            return list(row)
-        return [fill] * (width - len(row)) + list(row) if left else list(row) + [fill] * (width - len(row))
-
-    return {
-        "input_ids": [padded(row, pad_token_id) for row in input_ids],
-        "numeric_values": [padded([float(value) for value in row], 0.0) for row in numeric_values],
-        "attention_mask": [padded([1] * len(row), 0) for row in input_ids],
-    }
+    values = [[float(value) for value in row] for row in numeric_values]
+    if width is None:
+        return {"input_ids": [list(row) for row in input_ids], "numeric_values": values,
+                "attention_mask": [[1] * len(row) for row in input_ids]}
+    if padding_side == "left":
+        return {"input_ids": [[pad_token_id] * (width - len(row)) + list(row) for row in input_ids],
+                "numeric_values": [[0.0] * (width - len(row)) + row for row in values],
+                "attention_mask": [[0] * (width - len(row)) + [1] * len(row) for row in input_ids]}
+    return {"input_ids": [list(row) + [pad_token_id] * (width - len(row)) for row in input_ids],
+            "numeric_values": [row + [0.0] * (width - len(row)) for row in values],
+            "attention_mask": [[1] * len(row) + [0] * (width - len(row)) for row in input_ids]}
 
 
 def as_tensor_type(data: dict[str, list], return_tensors: str | None) -> dict:

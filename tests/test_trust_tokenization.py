@@ -359,17 +359,18 @@ def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small
     """Spy on what reaches the wrapped tokenizer: a prefix of at most the budget, 16 * 8 + 64 characters.
     ``small`` is a short text with the same first tokens, encoded whole for the expected ids."""
     prefixes, rust_inputs = [], []
-    encode_between, encode_batch = tokenizer_module.encode_between_numbers, wrapped_tokenizer.encode_batch
+    encode_batch = wrapped_tokenizer.encode_batch
 
-    def spy_between(hf_tokenizer, texts, *args):
-        prefixes.extend(len(t) for t in texts)
-        return encode_between(hf_tokenizer, texts, *args)
+    class SpyPlan(wrapped_tokenizer.EncodingPlan):
+        def __init__(self, hf_tokenizer, texts, *args, **kwargs):
+            prefixes.extend(len(t) for t in texts)
+            super().__init__(hf_tokenizer, texts, *args, **kwargs)
 
     def spy_batch(backend, texts):
         rust_inputs.extend(len(t) for t in texts)
         return encode_batch(backend, texts)
 
-    monkeypatch.setattr(tokenizer_module, "encode_between_numbers", spy_between)
+    monkeypatch.setattr(tokenizer_module, "EncodingPlan", SpyPlan)
     monkeypatch.setattr(wrapped_tokenizer, "encode_batch", spy_batch)
     ids, values = tokenizer.encode(text, max_length=8)
     assert prefixes and max(prefixes) <= 16 * 8 + 64

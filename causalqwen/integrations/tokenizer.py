@@ -25,14 +25,14 @@ from transformers import PreTrainedTokenizerBase
 from ..checks.tokenizer_door import (batch_rows, check_call_arguments, check_decode_arguments, check_flags,
                                      check_length, check_max_length, check_prompt_length, check_text, is_batch,
                                      is_empty, kept_positions)
-from ..numbers import NumberMatch, find_numbers
+from ..numbers import NumberMatch, find_numbers, find_numbers_in
 from ..tokenization import (CHUNK_CHARACTERS, RETURN_TENSORS, UNSAFE_CUT_MARGIN, EncodedRow, as_tensor_type,
                             bounded_prefix, chunks_of, decoded_pieces, encoded_row, first_tokens, padded_lists,
                             texts_to_encode)
 from ..writing import check_resolution, decoded_spaces, join_at_split, join_spaced
 from .numeric_encoding import TENSORS_FOR_A_BATCH, NumberTextsSeen, NumericEncoding
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import EncodingPlan, add_num_token, decode_run, encode_between_numbers
+from .wrapped_tokenizer import EncodingPlan, add_num_token, decode_run
 
 __all__ = ["NumericTokenizer"]
 
@@ -177,6 +177,8 @@ class NumericTokenizer(TokenizerMixin):
         """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens
         (`causalqwen.tokenization.bounded_prefix`, grown while a prefix gives too few)."""
         if max_length is None:
+            if sum(map(len, texts)) < CHUNK_CHARACTERS:  # a small batch: one call of the wrapped tokenizer
+                return self._encode_whole(texts, find_numbers_in(texts))
             return self._encode_chunks(texts, None)
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
         plans: list[tuple[int, list[NumberMatch], bool]] = []
@@ -227,9 +229,12 @@ class NumericTokenizer(TokenizerMixin):
         return rows
 
     def _encode_whole(self, texts: list[str], found: list[list[NumberMatch]]) -> list[EncodedRow]:
-        """Encode every text, given its numbers: the text between them by the wrapped tokenizer."""
-        id_rows = encode_between_numbers(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
-        return self._rows(id_rows, found)
+        """Encode every text, given its numbers: the text between them by the wrapped tokenizer, in one call
+        (`EncodingPlan`), and each number's value at its ``<NUM>`` (`causalqwen.tokenization.encoded_row`)."""
+        plan = EncodingPlan(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
+        id_rows = plan.id_rows(plan.encode())
+        return [encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
+                for ids, numbers_found in zip(id_rows, found)]
 
     def _rows(self, id_rows: list[list[int]], found: list[list[NumberMatch]]) -> list[EncodedRow]:
         """The row of each text from its ids and numbers (`causalqwen.tokenization.encoded_row`)."""

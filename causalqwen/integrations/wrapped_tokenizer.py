@@ -2,7 +2,7 @@
 
 `NumericTokenizer` leaves the text between numbers to a transformers tokenizer (Qwen2's). It asks three
 things of it: to hold ``<NUM>`` as a special added token (`add_num_token`), to encode the runs of text
-between numbers with its special-token matching off (`encode_between_numbers`), and to decode a run of
+between numbers with its special-token matching off (`EncodingPlan`), and to decode a run of
 ordinary ids (`decode_run`). Encoding has a reference path and two fast ones that give the same ids:
 
 * `encode_by_runs`, the reference: every run between numbers encoded on its own, ``<NUM>`` put between;
@@ -28,7 +28,7 @@ from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
 from ..numbers import NumberMatch
 from ..tokenization import ids_between_numbers, runs_between
 
-__all__ = ["add_num_token", "encode_between_numbers", "EncodingPlan", "encode_batch", "encode_by_runs", "decode_run"]
+__all__ = ["add_num_token", "EncodingPlan", "encode_batch", "encode_by_runs", "decode_run"]
 
 
 def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
@@ -55,14 +55,6 @@ def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
             f"tokens; expected id {size_before} and {size_before + 1} tokens"
         )
     return num_token_id
-
-
-def encode_between_numbers(hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
-                           num_token: str, num_token_id: int) -> list[list[int]]:
-    """The ids of every text, given its numbers: the runs between them encoded by ``hf_tokenizer`` and
-    ``num_token_id`` at each number (`EncodingPlan`)."""
-    plan = EncodingPlan(hf_tokenizer, texts, found, num_token, num_token_id)
-    return plan.id_rows(plan.encode())
 
 
 class EncodingPlan:
