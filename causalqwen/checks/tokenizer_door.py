@@ -17,9 +17,22 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-__all__ = ["MAX_TEXT_CHARS", "NUM_TOKEN_FIX", "num_token_clash", "check_text", "check_length", "check_max_length",
-           "check_call_arguments", "check_flags", "check_decode_arguments", "check_prompt_length", "is_batch",
-           "is_empty", "batch_rows", "kept_positions"]
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "NUM_TOKEN_FIX",
+    "num_token_clash",
+    "check_text",
+    "check_length",
+    "check_max_length",
+    "check_call_arguments",
+    "check_flags",
+    "check_decode_arguments",
+    "check_prompt_length",
+    "is_batch",
+    "is_empty",
+    "batch_rows",
+    "kept_positions",
+]
 
 # The longest text `encode` takes whole. The Rust tokenizer needs about 100 bytes of memory per character
 # and aborts the process when it cannot get them, so longer texts are refused before they reach it
@@ -36,8 +49,9 @@ def num_token_clash(hf_tokenizer, num_token: str) -> str | None:
     of a chat template) and an ordinary token are each another token: numbers would encode as it."""
     vocab_id = hf_tokenizer.get_vocab().get(num_token)
     id_text = f" (id {vocab_id})" if vocab_id is not None else ""
-    roles = [role for role, token in hf_tokenizer.special_tokens_map.items()
-             if role != "num_token" and token == num_token]
+    roles = [
+        role for role, token in hf_tokenizer.special_tokens_map.items() if role != "num_token" and token == num_token
+    ]
     if roles:
         named = roles[0] if len(roles) == 1 else ", ".join(roles[:-1]) + " and " + roles[-1]
         return f"the wrapped tokenizer's {named}{id_text}"
@@ -54,8 +68,9 @@ def num_token_clash(hf_tokenizer, num_token: str) -> str | None:
     return None
 
 
-NUM_TOKEN_FIX = ("choose a token the tokenizer does not have; NumericTokenizer adds it as a special token (the "
-                 "default '<NUM>')")
+NUM_TOKEN_FIX = (
+    "choose a token the tokenizer does not have; NumericTokenizer adds it as a special token (the default '<NUM>')"
+)
 
 
 def check_text(text) -> None:
@@ -107,12 +122,18 @@ def check_call_arguments(texts, padding, max_length, padding_side, truncation) -
         raise ValueError("texts is an empty list; give at least one text")
     if isinstance(padding, str) and padding == "do_not_pad":
         padding = False
-    padding_is_valid = padding is True or padding is False or (
-        isinstance(padding, str) and padding in ("longest", "max_length")
+    padding_is_valid = (
+        padding is True or padding is False or (isinstance(padding, str) and padding in ("longest", "max_length"))
     )
     if not padding_is_valid:
-        pair = (" (the second positional argument is padding: text pairs, transformers' text_pair, are not "
-                "supported; join the two texts or encode each alone)") if isinstance(padding, (str, list)) else ""
+        pair = (
+            (
+                " (the second positional argument is padding: text pairs, transformers' text_pair, are not "
+                "supported; join the two texts or encode each alone)"
+            )
+            if isinstance(padding, (str, list))
+            else ""
+        )
         raise ValueError(
             f"padding must be one of True, False, 'longest', 'max_length', 'do_not_pad'; got {padding!r}{pair}"
         )
@@ -148,21 +169,26 @@ def check_flags(hf_tokenizer, return_attention_mask, add_special_tokens) -> None
     if add_special_tokens is not None and not isinstance(add_special_tokens, bool):
         raise TypeError(f"add_special_tokens must be a bool, got {type(add_special_tokens).__name__}")
     if add_special_tokens and list(hf_tokenizer("a", add_special_tokens=True)["input_ids"]) != list(
-            hf_tokenizer("a", add_special_tokens=False)["input_ids"]):
+        hf_tokenizer("a", add_special_tokens=False)["input_ids"]
+    ):
         raise ValueError(
             "add_special_tokens=True: the wrapped tokenizer adds special tokens, which a NumericTokenizer never does; "
             "pass add_special_tokens=False and put them in as ids"
         )
 
 
-def check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts, *,
-                           size: int) -> tuple[list[int], list[float], list[str]]:
+def check_decode_arguments(
+    input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts, *, size: int
+) -> tuple[list[int], list[float], list[str]]:
     """``decode``'s door: the ids, values and surface texts as lists, or an error naming the argument; ``size``
     is the tokenizer's number of tokens (an id at or beyond it is one of a model's reserved rows)."""
     if isinstance(input_ids, numbers.Integral) and not isinstance(input_ids, bool):  # one id, as transformers takes
         input_ids = [input_ids]
-        numeric_values = numeric_values if numeric_values is None or not isinstance(numeric_values, numbers.Real) \
+        numeric_values = (
+            numeric_values
+            if numeric_values is None or not isinstance(numeric_values, numbers.Real)
             else [numeric_values]
+        )
     ids = _as_id_list(input_ids, "input_ids")
     values = [0.0] * len(ids) if numeric_values is None else _as_value_list(numeric_values, "numeric_values")
     if len(ids) != len(values):
@@ -191,8 +217,11 @@ def check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_o
 
 def check_prompt_length(prompt_length, length: int) -> int:
     """``decode_continuation``'s ``prompt_length``: an int from 0 to ``length``."""
-    if isinstance(prompt_length, bool) or not isinstance(prompt_length, numbers.Integral) \
-            or not 0 <= prompt_length <= length:
+    if (
+        isinstance(prompt_length, bool)
+        or not isinstance(prompt_length, numbers.Integral)
+        or not 0 <= prompt_length <= length
+    ):
         raise ValueError(f"prompt_length must be an int from 0 to len(input_ids)={length}, got {prompt_length!r}")
     return int(prompt_length)
 
@@ -234,7 +263,8 @@ def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:
     if not len(id_rows) == len(value_rows) == len(mask_rows):
         raise ValueError(
             f"input_ids has {len(id_rows)} rows but numeric_values has {len(value_rows)}"
-            + (f" and attention_mask {len(mask_rows)}" if mask is not None else "") + "; they must match"
+            + (f" and attention_mask {len(mask_rows)}" if mask is not None else "")
+            + "; they must match"
         )
     return list(zip(id_rows, value_rows, mask_rows, text_rows))
 

@@ -94,6 +94,7 @@ class NumberTextsSeen:
     def row_digest(input_ids, numeric_values) -> bytes:
         """A digest of a row's ids and values (lists, CPU tensors or arrays of one row)."""
         ids = np.asarray(input_ids.cpu() if isinstance(input_ids, torch.Tensor) else input_ids, dtype=np.int64)
-        values = np.asarray(numeric_values.cpu() if isinstance(numeric_values, torch.Tensor) else numeric_values,
-                            dtype=np.float32)
+        values = np.asarray(
+            numeric_values.cpu() if isinstance(numeric_values, torch.Tensor) else numeric_values, dtype=np.float32
+        )
         return hashlib.blake2b(ids.tobytes() + b"|" + values.tobytes(), digest_size=16).digest()

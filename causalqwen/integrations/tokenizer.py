@@ -10,34 +10,42 @@ and says so: tensors (``"pt"``) and padding for a list of texts, left padding, `
 
 The encoding and decoding algorithms are the section's (`causalqwen.tokenization`). Around them: the checks of
 every argument (`causalqwen.checks.tokenizer_door`), what is asked of the wrapped tokenizer
-(`causalqwen.integrations.wrapped_tokenizer`), loading, saving and the attributes transformers reads
-(`causalqwen.integrations.tokenizer_mixin`), and the batch it returns (`causalqwen.integrations.numeric_encoding`).
+(`causalqwen.integrations.wrapped_tokenizer`), decoding (`causalqwen.integrations.tokenizer_decoding`), loading,
+saving and the attributes transformers reads (`causalqwen.integrations.tokenizer_mixin`), and the batch it returns
+(`causalqwen.integrations.numeric_encoding`).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from transformers import PreTrainedTokenizerBase
 
-from ..checks.tokenizer_door import (batch_rows, check_call_arguments, check_decode_arguments, check_flags,
-                                     check_length, check_max_length, check_prompt_length, check_text, is_batch,
-                                     is_empty, kept_positions)
+from ..checks.tokenizer_door import check_call_arguments, check_flags, check_length, check_max_length, check_text
 from ..numbers import NumberMatch, find_numbers, find_numbers_in
-from ..tokenization import (CHUNK_CHARACTERS, RETURN_TENSORS, UNSAFE_CUT_MARGIN, EncodedRow, as_tensor_type,
-                            bounded_prefix, chunks_of, decoded_pieces, encoded_row, first_tokens, padded_lists,
-                            texts_to_encode)
-from ..writing import check_resolution, decoded_spaces, join_at_split, join_spaced
+from ..tokenization import (
+    CHUNK_CHARACTERS,
+    RETURN_TENSORS,
+    UNSAFE_CUT_MARGIN,
+    EncodedRow,
+    as_tensor_type,
+    bounded_prefix,
+    chunks_of,
+    encoded_row,
+    first_tokens,
+    padded_lists,
+    texts_to_encode,
+)
 from .numeric_encoding import TENSORS_FOR_A_BATCH, NumberTextsSeen, NumericEncoding
+from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import EncodingPlan, add_num_token, decode_run
+from .wrapped_tokenizer import EncodingPlan, add_num_token
 
 __all__ = ["NumericTokenizer"]
 
 
-class NumericTokenizer(TokenizerMixin):
+class NumericTokenizer(DecodingMixin, TokenizerMixin):
     """Wrap a Hugging Face tokenizer so that every number becomes one ``<NUM>`` token and a value.
 
     Args:
@@ -117,8 +125,10 @@ class NumericTokenizer(TokenizerMixin):
         return len(self._hf_tokenizer)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({type(self._hf_tokenizer).__name__}, num_token={self._num_token!r}, "
-                f"num_token_id={self._num_token_id}, size={len(self)})")
+        return (
+            f"{type(self).__name__}({type(self._hf_tokenizer).__name__}, num_token={self._num_token!r}, "
+            f"num_token_id={self._num_token_id}, size={len(self)})"
+        )
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -216,8 +226,9 @@ class NumericTokenizer(TokenizerMixin):
                 ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
                 for chunk in chunks:
                     encoded, found = texts_to_encode(chunk, budget, plans)
-                    plan = EncodingPlan(self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id,
-                                        ids_of_runs=ids_of_runs)
+                    plan = EncodingPlan(
+                        self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id, ids_of_runs=ids_of_runs
+                    )
                     ids = encoder.submit(plan.encode)
                     if before is not None:
                         rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
@@ -233,13 +244,17 @@ class NumericTokenizer(TokenizerMixin):
         (`EncodingPlan`), and each number's value at its ``<NUM>`` (`causalqwen.tokenization.encoded_row`)."""
         plan = EncodingPlan(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
         id_rows = plan.id_rows(plan.encode())
-        return [encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
-                for ids, numbers_found in zip(id_rows, found)]
+        return [
+            encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
+            for ids, numbers_found in zip(id_rows, found)
+        ]
 
     def _rows(self, id_rows: list[list[int]], found: list[list[NumberMatch]]) -> list[EncodedRow]:
         """The row of each text from its ids and numbers (`causalqwen.tokenization.encoded_row`)."""
-        return [encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
-                for ids, numbers_found in zip(id_rows, found)]
+        return [
+            encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
+            for ids, numbers_found in zip(id_rows, found)
+        ]
 
     def __call__(
         self,
@@ -302,8 +317,9 @@ class NumericTokenizer(TokenizerMixin):
         if not return_attention_mask:
             del encoding["attention_mask"]
         if len(rows) == 1:  # a text encoded alone (a prompt): how its numbers were written, for a streamer
-            self._number_texts_seen.remember(encoding["input_ids"][0], encoding["numeric_values"][0],
-                                             encoding.number_texts[0])
+            self._number_texts_seen.remember(
+                encoding["input_ids"][0], encoding["numeric_values"][0], encoding.number_texts[0]
+            )
         if one_text and return_tensors is None:  # one text as lists: its row, flat
             return NumericEncoding({key: rows[0] for key, rows in encoding.items()}, encoding.number_texts[0])
         return encoding
@@ -314,8 +330,10 @@ class NumericTokenizer(TokenizerMixin):
         lengths = [len(row.input_ids) for row in rows]
         if padding is False:
             if len(set(lengths)) > 1 and return_tensors is not None:
-                raise ValueError(f"padding=False needs texts of equal token length, got lengths {lengths} (or pass "
-                                 "return_tensors=None for lists of different lengths)")
+                raise ValueError(
+                    f"padding=False needs texts of equal token length, got lengths {lengths} (or pass "
+                    "return_tensors=None for lists of different lengths)"
+                )
             width = None
         elif padding == "max_length":
             width = max_length
@@ -328,158 +346,7 @@ class NumericTokenizer(TokenizerMixin):
                 "the wrapped tokenizer has no pad token; set tokenizer.pad_token (for example to tokenizer.eos_token) "
                 "before padding a batch"
             )
-        data = padded_lists([row.input_ids for row in rows], [row.numeric_values for row in rows], width,
-                            pad_token_id, padding_side)
+        data = padded_lists(
+            [row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_token_id, padding_side
+        )
         return NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
-
-    # -- decoding ----------------------------------------------------------------------------
-
-    def decode(
-        self,
-        input_ids,
-        numeric_values=None,
-        skip_special_tokens: bool = True,
-        out_of_vocab: str = "raise",
-        *,
-        number_texts=None,
-        number_resolution=None,
-    ) -> str | list[str]:
-        """Turn ``(input_ids, numeric_values)`` back into text; a batch ``[B, S]`` into one text per row, as
-        transformers' ``decode`` does (`batch_decode`).
-
-        The k-th ``<NUM>`` is written as ``number_texts[k]`` when given (the surface text `encode`
-        returns with ``return_number_texts=True``); every further ``<NUM>`` (one the model generated) is
-        written as `format_number` of its value, with a space before it, or around it, wherever it
-        would otherwise run into its neighbours and read back as a different number (two adjacent
-        numbers, a letter or a ``-`` before it, ...). The numbers as written keep their place: where what
-        follows the last of them would run into one (the digit tokens ``7 7`` after ``"The total is 5"``),
-        the space goes right after that number (``"The total is 5 77"``); `decode_continuation` splits the
-        text there. The runs of other ids are decoded by the wrapped tokenizer; ``skip_special_tokens``
-        applies to those runs (pad, eos, ...). Values at positions that are not ``<NUM>`` are not used.
-
-        Args:
-            input_ids: a list of ints or a 1-D integer tensor/array (one text); or a 2-D tensor/array or a list of
-                rows (a batch: the list of the rows' texts, each row as `batch_decode` decodes it).
-            numeric_values: a list of numbers or a 1-D tensor/array of the same length (for a batch, of the same
-                shape); None (plain ids, as
-                transformers' ``decode(ids)``) writes each ``<NUM>`` as the literal ``num_token`` (``"<NUM>"``),
-                never as a number: the values are not in the ids. ``model.generate(...,
-                return_dict_in_generate=True)`` returns them: ``decode(out.sequences[0], out.numeric_values[0])``.
-            skip_special_tokens: drop special tokens other than ``<NUM>`` from the text.
-            out_of_vocab: what to do with an id at or beyond ``len(self)`` -- one of the model's
-                reserved rows, which an untrained model can predict: ``"raise"`` (default) or
-                ``"mark"``, which writes it as ``<unk:ID>``.
-            number_texts: the surface texts of the first ``<NUM>`` positions, a list of str; each must
-                read as the value at its position (for a batch, one such list per row).
-            number_resolution: how a generated number is written (`causalqwen.writing`): None, its shortest
-                float32 text (``2.5007427``); a power of ten, the value rounded to it in the text only (``0.01``:
-                ``2.50``); ``"prompt"``, the finest of the ``number_texts``' finest resolution, the unit and three
-                significant digits of the value (`causalqwen.writing.resolution_for`: ``2.50``).
-
-        Raises:
-            TypeError: wrong element types.
-            ValueError: the lengths differ, an id is negative or (with ``out_of_vocab="raise"``)
-                at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, or ``number_texts`` has
-                more texts than there are ``<NUM>`` or a text that does not read as its value.
-        """
-        if numeric_values is None and number_texts is not None:
-            raise TypeError("number_texts needs numeric_values: pass the values beside the ids")
-        if is_batch(input_ids):
-            if numeric_values is not None and not is_batch(numeric_values):
-                raise ValueError(f"input_ids is a batch of {len(input_ids)} rows but numeric_values is not: pass one "
-                                 "row of values per row of ids (the same shape), or decode one row")
-            return self.batch_decode(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
-                                     number_texts=number_texts, number_resolution=number_resolution)
-        ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
-                                                       number_texts, size=len(self))
-        pieces, _ = self._pieces(ids, values if numeric_values is not None else None, surfaces, skip_special_tokens,
-                                 split=len(ids), resolution=number_resolution)
-        return join_spaced(pieces, decoded_spaces(pieces))[0]
-
-    def decode_continuation(
-        self,
-        input_ids,
-        numeric_values,
-        prompt_length: int,
-        skip_special_tokens: bool = True,
-        out_of_vocab: str = "raise",
-        *,
-        number_texts=None,
-        number_resolution=None,
-    ) -> tuple[str, str]:
-        """Decode a prompt and what was generated after it: ``(prompt, continuation)``.
-
-        ``prompt`` is the text of the first ``prompt_length`` ids alone, exactly as `decode` writes them
-        (with ``number_texts``, the prompt's numbers as they were written); ``continuation`` is the text of
-        the rest. Wherever the continuation would run into the prompt -- a digit or a number right after the
-        prompt's last number, or a ``-`` that would make its runs one identifier -- the separating space
-        goes at the start of the continuation, never into the prompt; numbers of the continuation get their
-        spaces as in `decode`. So ``prompt + continuation`` reads back every number as its value, and
-        ``prompt_text + continuation`` continues the text a user gave.
-
-        The arguments are those of `decode`, plus ``prompt_length`` (0 to ``len(input_ids)``).
-        """
-        ids, values, surfaces = check_decode_arguments(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
-                                                       number_texts, size=len(self))
-        prompt_length = check_prompt_length(prompt_length, len(ids))
-        pieces, split = self._pieces(ids, values, surfaces, skip_special_tokens, split=prompt_length,
-                                     resolution=number_resolution)
-        return join_at_split(pieces, split)
-
-    def _pieces(self, ids: list[int], values: list[float] | None, surfaces: list[str], skip_special_tokens: bool, *,
-                split: int, resolution) -> tuple[list[tuple[str, str]], int]:
-        """The pieces of a checked row (`causalqwen.tokenization.decoded_pieces`), its runs of ordinary ids decoded
-        by the wrapped tokenizer, its generated numbers written at ``resolution`` (checked here)."""
-        resolution = check_resolution(resolution)
-
-        def decode_text(run: list[int]) -> str:
-            return decode_run(self._hf_tokenizer, run, skip_special_tokens)
-
-        return decoded_pieces(ids, values, surfaces, num_token_id=self._num_token_id, num_token=self._num_token,
-                              size=len(self), decode_run=decode_text, split=split, resolution=resolution)
-
-    def batch_decode(
-        self,
-        input_ids,
-        numeric_values=None,
-        skip_special_tokens: bool = True,
-        out_of_vocab: str = "raise",
-        *,
-        number_texts=None,
-        number_resolution=None,
-    ) -> list[str]:
-        """Decode each row with `decode`.
-
-        Either the whole encoding, ``batch_decode(tokenizer(texts)) == texts``, or the output of
-        `causalqwen.generate` (its ``attention_mask`` drops the padding, its prompts' numbers take
-        their surface texts from ``number_texts=encoding.number_texts``), or ``input_ids`` [B, S] and
-        ``numeric_values`` [B, S] as tensors, arrays or lists of rows. ``number_texts[b]`` lists the
-        surface texts of the first ``<NUM>`` of row b (see `decode`). ``input_ids`` alone (plain ids, as a
-        ``model.generate`` without ``return_dict_in_generate=True`` returns them) writes each ``<NUM>`` as the
-        literal ``num_token``: the values are not in the ids (see `decode`). One row (a 1-D tensor, a list of ints,
-        or the encoding of one text as lists, ``tokenizer("one text")``) gives a list of one text, as transformers'
-        ``batch_decode`` gives it.
-        """
-        if isinstance(input_ids, Mapping) and numeric_values is None:
-            key = "input_ids" if "input_ids" in input_ids else "sequences"
-            if key in input_ids and not is_batch(input_ids[key]):  # the encoding of one text: its row, flat
-                encoding = input_ids
-                number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
-                input_ids = {name: [row] for name, row in encoding.items()}
-                number_texts = None if number_texts is None else [number_texts]
-        elif not isinstance(input_ids, Mapping) and not is_batch(input_ids) and not is_empty(input_ids):
-            return [self.decode(input_ids, numeric_values, skip_special_tokens, out_of_vocab,
-                                number_texts=number_texts, number_resolution=number_resolution)]
-        if isinstance(number_texts, (list, tuple)) and any(isinstance(texts, str) for texts in number_texts):
-            raise TypeError("number_texts of a batch holds one list of str per row (for one row: [['12.50', ...]]), "
-                            f"got a str in {number_texts!r:.80}")
-        texts = []
-        for row, (ids, values, keep, surfaces) in enumerate(batch_rows(input_ids, numeric_values, number_texts)):
-            try:
-                if keep is not None:
-                    ids, values = kept_positions(ids, values, keep)
-                texts.append(self.decode(ids, values, skip_special_tokens, out_of_vocab, number_texts=surfaces,
-                                         number_resolution=number_resolution))
-            except ValueError as error:
-                raise ValueError(f"row {row}: {error}") from None
-        return texts

@@ -22,9 +22,6 @@ from transformers import AutoTokenizer
 from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
 from ..files.checkpoint import check_local_source
 from ..files.rundir import check_write_targets
-from .chat_template import apply_chat_template
-from .collator import NumericDataCollator
-from .numeric_encoding import NumericEncoding
 from .auto import (
     AUTO_MODULE,
     TOKENIZER_AUTO_MAP,
@@ -32,6 +29,9 @@ from .auto import (
     update_json,
     write_auto_module,
 )
+from .chat_template import apply_chat_template
+from .collator import NumericDataCollator
+from .numeric_encoding import NumericEncoding
 
 __all__ = ["TokenizerMixin"]
 
@@ -67,10 +67,15 @@ class TokenizerMixin:
             num_token = str(recorded)
             clash = num_token_clash(hf_tokenizer, num_token)
             if clash is not None:
-                config_file = os.path.join(where, "tokenizer_config.json") if os.path.isdir(where) else (
-                    f"tokenizer_config.json of {where}")
-                raise ValueError(f"{config_file!r} names num_token {num_token!r}, which is {clash}: numbers would "
-                                 f"encode as that token; {NUM_TOKEN_FIX}, and write it there")
+                config_file = (
+                    os.path.join(where, "tokenizer_config.json")
+                    if os.path.isdir(where)
+                    else (f"tokenizer_config.json of {where}")
+                )
+                raise ValueError(
+                    f"{config_file!r} names num_token {num_token!r}, which is {clash}: numbers would "
+                    f"encode as that token; {NUM_TOKEN_FIX}, and write it there"
+                )
         num_token = "<NUM>" if num_token is None else num_token  # a num_token argument is checked by the constructor
         padding_side = hf_tokenizer.init_kwargs.get("padding_side") or "left"  # recorded by save_pretrained
         return cls(hf_tokenizer, num_token=num_token, padding_side=padding_side)
@@ -95,8 +100,10 @@ class TokenizerMixin:
         config_file = next((file for file in files if os.path.basename(file) == "tokenizer_config.json"), None)
         if config_file is None:
             raise RuntimeError(f"the wrapped tokenizer wrote no tokenizer_config.json to {os.fspath(path)!r}")
-        update_json(config_file, {"num_token": self.num_token, "padding_side": self.padding_side,
-                                  "auto_map": dict(TOKENIZER_AUTO_MAP)})
+        update_json(
+            config_file,
+            {"num_token": self.num_token, "padding_side": self.padding_side, "auto_map": dict(TOKENIZER_AUTO_MAP)},
+        )
         write_auto_module(path)
         return tuple(files) + (os.path.join(path, AUTO_MODULE + ".py"),)
 
@@ -105,16 +112,24 @@ class TokenizerMixin:
         """What ``AutoTokenizer`` calls on a class it loaded from a directory's ``auto_map``. The directory
         already names this class (`save_pretrained`), so there is nothing to record."""
 
-    def apply_chat_template(self, conversation, add_generation_prompt: bool = False, tokenize: bool = True,
-                            **kwargs):
+    def apply_chat_template(self, conversation, add_generation_prompt: bool = False, tokenize: bool = True, **kwargs):
         """The wrapped tokenizer's chat template, then numbers as ``<NUM>`` and values: a `NumericEncoding` whose
         template special tokens (``<|im_start|>``, ...) keep their special ids, or with ``tokenize=False`` the
         rendered text (`causalqwen.integrations.chat_template.apply_chat_template`)."""
         return apply_chat_template(self, conversation, add_generation_prompt, tokenize, **kwargs)
 
-    def pad(self, encoded_inputs, padding: bool | str = True, max_length: int | None = None, *,
-            pad_to_multiple_of: int | None = None, return_tensors: str | None = None, padding_side: str | None = None,
-            return_attention_mask: bool | None = None, verbose: bool = True):
+    def pad(
+        self,
+        encoded_inputs,
+        padding: bool | str = True,
+        max_length: int | None = None,
+        *,
+        pad_to_multiple_of: int | None = None,
+        return_tensors: str | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        verbose: bool = True,
+    ):
         """Pad features as transformers' ``tokenizer.pad`` does, ``numeric_values`` (with 0.0) beside the ids, so that
         the stock ``DataCollatorWithPadding(tokenizer)`` pads numbers too: a list of dicts (or a dict of lists) with
         ``input_ids`` and ``numeric_values`` (``attention_mask``, ``labels`` -- padded with -100 -- and
@@ -128,9 +143,13 @@ class TokenizerMixin:
             raise ValueError(f"pad needs padding=True, 'longest' or 'max_length', got {padding!r}")
         if padding == "max_length" and max_length is None:
             raise ValueError("padding='max_length' needs max_length")
-        collator = NumericDataCollator(self, padding_side=padding_side or self.padding_side,
-                                       pad_to_multiple_of=pad_to_multiple_of, return_tensors=return_tensors,
-                                       max_length=max_length if padding == "max_length" else None)
+        collator = NumericDataCollator(
+            self,
+            padding_side=padding_side or self.padding_side,
+            pad_to_multiple_of=pad_to_multiple_of,
+            return_tensors=return_tensors,
+            max_length=max_length if padding == "max_length" else None,
+        )
         batch = collator(encoded_inputs)
         if return_attention_mask is False:
             del batch["attention_mask"]

@@ -72,15 +72,24 @@ class EncodingPlan:
       where the Rust tokenizer would otherwise spend most of its time on ``<NUM>`` after ``<NUM>``.
     """
 
-    def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, texts: list[str], found: list[list[NumberMatch]],
-                 num_token: str, num_token_id: int, *, ids_of_runs: dict[str, list[int] | None] | None = None):
+    def __init__(
+        self,
+        hf_tokenizer: PreTrainedTokenizerBase,
+        texts: list[str],
+        found: list[list[NumberMatch]],
+        num_token: str,
+        num_token_id: int,
+        *,
+        ids_of_runs: dict[str, list[int] | None] | None = None,
+    ):
         self.hf_tokenizer, self.num_token_id = hf_tokenizer, num_token_id
         self.ids_of_runs = {} if ids_of_runs is None else ids_of_runs
         self.runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
         self.backend = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
         if self.backend is not None:
-            special_text = _any_of(tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values()
-                                         if token.special))
+            special_text = _any_of(
+                tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values() if token.special)
+            )
             plain = [special_text.search(text) is None for text in texts]
         else:
             plain = [False] * len(texts)
@@ -88,8 +97,11 @@ class EncodingPlan:
         self.slow = [index for index, ok in enumerate(plain) if not ok]
         quick_runs = [self.runs_per_text[index] for index in self.quick]
         runs_count = sum(len(runs) for runs in quick_runs)
-        new_runs = [run for run in dict.fromkeys(run for runs in quick_runs for run in runs if run)
-                    if run not in self.ids_of_runs]
+        new_runs = [
+            run
+            for run in dict.fromkeys(run for runs in quick_runs for run in runs if run)
+            if run not in self.ids_of_runs
+        ]
         self.by_runs = 2 * len(new_runs) <= runs_count
         if self.by_runs:
             self.rust_texts = new_runs
@@ -100,8 +112,11 @@ class EncodingPlan:
     def encode(self) -> tuple[list[list[int]], list[list[int]]]:
         """The ids of `rust_texts` (`encode_batch`) and the rows of the texts that take the reference path."""
         rust_ids = encode_batch(self.backend, self.rust_texts) if self.rust_texts else []
-        slow_ids = (encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow],
-                                   self.num_token_id) if self.slow else [])
+        slow_ids = (
+            encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow], self.num_token_id)
+            if self.slow
+            else []
+        )
         return rust_ids, slow_ids
 
     def id_rows(self, encoded: tuple[list[list[int]], list[list[int]]]) -> list[list[int]]:
@@ -112,8 +127,10 @@ class EncodingPlan:
         if self.by_runs:
             ids_of = self.ids_of_runs
             ids_of.update(zip(self.rust_texts, rust_ids))
-            rust_ids = [ids_between_numbers(runs, [ids_of[run] for run in runs if run], self.num_token_id)
-                        for runs in (self.runs_per_text[index] for index in self.quick)]
+            rust_ids = [
+                ids_between_numbers(runs, [ids_of[run] for run in runs if run], self.num_token_id)
+                for runs in (self.runs_per_text[index] for index in self.quick)
+            ]
         for index, ids in zip(self.quick, rust_ids):
             id_rows[index] = ids
         for index, ids in zip(self.slow, slow_ids):
@@ -151,8 +168,9 @@ def encode_batch(backend, texts: list[str]) -> list[list[int]]:
 _ONE_BY_ONE = 4  # encode_batch encodes at most this many texts one by one
 
 
-def encode_by_runs(hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[list[str]],
-                   num_token_id: int) -> list[list[int]]:
+def encode_by_runs(
+    hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[list[str]], num_token_id: int
+) -> list[list[int]]:
     """The reference path: the text runs between numbers of every text encoded in one call, special-token
     matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text), then ``<NUM>`` ids put between them."""
     flat = [run for runs in runs_per_text for run in runs if run]
