@@ -72,7 +72,7 @@ MOVED_NAMES = {
     },
     "causalqwen.tokenization": {
         "NumericTokenizer": "causalqwen.integrations.tokenizer",
-        "NumericEncoding": "causalqwen.integrations.tokenizer",
+        "NumericEncoding": "causalqwen.integrations.numeric_encoding",
     },
 }
 
