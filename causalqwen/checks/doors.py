@@ -4,7 +4,7 @@ Shape and type checks cost nothing and run at once (a meta tensor, which has no 
 them). Checks of the *data* (token ids in range, values finite and representable in float32 -- neither
 beyond it nor so small that float32 makes them 0 --, a value only beside ``<NUM>``, a 0/1 mask, positions
 in ``[0, max_position_embeddings)``, labels in range, a value for every ``<NUM>`` target, a finite
-threshold) each need a value from the device; they are collected (`_Deferred`) and brought to the host
+threshold) each need a value from the device; they are collected (`Required`) and brought to the host
 in one transfer, together with whether the mask is all ones (then Qwen2 gets no mask; otherwise its masks are
 built without its own look at the padding, `causalqwen.modeling.CausalQwenModel.law_of_U`: either way Qwen2
 makes no host synchronisation of its own). Only when that transfer reports a failure is the culprit looked up, so an error still names
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..cauchy import validating
-from .values import all_good, first_index
+from .values import first_index
 
 __all__ = ["check_forward", "check_keywords", "refuse_meta", "open_door", "position_ids_from_mask",
            "PASSED_TO_QWEN2"]
@@ -34,23 +34,9 @@ __all__ = ["check_forward", "check_keywords", "refuse_meta", "open_door", "posit
 PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
 
 
-class _Deferred:
-    """Data-dependent checks, gathered and then settled with one device-to-host transfer."""
-
-    def __init__(self):
-        self._checks: list[tuple[Tensor, Callable[[], Exception]]] = []
-
-    def require(self, ok: Tensor, error: Callable[[], Exception]) -> None:
-        """``ok`` (a bool tensor) must be all True; otherwise ``error()`` is raised (it may look up the culprit)."""
-        self._checks.append((ok, error))
-
-    def settle(self, *observed: Tensor) -> list[bool]:
-        """Raise the first failed check's error, in the order they were required; return ``observed``'s flags."""
-        flags = all_good([ok for ok, _ in self._checks] + list(observed))
-        for flag, (_, error) in zip(flags, self._checks):
-            if not flag:
-                raise error()
-        return flags[len(self._checks):]
+# A check of the data: a bool tensor that must be all True, and the error (which may look up the culprit) raised
+# when it is not. A forward's checks are gathered in a list and settled with one device-to-host transfer.
+Required = list[tuple[Tensor, Callable[[], Exception]]]
 
 
 def check_keywords(method: str, kwargs: dict, own: tuple[str, ...]) -> None:
@@ -80,8 +66,9 @@ def refuse_meta(**tensors) -> None:
             raise ValueError(f"{name} is a meta tensor: it has a shape but no values to compute with")
 
 
-def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: _Deferred | None = None) -> None:
-    r"""``tensor`` must be a tensor of input_ids' shape; with ``deferred``, real numbers that float32 holds.
+def _like_input_ids(name: str, tensor, input_ids: Tensor, required: Required | None = None) -> None:
+    r"""``tensor`` must be a tensor of input_ids' shape; with ``required``, real numbers that float32 holds
+    (checks added to ``required``).
 
     The values enter $\phi$ in float32 (decision D3: a number beyond float32 is an error, never clamped), so
     a float64 value beyond $\pm 3.4\cdot10^{38}$ is rejected rather than turning into ±inf.
@@ -90,12 +77,12 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: _Deferred | 
         raise TypeError(f"{name} must be a torch.Tensor of shape [B, S] like input_ids, got {type(tensor).__name__}")
     if tuple(tensor.shape) != tuple(input_ids.shape):
         raise ValueError(f"{name} shape {tuple(tensor.shape)} must equal input_ids shape {tuple(input_ids.shape)}")
-    if deferred is None:
+    if required is None:
         return
     if tensor.dtype == torch.bool or tensor.is_complex():
         raise TypeError(f"{name} must hold real numbers (a float or integer tensor), got {tensor.dtype}")
     finite = torch.isfinite(tensor)
-    deferred.require(finite, lambda: ValueError(f"{name} must be finite: found NaN or ±inf"))
+    required.append((finite, lambda: ValueError(f"{name} must be finite: found NaN or ±inf")))
     in_float32 = torch.isfinite(tensor.float())  # finite here, but beyond float32 once cast
 
     def too_large():
@@ -103,7 +90,7 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: _Deferred | 
         return ValueError(f"{name} must be representable in float32 (|v| <= {torch.finfo(torch.float32).max:.8g}); "
                           f"found {tensor[b, s].item()!r} at position [{b}, {s}]")
 
-    deferred.require(in_float32, too_large)
+    required.append((in_float32, too_large))
     if tensor.dtype == torch.float64:  # the one type wider than float32: a tiny value can become 0 when cast
         underflow = (tensor != 0) & (tensor.float() == 0)
 
@@ -113,10 +100,10 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, deferred: _Deferred | 
                               "float32 (the smallest non-zero float32 is 1.4e-45); scale the values, or give 0 where 0 "
                               "is meant")
 
-        deferred.require(~underflow, to_zero)
+        required.append((~underflow, to_zero))
 
 
-def _check_ids(config, input_ids, deferred: _Deferred) -> None:
+def _check_ids(config, input_ids, required: Required) -> None:
     if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
     if input_ids.dtype not in (torch.int64, torch.int32):
@@ -127,11 +114,11 @@ def _check_ids(config, input_ids, deferred: _Deferred) -> None:
     if input_ids.numel() == 0:
         raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
     vocab_size = config.vocab_size
-    deferred.require((input_ids >= 0) & (input_ids < vocab_size),
-                     lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})"))
+    required.append(((input_ids >= 0) & (input_ids < vocab_size),
+                     lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")))
 
 
-def _check_values(config, input_ids, numeric_values, deferred: _Deferred) -> None:
+def _check_values(config, input_ids, numeric_values, required: Required) -> None:
     num = config.num_token_id
     if numeric_values is None:
         is_num = input_ids == num
@@ -141,9 +128,9 @@ def _check_values(config, input_ids, numeric_values, deferred: _Deferred) -> Non
             return ValueError(f"input_ids hold <NUM> (id {num}) at position [{b}, {s}] but numeric_values is None: pass "
                               "the values the tokenizer returned (a <NUM> never stands for 0 by default)")
 
-        deferred.require(~is_num, unvalued)
+        required.append((~is_num, unvalued))
         return
-    _like_input_ids("numeric_values", numeric_values, input_ids, deferred)
+    _like_input_ids("numeric_values", numeric_values, input_ids, required)
     stray = (numeric_values != 0) & (input_ids != num)
 
     def stray_value():
@@ -151,10 +138,10 @@ def _check_values(config, input_ids, numeric_values, deferred: _Deferred) -> Non
         return ValueError(f"numeric_values must be 0 wherever input_ids is not <NUM> (id {num}); found "
                           f"{numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}")
 
-    deferred.require(~stray, stray_value)
+    required.append((~stray, stray_value))
 
 
-def _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, deferred: _Deferred) -> None:
+def _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, required: Required) -> None:
     limit = config.max_position_embeddings
 
     def too_long(longest):
@@ -169,10 +156,10 @@ def _check_mask_and_positions(config, input_ids, attention_mask, past_length, po
         expected = (input_ids.shape[0], past_length + input_ids.shape[1])
         if tuple(attention_mask.shape) != expected:
             raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} ([B, cached + new tokens])")
-        deferred.require((attention_mask == 0) | (attention_mask == 1),
-                         lambda: ValueError("attention_mask must contain only 0 and 1"))
+        required.append(((attention_mask == 0) | (attention_mask == 1),
+                         lambda: ValueError("attention_mask must contain only 0 and 1")))
         longest = attention_mask.sum(-1).max()  # positions count real tokens only
-        deferred.require(longest <= limit, lambda: too_long(int(longest)))
+        required.append((longest <= limit, lambda: too_long(int(longest))))
     if position_ids is not None:
         allowed = [tuple(input_ids.shape)] + ([(1, input_ids.shape[1])] if input_ids.shape[0] != 1 else [])
         if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in allowed:
@@ -187,19 +174,19 @@ def _check_mask_and_positions(config, input_ids, attention_mask, past_length, po
             return ValueError(f"position_ids must lie in [0, max_position_embeddings={limit}); found "
                               f"{position_ids[b, s].item()} at position [{b}, {s}]")
 
-        deferred.require(~outside, out_of_range)
+        required.append((~outside, out_of_range))
 
 
 def _check_labels(config, input_ids, labels, numeric_labels, *, numeric_values, attention_mask, threshold,
-                  deferred: _Deferred) -> None:
+                  required: Required) -> None:
     if labels.dtype == torch.bool or labels.dtype.is_floating_point:
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     next_labels = labels[:, 1:]
     scored = next_labels != config.ignore_index
     out_of_range = scored & ((next_labels < 0) | (next_labels >= config.vocab_size))
-    deferred.require(~out_of_range, lambda: ValueError(
+    required.append((~out_of_range, lambda: ValueError(
         f"labels must lie in [0, {config.vocab_size}) or equal ignore_index={config.ignore_index}; "
-        f"found {next_labels[out_of_range][0].item()}"))
+        f"found {next_labels[out_of_range][0].item()}")))
     if numeric_labels is None:  # a <NUM> target takes its value from numeric_values at the same position
         num = config.num_token_id
         unvalued = scored & (next_labels == num) & (input_ids[:, 1:] != num)
@@ -217,12 +204,12 @@ def _check_labels(config, input_ids, labels, numeric_labels, *, numeric_values, 
                               "numeric_values holds no value there, so the regression would be trained toward 0; "
                               "pass numeric_labels with the target values")
 
-        deferred.require(~unvalued, no_value)
+        required.append((~unvalued, no_value))
     # a learnable or per-class threshold (held with the weights) that training or a file sent to NaN; a shared one
     # is the config's number (a CPU scalar beside tensors of any device), checked with the config
     if isinstance(threshold, torch.nn.Parameter) or (isinstance(threshold, Tensor) and threshold.dim() > 0):
-        deferred.require(torch.isfinite(threshold), lambda: ValueError(
-            "threshold (the OvR threshold C_k) must be finite: found NaN or ±inf"))
+        required.append((torch.isfinite(threshold), lambda: ValueError(
+            "threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")))
 
 
 def check_forward(config, input_ids, numeric_values=None, attention_mask=None, past_length: int = 0, position_ids=None,
@@ -231,22 +218,23 @@ def check_forward(config, input_ids, numeric_values=None, attention_mask=None, p
     to Qwen2 (None when it is all ones, which Qwen2 would otherwise check itself)."""
     refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask,
                 position_ids=position_ids, labels=labels, numeric_labels=numeric_labels)
-    deferred = _Deferred()
+    required: Required = []
     if labels is not None and isinstance(input_ids, Tensor):  # in the order the checks were always made
         _like_input_ids("labels", labels, input_ids)
         if numeric_labels is not None:
-            _like_input_ids("numeric_labels", numeric_labels, input_ids, deferred)
-    _check_ids(config, input_ids, deferred)
-    _check_values(config, input_ids, numeric_values, deferred)
-    _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, deferred)
+            _like_input_ids("numeric_labels", numeric_labels, input_ids, required)
+    _check_ids(config, input_ids, required)
+    _check_values(config, input_ids, numeric_values, required)
+    _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, required)
     if labels is not None:
         _check_labels(config, input_ids, labels, numeric_labels, numeric_values=numeric_values,
-                      attention_mask=attention_mask, threshold=threshold, deferred=deferred)
-    if attention_mask is None:
-        deferred.settle()
-        return None
-    (all_ones,) = deferred.settle((attention_mask == 1).all())
-    return None if all_ones else attention_mask
+                      attention_mask=attention_mask, threshold=threshold, required=required)
+    all_ones = [(attention_mask == 1).all()] if attention_mask is not None else []
+    flags = torch.stack([ok.all() for ok, _ in required] + all_ones).tolist()  # the one host synchronisation
+    for flag, (_, error) in zip(flags, required):
+        if not flag:
+            raise error()  # the first failed check, in the order they were required
+    return None if attention_mask is None or flags[-1] else attention_mask
 
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:

@@ -5,7 +5,7 @@ Every function here either returns its input in canonical form or raises a ``Val
 package (a public function, ``forward``, ``generate``, the tokenizer, the CLI); internal calls trust
 their callers and check nothing. A check that needs a value from the device (``bool(tensor)``) costs a
 host synchronisation, so the model's ``forward`` folds all of its data checks into one transfer
-(`all_good`) and only looks for the culprit once that transfer says something is wrong.
+(`causalqwen.checks.doors.check_forward`) and only looks for the culprit once that transfer says something is wrong.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["TrainingDiverged", "check_finite_parameters", "check_positive_int", "all_good", "first_index"]
+__all__ = ["TrainingDiverged", "check_finite_parameters", "check_positive_int", "first_index"]
 
 
 def check_positive_int(name: str, value) -> int:
@@ -21,14 +21,6 @@ def check_positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def all_good(conditions: list[Tensor]) -> list[bool]:
-    """Every condition (a bool tensor, reduced with ``all``) brought to the host in *one* transfer."""
-    if not conditions:
-        return []
-    flags = torch.stack([condition.all() for condition in conditions])  # [n] on the device
-    return flags.tolist()  # the one synchronisation
 
 
 def first_index(bad: Tensor) -> tuple[int, ...]:
