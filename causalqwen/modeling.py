@@ -400,7 +400,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             return_decisions = labels is None
         mask, positions = open_door(self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids,
                                     cache=cache, labels=labels, numeric_labels=numeric_labels,
-                                    threshold=self.ovr_threshold)
+                                    threshold=self.action.ovr_threshold)
         with validation(False):  # checked at the door: nothing below looks at the inputs again
             law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids=positions, cache=cache,
                                       use_cache=use_cache, **kwargs)
