@@ -14,7 +14,8 @@ $$\mathrm{loc}_{S} = W_{\mathrm{cls}}\,\mathrm{loc}_{U'} + b_{\mathrm{cls}},\qua
 
 $W_{\mathrm{cls}}$ is ``classification_head.weight`` (``[V, C]``, a copy of the base model's lm_head),
 $w_{\mathrm{reg}}$ is ``regression_head.weight`` (``[1, C]``). Initialization: $b_{\mathrm{cls}} = 0$,
-$w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}}$ equal to ``noise_init`` (0.1) in every component.
+$w_{\mathrm{reg}}$ Xavier-uniform, $b_{\mathrm{reg}} = 0$, $b_{\mathrm{noise}}$ equal to ``noise_init`` (0.1) in every
+component.
 A zero ``b_noise`` is possible but never learns: $\partial|b|/\partial b = 0$ at $b = 0$ in PyTorch.
 
 One owner each: `noise_infused_scale` (standard noise infusion), `check_law` (the check of a law handed to the
@@ -44,14 +45,16 @@ __all__ = [
 
 def noise_infused_scale(scale_U: Tensor, noise_scale: Tensor) -> Tensor:
     r"""Standard noise infusion, $\mathrm{scale}_{U'} = \mathrm{scale}_U + |b_{\mathrm{noise}}|$: the scale of
-    $U + \varepsilon$, $\varepsilon \sim \mathrm{Cauchy}(0, |b_{\mathrm{noise}}|)$ (the location stays $\mathrm{loc}_U$).
+    $U + \varepsilon$, $\varepsilon \sim \mathrm{Cauchy}(0, |b_{\mathrm{noise}}|)$ (the location stays
+    $\mathrm{loc}_U$).
     ``scale_U`` ``[..., C]``, ``noise_scale`` $= |b_{\mathrm{noise}}|$ ``[C]``; returns ``[..., C]``."""
     return scale_U + noise_scale  # [..., C] + [C]
 
 
 def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold: Tensor, num_token_id: int) -> Tensor:
-    r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8, D9), from
-    the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold`` is a
+    r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8,
+    D9), from the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold``
+    is a
     ``[]`` or ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). The survival function is
     evaluated in the dtype and on the device of ``loc_S_num``."""
     threshold_num = threshold[num_token_id] if threshold.dim() > 0 else threshold  # C_<NUM> []
@@ -127,8 +130,9 @@ class ActionNetwork(nn.Module):
         return self.decide(loc_U, noise_infused_scale(scale_U, self.b_noise.abs()), classes=classes)
 
     def decide(self, loc: Tensor, scale: Tensor, *, abs_weight: Tensor | None = None, classes=None) -> ActionOutput:
-        r"""The four decision parameters for a given decision input $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$,
-        ``[..., C]``: the linear closure of the module docstring.
+        r"""The four decision parameters for a given decision input
+        $U' \sim \mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$, ``[..., C]``: the linear closure of the module
+        docstring.
 
         No noise is added here. The input scale and the output scales are clamped below at
         ``scale_eps`` (decision D10), so a decision input with no spread at all (causal mode with
@@ -146,7 +150,8 @@ class ActionNetwork(nn.Module):
             abs_weight = abs_weight[classes] if abs_weight is not None else None
         abs_weight = weight.abs() if abs_weight is None else abs_weight
         w_reg, b_reg = self.regression_head.weight, self.regression_head.bias  # [1, C], [1]
-        # loc_S = loc W^T + b,  scale_S = max(scale |W|^T, eps);  loc_Y = loc . w + b_reg,  scale_Y = max(scale . |w|, eps)
+        # loc_S = loc W^T + b,  scale_S = max(scale |W|^T, eps)
+        # loc_Y = loc . w + b_reg,  scale_Y = max(scale . |w|, eps)
         loc_S = F.linear(loc, weight, bias)  # [..., V] (or [..., K])
         scale_S = F.linear(scale, abs_weight).clamp_min(self.scale_eps)  # [..., V]
         loc_Y = F.linear(loc, w_reg, b_reg).squeeze(-1)  # [...]
@@ -154,7 +159,8 @@ class ActionNetwork(nn.Module):
         return ActionOutput(loc_S, scale_S, loc_Y, scale_Y)
 
     def locations(self, loc: Tensor) -> tuple[Tensor, Tensor]:
-        r"""The locations alone, $(\mathrm{loc}_S, \mathrm{loc}_Y) = (W_{\mathrm{cls}}\,\mathrm{loc} + b_{\mathrm{cls}},\
+        r"""The locations alone,
+        $(\mathrm{loc}_S, \mathrm{loc}_Y) = (W_{\mathrm{cls}}\,\mathrm{loc} + b_{\mathrm{cls}},\
         w_{\mathrm{reg}}\cdot\mathrm{loc} + b_{\mathrm{reg}})$, ``[..., V]`` and ``[...]``, for a decision input with
         location ``loc`` ``[..., C]``: equal to `decide`'s ``loc_S`` and ``loc_Y``, without the
         $|W_{\mathrm{cls}}|$ product the scales need. A location does not depend on the scale, so neither the

@@ -1,6 +1,7 @@
 r"""The decision head: the action network plus everything that turns the law of $U$ into decisions.
 
-`DecisionHead` is the one owner of the decision state: $W_{\mathrm{cls}}$, $b_{\mathrm{cls}}$, $b_{\mathrm{noise}}$ and the
+`DecisionHead` is the one owner of the decision state: $W_{\mathrm{cls}}$, $b_{\mathrm{cls}}$, $b_{\mathrm{noise}}$
+and the
 regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``scale_eps``, the ``<NUM>`` id,
 ``ignore_index`` and the loss weights. Everything downstream of $U$ goes through it:
 
@@ -62,8 +63,13 @@ class Choice(NamedTuple):
     scale: Tensor  # [B, C]
 
 
-def next_token_targets(labels: Tensor, numeric_targets: Tensor | None, attention_mask: Tensor | None,
-                       ignore_index: int = -100, num_token_id: int | None = None) -> NextTokenTargets:
+def next_token_targets(
+    labels: Tensor,
+    numeric_targets: Tensor | None,
+    attention_mask: Tensor | None,
+    ignore_index: int = -100,
+    num_token_id: int | None = None,
+) -> NextTokenTargets:
     r"""The scoring rule (decision D9): position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``)
     when positions $i$ and $i+1$ are both real tokens and ``labels[i+1] != ignore_index``. All inputs ``[B, S]``;
     ``is_num`` is all False without a ``num_token_id``."""
@@ -79,7 +85,8 @@ def next_token_targets(labels: Tensor, numeric_targets: Tensor | None, attention
 
 
 def literal_standard_token(head: DecisionHead, loc_U: Tensor, scale_U: Tensor) -> Tensor:
-    r"""$\arg\max_k P_k$ of the standard decisions ``head(loc_U, scale_U)`` ``[..., V]``: `DecisionHead.predict`'s token."""
+    r"""$\arg\max_k P_k$ of the standard decisions ``head(loc_U, scale_U)`` ``[..., V]``: `DecisionHead.predict`'s
+    token."""
     return head.predict(head(loc_U, scale_U))[0]  # [...]
 
 
@@ -142,17 +149,37 @@ class DecisionHead(ActionNetwork):
 
     # ---- one step of generation, in a mode ----
 
-    def decide_step(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
-                    uniform=None, noise=None, generator=None) -> tuple[ActionOutput, Tensor, Tensor]:
+    def decide_step(
+        self,
+        mode: str,
+        loc_U: Tensor,
+        scale_U: Tensor,
+        *,
+        abs_weight: Tensor | None = None,
+        uniform=None,
+        noise=None,
+        generator=None,
+    ) -> tuple[ActionOutput, Tensor, Tensor]:
         r"""The decision in one of the four decision modes for rows with law of $U$ ``[..., C]``: the mode's decision
         input $U'$ (`inference.decision_input`) and the class and value laws the action network maps it to
         (`decide`). Returns ``(decision, loc, scale)`` with $U'$ = ``(loc, scale)``."""
-        loc, scale = inference.decision_input(mode, loc_U, scale_U, self.noise_scale, uniform=uniform,
-                                              noise=noise, generator=generator)
+        loc, scale = inference.decision_input(
+            mode, loc_U, scale_U, self.noise_scale, uniform=uniform, noise=noise, generator=generator
+        )
         return self.decide(loc, scale, abs_weight=abs_weight), loc, scale  # [..., V] x2, [...] x2; U'
 
-    def choose(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
-               uniform=None, noise=None, generator=None, sampling=None) -> Choice:
+    def choose(
+        self,
+        mode: str,
+        loc_U: Tensor,
+        scale_U: Tensor,
+        *,
+        abs_weight: Tensor | None = None,
+        uniform=None,
+        noise=None,
+        generator=None,
+        sampling=None,
+    ) -> Choice:
         r"""One step's (token, value) for rows with law of $U$ ``[B, C]``, in any of the five modes (decision D11).
 
         The four decision modes decide (`decide_step`) and take the OvR argmax (`predict`). ``traditional``
@@ -162,8 +189,9 @@ class DecisionHead(ActionNetwork):
         $[V, C]$ product, as Qwen's lm_head does, instead of two.
         """
         if mode != "traditional":
-            decision, loc, scale = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform,
-                                                    noise=noise, generator=generator)
+            decision, loc, scale = self.decide_step(
+                mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform, noise=noise, generator=generator
+            )
             return Choice(*self.predict(decision), loc, scale)  # [B] x2, [B, C] x2
         temperature, top_k, top_p, normalize = sampling
         loc, scale = inference.decision_input("standard", loc_U, scale_U, self.noise_scale)
@@ -171,28 +199,41 @@ class DecisionHead(ActionNetwork):
             (loc_S, loc_Y), scale_S = self.locations(loc), None  # [B, V], [B]
         else:
             loc_S, scale_S, loc_Y, _ = self.decide(loc, scale, abs_weight=abs_weight)
-        probs = inference.traditional_probabilities(loc_S, temperature, top_k, top_p, scale_S=scale_S,
-                                                    threshold=self.ovr_threshold, normalize=normalize)
+        probs = inference.traditional_probabilities(
+            loc_S, temperature, top_k, top_p, scale_S=scale_S, threshold=self.ovr_threshold, normalize=normalize
+        )
         token = inference.sample_token(probs, generator)  # [B]
         return Choice(token, inference.predicted_value(token, loc_Y, self.num_token_id), loc, scale)
 
-    def step_scores(self, mode: str, loc_U: Tensor, scale_U: Tensor, *, abs_weight: Tensor | None = None,
-                    uniform=None, noise=None, generator=None) -> tuple[Tensor, Tensor]:
-        r"""The scores a transformers generation loop picks the next token from, ``[B, V]``, and $\mathrm{loc}_Y$ ``[B]``,
+    def step_scores(
+        self,
+        mode: str,
+        loc_U: Tensor,
+        scale_U: Tensor,
+        *,
+        abs_weight: Tensor | None = None,
+        uniform=None,
+        noise=None,
+        generator=None,
+    ) -> tuple[Tensor, Tensor]:
+        r"""The scores a transformers generation loop picks the next token from, ``[B, V]``, and $\mathrm{loc}_Y$
+        ``[B]``,
         for rows with law of $U$ ``[B, C]``: $\log P_k$ of the mode's decision, whose argmax is the mode's
         choice, or for ``traditional`` the class locations $\mathrm{loc}_S$ of the standard input (`locations`,
         one $[V, C]$ product), which transformers' temperature, top-k, top-p and softmax sampling then use."""
         if mode == "traditional":
             return self.locations(loc_U)  # the standard input's location is loc_U
-        decision, _, _ = self.decide_step(mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform, noise=noise,
-                                          generator=generator)
+        decision, _, _ = self.decide_step(
+            mode, loc_U, scale_U, abs_weight=abs_weight, uniform=uniform, noise=noise, generator=generator
+        )
         neg_log_p, _ = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold, off=False)
         return -neg_log_p, decision.loc_Y
 
     # ---- the scoring rule and the loss ----
 
-    def next_token_targets(self, labels: Tensor, numeric_targets: Tensor | None,
-                           attention_mask: Tensor | None) -> NextTokenTargets:
+    def next_token_targets(
+        self, labels: Tensor, numeric_targets: Tensor | None, attention_mask: Tensor | None
+    ) -> NextTokenTargets:
         """`next_token_targets` with this head's ``ignore_index`` and ``<NUM>`` id."""
         config = self.config
         return next_token_targets(labels, numeric_targets, attention_mask, config.ignore_index, config.num_token_id)
@@ -207,7 +248,16 @@ class DecisionHead(ActionNetwork):
         """
         config = self.config
         parts, decision = LOSS_FUNCTIONS[config.loss_algorithm](
-            self, loc_U, scale_U, targets.labels, targets.values, num_token_id=config.num_token_id,
-            threshold=self.ovr_threshold, ignore_index=config.ignore_index,
-            regression_weight=config.regression_weight, gate_alpha=config.gate_alpha, detach_gate=config.detach_gate)
+            self,
+            loc_U,
+            scale_U,
+            targets.labels,
+            targets.values,
+            num_token_id=config.num_token_id,
+            threshold=self.ovr_threshold,
+            ignore_index=config.ignore_index,
+            regression_weight=config.regression_weight,
+            gate_alpha=config.gate_alpha,
+            detach_gate=config.detach_gate,
+        )
         return parts, decision.loc_Y, decision.scale_Y  # [B, S] each

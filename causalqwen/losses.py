@@ -60,7 +60,8 @@ LOSS_ALGORITHMS = ("fused", "literal")  # the names a config may choose; "fused"
 
 
 def check_threshold(threshold, num_classes: int) -> None:
-    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0 or 1)."""
+    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0
+    or 1)."""
     if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
         raise ValueError(
             f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
@@ -145,8 +146,10 @@ def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int
     """
     if cauchy.validating():
         if labels.shape != loc_S.shape[:-1]:
-            raise ValueError(f"labels shape {tuple(labels.shape)} must equal loc_S shape without its last dim "
-                             f"{tuple(loc_S.shape[:-1])}")
+            raise ValueError(
+                f"labels shape {tuple(labels.shape)} must equal loc_S shape without its last dim "
+                f"{tuple(loc_S.shape[:-1])}"
+            )
         check_labels(labels, loc_S.shape[-1], ignore_index)
         check_threshold(threshold, loc_S.shape[-1])
         cauchy.check_arguments(threshold, loc_S, scale_S)
@@ -161,7 +164,8 @@ def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int
 def gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float = 0.0) -> Tensor:
     r"""Gated Cauchy regression loss $\mathrm{gate}_i \cdot \mathrm{nll}_i$ (decision D9).
 
-    $$\mathrm{nll}_i = \log(\pi\,\mathrm{scale}_{Y_i}) + \log\Big(1 + \big(\tfrac{y_i - \mathrm{loc}_{Y_i}}{\mathrm{scale}_{Y_i}}\big)^2\Big),
+    $$\mathrm{nll}_i = \log(\pi\,\mathrm{scale}_{Y_i}) + \log\Big(1 + \big(\tfrac{y_i -
+    \mathrm{loc}_{Y_i}}{\mathrm{scale}_{Y_i}}\big)^2\Big),
     \qquad \mathrm{gate}_i = m_i\,\big(\alpha + (1 - \alpha)\,P_{\langle NUM\rangle, i}\big).$$
 
     ``num_mask`` ($m$) is a boolean (or 0/1) tensor; the result is exactly 0 where it is off.
@@ -192,9 +196,19 @@ class LossParts(NamedTuple):
     reg_loss: Tensor  # [...] per position (gated)
 
 
-def check_loss_inputs(labels, numeric_targets, num_classes: int, *, shapes: dict, num_token_id: int, threshold,
-                      attention_mask=None, ignore_index: int = -100, regression_weight: float = 1.0,
-                      gate_alpha: float = 0.0) -> None:
+def check_loss_inputs(
+    labels,
+    numeric_targets,
+    num_classes: int,
+    *,
+    shapes: dict,
+    num_token_id: int,
+    threshold,
+    attention_mask=None,
+    ignore_index: int = -100,
+    regression_weight: float = 1.0,
+    gate_alpha: float = 0.0,
+) -> None:
     r"""The checks of a total loss's arguments besides the laws: every tensor in ``shapes`` (and ``attention_mask``)
     of the shape of ``labels``, $C$ finite, the ``<NUM>`` id a class, $\lambda \ge 0$ finite, $\alpha \in [0, 1]$,
     finite ``numeric_targets`` and labels that are classes or ``ignore_index``."""
@@ -212,17 +226,30 @@ def check_loss_inputs(labels, numeric_targets, num_classes: int, *, shapes: dict
         raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {gate_alpha}")
     if not bool(torch.isfinite(numeric_targets).all()):  # even where unscored: its NaN gradient would reach loc_Y
         where = tuple((~torch.isfinite(numeric_targets)).nonzero()[0].tolist())
-        raise ValueError(f"numeric_targets must be finite: found {numeric_targets[where].item()} at position {list(where)}")
+        raise ValueError(
+            f"numeric_targets must be finite: found {numeric_targets[where].item()} at position {list(where)}"
+        )
     check_labels(labels, num_classes, ignore_index)
     if attention_mask is not None:
         as_bool_mask(attention_mask, "attention_mask")
 
 
-def total_from_classification(cls_loss_sum: Tensor, cls_loss: Tensor | None, num_law: ActionOutput, labels: Tensor,
-                              numeric_targets: Tensor, scored: Tensor, *, num_token_id: int, threshold: Tensor,
-                              regression_weight: float = 1.0, gate_alpha: float = 0.0,
-                              detach_gate: bool = False) -> LossParts:
-    r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ (``cls_loss_sum``; the
+def total_from_classification(
+    cls_loss_sum: Tensor,
+    cls_loss: Tensor | None,
+    num_law: ActionOutput,
+    labels: Tensor,
+    numeric_targets: Tensor,
+    scored: Tensor,
+    *,
+    num_token_id: int,
+    threshold: Tensor,
+    regression_weight: float = 1.0,
+    gate_alpha: float = 0.0,
+    detach_gate: bool = False,
+) -> LossParts:
+    r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ (``cls_loss_sum``;
+    the
     per-position ``cls_loss`` if formed) and ``num_law``: the law of $S_{\langle NUM\rangle}$ (``loc_S``, ``scale_S``)
     and of $Y$, all ``[...]`` in at least float32. ``scored`` ``[...]`` marks the positions scored. Both loss
     functions end here, so that the gate and the regression have one definition."""
@@ -232,8 +259,9 @@ def total_from_classification(cls_loss_sum: Tensor, cls_loss: Tensor | None, num
     if detach_gate:
         p_num = p_num.detach()
     num_mask = scored & (labels == num_token_id)  # [...]
-    reg_loss = gated_regression_loss(num_law.loc_Y, num_law.scale_Y, numeric_targets, p_num, num_mask,
-                                     gate_alpha)  # [...]
+    reg_loss = gated_regression_loss(
+        num_law.loc_Y, num_law.scale_Y, numeric_targets, p_num, num_mask, gate_alpha
+    )  # [...]
     n_reg = num_mask.sum()
     reg_loss_effective = reg_loss.sum() / n_reg.clamp(min=1)
     return LossParts(
@@ -282,10 +310,18 @@ def total_loss(
     decisions (in at least float32).
     """
     if cauchy.validating():
-        check_loss_inputs(labels, numeric_targets, loc_S.shape[-1], shapes={"loc_Y": loc_Y.shape,
-                          "numeric_targets": numeric_targets.shape}, num_token_id=num_token_id, threshold=threshold,
-                          attention_mask=attention_mask, ignore_index=ignore_index,
-                          regression_weight=regression_weight, gate_alpha=gate_alpha)
+        check_loss_inputs(
+            labels,
+            numeric_targets,
+            loc_S.shape[-1],
+            shapes={"loc_Y": loc_Y.shape, "numeric_targets": numeric_targets.shape},
+            num_token_id=num_token_id,
+            threshold=threshold,
+            attention_mask=attention_mask,
+            ignore_index=ignore_index,
+            regression_weight=regression_weight,
+            gate_alpha=gate_alpha,
+        )
         cauchy.check_arguments(threshold, loc_S, scale_S)
         cauchy.check_scale(scale_Y)
         if scale_Y.shape != labels.shape:
@@ -295,23 +331,44 @@ def total_loss(
     if attention_mask is not None:
         scored = scored & attention_mask.bool()
     loc_S, scale_S = at_least_float32(loc_S), at_least_float32(scale_S)  # [..., V] each
-    cls_loss = ovr_classification_loss(loc_S, scale_S, labels.masked_fill(~scored, ignore_index), threshold,
-                                       ignore_index)  # [...]
+    cls_loss = ovr_classification_loss(
+        loc_S, scale_S, labels.masked_fill(~scored, ignore_index), threshold, ignore_index
+    )  # [...]
     k = num_token_id
     num_law = ActionOutput(loc_S[..., k], scale_S[..., k], at_least_float32(loc_Y), at_least_float32(scale_Y))  # [...]
-    return total_from_classification(cls_loss.sum(), cls_loss, num_law, labels, numeric_targets, scored,
-                                     num_token_id=num_token_id, threshold=threshold,
-                                     regression_weight=regression_weight, gate_alpha=gate_alpha,
-                                     detach_gate=detach_gate)
+    return total_from_classification(
+        cls_loss.sum(),
+        cls_loss,
+        num_law,
+        labels,
+        numeric_targets,
+        scored,
+        num_token_id=num_token_id,
+        threshold=threshold,
+        regression_weight=regression_weight,
+        gate_alpha=gate_alpha,
+        detach_gate=detach_gate,
+    )
 
 
 # ---- the loss interface: from the law of U to the total, chosen by name ----
 
 
-def literal_loss(action, loc_U: Tensor, scale_U: Tensor, labels: Tensor, numeric_targets: Tensor, *,
-                 num_token_id: int, threshold=100.0, attention_mask: Tensor | None = None, ignore_index: int = -100,
-                 regression_weight: float = 1.0, gate_alpha: float = 0.0,
-                 detach_gate: bool = False) -> tuple[LossParts, ActionOutput]:
+def literal_loss(
+    action,
+    loc_U: Tensor,
+    scale_U: Tensor,
+    labels: Tensor,
+    numeric_targets: Tensor,
+    *,
+    num_token_id: int,
+    threshold=100.0,
+    attention_mask: Tensor | None = None,
+    ignore_index: int = -100,
+    regression_weight: float = 1.0,
+    gate_alpha: float = 0.0,
+    detach_gate: bool = False,
+) -> tuple[LossParts, ActionOutput]:
     r"""The total loss from the law of $U$ ``[..., C]`` and the `ActionNetwork` ``action``: its standard decisions
     ``action(loc_U, scale_U)`` ``[..., V]`` and `total_loss` on them. Returns the loss parts and the decisions.
 
@@ -319,9 +376,18 @@ def literal_loss(action, loc_U: Tensor, scale_U: Tensor, labels: Tensor, numeric
     returns the same parts (``cls_loss`` may be None) and, where it does not form ``[..., V]``, the decisions at
     the ``<NUM>`` column alone (``loc_S``, ``scale_S`` ``[..., 1]``)."""
     decision = action(loc_U, scale_U)  # [..., V] x2, [...] x2
-    parts = total_loss(*decision, labels, numeric_targets, num_token_id=num_token_id, threshold=threshold,
-                       attention_mask=attention_mask, ignore_index=ignore_index,
-                       regression_weight=regression_weight, gate_alpha=gate_alpha, detach_gate=detach_gate)
+    parts = total_loss(
+        *decision,
+        labels,
+        numeric_targets,
+        num_token_id=num_token_id,
+        threshold=threshold,
+        attention_mask=attention_mask,
+        ignore_index=ignore_index,
+        regression_weight=regression_weight,
+        gate_alpha=gate_alpha,
+        detach_gate=detach_gate,
+    )
     return parts, decision
 
 

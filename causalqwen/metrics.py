@@ -9,10 +9,10 @@ token $\hat k_i = \arg\max_k P_{k,i}$, value $\hat y_i = \mathrm{loc}_{Y_i}$.
 |---|---|
 | ``accuracy`` | $\Pr[\hat k_i = x_{i+1}]$ over valid $i$ |
 | ``num_precision`` | $TP / \#\{\hat k_i = \langle NUM\rangle\}$; **0 when no ``<NUM>`` is predicted** |
-| ``num_recall`` | $TP / \#\{x_{i+1} = \langle NUM\rangle\}$; **0 when there is no ``<NUM>`` target**, flagged by ``num_targets = 0`` |
+| ``num_recall`` | $TP / \#\{x_{i+1} = \langle NUM\rangle\}$; **0 without a ``<NUM>`` target** (``num_targets = 0``) |
 | ``num_f1`` | $2PR/(P + R)$, 0 when $P + R = 0$ |
-| ``reg_mae``, ``reg_mdae`` | mean / median of $|\mathrm{loc}_{Y_i} - v_{i+1}|$ over valid $i$ whose target is ``<NUM>`` (whatever was predicted); 0 with ``reg_count = 0`` when there is none |
-| ``U_loc_*``, ``U_scale_*`` | mean, median, std, iqr of every component of $\mathrm{loc}_U$ / $\mathrm{scale}_U$ at real tokens |
+| ``reg_mae``, ``reg_mdae`` | mean, median $|\mathrm{loc}_{Y_i} - v_{i+1}|$ at ``<NUM>`` targets (0 if there are none) |
+| ``U_loc_*``, ``U_scale_*`` | mean, median, std, iqr of $\mathrm{loc}_U$, $\mathrm{scale}_U$ (at real tokens) |
 | ``ovr_prob_sum_median`` | median over valid $i$ of $\sum_k P_{k,i}$, under standard inference |
 | ``ovr_prob_sum_median_causal`` | the same under causal sampling (one individual $u_i$ per position) |
 
@@ -82,7 +82,11 @@ def regression_metrics(predicted_values: Tensor, target_values: Tensor, num_mask
     errors = (predicted_values.double() - target_values.double()).abs()[num_mask]
     if errors.numel() == 0:
         return {"reg_mae": 0.0, "reg_mdae": 0.0, "reg_count": 0}
-    return {"reg_mae": float(errors.mean()), "reg_mdae": float(np.median(errors.cpu().numpy())), "reg_count": errors.numel()}
+    return {
+        "reg_mae": float(errors.mean()),
+        "reg_mdae": float(np.median(errors.cpu().numpy())),
+        "reg_count": errors.numel(),
+    }
 
 
 def distribution_stats(values: Tensor, mask: Tensor, prefix: str) -> dict[str, float]:
@@ -100,7 +104,8 @@ def distribution_stats(values: Tensor, mask: Tensor, prefix: str) -> dict[str, f
 
 
 def ovr_prob_sums(loc_S: Tensor, scale_S: Tensor, threshold, mask: Tensor) -> Tensor:
-    r"""$\sum_k P_{k,i}$ at the positions in ``mask``, ``[N]`` (``loc_S``, ``scale_S`` ``[..., V]``, ``mask`` ``[...]``)."""
+    r"""$\sum_k P_{k,i}$ at the positions in ``mask``, ``[N]`` (``loc_S``, ``scale_S`` ``[..., V]``, ``mask``
+    ``[...]``)."""
     return ovr_probability(loc_S, scale_S, threshold).sum(-1)[mask]  # [N]
 
 
@@ -118,15 +123,21 @@ EVAL_MAX_DECISION_ELEMENTS = 2**25
 
 
 @torch.no_grad()
-def position_statistics(head, loc_U: Tensor, scale_U: Tensor, generator: torch.Generator | None = None,
-                        max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS, causal_sums: bool = True) -> dict:
+def position_statistics(
+    head,
+    loc_U: Tensor,
+    scale_U: Tensor,
+    generator: torch.Generator | None = None,
+    max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS,
+    causal_sums: bool = True,
+) -> dict:
     r"""Per-position quantities from the law of $U$ ``[N, C]``, a few positions at a time, so that no ``[n, V]``
     decision tensor holds more than ``max_decision_elements`` values: the prediction, $\mathrm{loc}_Y$, and
     $\sum_k P_k$ under standard inference and (with ``causal_sums``) under causal sampling. Each ``[N]``."""
     rows = max(1, max_decision_elements // head.classification_head.weight.shape[0])
     parts = {name: [] for name in ("predicted", "loc_Y", "sums", "sums_causal")}
     for start in range(0, loc_U.shape[0], rows):
-        loc, scale = loc_U[start:start + rows], scale_U[start:start + rows]  # [n, C]
+        loc, scale = loc_U[start : start + rows], scale_U[start : start + rows]  # [n, C]
         with cauchy.validation(False):  # the model's own law of U
             decision = head(loc, scale)  # [n, V] x2, [n] x2
             parts["predicted"].append(head.predict(decision)[0])
@@ -154,13 +165,18 @@ def evaluate_batch(
     ``max_decision_elements`` values. The result does not depend on that chunking (except through the
     causal draws, which follow the chunks).
     """
-    if isinstance(max_decision_elements, bool) or not isinstance(max_decision_elements, int) or max_decision_elements < 1:
+    if (
+        isinstance(max_decision_elements, bool)
+        or not isinstance(max_decision_elements, int)
+        or max_decision_elements < 1
+    ):
         raise ValueError(f"max_decision_elements must be an int >= 1, got {max_decision_elements!r}")
     config, head = model.config, model.action
     law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
-    stats = position_statistics(head, law.loc_U[targets.scored], law.scale_U[targets.scored], generator,
-                                max_decision_elements)
+    stats = position_statistics(
+        head, law.loc_U[targets.scored], law.scale_U[targets.scored], generator, max_decision_elements
+    )
     real = batch["attention_mask"].bool()  # [B, S]
     return _metrics(config.num_token_id, stats, targets, law.loc_U[real], law.scale_U[real])
 
@@ -204,8 +220,9 @@ class TrainerMetrics:
     ignored.
     """
 
-    def __init__(self, model, generator: torch.Generator | None = None,
-                 max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS):
+    def __init__(
+        self, model, generator: torch.Generator | None = None, max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS
+    ):
         self.model = model
         self.generator = generator
         self.max_decision_elements = max_decision_elements
@@ -220,8 +237,9 @@ class TrainerMetrics:
         scored = head.next_token_targets(labels, numeric_labels, None).scored  # [B, S]
         stats = position_statistics(head, loc_U[scored], scale_U[scored], self.generator, self.max_decision_elements)
         per_position = torch.zeros(*scored.shape, 5, device=loc_U.device)  # [B, S, 5], float32: ids < 2^24 exact
-        per_position[scored, :4] = torch.stack([stats[name].float() for name in ("predicted", "loc_Y", "sums",
-                                                                                 "sums_causal")], -1)
+        per_position[scored, :4] = torch.stack(
+            [stats[name].float() for name in ("predicted", "loc_Y", "sums", "sums_causal")], -1
+        )
         if numeric_labels is not None:
             per_position[..., 4] = numeric_labels.float()
         return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 5 + 2C]
@@ -234,11 +252,15 @@ class TrainerMetrics:
         head = self.model.action
         targets = head.next_token_targets(labels, kept[..., 4], None)
         scored = targets.scored
-        stats = {"predicted": kept[..., 0][scored].round().long(), "loc_Y": kept[..., 1][scored],
-                 "sums": kept[..., 2][scored], "sums_causal": kept[..., 3][scored]}
+        stats = {
+            "predicted": kept[..., 0][scored].round().long(),
+            "loc_Y": kept[..., 1][scored],
+            "sums": kept[..., 2][scored],
+            "sums_causal": kept[..., 3][scored],
+        }
         causal_size = (kept.shape[-1] - 5) // 2
         labelled = labels != head.ignore_index  # [N, S]
-        loc_U, scale_U = kept[..., 5:5 + causal_size][labelled], kept[..., 5 + causal_size:][labelled]
+        loc_U, scale_U = kept[..., 5 : 5 + causal_size][labelled], kept[..., 5 + causal_size :][labelled]
         return _metrics(head.num_token_id, stats, targets, loc_U, scale_U)
 
 
@@ -250,8 +272,10 @@ def _label_pair(labels, outputs) -> tuple:
         return labels, outputs[4] if len(outputs) > 4 else None
     if isinstance(labels, (tuple, list)) and len(labels) == 2:
         return labels[0], labels[1]
-    raise ValueError("TrainerMetrics needs the batches' labels: Trainer's label names must be [\"labels\"] (the "
-                     'default) or ["labels", "numeric_labels"]; got ' + f"{type(labels).__name__}")
+    raise ValueError(
+        "TrainerMetrics needs the batches' labels: Trainer's label names must be [\"labels\"] (the "
+        'default) or ["labels", "numeric_labels"]; got ' + f"{type(labels).__name__}"
+    )
 
 
 def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:

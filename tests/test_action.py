@@ -103,6 +103,7 @@ def test_b_noise_gradient_nonzero_at_default_init_and_zero_at_zero_init():
     loc_U = torch.randn(2, 3, 6, dtype=torch.float64)
     scale_U = torch.rand(2, 3, 6, dtype=torch.float64) + 0.1
     labels = torch.randint(0, 9, (2, 3))
+
     def loss(net):
         out = net(loc_U, scale_U)
         return ovr_classification_loss(out.loc_S, out.scale_S, labels, threshold=1.0).sum()
@@ -197,15 +198,30 @@ def test_classes_keep_those_columns_in_that_order():
     assert torch.equal(some.loc_Y, full.loc_Y) and torch.equal(some.scale_Y, full.scale_Y)
 
 
-@pytest.mark.parametrize("arguments,error,match", [
-    ((torch.zeros(1, 5).tolist(), torch.ones(1, 5)), TypeError, "loc_U must be a torch.Tensor"),
-    ((torch.zeros(1, 5, dtype=torch.long), torch.ones(1, 5)), TypeError, "loc_U must be a floating-point tensor"),
-    ((torch.zeros(1, 4), torch.ones(1, 4)), ValueError, r"loc_U must have last dimension C = 5, got shape \(1, 4\)"),
-    ((torch.zeros(1, 5), torch.ones(5, 1)), ValueError, r"scale_U must have last dimension C = 5, got shape \(5, 1\)"),
-    ((torch.zeros(()), torch.ones(())), ValueError, "loc_U must have last dimension C = 5"),
-    ((torch.zeros(1, 5), torch.full((1, 5), -1.0)), ValueError, r"scale_U must be >= 0 everywhere \(a Cauchy scale\); found -1\.0"),
-    ((torch.zeros(1, 5), torch.full((1, 5), math.nan)), ValueError, "scale_U must be >= 0 everywhere"),
-])
+@pytest.mark.parametrize(
+    "arguments,error,match",
+    [
+        ((torch.zeros(1, 5).tolist(), torch.ones(1, 5)), TypeError, "loc_U must be a torch.Tensor"),
+        ((torch.zeros(1, 5, dtype=torch.long), torch.ones(1, 5)), TypeError, "loc_U must be a floating-point tensor"),
+        (
+            (torch.zeros(1, 4), torch.ones(1, 4)),
+            ValueError,
+            r"loc_U must have last dimension C = 5, got shape \(1, 4\)",
+        ),
+        (
+            (torch.zeros(1, 5), torch.ones(5, 1)),
+            ValueError,
+            r"scale_U must have last dimension C = 5, got shape \(5, 1\)",
+        ),
+        ((torch.zeros(()), torch.ones(())), ValueError, "loc_U must have last dimension C = 5"),
+        (
+            (torch.zeros(1, 5), torch.full((1, 5), -1.0)),
+            ValueError,
+            r"scale_U must be >= 0 everywhere \(a Cauchy scale\); found -1\.0",
+        ),
+        ((torch.zeros(1, 5), torch.full((1, 5), math.nan)), ValueError, "scale_U must be >= 0 everywhere"),
+    ],
+)
 def test_the_doors_refuse_a_law_that_is_not_one(arguments, error, match):
     net = ActionNetwork(5, 3)
     with pytest.raises(error, match=match):
@@ -222,11 +238,15 @@ def test_check_law_takes_c_from_loc_when_not_given():
         check_law(torch.zeros(2, 3), torch.ones(2, 4))
 
 
-@pytest.mark.parametrize("threshold", [torch.tensor(2.5, dtype=torch.float64), torch.tensor(-1.0),
-                                       torch.linspace(-3.0, 3.0, 7)])
+@pytest.mark.parametrize(
+    "threshold", [torch.tensor(2.5, dtype=torch.float64), torch.tensor(-1.0), torch.linspace(-3.0, 3.0, 7)]
+)
 def test_num_probability_is_the_cauchy_survival_function_at_the_num_threshold(threshold):
     g = torch.Generator().manual_seed(3)
-    loc, scale = torch.randn(4, 5, generator=g, dtype=torch.float64) * 4, torch.rand(4, 5, generator=g, dtype=torch.float64)
+    loc, scale = (
+        torch.randn(4, 5, generator=g, dtype=torch.float64) * 4,
+        torch.rand(4, 5, generator=g, dtype=torch.float64),
+    )
     num = 4
     c = float(threshold[num]) if threshold.dim() else float(threshold)
     expected = stats.cauchy.sf(c, loc=loc.numpy(), scale=scale.numpy() + 0.1)

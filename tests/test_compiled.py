@@ -1,4 +1,5 @@
-"""The compiled tile (causalqwen.kernels.compiled): equal to the literal tile, the fallback with one warning, the switch.
+"""The compiled tile (causalqwen.kernels.compiled): equal to the literal tile, the fallback with one warning, the
+switch.
 
 Oracles: the literal function `fused.tile_elementwise` run eagerly (the specification of the compiled code), and
 float64 evaluation of the same kernel for the size of the rounding differences. The fused loss's own equality
@@ -60,8 +61,18 @@ def test_the_fused_loss_is_the_same_compiled_or_not(monkeypatch):
     def run():
         for leaf in (loc_U, scale_U, weight, bias, noise):
             leaf.grad = None
-        loss = fused_ovr_classification_loss(loc_U, scale_U, weight, bias, noise, 10.0, labels=labels, reduction="sum",
-                                             chunk_size=16, vocab_chunk_size=128)
+        loss = fused_ovr_classification_loss(
+            loc_U,
+            scale_U,
+            weight,
+            bias,
+            noise,
+            10.0,
+            labels=labels,
+            reduction="sum",
+            chunk_size=16,
+            vocab_chunk_size=128,
+        )
         loss.backward()
         return [loss.detach()] + [leaf.grad.clone() for leaf in (loc_U, scale_U, weight, bias, noise)]
 

@@ -23,8 +23,15 @@ DECISION_MODES = ("standard", "causal", "shared_individual", "shared_noise")
 
 
 def _head(per_class=False, seed=0):
-    config = CausalQwenConfig(hidden_size=C, num_attention_heads=2, num_key_value_heads=1, vocab_size=V,
-                              num_token_id=NUM, ovr_threshold=1.5, ovr_threshold_per_class=per_class)
+    config = CausalQwenConfig(
+        hidden_size=C,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=V,
+        num_token_id=NUM,
+        ovr_threshold=1.5,
+        ovr_threshold_per_class=per_class,
+    )
     head = DecisionHead(config).double()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -47,13 +54,20 @@ def _law(rows=6, seed=1):
 
 def _numpy(head):
     """W, b, w, c, |b_noise| and the thresholds C_k ``[V]`` of ``head`` as float64 NumPy arrays."""
+
     def array(t):
         return t.detach().double().numpy()
+
     threshold = head.ovr_threshold
     thresholds = array(threshold) if isinstance(threshold, torch.Tensor) else np.full(V, float(threshold))
-    return (array(head.classification_head.weight), array(head.classification_head.bias),
-            array(head.regression_head.weight)[0], float(head.regression_head.bias), array(head.b_noise.abs()),
-            np.broadcast_to(thresholds, (V,)))
+    return (
+        array(head.classification_head.weight),
+        array(head.classification_head.bias),
+        array(head.regression_head.weight)[0],
+        float(head.regression_head.bias),
+        array(head.b_noise.abs()),
+        np.broadcast_to(thresholds, (V,)),
+    )
 
 
 def _literal_decision(head, loc, scale):
@@ -88,13 +102,19 @@ def test_probabilities_and_their_logs_are_scipy_at_the_threshold(per_class):
     decision = head(loc_U, scale_U)
     thresholds = _numpy(head)[-1]  # C_k [V]
     loc_S, scale_S = decision.loc_S.detach().numpy(), decision.scale_S.detach().numpy()
-    np.testing.assert_allclose(head.probabilities(decision).detach().numpy(),
-                               stats.cauchy.sf(thresholds, loc=loc_S, scale=scale_S), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        head.probabilities(decision).detach().numpy(),
+        stats.cauchy.sf(thresholds, loc=loc_S, scale=scale_S),
+        rtol=1e-12,
+        atol=0,
+    )
     log_p, log_not_p = head.log_probabilities(decision)
-    np.testing.assert_allclose(log_p.detach().numpy(), stats.cauchy.logsf(thresholds, loc=loc_S, scale=scale_S),
-                               rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(log_not_p.detach().numpy(), stats.cauchy.logcdf(thresholds, loc=loc_S, scale=scale_S),
-                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        log_p.detach().numpy(), stats.cauchy.logsf(thresholds, loc=loc_S, scale=scale_S), rtol=1e-10, atol=1e-14
+    )
+    np.testing.assert_allclose(
+        log_not_p.detach().numpy(), stats.cauchy.logcdf(thresholds, loc=loc_S, scale=scale_S), rtol=1e-10, atol=1e-14
+    )
 
 
 @given(
@@ -196,8 +216,9 @@ def test_the_sampled_modes_draw_their_uniform_from_the_generator():
     loc_U, scale_U = _law(5)
     with torch.no_grad():
         drawn = head.choose("causal", loc_U, scale_U, generator=torch.Generator().manual_seed(11))
-        given_draw = head.choose("causal", loc_U, scale_U,
-                                 uniform=draw_uniform((5, C), generator=torch.Generator().manual_seed(11)))
+        given_draw = head.choose(
+            "causal", loc_U, scale_U, uniform=draw_uniform((5, C), generator=torch.Generator().manual_seed(11))
+        )
     for got, want in zip(drawn, given_draw):
         assert torch.equal(got, want)
 
@@ -208,12 +229,20 @@ def test_choose_traditional_samples_the_traditional_probabilities_of_the_standar
     loc_U, scale_U = _law(64, seed=5)
     with torch.no_grad():
         head.classification_head.bias[NUM] += 3.0
-        choice = head.choose("traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6),
-                             sampling=(0.8, 6, 0.9, normalize))
+        choice = head.choose(
+            "traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6), sampling=(0.8, 6, 0.9, normalize)
+        )
         scores, scores_loc_Y = head.step_scores("traditional", loc_U, scale_U)
     loc_S, scale_S, loc_Y, _, _ = _literal_decision(head, loc_U.numpy(), scale_U.numpy() + _numpy(head)[4])
-    probs = traditional_probabilities(torch.from_numpy(loc_S), 0.8, 6, 0.9, scale_S=torch.from_numpy(scale_S),
-                                      threshold=head.ovr_threshold, normalize=normalize)
+    probs = traditional_probabilities(
+        torch.from_numpy(loc_S),
+        0.8,
+        6,
+        0.9,
+        scale_S=torch.from_numpy(scale_S),
+        threshold=head.ovr_threshold,
+        normalize=normalize,
+    )
     token = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(6))[:, 0]
     assert torch.equal(choice.token, token) and 0 < int((token == NUM).sum()) < 64
     np.testing.assert_allclose(choice.value.numpy(), np.where(token.numpy() == NUM, loc_Y, 0.0), rtol=1e-12, atol=1e-12)
@@ -241,19 +270,29 @@ def _literal_targets(labels, values, mask, num_token_id):
     return scored, next_labels, next_values, is_num
 
 
-rules = st.integers(1, 4).flatmap(lambda rows: st.integers(1, 7).flatmap(lambda length: st.tuples(
-    st.lists(st.lists(st.sampled_from([IGNORE, 0, 1, NUM, V - 1]), min_size=length, max_size=length), min_size=rows,
-             max_size=rows),
-    st.lists(st.lists(st.floats(-1e6, 1e6, width=32), min_size=length, max_size=length), min_size=rows, max_size=rows),
-    st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows),
-)))
+rules = st.integers(1, 4).flatmap(
+    lambda rows: st.integers(1, 7).flatmap(
+        lambda length: st.tuples(
+            st.lists(
+                st.lists(st.sampled_from([IGNORE, 0, 1, NUM, V - 1]), min_size=length, max_size=length),
+                min_size=rows,
+                max_size=rows,
+            ),
+            st.lists(
+                st.lists(st.floats(-1e6, 1e6, width=32), min_size=length, max_size=length), min_size=rows, max_size=rows
+            ),
+            st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows),
+        )
+    )
+)
 
 
 @given(case=rules, num_token_id=st.sampled_from([NUM, None]))
 def test_next_token_targets_is_the_scoring_rule_position_by_position(case, num_token_id):
     labels, values, mask = case
-    got = next_token_targets(torch.tensor(labels), torch.tensor(values), torch.tensor(mask, dtype=torch.long), IGNORE,
-                             num_token_id)
+    got = next_token_targets(
+        torch.tensor(labels), torch.tensor(values), torch.tensor(mask, dtype=torch.long), IGNORE, num_token_id
+    )
     scored, next_labels, next_values, is_num = _literal_targets(labels, values, mask, num_token_id)
     assert got.scored.tolist() == scored and got.labels.tolist() == next_labels and got.is_num.tolist() == is_num
     assert got.values.dtype == torch.float32 and got.values.tolist() == next_values
@@ -291,12 +330,21 @@ def test_half_precision_numeric_targets_are_widened_to_float32():
 # ---- the threshold ----
 
 
-@pytest.mark.parametrize("per_class,learnable,kind", [(False, False, torch.Tensor), (True, False, torch.Tensor),
-                                                      (False, True, torch.nn.Parameter)])
+@pytest.mark.parametrize(
+    "per_class,learnable,kind",
+    [(False, False, torch.Tensor), (True, False, torch.Tensor), (False, True, torch.nn.Parameter)],
+)
 def test_the_threshold_is_a_tensor_the_config_asks_for_and_resets_to_it(per_class, learnable, kind):
-    config = CausalQwenConfig(hidden_size=C, num_attention_heads=2, num_key_value_heads=1, vocab_size=V,
-                              num_token_id=NUM, ovr_threshold=2.5, ovr_threshold_per_class=per_class,
-                              learnable_threshold=learnable)
+    config = CausalQwenConfig(
+        hidden_size=C,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=V,
+        num_token_id=NUM,
+        ovr_threshold=2.5,
+        ovr_threshold_per_class=per_class,
+        learnable_threshold=learnable,
+    )
     head = DecisionHead(config)
     assert isinstance(head.ovr_threshold, kind)
     assert tuple(head.ovr_threshold.shape) == ((V,) if per_class else ())
@@ -315,8 +363,9 @@ def test_a_shared_threshold_scores_as_the_config_number_itself_in_every_dtype(dt
     """The shared C = 0.1 is no bfloat16 number: cast with the head it would move to 0.10009765625. It stays the
     config's float64 value (a CPU scalar, which torch combines with tensors of any dtype as it does a number), and
     every decision function gives bit for bit what the Python number gives."""
-    config = CausalQwenConfig(hidden_size=C, num_attention_heads=2, num_key_value_heads=1, vocab_size=V,
-                              num_token_id=NUM, ovr_threshold=0.1)
+    config = CausalQwenConfig(
+        hidden_size=C, num_attention_heads=2, num_key_value_heads=1, vocab_size=V, num_token_id=NUM, ovr_threshold=0.1
+    )
     head = DecisionHead(config).to(dtype)
     assert head.ovr_threshold.dtype == torch.float64 and head.ovr_threshold.device.type == "cpu"
     assert head.ovr_threshold.item() == 0.1
@@ -338,8 +387,9 @@ def test_the_forward_refuses_a_threshold_held_with_the_weights_once_it_is_nan(pe
 
     from causalqwen.app.tiny import build_tiny_causal_lm
 
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0, ovr_threshold_per_class=per_class,
-                                               learnable_threshold=learnable)
+    model, tokenizer, _ = build_tiny_causal_lm(
+        seed=0, init_seed=0, ovr_threshold_per_class=per_class, learnable_threshold=learnable
+    )
     enc = tokenizer(["He ran 3 km"])
     model(**enc, labels=enc["input_ids"])  # finite: no error
     with torch.no_grad():

@@ -53,5 +53,5 @@ def test_phi_is_computed_in_float32_and_returned_in_the_model_dtype():
     values = torch.tensor([[1e30, -3.0, 0.0]], dtype=torch.float32)
     phi = emb(values)  # [1, 3, 4]
     assert phi.dtype == torch.bfloat16
-    expected = (torch.tensor([math.log1p(1e30), -math.log1p(3.0), 0.0]).to(torch.bfloat16)[:, None] * emb.w_num)
+    expected = torch.tensor([math.log1p(1e30), -math.log1p(3.0), 0.0]).to(torch.bfloat16)[:, None] * emb.w_num
     assert torch.equal(phi[0], expected)

@@ -20,7 +20,18 @@ EPS = 1e-6
 NAMES = ["loc_U", "scale_U", "W", "b", "b_noise", "threshold"]
 
 
-def _setup(seed, n, c, v, threshold_kind="scalar", learnable=True, dtype=torch.float64, ignored=(), clamp_row=True, zero_class=True):
+def _setup(
+    seed,
+    n,
+    c,
+    v,
+    threshold_kind="scalar",
+    learnable=True,
+    dtype=torch.float64,
+    ignored=(),
+    clamp_row=True,
+    zero_class=True,
+):
     g = torch.Generator().manual_seed(seed)
     action = ActionNetwork(c, v, noise_init=0.3, scale_eps=EPS).to(dtype)
     with torch.no_grad():
@@ -68,8 +79,9 @@ def _literal(action, loc_U, scale_U, threshold, labels):
 
 def _fused(action, loc_U, scale_U, threshold, labels, **kwargs):
     head = action.classification_head
-    return fused_ovr_classification_loss(loc_U, scale_U, head.weight, head.bias, action.noise_scale, threshold,
-                                         labels=labels, scale_eps=EPS, **kwargs)
+    return fused_ovr_classification_loss(
+        loc_U, scale_U, head.weight, head.bias, action.noise_scale, threshold, labels=labels, scale_eps=EPS, **kwargs
+    )
 
 
 @given(
@@ -84,8 +96,9 @@ def _fused(action, loc_U, scale_U, threshold, labels, **kwargs):
     ignore_pattern=st.sampled_from(["none", "some", "all"]),
     tiny_noise=st.booleans(),
 )
-def test_fused_equals_literal_in_values_and_every_gradient(seed, n, c, v, chunk, vocab_chunk, threshold_kind, learnable,
-                                                          ignore_pattern, tiny_noise):
+def test_fused_equals_literal_in_values_and_every_gradient(
+    seed, n, c, v, chunk, vocab_chunk, threshold_kind, learnable, ignore_pattern, tiny_noise
+):
     ignored = {"none": (), "some": tuple(range(0, n, 2))[1:], "all": tuple(range(n))}[ignore_pattern]
     action, loc_U, scale_U, threshold, labels = _setup(seed, n, c, v, threshold_kind, learnable, ignored=ignored)
     if tiny_noise:
@@ -102,7 +115,9 @@ def test_fused_equals_literal_in_values_and_every_gradient(seed, n, c, v, chunk,
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
 
     # reduction="sum": the gradients are formed in the forward pass; scale them by a non-unit factor
-    total = _fused(action, loc_U, scale_U, threshold, labels, chunk_size=chunk, vocab_chunk_size=vocab_chunk, reduction="sum")
+    total = _fused(
+        action, loc_U, scale_U, threshold, labels, chunk_size=chunk, vocab_chunk_size=vocab_chunk, reduction="sum"
+    )
     torch.testing.assert_close(total, literal.sum(), rtol=1e-12, atol=1e-12)
     for name, a, b in zip(NAMES, _grads(2.5 * total, tensors), _grads(2.5 * literal.sum(), tensors)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
@@ -111,12 +126,25 @@ def test_fused_equals_literal_in_values_and_every_gradient(seed, n, c, v, chunk,
 @pytest.mark.parametrize("reduction", ["none", "sum"])
 @pytest.mark.parametrize("threshold_kind", ["scalar", "per_class"])
 def test_fused_gradcheck(reduction, threshold_kind):
-    action, loc_U, scale_U, threshold, labels = _setup(3, 5, 3, 7, threshold_kind, clamp_row=False, zero_class=False, ignored=(1,))
+    action, loc_U, scale_U, threshold, labels = _setup(
+        3, 5, 3, 7, threshold_kind, clamp_row=False, zero_class=False, ignored=(1,)
+    )
     head = action.classification_head  # no zero weight, no clamp: |.| and the clamps are smooth here
 
     def f(loc_U, scale_U, weight, bias, b_noise, threshold):
-        return fused_ovr_classification_loss(loc_U, scale_U, weight, bias, b_noise.abs(), threshold, labels=labels,
-                                             chunk_size=2, vocab_chunk_size=3, scale_eps=EPS, reduction=reduction)
+        return fused_ovr_classification_loss(
+            loc_U,
+            scale_U,
+            weight,
+            bias,
+            b_noise.abs(),
+            threshold,
+            labels=labels,
+            chunk_size=2,
+            vocab_chunk_size=3,
+            scale_eps=EPS,
+            reduction=reduction,
+        )
 
     inputs = (loc_U, scale_U, head.weight, head.bias, action.b_noise, threshold)
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
@@ -148,15 +176,28 @@ def test_fused_is_finite_for_extreme_finite_float32_inputs(reduction):
     labels = torch.randint(0, v, (n,), generator=g)
     head = action.classification_head
     tensors = [loc_U, scale_U, head.weight, head.bias, action.b_noise]
-    loss = fused_ovr_classification_loss(loc_U, scale_U, head.weight, head.bias, action.noise_scale, 100.0, labels=labels,
-                                         scale_eps=EPS, reduction=reduction)
+    loss = fused_ovr_classification_loss(
+        loc_U,
+        scale_U,
+        head.weight,
+        head.bias,
+        action.noise_scale,
+        100.0,
+        labels=labels,
+        scale_eps=EPS,
+        reduction=reduction,
+    )
     assert torch.isfinite(loss).all()
     assert loss.sum() > 1e3  # the far-wrong rows cost many nats: the test is not vacuous
     for name, grad in zip(NAMES, _grads(loss.sum(), tensors)):
         assert torch.isfinite(grad).all(), name
     literal = _literal(action, loc_U, scale_U, 100.0, labels)
-    torch.testing.assert_close(loss.sum() if reduction == "sum" else loss, literal.sum() if reduction == "sum" else literal,
-                               rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(
+        loss.sum() if reduction == "sum" else loss,
+        literal.sum() if reduction == "sum" else literal,
+        rtol=1e-5,
+        atol=1e-3,
+    )
 
 
 def test_fused_only_computes_the_gradients_asked_for():
@@ -214,8 +255,9 @@ def test_under_bfloat16_autocast_the_products_run_in_bfloat16_and_as_accurately_
         return loss, loss_error, [((g.double() - e).norm() / e.norm()).item() for g, e in zip(grads, exact_grads)]
 
     literal, literal_loss_error, literal_errors = errors(lambda: _literal(action32, loc32, scale32, 5.0, labels), True)
-    fused, fused_loss_error, fused_errors = errors(lambda: _fused(action32, loc32, scale32, 5.0, labels,
-                                                                   reduction=reduction), True)
+    fused, fused_loss_error, fused_errors = errors(
+        lambda: _fused(action32, loc32, scale32, 5.0, labels, reduction=reduction), True
+    )
     _, _, float32_errors = errors(lambda: _fused(action32, loc32, scale32, 5.0, labels, reduction=reduction), False)
     assert fused.dtype == torch.float32 and literal.dtype == torch.bfloat16
     assert fused_loss_error <= literal_loss_error
@@ -242,23 +284,33 @@ def test_fused_rejects_bad_input():
     with pytest.raises(ValueError, match="a per-class threshold must have shape"):
         fused_ovr_classification_loss(loc_U, scale_U, *args, torch.zeros(3), labels=labels)
     with pytest.raises(ValueError, match=r"weight must be \[V, C\]"):
-        fused_ovr_classification_loss(loc_U, scale_U, head.weight[:, :3], head.bias, action.noise_scale, 5.0, labels=labels)
+        fused_ovr_classification_loss(
+            loc_U, scale_U, head.weight[:, :3], head.bias, action.noise_scale, 5.0, labels=labels
+        )
     with pytest.raises(ValueError, match=r"bias must be \[V\] and noise_scale \[C\]"):
-        fused_ovr_classification_loss(loc_U, scale_U, head.weight, head.bias[:3], action.noise_scale, 5.0, labels=labels)
+        fused_ovr_classification_loss(
+            loc_U, scale_U, head.weight, head.bias[:3], action.noise_scale, 5.0, labels=labels
+        )
     with pytest.raises(ValueError, match=r"loc_U and scale_U must both be \[N, C\]"):
         fused_ovr_classification_loss(loc_U[None], scale_U[None], *args, 5.0, labels=labels)
     with pytest.raises(ValueError, match=r"labels shape \(10,\) must be \[N\]"):
         fused_ovr_classification_loss(loc_U, scale_U, *args, 5.0, labels=labels[:10])
 
 
-@given(seed=st.integers(0, 10_000), rows=st.sampled_from([1, 2, 1000]), classes=st.sampled_from([1, 3, 1000]),
-       per_class=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    rows=st.sampled_from([1, 2, 1000]),
+    classes=st.sampled_from([1, 3, 1000]),
+    per_class=st.booleans(),
+)
 def test_the_tiled_argmax_equals_the_literal_prediction(seed, rows, classes, per_class):
     """`fused.ovr_argmax` (the log step's prediction) is the OvR argmax of the literal decisions, whatever the tiles."""
     from causalqwen.inference import predict
     from causalqwen.kernels.fused import HeadInputs, Tiling, ovr_argmax
 
-    action, loc_U, scale_U, threshold, _ = _setup(seed, 7, 4, 11, "per_class" if per_class else "scalar", learnable=False)
+    action, loc_U, scale_U, threshold, _ = _setup(
+        seed, 7, 4, 11, "per_class" if per_class else "scalar", learnable=False
+    )
     decision = action(loc_U.detach(), scale_U.detach())
     literal, _ = predict(decision.loc_S, decision.scale_S, decision.loc_Y, threshold, 0)
     head = action.classification_head
@@ -281,9 +333,11 @@ def test_the_default_tiles_depend_on_the_device_and_explicit_sizes_win():
 
 @pytest.mark.parametrize("reduction", ["none", "sum"])
 def test_no_scored_row_gives_zero_loss_and_zero_gradients(reduction):
-    """With every label ignored no tile runs: the loss and every gradient are exact zeros, never uninitialised memory."""
-    action, loc_U, scale_U, threshold, labels = _setup(4, 5, 3, 7, learnable=True, dtype=torch.float32,
-                                                       ignored=range(5))
+    """With every label ignored no tile runs: the loss and every gradient are exact zeros, never uninitialised
+    memory."""
+    action, loc_U, scale_U, threshold, labels = _setup(
+        4, 5, 3, 7, learnable=True, dtype=torch.float32, ignored=range(5)
+    )
     for _ in range(2):  # the second call would see whatever memory the first one freed
         loss = _fused(action, loc_U, scale_U, threshold, labels, reduction=reduction)
         assert bool((loss == 0).all())

@@ -71,8 +71,11 @@ def test_ovr_probability_in_open_unit_interval_monotone_and_symmetric(values, sh
     torch.testing.assert_close(1 - p, mirrored, rtol=1e-9, atol=1e-12)
 
 
-@given(values=st.lists(ovr_inputs, min_size=1, max_size=16), loc_step=st.floats(1e-2, 1e2),
-       threshold_step=st.floats(1e-2, 1e2))
+@given(
+    values=st.lists(ovr_inputs, min_size=1, max_size=16),
+    loc_step=st.floats(1e-2, 1e2),
+    threshold_step=st.floats(1e-2, 1e2),
+)
 def test_ovr_probability_rises_with_the_location_and_falls_with_the_threshold(values, loc_step, threshold_step):
     """The law of D8: $P_k$ strictly increasing in $\\mathrm{loc}_{S_k}$ and strictly decreasing in $C_k$, and so are
     $\\log P_k$ (up) and $\\log(1 - P_k)$ (down), everywhere (float64, far tails included)."""
@@ -94,19 +97,22 @@ def test_ovr_log_probability_far_tails_have_no_eps_bias():
 
 
 def test_thresholds_scalar_per_class_and_learnable():
-    loc_S, scale_S, *_ , labels = _random_head(0)
+    loc_S, scale_S, *_, labels = _random_head(0)
     scalar = losses.ovr_classification_loss(loc_S, scale_S, labels, 1.5)
     per_class_same = losses.ovr_classification_loss(loc_S, scale_S, labels, torch.full((4,), 1.5, dtype=torch.float64))
     torch.testing.assert_close(scalar, per_class_same)
     per_class = torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
     loss = losses.ovr_classification_loss(loc_S, scale_S, labels, per_class)
     for b, s in itertools.product(range(2), range(5)):
-        expected = _textbook_ovr_loss(loc_S[b, s].tolist(), scale_S[b, s].tolist(), labels[b, s].item(), per_class.tolist())
+        expected = _textbook_ovr_loss(
+            loc_S[b, s].tolist(), scale_S[b, s].tolist(), labels[b, s].item(), per_class.tolist()
+        )
         assert loss[b, s].item() == pytest.approx(expected, rel=1e-12)
     loss.sum().backward()
     assert per_class.grad is not None and bool((per_class.grad != 0).all())
     assert torch.autograd.gradcheck(
-        lambda c: losses.ovr_classification_loss(loc_S, scale_S, labels, c), (per_class.detach().clone().requires_grad_(),)
+        lambda c: losses.ovr_classification_loss(loc_S, scale_S, labels, c),
+        (per_class.detach().clone().requires_grad_(),),
     )
 
 
@@ -158,7 +164,9 @@ def test_mask_truth_table():
     mask = torch.tensor([[m for m, _ in combos]])
     labels = torch.tensor([[y for _, y in combos]])
     loc_S, scale_S, loc_Y, scale_Y, targets, _ = _random_head(3, shape=(1, len(combos)))
-    parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=0.0, attention_mask=mask)
+    parts = losses.total_loss(
+        loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=0.0, attention_mask=mask
+    )
     expected_valid = [m == 1 and y != IGNORE for m, y in combos]
     expected_num = [m == 1 and y == NUM for m, y in combos]
     assert parts.n_cls.item() == sum(expected_valid) == 2
@@ -177,7 +185,16 @@ def test_total_loss_is_the_documented_combination():
     labels[0, :3] = NUM
     labels[1, 0] = IGNORE
     parts = losses.total_loss(
-        loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=0.5, regression_weight=0.7, gate_alpha=0.3
+        loc_S,
+        scale_S,
+        loc_Y,
+        scale_Y,
+        labels,
+        targets,
+        num_token_id=NUM,
+        threshold=0.5,
+        regression_weight=0.7,
+        gate_alpha=0.3,
     )
     cls_sum, n_cls, reg_sum, n_reg = 0.0, 0, 0.0, 0
     for b, s in itertools.product(range(2), range(5)):
@@ -212,9 +229,14 @@ def test_total_loss_unchanged_by_padding(pad_left, pad_right, seed):
     garbage = lambda shape: torch.randn(*shape, generator=g, dtype=torch.float64) * 1e3  # noqa: E731
     positive = lambda shape: torch.rand(*shape, generator=g, dtype=torch.float64) + 1e-3  # noqa: E731
     padded = losses.total_loss(
-        pad(loc_S, garbage), pad(scale_S, positive), pad(loc_Y, garbage), pad(scale_Y, positive),
-        pad(labels, lambda s: torch.full(s, NUM)), pad(targets, garbage),
-        num_token_id=NUM, threshold=1.0,
+        pad(loc_S, garbage),
+        pad(scale_S, positive),
+        pad(loc_Y, garbage),
+        pad(scale_Y, positive),
+        pad(labels, lambda s: torch.full(s, NUM)),
+        pad(targets, garbage),
+        num_token_id=NUM,
+        threshold=1.0,
         attention_mask=pad(torch.ones_like(labels), lambda s: torch.zeros(s, dtype=torch.long)),
     )
     torch.testing.assert_close(padded.total, base.total, rtol=1e-12, atol=0)
@@ -244,8 +266,13 @@ def test_positions_not_scored_never_change_the_loss_or_its_gradient(data):
     locations, other scales, other labels, other targets -- the loss and its gradient at the scored positions are
     the same, and the gradient there is exactly 0."""
     decision, labels, targets, mask, g = _scored_positions_problem(data)
-    settings = dict(num_token_id=NUM, threshold=data.draw(st.floats(-3, 3)), attention_mask=mask,
-                    gate_alpha=data.draw(st.sampled_from([0.0, 0.4])), regression_weight=0.7)
+    settings = dict(
+        num_token_id=NUM,
+        threshold=data.draw(st.floats(-3, 3)),
+        attention_mask=mask,
+        gate_alpha=data.draw(st.sampled_from([0.0, 0.4])),
+        regression_weight=0.7,
+    )
     scored = (mask == 1) & (labels != IGNORE)
 
     def loss_and_grads(decision, labels, targets):
@@ -254,8 +281,14 @@ def test_positions_not_scored_never_change_the_loss_or_its_gradient(data):
         return parts, torch.autograd.grad(parts.total, leaves)
 
     base, base_grads = loss_and_grads(decision, labels, targets)
-    other = [torch.where(scored[..., None] if t.dim() == 3 else scored, t, 1e3 * torch.rand(t.shape, generator=g,
-             dtype=t.dtype) + 1e-3) for t in decision]
+    other = [
+        torch.where(
+            scored[..., None] if t.dim() == 3 else scored,
+            t,
+            1e3 * torch.rand(t.shape, generator=g, dtype=t.dtype) + 1e-3,
+        )
+        for t in decision
+    ]
     # a label is free where the mask is 0; an ignored label stays ignored (it is what unscores its position)
     other_labels = torch.where(mask == 1, labels, torch.randint(0, NUM + 1, labels.shape, generator=g))
     other_targets = torch.where(scored, targets, torch.randn(targets.shape, generator=g, dtype=targets.dtype) * 1e6)
@@ -280,7 +313,8 @@ def _action(causal_size, classes, g, dtype=torch.float64):
 
 @given(data=st.data())
 def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(data):
-    """`fused_loss` (tiled, from the law of U) = `literal_loss` (`total_loss` on the action's full decisions), for random
+    """`fused_loss` (tiled, from the law of U) = `literal_loss` (`total_loss` on the action's full decisions), for
+    random
     shapes, tiles, thresholds (shared or per class), gates and masks; with the unscored positions' law of U set to
     garbage, neither moves."""
     B, S, C, V = (data.draw(st.integers(1, n)) for n in (3, 5, 4, 9))
@@ -294,18 +328,33 @@ def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(da
     labels[torch.rand(B, S, generator=g) < 0.2] = IGNORE
     targets = torch.randn(B, S, generator=g, dtype=torch.float64) * 4
     per_class = data.draw(st.booleans())
-    threshold = (torch.randn(V, generator=g, dtype=torch.float64) if per_class else torch.randn((), generator=g,
-                 dtype=torch.float64)).requires_grad_()
-    settings = dict(num_token_id=NUM, threshold=threshold, attention_mask=(torch.rand(B, S, generator=g) < 0.8).long(),
-                    gate_alpha=data.draw(st.sampled_from([0.0, 0.5])), regression_weight=data.draw(st.floats(0, 2)),
-                    detach_gate=data.draw(st.booleans()))
+    threshold = (
+        torch.randn(V, generator=g, dtype=torch.float64)
+        if per_class
+        else torch.randn((), generator=g, dtype=torch.float64)
+    ).requires_grad_()
+    settings = dict(
+        num_token_id=NUM,
+        threshold=threshold,
+        attention_mask=(torch.rand(B, S, generator=g) < 0.8).long(),
+        gate_alpha=data.draw(st.sampled_from([0.0, 0.5])),
+        regression_weight=data.draw(st.floats(0, 2)),
+        detach_gate=data.draw(st.booleans()),
+    )
     leaves = [loc_U, scale_U, threshold, *action.parameters()]
     literal, decision = losses.LOSS_FUNCTIONS["literal"](action, loc_U, scale_U, labels, targets, **settings)
     assert decision.loc_S.shape == (B, S, V)
     literal_grads = torch.autograd.grad(literal.total, leaves, allow_unused=True)
-    fused, num_decision = fused_loss(action, loc_U, scale_U, labels, targets, **settings,
-                                     chunk_size=data.draw(st.sampled_from([1, 2, 5, None])),
-                                     vocab_chunk_size=data.draw(st.sampled_from([1, 3, None])))
+    fused, num_decision = fused_loss(
+        action,
+        loc_U,
+        scale_U,
+        labels,
+        targets,
+        **settings,
+        chunk_size=data.draw(st.sampled_from([1, 2, 5, None])),
+        vocab_chunk_size=data.draw(st.sampled_from([1, 3, None])),
+    )
     fused_grads = torch.autograd.grad(fused.total, leaves, allow_unused=True)
     for name in ("total", "cls_loss_mean", "reg_loss_effective", "n_cls", "n_reg", "reg_loss"):
         torch.testing.assert_close(getattr(fused, name), getattr(literal, name), rtol=1e-12, atol=1e-12, msg=name)
@@ -347,21 +396,32 @@ def test_gate_is_not_detached_by_default_and_detach_gate_stops_it():
     for detach in (False, True):
         loc = loc_S.clone().requires_grad_()
         parts = losses.total_loss(
-            loc, scale_S, loc_Y.clone().requires_grad_(), scale_Y, labels, targets, num_token_id=NUM, threshold=0.0, detach_gate=detach
+            loc,
+            scale_S,
+            loc_Y.clone().requires_grad_(),
+            scale_Y,
+            labels,
+            targets,
+            num_token_id=NUM,
+            threshold=0.0,
+            detach_gate=detach,
         )
         (grad,) = torch.autograd.grad(parts.reg_loss_effective, loc, allow_unused=True)
         grads[detach] = grad
-    # d L_reg,eff / d loc_S<NUM> = nll * dP<NUM>/d loc / n_reg, and dP/d loc of P = sf(C; loc, scale) is the density at C
+    # d L_reg,eff / d loc_S<NUM> = nll * dP<NUM>/d loc / n_reg, and dP/d loc of P = sf(C; loc, scale) is the density
+    # at C
     nll = -stats.cauchy.logpdf(targets.numpy(), loc=loc_Y.numpy(), scale=scale_Y.numpy())
     density = stats.cauchy.pdf(0.0, loc=loc_S[..., NUM].numpy(), scale=scale_S[..., NUM].numpy())
     np.testing.assert_allclose(grads[False][..., NUM].numpy(), nll * density / labels.numel(), rtol=1e-10)
-    assert bool((grads[False][..., :NUM] == 0).all()) and bool((grads[False][..., NUM + 1:] == 0).all())
+    assert bool((grads[False][..., :NUM] == 0).all()) and bool((grads[False][..., NUM + 1 :] == 0).all())
     assert grads[True] is None  # with detach_gate the regression term does not reach the class scores
 
 
 def _mp_total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, threshold):
     """The total of D8-D9 (every position scored, alpha = 0, lambda = 1) at 60 digits from the textbook formulas, with
-    the tail masses as arctan(1/|t|)/pi beyond the location (no cancellation); per-position cls and reg, and the total."""
+    the tail masses as arctan(1/|t|)/pi beyond the location (no cancellation); per-position cls and reg, and the
+    total."""
+
     def upper_mass(t):  # P(T > t), T standard Cauchy
         return mp.atan(1 / t) / mp.pi if t > 0 else mp.mpf(1) / 2 + mp.atan(-t) / mp.pi
 
@@ -399,8 +459,9 @@ def test_extreme_locations_and_minimal_scales_stay_finite_and_accurate_in_float3
         leaves = [t.to(dtype, copy=True).requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y)]
         parts = losses.total_loss(*leaves, labels, targets.to(dtype), num_token_id=NUM, threshold=100.0)
         results[dtype] = parts, torch.autograd.grad(parts.total, leaves)
-    cls, reg, total = _mp_total_loss(*(t.double().numpy() for t in (loc_S, scale_S, loc_Y, scale_Y)), labels.numpy(),
-                                     targets.double().numpy(), 100.0)
+    cls, reg, total = _mp_total_loss(
+        *(t.double().numpy() for t in (loc_S, scale_S, loc_Y, scale_Y)), labels.numpy(), targets.double().numpy(), 100.0
+    )
     parts, grads = results[torch.float32]
     assert parts.total.item() == pytest.approx(total, rel=1e-5)
     np.testing.assert_allclose(parts.cls_loss.detach().double().numpy(), cls, rtol=1e-5)
@@ -428,11 +489,15 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"per-class threshold must have shape \(4,\)"):
         losses.ovr_classification_loss(loc_S, scale_S, labels, torch.zeros(3))
     with pytest.raises(ValueError, match="attention_mask must contain only 0 and 1"):
-        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, attention_mask=torch.full_like(labels, 2), **kwargs)
+        losses.total_loss(
+            loc_S, scale_S, loc_Y, scale_Y, labels, targets, attention_mask=torch.full_like(labels, 2), **kwargs
+        )
     with pytest.raises(ValueError, match="numeric_targets shape"):
         losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets[:, :3], **kwargs)
     with pytest.raises(ValueError, match="alpha"):
-        losses.gated_regression_loss(loc_Y, scale_Y, targets, torch.ones_like(targets), torch.ones_like(labels), alpha=1.5)
+        losses.gated_regression_loss(
+            loc_Y, scale_Y, targets, torch.ones_like(targets), torch.ones_like(labels), alpha=1.5
+        )
     with pytest.raises(TypeError, match="labels must be an integer tensor"):
         losses.ovr_classification_loss(loc_S, scale_S, labels.double(), 1.0)
     with pytest.raises(ValueError, match="scale must be > 0"):
@@ -449,13 +514,18 @@ def test_the_checks_run_while_validating_and_not_under_validation_false():
     with pytest.raises(ValueError, match="threshold .* must be finite"):
         losses.ovr_probability(loc_S, scale_S, nan_threshold)
     with pytest.raises(ValueError, match="numeric_targets must be finite"):
-        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets.masked_fill(labels == 0, math.inf),
-                          num_token_id=NUM)
+        losses.total_loss(
+            loc_S, scale_S, loc_Y, scale_Y, labels, targets.masked_fill(labels == 0, math.inf), num_token_id=NUM
+        )
     with cauchy.validation(False):
         assert bool(losses.ovr_probability(loc_S, scale_S, nan_threshold).isnan().all())
         parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM)
-    torch.testing.assert_close(parts.total, losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets,
-                                                              num_token_id=NUM).total, rtol=0, atol=0)
+    torch.testing.assert_close(
+        parts.total,
+        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM).total,
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_the_loss_interface_has_one_signature_and_every_name_a_config_may_choose():
@@ -467,9 +537,10 @@ def test_the_loss_interface_has_one_signature_and_every_name_a_config_may_choose
     reference = list(inspect.signature(losses.literal_loss).parameters.values())
     for name, function in losses.LOSS_FUNCTIONS.items():
         parameters = list(inspect.signature(function).parameters.values())
-        assert [(p.name, p.kind, p.default) for p in parameters[:len(reference)]] == \
-            [(p.name, p.kind, p.default) for p in reference], name
-        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[len(reference):]), name
+        assert [(p.name, p.kind, p.default) for p in parameters[: len(reference)]] == [
+            (p.name, p.kind, p.default) for p in reference
+        ], name
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[len(reference) :]), name
 
 
 @pytest.mark.parametrize("threshold", [1.0, torch.tensor(1.0, dtype=torch.float64), torch.linspace(-1.0, 2.0, 4)])
@@ -478,12 +549,15 @@ def test_the_literal_loss_is_total_loss_on_the_action_s_decisions(threshold):
     per position, and the gated regression by hand) on `ActionNetwork.forward`'s decisions."""
     g = torch.Generator().manual_seed(12)
     action = _action(3, 4, g)
-    loc_U, scale_U = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.rand(2, 5, 3, generator=g,
-                                                                                        dtype=torch.float64)
+    loc_U, scale_U = (
+        torch.randn(2, 5, 3, generator=g, dtype=torch.float64),
+        torch.rand(2, 5, 3, generator=g, dtype=torch.float64),
+    )
     labels = torch.tensor([[0, NUM, 1, IGNORE, 3], [NUM, NUM, 2, 0, IGNORE]])
     targets = torch.randn(2, 5, generator=g, dtype=torch.float64)
-    parts, decision = losses.literal_loss(action, loc_U, scale_U, labels, targets, num_token_id=NUM,
-                                          threshold=threshold, regression_weight=0.5)
+    parts, decision = losses.literal_loss(
+        action, loc_U, scale_U, labels, targets, num_token_id=NUM, threshold=threshold, regression_weight=0.5
+    )
     loc_S, scale_S = decision.loc_S.detach().numpy(), decision.scale_S.detach().numpy()
     loc_Y, scale_Y = decision.loc_Y.detach().numpy(), decision.scale_Y.detach().numpy()
     c = threshold.tolist() if isinstance(threshold, torch.Tensor) and threshold.dim() else float(threshold)

@@ -64,8 +64,16 @@ def test_regression_metrics_against_numpy():
     mask = torch.tensor([True, True, False, True, True])
     errors = np.abs(predicted.numpy() - target.numpy())[mask.numpy()]
     got = regression_metrics(predicted, target, mask)
-    assert got == {"reg_mae": pytest.approx(errors.mean()), "reg_mdae": pytest.approx(np.median(errors)), "reg_count": 4}
-    assert regression_metrics(predicted, target, torch.zeros(5, dtype=torch.bool)) == {"reg_mae": 0.0, "reg_mdae": 0.0, "reg_count": 0}
+    assert got == {
+        "reg_mae": pytest.approx(errors.mean()),
+        "reg_mdae": pytest.approx(np.median(errors)),
+        "reg_count": 4,
+    }
+    assert regression_metrics(predicted, target, torch.zeros(5, dtype=torch.bool)) == {
+        "reg_mae": 0.0,
+        "reg_mdae": 0.0,
+        "reg_count": 0,
+    }
 
 
 def test_distribution_stats_against_numpy():
@@ -74,8 +82,14 @@ def test_distribution_stats_against_numpy():
     chosen = values.numpy()[mask.numpy()].ravel()
     got = distribution_stats(values, mask, "U_loc")
     q25, q75 = np.percentile(chosen, [25, 75])
-    assert got == pytest.approx({"U_loc_mean": chosen.mean(), "U_loc_median": np.median(chosen),
-                                 "U_loc_std": chosen.std(), "U_loc_iqr": q75 - q25})
+    assert got == pytest.approx(
+        {
+            "U_loc_mean": chosen.mean(),
+            "U_loc_median": np.median(chosen),
+            "U_loc_std": chosen.std(),
+            "U_loc_iqr": q75 - q25,
+        }
+    )
 
 
 def test_ovr_prob_sum_median_against_scipy():
@@ -101,8 +115,12 @@ def _reference_metrics(model, batch, generator):
         law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     head, config = model.action, model.config
     labels, values, mask = batch["labels"].tolist(), batch["numeric_values"].tolist(), batch["attention_mask"].tolist()
-    positions = [(b, i) for b in range(len(labels)) for i in range(len(labels[0]) - 1)
-                 if mask[b][i] and mask[b][i + 1] and labels[b][i + 1] != config.ignore_index]
+    positions = [
+        (b, i)
+        for b in range(len(labels))
+        for i in range(len(labels[0]) - 1)
+        if mask[b][i] and mask[b][i + 1] and labels[b][i + 1] != config.ignore_index
+    ]
     W = head.classification_head.weight.detach().double().numpy()
     bias = head.classification_head.bias.detach().double().numpy()
     w, c = head.regression_head.weight.detach().double().numpy()[0], float(head.regression_head.bias)
@@ -110,8 +128,9 @@ def _reference_metrics(model, batch, generator):
     loc_U = np.stack([law.loc_U[b, i].double().numpy() for b, i in positions])  # [N, C]
     scale_U = np.stack([law.scale_U[b, i].double().numpy() for b, i in positions])
     threshold, eps = float(head.ovr_threshold), head.scale_eps  # scales floored at eps (D10): some rows of W are 0
-    p_standard = stats.cauchy.sf(threshold, loc=loc_U @ W.T + bias,
-                                 scale=np.maximum((scale_U + noise) @ np.abs(W).T, eps))  # [N, V]
+    p_standard = stats.cauchy.sf(
+        threshold, loc=loc_U @ W.T + bias, scale=np.maximum((scale_U + noise) @ np.abs(W).T, eps)
+    )  # [N, V]
     uniform = draw_uniform(loc_U.shape, generator=generator).numpy()
     u = loc_U + scale_U * np.tan(np.pi * (uniform - 0.5))  # one individual per position
     p_causal = stats.cauchy.sf(threshold, loc=u @ W.T + bias, scale=np.maximum(np.abs(W) @ noise, eps))
@@ -121,19 +140,27 @@ def _reference_metrics(model, batch, generator):
     tp = sum(p == num and t == num for p, t in zip(predicted, targets))
     n_pred, n_true = sum(p == num for p in predicted), sum(t == num for t in targets)
     errors = [abs(y - values[b][i + 1]) for y, t, (b, i) in zip(loc_U @ w + c, targets, positions) if t == num]
-    return {"accuracy": sum(p == t for p, t in zip(predicted, targets)) / len(targets),
-            "num_precision": tp / n_pred if n_pred else 0.0, "num_recall": tp / n_true,
-            "num_predicted": n_pred, "num_targets": n_true, "tokens": len(targets), "reg_count": len(errors),
-            "reg_mae": float(np.mean(errors)), "reg_mdae": float(np.median(errors)),
-            "ovr_prob_sum_median": float(np.median(p_standard.sum(-1))),
-            "ovr_prob_sum_median_causal": float(np.median(p_causal.sum(-1)))}
+    return {
+        "accuracy": sum(p == t for p, t in zip(predicted, targets)) / len(targets),
+        "num_precision": tp / n_pred if n_pred else 0.0,
+        "num_recall": tp / n_true,
+        "num_predicted": n_pred,
+        "num_targets": n_true,
+        "tokens": len(targets),
+        "reg_count": len(errors),
+        "reg_mae": float(np.mean(errors)),
+        "reg_mdae": float(np.median(errors)),
+        "ovr_prob_sum_median": float(np.median(p_standard.sum(-1))),
+        "ovr_prob_sum_median_causal": float(np.median(p_causal.sum(-1))),
+    }
 
 
 def test_evaluate_batch_is_the_reference_computation_position_by_position():
     model, tokenizer, _ = build_tiny_causal_lm(seed=0)
     with torch.no_grad():  # a <NUM> row that some positions choose and others do not
         model.action.classification_head.weight[model.config.num_token_id] = torch.randn(
-            model.config.causal_size, generator=torch.Generator().manual_seed(1))
+            model.config.causal_size, generator=torch.Generator().manual_seed(1)
+        )
     batch = collate(TextDataset(synthetic_texts(12, seed=0), tokenizer).items, tokenizer.pad_token_id)
     metrics = evaluate_batch(model, batch, generator=torch.Generator().manual_seed(0))
     expected = _reference_metrics(model, batch, torch.Generator().manual_seed(0))

@@ -1,4 +1,5 @@
-r"""Compiled kernels: a literal function, compiled with ``torch.compile`` where that works, the function itself otherwise.
+r"""Compiled kernels: a literal function, compiled with ``torch.compile`` where that works, the function itself
+otherwise.
 
 The tiled head (`causalqwen.kernels.fused`) spends most of a tile's time outside its two matrix products in about
 twenty elementwise passes (``atan``, ``log``, ``log1p``, ``where``, divisions), each a kernel of its own that
@@ -75,7 +76,9 @@ class _Compiled:
             warnings.warn(
                 f"causalqwen: torch.compile of {self.function.__qualname__} failed ({self.failure}); running the "
                 f"literal (eager) code from now on. Set {COMPILE_ENV}=0 to skip the attempt.",
-                RuntimeWarning, stacklevel=2)
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return self.function(*args, **kwargs)
 
 

@@ -6,7 +6,8 @@ $a(d_{nk}, s_{nk}) = -\log(1 - P_{nk})$ over the classes, swapping in $a(-d, s) 
 *and* classes, so the same loss is
 
 $$L_n = \underbrace{\sum_k a(d_{nk}, s_{nk})}_{\text{tile by tile}}
-\;+\; \underbrace{a(-d_{n y_n}, s_{n y_n}) - a(d_{n y_n}, s_{n y_n})}_{\text{the label's class, on } [n] \text{ vectors}}.$$
+\;+\; \underbrace{a(-d_{n y_n}, s_{n y_n}) - a(d_{n y_n}, s_{n y_n})}_{\text{the label's class, on } [n] \text{
+vectors}}.$$
 
 Each tile is ``chunk_size`` rows by ``vocab_chunk_size`` classes, formed by the same linear closure as the
 literal path (`ActionNetwork.decide`, with the threshold folded into the bias) and scored by the same
@@ -44,9 +45,20 @@ from ..losses import (
 )
 from .compiled import compiled
 
-__all__ = ["fused_loss", "fused_standard_token", "fused_ovr_classification_loss", "tiled_ovr_loss", "ovr_argmax",
-           "FUSED_CHUNK_SIZE", "FUSED_VOCAB_CHUNK_SIZE", "FUSED_CUDA_CHUNK_SIZE", "FUSED_CUDA_VOCAB_CHUNK_SIZE",
-           "HeadInputs", "Tiling", "default_tiling"]
+__all__ = [
+    "fused_loss",
+    "fused_standard_token",
+    "fused_ovr_classification_loss",
+    "tiled_ovr_loss",
+    "ovr_argmax",
+    "FUSED_CHUNK_SIZE",
+    "FUSED_VOCAB_CHUNK_SIZE",
+    "FUSED_CUDA_CHUNK_SIZE",
+    "FUSED_CUDA_VOCAB_CHUNK_SIZE",
+    "HeadInputs",
+    "Tiling",
+    "default_tiling",
+]
 
 FUSED_CHUNK_SIZE = 512  # rows per tile on the CPU; measured by `python -m benchmarks head` (and `--tune`)
 FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile on the CPU; measured likewise
@@ -75,13 +87,18 @@ class Tiling(NamedTuple):
     gemm_dtype: torch.dtype | None = None  # the products' dtype under autocast; None: the working dtype
 
 
-def default_tiling(device: torch.device, scale_eps: float, chunk_size: int | None = None,
-                   vocab_chunk_size: int | None = None) -> Tiling:
+def default_tiling(
+    device: torch.device, scale_eps: float, chunk_size: int | None = None, vocab_chunk_size: int | None = None
+) -> Tiling:
     """The tiles for inputs on ``device``: ``chunk_size`` rows by ``vocab_chunk_size`` classes where given (checked
     to be positive integers), else the device's defaults (``FUSED_CUDA_*`` on CUDA, ``FUSED_*`` elsewhere)."""
     cuda = torch.device(device).type == "cuda"
     rows = (FUSED_CUDA_CHUNK_SIZE if cuda else FUSED_CHUNK_SIZE) if chunk_size is None else chunk_size
-    classes = (FUSED_CUDA_VOCAB_CHUNK_SIZE if cuda else FUSED_VOCAB_CHUNK_SIZE) if vocab_chunk_size is None else vocab_chunk_size
+    classes = (
+        (FUSED_CUDA_VOCAB_CHUNK_SIZE if cuda else FUSED_VOCAB_CHUNK_SIZE)
+        if vocab_chunk_size is None
+        else vocab_chunk_size
+    )
     return Tiling(check_positive_int("chunk_size", rows), check_positive_int("vocab_chunk_size", classes), scale_eps)
 
 
@@ -110,7 +127,8 @@ def _scored_rows(inputs: HeadInputs, labels: Tensor, rows: Tensor, dtype, scale_
 
 def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: bool, grads: bool):
     r"""The elementwise part of one tile ``[c, b]``: the kernel $a$ on the floored scale, summed per row ``[c]``, and
-    $\partial a/\partial \mathrm{loc}_S$, $\partial a/\partial \mathrm{scale}_S$ (zero where the floor applied) ``[c, b]``.
+    $\partial a/\partial \mathrm{loc}_S$, $\partial a/\partial \mathrm{scale}_S$ (zero where the floor applied)
+    ``[c, b]``.
 
     This literal function is the specification; the tile runs `tile_elementwise_compiled`, the same function
     compiled into one loop (`causalqwen.kernels.compiled`), or this one where compilation is off or unavailable.
@@ -124,7 +142,9 @@ def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: b
 tile_elementwise_compiled = compiled(tile_elementwise)
 
 
-def _tile_law(loc: Tensor, scale: Tensor, weight_b: Tensor, abs_weight_b: Tensor, shift_b: Tensor) -> tuple[Tensor, Tensor]:
+def _tile_law(
+    loc: Tensor, scale: Tensor, weight_b: Tensor, abs_weight_b: Tensor, shift_b: Tensor
+) -> tuple[Tensor, Tensor]:
     r"""One tile's $(\mathrm{loc}_S - C,\ \mathrm{scale}_S)$ ``[c, b]`` in the working dtype of ``shift_b``.
 
     In the working dtype the threshold is folded into the bias of the product (as `ActionNetwork.decide` forms
@@ -149,7 +169,8 @@ def _add_product(out: Tensor, a: Tensor, b: Tensor, accumulate: bool = True) -> 
 
 
 def _tile_terms(loc, scale, weight_b, abs_weight_b, shift_b, *, scale_eps: float, value: bool, grads: bool):
-    r"""The kernel on one tile: $a$ summed per row, and $\partial a/\partial \mathrm{loc}_S$, $\partial a/\partial \mathrm{scale}_S$."""
+    r"""The kernel on one tile: $a$ summed per row, and $\partial a/\partial \mathrm{loc}_S$,
+    $\partial a/\partial \mathrm{scale}_S$."""
     diff, scale_raw = _tile_law(loc, scale, weight_b, abs_weight_b, shift_b)  # [c, b] each
     return tile_elementwise_compiled(diff, scale_raw, scale_eps, value, grads)
 
@@ -168,10 +189,16 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
     grad_loc = torch.zeros_like(rows.loc) if need.loc_U else None
     grad_scale = torch.zeros_like(rows.loc) if (need.scale_U or need.noise_scale) else None
     # every block writes its own rows of the weight gradient (unless no row is scored): no [V, C] zeroing pass
-    grad_weight = (torch.empty if n else torch.zeros)(weight.shape, dtype=dtype, device=weight.device) if need.weight else None
-    grad_classes = torch.zeros(weight.shape[0], dtype=dtype, device=weight.device) if (need.bias or need.threshold) else None
+    grad_weight = (
+        (torch.empty if n else torch.zeros)(weight.shape, dtype=dtype, device=weight.device) if need.weight else None
+    )
+    grad_classes = (
+        torch.zeros(weight.shape[0], dtype=dtype, device=weight.device) if (need.bias or need.threshold) else None
+    )
     if grad_weight is not None:  # reused by every block, so that their pages are touched once
-        block_buffers = torch.empty(2, min(tiling.classes, weight.shape[0]), weight.shape[1], dtype=dtype, device=weight.device)
+        block_buffers = torch.empty(
+            2, min(tiling.classes, weight.shape[0]), weight.shape[1], dtype=dtype, device=weight.device
+        )
     for v0 in range(0, weight.shape[0], tiling.classes):
         block = slice(v0, v0 + tiling.classes)
         weight_b = weight[block].to(dtype)  # [b, C]
@@ -183,8 +210,16 @@ def _walk_tiles(inputs: HeadInputs, rows: _Rows, row_weight, need: HeadInputs, t
             grad_w_abs = block_buffers[1][: weight_b.shape[0]]  # [b, C] the |W| path
         for r0 in range(0, n, tiling.rows):
             chunk = slice(r0, r0 + tiling.rows)
-            row_sums, d_loc, d_scale = _tile_terms(loc_g[chunk], scale_g[chunk], weight_g, abs_weight_g, shift_b,
-                                                   scale_eps=tiling.scale_eps, value=value, grads=grads)
+            row_sums, d_loc, d_scale = _tile_terms(
+                loc_g[chunk],
+                scale_g[chunk],
+                weight_g,
+                abs_weight_g,
+                shift_b,
+                scale_eps=tiling.scale_eps,
+                value=value,
+                grads=grads,
+            )
             if value:
                 row_loss[chunk] += row_sums
             if not grads:
@@ -227,27 +262,32 @@ def _label_class(inputs: HeadInputs, rows: _Rows, row_weight, tiling: Tiling, va
 
 
 def _add_label_grads(grads: HeadInputs, rows: _Rows, d_diff, d_scale, weight_y) -> None:
-    r"""Push the label class's derivatives through $\mathrm{loc}_S = W_y \cdot \mathrm{loc}$ and $\mathrm{scale}_S = |W_y| \cdot \mathrm{scale}$."""
+    r"""Push the label class's derivatives through $\mathrm{loc}_S = W_y \cdot \mathrm{loc}$ and
+    $\mathrm{scale}_S = |W_y| \cdot \mathrm{scale}$."""
     if grads.loc_U is not None:
         grads.loc_U.add_(d_diff[:, None] * weight_y)
     if grads.scale_U is not None:
         grads.scale_U.add_(d_scale[:, None] * weight_y.abs())
     if grads.weight is not None:
-        grads.weight.index_add_(0, rows.labels, d_diff[:, None] * rows.loc + d_scale[:, None] * rows.scale * weight_y.sign())
+        grads.weight.index_add_(
+            0, rows.labels, d_diff[:, None] * rows.loc + d_scale[:, None] * rows.scale * weight_y.sign()
+        )
     if grads.bias is not None:
         grads.bias.index_add_(0, rows.labels, d_diff)
 
 
-def _fused_pass(inputs: HeadInputs, labels: Tensor, rows: Tensor, row_weight, *, need: HeadInputs, tiling: Tiling,
-                value: bool) -> tuple[Tensor | None, HeadInputs]:
+def _fused_pass(
+    inputs: HeadInputs, labels: Tensor, rows: Tensor, row_weight, *, need: HeadInputs, tiling: Tiling, value: bool
+) -> tuple[Tensor | None, HeadInputs]:
     r"""The per-row loss ``[N]`` (if ``value``) and the gradients of $\sum_n w_n L_n$ for the inputs flagged in
     ``need`` ($w$ = ``row_weight`` ``[N]``, None for all ones). All arithmetic is in at least float32."""
     with torch.autocast(inputs.loc_U.device.type, enabled=False):  # the products' dtype is tiling.gemm_dtype
         return _fused_pass_in_working_dtype(inputs, labels, rows, row_weight, need=need, tiling=tiling, value=value)
 
 
-def _fused_pass_in_working_dtype(inputs: HeadInputs, labels: Tensor, rows: Tensor, row_weight, *, need: HeadInputs,
-                                 tiling: Tiling, value: bool) -> tuple[Tensor | None, HeadInputs]:
+def _fused_pass_in_working_dtype(
+    inputs: HeadInputs, labels: Tensor, rows: Tensor, row_weight, *, need: HeadInputs, tiling: Tiling, value: bool
+) -> tuple[Tensor | None, HeadInputs]:
     dtype = torch.promote_types(inputs.weight.dtype, torch.float32)
     scored = _scored_rows(inputs, labels, rows, dtype, tiling.scale_eps)
     w_n = row_weight[rows].to(dtype) if row_weight is not None else None  # [n]
@@ -436,11 +476,15 @@ def fused_ovr_classification_loss(
     """
     if cauchy.validating():
         if loc_U.dim() != 2 or scale_U.shape != loc_U.shape:
-            raise ValueError(f"loc_U and scale_U must both be [N, C], got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
+            raise ValueError(
+                f"loc_U and scale_U must both be [N, C], got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}"
+            )
         if weight.dim() != 2 or weight.shape[1] != loc_U.shape[1]:
             raise ValueError(f"weight must be [V, C] with C = {loc_U.shape[1]}, got {tuple(weight.shape)}")
         if bias.shape != (weight.shape[0],) or noise_scale.shape != (loc_U.shape[1],):
-            raise ValueError(f"bias must be [V] and noise_scale [C]; got {tuple(bias.shape)} and {tuple(noise_scale.shape)}")
+            raise ValueError(
+                f"bias must be [V] and noise_scale [C]; got {tuple(bias.shape)} and {tuple(noise_scale.shape)}"
+            )
         check_threshold(threshold, weight.shape[0])
         if labels.shape != loc_U.shape[:1]:
             raise ValueError(f"labels shape {tuple(labels.shape)} must be [N] = {tuple(loc_U.shape[:1])}")
@@ -454,37 +498,62 @@ def fused_ovr_classification_loss(
 
 def tiled_ovr_loss(inputs: HeadInputs, labels: Tensor, scored: Tensor, tiling: Tiling, *, reduction: str) -> Tensor:
     """The tiled pass behind `fused_ovr_classification_loss` and `fused_loss`: ``labels`` ``[N]`` scored where
-    ``scored`` ``[N]`` (bool), ``inputs.threshold`` a ``[]`` or ``[V]`` tensor, ``reduction`` ``"none"`` or ``"sum"``."""
+    ``scored`` ``[N]`` (bool), ``inputs.threshold`` a ``[]`` or ``[V]`` tensor, ``reduction`` ``"none"`` or
+    ``"sum"``."""
     loc_U, weight = inputs.loc_U, inputs.weight
     rows = scored.nonzero().squeeze(-1)  # [n] the scored rows; the others never reach a GEMM (one synchronisation)
-    tiling = tiling._replace(gemm_dtype=autocast_gemm_dtype(loc_U.device.type, torch.promote_types(weight.dtype, torch.float32)))
+    tiling = tiling._replace(
+        gemm_dtype=autocast_gemm_dtype(loc_U.device.type, torch.promote_types(weight.dtype, torch.float32))
+    )
     if reduction == "none":
         return _FusedOvRLoss.apply(_PassSettings(tiling, HeadInputs(*(False,) * 6)), labels, rows, *inputs)
     need = HeadInputs(*(torch.is_grad_enabled() and x.requires_grad for x in inputs))
     return _FusedOvRLossSum.apply(_PassSettings(tiling, need), labels, rows, *inputs)
 
 
-def fused_loss(action, loc_U: Tensor, scale_U: Tensor, labels: Tensor, numeric_targets: Tensor, *,
-               num_token_id: int, threshold=100.0, attention_mask: Tensor | None = None, ignore_index: int = -100,
-               regression_weight: float = 1.0, gate_alpha: float = 0.0, detach_gate: bool = False,
-               chunk_size: int | None = None, vocab_chunk_size: int | None = None) -> tuple[LossParts, ActionOutput]:
+def fused_loss(
+    action,
+    loc_U: Tensor,
+    scale_U: Tensor,
+    labels: Tensor,
+    numeric_targets: Tensor,
+    *,
+    num_token_id: int,
+    threshold=100.0,
+    attention_mask: Tensor | None = None,
+    ignore_index: int = -100,
+    regression_weight: float = 1.0,
+    gate_alpha: float = 0.0,
+    detach_gate: bool = False,
+    chunk_size: int | None = None,
+    vocab_chunk_size: int | None = None,
+) -> tuple[LossParts, ActionOutput]:
     r"""`losses.literal_loss` from the law of $U$ and the `ActionNetwork` ``action``, never forming ``[..., V]``:
-    registered as ``LOSS_FUNCTIONS["fused"]``.
+        registered as ``LOSS_FUNCTIONS["fused"]``.
 
-    The classification part is `tiled_ovr_loss` (``reduction="sum"``) over the scored positions; the gate's
-    $P_{\langle NUMangle}$ and the regression come from the action restricted to the ``<NUM>`` class, and both end
-    in `losses.total_from_classification`, as the literal loss does. Returns the loss parts (``cls_loss`` is None)
-    and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``).
-    Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size`` and ``vocab_chunk_size``
-    set the tiles (`default_tiling`).
+        The classification part is `tiled_ovr_loss` (``reduction="sum"``) over the scored positions; the gate's
+        $P_{\langle NUM
+    angle}$ and the regression come from the action restricted to the ``<NUM>`` class, and both end
+        in `losses.total_from_classification`, as the literal loss does. Returns the loss parts (``cls_loss`` is None)
+        and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``).
+        Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size`` and ``vocab_chunk_size``
+        set the tiles (`default_tiling`).
     """
     head = action.classification_head
     if cauchy.validating():
         check_law(loc_U, scale_U, action.causal_size, ("loc_U", "scale_U"))
-        check_loss_inputs(labels, numeric_targets, head.weight.shape[0], shapes={"loc_Y": loc_U.shape[:-1],
-                          "numeric_targets": numeric_targets.shape}, num_token_id=num_token_id, threshold=threshold,
-                          attention_mask=attention_mask, ignore_index=ignore_index,
-                          regression_weight=regression_weight, gate_alpha=gate_alpha)
+        check_loss_inputs(
+            labels,
+            numeric_targets,
+            head.weight.shape[0],
+            shapes={"loc_Y": loc_U.shape[:-1], "numeric_targets": numeric_targets.shape},
+            num_token_id=num_token_id,
+            threshold=threshold,
+            attention_mask=attention_mask,
+            ignore_index=ignore_index,
+            regression_weight=regression_weight,
+            gate_alpha=gate_alpha,
+        )
     tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
     threshold = as_threshold(threshold)  # [] or [V]
     scored = labels != ignore_index  # [...]
@@ -495,22 +564,33 @@ def fused_loss(action, loc_U: Tensor, scale_U: Tensor, labels: Tensor, numeric_t
     num_decision = action(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[num_token_id])
     loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in num_decision)  # [..., 1] x2, [...] x2
     C = loc_U.shape[-1]
-    inputs = HeadInputs(loc_U.reshape(-1, C), scale_U.reshape(-1, C), head.weight, head.bias, action.noise_scale,
-                        threshold)
+    inputs = HeadInputs(
+        loc_U.reshape(-1, C), scale_U.reshape(-1, C), head.weight, head.bias, action.noise_scale, threshold
+    )
     cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
     num_law = ActionOutput(loc_S_num[..., 0], scale_S_num[..., 0], loc_Y, scale_Y)  # [...] each
-    parts = total_from_classification(cls_loss_sum, None, num_law, labels, numeric_targets, scored,
-                                      num_token_id=num_token_id, threshold=threshold,
-                                      regression_weight=regression_weight, gate_alpha=gate_alpha,
-                                      detach_gate=detach_gate)
+    parts = total_from_classification(
+        cls_loss_sum,
+        None,
+        num_law,
+        labels,
+        numeric_targets,
+        scored,
+        num_token_id=num_token_id,
+        threshold=threshold,
+        regression_weight=regression_weight,
+        gate_alpha=gate_alpha,
+        detach_gate=detach_gate,
+    )
     return parts, num_decision
 
 
 def fused_standard_token(head, loc_U: Tensor, scale_U: Tensor) -> Tensor:
     r"""`decision.literal_standard_token` from the law of $U$ ``[N, C]`` without forming ``[N, V]`` (`ovr_argmax`):
     registered as ``STANDARD_TOKEN_FUNCTIONS["fused"]``."""
-    inputs = HeadInputs(None, None, head.classification_head.weight, head.classification_head.bias,
-                        head.noise_scale, head.ovr_threshold)
+    inputs = HeadInputs(
+        None, None, head.classification_head.weight, head.classification_head.bias, head.noise_scale, head.ovr_threshold
+    )
     return ovr_argmax(loc_U, scale_U, inputs, default_tiling(loc_U.device, head.scale_eps))
 
 

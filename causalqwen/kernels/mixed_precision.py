@@ -16,6 +16,7 @@ __all__ = ["check_trainable_dtypes", "float32_master_weights", "autocast_in"]
 
 logger = logging.getLogger("causalqwen.training")  # the training loop's own log, where its other messages go
 
+
 def check_trainable_dtypes(model) -> None:
     """A ``ValueError`` naming the float16 parameters of ``model``, if it has any: float16 gradients need loss
     scaling, which `train` does not do. bfloat16 trains (`float32_master_weights`); float32 and wider as they are."""
@@ -47,12 +48,18 @@ def float32_master_weights(model):
     if not any(parameter.dtype == torch.bfloat16 for _, parameter in floating):
         yield None
         return
-    cast = [(name, parameter) for name, parameter in floating
-            if parameter.requires_grad and parameter.dtype == torch.bfloat16]
-    logger.warning("training the %d trainable bfloat16 parameters (%s) in float32 (master weights; the forward "
-                   "pass runs under bfloat16 autocast); they are rounded back to bfloat16 when training ends "
-                   "(model.float() before training keeps float32)", len(cast),
-                   ", ".join(name for name, _ in cast[:3]) + (", ..." if len(cast) > 3 else ""))
+    cast = [
+        (name, parameter)
+        for name, parameter in floating
+        if parameter.requires_grad and parameter.dtype == torch.bfloat16
+    ]
+    logger.warning(
+        "training the %d trainable bfloat16 parameters (%s) in float32 (master weights; the forward "
+        "pass runs under bfloat16 autocast); they are rounded back to bfloat16 when training ends "
+        "(model.float() before training keeps float32)",
+        len(cast),
+        ", ".join(name for name, _ in cast[:3]) + (", ..." if len(cast) > 3 else ""),
+    )
     start = [parameter.detach().clone() for _, parameter in cast]  # bfloat16: what the rounding may fall back to
     for _, parameter in cast:
         parameter.data = parameter.data.float()
@@ -66,10 +73,13 @@ def float32_master_weights(model):
             if moved and torch.equal(parameter.data, before):
                 erased.append(name)
         if erased:
-            logger.warning("rounding back to bfloat16 erased all the training of %d parameters (%s): each moved in "
-                           "float32 by less than half a bfloat16 spacing and is back at its start; train in float32 "
-                           "to keep them (--dtype float32, or model.float() before training)", len(erased),
-                           ", ".join(erased[:5]) + (f" and {len(erased) - 5} more" if len(erased) > 5 else ""))
+            logger.warning(
+                "rounding back to bfloat16 erased all the training of %d parameters (%s): each moved in "
+                "float32 by less than half a bfloat16 spacing and is back at its start; train in float32 "
+                "to keep them (--dtype float32, or model.float() before training)",
+                len(erased),
+                ", ".join(erased[:5]) + (f" and {len(erased) - 5} more" if len(erased) > 5 else ""),
+            )
 
 
 def autocast_in(dtype: torch.dtype | None, device: torch.device):
