@@ -144,7 +144,7 @@ class DecisionHead(ActionNetwork):
     def standard_token(self, loc_U: Tensor, scale_U: Tensor) -> Tensor:
         r"""`predict`'s token under standard inference from the law of $U$ ``[N, C]``, by ``config.loss_algorithm``
         (`STANDARD_TOKEN_FUNCTIONS`): ``literal`` forms the ``[N, V]`` decisions, ``fused`` takes the argmax tile by
-        tile (`causalqwen.kernels.fused.ovr_argmax`), for the vocabulary sizes where they would not fit."""
+        tile (`causalqwen.kernels.tiles.ovr_argmax`), for the vocabulary sizes where they would not fit."""
         return STANDARD_TOKEN_FUNCTIONS[self.config.loss_algorithm](self, loc_U, scale_U)  # [N]
 
     # ---- one step of generation, in a mode ----

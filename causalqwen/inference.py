@@ -5,7 +5,7 @@ receives. Everything downstream is the same closed-form Cauchy algebra
 (`ActionNetwork.decide`), followed by the OvR argmax (`predict`).
 
 This module owns the rules of D11 once: the decision input of each mode (`decision_input`), the OvR argmax
-(`predicted_token`; `causalqwen.kernels.fused.ovr_argmax` is its tiled fast path for the standard decision,
+(`predicted_token`; `causalqwen.kernels.tiles.ovr_argmax` is its tiled fast path for the standard decision,
 tested equal to it), the value beside a token (`predicted_value`) and the traditional sampling distribution
 (`traditional_probabilities`). Each function has one name and checks its arguments while
 `causalqwen.cauchy.validating` (the package's one switch); `DecisionHead` calls them under

@@ -1,7 +1,7 @@
 """The compiled tile (causalqwen.kernels.compiled): equal to the literal tile, the fallback with one warning, the
 switch.
 
-Oracles: the literal function `fused.tile_elementwise` run eagerly (the specification of the compiled code), and
+Oracles: the literal function `tiles.tile_elementwise` run eagerly (the specification of the compiled code), and
 float64 evaluation of the same kernel for the size of the rounding differences. The fused loss's own equality
 tests against the literal head (tests/test_fused_loss.py) run through the compiled tile, the default.
 """
@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from causalqwen.kernels import fused
+from causalqwen.kernels import tiles
 from causalqwen.kernels.compiled import COMPILE_ENV, compile_enabled, compiled
 from causalqwen.kernels.fused import fused_ovr_classification_loss
 
@@ -29,10 +29,10 @@ def _tile(rows, classes, seed=0, dtype=torch.float32):
 @pytest.mark.parametrize("shape", [(128, 1024), (37, 300), (2, 7)])
 def test_compiled_tile_equals_the_literal_tile_to_a_few_ulp(shape, value, grads):
     diff, scale_raw = _tile(*shape)
-    got = fused.tile_elementwise_compiled(diff, scale_raw, 1e-6, value, grads)
-    want = fused.tile_elementwise(diff, scale_raw, 1e-6, value, grads)
-    exact = fused.tile_elementwise(diff.double(), scale_raw.double(), 1e-6, value, grads)  # float64 reference
-    assert fused.tile_elementwise_compiled.failure is None  # it did compile here
+    got = tiles.tile_elementwise_compiled(diff, scale_raw, 1e-6, value, grads)
+    want = tiles.tile_elementwise(diff, scale_raw, 1e-6, value, grads)
+    exact = tiles.tile_elementwise(diff.double(), scale_raw.double(), 1e-6, value, grads)  # float64 reference
+    assert tiles.tile_elementwise_compiled.failure is None  # it did compile here
     for a, b, c in zip(got, want, exact):
         assert (a is None) == (b is None)
         if a is None:
@@ -138,14 +138,14 @@ def test_under_a_tensor_mode_the_literal_function_runs_and_nothing_is_marked_fai
     assert ran == ["literal"] * 3 + ["compiled"] * 2 and kernel.failure is None
 
     # the real tile, in the order that made torch 2.13 fail: under a dispatch mode, then under a function mode
-    tile = compiled(fused.tile_elementwise)
+    tile = compiled(tiles.tile_elementwise)
     diff, scale = torch.randn(16, 32) * 50, torch.rand(16, 32) * 3
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         for mode in (Operators, Functions):
             with mode():
                 got = tile(diff, scale, 1e-6, True, True)
-            for a, b in zip(got, fused.tile_elementwise(diff, scale, 1e-6, True, True)):
+            for a, b in zip(got, tiles.tile_elementwise(diff, scale, 1e-6, True, True)):
                 assert torch.equal(a, b)
     assert tile.failure is None
 
@@ -157,16 +157,16 @@ def _raising(*args, **kwargs):
 SCRIPT = """
 import warnings, torch, torch._inductor.config as config
 config.cpp.cxx = ("/nonexistent/c++",)  # a machine without a C++ compiler
-from causalqwen.kernels import fused
+from causalqwen.kernels import tiles
 diff, scale = torch.randn(8, 33) * 5, torch.rand(8, 33) + 0.1
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    got = fused.tile_elementwise_compiled(diff, scale, 1e-6, True, True)
-    again = fused.tile_elementwise_compiled(diff, scale, 1e-6, True, True)
-want = fused.tile_elementwise(diff, scale, 1e-6, True, True)
+    got = tiles.tile_elementwise_compiled(diff, scale, 1e-6, True, True)
+    again = tiles.tile_elementwise_compiled(diff, scale, 1e-6, True, True)
+want = tiles.tile_elementwise(diff, scale, 1e-6, True, True)
 assert all(torch.equal(a, b) for a, b in zip(got, want)) and all(torch.equal(a, b) for a, b in zip(again, want))
 ours = [w for w in caught if "causalqwen: torch.compile" in str(w.message)]
-print(len(ours), fused.tile_elementwise_compiled.failure is not None)
+print(len(ours), tiles.tile_elementwise_compiled.failure is not None)
 """
 
 

@@ -9,12 +9,12 @@ import warnings
 import pytest
 import torch
 
-from causalqwen.kernels import fused
+from causalqwen import train
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.generation import generate
 from causalqwen.inference import MODES
-from causalqwen import train
+from causalqwen.kernels import tiles
 from causalqwen.training import TrainingConfig
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -47,9 +47,9 @@ def test_the_compiled_tile_on_cuda_equals_the_literal_tile():
     generator = torch.Generator(device="cuda").manual_seed(0)
     diff = torch.randn(128, 1024, device="cuda", generator=generator) * 60
     scale_raw = torch.rand(128, 1024, device="cuda", generator=generator) * 30
-    got = fused.tile_elementwise_compiled(diff, scale_raw, 1e-6, True, True)
-    want = fused.tile_elementwise(diff, scale_raw, 1e-6, True, True)
-    assert fused.tile_elementwise_compiled.failure is None
+    got = tiles.tile_elementwise_compiled(diff, scale_raw, 1e-6, True, True)
+    want = tiles.tile_elementwise(diff, scale_raw, 1e-6, True, True)
+    assert tiles.tile_elementwise_compiled.failure is None
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 

@@ -308,7 +308,7 @@ def test_fused_rejects_bad_input():
 def test_the_tiled_argmax_equals_the_literal_prediction(seed, rows, classes, per_class):
     """`fused.ovr_argmax` (the log step's prediction) is the OvR argmax of the literal decisions, whatever the tiles."""
     from causalqwen.inference import predict
-    from causalqwen.kernels.fused import HeadInputs, Tiling, ovr_argmax
+    from causalqwen.kernels.tiles import HeadInputs, Tiling, ovr_argmax
 
     action, loc_U, scale_U, threshold, _ = _setup(
         seed, 7, 4, 11, "per_class" if per_class else "scalar", learnable=False
@@ -321,16 +321,16 @@ def test_the_tiled_argmax_equals_the_literal_prediction(seed, rows, classes, per
 
 
 def test_the_default_tiles_depend_on_the_device_and_explicit_sizes_win():
-    from causalqwen.kernels import fused
+    from causalqwen.kernels import tiles
 
-    cpu = fused.default_tiling(torch.device("cpu"), EPS)
-    assert (cpu.rows, cpu.classes) == (fused.FUSED_CHUNK_SIZE, fused.FUSED_VOCAB_CHUNK_SIZE)
-    cuda = fused.default_tiling(torch.device("cuda", 0), EPS)  # a device object needs no GPU
-    assert (cuda.rows, cuda.classes) == (fused.FUSED_CUDA_CHUNK_SIZE, fused.FUSED_CUDA_VOCAB_CHUNK_SIZE)
-    assert fused.default_tiling("cuda", EPS, chunk_size=3, vocab_chunk_size=5)[:2] == (3, 5)
+    cpu = tiles.default_tiling(torch.device("cpu"), EPS)
+    assert (cpu.rows, cpu.classes) == (tiles.FUSED_CHUNK_SIZE, tiles.FUSED_VOCAB_CHUNK_SIZE)
+    cuda = tiles.default_tiling(torch.device("cuda", 0), EPS)  # a device object needs no GPU
+    assert (cuda.rows, cuda.classes) == (tiles.FUSED_CUDA_CHUNK_SIZE, tiles.FUSED_CUDA_VOCAB_CHUNK_SIZE)
+    assert tiles.default_tiling("cuda", EPS, chunk_size=3, vocab_chunk_size=5)[:2] == (3, 5)
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="chunk_size"):
-            fused.default_tiling("cpu", EPS, chunk_size=bad)
+            tiles.default_tiling("cpu", EPS, chunk_size=bad)
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum"])
