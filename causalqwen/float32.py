@@ -22,8 +22,7 @@ from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Decimal, loc
 
 import numpy as np
 
-__all__ = ["nearest_float32", "nearest_float32_many", "within_float32_precision", "subnormal_text",
-           "format_number"]
+__all__ = ["nearest_float32", "nearest_float32_many", "within_float32_precision", "subnormal_text", "format_number"]
 
 _FLOAT32 = struct.Struct("<f")
 _OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103  # halfway between the largest float32 and 2**128
@@ -134,8 +133,10 @@ def subnormal_text(single) -> str:
     exact = Decimal(abs(value))  # exact: a float is a binary fraction
     for count in range(1, 10):
         quantum = Decimal(1).scaleb(exact.adjusted() - count + 1)
-        candidates = sorted({exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)},
-                            key=lambda candidate: abs(candidate - exact))
+        candidates = sorted(
+            {exact.quantize(quantum, ROUND_FLOOR), exact.quantize(quantum, ROUND_CEILING)},
+            key=lambda candidate: abs(candidate - exact),
+        )
         for candidate in candidates:
             faithful = within_float32_precision(candidate, abs(value))
             if faithful and nearest_float32(str(candidate)) == abs(value):
@@ -188,8 +189,7 @@ def format_number(value) -> str:
     magnitude = abs(float(single))
     if magnitude <= _FLOAT32_TINY and not within_float32_precision(Decimal(as_float), float(single)):
         if magnitude == 0.0:
-            raise ValueError(
-                f"cannot format {value!r}: it is not zero but underflows float32 (it rounds to 0)")
+            raise ValueError(f"cannot format {value!r}: it is not zero but underflows float32 (it rounds to 0)")
         off = abs(float(single) - as_float) / abs(as_float)
         subnormal = "the subnormal " if magnitude < _FLOAT32_TINY else ""
         raise ValueError(

@@ -21,8 +21,18 @@ import regex
 
 from .float32 import format_number, nearest_float32, nearest_float32_many, within_float32_precision
 
-__all__ = ["NUMBER_REGEX", "NumberMatch", "find_numbers", "find_numbers_in", "find_numbers_before",
-           "next_cut_place", "last_cut_place", "split_numbers", "parse_number", "shown_literal"]
+__all__ = [
+    "NUMBER_REGEX",
+    "NumberMatch",
+    "find_numbers",
+    "find_numbers_in",
+    "find_numbers_before",
+    "next_cut_place",
+    "last_cut_place",
+    "split_numbers",
+    "parse_number",
+    "shown_literal",
+]
 
 # ---------------------------------------------------------------------------------------------
 # The grammar
@@ -298,11 +308,8 @@ def find_numbers(text: str) -> list[NumberMatch]:
 
 def find_numbers_in(texts: list[str]) -> list[list[NumberMatch]]:
     """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number valued once
-    (`_values_of`)."""
-    groups_of: dict[str, tuple] = {}
-    matched = [_number_matches(text, len(text), len(text), groups_of) for text in texts]
-    value_of = _values_of(groups_of)
-    return [_found(matches, value_of) for matches in matched]
+    (`_numbers_of`)."""
+    return _numbers_of([(text, len(text), len(text)) for text in texts])
 
 
 def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
@@ -311,61 +318,71 @@ def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
 
     Far from ``stop``, ``endpos`` only bounds what a match may read; positions from ``stop`` on are never
     tried: a match is tried at each place where one can start (`_MATCH_START`), as ``finditer`` would."""
-    matches = _number_matches(text, stop, endpos, groups_of := {})
-    return _found(matches, _values_of(groups_of))
+    return _numbers_of([(text, stop, endpos)])[0]
 
 
-def _number_matches(text: str, stop: int, endpos: int,
-                    groups_of: dict[str, tuple]) -> list[tuple[int, int, str]]:
-    """``(start, end, its text)`` of each match of the number alternative in ``text[:endpos]`` that starts
-    before ``stop`` (the identifiers skipped); ``groups_of`` gains the `_GROUP_INDICES` groups of each new
-    number text."""
-    if _ASCII_DIGIT.search(text, 0, endpos) is None:  # every number has one (a skipped identifier may not)
-        return []
-    if endpos - stop <= _FAR:
-        matches = NUMBER_REGEX.finditer(text, 0, endpos)
-    else:
-        matches = _matches_before(text, stop, endpos)
-    found = []
-    for match in matches:
-        start, end = match.span()
-        if start >= stop:
-            break
-        number = match.group(_NUMBER_GROUP)
-        if number is not None:
-            found.append((start, end, number))
-            if number not in groups_of:  # the groups of a number depend on its text alone
-                groups_of[number] = match.group(*_GROUP_INDICES)
-    return found
-
-
-def _found(matches: list[tuple[int, int, str]], value_of: dict[str, float | None]) -> list[NumberMatch]:
-    """The `NumberMatch` of each match whose value is not None."""
+def _numbers_of(spans: list[tuple[str, int, int]]) -> list[list[NumberMatch]]:
+    """For each ``(text, stop, endpos)``, the numbers of ``text[:endpos]`` that start before ``stop``: the matches
+    of the number alternative of `NUMBER_REGEX` (the identifiers skipped) whose value rules hold. Each distinct
+    number text is valued once, for every text together (`_values_of`): its groups depend on its text alone."""
+    groups_of: dict[str, tuple] = {}  # number text -> its `_GROUP_INDICES` groups
+    matched: list[list[tuple[int, int, str]]] = []  # per text: (start, end, number text) of each match
+    for text, stop, endpos in spans:
+        found = []
+        matched.append(found)
+        if _ASCII_DIGIT.search(text, 0, endpos) is None:  # every number has one (a skipped identifier may not)
+            continue
+        if endpos - stop <= _FAR:
+            matches = NUMBER_REGEX.finditer(text, 0, endpos)
+        else:
+            matches = _matches_before(text, stop, endpos)
+        for match in matches:
+            start, end = match.span()
+            if start >= stop:
+                break
+            number = match.group(_NUMBER_GROUP)
+            if number is not None:
+                found.append((start, end, number))
+                if number not in groups_of:
+                    groups_of[number] = match.group(*_GROUP_INDICES)
+    value_of = _values_of(groups_of)
     make = tuple.__new__  # a NamedTuple's own constructor costs twice as much
-    return [make(NumberMatch, (start, end, number, value_of[number]))
-            for start, end, number in matches if value_of[number] is not None]
+    return [
+        [
+            make(NumberMatch, (start, end, number, value_of[number]))
+            for start, end, number in found
+            if value_of[number] is not None
+        ]
+        for found in matched
+    ]
 
 
 def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
-    """The value of each number text (from its `_GROUP_INDICES` groups), or None where a value rule makes it
-    text: by `_value_of_groups`, or, from `_TOGETHER` of them on, with the float32 roundings done together."""
-    if len(groups_of) < _TOGETHER:
-        return {number: _value_of_groups(groups) for number, groups in groups_of.items()}
-    literals = [_unsigned_literal(groups[2], groups[3] or groups[4], groups[5])
-                for groups in groups_of.values()]
+    """The value of each number text (from its `_GROUP_INDICES` groups), or None where a value rule makes it text.
+
+    Rule V1 rounds each literal to float32 (`nearest_float32`; from `_TOGETHER` numbers on, all of them together:
+    `nearest_float32_many`); a value that overflows or reaches the bottom of float32's range is decided by the
+    whole rule (`_value_of_groups`). Rule V2 tests only digit runs long enough to break it, rule V3 sets the sign.
+    """
+    literals = [_unsigned_literal(groups[2], groups[3] or groups[4], groups[5]) for groups in groups_of.values()]
+    if len(literals) < _TOGETHER:  # below, numpy costs more than it saves
+        magnitudes = [nearest_float32(literal) for literal in literals]
+    else:
+        magnitudes = nearest_float32_many(literals)
     value_of = {}
-    for (number, groups), magnitude in zip(groups_of.items(), nearest_float32_many(literals)):
+    for (number, groups), magnitude in zip(groups_of.items(), magnitudes):
+        _, sign, integer, fraction, _, exponent = groups
         if not _FLOAT32_TINY < magnitude < math.inf:  # rule V1's rare cases, decided one by one
             value_of[number] = _value_of_groups(groups)
-        elif len(groups[2] or "") > _IDENTIFIER_DIGITS and _is_identifier(*groups[2:4], groups[5]):
+        elif len(integer or "") > _IDENTIFIER_DIGITS and _is_identifier(integer, fraction, exponent):
             value_of[number] = None
         else:
-            value_of[number] = -magnitude if groups[1] else magnitude
+            value_of[number] = -magnitude if sign else magnitude
     return value_of
 
 
 _ASCII_DIGIT = re.compile("[0-9]")
-_TOGETHER = 32  # numbers from which _values_of rounds them together (below, numpy costs more than it saves)
+_TOGETHER = 32  # numbers from which _values_of rounds them together
 _FAR = 4096  # characters between stop and endpos above which find_numbers_before tries matches one by one
 # Where a match of NUMBER_REGEX can start: its first two tests (it tests more after them).
 _MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", regex.VERBOSE)

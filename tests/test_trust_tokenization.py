@@ -388,19 +388,14 @@ def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small
     """Spy on what reaches the wrapped tokenizer: a prefix of at most the budget, 16 * 8 + 64 characters.
     ``small`` is a short text with the same first tokens, encoded whole for the expected ids."""
     prefixes, rust_inputs = [], []
-    encode_batch = wrapped_tokenizer.encode_batch
 
-    class SpyPlan(wrapped_tokenizer.EncodingPlan):
+    class SpyPlan(tokenizer_module.EncodingPlan):
         def __init__(self, hf_tokenizer, texts, *args, **kwargs):
             prefixes.extend(len(t) for t in texts)
             super().__init__(hf_tokenizer, texts, *args, **kwargs)
-
-    def spy_batch(backend, texts):
-        rust_inputs.extend(len(t) for t in texts)
-        return encode_batch(backend, texts)
+            rust_inputs.extend(len(t) for t in self.rust_texts)  # what the Rust tokenizer is given
 
     monkeypatch.setattr(tokenizer_module, "EncodingPlan", SpyPlan)
-    monkeypatch.setattr(wrapped_tokenizer, "encode_batch", spy_batch)
     ids, values = tokenizer.encode(text, max_length=8)
     assert prefixes and max(prefixes) <= 16 * 8 + 64
     assert sum(rust_inputs) <= 5 * (16 * 8 + 64)  # "<NUM>" stands for each number

@@ -17,15 +17,15 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from ..tokenization import RETURN_TENSORS
+
 __all__ = [
     "MAX_TEXT_CHARS",
     "NUM_TOKEN_FIX",
     "num_token_clash",
     "check_text",
-    "check_length",
     "check_max_length",
     "check_call_arguments",
-    "check_flags",
     "check_decode_arguments",
     "check_prompt_length",
     "is_batch",
@@ -73,9 +73,10 @@ NUM_TOKEN_FIX = (
 )
 
 
-def check_text(text) -> None:
+def check_text(text, max_length: int | None = None) -> None:
     """A ``TypeError`` unless ``text`` is a str; a ``ValueError`` naming the character if it holds a lone
-    surrogate (a str that is not Unicode text: it has no UTF-8 encoding, and the tokenizer would fail)."""
+    surrogate (a str that is not Unicode text: it has no UTF-8 encoding, and the tokenizer would fail), or if it
+    is longer than `MAX_TEXT_CHARS`, too long to encode whole, and no ``max_length`` bounds it."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     try:
@@ -85,10 +86,6 @@ def check_text(text) -> None:
             f"character {error.start} of the text is {text[error.start]!r}, a lone surrogate: not valid Unicode "
             "(decode bytes with errors='strict', or replace it)"
         ) from None
-
-
-def check_length(text: str, max_length: int | None) -> None:
-    """A ``ValueError`` for a text too long to encode whole when no ``max_length`` bounds it."""
     if max_length is None and len(text) > MAX_TEXT_CHARS:
         raise ValueError(
             f"the text has {len(text):,} characters, more than the {MAX_TEXT_CHARS:,} encoded whole (the Rust "
@@ -105,10 +102,26 @@ def check_max_length(max_length) -> int | None:
     return int(max_length)
 
 
-def check_call_arguments(texts, padding, max_length, padding_side, truncation) -> tuple[list[str], bool | str, bool]:
-    """The argument checks of ``NumericTokenizer.__call__``, then of each text (named by its index); the texts as
-    a list, ``padding`` (``"do_not_pad"`` read as False) and ``truncation`` as a bool (transformers' names
-    ``"longest_first"`` and ``"do_not_truncate"`` read as True and False)."""
+def check_call_arguments(
+    texts,
+    padding,
+    max_length,
+    padding_side,
+    truncation,
+    *,
+    return_tensors,
+    return_attention_mask,
+    add_special_tokens,
+    hf_tokenizer,
+) -> tuple[list[str], bool | str, bool]:
+    """The argument checks of ``NumericTokenizer.__call__``, then of each text (named by its index), then of
+    ``return_tensors``, ``return_attention_mask`` and ``add_special_tokens``; the texts as a list,
+    ``padding`` (``"do_not_pad"`` read as False) and ``truncation`` as a bool (transformers' names
+    ``"longest_first"`` and ``"do_not_truncate"`` read as True and False).
+
+    ``return_attention_mask`` must be a bool; ``add_special_tokens`` None, False, or True where the wrapped
+    ``hf_tokenizer`` adds none (Qwen2's): a ``NumericTokenizer`` never adds them, so True would be a promise broken
+    for a tokenizer that adds a BOS or an EOS."""
     if isinstance(texts, str):
         texts = [texts]
     elif isinstance(texts, (list, tuple)):
@@ -120,27 +133,16 @@ def check_call_arguments(texts, padding, max_length, padding_side, truncation) -
         raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
     if not texts:
         raise ValueError("texts is an empty list; give at least one text")
-    if isinstance(padding, str) and padding == "do_not_pad":
-        padding = False
-    padding_is_valid = (
-        padding is True or padding is False or (isinstance(padding, str) and padding in ("longest", "max_length"))
-    )
-    if not padding_is_valid:
-        pair = (
-            (
-                " (the second positional argument is padding: text pairs, transformers' text_pair, are not "
-                "supported; join the two texts or encode each alone)"
-            )
-            if isinstance(padding, (str, list))
-            else ""
-        )
+    padding = False if isinstance(padding, str) and padding == "do_not_pad" else padding
+    if not (padding is True or padding is False or (isinstance(padding, str) and padding in PADDING_NAMES)):
+        pair = TEXT_PAIR_HINT if isinstance(padding, (str, list)) else ""
         raise ValueError(
             f"padding must be one of True, False, 'longest', 'max_length', 'do_not_pad'; got {padding!r}{pair}"
         )
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     if isinstance(truncation, str) and truncation in ("longest_first", "do_not_truncate"):
-        truncation = truncation == "longest_first"
+        truncation = truncation == "longest_first"  # transformers' names
     if not isinstance(truncation, bool):
         raise TypeError(f"truncation must be a bool, 'longest_first' or 'do_not_truncate', got {truncation!r}")
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral)):
@@ -153,17 +155,11 @@ def check_call_arguments(texts, padding, max_length, padding_side, truncation) -
         raise ValueError("truncation=True needs max_length")
     for index, text in enumerate(texts):
         try:
-            check_text(text)
-            check_length(text, max_length)
+            check_text(text, max_length)
         except ValueError as error:
             raise ValueError(f"text {index}: {error}") from None
-    return texts, padding, truncation
-
-
-def check_flags(hf_tokenizer, return_attention_mask, add_special_tokens) -> None:
-    """``__call__``'s flags: ``return_attention_mask`` a bool; ``add_special_tokens`` None, False, or True where the
-    wrapped tokenizer adds none (Qwen2's): a ``NumericTokenizer`` never adds them, so True would be a promise broken
-    for a tokenizer that adds a BOS or an EOS."""
+    if return_tensors not in RETURN_TENSORS:
+        raise ValueError(f'return_tensors must be "pt", "np" or None, got {return_tensors!r}')
     if not isinstance(return_attention_mask, bool):
         raise TypeError(f"return_attention_mask must be a bool, got {type(return_attention_mask).__name__}")
     if add_special_tokens is not None and not isinstance(add_special_tokens, bool):
@@ -175,6 +171,14 @@ def check_flags(hf_tokenizer, return_attention_mask, add_special_tokens) -> None
             "add_special_tokens=True: the wrapped tokenizer adds special tokens, which a NumericTokenizer never does; "
             "pass add_special_tokens=False and put them in as ids"
         )
+    return texts, padding, truncation
+
+
+PADDING_NAMES = ("longest", "max_length")
+TEXT_PAIR_HINT = (
+    " (the second positional argument is padding: text pairs, transformers' text_pair, are not supported; join the "
+    "two texts or encode each alone)"
+)
 
 
 def check_decode_arguments(

@@ -17,16 +17,17 @@ saving and the attributes transformers reads (`causalqwen.integrations.tokenizer
 
 from __future__ import annotations
 
+import functools
 import gc
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 from transformers import PreTrainedTokenizerBase
 
-from ..checks.tokenizer_door import check_call_arguments, check_flags, check_length, check_max_length, check_text
+from ..checks.tokenizer_door import check_call_arguments, check_max_length, check_text
 from ..numbers import NumberMatch, find_numbers, find_numbers_in
 from ..tokenization import (
     CHUNK_CHARACTERS,
-    RETURN_TENSORS,
     UNSAFE_CUT_MARGIN,
     EncodedRow,
     as_tensor_type,
@@ -34,15 +35,17 @@ from ..tokenization import (
     chunks_of,
     encoded_row,
     first_tokens,
+    ids_between_numbers,
     padded_lists,
+    runs_between,
     texts_to_encode,
 )
 from .numeric_encoding import TENSORS_FOR_A_BATCH, NumberTextsSeen, NumericEncoding
 from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import EncodingPlan, add_num_token
+from .wrapped_tokenizer import add_num_token, encode_by_runs
 
-__all__ = ["NumericTokenizer"]
+__all__ = ["NumericTokenizer", "EncodingPlan"]
 
 
 class NumericTokenizer(DecodingMixin, TokenizerMixin):
@@ -166,9 +169,8 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
                 "loses every number "
                 "(lm-eval: use --model causalqwen, python -m causalqwen.app.lm_eval_adapter, not --model hf)"
             )
-        check_text(text)
+        check_text(text, max_length)
         max_length = check_max_length(max_length)
-        check_length(text, max_length)
         row = self._encode_texts([text], max_length)[0]
         return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
 
@@ -222,7 +224,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         gc.disable()
         try:
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
-                before = None  # the plan of the chunk before, its ids (a future) and its numbers
+                before = None  # the plan of the chunk before and its ids (a future)
                 ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
                 for chunk in chunks:
                     encoded, found = texts_to_encode(chunk, budget, plans)
@@ -231,9 +233,9 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
                     )
                     ids = encoder.submit(plan.encode)
                     if before is not None:
-                        rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
-                    before = (plan, ids, found)
-                rows.extend(self._rows(before[0].id_rows(before[1].result()), before[2]))
+                        rows.extend(before[0].rows(before[1].result()))
+                    before = (plan, ids)
+                rows.extend(before[0].rows(before[1].result()))
         finally:
             if collecting:
                 gc.enable()
@@ -243,18 +245,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         """Encode every text, given its numbers: the text between them by the wrapped tokenizer, in one call
         (`EncodingPlan`), and each number's value at its ``<NUM>`` (`causalqwen.tokenization.encoded_row`)."""
         plan = EncodingPlan(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
-        id_rows = plan.id_rows(plan.encode())
-        return [
-            encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
-            for ids, numbers_found in zip(id_rows, found)
-        ]
-
-    def _rows(self, id_rows: list[list[int]], found: list[list[NumberMatch]]) -> list[EncodedRow]:
-        """The row of each text from its ids and numbers (`causalqwen.tokenization.encoded_row`)."""
-        return [
-            encoded_row(ids, numbers_found, self._num_token_id, self._num_token)
-            for ids, numbers_found in zip(id_rows, found)
-        ]
+        return plan.rows(plan.encode())
 
     def __call__(
         self,
@@ -300,10 +291,17 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         if return_tensors is TENSORS_FOR_A_BATCH:
             return_tensors = None if one_text else "pt"
         padding_side = self._hf_tokenizer.padding_side if padding_side is None else padding_side
-        texts, padding, truncation = check_call_arguments(texts, padding, max_length, padding_side, truncation)
-        if return_tensors not in RETURN_TENSORS:
-            raise ValueError(f'return_tensors must be "pt", "np" or None, got {return_tensors!r}')
-        check_flags(self._hf_tokenizer, return_attention_mask, add_special_tokens)
+        texts, padding, truncation = check_call_arguments(
+            texts,
+            padding,
+            max_length,
+            padding_side,
+            truncation,
+            return_tensors=return_tensors,
+            return_attention_mask=return_attention_mask,
+            add_special_tokens=add_special_tokens,
+            hf_tokenizer=self._hf_tokenizer,
+        )
         max_length = int(max_length) if max_length is not None else None
         rows = self._encode_texts(texts, max_length + 1 if max_length is not None else None)
         if max_length is not None:
@@ -350,3 +348,118 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
             [row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_token_id, padding_side
         )
         return NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
+
+
+class EncodingPlan:
+    """How the ids of texts are made, given their numbers, in three steps: this plan (the runs between numbers, and
+    what the wrapped tokenizer is given), `encode` (every call of the wrapped tokenizer, and nothing else: a second
+    thread may run it while this one reads the numbers of other texts), and `rows` (the rows put together).
+
+    A text that holds a special token's text (a typed ``"<|endoftext|>"``) takes the reference path
+    (`encode_by_runs`). The others, with a Rust tokenizer, take one of two equivalent ways (the Rust tokenizer
+    encodes the text between two ``<NUM>`` on its own either way):
+
+    * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text;
+    * each *distinct* text run between numbers once, the rows put together from those, when at most
+      half the runs are distinct: number-dense texts ("1-2-3-...", tables, a batch of similar lines),
+      where the Rust tokenizer would otherwise spend most of its time on ``<NUM>`` after ``<NUM>``.
+    """
+
+    def __init__(
+        self,
+        hf_tokenizer: PreTrainedTokenizerBase,
+        texts: list[str],
+        found: list[list[NumberMatch]],
+        num_token: str,
+        num_token_id: int,
+        *,
+        ids_of_runs: dict[str, list[int] | None] | None = None,
+    ):
+        self.hf_tokenizer, self.found, self.num_token, self.num_token_id = hf_tokenizer, found, num_token, num_token_id
+        self.ids_of_runs = {} if ids_of_runs is None else ids_of_runs
+        self.runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
+        self.backend = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
+        if self.backend is not None:
+            special_text = _any_of(
+                tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values() if token.special)
+            )
+            plain = [special_text.search(text) is None for text in texts]
+        else:
+            plain = [False] * len(texts)
+        self.quick = [index for index, ok in enumerate(plain) if ok]
+        self.slow = [index for index, ok in enumerate(plain) if not ok]
+        quick_runs = [self.runs_per_text[index] for index in self.quick]
+        runs_count = sum(len(runs) for runs in quick_runs)
+        new_runs = [
+            run
+            for run in dict.fromkeys(run for runs in quick_runs for run in runs if run)
+            if run not in self.ids_of_runs
+        ]
+        self.by_runs = 2 * len(new_runs) <= runs_count
+        if self.by_runs:
+            self.rust_texts = new_runs
+            self.ids_of_runs.update(dict.fromkeys(new_runs))  # their ids come in rows
+        else:
+            self.rust_texts = [num_token.join(runs) for runs in quick_runs]
+
+    def encode(self) -> tuple[list[list[int]], list[list[int]]]:
+        """Every call of the wrapped tokenizer: the ids of `rust_texts`, and the rows of the texts that take the
+        reference path (`causalqwen.integrations.wrapped_tokenizer.encode_by_runs`).
+
+        The `rust_texts` go in one call of the Rust tokenizer, whose added-token matching splits each text at
+        ``<NUM>`` and encodes the pieces separately: the ids of `encode_by_runs` at a fraction of the calls.
+        Truncation and padding are off, as the wrapped tokenizer sets them for a call without either."""
+        rust_ids = []
+        if self.rust_texts:
+            backend = self.backend
+            if backend.truncation is not None:
+                backend.no_truncation()
+            if backend.padding is not None:
+                backend.no_padding()
+            previous_flag = backend.encode_special_tokens
+            backend.encode_special_tokens = False
+            try:
+                if len(self.rust_texts) <= ONE_BY_ONE:  # waking the Rust thread pool costs more than a few texts
+                    encodings = [backend.encode(text, add_special_tokens=False) for text in self.rust_texts]
+                else:
+                    encodings = backend.encode_batch(self.rust_texts, add_special_tokens=False)
+            finally:
+                backend.encode_special_tokens = previous_flag
+            rust_ids = [encoding.ids for encoding in encodings]
+        slow_ids = (
+            encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow], self.num_token_id)
+            if self.slow
+            else []
+        )
+        return rust_ids, slow_ids
+
+    def rows(self, encoded: tuple[list[list[int]], list[list[int]]]) -> list[EncodedRow]:
+        """The row of every text, from what `encode` gave: its ids (when the runs were encoded one by one, put
+        together with the ids of runs that plans before this one encoded: their `rows` must come first), and each
+        number's value at its ``<NUM>`` (`causalqwen.tokenization.encoded_row`)."""
+        rust_ids, slow_ids = encoded
+        id_rows: list[list[int] | None] = [None] * len(self.runs_per_text)
+        if self.by_runs:
+            ids_of = self.ids_of_runs
+            ids_of.update(zip(self.rust_texts, rust_ids))
+            rust_ids = [
+                ids_between_numbers(runs, [ids_of[run] for run in runs if run], self.num_token_id)
+                for runs in (self.runs_per_text[index] for index in self.quick)
+            ]
+        for index, ids in zip(self.quick, rust_ids):
+            id_rows[index] = ids
+        for index, ids in zip(self.slow, slow_ids):
+            id_rows[index] = ids
+        return [
+            encoded_row(ids, numbers_found, self.num_token_id, self.num_token)
+            for ids, numbers_found in zip(id_rows, self.found)
+        ]
+
+
+@functools.lru_cache(maxsize=64)
+def _any_of(texts: tuple[str, ...]) -> re.Pattern:
+    """A compiled pattern that finds any of ``texts`` (none if empty)."""
+    return re.compile("|".join(map(re.escape, texts)) or "(?!)")
+
+
+ONE_BY_ONE = 4  # `EncodingPlan.encode` encodes at most this many texts one by one, more in a batch
