@@ -168,7 +168,9 @@ def _prepare(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
     """Common dtype and broadcast shapes; while `validating`, `check_arguments` first."""
     if validating():
         return check_arguments(x, loc, scale, names)
-    x, loc, scale = _as_float_tensors(x, loc, scale, names=names)
+    if not (isinstance(x, Tensor) and isinstance(loc, Tensor) and isinstance(scale, Tensor)
+            and x.dtype == loc.dtype == scale.dtype and x.dtype.is_floating_point):
+        x, loc, scale = _as_float_tensors(x, loc, scale, names=names)  # numbers, or tensors of mixed dtypes
     return list(torch.broadcast_tensors(x, loc, scale))
 
 
@@ -344,7 +346,8 @@ def log_prob(x, loc, scale) -> Tensor:
 
 def nll(x, loc, scale) -> Tensor:
     r"""Negative log-likelihood $\log(\pi\gamma) + \log\big(1 + ((x-\mu)/\gamma)^2\big) = -\log f(x)$."""
-    return -log_prob(x, loc, scale)
+    x, loc, scale = _prepare(x, loc, scale)
+    return LOG_PI + torch.log(scale) + _StandardizedFunction.apply(x, loc, scale, "log1p_square")
 
 
 def prob(x, loc, scale) -> Tensor:
