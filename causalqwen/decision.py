@@ -35,23 +35,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import cauchy, inference
 from .action import ActionNetwork, ActionOutput
-from .losses import LOSS_FUNCTIONS, LossParts, at_least_float32, ovr_tail_nll
+from .losses import NextTokenTargets, next_token_targets, ovr_tail_nll
 
-__all__ = ["STANDARD_TOKEN_FUNCTIONS", "Choice", "DecisionHead", "NextTokenTargets", "next_token_targets"]
-
-
-class NextTokenTargets(NamedTuple):
-    """What position $i$ is scored against (decision D9), all ``[B, S]`` and aligned with the positions."""
-
-    scored: Tensor  # bool: positions i and i+1 are real and labels[i+1] != ignore_index; False at the last position
-    labels: Tensor  # labels[i+1] where scored, ignore_index elsewhere
-    values: Tensor  # the numeric target v[i+1] (at least float32), 0 at the last position
-    is_num: Tensor  # bool: scored and labels[i+1] == <NUM>
+__all__ = ["STANDARD_TOKEN_FUNCTIONS", "Choice", "DecisionHead"]
 
 
 class Choice(NamedTuple):
@@ -61,27 +51,6 @@ class Choice(NamedTuple):
     value: Tensor  # [B]: loc_Y where the token is <NUM>, 0.0 elsewhere
     loc: Tensor  # [B, C]
     scale: Tensor  # [B, C]
-
-
-def next_token_targets(
-    labels: Tensor,
-    numeric_targets: Tensor | None,
-    attention_mask: Tensor | None,
-    ignore_index: int = -100,
-    num_token_id: int | None = None,
-) -> NextTokenTargets:
-    r"""The scoring rule (decision D9): position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``)
-    when positions $i$ and $i+1$ are both real tokens and ``labels[i+1] != ignore_index``. All inputs ``[B, S]``;
-    ``is_num`` is all False without a ``num_token_id``."""
-    real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
-    next_labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index)  # [B, S]
-    scored = F.pad(real[:, :-1] & real[:, 1:], (0, 1), value=False) & (next_labels != ignore_index)
-    if numeric_targets is None:
-        next_values = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
-    else:
-        next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
-    is_num = scored & (next_labels == num_token_id) if num_token_id is not None else torch.zeros_like(scored)
-    return NextTokenTargets(scored, next_labels.masked_fill(~scored, ignore_index), next_values, is_num)
 
 
 def literal_standard_token(head: DecisionHead, loc_U: Tensor, scale_U: Tensor) -> Tensor:
@@ -237,27 +206,3 @@ class DecisionHead(ActionNetwork):
         """`next_token_targets` with this head's ``ignore_index`` and ``<NUM>`` id."""
         config = self.config
         return next_token_targets(labels, numeric_targets, attention_mask, config.ignore_index, config.num_token_id)
-
-    def loss(self, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets) -> tuple[LossParts, Tensor, Tensor]:
-        r"""The total loss of D8–D9 from the law of $U$ ``[B, S, C]``; returns the parts, $\mathrm{loc}_Y$ and
-        $\mathrm{scale}_Y$ ``[B, S]``.
-
-        The implementation is ``LOSS_FUNCTIONS[config.loss_algorithm]`` (`causalqwen.losses`): ``literal`` scores
-        the full ``[B, S, V]`` decisions and autograd differentiates it (twice, if asked); ``fused`` never forms
-        them (`causalqwen.kernels.fused`).
-        """
-        config = self.config
-        parts, decision = LOSS_FUNCTIONS[config.loss_algorithm](
-            self,
-            loc_U,
-            scale_U,
-            targets.labels,
-            targets.values,
-            num_token_id=config.num_token_id,
-            threshold=self.ovr_threshold,
-            ignore_index=config.ignore_index,
-            regression_weight=config.regression_weight,
-            gate_alpha=config.gate_alpha,
-            detach_gate=config.detach_gate,
-        )
-        return parts, decision.loc_Y, decision.scale_Y  # [B, S] each

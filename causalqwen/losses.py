@@ -10,7 +10,8 @@ cross-entropies, evaluated entirely in log space with the one tail kernel `cauch
 (decision D8; no ``eps`` inside a logarithm):
 $-\log(1 - P_k) = a(d_k, s_k)$ and $-\log P_k = a(-d_k, s_k)$ with $d_k = \mathrm{loc}_{S_k} - C_k$.
 
-Labels here are already aligned with positions; the next-token shift is `DecisionHead.next_token_targets`.
+The next-token shift, which position is scored against which label, is `next_token_targets`; the functions before it
+take labels already aligned with positions.
 Each formula has one name and checks its arguments while `causalqwen.cauchy.validating` (the package's one
 switch); the model's forward calls them under ``cauchy.validation(False)`` once its door has checked its inputs.
 
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import cauchy
@@ -38,6 +40,7 @@ __all__ = [
     "LOSS_ALGORITHMS",
     "LOSS_FUNCTIONS",
     "LossParts",
+    "NextTokenTargets",
     "as_bool_mask",
     "at_least_float32",
     "check_labels",
@@ -45,6 +48,8 @@ __all__ = [
     "check_threshold",
     "gated_regression_loss",
     "literal_loss",
+    "loss_from_law_of_U",
+    "next_token_targets",
     "ovr_classification_loss",
     "ovr_log_probability",
     "ovr_probability",
@@ -392,3 +397,58 @@ def literal_loss(
 
 
 LOSS_FUNCTIONS: dict[str, Callable[..., tuple[LossParts, ActionOutput]]] = {"literal": literal_loss}
+
+
+class NextTokenTargets(NamedTuple):
+    """What position $i$ is scored against (decision D9), all ``[B, S]`` and aligned with the positions."""
+
+    scored: Tensor  # bool: positions i and i+1 are real and labels[i+1] != ignore_index; False at the last position
+    labels: Tensor  # labels[i+1] where scored, ignore_index elsewhere
+    values: Tensor  # the numeric target v[i+1] (at least float32), 0 at the last position
+    is_num: Tensor  # bool: scored and labels[i+1] == <NUM>
+
+
+def next_token_targets(
+    labels: Tensor,
+    numeric_targets: Tensor | None,
+    attention_mask: Tensor | None,
+    ignore_index: int = -100,
+    num_token_id: int | None = None,
+) -> NextTokenTargets:
+    r"""The scoring rule (decision D9): position $i$ is scored against ``labels[i+1]`` (and ``numeric_targets[i+1]``)
+    when positions $i$ and $i+1$ are both real tokens and ``labels[i+1] != ignore_index``. All inputs ``[B, S]``;
+    ``is_num`` is all False without a ``num_token_id``."""
+    real = attention_mask.bool() if attention_mask is not None else torch.ones_like(labels, dtype=torch.bool)
+    next_labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index)  # [B, S]
+    scored = F.pad(real[:, :-1] & real[:, 1:], (0, 1), value=False) & (next_labels != ignore_index)
+    if numeric_targets is None:
+        next_values = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
+    else:
+        next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
+    is_num = scored & (next_labels == num_token_id) if num_token_id is not None else torch.zeros_like(scored)
+    return NextTokenTargets(scored, next_labels.masked_fill(~scored, ignore_index), next_values, is_num)
+
+
+def loss_from_law_of_U(head, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets):
+    r"""The total loss of D8–D9 from the law of $U$ ``[B, S, C]`` under ``head`` (a `causalqwen.decision.DecisionHead`,
+    whose config and threshold it reads); returns the parts and the decisions of the ``<NUM>`` column ($\mathrm{loc}_Y$,
+    $\mathrm{scale}_Y$ ``[B, S]``).
+
+    The implementation is chosen on one line, ``LOSS_FUNCTIONS[config.loss_algorithm]``: ``literal`` scores the full
+    ``[B, S, V]`` decisions and autograd differentiates it (twice, if asked); ``fused`` never forms them
+    (`causalqwen.kernels.fused`, registered when the model is imported).
+    """
+    config = head.config
+    return LOSS_FUNCTIONS[config.loss_algorithm](
+        head,
+        loc_U,
+        scale_U,
+        targets.labels,
+        targets.values,
+        num_token_id=config.num_token_id,
+        threshold=head.ovr_threshold,
+        ignore_index=config.ignore_index,
+        regression_weight=config.regression_weight,
+        gate_alpha=config.gate_alpha,
+        detach_gate=config.detach_gate,
+    )

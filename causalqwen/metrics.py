@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .decision import next_token_targets
+from .losses import next_token_targets
 from .losses import ovr_probability
 
 __all__ = [

@@ -52,7 +52,7 @@ from .action import ActionNetwork
 from .cauchy import validation
 from .checks.doors import check_keywords, open_door
 from .configuration import CausalQwenConfig, config_from_base, conversion_settings
-from .decision import DecisionHead, NextTokenTargets
+from .decision import DecisionHead
 from .embedding import NumericalEmbedding
 from .files.checkpoint import check_local_source
 from .files.loading import (
@@ -63,6 +63,7 @@ from .files.loading import (
     strict_from_pretrained,
 )
 from .files.rundir import check_write_targets
+from .losses import NextTokenTargets, loss_from_law_of_U, next_token_targets
 from .initialization import copy_base_weights, initial_threshold
 from .integrations.auto import (
     CUSTOM_PIPELINES,
@@ -152,7 +153,7 @@ class CausalQwenOutput(ModelOutput):
             generation step, the last position's scores ``[B, 1, V]`` under the step's mode, written by the
             generation mixin from the law of $U$: $\log P_k$ of the decision input (argmax: the mode's choice),
             or $\mathrm{loc}_S$ for ``traditional`` (`causalqwen.integrations.generation_mixin`).
-        targets: with ``labels``, what each position was scored against (`causalqwen.decision.NextTokenTargets`:
+        targets: with ``labels``, what each position was scored against (`causalqwen.losses.NextTokenTargets`:
             ``scored``, ``labels``, ``values``, ``is_num``, ``[B, S]`` each), so that metrics need not rebuild them.
         numeric_labels: with ``labels``, the numeric labels the loss read, ``[B, S]`` as given (not shifted):
             ``numeric_labels``, or ``numeric_values`` without them. `Trainer` gathers it for ``compute_metrics``,
@@ -368,7 +369,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         loss of D8–D9.
 
         ``labels`` are aligned with ``input_ids`` (transformers convention) and shifted inside
-        (`DecisionHead.next_token_targets`): position $i$ is scored against ``labels[i+1]`` and
+        (`causalqwen.losses.next_token_targets`): position $i$ is scored against ``labels[i+1]`` and
         ``numeric_labels[i+1]`` (default: ``numeric_values``), and only where ``attention_mask[i]``,
         ``attention_mask[i+1]`` are both 1 and ``labels[i+1] != ignore_index``. The loss algorithm is
         ``config.loss_algorithm``.
@@ -416,8 +417,10 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             if labels is not None:
                 window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
                 numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
-                targets = self.action.next_token_targets(labels, numeric_labels, window)
-                parts, fields["loc_Y"], fields["scale_Y"] = self.action.loss(loc_U, scale_U, targets)
+                targets = next_token_targets(labels, numeric_labels, window, self.config.ignore_index,
+                                             self.config.num_token_id)
+                parts, num_law = loss_from_law_of_U(self.action, loc_U, scale_U, targets)
+                fields["loc_Y"], fields["scale_Y"] = num_law.loc_Y, num_law.scale_Y  # [B, S] each
                 fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
                                n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets, numeric_labels=numeric_labels)
         return CausalQwenOutput(**fields, **{CACHE_NAME: getattr(law, CACHE_NAME)}, hidden_states=law.hidden_states,

@@ -15,7 +15,8 @@ from scipy import stats
 
 from causalqwen import CausalQwenConfig, cauchy
 from causalqwen.action import ActionOutput
-from causalqwen.decision import DecisionHead, next_token_targets
+from causalqwen.decision import DecisionHead
+from causalqwen.losses import next_token_targets
 from causalqwen.inference import draw_uniform, traditional_probabilities
 
 C, V, NUM, IGNORE = 8, 12, 5, -100
