@@ -356,8 +356,8 @@ class EncodingPlan:
     thread may run it while this one reads the numbers of other texts), and `rows` (the rows put together).
 
     A text that holds a special token's text (a typed ``"<|endoftext|>"``) takes the reference path
-    (`encode_by_runs`). The others, with a Rust tokenizer, take one of two equivalent ways (the Rust tokenizer
-    encodes the text between two ``<NUM>`` on its own either way):
+    (`causalqwen.integrations.wrapped_tokenizer.encode_by_runs`). The others, with a Rust tokenizer, take one of two
+    equivalent ways (the Rust tokenizer encodes the text between two ``<NUM>`` on its own either way):
 
     * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text;
     * each *distinct* text run between numbers once, the rows put together from those, when at most
