@@ -71,13 +71,13 @@ def default_tiling(
     """The tiles for inputs on ``device``: ``chunk_size`` rows by ``vocab_chunk_size`` classes where given (checked
     to be positive integers), else the device's defaults (``FUSED_CUDA_*`` on CUDA, ``FUSED_*`` elsewhere)."""
     cuda = torch.device(device).type == "cuda"
-    rows = (FUSED_CUDA_CHUNK_SIZE if cuda else FUSED_CHUNK_SIZE) if chunk_size is None else chunk_size
-    classes = (
-        (FUSED_CUDA_VOCAB_CHUNK_SIZE if cuda else FUSED_VOCAB_CHUNK_SIZE)
-        if vocab_chunk_size is None
-        else vocab_chunk_size
-    )
-    return Tiling(check_positive_int("chunk_size", rows), check_positive_int("vocab_chunk_size", classes), scale_eps)
+    rows = FUSED_CUDA_CHUNK_SIZE if cuda else FUSED_CHUNK_SIZE
+    classes = FUSED_CUDA_VOCAB_CHUNK_SIZE if cuda else FUSED_VOCAB_CHUNK_SIZE
+    if chunk_size is not None:
+        rows = check_positive_int("chunk_size", chunk_size)
+    if vocab_chunk_size is not None:
+        classes = check_positive_int("vocab_chunk_size", vocab_chunk_size)
+    return Tiling(rows, classes, scale_eps)
 
 
 def autocast_gemm_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype | None:
