@@ -32,8 +32,8 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, Qwen2Config
 
 from .abduction import ABDUCTION_TYPES
-from .losses import LOSS_ALGORITHMS
 from .initialization import DEFAULT_INIT, DRAFT_INIT, check_threshold_init
+from .losses import LOSS_ALGORITHMS
 
 __all__ = ["CausalQwenConfig", "SETTING_LIMIT", "FIELDS_A_FILE_MUST_NAME", "INITIALIZATION_FIELDS",
            "conversion_settings", "config_from_base"]

@@ -23,10 +23,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer, training
-from causalqwen.abduction import load_abduction, save_abduction
+from causalqwen import load_abduction, save_abduction
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.configuration import CausalQwenConfig
-from causalqwen.files import runs
+from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.files.rundir import (
     LOCK,
@@ -36,7 +36,8 @@ from causalqwen.files.rundir import (
     open_for_writing,
 )
 from causalqwen.integrations.lora import add_lora, load_lora, save_lora
-from causalqwen.training import TrainingConfig, train
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 SECRET = "a file outside the run directory\n"
 

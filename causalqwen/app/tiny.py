@@ -39,7 +39,7 @@ from transformers.models.qwen2.tokenization_qwen2 import (
 
 if TYPE_CHECKING:  # imported inside build_tiny_causal_lm: the model modules do not need this one loaded
     from ..modeling import CausalQwenForCausalLM
-    from ..tokenization import NumericTokenizer
+    from ..integrations.tokenizer import NumericTokenizer
 
 __all__ = [
     "TINY_CORPUS",
@@ -329,7 +329,7 @@ def build_tiny_causal_lm(seed: int = 0, init_seed: int | None = None, **config_o
     a generator seeded with ``init_seed``, and the global random state is left as it was.
     """
     from ..modeling import CausalQwenForCausalLM
-    from ..tokenization import NumericTokenizer
+    from ..integrations.tokenizer import NumericTokenizer
 
     if init_seed is not None and (isinstance(init_seed, bool) or not isinstance(init_seed, int)):
         raise TypeError(f"init_seed must be an int or None, got {type(init_seed).__name__}")
