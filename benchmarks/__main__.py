@@ -12,9 +12,15 @@ from . import (
     training_step,
 )
 
-BENCHMARKS = {"head": head.main, "training_step": training_step.main, "generation": generation.main,
-              "tokenizer": tokenizer.main, "divergence_bound": divergence_bound.main,
-              "contention": contention.main, "syncs": syncs.main}
+BENCHMARKS = {
+    "head": head.main,
+    "training_step": training_step.main,
+    "generation": generation.main,
+    "tokenizer": tokenizer.main,
+    "divergence_bound": divergence_bound.main,
+    "contention": contention.main,
+    "syncs": syncs.main,
+}
 
 
 def main(argv: list[str]) -> int:

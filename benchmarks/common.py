@@ -14,11 +14,23 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 # Shapes of the base models the benchmarks build with random weights (no download).
 SHAPES = {
     # the embedded tiny base: per-step Python overhead dominates
-    "tiny": dict(vocab_size=704, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2),
+    "tiny": dict(
+        vocab_size=704,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # Qwen2.5-0.5B: 24 layers, H = 896, V = 151936; memory bandwidth dominates decoding
-    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2),
+    "qwen2.5-0.5b": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+    ),
 }
 
 
@@ -26,8 +38,9 @@ def build_qwen(shape: str, seed: int = 0) -> Qwen2ForCausalLM:
     """A randomly initialised float32 ``Qwen2ForCausalLM`` of the named shape, in eval mode."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose one of {', '.join(SHAPES)}")
-    config = Qwen2Config(**SHAPES[shape], tie_word_embeddings=True, max_position_embeddings=4096,
-                         eos_token_id=0, pad_token_id=0)
+    config = Qwen2Config(
+        **SHAPES[shape], tie_word_embeddings=True, max_position_embeddings=4096, eos_token_id=0, pad_token_id=0
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return Qwen2ForCausalLM(config).eval()
@@ -48,8 +61,10 @@ def interleaved_medians(variants: dict[str, Callable[[], object]], repeats: int)
 
 
 def machine() -> str:
-    return (f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
-            f"{os.cpu_count()} CPUs visible")
+    return (
+        f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs visible"
+    )
 
 
 def markdown_table(header: list[str], rows: list[list[object]]) -> str:

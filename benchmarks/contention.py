@@ -38,16 +38,15 @@ def _spin(stop) -> None:
 
 def demo_steps(steps: int = 60) -> float:
     """Wall seconds of ``steps`` training steps of the demo set-up (after one untimed step)."""
+    from causalqwen import train
     from causalqwen.app.demo import DEMO_OVERRIDES
     from causalqwen.app.tiny import build_tiny_causal_lm
     from causalqwen.files.data import TextDataset, synthetic_texts
-    from causalqwen import train
     from causalqwen.training import TrainingConfig
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, **DEMO_OVERRIDES)
     data = TextDataset(synthetic_texts(2000, seed=0), tokenizer, max_length=64)
-    config = TrainingConfig(steps=10, batch_size=16, preset="all", log_every=10**9, eval_every=10**9,
-                            save_every=10**9)
+    config = TrainingConfig(steps=10, batch_size=16, preset="all", log_every=10**9, eval_every=10**9, save_every=10**9)
     train(model, data, config, progress=False)  # warm-up: compiles the tile for the shapes the steps meet
     config.steps = steps
     start = time.perf_counter()
@@ -85,8 +84,18 @@ def child(workload: str, threads: int, busy: int) -> float:
 
 
 def run_child(workload: str, threads: int, busy: int) -> float:
-    command = [sys.executable, "-m", "benchmarks", "contention", "--child", workload, "--threads", str(threads),
-               "--busy", str(busy)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "contention",
+        "--child",
+        workload,
+        "--threads",
+        str(threads),
+        "--busy",
+        str(busy),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
 
@@ -110,8 +119,9 @@ def run(workloads=WORKLOADS, busy: int | None = None) -> tuple[str, bool]:
         f"Each cell is a fresh process; {machine()}. `demo`: 60 training steps of the demo set-up; `head`: one "
         "forward + backward of the fused loss at H = 896, V = 151936, N = 256 (median of 2).",
         "",
-        markdown_table(["workload", "torch threads", "seconds alone", "seconds under load", "slowdown", "goal", "met"],
-                       rows),
+        markdown_table(
+            ["workload", "torch threads", "seconds alone", "seconds under load", "slowdown", "goal", "met"], rows
+        ),
     ]
     return "\n".join(report) + "\n", ok
 

@@ -34,8 +34,12 @@ PRESETS = ("causal", "abduction", "all", "lora")
 def _batch(vocab: int, tokens: int, seed: int = 0) -> dict:
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, vocab - 1, (1, tokens), generator=generator)
-    return {"input_ids": input_ids, "numeric_values": torch.zeros(1, tokens),
-            "attention_mask": torch.ones(1, tokens, dtype=torch.long), "labels": input_ids.clone()}
+    return {
+        "input_ids": input_ids,
+        "numeric_values": torch.zeros(1, tokens),
+        "attention_mask": torch.ones(1, tokens, dtype=torch.long),
+        "labels": input_ids.clone(),
+    }
 
 
 def _steppers(model, preset: str, batch: dict):
@@ -72,13 +76,18 @@ def run(shape: str = "qwen2.5-0.5b", tokens: int = 256, repeats: int = 3, preset
         seconds = interleaved_medians({"off": off, "on": on}, repeats)
         del off, on
         rows.append([preset, f"{seconds['off']:.3f}", f"{seconds['on']:.3f}", f"{seconds['on'] / seconds['off']:.2f}"])
-    return "\n".join([
-        f"### The bound on forgetting: one training step (shape `{shape}`, 1 x {tokens} tokens)",
-        "",
-        f"Median of {repeats} interleaved steps each, after a warm-up; random float32 weights; {machine()}.",
-        "",
-        markdown_table(["preset", "s / step without the bound", "s / step with the bound", "ratio"], rows),
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                f"### The bound on forgetting: one training step (shape `{shape}`, 1 x {tokens} tokens)",
+                "",
+                f"Median of {repeats} interleaved steps each, after a warm-up; random float32 weights; {machine()}.",
+                "",
+                markdown_table(["preset", "s / step without the bound", "s / step with the bound", "ratio"], rows),
+            ]
+        )
+        + "\n"
+    )
 
 
 def main(argv: list[str]) -> int:

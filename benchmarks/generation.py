@@ -39,14 +39,23 @@ GOAL_TRADITIONAL_RATIO = 0.95
 
 
 def _qwen_run(qwen, ids, new_tokens):
-    return lambda: qwen.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    return lambda: qwen.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens
+    )
 
 
 def _ours_run(model, ids, new_tokens, mode, use_cache=True):
     def run():
-        generate(model, ids, mode=mode, max_new_tokens=new_tokens, eos_token_id=[], use_cache=use_cache,
-                 generator=torch.Generator().manual_seed(0))
+        generate(
+            model,
+            ids,
+            mode=mode,
+            max_new_tokens=new_tokens,
+            eos_token_id=[],
+            use_cache=use_cache,
+            generator=torch.Generator().manual_seed(0),
+        )
+
     return run
 
 
@@ -65,17 +74,35 @@ def _context_table(context: dict[str, float], short: int, long: int) -> tuple[st
     table = markdown_table(
         ["model", f"ms / token at context {short}", f"ms / token at context {long}", "ratio", "goal", "met"],
         [
-            ["causalqwen standard", f"{1000 * context[f'context {short}']:.1f}", f"{1000 * context[f'context {long}']:.1f}",
-             f"{ours_ratio:.2f}", f"<= {GOAL_CONTEXT_RATIO}", "yes" if ok else "NO"],
-            ["Qwen2ForCausalLM.generate", f"{1000 * context[f'Qwen2 context {short}']:.1f}",
-             f"{1000 * context[f'Qwen2 context {long}']:.1f}", f"{qwen_ratio:.2f}", "", ""],
+            [
+                "causalqwen standard",
+                f"{1000 * context[f'context {short}']:.1f}",
+                f"{1000 * context[f'context {long}']:.1f}",
+                f"{ours_ratio:.2f}",
+                f"<= {GOAL_CONTEXT_RATIO}",
+                "yes" if ok else "NO",
+            ],
+            [
+                "Qwen2ForCausalLM.generate",
+                f"{1000 * context[f'Qwen2 context {short}']:.1f}",
+                f"{1000 * context[f'Qwen2 context {long}']:.1f}",
+                f"{qwen_ratio:.2f}",
+                "",
+                "",
+            ],
         ],
     )
     return table, ok
 
 
-def run(shape: str = "qwen2.5-0.5b", new_tokens: int = 16, repeats: int = 3, short: int = 32, long: int = 512,
-        modes: tuple[str, ...] = MODES) -> tuple[str, bool]:
+def run(
+    shape: str = "qwen2.5-0.5b",
+    new_tokens: int = 16,
+    repeats: int = 3,
+    short: int = 32,
+    long: int = 512,
+    modes: tuple[str, ...] = MODES,
+) -> tuple[str, bool]:
     """Measure; return the markdown report and whether every goal was met."""
     qwen = build_qwen(shape)
     num_token_id = qwen.config.vocab_size - 1  # a reserved row stands in for <NUM>
@@ -86,14 +113,20 @@ def run(shape: str = "qwen2.5-0.5b", new_tokens: int = 16, repeats: int = 3, sho
 
     with torch.no_grad():
         speed = per_token_seconds(
-            lambda n: {"Qwen2ForCausalLM.generate": _qwen_run(qwen, prompts[short], n)}
-            | {f"causalqwen {mode}": _ours_run(model, prompts[short], n, mode) for mode in modes},
-            new_tokens, repeats,
+            lambda n: (
+                {"Qwen2ForCausalLM.generate": _qwen_run(qwen, prompts[short], n)}
+                | {f"causalqwen {mode}": _ours_run(model, prompts[short], n, mode) for mode in modes}
+            ),
+            new_tokens,
+            repeats,
         )
         context = per_token_seconds(
-            lambda n: {f"context {length}": _ours_run(model, prompts[length], n, "standard") for length in (short, long)}
-            | {f"Qwen2 context {length}": _qwen_run(qwen, prompts[length], n) for length in (short, long)},
-            new_tokens, repeats,
+            lambda n: (
+                {f"context {length}": _ours_run(model, prompts[length], n, "standard") for length in (short, long)}
+                | {f"Qwen2 context {length}": _qwen_run(qwen, prompts[length], n) for length in (short, long)}
+            ),
+            new_tokens,
+            repeats,
         )
 
     qwen_rate = 1 / speed["Qwen2ForCausalLM.generate"]
@@ -111,21 +144,26 @@ def run(shape: str = "qwen2.5-0.5b", new_tokens: int = 16, repeats: int = 3, sho
     table_context, context_ok = _context_table(context, short, long)
     ok &= context_ok
     cfg = model.config
-    report = "\n\n".join([
-        f"### Generation speed: CausalQwen vs Qwen2 (shape `{shape}`)",
-        f"Random weights, float32, batch 1, {cfg.num_hidden_layers} layers, H = {cfg.hidden_size}, "
-        f"V = {cfg.vocab_size}; decode time per token from {new_tokens} new tokens after a {short}-token prompt, "
-        f"median of {repeats} interleaved repeats; {machine()}.",
-        table_speed,
-        "Per-token decode time against context length (the KV cache keeps it flat):",
-        table_context,
-    ])
+    report = "\n\n".join(
+        [
+            f"### Generation speed: CausalQwen vs Qwen2 (shape `{shape}`)",
+            f"Random weights, float32, batch 1, {cfg.num_hidden_layers} layers, H = {cfg.hidden_size}, "
+            f"V = {cfg.vocab_size}; decode time per token from {new_tokens} new tokens after a {short}-token prompt, "
+            f"median of {repeats} interleaved repeats; {machine()}.",
+            table_speed,
+            "Per-token decode time against context length (the KV cache keeps it flat):",
+            table_context,
+        ]
+    )
     return report, ok
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks generation", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks generation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--shape", default="qwen2.5-0.5b", help="base shape: tiny or qwen2.5-0.5b (default)")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)

@@ -90,6 +90,7 @@ def variant_run(name: str, inputs: dict, chunk_size: int | None = None, vocab_ch
             torch.mm(x, weight.t(), out=loc_S), torch.mm(x, abs_weight.t(), out=scale_S)  # forward
             torch.mm(grad, weight, out=d_loc), torch.mm(grad, abs_weight, out=d_scale)  # backward: d loc_U, d scale_U
             torch.mm(grad.t(), x), torch.mm(grad.t(), x, out=d_abs_weight)  # d W through W (fresh) and |W|
+
         return run
 
     def run():
@@ -103,12 +104,21 @@ def variant_run(name: str, inputs: dict, chunk_size: int | None = None, vocab_ch
             loss = ovr_classification_loss(decision.loc_S, decision.scale_S, labels, THRESHOLD).sum()
         elif name in ("fused", "fused_sum"):
             loss = fused_ovr_classification_loss(
-                loc_U, scale_U, head.weight, head.bias, action.noise_scale, THRESHOLD, labels=labels,
-                chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
-                reduction="none" if name == "fused" else "sum").sum()
+                loc_U,
+                scale_U,
+                head.weight,
+                head.bias,
+                action.noise_scale,
+                THRESHOLD,
+                labels=labels,
+                chunk_size=chunk_size,
+                vocab_chunk_size=vocab_chunk_size,
+                reduction="none" if name == "fused" else "sum",
+            ).sum()
         else:
             raise ValueError(f"unknown variant {name!r}; choose one of {', '.join(VARIANTS)}")
         loss.backward()
+
     return run
 
 
@@ -132,14 +142,27 @@ def child_memory(variant: str, n: int, hidden: int, vocab: int) -> int:
 
 
 def memory_in_own_process(variant: str, n: int, hidden: int, vocab: int) -> int:
-    command = [sys.executable, "-m", "benchmarks", "head", "--child", variant, "--n", str(n),
-               "--hidden", str(hidden), "--vocab", str(vocab)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "head",
+        "--child",
+        variant,
+        "--n",
+        str(n),
+        "--hidden",
+        str(hidden),
+        "--vocab",
+        str(vocab),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["extra_bytes"]
 
 
-def run(ns=(512, 1024), hidden: int = 896, vocab: int = 151936, repeats: int = 3,
-        own_process: bool = True) -> tuple[str, bool]:
+def run(
+    ns=(512, 1024), hidden: int = 896, vocab: int = 151936, repeats: int = 3, own_process: bool = True
+) -> tuple[str, bool]:
     """Measure every variant at every N; return the markdown report and whether every goal was met.
     ``own_process=False`` measures memory in this process (quick, for tests; not comparable)."""
     rows, ok = [], True
@@ -171,8 +194,16 @@ def run(ns=(512, 1024), hidden: int = 896, vocab: int = 151936, repeats: int = 3
             goal = f"<= {GOAL_FLAT_RATIO}" if name.startswith("fused") else ""
             met = ("yes" if ratio <= GOAL_FLAT_RATIO else "no") if goal else ""
             ok &= met != "no"
-            flat_rows.append([name, f"{memory[name, small] / 2**30:.2f}", f"{memory[name, large] / 2**30:.2f}",
-                              f"{ratio:.2f}", goal, met])
+            flat_rows.append(
+                [
+                    name,
+                    f"{memory[name, small] / 2**30:.2f}",
+                    f"{memory[name, large] / 2**30:.2f}",
+                    f"{ratio:.2f}",
+                    goal,
+                    met,
+                ]
+            )
     report = [
         f"### OvR head + loss, forward + backward (H = {hidden}, V = {vocab})",
         "",
@@ -183,9 +214,14 @@ def run(ns=(512, 1024), hidden: int = 896, vocab: int = 151936, repeats: int = 3
         markdown_table(["N", "variant", "seconds", "vs floor", "extra GiB", "goal", "met"], rows),
     ]
     if flat_rows:
-        report += ["", f"Extra memory against N (N = {ns[-1]} vs {ns[0]}):", "",
-                   markdown_table(["variant", f"GiB at N = {ns[0]}", f"GiB at N = {ns[-1]}", "ratio", "goal", "met"],
-                                  flat_rows)]
+        report += [
+            "",
+            f"Extra memory against N (N = {ns[-1]} vs {ns[0]}):",
+            "",
+            markdown_table(
+                ["variant", f"GiB at N = {ns[0]}", f"GiB at N = {ns[-1]}", "ratio", "goal", "met"], flat_rows
+            ),
+        ]
     return "\n".join(report) + "\n", ok
 
 
@@ -198,7 +234,11 @@ def tune(n: int, hidden: int, vocab: int, repeats: int, grid) -> str:
             variants[f"{name} {rows}x{cols}"] = variant_run(name, inputs, rows, cols)
     times = interleaved_medians(variants, repeats)
     table = [[key, f"{value:.2f}", f"{value / times['floor']:.2f}"] for key, value in times.items()]
-    return f"### Tile sizes at N = {n}\n\n" + markdown_table(["variant rows x classes", "seconds", "vs floor"], table) + "\n"
+    return (
+        f"### Tile sizes at N = {n}\n\n"
+        + markdown_table(["variant rows x classes", "seconds", "vs floor"], table)
+        + "\n"
+    )
 
 
 def main(argv: list[str]) -> int:

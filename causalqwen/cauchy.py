@@ -168,8 +168,13 @@ def _prepare(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
     """Common dtype and broadcast shapes; while `validating`, `check_arguments` first."""
     if validating():
         return check_arguments(x, loc, scale, names)
-    if not (isinstance(x, Tensor) and isinstance(loc, Tensor) and isinstance(scale, Tensor)
-            and x.dtype == loc.dtype == scale.dtype and x.dtype.is_floating_point):
+    if not (
+        isinstance(x, Tensor)
+        and isinstance(loc, Tensor)
+        and isinstance(scale, Tensor)
+        and x.dtype == loc.dtype == scale.dtype
+        and x.dtype.is_floating_point
+    ):
         x, loc, scale = _as_float_tensors(x, loc, scale, names=names)  # numbers, or tensors of mixed dtypes
     return list(torch.broadcast_tensors(x, loc, scale))
 
@@ -429,9 +434,12 @@ def log_interval_prob(low, high, loc, scale) -> Tensor:
             checks run while `validating` (the module's switch).
     """
     # Python numbers are float64 here (the result is float64): 1.7e308 stays itself, not float32's inf
-    low, high, loc, scale = (torch.tensor(value, dtype=torch.float64)
-                             if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-                             for value in (low, high, loc, scale))
+    low, high, loc, scale = (
+        torch.tensor(value, dtype=torch.float64)
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else value
+        for value in (low, high, loc, scale)
+    )
     low, loc, scale = _prepare(low, loc, scale, names=("low", "loc", "scale"))
     high, loc, scale = _prepare(high, loc, scale, names=("high", "loc", "scale"))
     low, high, loc, scale = (tensor.detach().double() for tensor in torch.broadcast_tensors(low, high, loc, scale))
@@ -441,18 +449,24 @@ def log_interval_prob(low, high, loc, scale) -> Tensor:
                 raise ValueError(f"{name} must not be NaN; found {int(tensor.isnan().sum())} NaN element(s)")
         for name, tensor in (("loc", loc), ("scale", scale)):
             if not bool(tensor.isfinite().all()):
-                raise ValueError(f"{name} must be finite everywhere, got {tensor[~tensor.isfinite()].flatten()[0].item()!r}")
+                raise ValueError(
+                    f"{name} must be finite everywhere, got {tensor[~tensor.isfinite()].flatten()[0].item()!r}"
+                )
         if not bool((low < high).all()):
             where = ~(low < high)
-            raise ValueError(f"low must be < high everywhere (an interval of positive width); found low = "
-                             f"{low[where].flatten()[0].item()!r} and high = {high[where].flatten()[0].item()!r}")
+            raise ValueError(
+                f"low must be < high everywhere (an interval of positive width); found low = "
+                f"{low[where].flatten()[0].item()!r} and high = {high[where].flatten()[0].item()!r}"
+            )
     sign_low, log_distance_low = _signed_log_distance(low, loc)
     sign_high, log_distance_high = _signed_log_distance(high, loc)
     width = high - low  # rounded once; never 0 for low < high
-    log_width = torch.where(width.isinf() & low.isfinite() & high.isfinite(),
-                            torch.log(high * 0.5 - low * 0.5) + LOG_2, torch.log(width))  # +inf at an infinite end
-    return log_interval_prob_reduced(sign_low, log_distance_low, sign_high, log_distance_high, log_width,
-                                     torch.log(scale))
+    log_width = torch.where(
+        width.isinf() & low.isfinite() & high.isfinite(), torch.log(high * 0.5 - low * 0.5) + LOG_2, torch.log(width)
+    )  # +inf at an infinite end
+    return log_interval_prob_reduced(
+        sign_low, log_distance_low, sign_high, log_distance_high, log_width, torch.log(scale)
+    )
 
 
 def _signed_log_distance(x: Tensor, loc: Tensor) -> tuple[Tensor, Tensor]:
@@ -490,17 +504,28 @@ def log_interval_prob_reduced(sign_low, log_distance_low, sign_high, log_distanc
     otherwise $\log P = \log\big(\arctan|z_a| + \arctan|z_b|\big) - \log\pi$, a sum of two positive terms.
     """
     # On one side: the tangent t of the arctangent difference, from logarithms
-    log_t = torch.where(log_distance_high == math.inf, log_scale - log_distance_low,
-                        torch.where(log_distance_low == math.inf, log_scale - log_distance_high,
-                                    log_width - log_scale - F.softplus(log_distance_low + log_distance_high
-                                                                       - 2 * log_scale, threshold=40.0)))
+    log_t = torch.where(
+        log_distance_high == math.inf,
+        log_scale - log_distance_low,
+        torch.where(
+            log_distance_low == math.inf,
+            log_scale - log_distance_high,
+            log_width - log_scale - F.softplus(log_distance_low + log_distance_high - 2 * log_scale, threshold=40.0),
+        ),
+    )
     one_side = torch.where(log_t < -20.0, log_t, torch.log(torch.atan(torch.exp(log_t)))) - LOG_PI  # atan(inf) = pi/2
     # Across: one minus the two tails, or the two arctangents added
-    tails = (torch.atan(torch.exp(log_scale - log_distance_low))
-             + torch.atan(torch.exp(log_scale - log_distance_high))) / math.pi
-    across = torch.where(tails < 0.5, torch.log1p(-tails),
-                         torch.log(torch.atan(torch.exp(log_distance_low - log_scale))
-                                   + torch.atan(torch.exp(log_distance_high - log_scale))) - LOG_PI)
+    tails = (
+        torch.atan(torch.exp(log_scale - log_distance_low)) + torch.atan(torch.exp(log_scale - log_distance_high))
+    ) / math.pi
+    across = torch.where(
+        tails < 0.5,
+        torch.log1p(-tails),
+        torch.log(
+            torch.atan(torch.exp(log_distance_low - log_scale)) + torch.atan(torch.exp(log_distance_high - log_scale))
+        )
+        - LOG_PI,
+    )
     sign_low, sign_high = torch.as_tensor(sign_low), torch.as_tensor(sign_high)
     return torch.where((sign_low < 0) & (sign_high > 0), across, one_side)
 
@@ -513,7 +538,9 @@ def rsample(loc, scale, uniform) -> Tensor:
     return icdf(uniform, loc, scale)
 
 
-def linear(loc, scale, weight: Tensor, bias: Tensor | None = None, *, abs_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def linear(
+    loc, scale, weight: Tensor, bias: Tensor | None = None, *, abs_weight: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     r"""Law of $Y = W X + b$ for $X$ with independent $\mathrm{Cauchy}(\mu_j, \gamma_j)$ components.
 
     $$
@@ -626,7 +653,9 @@ def _scale_divergence_value(scale_p: Tensor, scale_q: Tensor) -> Tensor:
     ratio = small / large  # in (0, 1]; may underflow
     delta = (large - small) / large  # = 1 - r, without the rounding of r
     close = torch.log1p(delta * delta / (4.0 * ratio))
-    log_ratio = torch.where(ratio >= torch.finfo(ratio.dtype).tiny, torch.log(ratio), torch.log(small) - torch.log(large))
+    log_ratio = torch.where(
+        ratio >= torch.finfo(ratio.dtype).tiny, torch.log(ratio), torch.log(small) - torch.log(large)
+    )
     apart = 2.0 * torch.log1p(ratio) - 2.0 * LOG_2 - log_ratio
     return torch.where(ratio >= 0.125, close, apart)
 
@@ -697,11 +726,15 @@ def kl_divergence(loc_p, scale_p, loc_q, scale_q) -> Tensor:
             torch.broadcast_shapes(loc_p.shape, scale_p.shape, loc_q.shape, scale_q.shape)
         except RuntimeError:
             shapes = ", ".join(str(tuple(v.shape)) for v in (loc_p, scale_p, loc_q, scale_q))
-            raise ValueError(f"loc_p, scale_p, loc_q and scale_q must broadcast together; got shapes {shapes}") from None
+            raise ValueError(
+                f"loc_p, scale_p, loc_q and scale_q must broadcast together; got shapes {shapes}"
+            ) from None
         for value, name in zip((loc_p, scale_p, loc_q, scale_q), names):
             if not bool(torch.isfinite(value).all()):
                 bad = value[~torch.isfinite(value)]
-                raise ValueError(f"{name} must be finite everywhere; found {bad.numel()} element(s) that are not, e.g. {bad[0].item()!r}")
+                raise ValueError(
+                    f"{name} must be finite everywhere; found {bad.numel()} element(s) that are not, e.g. {bad[0].item()!r}"
+                )
         check_scale(scale_p, "scale_p")
         check_scale(scale_q, "scale_q")
     loc_p, scale_p, loc_q, scale_q = torch.broadcast_tensors(loc_p, scale_p, loc_q, scale_q)

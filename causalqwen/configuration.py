@@ -35,8 +35,14 @@ from .abduction import ABDUCTION_TYPES
 from .initialization import DEFAULT_INIT, DRAFT_INIT, check_threshold_init
 from .losses import LOSS_ALGORITHMS
 
-__all__ = ["CausalQwenConfig", "SETTING_LIMIT", "FIELDS_A_FILE_MUST_NAME", "INITIALIZATION_FIELDS",
-           "conversion_settings", "config_from_base"]
+__all__ = [
+    "CausalQwenConfig",
+    "SETTING_LIMIT",
+    "FIELDS_A_FILE_MUST_NAME",
+    "INITIALIZATION_FIELDS",
+    "conversion_settings",
+    "config_from_base",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +98,7 @@ def _checked_dtype(name: str, value):
         return None
     text = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
     if not isinstance(text, str) or text not in FLOAT_DTYPES:
-        raise ValueError(f"config field {name} must be one of {', '.join(FLOAT_DTYPES)}, \"auto\" or null, "
-                         f"got {value!r}")
+        raise ValueError(f'config field {name} must be one of {", ".join(FLOAT_DTYPES)}, "auto" or null, got {value!r}')
     return text if isinstance(value, str) else value
 
 
@@ -164,8 +169,20 @@ class CausalQwenConfig(Qwen2Config):
     # loss is gathered on its own), the cache (``cache`` from transformers 5.24 on) and the [B, S, V] decisions;
     # what a batch with labels gathers is (loc_U, scale_U, loc_Y, scale_Y, numeric_labels), in that order
     # (causalqwen.metrics.TrainerMetrics reads them; docs/training.md, "With transformers' Trainer").
-    keys_to_ignore_at_inference = ["cls_loss", "reg_loss", "n_cls", "n_reg", "loc_S", "scale_S", "past_key_values",
-                                   "cache", "logits", "hidden_states", "attentions", "targets"]
+    keys_to_ignore_at_inference = [
+        "cls_loss",
+        "reg_loss",
+        "n_cls",
+        "n_reg",
+        "loc_S",
+        "scale_S",
+        "past_key_values",
+        "cache",
+        "logits",
+        "hidden_states",
+        "attentions",
+        "targets",
+    ]
 
     num_token_id: int | None = None
     causal_size: int | None = None
@@ -189,7 +206,9 @@ class CausalQwenConfig(Qwen2Config):
         """Every field checked once, before transformers' own post-init: CausalQwen's (`_check_own_fields`), then the
         backbone's values (`_check_backbone`), then the rotary parameters transformers has standardized."""
         if self.loss_algorithm not in LOSS_ALGORITHMS:
-            raise ValueError(f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}")
+            raise ValueError(
+                f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}"
+            )
         self.dtype = _checked_dtype("dtype", self.dtype)
         if "torch_dtype" in kwargs:
             kwargs["torch_dtype"] = _checked_dtype("torch_dtype", kwargs["torch_dtype"])
@@ -211,13 +230,16 @@ class CausalQwenConfig(Qwen2Config):
             self.causal_size = self.hidden_size
         check_threshold_init(self.ovr_threshold_init, self.ovr_threshold_quantile)
         if not isinstance(self.abduction_type, str) or self.abduction_type not in ABDUCTION_TYPES:
-            raise ValueError(f"config field abduction_type must be one of {', '.join(ABDUCTION_TYPES)}, "
-                             f"got {self.abduction_type!r}")
+            raise ValueError(
+                f"config field abduction_type must be one of {', '.join(ABDUCTION_TYPES)}, got {self.abduction_type!r}"
+            )
         if self.abduction_type == "mlp" and self.abduction_mlp_size is None:
             self.abduction_mlp_size = self.hidden_size
         if self.abduction_type == "linear" and self.abduction_mlp_size is not None:
-            raise ValueError("config field abduction_mlp_size is the width of the \"mlp\" abduction; "
-                             f"abduction_type is \"linear\", so it must be None, got {self.abduction_mlp_size!r}")
+            raise ValueError(
+                'config field abduction_mlp_size is the width of the "mlp" abduction; '
+                f'abduction_type is "linear", so it must be None, got {self.abduction_mlp_size!r}'
+            )
         if self.abduction_mlp_size is not None and not (1 <= self.abduction_mlp_size <= SETTING_LIMIT):
             raise ValueError(f"config field abduction_mlp_size must be a positive int, got {self.abduction_mlp_size!r}")
         if self.causal_size != self.hidden_size:
@@ -226,55 +248,76 @@ class CausalQwenConfig(Qwen2Config):
                 "the abduction network is initialised as the identity"
             )
         limit = SETTING_LIMIT
-        _check_ranges(self, {
-            "abduction_scale_init": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
-            "scale_eps": (lambda v: 1 / limit <= v <= limit, f"in [{1 / limit:g}, {limit:g}]"),
-            "gate_alpha": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
-            "regression_weight": (lambda v: 0 <= v <= limit, f"in [0, {limit:g}]"),
-            "noise_init": (lambda v: abs(v) <= limit, f"in [-{limit:g}, {limit:g}]"),
-            "ovr_threshold": (lambda v: abs(v) <= limit, f"in [-{limit:g}, {limit:g}]"),
-        })
+        _check_ranges(
+            self,
+            {
+                "abduction_scale_init": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
+                "scale_eps": (lambda v: 1 / limit <= v <= limit, f"in [{1 / limit:g}, {limit:g}]"),
+                "gate_alpha": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+                "regression_weight": (lambda v: 0 <= v <= limit, f"in [0, {limit:g}]"),
+                "noise_init": (lambda v: abs(v) <= limit, f"in [-{limit:g}, {limit:g}]"),
+                "ovr_threshold": (lambda v: abs(v) <= limit, f"in [-{limit:g}, {limit:g}]"),
+            },
+        )
         if self.num_token_id is not None and not 0 <= self.num_token_id < self.vocab_size:
             raise ValueError(f"num_token_id ({self.num_token_id}) must lie in [0, vocab_size={self.vocab_size})")
 
     def _check_backbone(self) -> None:
         """The values of the Qwen2 fields (their kinds are @strict's): sizes, head counts, token ids, activation and
         the real-valued settings; a ``ValueError`` names the field."""
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                     "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "max_position_embeddings",
+        ):
             if not 1 <= getattr(self, name) <= SETTING_LIMIT:
                 raise ValueError(f"config field {name} must be a positive integer, got {getattr(self, name)!r}")
         heads, kv_heads = self.num_attention_heads, self.num_key_value_heads
         if kv_heads is not None and not 1 <= kv_heads <= heads:
-            raise ValueError(f"config field num_key_value_heads must be an integer in [1, num_attention_heads={heads}] "
-                             f"(or null), got {kv_heads!r}")
+            raise ValueError(
+                f"config field num_key_value_heads must be an integer in [1, num_attention_heads={heads}] "
+                f"(or null), got {kv_heads!r}"
+            )
         if self.hidden_size % heads:
-            raise ValueError(f"config field hidden_size ({self.hidden_size}) must be divisible by "
-                             f"num_attention_heads ({heads})")
+            raise ValueError(
+                f"config field hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({heads})"
+            )
         if (self.hidden_size // heads) % 2:
-            raise ValueError(f"config fields hidden_size / num_attention_heads ({self.hidden_size} / {heads}) must "
-                             "give an even head size: the rotary embedding turns pairs of components")
+            raise ValueError(
+                f"config fields hidden_size / num_attention_heads ({self.hidden_size} / {heads}) must "
+                "give an even head size: the rotary embedding turns pairs of components"
+            )
         if kv_heads is not None and heads % kv_heads:
-            raise ValueError(f"config field num_attention_heads ({heads}) must be divisible by "
-                             f"num_key_value_heads ({kv_heads})")
+            raise ValueError(
+                f"config field num_attention_heads ({heads}) must be divisible by num_key_value_heads ({kv_heads})"
+            )
         if self.max_window_layers < 0:
             raise ValueError(f"config field max_window_layers must be an integer >= 0, got {self.max_window_layers!r}")
         if self.sliding_window is not None and self.sliding_window < 1:
-            raise ValueError(f"config field sliding_window must be a positive integer or null, got {self.sliding_window!r}")
+            raise ValueError(
+                f"config field sliding_window must be a positive integer or null, got {self.sliding_window!r}"
+            )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             ids = value if isinstance(value, list) else [value]
             if any(i is not None and not 0 <= i < self.vocab_size for i in ids):
-                raise ValueError(f"config field {name} must be null or an id in [0, vocab_size={self.vocab_size}), "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"config field {name} must be null or an id in [0, vocab_size={self.vocab_size}), got {value!r}"
+                )
         if not isinstance(self.hidden_act, str) or self.hidden_act not in (names := _activation_names()):
             raise ValueError(f"config field hidden_act must be one of {', '.join(names)}, got {self.hidden_act!r}")
         limit = SETTING_LIMIT
-        _check_ranges(self, {
-            "rms_norm_eps": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
-            "initializer_range": (lambda v: 0 <= v <= limit, f"in [0, {limit:g}]"),
-            "attention_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
-        })
+        _check_ranges(
+            self,
+            {
+                "rms_norm_eps": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
+                "initializer_range": (lambda v: 0 <= v <= limit, f"in [0, {limit:g}]"),
+                "attention_dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+            },
+        )
         self.attention_dropout = float(self.attention_dropout)  # @strict lets an int through here (float | int)
 
     def _check_rope(self) -> None:
@@ -284,7 +327,9 @@ class CausalQwenConfig(Qwen2Config):
         if not isinstance(rope, dict):
             raise ValueError(f"config field rope_parameters must be an object, got {rope!r}")
         nested = self.nested_rope_parameter_keys(rope)
-        for where, parameters in ([(f"rope_parameters.{key}", rope[key]) for key in nested] or [("rope_parameters", rope)]):
+        for where, parameters in [(f"rope_parameters.{key}", rope[key]) for key in nested] or [
+            ("rope_parameters", rope)
+        ]:
             if parameters is None:
                 continue
             if not isinstance(parameters, dict):
@@ -293,10 +338,15 @@ class CausalQwenConfig(Qwen2Config):
             if not isinstance(rope_type, str) or rope_type not in (types := _rope_types()):
                 raise ValueError(f"config field {where}.rope_type must be one of {', '.join(types)}, got {rope_type!r}")
             theta = parameters.get("rope_theta")
-            if (isinstance(theta, (bool, np.bool_)) or not isinstance(theta, numbers.Real) or not math.isfinite(theta)
-                    or not 0 < theta <= SETTING_LIMIT):
-                raise ValueError(f"config field {where}.rope_theta must be a finite number in (0, {SETTING_LIMIT:g}], "
-                                 f"got {theta!r}")
+            if (
+                isinstance(theta, (bool, np.bool_))
+                or not isinstance(theta, numbers.Real)
+                or not math.isfinite(theta)
+                or not 0 < theta <= SETTING_LIMIT
+            ):
+                raise ValueError(
+                    f"config field {where}.rope_theta must be a finite number in (0, {SETTING_LIMIT:g}], got {theta!r}"
+                )
 
     def validate_rope(self) -> None:
         """transformers' check of the rotary parameters (a ``@strict`` class validator), with a missing
@@ -315,8 +365,11 @@ class CausalQwenConfig(Qwen2Config):
         A field of `INITIALIZATION_FIELDS` that ``config_dict`` leaves out means the drafts' value
         (`causalqwen.initialization.DRAFT_INIT`), the class default of the versions that wrote such a file."""
         if isinstance(config_dict, dict):
-            missing = [" or ".join(names) for names in FIELDS_A_FILE_MUST_NAME
-                       if all(config_dict.get(name) is None and kwargs.get(name) is None for name in names)]
+            missing = [
+                " or ".join(names)
+                for names in FIELDS_A_FILE_MUST_NAME
+                if all(config_dict.get(name) is None and kwargs.get(name) is None for name in names)
+            ]
             if missing:
                 raise ValueError(
                     f"config field{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing (or null): a saved "
@@ -352,9 +405,16 @@ class CausalQwenConfig(Qwen2Config):
 
 # What a saved CausalQwen config must name (each entry: one of these names), because its default would describe
 # another model: no <NUM> id at all, or the sizes and rotary base of a 7B Qwen2 instead of this checkpoint's.
-FIELDS_A_FILE_MUST_NAME = (("num_token_id",), ("vocab_size",), ("hidden_size",), ("intermediate_size",),
-                           ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
-                           ("rope_parameters", "rope_theta"))
+FIELDS_A_FILE_MUST_NAME = (
+    ("num_token_id",),
+    ("vocab_size",),
+    ("hidden_size",),
+    ("intermediate_size",),
+    ("num_hidden_layers",),
+    ("num_attention_heads",),
+    ("num_key_value_heads",),
+    ("rope_parameters", "rope_theta"),
+)
 
 # The fields whose class defaults were once the drafts' values (DRAFT_INIT) and are now the calibrated ones. Every
 # save writes them (transformers' ``to_diff_dict`` drops a field only where `PreTrainedConfig` itself has it, at the
@@ -371,7 +431,6 @@ def _config_file(source, subfolder: str) -> str:
     if os.path.isdir(text):
         return os.path.join(text, subfolder, "config.json")
     return "/".join(part for part in (text, subfolder, "config.json") if part)
-
 
 
 @functools.cache
@@ -395,17 +454,25 @@ def conversion_settings(overrides: dict, calibration) -> dict:
     rule = settings["ovr_threshold_init"]
     check_threshold_init(rule, settings.get("ovr_threshold_quantile", 0.5))
     if rule != "fixed" and "ovr_threshold" in overrides:
-        raise ValueError(f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
-                         f"ovr_threshold_init={rule!r} computes it from the base; pass one of them")
+        raise ValueError(
+            f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
+            f"ovr_threshold_init={rule!r} computes it from the base; pass one of them"
+        )
     if rule == "fixed" and "ovr_threshold" not in overrides:
-        raise ValueError("from_qwen: ovr_threshold_init=\"fixed\" takes the threshold as given: pass ovr_threshold "
-                         "too (the drafts' value is 100.0, causalqwen.initialization.DRAFT_INIT)")
+        raise ValueError(
+            'from_qwen: ovr_threshold_init="fixed" takes the threshold as given: pass ovr_threshold '
+            "too (the drafts' value is 100.0, causalqwen.initialization.DRAFT_INIT)"
+        )
     if "ovr_threshold_quantile" in overrides and rule != "top_logit_quantile":
-        raise ValueError(f"from_qwen: ovr_threshold_quantile is read by the rule \"top_logit_quantile\" only; "
-                         f"ovr_threshold_init is {rule!r}")
+        raise ValueError(
+            f'from_qwen: ovr_threshold_quantile is read by the rule "top_logit_quantile" only; '
+            f"ovr_threshold_init is {rule!r}"
+        )
     if rule == "fixed" and calibration is not None:
-        raise ValueError("from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
-                         "is fixed here; drop calibration or choose a rule")
+        raise ValueError(
+            "from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
+            "is fixed here; drop calibration or choose a rule"
+        )
     return settings
 
 
@@ -423,10 +490,11 @@ def config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenCon
     settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
     if settings["num_token_id"] == base_config.vocab_size:
         settings["vocab_size"] = base_config.vocab_size + 1
-        logger.warning("num_token_id=%d equals the base vocab_size: growing the embedding and the head by one row "
-                       "for <NUM>", base_config.vocab_size)
+        logger.warning(
+            "num_token_id=%d equals the base vocab_size: growing the embedding and the head by one row for <NUM>",
+            base_config.vocab_size,
+        )
     return CausalQwenConfig.from_dict(settings)
-
 
 
 AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)

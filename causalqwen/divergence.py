@@ -53,8 +53,9 @@ from .losses import at_least_float32
 __all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "adapters_disabled", "dual_ascent"]
 
 
-def u_divergence(loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_U: Tensor,
-                 mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def u_divergence(
+    loc_U: Tensor, scale_U: Tensor, base_loc_U: Tensor, base_scale_U: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     r"""$\sum_i \sum_c \mathrm{KL}$ over the positions where ``mask`` is true, and their number: ``(sum, count)``.
 
     ``[B, S, C]`` four times and a ``[B, S]`` mask (all positions when None). The mean $\bar D$ is
@@ -121,8 +122,12 @@ class BaseLawOfU:
             self.frozen = copy.deepcopy(_causal_lm(model).model.abduction)
         elif kind == "embedding_and_abduction":  # named as in CausalQwenModel, for functional_call
             inner = _causal_lm(model).model
-            self.frozen = nn.ModuleDict({"numerical_embedding": copy.deepcopy(inner.numerical_embedding),
-                                         "abduction": copy.deepcopy(inner.abduction)})
+            self.frozen = nn.ModuleDict(
+                {
+                    "numerical_embedding": copy.deepcopy(inner.numerical_embedding),
+                    "abduction": copy.deepcopy(inner.abduction),
+                }
+            )
         elif kind == "backbone":
             self.frozen = copy.deepcopy(_causal_lm(model).model)
         if self.frozen is not None:
@@ -159,8 +164,9 @@ class BaseLawOfU:
         inputs = {k: batch[k] for k in ("input_ids", "numeric_values", "attention_mask") if k in batch}
         if self.kind == "embedding_and_abduction":
             base_values = dict(self.frozen.named_parameters()) | dict(self.frozen.named_buffers())
-            out = torch.func.functional_call(_causal_lm(self.model).model, base_values, args=(), kwargs=inputs,
-                                             strict=False)
+            out = torch.func.functional_call(
+                _causal_lm(self.model).model, base_values, args=(), kwargs=inputs, strict=False
+            )
             return out.loc_U, out.scale_U
         if self.kind == "backbone":
             out = self.frozen(**inputs)
@@ -179,7 +185,12 @@ class BaseLawOfU:
             self.frozen.load_state_dict(state, strict=True)
 
 
-PRESET_REFERENCE = {"causal": "embedding_and_abduction", "abduction": "abduction", "all": "backbone", "lora": "adapters"}
+PRESET_REFERENCE = {
+    "causal": "embedding_and_abduction",
+    "abduction": "abduction",
+    "all": "backbone",
+    "lora": "adapters",
+}
 
 
 class DivergenceBound:
@@ -252,5 +263,8 @@ class DivergenceBound:
 
     def metrics(self) -> dict[str, float]:
         """What the training loop logs: ``constraint/u_divergence``, ``constraint/multiplier`` and the bound."""
-        return {"constraint/u_divergence": self.last_divergence, "constraint/multiplier": self.multiplier,
-                "constraint/max_u_divergence": self.max_divergence}
+        return {
+            "constraint/u_divergence": self.last_divergence,
+            "constraint/multiplier": self.multiplier,
+            "constraint/max_u_divergence": self.max_divergence,
+        }

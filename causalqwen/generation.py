@@ -47,8 +47,15 @@ from .inference import (
 )
 from .losses import as_bool_mask
 
-__all__ = ["generate", "GenerationOutput", "check_prompt", "check_generator", "check_length", "mode_draws",
-           "widened_values"]
+__all__ = [
+    "generate",
+    "GenerationOutput",
+    "check_prompt",
+    "check_generator",
+    "check_length",
+    "mode_draws",
+    "widened_values",
+]
 
 
 @dataclass
@@ -92,7 +99,9 @@ def _token_ids(value, name: str, vocab_size: int) -> list[int]:
     if not all(i is not None and i >= 0 for i in ids):
         raise ValueError(f"{name} must be a non-negative int or a list of them, got {value!r}")
     if any(i >= vocab_size for i in ids):
-        raise ValueError(f"{name} must be a token id (or a list of them) in [0, vocab_size={vocab_size}), got {value!r}")
+        raise ValueError(
+            f"{name} must be a token id (or a list of them) in [0, vocab_size={vocab_size}), got {value!r}"
+        )
     return ids
 
 
@@ -113,8 +122,9 @@ def _check_left_padding(attention_mask, input_ids: Tensor) -> Tensor:
         )
     if not bool(mask[:, -1].all()):
         row = int((~mask[:, -1]).nonzero()[0, 0])
-        raise ValueError(f"prompt {row} is empty: attention_mask row {row} has no real token, and every prompt needs "
-                         "at least one")
+        raise ValueError(
+            f"prompt {row} is empty: attention_mask row {row} has no real token, and every prompt needs at least one"
+        )
     return mask
 
 
@@ -157,22 +167,30 @@ def check_length(config, longest: int, new_tokens: int, max_length: int | None =
     if longest + new_tokens <= limit:
         return
     if max_length is None:
-        raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({new_tokens}) exceeds "
-                         f"max_position_embeddings={limit}; lower max_new_tokens")
-    raise ValueError(f"prompt ({longest} tokens) + {new_tokens} new tokens (up to max_length={max_length}) exceeds "
-                     f"max_position_embeddings={limit}; lower max_length")
+        raise ValueError(
+            f"prompt ({longest} tokens) + max_new_tokens ({new_tokens}) exceeds "
+            f"max_position_embeddings={limit}; lower max_new_tokens"
+        )
+    raise ValueError(
+        f"prompt ({longest} tokens) + {new_tokens} new tokens (up to max_length={max_length}) exceeds "
+        f"max_position_embeddings={limit}; lower max_length"
+    )
 
 
 def _check_fixed_draw(name: str, value: Tensor | None, mode: str, wanted_mode: str, shape: tuple[int, int]):
     if value is None:
         return None
     if mode != wanted_mode:
-        raise ValueError(f"{name} fixes the per-sequence draw of mode {wanted_mode!r}; it has no meaning for mode {mode!r}")
+        raise ValueError(
+            f"{name} fixes the per-sequence draw of mode {wanted_mode!r}; it has no meaning for mode {mode!r}"
+        )
     if not isinstance(value, Tensor):
         raise TypeError(f"{name} must be a tensor of shape [B, C] or [C], got {type(value).__name__}")
     batch, causal_size = shape
     if value.shape not in ((causal_size,), (batch, causal_size)):
-        raise ValueError(f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}")
+        raise ValueError(
+            f"{name} must have shape [{batch}, {causal_size}] or [{causal_size}], got {tuple(value.shape)}"
+        )
     if validating():
         if name == "uniform":
             check_uniform(value)
@@ -313,8 +331,9 @@ def _checked_max_new_tokens(max_new_tokens) -> int:
 
 def _stop_ids(config, eos_token_id, pad_token_id) -> tuple[list[int], int]:
     """The EOS ids (default: the config's) and the pad id (default: the config's, else the first EOS id, else 0)."""
-    eos_ids = _token_ids(eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id",
-                         config.vocab_size)
+    eos_ids = _token_ids(
+        eos_token_id if eos_token_id is not None else config.eos_token_id, "eos_token_id", config.vocab_size
+    )
     if pad_token_id is None:
         pad_token_id = config.pad_token_id if config.pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     _token_ids(pad_token_id, "pad_token_id", config.vocab_size)
@@ -341,8 +360,9 @@ def _loop(model, sequences: Tensor, values: Tensor, mask: Tensor, rule: _Rule):
     for _ in range(rule.max_new_tokens):
         if not rule.use_cache:
             step_ids, step_values, step_positions = sequences, values, positions
-        law = model.model.law_of_U(step_ids, step_values, seen, position_ids=step_positions, cache=cache,
-                                   use_cache=rule.use_cache)
+        law = model.model.law_of_U(
+            step_ids, step_values, seen, position_ids=step_positions, cache=cache, use_cache=rule.use_cache
+        )
         loc_U, scale_U = law.loc_U[:, -1], law.scale_U[:, -1]  # [B, C] each
         choice = head.choose(rule.mode, loc_U, scale_U, abs_weight=abs_weight, sampling=rule.sampling, **rule.draws)
         if rule.trace:

@@ -117,10 +117,14 @@ def check_law_of_U(loc_U, scale_U, noise_scale) -> None:
     r"""`decision_input`'s door for the law: ``loc_U``, ``scale_U`` of one shape ``[..., C]`` (`action.check_law`),
     and ``noise_scale`` a floating-point ``[C]`` tensor >= 0 (it is $|b_{\mathrm{noise}}|$)."""
     if not isinstance(noise_scale, Tensor) or not noise_scale.dtype.is_floating_point:
-        raise TypeError(f"noise_scale must be a floating-point tensor, got "
-                        f"{getattr(noise_scale, 'dtype', type(noise_scale).__name__)}")
+        raise TypeError(
+            f"noise_scale must be a floating-point tensor, got "
+            f"{getattr(noise_scale, 'dtype', type(noise_scale).__name__)}"
+        )
     if isinstance(loc_U, Tensor) and isinstance(scale_U, Tensor) and (loc_U.dim() == 0 or scale_U.shape != loc_U.shape):
-        raise ValueError(f"loc_U and scale_U must have one shape [..., C]; got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}")
+        raise ValueError(
+            f"loc_U and scale_U must have one shape [..., C]; got {tuple(loc_U.shape)} and {tuple(scale_U.shape)}"
+        )
     check_law(loc_U, scale_U, None, ("loc_U", "scale_U"))
     if noise_scale.shape != loc_U.shape[-1:]:
         raise ValueError(f"noise_scale must have shape [C] = {tuple(loc_U.shape[-1:])}, got {tuple(noise_scale.shape)}")
@@ -204,12 +208,17 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
     """
     if cauchy.validating():
         num_classes = loc_S.shape[-1]
-        if (isinstance(num_token_id, bool) or not isinstance(num_token_id, numbers.Integral)
-                or not 0 <= num_token_id < num_classes):
+        if (
+            isinstance(num_token_id, bool)
+            or not isinstance(num_token_id, numbers.Integral)
+            or not 0 <= num_token_id < num_classes
+        ):
             raise ValueError(f"num_token_id must be a class index in [0, {num_classes}), got {num_token_id!r}")
         if tuple(loc_Y.shape) != tuple(loc_S.shape[:-1]):
-            raise ValueError(f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim "
-                             f"{tuple(loc_S.shape[:-1])}")
+            raise ValueError(
+                f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim "
+                f"{tuple(loc_S.shape[:-1])}"
+            )
         check_threshold(threshold, num_classes)
         cauchy.check_scale(scale_S)
     token_ids = predicted_token(loc_S, scale_S, threshold)  # [...]
@@ -271,8 +280,16 @@ def check_normalize(normalize) -> str:
     return normalize
 
 
-def traditional_probabilities(loc_S: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, *,
-                              scale_S: Tensor | None = None, threshold=None, normalize: str = "softmax") -> Tensor:
+def traditional_probabilities(
+    loc_S: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    *,
+    scale_S: Tensor | None = None,
+    threshold=None,
+    normalize: str = "softmax",
+) -> Tensor:
     r"""A categorical distribution over the $V$ classes for top-k / top-p sampling (decision D11).
 
     ``normalize="softmax"``: $p_k \propto \exp(\mathrm{loc}_{S_k} / T)$, the base model's sampling

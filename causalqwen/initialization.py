@@ -84,8 +84,12 @@ def check_threshold_init(rule, quantile) -> None:
     """A ``ValueError`` naming the setting unless ``rule`` is one of `THRESHOLD_INITS` and ``quantile`` in (0, 1)."""
     if not isinstance(rule, str) or rule not in THRESHOLD_INITS:
         raise ValueError(f"config field ovr_threshold_init must be one of {', '.join(THRESHOLD_INITS)}, got {rule!r}")
-    if (isinstance(quantile, bool) or not isinstance(quantile, numbers.Real) or not math.isfinite(quantile)
-            or not 0 < quantile < 1):
+    if (
+        isinstance(quantile, bool)
+        or not isinstance(quantile, numbers.Real)
+        or not math.isfinite(quantile)
+        or not 0 < quantile < 1
+    ):
         raise ValueError(f"config field ovr_threshold_quantile must be a number in (0, 1), got {quantile!r}")
 
 
@@ -97,7 +101,7 @@ def threshold_from_logits(logits: Tensor, rule: str, quantile: float = 0.5) -> f
     """
     check_threshold_init(rule, quantile)
     if rule == "fixed":
-        raise ValueError("ovr_threshold_init \"fixed\" takes ovr_threshold as given; there is nothing to compute")
+        raise ValueError('ovr_threshold_init "fixed" takes ovr_threshold as given; there is nothing to compute')
     if logits.dim() != 2 or logits.shape[0] == 0 or logits.shape[1] < 2:
         raise ValueError(f"calibration logits must be [N >= 1, V >= 2], got {list(logits.shape)}")
     if not torch.isfinite(logits).all():
@@ -109,9 +113,14 @@ def threshold_from_logits(logits: Tensor, rule: str, quantile: float = 0.5) -> f
 
 
 @torch.no_grad()
-def sample_calibration_batch(base, sequences: int = CALIBRATION_SEQUENCES, length: int = CALIBRATION_LENGTH,
-                             seed: int = CALIBRATION_SEED, vocab_limit: int | None = None,
-                             progress: bool | None = None) -> tuple[Tensor, Tensor]:
+def sample_calibration_batch(
+    base,
+    sequences: int = CALIBRATION_SEQUENCES,
+    length: int = CALIBRATION_LENGTH,
+    seed: int = CALIBRATION_SEED,
+    vocab_limit: int | None = None,
+    progress: bool | None = None,
+) -> tuple[Tensor, Tensor]:
     """Text the base writes itself: ``(input_ids [sequences, length + 1], logits [sequences * length, V])``.
 
     Each sequence starts at the base's BOS token (its EOS, or id 0, when it has none) and continues by
@@ -161,12 +170,17 @@ def calibration_logits(base, calibration, num_token_id: int | None = None) -> Te
     ``[B, S]`` and optionally ``attention_mask``): positions that are not padding and whose token is not
     ``<NUM>`` (``num_token_id``; the base cannot read a number's value). A ``ValueError`` when there are none."""
     if not hasattr(calibration, "keys"):
-        raise TypeError("calibration must be a mapping with input_ids [B, S] (and optionally attention_mask), "
-                        f"got {type(calibration).__name__}")
+        raise TypeError(
+            "calibration must be a mapping with input_ids [B, S] (and optionally attention_mask), "
+            f"got {type(calibration).__name__}"
+        )
     if "input_ids" not in calibration:
-        raise ValueError(f"calibration has no input_ids (its keys: {', '.join(map(repr, calibration.keys())) or 'none'})")
-    unknown = sorted(set(calibration.keys()) - {"input_ids", "attention_mask", "numeric_values", "labels",
-                                                "numeric_labels"})
+        raise ValueError(
+            f"calibration has no input_ids (its keys: {', '.join(map(repr, calibration.keys())) or 'none'})"
+        )
+    unknown = sorted(
+        set(calibration.keys()) - {"input_ids", "attention_mask", "numeric_values", "labels", "numeric_labels"}
+    )
     if unknown:
         raise ValueError(f"calibration: unknown key(s) {', '.join(map(repr, unknown))}")
     input_ids = calibration["input_ids"]
@@ -184,8 +198,10 @@ def calibration_logits(base, calibration, num_token_id: int | None = None) -> Te
     if num_token_id is not None:
         text &= input_ids != num_token_id
     if not text.any():
-        raise ValueError("calibration has no text positions (every position is padding or <NUM>): "
-                         "ovr_threshold_init needs the base's logits at text")
+        raise ValueError(
+            "calibration has no text positions (every position is padding or <NUM>): "
+            "ovr_threshold_init needs the base's logits at text"
+        )
     device = base.get_input_embeddings().weight.device
     was_training = base.training
     base.eval()
@@ -196,8 +212,14 @@ def calibration_logits(base, calibration, num_token_id: int | None = None) -> Te
     return logits[text.to(device)].float().cpu()  # [N, V]
 
 
-def initial_threshold(base, rule: str, quantile: float = 0.5, calibration=None,
-                      num_token_id: int | None = None, progress: bool | None = None) -> float:
+def initial_threshold(
+    base,
+    rule: str,
+    quantile: float = 0.5,
+    calibration=None,
+    num_token_id: int | None = None,
+    progress: bool | None = None,
+) -> float:
     """$C$ for a conversion of ``base`` by ``rule``: from ``calibration`` when given, else from text the base
     samples itself (`sample_calibration_batch`, whose progress bar ``progress`` switches)."""
     check_threshold_init(rule, quantile)
@@ -218,8 +240,12 @@ def copy_base_weights(base, model) -> None:
         new_row = model.model.embed_tokens.weight[base_vocab:]  # initialised like the other rows
         backbone["embed_tokens.weight"] = torch.cat([backbone["embed_tokens.weight"], new_row], dim=0)
     missing, unexpected = model.model.load_state_dict(backbone, strict=False)
-    own = tuple(name for name, _ in model.model.named_parameters() if name.startswith(("numerical_embedding.", "abduction.")))
+    own = tuple(
+        name for name, _ in model.model.named_parameters() if name.startswith(("numerical_embedding.", "abduction."))
+    )
     if unexpected or set(missing) - set(own):
-        raise ValueError(f"the base's Qwen2 stack does not fit: missing {sorted(set(missing) - set(own))}, "
-                         f"unexpected {sorted(unexpected)}")
+        raise ValueError(
+            f"the base's Qwen2 stack does not fit: missing {sorted(set(missing) - set(own))}, "
+            f"unexpected {sorted(unexpected)}"
+        )
     model.action.classification_head.weight[:base_vocab].copy_(base.get_output_embeddings().weight)

@@ -44,8 +44,16 @@ from .losses import ovr_log_probability
 from .numbers import find_numbers, shown_literal
 from .writing import resolution_exponent
 
-__all__ = ["TOKEN_PROBABILITIES", "SequenceScore", "token_log_probabilities", "number_log_probability",
-           "score_continuation", "score_text", "split_context", "keep_last"]
+__all__ = [
+    "TOKEN_PROBABILITIES",
+    "SequenceScore",
+    "token_log_probabilities",
+    "number_log_probability",
+    "score_continuation",
+    "score_text",
+    "split_context",
+    "keep_last",
+]
 
 TOKEN_PROBABILITIES = ("ovr", "softmax")
 
@@ -67,8 +75,7 @@ def check_token_probability(token_probability) -> str:
     return token_probability
 
 
-def token_log_probabilities(loc_S: Tensor, scale_S: Tensor, threshold,
-                            token_probability: str = "ovr") -> Tensor:
+def token_log_probabilities(loc_S: Tensor, scale_S: Tensor, threshold, token_probability: str = "ovr") -> Tensor:
     r"""$\log q_k$ for every class, ``[..., V]`` float64: $\log P_k - \operatorname{logsumexp}_j \log P_j$
     (``"ovr"``) or $\log\mathrm{softmax}(\mathrm{loc}_S)$ (``"softmax"``)."""
     if check_token_probability(token_probability) == "softmax":
@@ -98,16 +105,18 @@ def number_log_probability(literal: str, loc_Y, scale_Y) -> Tensor:
     loc_Y = torch.as_tensor(loc_Y, dtype=torch.float64).detach().cpu()
     scale_Y = torch.as_tensor(scale_Y, dtype=torch.float64).detach().cpu()
     if not bool(loc_Y.isfinite().all()):
-        raise ValueError(f"loc_Y must be finite everywhere to score the number {literal!r}, got "
-                         f"{loc_Y[~loc_Y.isfinite()].flatten()[0].item()!r}")
+        raise ValueError(
+            f"loc_Y must be finite everywhere to score the number {literal!r}, got "
+            f"{loc_Y[~loc_Y.isfinite()].flatten()[0].item()!r}"
+        )
     if not bool((scale_Y.isfinite() & (scale_Y > 0)).all()):
         bad = scale_Y[~(scale_Y.isfinite() & (scale_Y > 0))].flatten()[0].item()
-        raise ValueError(f"scale_Y must be a finite number > 0 everywhere to score the number {literal!r}, "
-                         f"got {bad!r}")
+        raise ValueError(f"scale_Y must be a finite number > 0 everywhere to score the number {literal!r}, got {bad!r}")
     loc_Y, scale_Y = torch.broadcast_tensors(loc_Y, scale_Y)
     ends = [_end_distances(value, exponent, loc) for loc in loc_Y.flatten().tolist()]
-    sign_low, log_low, sign_high, log_high = (torch.tensor([end[i] for end in ends], dtype=torch.float64)
-                                              .reshape(loc_Y.shape) for i in range(4))
+    sign_low, log_low, sign_high, log_high = (
+        torch.tensor([end[i] for end in ends], dtype=torch.float64).reshape(loc_Y.shape) for i in range(4)
+    )
     log_width = torch.full(loc_Y.shape, exponent * _LOG_10, dtype=torch.float64)
     log_scale = torch.log(scale_Y)
     return cauchy.log_interval_prob_reduced(sign_low, log_low, sign_high, log_high, log_width, log_scale)
@@ -129,8 +138,10 @@ def _value_and_exponent(literal: str) -> tuple[Decimal, int]:
     if abs(exponent) > _EXPONENT_LIMIT:
         # str() of an int stops at 4300 digits
         shown = f"10^{exponent}" if abs(exponent) < 10**40 else "10^k with |k| > 10^40"
-        raise ValueError(f"the number {shown_literal(literal)} states the resolution {shown}, beyond exact "
-                         "decimal arithmetic (|k| <= 10^17): it cannot be scored")
+        raise ValueError(
+            f"the number {shown_literal(literal)} states the resolution {shown}, beyond exact "
+            "decimal arithmetic (|k| <= 10^17): it cannot be scored"
+        )
     negative = literal[0] in "-\u2212"  # a number of the grammar: a sign is its first character
     magnitude = Decimal(literal.lstrip("-\u2212").replace(",", ""))  # exact: the constructor does not round
     if magnitude == 0:
@@ -167,8 +178,7 @@ def _end_distances(value: Decimal, exponent: int, loc: float) -> tuple[float, fl
     return tuple(result)
 
 
-def split_context(tokenizer, context: str,
-                  continuation: str) -> tuple[list[int], list[float], list[str], int]:
+def split_context(tokenizer, context: str, continuation: str) -> tuple[list[int], list[float], list[str], int]:
     """Encode a context and its continuation: ``(input_ids, numeric_values, number_texts, start)``, the
     continuation's tokens from ``start`` on. Whitespace at the end of the context moves to the continuation
     (as lm-eval does); an empty context is the end-of-text token.
@@ -195,13 +205,17 @@ def split_context(tokenizer, context: str,
     found = find_numbers(whole)
     for number in found:
         if number.start < len(context) < number.end:
-            raise ValueError(f"the continuation {continuation!r} splits the number {number.text!r} of "
-                             f"{whole!r}: score the whole number in the continuation")
+            raise ValueError(
+                f"the continuation {continuation!r} splits the number {number.text!r} of "
+                f"{whole!r}: score the whole number in the continuation"
+            )
     for part, offset in ((context, 0), (continuation, len(context))):
         within = [(n.start - offset, n.text) for n in found if offset <= n.start < offset + len(part)]
         if within != [(n.start, n.text) for n in find_numbers(part)]:
-            raise ValueError(f"{part!r} reads its numbers differently alone than in {whole!r}: the context "
-                             "and the continuation must each read the numbers the whole text reads")
+            raise ValueError(
+                f"{part!r} reads its numbers differently alone than in {whole!r}: the context "
+                "and the continuation must each read the numbers the whole text reads"
+            )
     if context:
         context_ids, context_values, context_texts = tokenizer.encode(context, return_number_texts=True)
     else:
@@ -210,8 +224,14 @@ def split_context(tokenizer, context: str,
     return context_ids + ids, context_values + values, context_texts + texts, len(context_ids)
 
 
-def keep_last(input_ids: list[int], numeric_values: list[float], number_texts: list[str], start: int,
-              max_length: int, num_token_id: int) -> tuple[list[int], list[float], list[str], int]:
+def keep_last(
+    input_ids: list[int],
+    numeric_values: list[float],
+    number_texts: list[str],
+    start: int,
+    max_length: int,
+    num_token_id: int,
+) -> tuple[list[int], list[float], list[str], int]:
     """The last ``max_length`` tokens of an encoded text whose tokens ``start ..`` are scored: the context
     loses its first tokens (and their numbers' texts), as lm-eval's models cut a context on the left.
 
@@ -219,16 +239,24 @@ def keep_last(input_ids: list[int], numeric_values: list[float], number_texts: l
         ValueError: the scored tokens alone (with one token of context) are more than ``max_length``.
     """
     if len(input_ids) - start + 1 > max_length:
-        raise ValueError(f"the continuation has {len(input_ids) - start} tokens: with one token of context "
-                         f"it does not fit the model's {max_length} positions")
+        raise ValueError(
+            f"the continuation has {len(input_ids) - start} tokens: with one token of context "
+            f"it does not fit the model's {max_length} positions"
+        )
     cut = max(0, len(input_ids) - max_length)
     dropped = input_ids[:cut].count(num_token_id)
     return input_ids[cut:], numeric_values[cut:], number_texts[dropped:], start - cut
 
 
 @torch.no_grad()
-def score_continuation(model, input_ids: list[int], numeric_values: list[float], number_texts: list[str],
-                       start: int, token_probability: str = "ovr") -> SequenceScore:
+def score_continuation(
+    model,
+    input_ids: list[int],
+    numeric_values: list[float],
+    number_texts: list[str],
+    start: int,
+    token_probability: str = "ovr",
+) -> SequenceScore:
     """Score tokens ``start ..`` of one encoded text (``number_texts``: the literal of each ``<NUM>``, in
     order), each conditioned on all tokens before it. ``start >= 1``: the first token has no prediction.
 
@@ -238,28 +266,29 @@ def score_continuation(model, input_ids: list[int], numeric_values: list[float],
     """
     check_token_probability(token_probability)
     if not 1 <= start < len(input_ids):
-        raise ValueError(f"start must be in [1, {len(input_ids) - 1}] (the first token has no prediction), "
-                         f"got {start}")
+        raise ValueError(f"start must be in [1, {len(input_ids) - 1}] (the first token has no prediction), got {start}")
     num = model.config.num_token_id
     positions = [index for index, token in enumerate(input_ids) if token == num]
     if len(number_texts) != len(positions):
-        raise ValueError(f"{len(positions)} <NUM> tokens but {len(number_texts)} number texts: each <NUM> "
-                         "needs the literal it stands for")
+        raise ValueError(
+            f"{len(positions)} <NUM> tokens but {len(number_texts)} number texts: each <NUM> "
+            "needs the literal it stands for"
+        )
     for index in positions:
         if numeric_values[index] != numeric_values[index]:
-            raise ValueError(f"the <NUM> at position {index} has no value (NaN): encode the text with the "
-                             "tokenizer")
+            raise ValueError(f"the <NUM> at position {index} has no value (NaN): encode the text with the tokenizer")
     device = next(model.parameters()).device
     ids = torch.tensor([input_ids], device=device)  # [1, S]
     out = model(ids, torch.tensor([numeric_values], dtype=torch.float32, device=device), torch.ones_like(ids))
-    log_q = token_log_probabilities(out.loc_S[0, :-1], out.scale_S[0, :-1], model.ovr_threshold,
-                                    token_probability)  # [S-1, V]: position i predicts token i+1
+    log_q = token_log_probabilities(
+        out.loc_S[0, :-1], out.scale_S[0, :-1], model.ovr_threshold, token_probability
+    )  # [S-1, V]: position i predicts token i+1
     targets = ids[0, 1:]  # [S-1]
     terms = log_q.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [S-1]
     decided = _decisions(out, model, token_probability)  # [S-1]
     literal_of = dict(zip(positions, number_texts))
-    greedy = bool((decided[start - 1:] == targets[start - 1:]).all())
-    scored = terms[start - 1:].tolist()
+    greedy = bool((decided[start - 1 :] == targets[start - 1 :]).all())
+    scored = terms[start - 1 :].tolist()
     for index in positions:
         if index >= start:
             literal = literal_of[index]
@@ -280,8 +309,7 @@ def _decisions(out, model, token_probability: str) -> Tensor:
     return predicted_token(out.loc_S[0, :-1], out.scale_S[0, :-1], model.ovr_threshold)
 
 
-def score_text(model, tokenizer, text: str, token_probability: str = "ovr",
-               max_length: int | None = None) -> float:
+def score_text(model, tokenizer, text: str, token_probability: str = "ovr", max_length: int | None = None) -> float:
     """$\\log P(\\text{text})$: every token scored, the first conditioned on the end-of-text token (as
     lm-eval's rolling log-likelihood does), in windows of at most ``max_length`` tokens (default: the model's
     ``max_position_embeddings``), each window conditioned on as many tokens before it as fit."""
@@ -297,8 +325,9 @@ def score_text(model, tokenizer, text: str, token_probability: str = "ovr",
         window_ids, window_values = ids[begin:end], values[begin:end]
         skipped = ids[:begin].count(tokenizer.num_token_id)
         count = window_ids.count(tokenizer.num_token_id)
-        score = score_continuation(model, window_ids, window_values, texts[skipped:skipped + count],
-                                   scored_to - begin, token_probability)
+        score = score_continuation(
+            model, window_ids, window_values, texts[skipped : skipped + count], scored_to - begin, token_probability
+        )
         total += score.log_likelihood
         scored_to = end
     return total
@@ -309,6 +338,7 @@ def _prefix_id(tokenizer) -> int:
     token)."""
     prefix = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.pad_token_id
     if prefix is None:
-        raise ValueError("the tokenizer has neither an eos nor a pad token to stand before a text scored "
-                         "from its start")
+        raise ValueError(
+            "the tokenizer has neither an eos nor a pad token to stand before a text scored from its start"
+        )
     return prefix

@@ -29,8 +29,7 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .losses import next_token_targets
-from .losses import ovr_probability
+from .losses import next_token_targets, ovr_probability
 
 __all__ = [
     "training_metrics",

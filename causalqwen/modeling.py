@@ -32,6 +32,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -40,7 +41,6 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen2Model,
 )
-from tqdm.auto import tqdm
 from transformers.cache_utils import Cache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_outputs import ModelOutput
@@ -63,7 +63,6 @@ from .files.loading import (
     strict_from_pretrained,
 )
 from .files.rundir import check_write_targets
-from .losses import NextTokenTargets, loss_from_law_of_U, next_token_targets
 from .initialization import copy_base_weights, initial_threshold
 from .integrations.auto import (
     CUSTOM_PIPELINES,
@@ -75,6 +74,7 @@ from .integrations.auto import (
 from .integrations.generation_mixin import CausalQwenGenerationMixin
 from .integrations.trainer import signature_for_trainer
 from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
+from .losses import NextTokenTargets, loss_from_law_of_U, next_token_targets
 
 __all__ = ["CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
@@ -99,8 +99,14 @@ def _padded_attention_masks(model, inputs_embeds, attention_mask, cache, positio
     batch with padding, built by transformers' own functions but without their look at whether the mask holds any
     padding (a host synchronisation per forward): the door has looked already, and hands a mask on only when it
     does (`causalqwen.checks.doors.check_forward`), as generation does only for padded prompts."""
-    arguments = dict(config=model.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache,
-                     position_ids=position_ids, allow_is_causal_skip=False)
+    arguments = dict(
+        config=model.config,
+        inputs_embeds=inputs_embeds,
+        attention_mask=attention_mask,
+        cache=cache,
+        position_ids=position_ids,
+        allow_is_causal_skip=False,
+    )
     masks = {"full_attention": create_causal_mask(**arguments)}
     if model.has_sliding_layers:
         masks["sliding_attention"] = create_sliding_window_causal_mask(**arguments)
@@ -182,8 +188,15 @@ class CausalQwenOutput(ModelOutput):
     numeric_labels: torch.FloatTensor | None = None
 
 
-_ABDUCE_ARGS = ("input_ids", "numeric_values", "attention_mask", "position_ids", "cache", "past_key_values",
-                "use_cache")
+_ABDUCE_ARGS = (
+    "input_ids",
+    "numeric_values",
+    "attention_mask",
+    "position_ids",
+    "cache",
+    "past_key_values",
+    "use_cache",
+)
 _FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions", "logits_to_keep")
 # what transformers' generation loop passes besides (cache_position before transformers 5.24)
 _GENERATION_LOOP_ARGS = ("cache_position", "return_dict")
@@ -266,23 +279,42 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         self.abduction = build_abduction(config)
         self.post_init()
 
-    def forward(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,
-                attention_mask: torch.Tensor | None = None, *, position_ids: torch.LongTensor | None = None,
-                cache: Cache | None = None, past_key_values: Cache | None = None, use_cache: bool | None = None,
-                **kwargs) -> CausalQwenModelOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        numeric_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> CausalQwenModelOutput:
         r"""The law of $U$ at every position, ``[B, S, C]`` twice. Inputs are checked here (one host
         synchronisation, `causalqwen.checks.doors.open_door`) while `causalqwen.cauchy.validating`. With an
         ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that left padding does
         not shift them. The KV cache comes as ``cache`` (or, before transformers 5.24, ``past_key_values``)."""
         cache = _one_cache(cache, past_key_values)
         check_keywords("forward", kwargs, _ABDUCE_ARGS)
-        mask, position_ids = open_door(self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids,
-                                       cache=cache)
-        return self.law_of_U(input_ids, numeric_values, mask, position_ids=position_ids, cache=cache,
-                             use_cache=use_cache, **kwargs)
+        mask, position_ids = open_door(
+            self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids, cache=cache
+        )
+        return self.law_of_U(
+            input_ids, numeric_values, mask, position_ids=position_ids, cache=cache, use_cache=use_cache, **kwargs
+        )
 
-    def law_of_U(self, input_ids, numeric_values=None, attention_mask=None, *, position_ids=None, cache=None,
-                 use_cache=None, **kwargs) -> CausalQwenModelOutput:
+    def law_of_U(
+        self,
+        input_ids,
+        numeric_values=None,
+        attention_mask=None,
+        *,
+        position_ids=None,
+        cache=None,
+        use_cache=None,
+        **kwargs,
+    ) -> CausalQwenModelOutput:
         """`forward` on inputs already checked (and positions already formed): no check, no synchronisation. A mask
         given here is taken to hold padding (the door drops one of all ones), so Qwen2 gets its attention masks
         built, without looking whether they could be dropped (`_padded_attention_masks`)."""
@@ -291,12 +323,24 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
             inputs_embeds = inputs_embeds + self.numerical_embedding(numeric_values)  # phi(0) = 0 elsewhere
         if attention_mask is not None and _MASKS_WITHOUT_A_LOOK:  # a mask here holds padding
             attention_mask = _padded_attention_masks(self, inputs_embeds, attention_mask, cache, position_ids)
-        features = Qwen2Model.forward(self, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                      position_ids=position_ids, use_cache=use_cache, **{CACHE_NAME: cache}, **kwargs)
+        features = Qwen2Model.forward(
+            self,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            **{CACHE_NAME: cache},
+            **kwargs,
+        )
         loc_U, scale_U = self.abduction(features.last_hidden_state)  # [B, S, C] each
-        return CausalQwenModelOutput(loc_U=loc_U, scale_U=scale_U, last_hidden_state=features.last_hidden_state,
-                                     **{CACHE_NAME: getattr(features, CACHE_NAME)}, hidden_states=features.hidden_states,
-                                     attentions=features.attentions)
+        return CausalQwenModelOutput(
+            loc_U=loc_U,
+            scale_U=scale_U,
+            last_hidden_state=features.last_hidden_state,
+            **{CACHE_NAME: getattr(features, CACHE_NAME)},
+            hidden_states=features.hidden_states,
+            attentions=features.attentions,
+        )
 
 
 class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin):
@@ -339,15 +383,31 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
     def set_input_embeddings(self, value) -> None:
         self.model.embed_tokens = value
 
-    def abduce(self, input_ids: torch.LongTensor, numeric_values: torch.FloatTensor | None = None,
-               attention_mask: torch.Tensor | None = None, *, position_ids: torch.LongTensor | None = None,
-               cache: Cache | None = None, past_key_values: Cache | None = None, use_cache: bool | None = None,
-               **kwargs) -> CausalQwenModelOutput:
+    def abduce(
+        self,
+        input_ids: torch.LongTensor,
+        numeric_values: torch.FloatTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> CausalQwenModelOutput:
         r"""The first half of the forward pass, `CausalQwenModel.forward`: the law of $U$ ``[B, S, C]`` and the
         Qwen2 outputs. The inference modes (`causalqwen.inference`) start from here."""
         check_keywords("abduce", kwargs, _ABDUCE_ARGS)
-        return self.model(input_ids, numeric_values, attention_mask, position_ids=position_ids, cache=cache,
-                          past_key_values=past_key_values, use_cache=use_cache, **kwargs)
+        return self.model(
+            input_ids,
+            numeric_values,
+            attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            **kwargs,
+        )
 
     def forward(
         self,
@@ -399,12 +459,21 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         check_keywords("forward", kwargs, _FORWARD_ARGS)
         if return_decisions is None:
             return_decisions = labels is None
-        mask, positions = open_door(self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids,
-                                    cache=cache, labels=labels, numeric_labels=numeric_labels,
-                                    threshold=self.action.ovr_threshold)
+        mask, positions = open_door(
+            self.config,
+            input_ids,
+            numeric_values,
+            attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            labels=labels,
+            numeric_labels=numeric_labels,
+            threshold=self.action.ovr_threshold,
+        )
         with validation(False):  # checked at the door: nothing below looks at the inputs again
-            law = self.model.law_of_U(input_ids, numeric_values, mask, position_ids=positions, cache=cache,
-                                      use_cache=use_cache, **kwargs)
+            law = self.model.law_of_U(
+                input_ids, numeric_values, mask, position_ids=positions, cache=cache, use_cache=use_cache, **kwargs
+            )
             loc_U, scale_U = law.loc_U, law.scale_U  # [B, S, C] each
 
             fields = dict(loc_U=loc_U, scale_U=scale_U)
@@ -412,25 +481,43 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             if return_decisions:
                 kept = slice(-logits_to_keep, None)  # every position when 0
                 decision = self.action(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
-                fields |= dict(loc_S=decision.loc_S, scale_S=decision.scale_S, loc_Y=decision.loc_Y,
-                               scale_Y=decision.scale_Y, logits=decision.loc_S)
+                fields |= dict(
+                    loc_S=decision.loc_S,
+                    scale_S=decision.scale_S,
+                    loc_Y=decision.loc_Y,
+                    scale_Y=decision.scale_Y,
+                    logits=decision.loc_S,
+                )
             if labels is not None:
-                window = attention_mask[:, -input_ids.shape[1]:] if attention_mask is not None else None
+                window = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
                 numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
-                targets = next_token_targets(labels, numeric_labels, window, self.config.ignore_index,
-                                             self.config.num_token_id)
+                targets = next_token_targets(
+                    labels, numeric_labels, window, self.config.ignore_index, self.config.num_token_id
+                )
                 parts, num_law = loss_from_law_of_U(self.action, loc_U, scale_U, targets)
                 fields["loc_Y"], fields["scale_Y"] = num_law.loc_Y, num_law.scale_Y  # [B, S] each
-                fields |= dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective,
-                               n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets, numeric_labels=numeric_labels)
-        return CausalQwenOutput(**fields, **{CACHE_NAME: getattr(law, CACHE_NAME)}, hidden_states=law.hidden_states,
-                                attentions=law.attentions)
+                fields |= dict(
+                    loss=parts.total,
+                    cls_loss=parts.cls_loss_mean,
+                    reg_loss=parts.reg_loss_effective,
+                    n_cls=parts.n_cls,
+                    n_reg=parts.n_reg,
+                    targets=targets,
+                    numeric_labels=numeric_labels,
+                )
+        return CausalQwenOutput(
+            **fields,
+            **{CACHE_NAME: getattr(law, CACHE_NAME)},
+            hidden_states=law.hidden_states,
+            attentions=law.attentions,
+        )
 
     # ---- construction from a Qwen2 base ----
 
     @classmethod
-    def from_qwen(cls, base: Qwen2ForCausalLM | str | os.PathLike, *, calibration=None,
-                  **config_overrides) -> "CausalQwenForCausalLM":
+    def from_qwen(
+        cls, base: Qwen2ForCausalLM | str | os.PathLike, *, calibration=None, **config_overrides
+    ) -> "CausalQwenForCausalLM":
         r"""Build CausalQwen from a Qwen2 base and apply the initialization of decisions D4–D7 and D14.
 
         ``base`` is a `Qwen2ForCausalLM` instance, a local directory or a hub id (loaded with
@@ -454,7 +541,9 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             check_local_source(base, "base model")
             base_config = AutoConfig.from_pretrained(base)
             if base_config.model_type != "qwen2":
-                raise ValueError(f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base")
+                raise ValueError(
+                    f"base {str(base)!r} is a {base_config.model_type!r} model; CausalQwen needs a Qwen2 base"
+                )
             check_qwen_base(base, base_config)
             if "num_token_id" not in config_overrides:
                 config_overrides["num_token_id"] = num_token_id_from_tokenizer(base)
@@ -470,11 +559,14 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
             )
         config = config_from_base(base.config, config_overrides)  # every setting checked before the rule runs
         if config.ovr_threshold_init != "fixed":
-            threshold = initial_threshold(base, config.ovr_threshold_init, config.ovr_threshold_quantile, calibration,
-                                          config.num_token_id)
+            threshold = initial_threshold(
+                base, config.ovr_threshold_init, config.ovr_threshold_quantile, calibration, config.num_token_id
+            )
             config = CausalQwenConfig.from_dict({**config.to_dict(), "ovr_threshold": threshold})  # checked again
         # The three stages below take tens of seconds on a 0.5B base: a bar on stderr, switched like transformers' own.
-        stages = tqdm(total=3, desc="conversion", unit="stage", disable=not transformers_logging.is_progress_bar_enabled())
+        stages = tqdm(
+            total=3, desc="conversion", unit="stage", disable=not transformers_logging.is_progress_bar_enabled()
+        )
         with stages:
             stages.set_postfix_str("building the model")
             model = cls(config)

@@ -33,9 +33,19 @@ from .divergence import DivergenceBound
 from .inference import as_number
 
 __all__ = [
-    "PRESETS", "DEFAULT_WARMUP_RATIO", "TrainingConfig", "TrainingState", "TrainingDiverged", "check_preset",
-    "set_trainable", "parameter_groups", "optimizer_and_schedule", "distributed_rank", "distributed_world_size",
-    "globally_normalized_loss", "loss_and_gradients",
+    "PRESETS",
+    "DEFAULT_WARMUP_RATIO",
+    "TrainingConfig",
+    "TrainingState",
+    "TrainingDiverged",
+    "check_preset",
+    "set_trainable",
+    "parameter_groups",
+    "optimizer_and_schedule",
+    "distributed_rank",
+    "distributed_world_size",
+    "globally_normalized_loss",
+    "loss_and_gradients",
 ]
 
 PRESETS = ("causal", "abduction", "all", "lora")
@@ -60,7 +70,9 @@ class TrainingConfig:
     log_every: int = 10
     seed: int = 0
     report_to: str | None = None  # "tensorboard" or "wandb", if installed
-    max_u_divergence: float | None = None  # epsilon of the bound on how far U moves from the base (causalqwen.divergence)
+    max_u_divergence: float | None = (
+        None  # epsilon of the bound on how far U moves from the base (causalqwen.divergence)
+    )
     divergence_dual_lr: float = 1.0  # eta_mu, the dual-ascent step of the bound's Lagrange multiplier
     save_total_limit: int | None = None  # keep the newest N checkpoints of the run; None or 0: all (as transformers')
     warmup_ratio: float | None = None  # warm-up as a fraction of ``steps``, in [0, 1]; None: DEFAULT_WARMUP_RATIO
@@ -70,8 +82,16 @@ class TrainingConfig:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         # NumPy scalars and 0-d tensors are taken as the Python numbers they hold (stored as such, so that
         # the settings compare and serialise as plain JSON); booleans and strings are refused by name.
-        for name in ("steps", "batch_size", "eval_every", "save_every", "log_every", "warmup_steps", "seed",
-                     "save_total_limit"):
+        for name in (
+            "steps",
+            "batch_size",
+            "eval_every",
+            "save_every",
+            "log_every",
+            "warmup_steps",
+            "seed",
+            "save_total_limit",
+        ):
             if name in ("warmup_steps", "save_total_limit") and getattr(self, name) is None:
                 continue
             value = as_number(getattr(self, name), integer=True)
@@ -87,8 +107,10 @@ class TrainingConfig:
         for name in ("learning_rate", "weight_decay", "max_grad_norm"):
             value = as_number(getattr(self, name))
             if value is None or not math.isfinite(value) or abs(value) > FLOAT32_MAX:
-                raise ValueError(f"{name} must be a finite number within float32's range (at most {FLOAT32_MAX:.6g}), "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be a finite number within float32's range (at most {FLOAT32_MAX:.6g}), "
+                    f"got {getattr(self, name)!r}"
+                )
             setattr(self, name, value)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate!r}")
@@ -111,7 +133,9 @@ class TrainingConfig:
         if self.max_u_divergence is not None:
             value = as_number(self.max_u_divergence)
             if value is None or not math.isfinite(value) or value < 0:
-                raise ValueError(f"max_u_divergence must be a finite number >= 0 or None, got {self.max_u_divergence!r}")
+                raise ValueError(
+                    f"max_u_divergence must be a finite number >= 0 or None, got {self.max_u_divergence!r}"
+                )
             self.max_u_divergence = value
         value = as_number(self.divergence_dual_lr)
         if value is None or not math.isfinite(value) or value < 0:
@@ -122,8 +146,10 @@ class TrainingConfig:
             if ratio is None or not 0 <= ratio <= 1:
                 raise ValueError(f"warmup_ratio must be a number from 0 to 1 or None, got {self.warmup_ratio!r}")
             if self.warmup_steps is not None:
-                raise ValueError(f"warmup_steps ({self.warmup_steps!r}) and warmup_ratio ({ratio!r}) exclude each other: "
-                                 "give one (warmup_ratio applies when warmup_steps is not given)")
+                raise ValueError(
+                    f"warmup_steps ({self.warmup_steps!r}) and warmup_ratio ({ratio!r}) exclude each other: "
+                    "give one (warmup_ratio applies when warmup_steps is not given)"
+                )
             self.warmup_ratio = ratio
 
     @property
@@ -145,8 +171,10 @@ def check_preset(model, preset: str) -> None:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if (preset == "lora") != hasattr(model, "peft_config"):  # a peft.PeftModel
-        raise TypeError("preset 'lora' trains the adapters of causalqwen.integrations.lora.add_lora(model), and only it does: "
-                        f"got a {type(model).__name__} for preset {preset!r}")
+        raise TypeError(
+            "preset 'lora' trains the adapters of causalqwen.integrations.lora.add_lora(model), and only it does: "
+            f"got a {type(model).__name__} for preset {preset!r}"
+        )
 
 
 def set_trainable(model, preset: str) -> list[str]:
@@ -157,11 +185,17 @@ def set_trainable(model, preset: str) -> list[str]:
     """
     check_preset(model, preset)
     if preset == "lora":
-        chosen = {id(parameter) for name, parameter in model.named_parameters()
-                  if ".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name}
+        chosen = {
+            id(parameter)
+            for name, parameter in model.named_parameters()
+            if ".lora_A." in name or ".lora_B." in name or ".modules_to_save." in name
+        }
     else:
-        modules = {"all": [model], "abduction": [model.model.abduction],  # causal: the head owns C_k
-                   "causal": [model.model.numerical_embedding, model.model.abduction, model.action]}[preset]
+        modules = {
+            "all": [model],
+            "abduction": [model.model.abduction],  # causal: the head owns C_k
+            "causal": [model.model.numerical_embedding, model.model.abduction, model.action],
+        }[preset]
         chosen = {id(parameter) for module in modules for parameter in module.parameters()}
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in chosen)
@@ -171,8 +205,10 @@ def set_trainable(model, preset: str) -> list[str]:
 def parameter_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups: trainable matrices (``dim >= 2``) decay, everything else does not."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 @dataclass
@@ -228,8 +264,16 @@ def globally_normalized_loss(out, config) -> torch.Tensor:
     return distributed_world_size() * (out.cls_loss * shares[0] + config.regression_weight * out.reg_loss * shares[1])
 
 
-def loss_and_gradients(trained, model, batch: dict, config: TrainingConfig, *, step: int = 0, first: bool = True,
-                       bound: DivergenceBound | None = None):
+def loss_and_gradients(
+    trained,
+    model,
+    batch: dict,
+    config: TrainingConfig,
+    *,
+    step: int = 0,
+    first: bool = True,
+    bound: DivergenceBound | None = None,
+):
     """``(out, grad_norm)``: the forward output of ``batch``, the loss (plus the bound's $\\mu \\bar D$)
     differentiated, and the norm of the gradients of ``model``'s trainable parameters before they are clipped
     at ``max_grad_norm``. `TrainingDiverged` (before any update) when the loss or the gradients are not finite,

@@ -44,9 +44,21 @@ import numpy as np
 from .float32 import format_number
 from .numbers import NUMBER_REGEX, find_numbers, parse_number, shown_literal
 
-__all__ = ["resolution_exponent", "literal_resolution", "check_resolution", "prompt_exponent",
-           "resolution_for", "write_at_resolution", "TEXT_PIECE", "WRITTEN_NUMBER", "GENERATED_NUMBER",
-           "join_spaced", "number_spaces", "decoded_spaces", "join_at_split"]
+__all__ = [
+    "resolution_exponent",
+    "literal_resolution",
+    "check_resolution",
+    "prompt_exponent",
+    "resolution_for",
+    "write_at_resolution",
+    "TEXT_PIECE",
+    "WRITTEN_NUMBER",
+    "GENERATED_NUMBER",
+    "join_spaced",
+    "number_spaces",
+    "decoded_spaces",
+    "join_at_split",
+]
 
 # the grammar's rule V2: a plain digit run with more significant digits is an identifier
 _IDENTIFIER_DIGITS = 9
@@ -91,9 +103,11 @@ def literal_resolution(literal: str) -> float:
     if exponent not in _FLOAT64_EXPONENTS:
         # str() of an int stops at 4300 digits
         shown = f"10^{exponent}" if abs(exponent) < 10**40 else "10^k with |k| > 10^40"
-        raise ValueError(f"the resolution {shown} of the number {shown_literal(literal)} is outside "
-                         "float64's normal range (10^-307 to 10^308): resolution_exponent gives its exponent "
-                         "exactly")
+        raise ValueError(
+            f"the resolution {shown} of the number {shown_literal(literal)} is outside "
+            "float64's normal range (10^-307 to 10^308): resolution_exponent gives its exponent "
+            "exactly"
+        )
     return 10.0**exponent
 
 
@@ -104,15 +118,15 @@ def check_resolution(resolution) -> float | str | None:
     if resolution is None or resolution == "prompt":
         return resolution
     if isinstance(resolution, str):
-        raise ValueError('number_resolution must be None, "prompt" or a power of ten such as 0.1, '
-                         f"got {resolution!r}")
+        raise ValueError(f'number_resolution must be None, "prompt" or a power of ten such as 0.1, got {resolution!r}')
     if isinstance(resolution, bool) or not isinstance(resolution, numbers.Real):
-        raise TypeError('number_resolution must be None, "prompt" or a number, '
-                        f"got {type(resolution).__name__}")
+        raise TypeError(f'number_resolution must be None, "prompt" or a number, got {type(resolution).__name__}')
     exponent = _power_of_ten_exponent(resolution)
     if exponent is None or not _FINEST_ALLOWED <= exponent <= _COARSEST_ALLOWED:
-        raise ValueError(f"number_resolution must be a power of ten between 1e{_FINEST_ALLOWED} and "
-                         f"1e{_COARSEST_ALLOWED}, got {resolution!r}")
+        raise ValueError(
+            f"number_resolution must be a power of ten between 1e{_FINEST_ALLOWED} and "
+            f"1e{_COARSEST_ALLOWED}, got {resolution!r}"
+        )
     return 10.0**exponent
 
 
@@ -183,8 +197,9 @@ def write_at_resolution(value, resolution: float | None) -> str:
         return shortest
     exponent = _power_of_ten_exponent(resolution)
     if exponent is None or not _FINEST_DIGIT <= exponent <= _COARSEST_ALLOWED:
-        raise ValueError(f"resolution must be a power of ten between 1e{_FINEST_DIGIT} and "
-                         f"1e{_COARSEST_ALLOWED}, got {resolution!r}")
+        raise ValueError(
+            f"resolution must be a power of ten between 1e{_FINEST_DIGIT} and 1e{_COARSEST_ALLOWED}, got {resolution!r}"
+        )
     exact = _exact_float32(value)
     while True:  # ends: at the last digit of the exact expansion the text is the float32 value itself
         text = _rounded_text(exact, exponent)
@@ -309,5 +324,3 @@ def join_at_split(pieces: list[tuple[str, str]], split: int) -> tuple[str, str]:
     head = join_spaced(pieces[:split], {slot for slot in spaced if slot < split})[0]
     tail = join_spaced(pieces[split:], {slot - split for slot in spaced if slot >= split})[0]
     return head, tail
-
-

@@ -18,14 +18,15 @@ def definition_source(file: str, qualified_name: str) -> str:
     scope: list[ast.stmt] = ast.parse(text).body
     node = None
     for part in qualified_name.split("."):
-        node = next((item for item in scope if isinstance(item, (ast.FunctionDef, ast.ClassDef))
-                     and item.name == part), None)
+        node = next(
+            (item for item in scope if isinstance(item, (ast.FunctionDef, ast.ClassDef)) and item.name == part), None
+        )
         if node is None:
             raise ValueError(f"{file} has no definition {qualified_name!r}")
         scope = node.body
     lines = text.splitlines()
     start = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
-    body = lines[start - 1:node.end_lineno]
+    body = lines[start - 1 : node.end_lineno]
     indent = min(len(line) - len(line.lstrip()) for line in body if line.strip())
     return "\n".join(line[indent:] for line in body)
 

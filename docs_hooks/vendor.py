@@ -30,9 +30,7 @@ def _vendored_files() -> list[tuple[Path, str]]:
     for source, destination in VENDORED:
         path = NODE_MODULES / source
         if not path.exists():
-            raise PluginError(
-                f"vendored docs asset {path} is missing: run `npm ci` in {ROOT} first (`make docs` does)"
-            )
+            raise PluginError(f"vendored docs asset {path} is missing: run `npm ci` in {ROOT} first (`make docs` does)")
         if path.is_dir():
             for child in sorted(path.iterdir()):
                 if child.is_file():

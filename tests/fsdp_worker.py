@@ -34,7 +34,7 @@ def global_batches(tokenizer) -> list[list[dict]]:
     """``STEPS`` global batches of ``GLOBAL_BATCH`` texts; sentences of different templates, so the two halves of
     a batch differ in length, padding and number of ``<NUM>`` targets."""
     data = TextDataset(synthetic_texts(STEPS * GLOBAL_BATCH, seed=4), tokenizer, max_length=32)
-    return [data.items[step * GLOBAL_BATCH:(step + 1) * GLOBAL_BATCH] for step in range(STEPS)]
+    return [data.items[step * GLOBAL_BATCH : (step + 1) * GLOBAL_BATCH] for step in range(STEPS)]
 
 
 def run_training(model, tokenizer, rank: int, world: int) -> list[float]:
@@ -46,7 +46,7 @@ def run_training(model, tokenizer, rank: int, world: int) -> list[float]:
     losses = []
     for items in global_batches(tokenizer):
         share = len(items) // world
-        batch = collate(items[rank * share:(rank + 1) * share], tokenizer.pad_token_id)
+        batch = collate(items[rank * share : (rank + 1) * share], tokenizer.pad_token_id)
         out = model(**batch)
         if world > 1:
             loss = globally_normalized_loss(out, model.config)
@@ -90,9 +90,12 @@ def main(out_dir: str) -> None:
     def local_numel() -> int:  # the elements of the parameters this process holds between steps
         return sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())
 
-    shard_sizes = {"rank": rank, "full_numel": sum(p.numel() for p in model.parameters()),
-                   "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
-                   "local_numel": local_numel()}
+    shard_sizes = {
+        "rank": rank,
+        "full_numel": sum(p.numel() for p in model.parameters()),
+        "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
+        "local_numel": local_numel(),
+    }
     losses = run_training(model, tokenizer, rank, world)
     shard_sizes["local_numel_after_training"] = local_numel()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
@@ -101,7 +104,9 @@ def main(out_dir: str) -> None:
     # a collective: every rank takes part, rank 0 alone receives the full tensors (cpu_offload)
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
-        save_file({name: tensor.contiguous() for name, tensor in state.items()}, os.path.join(out_dir, "fsdp.safetensors"))
+        save_file(
+            {name: tensor.contiguous() for name, tensor in state.items()}, os.path.join(out_dir, "fsdp.safetensors")
+        )
         with open(os.path.join(out_dir, "fsdp.json"), "w", encoding="utf-8") as handle:
             handle.write(json.dumps({"losses": losses, "world": world}) + "\n")
     dist.barrier()

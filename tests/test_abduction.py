@@ -91,8 +91,13 @@ def test_linear_abduction_matches_d6_in_float64_and_floors_the_scale(seed, scale
 
 @pytest.mark.parametrize("abduction_type,network", [("linear", AbductionNetwork), ("mlp", MLPAbductionNetwork)])
 def test_build_abduction_builds_what_the_config_names(abduction_type, network):
-    config = CausalQwenConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, abduction_type=abduction_type,
-                              abduction_scale_init=3.0)
+    config = CausalQwenConfig(
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        abduction_type=abduction_type,
+        abduction_scale_init=3.0,
+    )
     net = build_abduction(config)
     assert type(net) is network and net.scale_init == 3.0 and net.W_loc.shape == (16, 16)
     if abduction_type == "mlp":
@@ -161,7 +166,7 @@ def test_mlp_residual_weights_learn_from_the_first_step():
     assert float(net.W_loc_h.grad.abs().sum()) > 0
     assert float(net.W_scale_h.grad.abs().sum()) > 0
     assert float(net.W_in.grad.abs().sum()) == 0.0  # its only path goes through the zero residual weights
-    assert net.W_in.std().item() == pytest.approx(64 ** -0.5, rel=0.1)
+    assert net.W_in.std().item() == pytest.approx(64**-0.5, rel=0.1)
 
 
 def test_parameter_count_of_each_architecture():
@@ -172,13 +177,16 @@ def test_parameter_count_of_each_architecture():
     assert sum(p.numel() for p in mlp.abduction.parameters()) == 2 * H * (H + 1) + M * (H + 1) + 2 * H * M
 
 
-@pytest.mark.parametrize("overrides,error,match", [
-    (dict(abduction_type="transformer"), ValueError, "abduction_type must be one of linear, mlp"),
-    (dict(abduction_type=1), ValueError, "abduction_type must be one of"),
-    (dict(abduction_mlp_size=8), ValueError, "abduction_mlp_size is the width"),
-    (dict(abduction_type="mlp", abduction_mlp_size=0), ValueError, "abduction_mlp_size must be a positive int"),
-    (dict(abduction_type="mlp", abduction_mlp_size=2.5), TypeError, "abduction_mlp_size must be an integer"),
-])
+@pytest.mark.parametrize(
+    "overrides,error,match",
+    [
+        (dict(abduction_type="transformer"), ValueError, "abduction_type must be one of linear, mlp"),
+        (dict(abduction_type=1), ValueError, "abduction_type must be one of"),
+        (dict(abduction_mlp_size=8), ValueError, "abduction_mlp_size is the width"),
+        (dict(abduction_type="mlp", abduction_mlp_size=0), ValueError, "abduction_mlp_size must be a positive int"),
+        (dict(abduction_type="mlp", abduction_mlp_size=2.5), TypeError, "abduction_mlp_size must be an integer"),
+    ],
+)
 def test_config_refuses_bad_abduction_settings(overrides, error, match):
     with pytest.raises(error, match=match):
         CausalQwenConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, **overrides)

@@ -13,7 +13,9 @@ from causalqwen.inference import MODES
 
 def test_generation_benchmark_reports_every_mode_and_both_contexts(tmp_path, capsys):
     out = tmp_path / "generation.md"
-    status = generation.main(["--shape", "tiny", "--repeats", "1", "--new-tokens", "2", "--long", "40", "--out", str(out)])
+    status = generation.main(
+        ["--shape", "tiny", "--repeats", "1", "--new-tokens", "2", "--long", "40", "--out", str(out)]
+    )
     report = out.read_text()
     # the exit status says whether every goal row was met (timings of one tiny repeat are noise)
     assert status == (0 if "| NO |" not in report else 1)
@@ -62,8 +64,23 @@ def test_training_step_benchmark_runs_both_models_on_the_tiny_shape():
 def test_training_step_benchmark_in_bfloat16_autocast_with_a_batch_in_its_own_processes(capsys):
     """The GPU setting's code path (autocast, several rows, the child processes) on the CPU; Liger asked for
     where it is not installed is said so, not an error."""
-    status = training_step.main(["--shape", "tiny", "--tokens", "16", "--batch", "3", "--dtype", "bfloat16",
-                                 "--steps", "1", "--rounds", "1", "--liger"])
+    status = training_step.main(
+        [
+            "--shape",
+            "tiny",
+            "--tokens",
+            "16",
+            "--batch",
+            "3",
+            "--dtype",
+            "bfloat16",
+            "--steps",
+            "1",
+            "--rounds",
+            "1",
+            "--liger",
+        ]
+    )
     report = capsys.readouterr().out
     assert status in (0, 1) and "3 x 16 tokens" in report and "bfloat16 autocast" in report
     assert "| CausalQwenForCausalLM |" in report
@@ -96,8 +113,8 @@ def test_the_tokenizer_benchmarks_documents_and_varied_corpus_hold_what_they_say
     """A large batch's documents are the corpus's lines, joined; the varied corpus's text between numbers does not
     repeat (so no run is encoded once for many), unlike the dense corpus's."""
     from benchmarks.tokenizer import dense_lines, documents, varied_lines
-    from causalqwen.tokenization import runs_between
     from causalqwen.numbers import find_numbers
+    from causalqwen.tokenization import runs_between
 
     lines = varied_lines(0.05)
     joined = documents(lines)
@@ -184,5 +201,8 @@ def test_sync_sites_are_named_from_the_repository_root_whatever_its_folders_are_
     ``tests/test_benchmarks.py``; a file outside the repository keeps its last two parts."""
     here = Path(__file__).resolve()
     assert syncs._short_path(str(here)) == "tests/test_benchmarks.py"
-    assert syncs._short_path(str(here.parent.parent / "causalqwen" / "kernels" / "fused.py")) == "causalqwen/kernels/fused.py"
+    assert (
+        syncs._short_path(str(here.parent.parent / "causalqwen" / "kernels" / "fused.py"))
+        == "causalqwen/kernels/fused.py"
+    )
     assert syncs._short_path("/home/someone/causalqwen/causalqwen/tests/elsewhere.py") == "tests/elsewhere.py"

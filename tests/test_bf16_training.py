@@ -12,11 +12,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, train
 from causalqwen.app import cli
 from causalqwen.app.tiny import build_tiny_base
 from causalqwen.files.data import TextDataset, synthetic_texts
-from causalqwen import train
 from causalqwen.training import TrainingConfig
 
 SMALL = ("action.b_noise", "model.abduction.b_scale", "model.abduction.W_loc")  # W_loc: its diagonal
@@ -85,7 +84,10 @@ def _check_as_float32_rounded(trained: dict, oracle: dict, start: dict) -> None:
 def test_convert_keeps_the_bases_bfloat16_by_default_and_casts_to_the_dtype_asked(converted, tmp_path, capsys):
     assert json.loads((converted / "converted" / "config.json").read_text())["dtype"] == "bfloat16"
     assert _dtypes_in(converted / "converted" / "model.safetensors") == {"BF16"}
-    assert cli.main(["convert", "--base", str(converted / "base"), "--out", str(tmp_path / "f32"), "--dtype", "float32"]) == 0
+    assert (
+        cli.main(["convert", "--base", str(converted / "base"), "--out", str(tmp_path / "f32"), "--dtype", "float32"])
+        == 0
+    )
     assert "float32) written to" in capsys.readouterr().out
     assert _dtypes_in(tmp_path / "f32" / "model.safetensors") == {"F32"}
     bf16 = CausalQwenForCausalLM.from_pretrained(converted / "converted")
@@ -102,8 +104,24 @@ def test_cli_training_of_a_bfloat16_checkpoint_moves_the_small_parameters_as_flo
     texts = synthetic_texts(24, seed=0)
     data = _jsonl(tmp_path / "train.jsonl", texts)
     start = _small_parameters(CausalQwenForCausalLM.from_pretrained(converted / "converted"))
-    assert cli.main(["train", "--base", str(converted / "converted"), "--data", data, "--out", str(tmp_path / "run"),
-                     "--steps", str(STEPS), "--batch-size", str(BATCH)]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                str(converted / "converted"),
+                "--data",
+                data,
+                "--out",
+                str(tmp_path / "run"),
+                "--steps",
+                str(STEPS),
+                "--batch-size",
+                str(BATCH),
+            ]
+        )
+        == 0
+    )
     assert _dtypes_in(tmp_path / "run" / "model" / "model.safetensors") == {"F32"}
     trained = CausalQwenForCausalLM.from_pretrained(tmp_path / "run" / "model")
     oracle = _float32_run(converted / "converted", texts, STEPS, 1e-4)
@@ -120,14 +138,34 @@ def test_cli_training_in_bfloat16_keeps_float32_master_weights_and_writes_bfloat
     data = _jsonl(tmp_path / "train.jsonl", texts)
     start = _small_parameters(CausalQwenForCausalLM.from_pretrained(converted / "converted"))
     with caplog.at_level("WARNING", logger="causalqwen.training"):
-        assert cli.main(["train", "--base", str(converted / "converted"), "--data", data, "--out",
-                         str(tmp_path / "run"), "--steps", str(BF16_STEPS), "--batch-size", str(BATCH),
-                         "--learning-rate", str(BF16_RATE), "--dtype", "bfloat16"]) == 0
+        assert (
+            cli.main(
+                [
+                    "train",
+                    "--base",
+                    str(converted / "converted"),
+                    "--data",
+                    data,
+                    "--out",
+                    str(tmp_path / "run"),
+                    "--steps",
+                    str(BF16_STEPS),
+                    "--batch-size",
+                    str(BATCH),
+                    "--learning-rate",
+                    str(BF16_RATE),
+                    "--dtype",
+                    "bfloat16",
+                ]
+            )
+            == 0
+        )
     assert "in float32 (master weights" in caplog.text
     assert _dtypes_in(tmp_path / "run" / "model" / "model.safetensors") == {"BF16"}
     trained = _small_parameters(CausalQwenForCausalLM.from_pretrained(tmp_path / "run" / "model"))
-    _check_as_float32_rounded(trained, _small_parameters(_float32_run(converted / "converted", texts, BF16_STEPS,
-                                                                      BF16_RATE)), start)
+    _check_as_float32_rounded(
+        trained, _small_parameters(_float32_run(converted / "converted", texts, BF16_STEPS, BF16_RATE)), start
+    )
 
 
 def test_a_bfloat16_run_whose_rounding_erases_the_training_names_the_parameters(converted, tmp_path, caplog):
@@ -136,9 +174,28 @@ def test_a_bfloat16_run_whose_rounding_erases_the_training_names_the_parameters(
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(24, seed=0))
     start = _small_parameters(CausalQwenForCausalLM.from_pretrained(converted / "converted"))
     with caplog.at_level("WARNING", logger="causalqwen.training"):
-        assert cli.main(["train", "--base", str(converted / "converted"), "--data", data, "--out",
-                         str(tmp_path / "run"), "--steps", "4", "--batch-size", str(BATCH), "--dtype", "bfloat16",
-                         "--warmup-steps", "0"]) == 0
+        assert (
+            cli.main(
+                [
+                    "train",
+                    "--base",
+                    str(converted / "converted"),
+                    "--data",
+                    data,
+                    "--out",
+                    str(tmp_path / "run"),
+                    "--steps",
+                    "4",
+                    "--batch-size",
+                    str(BATCH),
+                    "--dtype",
+                    "bfloat16",
+                    "--warmup-steps",
+                    "0",
+                ]
+            )
+            == 0
+        )
     trained = _small_parameters(CausalQwenForCausalLM.from_pretrained(tmp_path / "run" / "model"))
     assert all(torch.equal(trained[name], start[name]) for name in ("action.b_noise", "model.abduction.b_scale"))
     erased = [record.getMessage() for record in caplog.records if "erased all the training" in record.getMessage()]
@@ -156,12 +213,16 @@ def test_python_training_of_a_bfloat16_model_uses_float32_master_weights_and_kee
         train(model, TextDataset(texts, tokenizer, 512), config, progress=False)
     assert "trainable bfloat16 parameters" in caplog.text and "model.float()" in caplog.text
     assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
-    _check_as_float32_rounded(_small_parameters(model), _small_parameters(
-        _float32_run(converted / "converted", texts, BF16_STEPS, BF16_RATE)), start)
+    _check_as_float32_rounded(
+        _small_parameters(model),
+        _small_parameters(_float32_run(converted / "converted", texts, BF16_STEPS, BF16_RATE)),
+        start,
+    )
 
 
-def test_a_bfloat16_run_resumes_bit_exactly_and_an_interrupted_one_keeps_its_dtype(converted, tmp_path,
-                                                                                    killed_after_first_save):
+def test_a_bfloat16_run_resumes_bit_exactly_and_an_interrupted_one_keeps_its_dtype(
+    converted, tmp_path, killed_after_first_save
+):
     texts = synthetic_texts(24, seed=0)
     tokenizer = NumericTokenizer.from_pretrained(converted / "converted")
     config = TrainingConfig(steps=4, batch_size=BATCH, learning_rate=5e-3, save_every=2, seed=0)
@@ -190,33 +251,60 @@ def test_float16_is_refused_by_name_before_anything_is_written(converted, tmp_pa
         (["--dtype", "float16"], "--dtype float16 cannot train: float16 gradients need loss scaling"),
     ]:
         with pytest.raises(SystemExit) as exited:
-            cli.main(["train", "--base", str(converted / "converted"), "--data", data, "--out", str(tmp_path / "run"),
-                      *argv])
+            cli.main(
+                ["train", "--base", str(converted / "converted"), "--data", data, "--out", str(tmp_path / "run"), *argv]
+            )
         err = capsys.readouterr().err.strip().splitlines()
         assert exited.value.code == 2 and message in err[-1], err
         assert not (tmp_path / "run").exists()
-    assert cli.main(["convert", "--base", str(converted / "base"), "--out", str(tmp_path / "f16"), "--dtype", "float16"]) == 0
+    assert (
+        cli.main(["convert", "--base", str(converted / "base"), "--out", str(tmp_path / "f16"), "--dtype", "float16"])
+        == 0
+    )
     assert _dtypes_in(tmp_path / "f16" / "model.safetensors") == {"F16"}
     with pytest.raises(SystemExit) as exited:  # --dtype auto: the checkpoint's float16
-        cli.main(["train", "--base", str(tmp_path / "f16"), "--data", data, "--out", str(tmp_path / "run"),
-                  "--dtype", "auto", "--batch-size", "4"])
+        cli.main(
+            [
+                "train",
+                "--base",
+                str(tmp_path / "f16"),
+                "--data",
+                data,
+                "--out",
+                str(tmp_path / "run"),
+                "--dtype",
+                "auto",
+                "--batch-size",
+                "4",
+            ]
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and "float16 parameters (model.embed_tokens.weight" in err[-1], err
     assert "--dtype float32" in err[-1] and not (tmp_path / "run").exists()
 
     half = CausalQwenForCausalLM.from_pretrained(tmp_path / "f16")
     before = {name: value.clone() for name, value in half.state_dict().items()}
-    with pytest.raises(ValueError, match=r"float16 parameters \(model\.embed_tokens\.weight, .* and \d+ more\).*"
-                                         r"model\.float\(\)"):
-        train(half, TextDataset(texts, NumericTokenizer.from_pretrained(tmp_path / "f16"), 512),
-              TrainingConfig(steps=1, batch_size=4), out_dir=str(tmp_path / "run"), progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"float16 parameters \(model\.embed_tokens\.weight, .* and \d+ more\).*"
+        r"model\.float\(\)",
+    ):
+        train(
+            half,
+            TextDataset(texts, NumericTokenizer.from_pretrained(tmp_path / "f16"), 512),
+            TrainingConfig(steps=1, batch_size=4),
+            out_dir=str(tmp_path / "run"),
+            progress=False,
+        )
     assert not (tmp_path / "run").exists()
     assert all(torch.equal(value, before[name]) for name, value in half.state_dict().items())
 
 
 def test_the_dtype_option_names_its_choices(tmp_path, capsys):
-    for command in (["convert", "--base", "tiny", "--out", str(tmp_path / "c")],
-                    ["train", "--base", "tiny", "--data", "d.jsonl", "--out", str(tmp_path / "t")]):
+    for command in (
+        ["convert", "--base", "tiny", "--out", str(tmp_path / "c")],
+        ["train", "--base", "tiny", "--data", "d.jsonl", "--out", str(tmp_path / "t")],
+    ):
         with pytest.raises(SystemExit) as exited:
             cli.main([*command, "--dtype", "float64"])
         err = capsys.readouterr().err.strip().splitlines()

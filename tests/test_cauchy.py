@@ -161,8 +161,11 @@ def _mp_values_and_gradients(x: float, loc: float, scale: float) -> dict:
             return mp.atan(1 / t) / mp.pi if t > 0 else mp.mpf(1) / 2 + mp.atan(-t) / mp.pi
 
         sf, cdf = upper_mass(z), upper_mass(-z)
-        log_prob = (-mp.log(mp.pi * scale) - mp.log(1 + z * z),
-                    -2 * z / (scale * (1 + z * z)), (z * z - 1) / (scale * (1 + z * z)))
+        log_prob = (
+            -mp.log(mp.pi * scale) - mp.log(1 + z * z),
+            -2 * z / (scale * (1 + z * z)),
+            (z * z - 1) / (scale * (1 + z * z)),
+        )
         sf_ = (sf, -density, z * density)
         cdf_ = (cdf, density, -z * density)
         values = {
@@ -175,8 +178,10 @@ def _mp_values_and_gradients(x: float, loc: float, scale: float) -> dict:
         }
         # (value, d/dx, d/dloc, d/dscale), and the size of the terms that cancel in log_prob's value and d/dscale
         terms = abs(mp.log(mp.pi * scale)) + mp.log(1 + z * z)
-        return {name: ([float(v), float(dx), float(-dx), float(ds)], float(terms), float(1 / scale))
-                for name, (v, dx, ds) in values.items()}
+        return {
+            name: ([float(v), float(dx), float(-dx), float(ds)], float(terms), float(1 / scale))
+            for name, (v, dx, ds) in values.items()
+        }
 
 
 @given(x=finite32, loc=finite32, scale=positive32)
@@ -212,7 +217,7 @@ def test_gradcheck_float64_near_and_far(fn):
     # a mix of positions close to the location (|z| < 1) and far from it (|z| up to ~1e6), both signs
     x = torch.cat([torch.randn(6, generator=g), torch.randn(6, generator=g) * 1e3]).double()
     loc = torch.randn(12, generator=g).double()
-    scale = (torch.rand(12, generator=g).double() * 2 + 0.01)
+    scale = torch.rand(12, generator=g).double() * 2 + 0.01
     inputs = tuple(t.clone().requires_grad_() for t in (x, loc, scale))
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-4)
 
@@ -253,7 +258,9 @@ def test_symmetry_and_complement(values):
     mirrored = 2 * loc - x
     torch.testing.assert_close(cauchy.sf(x, loc, scale), cauchy.cdf(mirrored, loc, scale), rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(cauchy.cdf(x, loc, scale) + cauchy.sf(x, loc, scale), torch.ones_like(x))
-    torch.testing.assert_close(cauchy.log_sf(x, loc, scale), cauchy.log_cdf(mirrored, loc, scale), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(
+        cauchy.log_sf(x, loc, scale), cauchy.log_cdf(mirrored, loc, scale), rtol=1e-9, atol=1e-12
+    )
 
 
 @given(values=st.lists(params, min_size=1, max_size=8), shift=st.floats(1e-3, 1e3))
@@ -307,8 +314,12 @@ def test_linear_exact_formula_against_float64_loops():
     for i in range(2):
         for j in range(3):
             for k in range(4):
-                assert loc_out[i, j, k].item() == pytest.approx(sum(W[k, c] * L[i, j, c] for c in range(5)) + b[k], rel=1e-5)
-                assert scale_out[i, j, k].item() == pytest.approx(sum(abs(W[k, c]) * S[i, j, c] for c in range(5)), rel=1e-5)
+                assert loc_out[i, j, k].item() == pytest.approx(
+                    sum(W[k, c] * L[i, j, c] for c in range(5)) + b[k], rel=1e-5
+                )
+                assert scale_out[i, j, k].item() == pytest.approx(
+                    sum(abs(W[k, c]) * S[i, j, c] for c in range(5)), rel=1e-5
+                )
 
 
 def test_linear_closure_monte_carlo_ks():
@@ -368,7 +379,9 @@ def test_other_bad_inputs():
 # ---------------------------------------------------------------------------------------------
 
 
-@given(values=st.lists(st.tuples(st.floats(-1e6, 1e6), st.floats(-4, 4).map(lambda e: 10.0**e)), min_size=1, max_size=16))
+@given(
+    values=st.lists(st.tuples(st.floats(-1e6, 1e6), st.floats(-4, 4).map(lambda e: 10.0**e)), min_size=1, max_size=16)
+)
 def test_tail_terms_value_and_derivatives_match_scipy(values):
     diff, scale = (torch.tensor(v, dtype=torch.float64) for v in zip(*values))
     terms = cauchy.tail_terms(diff, scale, grads=True)
@@ -413,7 +426,13 @@ def _mp_log_interval(low, high, loc, scale, digits: int = 400) -> float:
         loc, scale = mp.mpf(loc), mp.mpf(scale)
 
         def tail(distance):
-            return mp.mpf(0) if distance == mp.inf else mp.mpf(1) if distance == -mp.inf else mp.atan2(scale, distance) / mp.pi
+            return (
+                mp.mpf(0)
+                if distance == mp.inf
+                else mp.mpf(1)
+                if distance == -mp.inf
+                else mp.atan2(scale, distance) / mp.pi
+            )
 
         low, high = mp.mpf(low), mp.mpf(high)
         if low >= loc:
@@ -429,13 +448,27 @@ D64 = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
 INF = math.inf
 
 
-@pytest.mark.parametrize("low, high, loc, scale", [
-    (-INF, 2.0, 0.0, 1.0), (2.0, INF, 0.0, 1.0), (-INF, -1e300, 0.0, 1.0), (1e300, INF, 0.0, 1e-300),
-    (-INF, 0.0, 0.0, 1.0), (0.0, INF, 0.0, 1.0), (-INF, 5.0, 7.0, 1e-3), (-5.0, INF, 1e3, 10.0),
-    (1.7e308, 1.79e308, 0.0, 1.0), (-1.79e308, -1.7e308, 0.0, 1.0), (1.7e308, 1.79e308, -1.7e308, 1e-300),
-    (-1.7e308, 1.7e308, 1e308, 1e-300), (1.79e308, INF, -1.79e308, 1.0), (-1.79e308, 1.79e308, 0.0, 1e308),
-    (5e-324, 1e-323, 0.0, 1.0), (0.0, 5e-324, 0.0, 1e-300),
-])
+@pytest.mark.parametrize(
+    "low, high, loc, scale",
+    [
+        (-INF, 2.0, 0.0, 1.0),
+        (2.0, INF, 0.0, 1.0),
+        (-INF, -1e300, 0.0, 1.0),
+        (1e300, INF, 0.0, 1e-300),
+        (-INF, 0.0, 0.0, 1.0),
+        (0.0, INF, 0.0, 1.0),
+        (-INF, 5.0, 7.0, 1e-3),
+        (-5.0, INF, 1e3, 10.0),
+        (1.7e308, 1.79e308, 0.0, 1.0),
+        (-1.79e308, -1.7e308, 0.0, 1.0),
+        (1.7e308, 1.79e308, -1.7e308, 1e-300),
+        (-1.7e308, 1.7e308, 1e308, 1e-300),
+        (1.79e308, INF, -1.79e308, 1.0),
+        (-1.79e308, 1.79e308, 0.0, 1e308),
+        (5e-324, 1e-323, 0.0, 1.0),
+        (0.0, 5e-324, 0.0, 1e-300),
+    ],
+)
 def test_log_interval_prob_with_infinite_and_extreme_ends_against_mpmath(low, high, loc, scale):
     """Infinite ends give P(X <= b) and P(X > a); ends near float64's limits (where x - loc overflows) and
     subnormal ends give the finite answer."""
@@ -444,15 +477,22 @@ def test_log_interval_prob_with_infinite_and_extreme_ends_against_mpmath(low, hi
     assert value == pytest.approx(_mp_log_interval(low, high, loc, scale), rel=1e-12, abs=1e-300)
 
 
-@pytest.mark.parametrize("low, high, loc, scale", [
-    (-1e10, 1e10, 0.0, 1.0), (-1e300, 1e300, 3.0, 1.0), (-1.0, 1e200, 0.0, 1e-10), (-10.0, 10.0, 0.5, 1.0),
-])
+@pytest.mark.parametrize(
+    "low, high, loc, scale",
+    [
+        (-1e10, 1e10, 0.0, 1.0),
+        (-1e300, 1e300, 3.0, 1.0),
+        (-1.0, 1e200, 0.0, 1e-10),
+        (-10.0, 10.0, 0.5, 1.0),
+    ],
+)
 def test_an_interval_holding_nearly_all_the_mass_keeps_relative_precision(low, high, loc, scale):
     """log P is then about minus the tails (-2e-10 for (-1e10, 1e10)): computed as log1p(-tails), not log of a
     difference of arctangents that rounds to pi."""
     with mp.workdps(400):
-        tails = (mp.atan(mp.mpf(scale) / (mp.mpf(loc) - mp.mpf(low)))
-                 + mp.atan(mp.mpf(scale) / (mp.mpf(high) - mp.mpf(loc)))) / mp.pi
+        tails = (
+            mp.atan(mp.mpf(scale) / (mp.mpf(loc) - mp.mpf(low))) + mp.atan(mp.mpf(scale) / (mp.mpf(high) - mp.mpf(loc)))
+        ) / mp.pi
         expected = float(mp.log1p(-tails))
     value = cauchy.log_interval_prob(D64(low), D64(high), D64(loc), D64(scale)).item()
     assert value == pytest.approx(expected, rel=1e-12)
@@ -485,19 +525,22 @@ def test_log_interval_prob_with_one_infinite_end_is_scipys_log_cdf_or_log_sf(end
     assert value == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-@pytest.mark.parametrize("low, high, loc, scale, error, match", [
-    (math.nan, 1.0, 0.0, 1.0, ValueError, "low must not be NaN"),
-    (0.0, math.nan, 0.0, 1.0, ValueError, "high must not be NaN"),
-    (0.0, 1.0, math.nan, 1.0, ValueError, "loc must not be NaN"),
-    (0.0, 1.0, INF, 1.0, ValueError, "loc must be finite"),
-    (0.0, 1.0, 0.0, math.nan, ValueError, "scale must be > 0"),
-    (0.0, 1.0, 0.0, -1.0, ValueError, "scale must be > 0"),
-    (0.0, 1.0, 0.0, 0.0, ValueError, "scale must be > 0"),
-    (0.0, 1.0, 0.0, INF, ValueError, "scale must be finite"),
-    (2.0, 1.0, 0.0, 1.0, ValueError, "low must be < high.*low = 2.0 and high = 1.0"),
-    (INF, INF, 0.0, 1.0, ValueError, "low must be < high"),
-    ("0", 1.0, 0.0, 1.0, TypeError, "low must be a torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "low, high, loc, scale, error, match",
+    [
+        (math.nan, 1.0, 0.0, 1.0, ValueError, "low must not be NaN"),
+        (0.0, math.nan, 0.0, 1.0, ValueError, "high must not be NaN"),
+        (0.0, 1.0, math.nan, 1.0, ValueError, "loc must not be NaN"),
+        (0.0, 1.0, INF, 1.0, ValueError, "loc must be finite"),
+        (0.0, 1.0, 0.0, math.nan, ValueError, "scale must be > 0"),
+        (0.0, 1.0, 0.0, -1.0, ValueError, "scale must be > 0"),
+        (0.0, 1.0, 0.0, 0.0, ValueError, "scale must be > 0"),
+        (0.0, 1.0, 0.0, INF, ValueError, "scale must be finite"),
+        (2.0, 1.0, 0.0, 1.0, ValueError, "low must be < high.*low = 2.0 and high = 1.0"),
+        (INF, INF, 0.0, 1.0, ValueError, "low must be < high"),
+        ("0", 1.0, 0.0, 1.0, TypeError, "low must be a torch.Tensor"),
+    ],
+)
 def test_log_interval_prob_names_what_is_outside_its_domain(low, high, loc, scale, error, match):
     with pytest.raises(error, match=match):
         cauchy.log_interval_prob(low, high, loc, scale)

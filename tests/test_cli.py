@@ -19,7 +19,9 @@ def test_help_lists_the_subcommands(capsys):
 
 
 def test_console_module_runs_help():
-    result = subprocess.run([sys.executable, "-m", "causalqwen.app.cli", "--help"], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "causalqwen.app.cli", "--help"], capture_output=True, text=True, check=True
+    )
     assert "usage: causalqwen" in result.stdout
 
 
@@ -50,8 +52,21 @@ def saved_model(tmp_path_factory):
 
 
 def test_generate_from_a_saved_model_prints_prompt_and_continuation(saved_model, capsys):
-    args = ["generate", "--model", str(saved_model), "--prompt", "the price is 12.5 and", "--prompt", "hello",
-            "--mode", "causal", "--seed", "1", "--max-new-tokens", "6"]
+    args = [
+        "generate",
+        "--model",
+        str(saved_model),
+        "--prompt",
+        "the price is 12.5 and",
+        "--prompt",
+        "hello",
+        "--mode",
+        "causal",
+        "--seed",
+        "1",
+        "--max-new-tokens",
+        "6",
+    ]
     assert cli.main(args) == 0
     first = capsys.readouterr().out.splitlines()
     assert len(first) == 2 and first[0].startswith("the price is 12.5 and") and first[1].startswith("hello")
@@ -70,11 +85,26 @@ def test_generate_text_matches_the_library_generate(saved_model):
 
     model, tokenizer = commands.load_model_and_tokenizer(str(saved_model))
     batch = tokenizer(["a day of 30 hours"], padding_side="left")
-    out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode="shared_noise",
-                   max_new_tokens=5, generator=torch.Generator().manual_seed(4))
-    expected = tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark",
-                                      number_texts=batch.number_texts, number_resolution="prompt")
-    assert commands.generate_text(["a day of 30 hours"], str(saved_model), "shared_noise", seed=4, max_new_tokens=5) == expected
+    out = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        mode="shared_noise",
+        max_new_tokens=5,
+        generator=torch.Generator().manual_seed(4),
+    )
+    expected = tokenizer.batch_decode(
+        out.sequences,
+        out.numeric_values,
+        out_of_vocab="mark",
+        number_texts=batch.number_texts,
+        number_resolution="prompt",
+    )
+    assert (
+        commands.generate_text(["a day of 30 hours"], str(saved_model), "shared_noise", seed=4, max_new_tokens=5)
+        == expected
+    )
 
 
 @pytest.mark.parametrize("mode", ["standard", "shared_individual", "traditional"])
@@ -93,9 +123,11 @@ def test_generate_writes_numbers_at_the_resolution_asked_for(monkeypatch, capsys
         from causalqwen.generation import GenerationOutput
 
         num = commands.load_model_and_tokenizer()[1].num_token_id
-        return GenerationOutput(sequences=torch.cat([input_ids, torch.tensor([[num]])], 1),
-                                numeric_values=torch.cat([numeric_values, torch.tensor([[2.5007427]])], 1),
-                                attention_mask=torch.cat([attention_mask, torch.ones(1, 1, dtype=attention_mask.dtype)], 1))
+        return GenerationOutput(
+            sequences=torch.cat([input_ids, torch.tensor([[num]])], 1),
+            numeric_values=torch.cat([numeric_values, torch.tensor([[2.5007427]])], 1),
+            attention_mask=torch.cat([attention_mask, torch.ones(1, 1, dtype=attention_mask.dtype)], 1),
+        )
 
     monkeypatch.setattr("causalqwen.generation.generate", one_number)
     for resolution, written in (("prompt", "is 2.50"), ("0.1", "is 2.5"), ("none", "is 2.5007427"), (None, "is 2.50")):
@@ -106,9 +138,27 @@ def test_generate_writes_numbers_at_the_resolution_asked_for(monkeypatch, capsys
 
 def test_generate_runs_as_a_console_command(saved_model):
     result = subprocess.run(
-        [sys.executable, "-m", "causalqwen.app.cli", "generate", "--model", str(saved_model), "--prompt", "x 1",
-         "--mode", "traditional", "--top-k", "5", "--seed", "1", "--max-new-tokens", "3"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "causalqwen.app.cli",
+            "generate",
+            "--model",
+            str(saved_model),
+            "--prompt",
+            "x 1",
+            "--mode",
+            "traditional",
+            "--top-k",
+            "5",
+            "--seed",
+            "1",
+            "--max-new-tokens",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert result.stdout.startswith("x 1")
 
@@ -179,22 +229,80 @@ def test_convert_then_train_then_generate(qwen_dir, tmp_path, capsys):
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(40, seed=0))
     held_out = _jsonl(tmp_path / "eval.jsonl", synthetic_texts(8, seed=1))
     run = tmp_path / "run"
-    args = ["train", "--base", str(converted), "--data", data, "--eval-data", held_out, "--out", str(run),
-            "--steps", "4", "--batch-size", "4", "--eval-every", "2", "--save-every", "2", "--learning-rate", "1e-3"]
+    args = [
+        "train",
+        "--base",
+        str(converted),
+        "--data",
+        data,
+        "--eval-data",
+        held_out,
+        "--out",
+        str(run),
+        "--steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--save-every",
+        "2",
+        "--learning-rate",
+        "1e-3",
+    ]
     assert cli.main(args) == 0
     assert (run / "model" / "model.safetensors").exists() and (run / "checkpoint-4").exists()
     trained = CausalQwenForCausalLM.from_pretrained(run / "model")
     assert not torch.equal(trained.abduction.W_loc, model.abduction.W_loc)  # preset causal trained abduction
     assert torch.equal(trained.model.embed_tokens.weight, model.model.embed_tokens.weight)  # ... and not the backbone
-    assert cli.main(["train", "--base", str(converted), "--data", data, "--out", str(run), "--steps", "6",
-                     "--batch-size", "4", "--save-every", "2", "--resume", "--allow-changed-settings"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                str(converted),
+                "--data",
+                data,
+                "--out",
+                str(run),
+                "--steps",
+                "6",
+                "--batch-size",
+                "4",
+                "--save-every",
+                "2",
+                "--resume",
+                "--allow-changed-settings",
+            ]
+        )
+        == 0
+    )
     assert (run / "checkpoint-6").exists()
     capsys.readouterr()
-    assert cli.main(["generate", "--model", str(run / "model"), "--prompt", "A cup of tea costs", "--max-new-tokens", "3"]) == 0
+    assert (
+        cli.main(["generate", "--model", str(run / "model"), "--prompt", "A cup of tea costs", "--max-new-tokens", "3"])
+        == 0
+    )
     assert capsys.readouterr().out.startswith("A cup of tea costs")
     # straight from the Qwen2 directory: converted on load
-    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "run2"), "--steps", "1",
-                     "--batch-size", "4"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                qwen_dir,
+                "--data",
+                data,
+                "--out",
+                str(tmp_path / "run2"),
+                "--steps",
+                "1",
+                "--batch-size",
+                "4",
+            ]
+        )
+        == 0
+    )
 
 
 def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
@@ -202,8 +310,16 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
 
     data = _jsonl(tmp_path / "train.jsonl", ["a 1", "b 2", "c 3", "d 4"])
     llama = tmp_path / "llama"
-    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(llama)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    ).save_pretrained(llama)
     from causalqwen.app.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer().save_pretrained(llama)
@@ -221,10 +337,18 @@ def test_train_and_convert_report_bad_input(qwen_dir, tmp_path, capsys):
         (["train", "--base", qwen_dir, "--data", str(bad_line), "--out", str(tmp_path / "r1")], "bad.jsonl, line 2"),
         (["train", "--base", qwen_dir, "--data", huge, "--out", str(tmp_path / "r2")], "huge.jsonl, line 2"),
         (["train", "--base", qwen_dir, "--data", str(empty), "--out", str(tmp_path / "r3")], "the dataset is empty"),
-        (["train", "--base", str(llama), "--data", data, "--out", str(tmp_path / "r4")], "CausalQwen needs a Qwen2 base"),
-        (["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r5"), "--preset", "most"], "unknown preset 'most'"),
-        (["train", "--base", qwen_dir, "--data", data, "--out", str(foreign), "--batch-size", "4"],
-         "is not a causalqwen run"),
+        (
+            ["train", "--base", str(llama), "--data", data, "--out", str(tmp_path / "r4")],
+            "CausalQwen needs a Qwen2 base",
+        ),
+        (
+            ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r5"), "--preset", "most"],
+            "unknown preset 'most'",
+        ),
+        (
+            ["train", "--base", qwen_dir, "--data", data, "--out", str(foreign), "--batch-size", "4"],
+            "is not a causalqwen run",
+        ),
         (["convert", "--base", qwen_dir, "--out", str(foreign)], "exists and is not empty; pass --overwrite"),
     ]
     for args, message in cases:
@@ -240,10 +364,26 @@ def test_demo_plots_show_the_trend_and_the_model_before_training(tmp_path):
     from causalqwen.app.demo import _plots, _smoothed
 
     assert _smoothed([4.0, 2.0, 0.0, -2.0], window=2) == [4.0, 3.0, 1.0, -1.0]  # trailing means, by hand
-    history = [{"step": 0, "eval/accuracy": 0.0, "eval/num_f1": 0.0, "dist/ovr_prob_sum_median": 23.0,
-                "dist/ovr_prob_sum_median_causal": 0.2, "eval/reg_mae": 30.0, "eval/reg_mdae": 20.0}]
-    history += [{"step": s, "train/total_loss": 30.0 / s, "train/cls_loss_mean": 20.0 / s,
-                 "train/reg_loss_effective": -0.5 + 5.0 / s} for s in range(1, 40)]
+    history = [
+        {
+            "step": 0,
+            "eval/accuracy": 0.0,
+            "eval/num_f1": 0.0,
+            "dist/ovr_prob_sum_median": 23.0,
+            "dist/ovr_prob_sum_median_causal": 0.2,
+            "eval/reg_mae": 30.0,
+            "eval/reg_mdae": 20.0,
+        }
+    ]
+    history += [
+        {
+            "step": s,
+            "train/total_loss": 30.0 / s,
+            "train/cls_loss_mean": 20.0 / s,
+            "train/reg_loss_effective": -0.5 + 5.0 / s,
+        }
+        for s in range(1, 40)
+    ]
     paths = _plots(history, str(tmp_path))
     assert [os.path.basename(p) for p in paths] == ["loss.png", "metrics.png"]
     assert all(os.path.getsize(p) > 10_000 for p in paths)
@@ -259,9 +399,36 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
 
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(24, seed=0))
     run = tmp_path / "run"
-    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "3", "--batch-size", "4",
-                     "--learning-rate", "1e-2", "--preset", "lora", "--lora-rank", "2", "--max-u-divergence", "0.01",
-                     "--log-every", "1", "--save-every", "3"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                qwen_dir,
+                "--data",
+                data,
+                "--out",
+                str(run),
+                "--steps",
+                "3",
+                "--batch-size",
+                "4",
+                "--learning-rate",
+                "1e-2",
+                "--preset",
+                "lora",
+                "--lora-rank",
+                "2",
+                "--max-u-divergence",
+                "0.01",
+                "--log-every",
+                "1",
+                "--save-every",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "LoRA adapters written to" in capsys.readouterr().out
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["constraint/max_u_divergence"] for r in records] == [0.01] * 3
@@ -274,11 +441,30 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
         torch.testing.assert_close(merged(ids).loc_S, adapted(ids).loc_S, rtol=1e-5, atol=1e-5)
         assert not torch.allclose(merged(ids).loc_S, base(ids).loc_S)
     # --overwrite by a run of another preset removes the adapters with the other run outputs
-    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "1", "--batch-size", "4",
-                     "--overwrite"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                qwen_dir,
+                "--data",
+                data,
+                "--out",
+                str(run),
+                "--steps",
+                "1",
+                "--batch-size",
+                "4",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     assert not (run / "adapter").exists() and (run / "model").exists()
     with pytest.raises(SystemExit):
-        cli.main(["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--max-u-divergence", "-1"])
+        cli.main(
+            ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--max-u-divergence", "-1"]
+        )
     assert "max_u_divergence must be a finite number >= 0" in capsys.readouterr().err
 
 
@@ -303,28 +489,75 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
     assert {k: getattr(drafts, k) for k in DRAFT_INIT} == DRAFT_INIT
     fixed = convert("fixed", "--ovr-threshold", "7.5", "--abduction-scale-init", "0.5")
     assert (fixed.ovr_threshold, fixed.ovr_threshold_init, fixed.abduction_scale_init) == (7.5, "fixed", 0.5)
-    quantile = convert("quantile", "--init", "drafts", "--threshold-init", "top_logit_quantile",
-                       "--threshold-quantile", "0.9")
+    quantile = convert(
+        "quantile", "--init", "drafts", "--threshold-init", "top_logit_quantile", "--threshold-quantile", "0.9"
+    )
     assert (quantile.abduction_scale_init, quantile.ovr_threshold_init, quantile.ovr_threshold_quantile) == (
-        10.0, "top_logit_quantile", 0.9)
+        10.0,
+        "top_logit_quantile",
+        0.9,
+    )
     capsys.readouterr()
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(8, seed=0))
     cases = [
-        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad1"), "--abduction-scale-init", "0"],
-         "abduction_scale_init must be a number in (0"),
-        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad2"), "--abduction-scale-init", "nan"],
-         "abduction_scale_init must be finite"),
-        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad3"), "--ovr-threshold", "5",
-          "--threshold-init", "top_two_midpoint"], "pass one of them"),
-        (["train", "--base", str(tmp_path / "calibrated"), "--data", data, "--out", str(tmp_path / "run"), "--init",
-          "drafts"],
-         "is a saved CausalQwen, which keeps the initialization it was converted with"),
-        (["convert", "--base", str(tmp_path / "drafts"), "--out", str(tmp_path / "bad5"), "--init", "calibrated"],
-         "is a saved CausalQwen, which keeps the initialization it was converted with"),
-        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad6"), "--threshold-quantile", "0.3"],
-         "--threshold-quantile applies to --threshold-init top_logit_quantile only"),
-        (["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad7"), "--threshold-init", "top_logit_quantile",
-          "--threshold-quantile", "1.5"], "ovr_threshold_quantile must be a number in (0, 1)"),
+        (
+            ["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad1"), "--abduction-scale-init", "0"],
+            "abduction_scale_init must be a number in (0",
+        ),
+        (
+            ["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad2"), "--abduction-scale-init", "nan"],
+            "abduction_scale_init must be finite",
+        ),
+        (
+            [
+                "convert",
+                "--base",
+                qwen_dir,
+                "--out",
+                str(tmp_path / "bad3"),
+                "--ovr-threshold",
+                "5",
+                "--threshold-init",
+                "top_two_midpoint",
+            ],
+            "pass one of them",
+        ),
+        (
+            [
+                "train",
+                "--base",
+                str(tmp_path / "calibrated"),
+                "--data",
+                data,
+                "--out",
+                str(tmp_path / "run"),
+                "--init",
+                "drafts",
+            ],
+            "is a saved CausalQwen, which keeps the initialization it was converted with",
+        ),
+        (
+            ["convert", "--base", str(tmp_path / "drafts"), "--out", str(tmp_path / "bad5"), "--init", "calibrated"],
+            "is a saved CausalQwen, which keeps the initialization it was converted with",
+        ),
+        (
+            ["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad6"), "--threshold-quantile", "0.3"],
+            "--threshold-quantile applies to --threshold-init top_logit_quantile only",
+        ),
+        (
+            [
+                "convert",
+                "--base",
+                qwen_dir,
+                "--out",
+                str(tmp_path / "bad7"),
+                "--threshold-init",
+                "top_logit_quantile",
+                "--threshold-quantile",
+                "1.5",
+            ],
+            "ovr_threshold_quantile must be a number in (0, 1)",
+        ),
     ]
     for args, message in cases:
         with pytest.raises(SystemExit) as exit_info:
@@ -339,8 +572,11 @@ def test_convert_initialization_options(qwen_dir, tmp_path, capsys):
             cli.main(["convert", "--base", qwen_dir, "--out", str(tmp_path / "bad8"), "--init", old_name])
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
-        assert err.strip().splitlines()[-1].endswith(
-            f"error: argument --init: invalid choice: '{old_name}' (choose from 'calibrated', 'drafts')"), err
+        assert (
+            err.strip()
+            .splitlines()[-1]
+            .endswith(f"error: argument --init: invalid choice: '{old_name}' (choose from 'calibrated', 'drafts')")
+        ), err
         assert not (tmp_path / "bad8").exists()
 
 
@@ -393,7 +629,8 @@ def test_every_option_of_every_subcommand_has_help_that_shows_its_default(capsys
 
 
 def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoints_and_prints_each_eval(
-        qwen_dir, tmp_path, capsys):
+    qwen_dir, tmp_path, capsys
+):
     import json
     import math
 
@@ -403,9 +640,36 @@ def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoint
     data = _jsonl(tmp_path / "train.jsonl", synthetic_texts(40, seed=0))
     held_out = _jsonl(tmp_path / "eval.jsonl", synthetic_texts(8, seed=1))
     run = tmp_path / "run"
-    assert cli.main(["train", "--base", qwen_dir, "--data", data, "--eval-data", held_out, "--out", str(run),
-                     "--steps", "4", "--batch-size", "4", "--learning-rate", "1e-3", "--log-every", "1",
-                     "--eval-every", "2", "--save-every", "1", "--save-total-limit", "2"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                qwen_dir,
+                "--data",
+                data,
+                "--eval-data",
+                held_out,
+                "--out",
+                str(run),
+                "--steps",
+                "4",
+                "--batch-size",
+                "4",
+                "--learning-rate",
+                "1e-3",
+                "--log-every",
+                "1",
+                "--eval-every",
+                "2",
+                "--save-every",
+                "1",
+                "--save-total-limit",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -414,7 +678,10 @@ def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoint
     assert [r["train/learning_rate"] for r in records] == pytest.approx(expected, rel=1e-12, abs=1e-20)
     assert max(r["train/learning_rate"] for r in records) == 1e-3
 
-    assert sorted(name for name in os.listdir(run) if name.startswith("checkpoint-")) == ["checkpoint-3", "checkpoint-4"]
+    assert sorted(name for name in os.listdir(run) if name.startswith("checkpoint-")) == [
+        "checkpoint-3",
+        "checkpoint-4",
+    ]
 
     evals = [r for r in records if any(key.startswith("eval/") for key in r)]
     assert [r["step"] for r in evals] == [2, 4]

@@ -63,8 +63,10 @@ BAD_FIELDS = [
     (dict(rope={"rope_theta": 0}), "rope_parameters.rope_theta must be a finite number in (0, 1e+30], got 0"),
     (dict(rope={"rope_theta": -5}), "rope_parameters.rope_theta must be a finite number in (0, 1e+30], got -5"),
     (dict(rope={"rope_theta": float("inf")}), "rope_parameters.rope_theta must be a finite number"),
-    (dict(rope={"rope_type": "bogus"}),
-     "rope_parameters.rope_type must be one of default, dynamic, linear, llama3, longrope"),
+    (
+        dict(rope={"rope_type": "bogus"}),
+        "rope_parameters.rope_type must be one of default, dynamic, linear, llama3, longrope",
+    ),
     (dict(rope={"rope_type": "linear"}), "config field rope_parameters: Missing required keys"),  # no factor
     (dict(attention_dropout=1.0), "attention_dropout must be a number in [0, 1), got 1.0"),
     (dict(attention_dropout=-0.5), "attention_dropout must be a number in [0, 1), got -0.5"),
@@ -80,7 +82,7 @@ BAD_FIELDS = [
     (dict(num_key_value_heads=3), "num_attention_heads (4) must be divisible by num_key_value_heads (3)"),
     (dict(num_attention_heads=64), "hidden_size / num_attention_heads (64 / 64) must give an even head size"),
     (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
-    (dict(dtype="bogus"), 'dtype must be one of float16, bfloat16, float32, float64, "auto" or null, got \'bogus\''),
+    (dict(dtype="bogus"), "dtype must be one of float16, bfloat16, float32, float64, \"auto\" or null, got 'bogus'"),
     (dict(dtype="int8"), 'dtype must be one of float16, bfloat16, float32, float64, "auto" or null'),
 ]
 
@@ -108,8 +110,17 @@ def test_the_backbone_checks_apply_to_a_config_made_in_code():
 
 
 def test_sound_backbone_fields_still_load(saved_model, tmp_path):
-    target = _edited(saved_model, tmp_path, dtype="auto", eos_token_id=[600, 601], pad_token_id=None,
-                     hidden_act="gelu", rope={"rope_theta": 5e5}, attention_dropout=0.1, initializer_range=0.0)
+    target = _edited(
+        saved_model,
+        tmp_path,
+        dtype="auto",
+        eos_token_id=[600, 601],
+        pad_token_id=None,
+        hidden_act="gelu",
+        rope={"rope_theta": 5e5},
+        attention_dropout=0.1,
+        initializer_range=0.0,
+    )
     config = CausalQwenConfig.from_pretrained(target)
     assert config.dtype is None and config.eos_token_id == [600, 601] and config.pad_token_id is None
     assert math.isclose(config.rope_parameters["rope_theta"], 5e5) and config.hidden_act == "gelu"
@@ -118,9 +129,17 @@ def test_sound_backbone_fields_still_load(saved_model, tmp_path):
     CausalQwenForCausalLM.from_pretrained(target)
 
 
-@pytest.mark.parametrize("fields", [dict(rms_norm_eps=-1.0), dict(pad_token_id=99999), dict(hidden_act="bogus"),
-                                    dict(rope={"rope_type": "bogus"}), dict(num_attention_heads=0),
-                                    dict(dtype="bogus")])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(rms_norm_eps=-1.0),
+        dict(pad_token_id=99999),
+        dict(hidden_act="bogus"),
+        dict(rope={"rope_type": "bogus"}),
+        dict(num_attention_heads=0),
+        dict(dtype="bogus"),
+    ],
+)
 def test_the_cli_refuses_a_nonsense_backbone_field_with_exit_2_and_one_line(saved_model, tmp_path, capsys, fields):
     target = _edited(saved_model, tmp_path, **fields)
     with pytest.raises(SystemExit) as exit_info:
@@ -133,6 +152,7 @@ def test_the_cli_refuses_a_nonsense_backbone_field_with_exit_2_and_one_line(save
 
 
 # ----- generation_config.mode -----
+
 
 def _with_mode(tmp_path, mode):
     model = build_tiny_causal_lm(seed=0, init_seed=0).model
@@ -166,9 +186,12 @@ def test_an_invalid_saved_generation_mode_is_refused_naming_file_and_field(tmp_p
     _, path = _with_mode(tmp_path, "causal")
     file = path / "generation_config.json"
     for from_model_config in (False, True):
-        file.write_text(json.dumps(json.loads(file.read_text()) | {"mode": "bogus",
-                                                                  "_from_model_config": from_model_config}))
-        message = rf"^{re.escape(str(file))}: generation_config field mode must be one of standard, causal, .* got 'bogus'$"
+        file.write_text(
+            json.dumps(json.loads(file.read_text()) | {"mode": "bogus", "_from_model_config": from_model_config})
+        )
+        message = (
+            rf"^{re.escape(str(file))}: generation_config field mode must be one of standard, causal, .* got 'bogus'$"
+        )
         with pytest.raises(ValueError, match=message):
             CausalQwenForCausalLM.from_pretrained(path)
         with pytest.raises(ValueError, match=message):
@@ -185,20 +208,33 @@ def test_saving_an_invalid_generation_mode_is_refused_before_writing(tmp_path):
 
 # ----- @strict's kind checks of the backbone, and CausalQwen's own -----
 
-@pytest.mark.parametrize("field, value", [("vocab_size", True), ("hidden_size", 64.0), ("use_cache", 1),
-                                          ("rms_norm_eps", 1), ("eos_token_id", [1, True]), ("sliding_window", 1.5)])
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("vocab_size", True),
+        ("hidden_size", 64.0),
+        ("use_cache", 1),
+        ("rms_norm_eps", 1),
+        ("eos_token_id", [1, True]),
+        ("sliding_window", 1.5),
+    ],
+)
 def test_strict_refuses_a_backbone_field_of_the_wrong_kind_naming_it(field, value):
     with pytest.raises(StrictDataclassError, match=rf"field '{field}'"):
         CausalQwenConfig(num_token_id=0, **{field: value})
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("detach_gate", "false", r"^config field detach_gate must be true or false \(a JSON boolean\), got 'false'$"),
-    ("learnable_threshold", 1, "^config field learnable_threshold must be true or false"),
-    ("num_token_id", 1.5, r"^config field num_token_id must be an integer, got 1\.5$"),
-    ("noise_init", True, "^config field noise_init must be a number, got True$"),
-    ("ovr_threshold", "100", "^config field ovr_threshold must be a number, got '100'$"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("detach_gate", "false", r"^config field detach_gate must be true or false \(a JSON boolean\), got 'false'$"),
+        ("learnable_threshold", 1, "^config field learnable_threshold must be true or false"),
+        ("num_token_id", 1.5, r"^config field num_token_id must be an integer, got 1\.5$"),
+        ("noise_init", True, "^config field noise_init must be a number, got True$"),
+        ("ovr_threshold", "100", "^config field ovr_threshold must be a number, got '100'$"),
+    ],
+)
 def test_a_causalqwen_field_of_the_wrong_kind_is_a_type_error_naming_it(field, value, message):
     with pytest.raises(TypeError, match=message):
         CausalQwenConfig(**{"num_token_id": 0, field: value})
@@ -223,9 +259,13 @@ REAL_RANGES = {
 }
 
 
-@given(field=st.sampled_from(sorted(REAL_RANGES)),
-       value=st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64),
-                       st.sampled_from([0.0, 1.0, 1e-30, 1e30, -1e30, 1.0000001e30, 0.9999999])))
+@given(
+    field=st.sampled_from(sorted(REAL_RANGES)),
+    value=st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False, width=64),
+        st.sampled_from([0.0, 1.0, 1e-30, 1e30, -1e30, 1.0000001e30, 0.9999999]),
+    ),
+)
 def test_a_real_setting_is_accepted_exactly_inside_its_range(field, value):
     assert SETTING_LIMIT == 1e30
     if REAL_RANGES[field](value):
@@ -251,8 +291,15 @@ def test_a_threshold_given_alone_fixes_it_and_a_rule_with_it_is_refused(threshol
 
 # The drafts' scale and threshold, as the design drafts give them (what a config file without the fields means).
 DRAFTS = {"abduction_scale_init": 10.0, "ovr_threshold": 100.0, "ovr_threshold_init": "fixed"}
-TINY_SIZES = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=1, num_token_id=39)
+TINY_SIZES = dict(
+    vocab_size=40,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    num_token_id=39,
+)
 
 
 def _own_fields(config) -> dict:
@@ -264,7 +311,10 @@ def _own_fields(config) -> dict:
 def test_a_config_made_in_code_starts_at_the_calibrated_scale_and_rule():
     config = CausalQwenConfig()
     assert (config.abduction_scale_init, config.ovr_threshold_init, config.ovr_threshold) == (
-        0.1, "top_two_midpoint", 0.0)
+        0.1,
+        "top_two_midpoint",
+        0.0,
+    )
 
 
 def test_a_config_made_in_code_is_what_from_qwen_makes_of_a_base_whose_logits_are_all_zero():
@@ -277,10 +327,24 @@ def test_a_config_made_in_code_is_what_from_qwen_makes_of_a_base_whose_logits_ar
     base.lm_head.weight = torch.nn.Parameter(torch.zeros_like(base.lm_head.weight))  # every logit 0, backbone kept
     torch.manual_seed(0)
     converted = CausalQwenForCausalLM.from_qwen(base, num_token_id=len(tokenizer))
-    backbone = {name: getattr(converted.config, name) for name in (
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "bos_token_id",
-        "eos_token_id", "pad_token_id", "num_token_id")}
+    backbone = {
+        name: getattr(converted.config, name)
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+            "rms_norm_eps",
+            "rope_parameters",
+            "bos_token_id",
+            "eos_token_id",
+            "pad_token_id",
+            "num_token_id",
+        )
+    }
     config = CausalQwenConfig(**backbone, tie_word_embeddings=False)
     assert _own_fields(config) == _own_fields(converted.config)
     assert converted.config.ovr_threshold == 0.0
@@ -321,8 +385,9 @@ def test_every_save_names_its_scale_and_threshold_and_loads_them_back(tmp_path, 
         assert {name: getattr(load(path), name) for name in DRAFTS} == expected
 
 
-@pytest.mark.parametrize("left_out", [tuple(DRAFTS), ("ovr_threshold_init",), ("abduction_scale_init",),
-                                      ("ovr_threshold",)])
+@pytest.mark.parametrize(
+    "left_out", [tuple(DRAFTS), ("ovr_threshold_init",), ("abduction_scale_init",), ("ovr_threshold",)]
+)
 def test_a_saved_config_that_leaves_out_the_scale_or_threshold_means_the_drafts_value(tmp_path, left_out):
     """As the files written when the drafts' values were the class defaults. The loaded model decides with the
     threshold the file means (its scale_U comes from its saved weights), and a model built from the loaded config
@@ -350,15 +415,19 @@ def test_a_keyword_at_load_wins_over_what_a_file_without_the_field_means(tmp_pat
     assert CausalQwenConfig.from_pretrained(path, abduction_scale_init=2.0).abduction_scale_init == 2.0
 
 
-@pytest.mark.parametrize("field, value, error, message", [
-    ("abduction_scale_init", None, TypeError, "config field abduction_scale_init must be a number, got None"),
-    ("ovr_threshold", None, TypeError, "config field ovr_threshold must be a number, got None"),
-    ("ovr_threshold", "100", TypeError, "config field ovr_threshold must be a number, got '100'"),
-    ("ovr_threshold_init", None, ValueError, "config field ovr_threshold_init must be one of"),
-    ("ovr_threshold_init", "calibrated", ValueError, "config field ovr_threshold_init must be one of"),
-])
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("abduction_scale_init", None, TypeError, "config field abduction_scale_init must be a number, got None"),
+        ("ovr_threshold", None, TypeError, "config field ovr_threshold must be a number, got None"),
+        ("ovr_threshold", "100", TypeError, "config field ovr_threshold must be a number, got '100'"),
+        ("ovr_threshold_init", None, ValueError, "config field ovr_threshold_init must be one of"),
+        ("ovr_threshold_init", "calibrated", ValueError, "config field ovr_threshold_init must be one of"),
+    ],
+)
 def test_a_null_or_foreign_scale_or_threshold_in_a_file_is_refused_naming_file_and_field(
-        tmp_path, field, value, error, message):
+    tmp_path, field, value, error, message
+):
     """A null is not a left-out field: it is refused, never read as the drafts' value or the class default."""
     path = _saved(tmp_path)
     config = json.loads((path / "config.json").read_text())

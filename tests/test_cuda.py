@@ -59,20 +59,34 @@ def test_every_mode_generates_on_cuda(mode):
     cpu, gpu, tokenizer = _pair()
     encoding = tokenizer(["The price is 12.5 yuan and", "A cup of tea costs"], padding_side="left")
     generator = torch.Generator(device="cuda").manual_seed(0)
-    out = generate(gpu, encoding["input_ids"].cuda(), encoding["numeric_values"].cuda(),
-                   encoding["attention_mask"].cuda(), mode=mode, max_new_tokens=5, generator=generator)
+    out = generate(
+        gpu,
+        encoding["input_ids"].cuda(),
+        encoding["numeric_values"].cuda(),
+        encoding["attention_mask"].cuda(),
+        mode=mode,
+        max_new_tokens=5,
+        generator=generator,
+    )
     assert out.sequences.device.type == "cuda" and out.sequences.shape[1] == encoding["input_ids"].shape[1] + 5
     if mode == "standard":  # no draw: the same tokens as on the CPU
-        expected = generate(cpu, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"],
-                            mode=mode, max_new_tokens=5)
+        expected = generate(
+            cpu,
+            encoding["input_ids"],
+            encoding["numeric_values"],
+            encoding["attention_mask"],
+            mode=mode,
+            max_new_tokens=5,
+        )
         assert torch.equal(out.sequences.cpu(), expected.sequences)
 
 
 def test_training_runs_on_cuda():
     _, gpu, tokenizer = _pair(gate_alpha=1.0, regression_weight=0.1)
     data = TextDataset(synthetic_texts(64, seed=0), tokenizer, max_length=40)
-    history = train(gpu, data, TrainingConfig(steps=10, batch_size=8, preset="all", log_every=5, learning_rate=1e-2),
-                    progress=False)
+    history = train(
+        gpu, data, TrainingConfig(steps=10, batch_size=8, preset="all", log_every=5, learning_rate=1e-2), progress=False
+    )
     assert history[-1]["train/total_loss"] < history[0]["train/total_loss"]
     assert all(p.device.type == "cuda" for p in gpu.parameters())
 

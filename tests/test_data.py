@@ -73,7 +73,9 @@ def test_dataset_encodes_numbers_and_appends_eos(tokenizer):
 
 def test_collate_pads_on_the_right_and_masks_labels(tokenizer):
     """Every position against the literal loop: real tokens first, then the pad id, value 0.0, mask 0 and label -100."""
-    data = TextDataset(["A week has 7 days, and a day has 24 hours.", "hi", "A cup of tea costs 1.5 dollars."], tokenizer)
+    data = TextDataset(
+        ["A week has 7 days, and a day has 24 hours.", "hi", "A cup of tea costs 1.5 dollars."], tokenizer
+    )
     items = [data[index] for index in range(len(data))]
     batch = collate(items, tokenizer.pad_token_id)
     assert list(batch) == ["input_ids", "numeric_values", "attention_mask", "labels", "numeric_labels"]
@@ -85,7 +87,9 @@ def test_collate_pads_on_the_right_and_masks_labels(tokenizer):
             real = position < length
             token = item["input_ids"][position].item() if real else tokenizer.pad_token_id
             assert batch["input_ids"][row, position].item() == token
-            assert batch["numeric_values"][row, position].item() == (item["numeric_values"][position].item() if real else 0.0)
+            assert batch["numeric_values"][row, position].item() == (
+                item["numeric_values"][position].item() if real else 0.0
+            )
             assert batch["attention_mask"][row, position].item() == int(real)
             assert batch["labels"][row, position].item() == (token if real else -100)
     assert batch["numeric_values"][2].max().item() == 1.5

@@ -16,8 +16,8 @@ from scipy import stats
 from causalqwen import CausalQwenConfig, cauchy
 from causalqwen.action import ActionOutput
 from causalqwen.decision import DecisionHead
-from causalqwen.losses import next_token_targets
 from causalqwen.inference import draw_uniform, traditional_probabilities
+from causalqwen.losses import next_token_targets
 
 C, V, NUM, IGNORE = 8, 12, 5, -100
 DECISION_MODES = ("standard", "causal", "shared_individual", "shared_noise")

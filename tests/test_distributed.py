@@ -15,9 +15,14 @@ from causalqwen.files.data import synthetic_texts
 
 BACKENDS = [
     pytest.param("gloo", id="gloo"),
-    pytest.param("nccl", id="nccl", marks=[
-        pytest.mark.cuda,
-        pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs 2 CUDA devices, one per process")]),
+    pytest.param(
+        "nccl",
+        id="nccl",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs 2 CUDA devices, one per process"),
+        ],
+    ),
 ]
 
 
@@ -29,18 +34,58 @@ def test_two_process_ddp_equals_one_process(tmp_path, backend):
     # sentences of different lengths and different numbers of <NUM>: the shards differ in padding and in
     # counts, which only a loss normalised over the global batch gets right
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in synthetic_texts(48, seed=4)))
-    common = ["train", "--base", base, "--data", str(data), "--steps", "3", "--preset", "all", "--learning-rate", "1e-3",
-              "--warmup-steps", "0", "--save-every", "3", "--log-every", "1", "--seed", "0"]
+    common = [
+        "train",
+        "--base",
+        base,
+        "--data",
+        str(data),
+        "--steps",
+        "3",
+        "--preset",
+        "all",
+        "--learning-rate",
+        "1e-3",
+        "--warmup-steps",
+        "0",
+        "--save-every",
+        "3",
+        "--log-every",
+        "1",
+        "--seed",
+        "0",
+    ]
     # the CLI takes NCCL and one CUDA device per process where CUDA is present, gloo and the CPU where it is not
     env = os.environ | {"OMP_NUM_THREADS": "1"} | ({"CUDA_VISIBLE_DEVICES": ""} if backend == "gloo" else {})
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "causalqwen.app.cli",
-         *common, "--out", str(tmp_path / "ddp"), "--batch-size", "4"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "causalqwen.app.cli",
+            *common,
+            "--out",
+            str(tmp_path / "ddp"),
+            "--batch-size",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    single_run = subprocess.run([sys.executable, "-m", "causalqwen.app.cli", *common, "--out", str(tmp_path / "single"),
-                                 "--batch-size", "8"], capture_output=True, text=True, env=env, timeout=300)
+    single_run = subprocess.run(
+        [sys.executable, "-m", "causalqwen.app.cli", *common, "--out", str(tmp_path / "single"), "--batch-size", "8"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert single_run.returncode == 0, single_run.stderr[-3000:]
 
     ddp = load_file(tmp_path / "ddp" / "model" / "model.safetensors")

@@ -19,11 +19,11 @@ from scipy import stats
 from test_trainer_compat import trainer_set_up_as_train
 from test_training import synthetic_data, tiny_model
 
+from causalqwen import train
+from causalqwen.app import runs
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.divergence import BaseLawOfU, DivergenceBound, dual_ascent, u_divergence
-from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
-from causalqwen import train
 from causalqwen.training import TrainingConfig, set_trainable
 
 
@@ -57,8 +57,12 @@ def test_u_divergence_is_the_closed_form_over_the_masked_positions_whatever_sits
     nor its gradient."""
     B, S, C = (data.draw(st.integers(1, n)) for n in (3, 5, 4))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
-    laws = [rng.normal(0, 3, (B, S, C)), np.exp(rng.normal(0, 1, (B, S, C))),
-            rng.normal(0, 3, (B, S, C)), np.exp(rng.normal(0, 1, (B, S, C)))]
+    laws = [
+        rng.normal(0, 3, (B, S, C)),
+        np.exp(rng.normal(0, 1, (B, S, C))),
+        rng.normal(0, 3, (B, S, C)),
+        np.exp(rng.normal(0, 1, (B, S, C))),
+    ]
     mask = rng.random((B, S)) < 0.6
     elsewhere = [rng.normal(0, 1e6, (B, S, C)), np.exp(rng.normal(0, 10, (B, S, C)))] * 2
     moved = [np.where(mask[..., None], law, other) for law, other in zip(laws, elsewhere)]
@@ -79,8 +83,15 @@ def test_u_divergence_of_bfloat16_laws_is_computed_in_float32():
     """Under autocast the laws of U come in bfloat16; the divergence of those very values is computed in float32."""
     rng = np.random.default_rng(1)
     shape = (3, 4, 6)
-    laws = [torch.tensor(a, dtype=torch.bfloat16) for a in (rng.normal(0, 3, shape), np.exp(rng.normal(0, 1, shape)),
-                                                            rng.normal(0, 3, shape), np.exp(rng.normal(0, 1, shape)))]
+    laws = [
+        torch.tensor(a, dtype=torch.bfloat16)
+        for a in (
+            rng.normal(0, 3, shape),
+            np.exp(rng.normal(0, 1, shape)),
+            rng.normal(0, 3, shape),
+            np.exp(rng.normal(0, 1, shape)),
+        )
+    ]
     total, _ = u_divergence(*laws)
     assert total.dtype == torch.float32
     expected = _kl64(*(law.double().numpy() for law in laws)).sum()
@@ -107,8 +118,9 @@ def test_dual_ascent_is_a_projected_gradient_step():
     assert dual_ascent(3.0, 9.0, 0.5, 0.0) == 3.0  # eta = 0: a fixed penalty
 
 
-@pytest.mark.parametrize("preset,kind", [("causal", "embedding_and_abduction"), ("abduction", "abduction"),
-                                         ("all", "backbone")])
+@pytest.mark.parametrize(
+    "preset,kind", [("causal", "embedding_and_abduction"), ("abduction", "abduction"), ("all", "backbone")]
+)
 def test_the_divergence_is_zero_at_the_start_of_fine_tuning(tokenizer, preset, kind):
     model = tiny_model()
     bound = DivergenceBound(model, 0.1, preset)
@@ -151,8 +163,9 @@ def test_the_base_law_is_the_untouched_models_law(tokenizer, preset):
             expected_loc, expected_scale = starting.model.abduction(z)
     assert torch.equal(base_loc, expected_loc) and torch.equal(base_scale, expected_scale)
     total, count = bound.divergence(out, batch)
-    expected_total = _kl64(*(t.double().numpy() for t in (out.loc_U.detach(), out.scale_U.detach(),
-                                                          expected_loc, expected_scale))).sum(-1)
+    expected_total = _kl64(
+        *(t.double().numpy() for t in (out.loc_U.detach(), out.scale_U.detach(), expected_loc, expected_scale))
+    ).sum(-1)
     expected_mean = expected_total[batch["attention_mask"].bool().numpy()].mean()
     np.testing.assert_allclose(float(total.detach()) / int(count), expected_mean, rtol=1e-4)
     assert float(total.detach()) > 0
@@ -177,9 +190,19 @@ def test_the_penalty_gradient_is_the_multiplier_times_the_divergence_gradient(to
 
 def _run(tokenizer, max_u_divergence, steps=120, **extra):
     model = tiny_model(gate_alpha=1.0, regression_weight=0.1)
-    config = TrainingConfig(steps=steps, batch_size=8, learning_rate=1e-2, warmup_steps=5, preset="abduction",
-                            log_every=5, eval_every=10_000, save_every=10_000, seed=0,
-                            max_u_divergence=max_u_divergence, **extra)
+    config = TrainingConfig(
+        steps=steps,
+        batch_size=8,
+        learning_rate=1e-2,
+        warmup_steps=5,
+        preset="abduction",
+        log_every=5,
+        eval_every=10_000,
+        save_every=10_000,
+        seed=0,
+        max_u_divergence=max_u_divergence,
+        **extra,
+    )
     starting = copy.deepcopy(model)
     history = train(model, synthetic_data(tokenizer, 96), config, progress=False)
     return model, starting, history
@@ -203,13 +226,24 @@ def test_the_bound_holds_where_unconstrained_training_moves_far(tokenizer):
     assert held < 1.5 * epsilon  # with it, the held-out divergence stays near the bound
     logged = [record["constraint/u_divergence"] for record in history]
     assert max(record["constraint/multiplier"] for record in history) > 0  # the constraint was active
-    assert np.mean(logged[len(logged) // 2:]) < 1.25 * epsilon
+    assert np.mean(logged[len(logged) // 2 :]) < 1.25 * epsilon
     assert all(record["constraint/max_u_divergence"] == epsilon for record in history)
 
 
 def test_resume_with_the_bound_is_bit_exact(tokenizer, tmp_path, killed_after_first_save):
-    config = TrainingConfig(steps=7, batch_size=5, learning_rate=1e-2, warmup_steps=2, preset="causal", eval_every=100,
-                            save_every=3, log_every=1, seed=0, max_u_divergence=0.05, divergence_dual_lr=5.0)
+    config = TrainingConfig(
+        steps=7,
+        batch_size=5,
+        learning_rate=1e-2,
+        warmup_steps=2,
+        preset="causal",
+        eval_every=100,
+        save_every=3,
+        log_every=1,
+        seed=0,
+        max_u_divergence=0.05,
+        divergence_dual_lr=5.0,
+    )
     uninterrupted = tiny_model()
     full_history = train(uninterrupted, synthetic_data(tokenizer), config, None, str(tmp_path / "a"), progress=False)
     assert any(record["constraint/multiplier"] > 0 for record in full_history)
@@ -225,21 +259,49 @@ def test_resume_with_the_bound_is_bit_exact(tokenizer, tmp_path, killed_after_fi
 
 
 def test_resume_refuses_a_checkpoint_without_the_bound_state(tokenizer, tmp_path):
-    config = dict(steps=4, batch_size=4, learning_rate=1e-2, warmup_steps=1, preset="causal", save_every=2,
-                  eval_every=100, log_every=1, seed=0, max_u_divergence=0.1)
-    train(tiny_model(), synthetic_data(tokenizer), TrainingConfig(**config | {"steps": 2}), None, str(tmp_path), progress=False)
+    config = dict(
+        steps=4,
+        batch_size=4,
+        learning_rate=1e-2,
+        warmup_steps=1,
+        preset="causal",
+        save_every=2,
+        eval_every=100,
+        log_every=1,
+        seed=0,
+        max_u_divergence=0.1,
+    )
+    train(
+        tiny_model(),
+        synthetic_data(tokenizer),
+        TrainingConfig(**config | {"steps": 2}),
+        None,
+        str(tmp_path),
+        progress=False,
+    )
     (tmp_path / "checkpoint-2" / runs.BOUND_TENSORS).unlink()
     with pytest.raises(OSError, match="has no divergence_reference.safetensors"):
-        train(tiny_model(), synthetic_data(tokenizer), TrainingConfig(**config), None, str(tmp_path), resume=True,
-              allow_changed_settings=True, progress=False)
+        train(
+            tiny_model(),
+            synthetic_data(tokenizer),
+            TrainingConfig(**config),
+            None,
+            str(tmp_path),
+            resume=True,
+            allow_changed_settings=True,
+            progress=False,
+        )
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("max_u_divergence", -0.1, "max_u_divergence must be a finite number >= 0 or None"),
-    ("max_u_divergence", float("nan"), "max_u_divergence must be a finite number"),
-    ("max_u_divergence", "0.1", "max_u_divergence must be"),
-    ("divergence_dual_lr", -1.0, "divergence_dual_lr must be a finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("max_u_divergence", -0.1, "max_u_divergence must be a finite number >= 0 or None"),
+        ("max_u_divergence", float("nan"), "max_u_divergence must be a finite number"),
+        ("max_u_divergence", "0.1", "max_u_divergence must be"),
+        ("divergence_dual_lr", -1.0, "divergence_dual_lr must be a finite number >= 0"),
+    ],
+)
 def test_bad_bound_settings_are_refused(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainingConfig(**{field: value})
@@ -264,23 +326,43 @@ def test_the_trainer_path_follows_the_training_loop(tmp_path):
 
     from causalqwen import DivergenceBoundTrainer
 
-    config = TrainingConfig(steps=6, batch_size=12, learning_rate=2e-2, warmup_steps=1, log_every=1, eval_every=100,
-                            save_every=100, preset="causal", max_u_divergence=0.02, divergence_dual_lr=10.0)
+    config = TrainingConfig(
+        steps=6,
+        batch_size=12,
+        learning_rate=2e-2,
+        warmup_steps=1,
+        log_every=1,
+        eval_every=100,
+        save_every=100,
+        preset="causal",
+        max_u_divergence=0.02,
+        divergence_dual_lr=10.0,
+    )
     ours, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     data = TextDataset(synthetic_texts(12, seed=0), tokenizer, max_length=32)
     history = train(ours, data, config, progress=False)
 
     theirs, (optimizer, scheduler), args = trainer_set_up_as_train(config, tmp_path)
-    trainer = DivergenceBoundTrainer(model=theirs, args=args, train_dataset=data, optimizers=(optimizer, scheduler),
-                                     data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
-                                     max_u_divergence=config.max_u_divergence, preset=config.preset,
-                                     divergence_dual_lr=config.divergence_dual_lr)
+    trainer = DivergenceBoundTrainer(
+        model=theirs,
+        args=args,
+        train_dataset=data,
+        optimizers=(optimizer, scheduler),
+        data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
+        max_u_divergence=config.max_u_divergence,
+        preset=config.preset,
+        divergence_dual_lr=config.divergence_dual_lr,
+    )
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == config.steps
     for name in ("constraint/u_divergence", "constraint/multiplier"):
-        torch.testing.assert_close(torch.tensor([entry[name] for entry in logged]),
-                                   torch.tensor([record[name] for record in history]), rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(
+            torch.tensor([entry[name] for entry in logged]),
+            torch.tensor([record[name] for record in history]),
+            rtol=1e-4,
+            atol=1e-6,
+        )
     assert max(record["constraint/multiplier"] for record in history) > 0  # the bound was active
     for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)

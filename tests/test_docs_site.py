@@ -193,9 +193,9 @@ class Visit:
         self.page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
         self.page.on(
             "console",
-            lambda message: self.errors.append(f"console {message.type}: {message.text}")
-            if message.type == "error"
-            else None,
+            lambda message: (
+                self.errors.append(f"console {message.type}: {message.text}") if message.type == "error" else None
+            ),
         )
 
     def _route(self, route):
@@ -250,7 +250,9 @@ def test_every_page_renders_offline(site_url, browser):
             if problems:
                 failures[page or "/"] = problems
             summary[page or "/"] = {
-                "formulas": report["formulas"], "diagrams": len(report["diagrams"]), "images": report["images"]
+                "formulas": report["formulas"],
+                "diagrams": len(report["diagrams"]),
+                "images": report["images"],
             }
             for name, target in SCREENSHOTS.items():
                 if page == target:
@@ -321,7 +323,9 @@ def test_broken_diagram_is_caught(site_url, browser):
     assert _problems(report), report
 
 
-@pytest.mark.parametrize("query, expected_page", [("abduction", "abduction/"), ("柯西", "glossary/"), ("外生噪声", "action/")])
+@pytest.mark.parametrize(
+    "query, expected_page", [("abduction", "abduction/"), ("柯西", "glossary/"), ("外生噪声", "action/")]
+)
 def test_search_serves_english_and_chinese(site_url, browser, query, expected_page):
     """The built-in search (lunr, with jieba's segmentation of the Chinese at build time) finds both."""
     visit = Visit(browser)

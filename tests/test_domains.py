@@ -38,6 +38,7 @@ def small_base(tmp_path_factory):
 # Corpora
 # ---------------------------------------------------------------------------------------------
 
+
 def test_domain_a_is_deterministic_differs_across_seeds_and_has_no_numbers():
     first, again, other = A.domain_a_texts(300, 0), A.domain_a_texts(300, 0), A.domain_a_texts(300, 1)
     assert first == again
@@ -77,7 +78,7 @@ def test_grammar_and_numeric_tokenizer_find_exactly_the_generated_numbers(option
         found = find_numbers(record.text)
         assert [(n.start, n.end, n.text) for n in found] == [(n.start, n.end, n.text) for n in record.numbers]
         assert [n.value for n in found] == [n.value for n in record.numbers]
-        assert all(record.text[n.start:n.end] == n.text for n in record.numbers)
+        assert all(record.text[n.start : n.end] == n.text for n in record.numbers)
         assert all(float(np.float32(float(n.text))) == n.value for n in record.numbers)  # value = the written text
         ids, values = tokenizer.encode(record.text)
         assert ids.count(tokenizer.num_token_id) == len(record.numbers)
@@ -150,6 +151,7 @@ def test_batch_order_is_a_function_of_its_arguments_and_covers_each_epoch():
 # ---------------------------------------------------------------------------------------------
 # The pretrained base and its cache
 # ---------------------------------------------------------------------------------------------
+
 
 def _tiny_tokenizer():
     from causalqwen.app.tiny import build_tiny_tokenizer
@@ -232,6 +234,7 @@ def test_pretrain_loss_a_is_the_token_mean_cross_entropy(small_base):
 # Qwen-side fine-tuning
 # ---------------------------------------------------------------------------------------------
 
+
 def _batch(tokenizer, texts):
     return B.collate_rows(B.encode_qwen_rows(tokenizer, texts), tokenizer.pad_token_id)
 
@@ -239,8 +242,9 @@ def _batch(tokenizer, texts):
 @pytest.mark.parametrize("variant", ["head", "adapter", "lora"])
 def test_variants_start_at_the_base_logits_with_the_stated_parameter_count(small_base, variant):
     base, tokenizer, _ = small_base
-    model, n_trainable = Q.finetune_qwen(base, tokenizer, ["x"], variant, steps=0, batch_size=1,
-                                         learning_rate=1e-3, seed=0, lora_rank=4)
+    model, n_trainable = Q.finetune_qwen(
+        base, tokenizer, ["x"], variant, steps=0, batch_size=1, learning_rate=1e-3, seed=0, lora_rank=4
+    )
     vocab, hidden = base.lm_head.weight.shape
     adapter = 2 * hidden * hidden + 2 * hidden
     expected = {"head": vocab * hidden + vocab + adapter, "adapter": adapter}.get(variant)
@@ -275,6 +279,7 @@ def test_finetuning_trains_only_its_parameters_and_leaves_the_base_alone(small_b
 # ---------------------------------------------------------------------------------------------
 # Metric definitions
 # ---------------------------------------------------------------------------------------------
+
 
 def _ece_oracle(confidence, correct, bins=15):
     total, n = 0.0, len(confidence)
@@ -320,13 +325,13 @@ class _OracleQwen(nn.Module):
         self.anchor = nn.Parameter(torch.zeros(1))
         self.config = SimpleNamespace(vocab_size=vocab)
         self.big = big
-        self.next = {tuple(row[:i + 1]): row[i + 1] for row in rows for i in range(len(row) - 1)}
+        self.next = {tuple(row[: i + 1]): row[i + 1] for row in rows for i in range(len(row) - 1)}
 
     def forward(self, input_ids, attention_mask=None, **_):
         logits = torch.zeros(*input_ids.shape, self.config.vocab_size)
         for b, row in enumerate(input_ids.tolist()):
             for i in range(len(row)):
-                token = self.next.get(tuple(row[:i + 1]))
+                token = self.next.get(tuple(row[: i + 1]))
                 if token is not None:
                     logits[b, i, token] = self.big
         return SimpleNamespace(logits=logits)
@@ -367,7 +372,7 @@ def test_evaluate_qwen_on_a_model_that_knows_the_texts(small_base):
     for r in records:  # the last number of every template is its target
         last = r.numbers[-1]
         guess = f"{last.value + 3:.1f}" if r.template == "price" else str(int(last.value) + 3)
-        answers.append(r.text[:last.start] + guess + r.text[last.end:])
+        answers.append(r.text[: last.start] + guess + r.text[last.end :])
     told = _OracleQwen(B.encode_qwen_rows(tokenizer, answers), vocab)
     result = E.evaluate_qwen(told, tokenizer, records)
     truth = np.array([n.value for r in records for n in r.numbers])
@@ -465,8 +470,11 @@ def test_both_evaluators_score_the_same_text_targets(small_base):
     for record in D.domain_b_records(60, 11) + D.domain_b_records(20, 11, extrapolate=True):
         encoded = tokenizer(record.text, add_special_tokens=False, return_offsets_mapping=True)
         spans = [(n.start, n.end) for n in record.numbers]
-        qwen_text = [i for i, (s, e) in zip(encoded["input_ids"], encoded["offset_mapping"])
-                     if not any(s < b and e > a for a, b in spans)]
+        qwen_text = [
+            i
+            for i, (s, e) in zip(encoded["input_ids"], encoded["offset_mapping"])
+            if not any(s < b and e > a for a, b in spans)
+        ]
         causal_text = [i for i in numeric.encode(record.text)[0] if i != numeric.num_token_id]
         assert qwen_text == causal_text
 
@@ -476,8 +484,9 @@ def test_evaluators_run_on_the_real_models(small_base):
     records = D.domain_b_records(10, 12)
     qwen = E.evaluate_qwen(base, tokenizer, records)
     numeric = NumericTokenizer(_tiny_tokenizer())
-    causal = E.evaluate_causal(CausalQwenForCausalLM.from_qwen(base, num_token_id=numeric.num_token_id), numeric,
-                               records)
+    causal = E.evaluate_causal(
+        CausalQwenForCausalLM.from_qwen(base, num_token_id=numeric.num_token_id), numeric, records
+    )
     for key in ("text_positions", "n_numbers", "target_n"):
         assert qwen[key] == causal[key]
     assert set(qwen["by_group"]) == set(causal["by_group"])

@@ -22,9 +22,22 @@ from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.inference import MODES
 
 PACKAGE = os.path.dirname(__import__("causalqwen").__file__)
-SYNCING = {torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.nonzero, torch.nonzero,
-           torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.numpy,
-           torch.Tensor.masked_select, torch.masked_select, torch.unique, torch.Tensor.unique, torch.argwhere}
+SYNCING = {
+    torch.Tensor.__bool__,
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.nonzero,
+    torch.nonzero,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+    torch.Tensor.numpy,
+    torch.Tensor.masked_select,
+    torch.masked_select,
+    torch.unique,
+    torch.Tensor.unique,
+    torch.argwhere,
+}
 
 
 class HostSyncs(TorchFunctionMode):
@@ -36,8 +49,10 @@ class HostSyncs(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         index = args[1] if func is torch.Tensor.__getitem__ and len(args) > 1 else None
-        boolean_index = any(isinstance(i, torch.Tensor) and i.dtype == torch.bool
-                            for i in (index if isinstance(index, tuple) else (index,)))
+        boolean_index = any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool
+            for i in (index if isinstance(index, tuple) else (index,))
+        )
         if func in SYNCING or boolean_index:
             frame = sys._getframe(1)
             while frame is not None and f"{os.sep}torch{os.sep}" in frame.f_code.co_filename:
@@ -76,8 +91,16 @@ def test_generation_synchronises_at_most_once_per_token(tiny, mode, padded):
     counts = {}
     for tokens in (4, 12):
         with HostSyncs() as syncs:
-            out = generate(model, enc["input_ids"], enc["numeric_values"], enc["attention_mask"], mode=mode,
-                           max_new_tokens=tokens, eos_token_id=[], generator=torch.Generator().manual_seed(0))
+            out = generate(
+                model,
+                enc["input_ids"],
+                enc["numeric_values"],
+                enc["attention_mask"],
+                mode=mode,
+                max_new_tokens=tokens,
+                eos_token_id=[],
+                generator=torch.Generator().manual_seed(0),
+            )
         assert out.sequences.shape[1] == enc["input_ids"].shape[1] + tokens
         counts[tokens] = (len(syncs.ours), len(syncs.theirs))
     per_token = (counts[12][0] - counts[4][0]) / 8  # the door's checks happen once, before the first token
@@ -93,8 +116,9 @@ def test_the_tiled_argmax_is_predict(tiny):
     with torch.no_grad():
         out = model(**enc)
         literal, _ = model.action.predict(model.action(out.loc_U, out.scale_U))
-        tiled = model.action.standard_token(out.loc_U.reshape(-1, out.loc_U.shape[-1]),
-                                            out.scale_U.reshape(-1, out.loc_U.shape[-1]))
+        tiled = model.action.standard_token(
+            out.loc_U.reshape(-1, out.loc_U.shape[-1]), out.scale_U.reshape(-1, out.loc_U.shape[-1])
+        )
     assert torch.equal(tiled, literal.reshape(-1))
 
 
@@ -123,8 +147,13 @@ _MEMORY_SCRIPT = textwrap.dedent("""
 
 def test_the_log_step_stays_within_the_training_steps_memory():
     """At V = 131072 the [8, 63, V] decisions are 264 MB per float32 tensor; the log step must not form them."""
-    done = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True, text=True, timeout=300,
-                          env=os.environ | {"OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", _MEMORY_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     step_kb, logged_kb, accuracy = done.stdout.split()
     assert 0.0 <= float(accuracy) <= 1.0
@@ -173,8 +202,13 @@ def test_generation_checks_the_prompt_at_its_door_and_runs_every_step_unchecked(
     def run(values):
         if loop == "causalqwen.generate":
             return generate(model, enc["input_ids"], values, enc["attention_mask"], max_new_tokens=3)
-        return model.generate(enc["input_ids"], numeric_values=values, attention_mask=enc["attention_mask"],
-                              max_new_tokens=3, return_dict_in_generate=True)
+        return model.generate(
+            enc["input_ids"],
+            numeric_values=values,
+            attention_mask=enc["attention_mask"],
+            max_new_tokens=3,
+            return_dict_in_generate=True,
+        )
 
     with pytest.raises(ValueError, match="numeric_values must be 0 wherever input_ids is not <NUM>"):
         run(bad)  # the door looks at the prompt
@@ -199,8 +233,13 @@ def test_with_validation_off_the_generation_door_takes_the_prompt_as_checked(tin
     def run(values):
         if loop == "causalqwen.generate":
             return generate(model, enc["input_ids"], values, enc["attention_mask"], max_new_tokens=4)
-        return model.generate(enc["input_ids"], numeric_values=values, attention_mask=enc["attention_mask"],
-                              max_new_tokens=4, return_dict_in_generate=True)
+        return model.generate(
+            enc["input_ids"],
+            numeric_values=values,
+            attention_mask=enc["attention_mask"],
+            max_new_tokens=4,
+            return_dict_in_generate=True,
+        )
 
     checked = run(enc["numeric_values"])
     cauchy.set_validate_args(False)

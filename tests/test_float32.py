@@ -53,8 +53,11 @@ def _float32_nearest(exact: Fraction) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-@given(st.floats(width=32, min_value=2.0**-126, max_value=float(np.finfo(np.float32).max)), st.sampled_from([-1, 0, 1]),
-       st.integers(160, 200))
+@given(
+    st.floats(width=32, min_value=2.0**-126, max_value=float(np.finfo(np.float32).max)),
+    st.sampled_from([-1, 0, 1]),
+    st.integers(160, 200),
+)
 def test_nearest_float32_settles_literals_at_and_around_a_midpoint(value, side, digits):
     """Between a float32 and the next one, the midpoint goes to the even one, and a literal a hair above or below
     it (too close for float64 to tell apart) to the nearer one: against exact rational rounding."""
@@ -81,8 +84,17 @@ def test_within_float32_precision_is_the_exact_relative_bound(multiple, nudge):
     assert within_float32_precision(exact, value) == oracle
 
 
-@given(st.lists(st.tuples(st.floats(width=32, min_value=2.0**-149, max_value=float(np.finfo(np.float32).max)),
-                          st.sampled_from([-1, 0, 1]), st.integers(30, 60)), min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(width=32, min_value=2.0**-149, max_value=float(np.finfo(np.float32).max)),
+            st.sampled_from([-1, 0, 1]),
+            st.integers(30, 60),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_nearest_float32_many_is_nearest_float32_of_each(cases):
     """Literals at, a hair above and a hair below float32 midpoints (where float64 cannot tell them apart), and at
     the overflow threshold: rounded together, each gets exactly what `nearest_float32` gives it alone."""
@@ -139,10 +151,16 @@ def test_format_number_table(value, expected):
         (10**400, ValueError, "overflows float32"),
         (1e-50, ValueError, r"cannot format 1e-50: it is not zero but underflows float32 \(it rounds to 0\)"),
         (-1e-46, ValueError, r"cannot format -1e-46: it is not zero but underflows float32"),
-        (3e-45, ValueError,
-         r"cannot format 3e-45: float32 holds it only as the subnormal 2\.802597e-45, off by 0\.066"),
-        (1e-40, ValueError,
-         r"cannot format 1e-40: float32 holds it only as the subnormal 9\.999946e-41, off by 5\.4e-06"),
+        (
+            3e-45,
+            ValueError,
+            r"cannot format 3e-45: float32 holds it only as the subnormal 2\.802597e-45, off by 0\.066",
+        ),
+        (
+            1e-40,
+            ValueError,
+            r"cannot format 1e-40: float32 holds it only as the subnormal 9\.999946e-41, off by 5\.4e-06",
+        ),
         (True, TypeError, "real number"),
         ("5", TypeError, "real number"),
         (None, TypeError, "real number"),
@@ -224,26 +242,32 @@ def test_format_number_writes_subnormals_faithfully(multiple, negative):
     assert "e-" in text and not text.endswith(".0")
 
 
-@pytest.mark.parametrize("value, expected", [
-    (2.0**-149, "1.4012985e-45"),  # numpy's shortest unique text is "1e-45", 29% off
-    (2 * 2.0**-149, "2.802597e-45"),  # the float32 of "3e-45"
-    (-(2.0**-126 - 2.0**-149), "-1.1754942e-38"),  # the largest subnormal
-    (2.0**-126, "1.1754944e-38"),  # the smallest normal: numpy's text, which is within 2**-24
-    (np.float32(1e-40), "9.999946e-41"),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (2.0**-149, "1.4012985e-45"),  # numpy's shortest unique text is "1e-45", 29% off
+        (2 * 2.0**-149, "2.802597e-45"),  # the float32 of "3e-45"
+        (-(2.0**-126 - 2.0**-149), "-1.1754942e-38"),  # the largest subnormal
+        (2.0**-126, "1.1754944e-38"),  # the smallest normal: numpy's text, which is within 2**-24
+        (np.float32(1e-40), "9.999946e-41"),
+    ],
+)
 def test_format_number_subnormal_table(value, expected):
     assert format_number(value) == expected
     assert bits(parse_number(expected)) == bits(float(value))
 
 
-@pytest.mark.parametrize("literal, expected", [
-    ("1" + "0" * 1_000_000, math.inf),  # a million digits: beyond float32
-    ("0." + "0" * 100_000 + "1", 0.0),  # below half the smallest subnormal
-    ("340282356779733661637539395458142568447", float(np.finfo(np.float32).max)),  # a hair below the threshold
-    ("340282356779733661637539395458142568448", math.inf),  # 2**128 - 2**103 exactly: the tie goes to 2**128
-    (format(Decimal(2.0**-150), "f"), 0.0),  # halfway between 0 and 2**-149: to the even one, 0
-    (format(Decimal(3 * 2.0**-150), "f"), 2 * 2.0**-149),  # halfway between 2**-149 and 2**-148: to 2**-148
-])
+@pytest.mark.parametrize(
+    "literal, expected",
+    [
+        ("1" + "0" * 1_000_000, math.inf),  # a million digits: beyond float32
+        ("0." + "0" * 100_000 + "1", 0.0),  # below half the smallest subnormal
+        ("340282356779733661637539395458142568447", float(np.finfo(np.float32).max)),  # a hair below the threshold
+        ("340282356779733661637539395458142568448", math.inf),  # 2**128 - 2**103 exactly: the tie goes to 2**128
+        (format(Decimal(2.0**-150), "f"), 0.0),  # halfway between 0 and 2**-149: to the even one, 0
+        (format(Decimal(3 * 2.0**-150), "f"), 2 * 2.0**-149),  # halfway between 2**-149 and 2**-148: to 2**-148
+    ],
+)
 def test_nearest_float32_at_the_ends_of_the_range(literal, expected):
     """Literals of any length at and beyond float32's ends, against the bounds written out exactly."""
     assert bits(nearest_float32(literal)) == bits(expected)
@@ -265,28 +289,34 @@ def test_subnormal_text_is_within_float32_precision_and_reads_back(multiple):
     assert bits(float(text)) == bits(value)
 
 
-@pytest.mark.parametrize("value, oracle", [
-    (Fraction(1, 3), np.float32(1 / 3)),  # any numbers.Real
-    (np.float16(0.1), np.float32(np.float16(0.1))),  # a half: its own value, widened exactly
-    (np.float64(2.0**128 - 2.0**104), np.finfo(np.float32).max),  # the largest float32, given as a float64
-    (np.float64(np.nextafter(2.0**128 - 2.0**103, 0)), np.finfo(np.float32).max),  # a hair below overflow
-    (-(2**53 + 1), np.float32(-(2**53))),  # a Python int float64 cannot hold: rounded, not refused
-])
+@pytest.mark.parametrize(
+    "value, oracle",
+    [
+        (Fraction(1, 3), np.float32(1 / 3)),  # any numbers.Real
+        (np.float16(0.1), np.float32(np.float16(0.1))),  # a half: its own value, widened exactly
+        (np.float64(2.0**128 - 2.0**104), np.finfo(np.float32).max),  # the largest float32, given as a float64
+        (np.float64(np.nextafter(2.0**128 - 2.0**103, 0)), np.finfo(np.float32).max),  # a hair below overflow
+        (-(2**53 + 1), np.float32(-(2**53))),  # a Python int float64 cannot hold: rounded, not refused
+    ],
+)
 def test_format_number_of_other_real_types_is_numpys_float32_text(value, oracle):
     text = format_number(value)
     assert Decimal(text) == Decimal(str(oracle))
     assert bits(parse_number(text)) == bits(float(oracle))
 
 
-@pytest.mark.parametrize("value, error, match", [
-    (Decimal("1.5"), TypeError, "real number, got Decimal"),  # not a numbers.Real: refused, never guessed
-    (np.bool_(True), TypeError, "real number, got bool"),
-    (1 + 2j, TypeError, "real number, got complex"),
-    ([1.0], TypeError, "real number, got list"),
-    (np.float64(2.0**128 - 2.0**103), ValueError, "overflows float32"),  # the tie rounds to 2**128
-    (-(10**400), ValueError, "overflows float32"),
-    (np.float64(-np.inf), ValueError, "no NaN or infinity"),
-])
+@pytest.mark.parametrize(
+    "value, error, match",
+    [
+        (Decimal("1.5"), TypeError, "real number, got Decimal"),  # not a numbers.Real: refused, never guessed
+        (np.bool_(True), TypeError, "real number, got bool"),
+        (1 + 2j, TypeError, "real number, got complex"),
+        ([1.0], TypeError, "real number, got list"),
+        (np.float64(2.0**128 - 2.0**103), ValueError, "overflows float32"),  # the tie rounds to 2**128
+        (-(10**400), ValueError, "overflows float32"),
+        (np.float64(-np.inf), ValueError, "no NaN or infinity"),
+    ],
+)
 def test_format_number_names_what_it_refuses(value, error, match):
     with pytest.raises(error, match=match):
         format_number(value)

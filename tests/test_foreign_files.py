@@ -22,17 +22,24 @@ import sys
 import pytest
 import torch
 
-from causalqwen import NumericTokenizer
-from causalqwen.app import cli
+from causalqwen import NumericTokenizer, train
+from causalqwen.app import cli, runs
 from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
-from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.files.rundir import RunDirectory
-from causalqwen import train
 from causalqwen.training import TrainingConfig
 
-CONFIG = dict(steps=3, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset="all", eval_every=100, save_every=1,
-              log_every=1, seed=0)
+CONFIG = dict(
+    steps=3,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=1,
+    preset="all",
+    eval_every=100,
+    save_every=1,
+    log_every=1,
+    seed=0,
+)
 NOTE = "my notes on this checkpoint\n"
 
 
@@ -97,7 +104,8 @@ def test_the_record_lists_every_file_of_a_checkpoint_with_its_sha256(three_check
 
 
 def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_the_others(
-        tokenizer, tmp_path, killed_after_first_save, caplog):
+    tokenizer, tmp_path, killed_after_first_save, caplog
+):
     """A run killed after checkpoint-1; the user writes a note into it; the run resumes with a limit of 1."""
     out = tmp_path / "run"
     config = TrainingConfig(**CONFIG | {"steps": 4})
@@ -106,8 +114,14 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
     (out / "checkpoint-1" / "notes.txt").write_text(NOTE)
     kept = _tree(out / "checkpoint-1")
     with caplog.at_level(logging.WARNING, logger="causalqwen.app.runs"):
-        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | {"steps": 4, "save_total_limit": 1}),
-              out_dir=str(out), resume=True, progress=False)
+        train(
+            _model(),
+            _data(tokenizer),
+            TrainingConfig(**CONFIG | {"steps": 4, "save_total_limit": 1}),
+            out_dir=str(out),
+            resume=True,
+            progress=False,
+        )
     assert _checkpoints(out) == ["checkpoint-1", "checkpoint-4"]
     assert _tree(out / "checkpoint-1") == kept  # whole: the run's files beside the note, the note as written
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
@@ -115,8 +129,18 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
     assert "never deletes what it did not write" in warnings[0]
 
 
-@pytest.mark.parametrize("plant", ["note", "subdirectory", "link_to_a_file", "link_to_a_directory", "own_weights",
-                                   "unrecorded_name", "record_missing"])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "note",
+        "subdirectory",
+        "link_to_a_file",
+        "link_to_a_directory",
+        "own_weights",
+        "unrecorded_name",
+        "record_missing",
+    ],
+)
 def test_an_old_checkpoint_holding_what_the_run_did_not_write_is_kept_whole(three_checkpoints, tmp_path, plant, caplog):
     run = _copy(three_checkpoints, tmp_path)
     outside = tmp_path / "elsewhere"
@@ -210,12 +234,18 @@ def test_a_directory_of_someone_else_at_the_step_being_saved_stops_the_run_witho
     (run / "checkpoint-2").mkdir()  # not written by the run: no record
     (run / "checkpoint-2" / "notes.txt").write_text(NOTE)
     try:
-        with pytest.raises(OSError, match=r"checkpoint-2' holds notes.txt, which this run did not write.*step 2 "
-                                          "cannot be written: move that directory away and resume"):
+        with pytest.raises(
+            OSError,
+            match=r"checkpoint-2' holds notes.txt, which this run did not write.*step 2 "
+            "cannot be written: move that directory away and resume",
+        ):
             train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=claimed, progress=False)
     finally:
         claimed.release()
-    assert (run / "checkpoint-2" / "notes.txt").read_text() == NOTE and _checkpoints(run) == ["checkpoint-1", "checkpoint-2"]
+    assert (run / "checkpoint-2" / "notes.txt").read_text() == NOTE and _checkpoints(run) == [
+        "checkpoint-1",
+        "checkpoint-2",
+    ]
     assert not (run / "checkpoint-2.partial").exists()
 
 
@@ -227,13 +257,31 @@ def test_a_killed_saves_leftover_is_removed_unless_it_holds_something_else(token
     (leftover / "model.safetensors").write_bytes(b"cut short")
     (leftover / "notes.txt").write_text(NOTE)
     config = TrainingConfig(**CONFIG | {"steps": 4})
-    with pytest.raises(OSError, match=r"checkpoint-4.partial' holds notes.txt, which a checkpoint's save does not write"):
-        train(_model(), _data(tokenizer), config, out_dir=str(run), resume=True, progress=False,
-              allow_changed_settings=True)
-    assert (leftover / "notes.txt").read_text() == NOTE and (leftover / "model.safetensors").read_bytes() == b"cut short"
+    with pytest.raises(
+        OSError, match=r"checkpoint-4.partial' holds notes.txt, which a checkpoint's save does not write"
+    ):
+        train(
+            _model(),
+            _data(tokenizer),
+            config,
+            out_dir=str(run),
+            resume=True,
+            progress=False,
+            allow_changed_settings=True,
+        )
+    assert (leftover / "notes.txt").read_text() == NOTE and (
+        leftover / "model.safetensors"
+    ).read_bytes() == b"cut short"
     (leftover / "notes.txt").unlink()
-    train(_model(), _data(tokenizer), config, out_dir=str(run), resume=True, progress=False, allow_changed_settings=True)
-    assert not leftover.exists() and _checkpoints(run) == ["checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-4"]
+    train(
+        _model(), _data(tokenizer), config, out_dir=str(run), resume=True, progress=False, allow_changed_settings=True
+    )
+    assert not leftover.exists() and _checkpoints(run) == [
+        "checkpoint-1",
+        "checkpoint-2",
+        "checkpoint-3",
+        "checkpoint-4",
+    ]
     assert (run / "checkpoint-4" / runs.CHECKPOINT_RECORD).is_file()
 
 
@@ -286,8 +334,9 @@ def causal_dir(tmp_path_factory):
     return str(directory)
 
 
-def test_a_refused_option_leaves_no_output_directory_and_the_command_then_runs(causal_dir, tmp_path, data, capsys,
-                                                                              without_sinks):
+def test_a_refused_option_leaves_no_output_directory_and_the_command_then_runs(
+    causal_dir, tmp_path, data, capsys, without_sinks
+):
     out = tmp_path / "run"
     args = ["train", "--base", causal_dir, "--data", data, "--out", str(out), "--steps", "1", "--batch-size", "2"]
     for bad, message in BAD_OPTIONS:
@@ -299,8 +348,21 @@ def test_a_refused_option_leaves_no_output_directory_and_the_command_then_runs(c
 
 def test_a_refused_option_leaves_a_previous_run_untouched(causal_dir, tmp_path, data, capsys, without_sinks):
     out = tmp_path / "run"
-    args = ["train", "--base", causal_dir, "--data", data, "--out", str(out), "--steps", "2", "--batch-size", "2",
-            "--save-every", "1"]
+    args = [
+        "train",
+        "--base",
+        causal_dir,
+        "--data",
+        data,
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--save-every",
+        "1",
+    ]
     assert cli.main(args) == 0
     capsys.readouterr()
     before = _tree(out)
@@ -355,8 +417,11 @@ def test_the_pad_token_set_to_the_number_token_is_refused(tmp_path):
     directory, config_file = _saved_tokenizer(tmp_path, "<NUM>")
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps(config | {"pad_token": "<NUM>"}))
-    with pytest.raises(ValueError, match=f"{re.escape(repr(str(config_file)))} names num_token '<NUM>', which is the "
-                                         r"wrapped tokenizer's pad_token \(id 603\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"{re.escape(repr(str(config_file)))} names num_token '<NUM>', which is the "
+        r"wrapped tokenizer's pad_token \(id 603\)",
+    ):
         NumericTokenizer.from_pretrained(directory)
 
 
@@ -364,8 +429,11 @@ def test_an_ordinary_token_as_the_number_token_is_refused_naming_the_file(tmp_pa
     hf_tokenizer = build_tiny_base(seed=0)[1]
     ordinary = next(token for token, index in hf_tokenizer.get_vocab().items() if index == 100)
     directory, config_file = _saved_tokenizer(tmp_path, ordinary)
-    with pytest.raises(ValueError, match=f"names num_token {re.escape(repr(ordinary))}, which is an ordinary token of the "
-                                         r"wrapped tokenizer \(id 100\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"names num_token {re.escape(repr(ordinary))}, which is an ordinary token of the "
+        r"wrapped tokenizer \(id 100\)",
+    ):
         NumericTokenizer.from_pretrained(directory)
 
 
@@ -373,8 +441,10 @@ def test_an_ordinary_token_as_the_number_token_is_refused_naming_the_file(tmp_pa
 def test_the_constructor_refuses_the_same_tokens_by_name(num_token, clash):
     hf_tokenizer = build_tiny_base(seed=0)[1]
     size = len(hf_tokenizer)
-    with pytest.raises(ValueError, match=f"^num_token {re.escape(repr(num_token))} is {re.escape(clash)}: numbers would "
-                                         "encode as that token"):
+    with pytest.raises(
+        ValueError,
+        match=f"^num_token {re.escape(repr(num_token))} is {re.escape(clash)}: numbers would encode as that token",
+    ):
         NumericTokenizer(hf_tokenizer, num_token=num_token)
     assert len(hf_tokenizer) == size  # nothing added
 
@@ -382,8 +452,11 @@ def test_the_constructor_refuses_the_same_tokens_by_name(num_token, clash):
 def test_the_constructor_refuses_an_ordinary_token(tokenizer):
     hf_tokenizer = build_tiny_base(seed=0)[1]
     ordinary = next(token for token, index in hf_tokenizer.get_vocab().items() if index == 100)
-    with pytest.raises(ValueError, match=f"^num_token {re.escape(repr(ordinary))} is an ordinary token of the wrapped "
-                                         r"tokenizer \(id 100\), which ordinary text also produces"):
+    with pytest.raises(
+        ValueError,
+        match=f"^num_token {re.escape(repr(ordinary))} is an ordinary token of the wrapped "
+        r"tokenizer \(id 100\), which ordinary text also produces",
+    ):
         NumericTokenizer(hf_tokenizer, num_token=ordinary)
 
 

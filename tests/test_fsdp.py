@@ -37,11 +37,20 @@ def free_port() -> int:
 
 
 def run_two_processes(out_dir: Path) -> None:
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-                        "WORLD_SIZE": str(WORLD)}
+    env = os.environ | {
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(WORLD),
+    }
     processes = [
-        subprocess.Popen([sys.executable, str(WORKER), str(out_dir)], env=env | {"RANK": str(rank)},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(out_dir)],
+            env=env | {"RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in range(WORLD)
     ]
     try:

@@ -43,24 +43,47 @@ def written_at_the_rule(value: float, prompt_decimals: int | None) -> str:
 
 
 def _generated(capsys, model: str, prompt: str, *extra: str) -> list[str]:
-    assert cli.main(["generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "4", "--seed", "2",
-                     "--mode", "causal", *extra]) == 0
+    assert (
+        cli.main(
+            [
+                "generate",
+                "--model",
+                model,
+                "--prompt",
+                prompt,
+                "--max-new-tokens",
+                "4",
+                "--seed",
+                "2",
+                "--mode",
+                "causal",
+                *extra,
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out.rstrip("\n")
     assert text.startswith(prompt)
-    return NUMBER.findall(text[len(prompt):])
+    return NUMBER.findall(text[len(prompt) :])
 
 
-@pytest.mark.parametrize("prompt, prompt_decimals", [
-    ("The price is 12.50 yuan, up 3% from", 2),   # the prompt's cents
-    ("It took 1.20e3 seconds, then", -1),         # tens in the prompt: refined to two significant digits
-    ("The price rose again and again to", None),  # no number in the prompt: the unit, two significant digits
-])
-def test_generate_writes_generated_numbers_at_the_prompts_resolution_by_default(numbers_model, capsys, prompt,
-                                                                                prompt_decimals):
+@pytest.mark.parametrize(
+    "prompt, prompt_decimals",
+    [
+        ("The price is 12.50 yuan, up 3% from", 2),  # the prompt's cents
+        ("It took 1.20e3 seconds, then", -1),  # tens in the prompt: refined to two significant digits
+        ("The price rose again and again to", None),  # no number in the prompt: the unit, two significant digits
+    ],
+)
+def test_generate_writes_generated_numbers_at_the_prompts_resolution_by_default(
+    numbers_model, capsys, prompt, prompt_decimals
+):
     every_digit = _generated(capsys, numbers_model, prompt, "--number-resolution", "none")
     values = [float(np.float32(text)) for text in every_digit]
-    assert len(values) == 4 and all(text == np.format_float_positional(np.float32(value), unique=True, trim="-")
-                                    for text, value in zip(every_digit, values))  # every float32 digit
+    assert len(values) == 4 and all(
+        text == np.format_float_positional(np.float32(value), unique=True, trim="-")
+        for text, value in zip(every_digit, values)
+    )  # every float32 digit
     by_default = _generated(capsys, numbers_model, prompt)
     assert by_default == [written_at_the_rule(value, prompt_decimals) for value in values]
     assert _generated(capsys, numbers_model, prompt, "--number-resolution", "prompt") == by_default
@@ -71,17 +94,25 @@ def test_generate_text_takes_none_for_every_digit(numbers_model):
     from causalqwen.app.commands import generate_text
 
     prompt = "The price is 12.50 yuan, up 3% from"
-    every_digit = NUMBER.findall(generate_text([prompt], numbers_model, "causal", seed=2, max_new_tokens=4,
-                                               number_resolution=None)[0][len(prompt):])
-    by_default = NUMBER.findall(generate_text([prompt], numbers_model, "causal", seed=2, max_new_tokens=4)[0][len(prompt):])
+    every_digit = NUMBER.findall(
+        generate_text([prompt], numbers_model, "causal", seed=2, max_new_tokens=4, number_resolution=None)[0][
+            len(prompt) :
+        ]
+    )
+    by_default = NUMBER.findall(
+        generate_text([prompt], numbers_model, "causal", seed=2, max_new_tokens=4)[0][len(prompt) :]
+    )
     assert by_default == [written_at_the_rule(float(np.float32(text)), 2) for text in every_digit]
 
 
-@pytest.mark.parametrize("given, message", [
-    ("None", 'a power of ten, "prompt" or "none", got \'None\''),
-    ("", 'a power of ten, "prompt" or "none", got \'\''),
-    ("0.25", "must be a power of ten"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ("None", 'a power of ten, "prompt" or "none", got \'None\''),
+        ("", 'a power of ten, "prompt" or "none", got \'\''),
+        ("0.25", "must be a power of ten"),
+    ],
+)
 def test_a_bad_number_resolution_is_one_line_and_exit_2(given, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causalqwen import generate
-from causalqwen.generation import mode_draws, widened_values
 from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.inference import MODES, traditional_probabilities
 from causalqwen.float32 import format_number
+from causalqwen.generation import mode_draws, widened_values
+from causalqwen.inference import MODES, traditional_probabilities
 
 SAMPLING_MODES = ("causal", "shared_individual", "shared_noise", "traditional")
 PROMPTS = ["the price of tea rose by 12.5 percent and", "hello", "on day 3 we counted 41 birds"]
@@ -95,11 +95,13 @@ def test_a_traditional_step_samples_from_the_full_standard_decision(tiny, normal
     scale_U = torch.rand(4, model.config.causal_size, generator=g) + 0.05
     sampling = (0.8, 40, 0.9, normalize)
     with torch.no_grad():
-        choice = head.choose("traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6),
-                             sampling=sampling)
+        choice = head.choose(
+            "traditional", loc_U, scale_U, generator=torch.Generator().manual_seed(6), sampling=sampling
+        )
         full = head(loc_U, scale_U)  # [4, V] x2, [4] x2
-        probs = traditional_probabilities(full.loc_S, 0.8, 40, 0.9, scale_S=full.scale_S, threshold=head.ovr_threshold,
-                                          normalize=normalize)
+        probs = traditional_probabilities(
+            full.loc_S, 0.8, 40, 0.9, scale_S=full.scale_S, threshold=head.ovr_threshold, normalize=normalize
+        )
     token = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(6))[:, 0]
     assert torch.equal(choice.token, token)
     value = torch.where(token == model.config.num_token_id, full.loc_Y, 0.0)
@@ -155,7 +157,9 @@ def test_same_seed_same_output_different_seed_different_output(tiny, mode):
 def test_shared_individual_keeps_one_epsilon_per_sequence(tiny):
     """(u_t - loc_U,t) / scale_U,t is the same vector at every step of a row, and differs across rows."""
     _, model, numeric = tiny
-    out = _run(model, _batch(numeric), "shared_individual", max_new_tokens=6, eos_token_id=[], output_decision_inputs=True)
+    out = _run(
+        model, _batch(numeric), "shared_individual", max_new_tokens=6, eos_token_id=[], output_decision_inputs=True
+    )
     standardized = (out.decision_loc.double() - out.loc_U.double()) / out.scale_U.double()  # [B, T, C]
     torch.testing.assert_close(standardized, standardized[:, :1].expand_as(standardized), rtol=1e-4, atol=1e-5)
     assert (standardized[0, 0] - standardized[1, 0]).abs().max() > 0.1
@@ -202,8 +206,13 @@ def test_zero_new_tokens_returns_the_prompt(tiny):
 def test_model_generate_method_and_float64(tiny):
     _, model, numeric = tiny
     batch = _batch(numeric)
-    as_method = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                               attention_mask=batch["attention_mask"], max_new_tokens=4, return_dict_in_generate=True)
+    as_method = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        max_new_tokens=4,
+        return_dict_in_generate=True,
+    )
     assert torch.equal(as_method.sequences, _run(model, batch, max_new_tokens=4).sequences)
     wide = build_tiny_causal_lm(seed=0).model.double()
     out = _run(wide.eval(), batch, "causal", max_new_tokens=4, eos_token_id=[])
@@ -253,6 +262,7 @@ def test_generation_rejects_bad_input(tiny):
 
 # ----- laws of the loop, against the model's own forward -----
 
+
 @given(rows=st.lists(st.integers(1, 8), min_size=1, max_size=3), seed=st.integers(0, 2**31 - 1))
 def test_standard_generation_is_the_argmax_of_the_forward_decisions(tiny, rows, seed):
     """One step of the standard mode chooses $\\arg\\max_k P_k$ of the decision the model's forward gives at each
@@ -269,7 +279,7 @@ def test_standard_generation_is_the_argmax_of_the_forward_decisions(tiny, rows, 
     out = generate(model, ids, None, mask, max_new_tokens=1, eos_token_id=[])
     for row, n in enumerate(rows):
         with torch.no_grad():
-            alone = model(ids[row:row + 1, width - n:])  # the row without its padding
+            alone = model(ids[row : row + 1, width - n :])  # the row without its padding
         expected = predicted_token(alone.loc_S[0, -1], alone.scale_S[0, -1], model.ovr_threshold)
         assert int(out.sequences[row, -1]) == int(expected)
         value = float(alone.loc_Y[0, -1]) if int(expected) == model.config.num_token_id else 0.0
@@ -291,9 +301,16 @@ def test_the_shared_draws_are_fixed_once_per_row_and_checked(tiny):
         mode_draws(model, ids, "causal", noise=given_noise)
 
 
-@pytest.mark.parametrize("dtype, widened", [(torch.int64, torch.float32), (torch.float16, torch.float32),
-                                            (torch.bfloat16, torch.float32), (torch.float32, torch.float32),
-                                            (torch.float64, torch.float64)])
+@pytest.mark.parametrize(
+    "dtype, widened",
+    [
+        (torch.int64, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
 def test_the_values_column_is_never_narrower_than_float32(dtype, widened):
     ids = torch.zeros(1, 3, dtype=torch.long)
     values = torch.tensor([[0, 11, 0]]).to(dtype)

@@ -26,8 +26,13 @@ def tiny():
 
 
 def _hf(model, batch, **kwargs):
-    return model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                          attention_mask=batch["attention_mask"], return_dict_in_generate=True, **kwargs)
+    return model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        return_dict_in_generate=True,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("mode", ["standard", "causal", "shared_individual", "shared_noise"])
@@ -35,23 +40,48 @@ def test_model_generate_equals_the_reference_loop(tiny, mode):
     model, tokenizer, _ = tiny
     batch = tokenizer(PROMPTS, padding_side="left")
     out = _hf(model, batch, mode=mode, max_new_tokens=6, generator=torch.Generator().manual_seed(3))
-    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
-                   max_new_tokens=6, generator=torch.Generator().manual_seed(3))
+    ref = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        mode=mode,
+        max_new_tokens=6,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert isinstance(out, CausalQwenGenerateOutput)
     assert torch.equal(out.sequences, ref.sequences) and torch.equal(out.numeric_values, ref.numeric_values)
 
 
-@given(mode=st.sampled_from(["standard", "causal", "shared_individual", "shared_noise"]), seed=st.integers(0, 2**31 - 1),
-       rows=st.lists(st.sampled_from(PROMPTS), min_size=1, max_size=3), tokens=st.integers(1, 5),
-       use_cache=st.booleans())
+@given(
+    mode=st.sampled_from(["standard", "causal", "shared_individual", "shared_noise"]),
+    seed=st.integers(0, 2**31 - 1),
+    rows=st.lists(st.sampled_from(PROMPTS), min_size=1, max_size=3),
+    tokens=st.integers(1, 5),
+    use_cache=st.booleans(),
+)
 @settings(max_examples=15)
 def test_model_generate_is_the_reference_loop_for_any_prompts_and_seed(tiny, mode, seed, rows, tokens, use_cache):
     model, tokenizer, _ = tiny
     batch = tokenizer(rows, padding_side="left")
-    out = _hf(model, batch, mode=mode, max_new_tokens=tokens, use_cache=use_cache,
-              generator=torch.Generator().manual_seed(seed))
-    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
-                   max_new_tokens=tokens, use_cache=use_cache, generator=torch.Generator().manual_seed(seed))
+    out = _hf(
+        model,
+        batch,
+        mode=mode,
+        max_new_tokens=tokens,
+        use_cache=use_cache,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    ref = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        mode=mode,
+        max_new_tokens=tokens,
+        use_cache=use_cache,
+        generator=torch.Generator().manual_seed(seed),
+    )
     assert torch.equal(out.sequences, ref.sequences) and torch.equal(out.numeric_values, ref.numeric_values)
 
 
@@ -63,7 +93,7 @@ def test_a_predicted_number_carries_its_value_into_the_next_step(tiny):
     batch = tokenizer(PROMPTS, padding_side="left")
     out = _hf(model, batch, max_new_tokens=3)
     ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=3)
-    new = out.sequences[:, batch["input_ids"].shape[1]:]
+    new = out.sequences[:, batch["input_ids"].shape[1] :]
     assert (new == model.config.num_token_id).all() and (out.numeric_values[:, -3:] != 0).all()
     torch.testing.assert_close(out.numeric_values, ref.numeric_values)  # each step saw the previous values
 
@@ -72,7 +102,9 @@ def test_traditional_with_top_k_1_is_qwens_greedy_decoding(tiny):
     model, tokenizer, qwen = tiny
     batch = tokenizer(PROMPTS, padding_side="left")
     out = _hf(model, batch, mode="traditional", do_sample=True, top_k=1, max_new_tokens=6)
-    greedy = qwen.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6, do_sample=False)
+    greedy = qwen.generate(
+        batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6, do_sample=False
+    )
     assert torch.equal(out.sequences, greedy)
 
 
@@ -85,13 +117,25 @@ def test_transformers_arguments_work(tiny):
         def __call__(self, input_ids, scores, **kwargs):
             return torch.full((input_ids.shape[0],), input_ids.shape[1] >= start + 2, dtype=torch.bool)
 
-    ids = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                         attention_mask=batch["attention_mask"], max_new_tokens=9,
-                         stopping_criteria=StoppingCriteriaList([AfterTwo()]))
+    ids = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        max_new_tokens=9,
+        stopping_criteria=StoppingCriteriaList([AfterTwo()]),
+    )
     assert isinstance(ids, torch.Tensor) and ids.shape == (3, start + 2)  # without return_dict: the ids, as always
     torch.manual_seed(0)
-    sampled = _hf(model, batch, mode="traditional", do_sample=True, temperature=0.7, top_p=0.9, max_new_tokens=3,
-                  output_scores=True)
+    sampled = _hf(
+        model,
+        batch,
+        mode="traditional",
+        do_sample=True,
+        temperature=0.7,
+        top_p=0.9,
+        max_new_tokens=3,
+        output_scores=True,
+    )
     assert len(sampled.scores) == 3 and sampled.scores[0].shape == (3, model.config.vocab_size)
 
 
@@ -101,8 +145,15 @@ def test_the_mode_can_live_on_the_generation_config(tiny):
     model.generation_config.mode = "causal"
     batch = tokenizer(PROMPTS, padding_side="left")
     out = _hf(model, batch, max_new_tokens=4, generator=torch.Generator().manual_seed(5))
-    ref = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode="causal",
-                   max_new_tokens=4, generator=torch.Generator().manual_seed(5))
+    ref = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        mode="causal",
+        max_new_tokens=4,
+        generator=torch.Generator().manual_seed(5),
+    )
     assert torch.equal(out.sequences, ref.sequences)
 
 
@@ -113,19 +164,25 @@ def test_the_logits_field(tiny):
     with torch.no_grad():
         out = model(**batch)
         expected = qwen(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    torch.testing.assert_close(out.logits[..., :expected.shape[-1]], expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.logits[..., : expected.shape[-1]], expected, rtol=1e-4, atol=1e-4)
     scored = _hf(model, tokenizer(PROMPTS, padding_side="left"), max_new_tokens=1, output_scores=True)
     assert (scored.scores[0] <= 0).all()  # log-probabilities
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"mode": "causal", "do_sample": True}, ValueError, "do_sample applies to mode='traditional'"),
-    ({"mode": "greedy"}, ValueError, "mode must be one of"),
-    ({"numeric_values": None}, ValueError, r"input_ids hold <NUM> \(id \d+\) but no numeric_values"),
-    ({"num_beams": 2}, ValueError, "num_beams > 1 is not supported"),
-    ({"mode": "traditional", "do_sample": True, "num_return_sequences": 2}, ValueError,
-     "num_return_sequences > 1 is not supported"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"mode": "causal", "do_sample": True}, ValueError, "do_sample applies to mode='traditional'"),
+        ({"mode": "greedy"}, ValueError, "mode must be one of"),
+        ({"numeric_values": None}, ValueError, r"input_ids hold <NUM> \(id \d+\) but no numeric_values"),
+        ({"num_beams": 2}, ValueError, "num_beams > 1 is not supported"),
+        (
+            {"mode": "traditional", "do_sample": True, "num_return_sequences": 2},
+            ValueError,
+            "num_return_sequences > 1 is not supported",
+        ),
+    ],
+)
 def test_generate_refuses_bad_arguments(tiny, kwargs, error, match):
     model, tokenizer, _ = tiny
     batch = tokenizer(["a price of 5 yuan"])
@@ -156,6 +213,7 @@ def test_the_stock_text_generation_pipeline_runs_the_decision_modes(tiny):
 
 # ----- one forward per job, and its host synchronisations -----
 
+
 def _per_token_syncs(make_run) -> float:
     """Host synchronisations per generated token (`benchmarks.syncs.HostSyncCounter`), by differencing 1 and 9 new
     tokens: the door's checks and the prefill happen once per call."""
@@ -172,16 +230,39 @@ def test_generation_synchronises_per_token_no_more_than_qwen2(tiny, padded):
     batch = tokenizer(PROMPTS if padded else PROMPTS[:1], padding_side="left")
     ids, values, mask = batch["input_ids"], batch["numeric_values"], batch["attention_mask"]
     assert bool(mask.all()) is not padded
-    qwen_syncs = _per_token_syncs(lambda n: lambda: qwen.generate(ids, attention_mask=mask, do_sample=False,
-                                                                  max_new_tokens=n, min_new_tokens=n))
+    qwen_syncs = _per_token_syncs(
+        lambda n: lambda: qwen.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n, min_new_tokens=n)
+    )
     for mode in ("standard", "causal", "shared_noise", "traditional"):
         sampling = {"do_sample": True} if mode == "traditional" else {}
-        reference = _per_token_syncs(lambda n, mode=mode: lambda: generate(
-            model, ids, values, mask, mode=mode, max_new_tokens=n, eos_token_id=[],
-            generator=torch.Generator().manual_seed(0)))
-        native = _per_token_syncs(lambda n, mode=mode, sampling=sampling: lambda: model.generate(
-            ids, numeric_values=values, attention_mask=mask, mode=mode, max_new_tokens=n, min_new_tokens=n,
-            generator=torch.Generator().manual_seed(0), **sampling))
+        reference = _per_token_syncs(
+            lambda n, mode=mode: (
+                lambda: generate(
+                    model,
+                    ids,
+                    values,
+                    mask,
+                    mode=mode,
+                    max_new_tokens=n,
+                    eos_token_id=[],
+                    generator=torch.Generator().manual_seed(0),
+                )
+            )
+        )
+        native = _per_token_syncs(
+            lambda n, mode=mode, sampling=sampling: (
+                lambda: model.generate(
+                    ids,
+                    numeric_values=values,
+                    attention_mask=mask,
+                    mode=mode,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    generator=torch.Generator().manual_seed(0),
+                    **sampling,
+                )
+            )
+        )
         assert reference <= qwen_syncs and native <= qwen_syncs, (mode, reference, native, qwen_syncs)
         # one: the stop test; a step checks no input, and Qwen2 is handed its masks built (no look at the padding)
         assert reference == native == 1, (mode, reference, native)

@@ -77,14 +77,22 @@ def test_causal_decision_scales_are_the_noise_alone():
     """scale_S = |W_cls| |b_noise| and scale_Y = |w_reg| . |b_noise| (float64 NumPy oracle)."""
     action = _action(seed=1)
     loc_U, scale_U = _law((5,), seed=1)
-    loc, scale = decision_input("causal", loc_U, scale_U, action.noise_scale, generator=torch.Generator().manual_seed(0))
+    loc, scale = decision_input(
+        "causal", loc_U, scale_U, action.noise_scale, generator=torch.Generator().manual_seed(0)
+    )
     decision = action.decide(loc, scale)
     W = action.classification_head.weight.detach().numpy()
     w = action.regression_head.weight.detach().numpy()[0]
     noise = np.abs(action.b_noise.detach().numpy())
-    np.testing.assert_allclose(decision.scale_S.detach().numpy(), np.broadcast_to(np.abs(W) @ noise, (5, V)), rtol=1e-12)
+    np.testing.assert_allclose(
+        decision.scale_S.detach().numpy(), np.broadcast_to(np.abs(W) @ noise, (5, V)), rtol=1e-12
+    )
     np.testing.assert_allclose(decision.scale_Y.detach().numpy(), np.full(5, np.abs(w) @ noise), rtol=1e-12)
-    np.testing.assert_allclose(decision.loc_S.detach().numpy(), loc.numpy() @ W.T + action.classification_head.bias.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        decision.loc_S.detach().numpy(),
+        loc.numpy() @ W.T + action.classification_head.bias.detach().numpy(),
+        rtol=1e-12,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -93,12 +101,16 @@ def test_causal_mode_with_zero_noise_gives_no_nan(dtype):
     with torch.no_grad():
         action.b_noise.zero_()
     loc_U, scale_U = _law((6,), dtype=dtype)
-    loc, scale = decision_input("causal", loc_U, scale_U, action.noise_scale, generator=torch.Generator().manual_seed(0))
+    loc, scale = decision_input(
+        "causal", loc_U, scale_U, action.noise_scale, generator=torch.Generator().manual_seed(0)
+    )
     decision = action.decide(loc, scale)
     eps = torch.full((C,), action.scale_eps, dtype=dtype)  # the input scale, clamped (D10)
     expected_scale_S = (action.classification_head.weight.abs() @ eps).clamp_min(action.scale_eps)
     torch.testing.assert_close(decision.scale_S, expected_scale_S.expand(6, V))
-    torch.testing.assert_close(decision.scale_Y, (action.regression_head.weight.abs() @ eps).clamp_min(action.scale_eps).expand(6))
+    torch.testing.assert_close(
+        decision.scale_Y, (action.regression_head.weight.abs() @ eps).clamp_min(action.scale_eps).expand(6)
+    )
     tokens, values = predict(decision.loc_S, decision.scale_S, decision.loc_Y, 0.5, num_token_id=3)
     loc_S, scale_S = decision.loc_S.detach().double().numpy(), decision.scale_S.detach().double().numpy()
     log_p = stats.cauchy.logsf(0.5, loc=loc_S, scale=scale_S)  # P_k rounds to 0 or 1 at these tiny scales
@@ -136,7 +148,13 @@ def test_drawn_uniform_is_uniform_strictly_inside_the_unit_interval():
     assert stats.kstest(uniform.numpy(), stats.uniform.cdf).pvalue > 0.01
     # the grid (2k + 1) 2^-53 is symmetric: 1 - u is on it too, and both ends map to finite values
     ends = torch.tensor([2.0**-53, 1 - 2.0**-53], dtype=torch.float64)
-    u, _ = decision_input("causal", torch.zeros(2, 1, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64), torch.ones(1), uniform=ends[:, None])
+    u, _ = decision_input(
+        "causal",
+        torch.zeros(2, 1, dtype=torch.float64),
+        torch.ones(2, 1, dtype=torch.float64),
+        torch.ones(1),
+        uniform=ends[:, None],
+    )
     assert torch.isfinite(u).all() and u[0, 0] == -u[1, 0]
 
 
@@ -181,15 +199,42 @@ def test_decision_input_without_validation_gives_the_same_draws_and_numbers(mode
         decision_input(mode, loc_U, scale_U, -noise_scale)
 
 
-@pytest.mark.parametrize("loc_U,scale_U,noise_scale,error,match", [
-    (torch.zeros(2, 4), torch.ones(2, 4), [0.1] * 4, TypeError, "noise_scale must be a floating-point tensor"),
-    (torch.zeros(2, 4), torch.ones(2, 3), torch.ones(4), ValueError, r"loc_U and scale_U must have one shape \[\.\.\., C\]"),
-    (torch.zeros(()), torch.ones(()), torch.ones(4), ValueError, "loc_U and scale_U must have one shape"),
-    (torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4), torch.ones(4), TypeError, "loc_U must be a floating-point"),
-    (torch.zeros(2, 4), torch.full((2, 4), -1.0), torch.ones(4), ValueError, "scale_U must be >= 0 everywhere"),
-    (torch.zeros(2, 4), torch.ones(2, 4), torch.ones(3), ValueError, r"noise_scale must have shape \[C\] = \(4,\), got \(3,\)"),
-    (torch.zeros(2, 4), torch.ones(2, 4), torch.full((4,), -0.5), ValueError, "noise_scale must be >= 0 everywhere"),
-])
+@pytest.mark.parametrize(
+    "loc_U,scale_U,noise_scale,error,match",
+    [
+        (torch.zeros(2, 4), torch.ones(2, 4), [0.1] * 4, TypeError, "noise_scale must be a floating-point tensor"),
+        (
+            torch.zeros(2, 4),
+            torch.ones(2, 3),
+            torch.ones(4),
+            ValueError,
+            r"loc_U and scale_U must have one shape \[\.\.\., C\]",
+        ),
+        (torch.zeros(()), torch.ones(()), torch.ones(4), ValueError, "loc_U and scale_U must have one shape"),
+        (
+            torch.zeros(2, 4, dtype=torch.long),
+            torch.ones(2, 4),
+            torch.ones(4),
+            TypeError,
+            "loc_U must be a floating-point",
+        ),
+        (torch.zeros(2, 4), torch.full((2, 4), -1.0), torch.ones(4), ValueError, "scale_U must be >= 0 everywhere"),
+        (
+            torch.zeros(2, 4),
+            torch.ones(2, 4),
+            torch.ones(3),
+            ValueError,
+            r"noise_scale must have shape \[C\] = \(4,\), got \(3,\)",
+        ),
+        (
+            torch.zeros(2, 4),
+            torch.ones(2, 4),
+            torch.full((4,), -0.5),
+            ValueError,
+            "noise_scale must be >= 0 everywhere",
+        ),
+    ],
+)
 def test_the_law_of_U_is_checked_at_the_door(loc_U, scale_U, noise_scale, error, match):
     with pytest.raises(error, match=match):
         check_law_of_U(loc_U, scale_U, noise_scale)
@@ -369,8 +414,7 @@ def test_traditional_probabilities_without_validation_gives_the_same_distributio
     for normalize in ("softmax", "ovr"):
         checked = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0, normalize=normalize)
         with cauchy.validation(False):
-            trusted = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0,
-                                                normalize=normalize)
+            trusted = traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=scale_S, threshold=1.0, normalize=normalize)
         assert torch.equal(checked, trusted)
     with cauchy.validation(False):
         traditional_probabilities(loc_S, 0.7, 5, 0.8, scale_S=-scale_S, threshold=1.0, normalize="ovr")

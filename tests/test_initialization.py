@@ -42,7 +42,9 @@ def test_rules_equal_numpy_median_and_quantile(n, v, data):
     # torch.median takes the lower of the two middle values for an even count; NumPy averages them
     lower_median = np.sort((ordered[:, -1] + ordered[:, -2]) / 2)[(n - 1) // 2]
     assert threshold_from_logits(tensor, "top_two_midpoint") == pytest.approx(lower_median, abs=1e-9)
-    assert min(lower_median, midpoint) <= threshold_from_logits(tensor, "top_two_midpoint") <= max(lower_median, midpoint)
+    assert (
+        min(lower_median, midpoint) <= threshold_from_logits(tensor, "top_two_midpoint") <= max(lower_median, midpoint)
+    )
     assert threshold_from_logits(tensor, "top_logit_quantile", q) == pytest.approx(quantile, rel=1e-9, abs=1e-9)
 
 
@@ -93,10 +95,16 @@ def test_drafts_values_stay_reachable_and_a_fixed_threshold_is_taken_as_given():
     num = len(tokenizer)
     drafts = CausalQwenForCausalLM.from_qwen(base, num_token_id=num, **DRAFT_INIT)
     assert (drafts.config.abduction_scale_init, drafts.config.ovr_threshold, drafts.config.ovr_threshold_init) == (
-        10.0, 100.0, "fixed")
+        10.0,
+        100.0,
+        "fixed",
+    )
     fixed = CausalQwenForCausalLM.from_qwen(base, num_token_id=num, ovr_threshold=7.5)
     assert (fixed.config.ovr_threshold, fixed.config.ovr_threshold_init, fixed.config.abduction_scale_init) == (
-        7.5, "fixed", 0.1)
+        7.5,
+        "fixed",
+        0.1,
+    )
     assert set(THRESHOLD_INITS) == {"top_two_midpoint", "top_logit_quantile", "fixed"}
 
 
@@ -111,34 +119,42 @@ def test_a_calibration_batch_counts_text_positions_only():
     expected = full[text]
     torch.testing.assert_close(calibration_logits(base, {"input_ids": ids, "attention_mask": mask}, num), expected)
     batch = {"input_ids": ids, "attention_mask": mask}
-    model = CausalQwenForCausalLM.from_qwen(base, num_token_id=num, calibration=batch,
-                                            ovr_threshold_init="top_logit_quantile", ovr_threshold_quantile=0.25)
+    model = CausalQwenForCausalLM.from_qwen(
+        base, num_token_id=num, calibration=batch, ovr_threshold_init="top_logit_quantile", ovr_threshold_quantile=0.25
+    )
     top = expected.double().max(dim=-1).values.numpy()
     assert model.config.ovr_threshold == pytest.approx(np.quantile(top, 0.25), rel=1e-9)
     assert model.config.ovr_threshold_quantile == 0.25
 
 
-@pytest.mark.parametrize("overrides, calibration, message", [
-    (dict(ovr_threshold_init="top_logit"), None, "ovr_threshold_init must be one of"),
-    (dict(ovr_threshold_init=None), None, "ovr_threshold_init must be one of"),
-    (dict(ovr_threshold_init="top_logit_quantile", ovr_threshold_quantile=1.0), None, "ovr_threshold_quantile"),
-    (dict(ovr_threshold_init="top_logit_quantile", ovr_threshold_quantile=float("nan")), None, "ovr_threshold_quantile"),
-    (dict(abduction_scale_init=0.0), None, "abduction_scale_init"),
-    (dict(abduction_scale_init=-0.1), None, "abduction_scale_init"),
-    (dict(abduction_scale_init=float("inf")), None, "abduction_scale_init"),
-    (dict(abduction_scale_init=float("nan")), None, "abduction_scale_init"),
-    (dict(ovr_threshold=5.0, ovr_threshold_init="top_two_midpoint"), None, "pass one of them"),
-    (dict(ovr_threshold=5.0), {"input_ids": torch.tensor([[1, 2]])}, "calibration is read by a threshold rule"),
-    (dict(), {"input_ids": torch.tensor([[1, 2]]), "attention_mask": torch.tensor([[0, 0]])}, "no text positions"),
-    (dict(), "some text", "calibration must be a mapping"),
-    (dict(), {"input_ids": torch.tensor([[1.0, 2.0]])}, "integer tensor"),
-    (dict(), {"input_ids": torch.tensor([[1, 10**6]])}, "must lie in"),
-    (dict(), {"input_ids": torch.tensor([[1, 2]]), "mask": torch.tensor([[1, 1]])}, "unknown key"),
-    (dict(), {"inputs_ids": torch.tensor([[1, 2]])}, "calibration has no input_ids .its keys: 'inputs_ids'"),
-    (dict(ovr_threshold_init="fixed"), None, "pass ovr_threshold"),
-    (dict(ovr_threshold_quantile=0.9), None, "ovr_threshold_quantile is read by the rule"),
-    (dict(ovr_threshold=5.0, ovr_threshold_quantile=0.9), None, "ovr_threshold_quantile is read by the rule"),
-])
+@pytest.mark.parametrize(
+    "overrides, calibration, message",
+    [
+        (dict(ovr_threshold_init="top_logit"), None, "ovr_threshold_init must be one of"),
+        (dict(ovr_threshold_init=None), None, "ovr_threshold_init must be one of"),
+        (dict(ovr_threshold_init="top_logit_quantile", ovr_threshold_quantile=1.0), None, "ovr_threshold_quantile"),
+        (
+            dict(ovr_threshold_init="top_logit_quantile", ovr_threshold_quantile=float("nan")),
+            None,
+            "ovr_threshold_quantile",
+        ),
+        (dict(abduction_scale_init=0.0), None, "abduction_scale_init"),
+        (dict(abduction_scale_init=-0.1), None, "abduction_scale_init"),
+        (dict(abduction_scale_init=float("inf")), None, "abduction_scale_init"),
+        (dict(abduction_scale_init=float("nan")), None, "abduction_scale_init"),
+        (dict(ovr_threshold=5.0, ovr_threshold_init="top_two_midpoint"), None, "pass one of them"),
+        (dict(ovr_threshold=5.0), {"input_ids": torch.tensor([[1, 2]])}, "calibration is read by a threshold rule"),
+        (dict(), {"input_ids": torch.tensor([[1, 2]]), "attention_mask": torch.tensor([[0, 0]])}, "no text positions"),
+        (dict(), "some text", "calibration must be a mapping"),
+        (dict(), {"input_ids": torch.tensor([[1.0, 2.0]])}, "integer tensor"),
+        (dict(), {"input_ids": torch.tensor([[1, 10**6]])}, "must lie in"),
+        (dict(), {"input_ids": torch.tensor([[1, 2]]), "mask": torch.tensor([[1, 1]])}, "unknown key"),
+        (dict(), {"inputs_ids": torch.tensor([[1, 2]])}, "calibration has no input_ids .its keys: 'inputs_ids'"),
+        (dict(ovr_threshold_init="fixed"), None, "pass ovr_threshold"),
+        (dict(ovr_threshold_quantile=0.9), None, "ovr_threshold_quantile is read by the rule"),
+        (dict(ovr_threshold=5.0, ovr_threshold_quantile=0.9), None, "ovr_threshold_quantile is read by the rule"),
+    ],
+)
 def test_bad_initialization_settings_are_refused_by_name(overrides, calibration, message):
     base, tokenizer = build_tiny_base(seed=0)
     with pytest.raises((ValueError, TypeError), match=message):
@@ -149,8 +165,9 @@ def test_a_calibration_batch_of_numbers_only_is_refused():
     base, tokenizer = build_tiny_base(seed=0)
     num = len(tokenizer)
     with pytest.raises(ValueError, match="no text positions"):
-        initial_threshold(base, "top_two_midpoint", calibration={"input_ids": torch.full((2, 3), num)},
-                          num_token_id=num)
+        initial_threshold(
+            base, "top_two_midpoint", calibration={"input_ids": torch.full((2, 3), num)}, num_token_id=num
+        )
 
 
 def test_a_config_refuses_an_unknown_rule_and_starts_where_from_qwen_does():
@@ -159,7 +176,10 @@ def test_a_config_refuses_an_unknown_rule_and_starts_where_from_qwen_does():
     config = CausalQwenConfig(num_token_id=3)
     assert {name: getattr(config, name) for name in DEFAULT_INIT} == DEFAULT_INIT
     assert (config.abduction_scale_init, config.ovr_threshold_init, config.ovr_threshold) == (
-        0.1, "top_two_midpoint", 0.0)
+        0.1,
+        "top_two_midpoint",
+        0.0,
+    )
 
 
 def test_a_directory_saved_with_the_drafts_values_loads_with_them():
@@ -167,14 +187,18 @@ def test_a_directory_saved_with_the_drafts_values_loads_with_them():
     assert "ovr_threshold_init" not in config_text  # written before the field existed
     model = CausalQwenForCausalLM.from_pretrained(SAVED_WITH_DRAFTS).eval()
     assert (model.config.abduction_scale_init, model.config.ovr_threshold, model.config.ovr_threshold_init) == (
-        10.0, 100.0, "fixed")
+        10.0,
+        100.0,
+        "fixed",
+    )
     ids = torch.tensor([[5, 17, 40, 2, 9]])
     with torch.no_grad():
         output = model(input_ids=ids)
         probabilities = model.action.probabilities(model.action(output.loc_U, output.scale_U))
     loc_S, scale_S = output.loc_S.double().numpy(), output.scale_S.double().numpy()
-    np.testing.assert_allclose(probabilities.double().numpy(), stats.cauchy.sf(100.0, loc=loc_S, scale=scale_S),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        probabilities.double().numpy(), stats.cauchy.sf(100.0, loc=loc_S, scale=scale_S), rtol=1e-5, atol=1e-7
+    )
     torch.testing.assert_close(output.scale_U, torch.full_like(output.scale_U, 10.0), rtol=1e-6, atol=0)
 
 
@@ -186,11 +210,13 @@ def test_the_bases_own_text_holds_no_reserved_row_and_no_num_and_a_users_mask_is
     batch = tiny.tokenizer(["The price is 12.5 yuan.", "A week has 7 days."])
     mask = batch["attention_mask"].bool()
     before = mask.clone()
-    from_bool = CausalQwenForCausalLM.from_qwen(tiny.qwen, num_token_id=num, calibration={
-        "input_ids": batch["input_ids"], "attention_mask": mask})
+    from_bool = CausalQwenForCausalLM.from_qwen(
+        tiny.qwen, num_token_id=num, calibration={"input_ids": batch["input_ids"], "attention_mask": mask}
+    )
     assert torch.equal(mask, before)
-    from_long = CausalQwenForCausalLM.from_qwen(tiny.qwen, num_token_id=num, calibration={
-        "input_ids": batch["input_ids"], "attention_mask": before.long()})
+    from_long = CausalQwenForCausalLM.from_qwen(
+        tiny.qwen, num_token_id=num, calibration={"input_ids": batch["input_ids"], "attention_mask": before.long()}
+    )
     assert from_bool.config.ovr_threshold == from_long.config.ovr_threshold
 
 
@@ -208,7 +234,8 @@ def transformers_progress_bars():
 
 
 def test_the_calibration_shows_a_progress_bar_on_stderr_that_follows_transformers_switch(
-        transformers_progress_bars, capsys):
+    transformers_progress_bars, capsys
+):
     base, _ = build_tiny_base(seed=0)
     transformers_progress_bars.enable_progress_bar()
     shown = sample_calibration_batch(base, sequences=2, length=4)
@@ -229,7 +256,8 @@ def test_the_calibration_shows_a_progress_bar_on_stderr_that_follows_transformer
 
 
 def test_from_qwen_and_convert_show_the_calibration_bar_unless_transformers_bars_are_off(
-        transformers_progress_bars, qwen_dir, tmp_path, capsys):
+    transformers_progress_bars, qwen_dir, tmp_path, capsys
+):
     from causalqwen.app import cli
 
     transformers_progress_bars.enable_progress_bar()

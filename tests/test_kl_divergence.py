@@ -159,12 +159,7 @@ def _autograd(lp, sp, lq, sq, dtype):
 # Values against numerical integration
 # ---------------------------------------------------------------------------------------------
 
-GRID = [
-    (lp, sp, lq, sq)
-    for lp, sp in [(0.0, 1.0), (-1.5, 0.3)]
-    for lq in (0.0, 2.0, -7.0)
-    for sq in (0.25, 1.0, 4.0)
-]
+GRID = [(lp, sp, lq, sq) for lp, sp in [(0.0, 1.0), (-1.5, 0.3)] for lq in (0.0, 2.0, -7.0) for sq in (0.25, 1.0, 4.0)]
 
 
 def test_matches_scipy_quad_on_a_grid():
@@ -356,7 +351,10 @@ def test_invariant_under_common_shift_and_common_scaling(pair_list, shift, facto
 def test_gradcheck_float64():
     g = torch.Generator().manual_seed(0)
     lp, lq = torch.randn(8, generator=g, dtype=torch.float64) * 3, torch.randn(8, generator=g, dtype=torch.float64)
-    sp, sq = torch.rand(8, generator=g, dtype=torch.float64) * 4 + 0.2, torch.rand(8, generator=g, dtype=torch.float64) + 0.2
+    sp, sq = (
+        torch.rand(8, generator=g, dtype=torch.float64) * 4 + 0.2,
+        torch.rand(8, generator=g, dtype=torch.float64) + 0.2,
+    )
     lq[0], sq[0] = lp[0], sp[0]  # p == q: the minimum, gradient 0
     sq[1] = sp[1] * (1 + 1e-3)  # nearly equal
     inputs = [t.requires_grad_() for t in (lp, sp, lq, sq)]
@@ -398,14 +396,27 @@ def test_gradient_matches_mpmath_diff_at_extreme_points(dtype):
     cases = [_rounded(case, dtype) for case in GRADIENT_POINTS[dtype]]
     _, grads = _autograd(*zip(*cases), dtype=dtype)
     for i, case in enumerate(cases):
-        for name, grad, exact, size in zip(("loc_p", "scale_p", "loc_q", "scale_q"), grads, _mp_gradient(*case), _gradient_sizes(*case)):
-            assert abs(grad[i].item() - exact) <= 16 * EPS[dtype] * size + TINY[dtype], (case, name, grad[i].item(), exact)
+        for name, grad, exact, size in zip(
+            ("loc_p", "scale_p", "loc_q", "scale_q"), grads, _mp_gradient(*case), _gradient_sizes(*case)
+        ):
+            assert abs(grad[i].item() - exact) <= 16 * EPS[dtype] * size + TINY[dtype], (
+                case,
+                name,
+                grad[i].item(),
+                exact,
+            )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gradient_is_zero_at_p_equals_q_and_finite_at_extreme_ratios(dtype):
     big = torch.finfo(dtype).max / 4
-    cases = [(0.0, 1.0, 0.0, 1.0), (1e30, 1e-30, 1e30, 1e-30), (-big, big, -big, big), (0.0, 1e-30, 0.0, 1e30), (-big, 1.0, big, 1.0)]
+    cases = [
+        (0.0, 1.0, 0.0, 1.0),
+        (1e30, 1e-30, 1e30, 1e-30),
+        (-big, big, -big, big),
+        (0.0, 1e-30, 0.0, 1e30),
+        (-big, 1.0, big, 1.0),
+    ]
     value, grads = _autograd(*zip(*cases), dtype=dtype)
     assert bool(torch.isfinite(value).all())
     for grad in grads:

@@ -30,17 +30,49 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("causalqwen", "validation", "benchmarks")
 
 # The design's sections, in the order a number travels from text to loss (causalqwen/__init__.py lists them).
-SECTIONS = ("cauchy", "float32", "numbers", "tokenization", "embedding", "abduction", "action", "decision",
-            "losses", "inference", "generation", "writing", "configuration", "initialization", "modeling", "training",
-            "divergence", "metrics", "likelihood")
+SECTIONS = (
+    "cauchy",
+    "float32",
+    "numbers",
+    "tokenization",
+    "embedding",
+    "abduction",
+    "action",
+    "decision",
+    "losses",
+    "inference",
+    "generation",
+    "writing",
+    "configuration",
+    "initialization",
+    "modeling",
+    "training",
+    "divergence",
+    "metrics",
+    "likelihood",
+)
 SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 50
 MAX_POSITIONAL = 6
 # The sections a number's path runs through that need nothing but torch (and numpy, regex): the math layer.
-LEAF_SECTIONS = ("cauchy", "float32", "numbers", "tokenization", "embedding", "abduction", "action", "decision",
-                 "losses", "inference", "writing", "divergence", "metrics", "likelihood")
+LEAF_SECTIONS = (
+    "cauchy",
+    "float32",
+    "numbers",
+    "tokenization",
+    "embedding",
+    "abduction",
+    "action",
+    "decision",
+    "losses",
+    "inference",
+    "writing",
+    "divergence",
+    "metrics",
+    "likelihood",
+)
 # What a leaf section may import besides the standard library and the other sections.
 LEAF_EXTERNAL = {"torch", "numpy", "regex"}
 # cauchy: one closed form per method, in named sections
@@ -72,7 +104,11 @@ def functions(tree: ast.Module):
 def body_length(function: ast.FunctionDef) -> int:
     """Lines from the first statement after the docstring to the end of the function."""
     body = function.body
-    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+    if (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     return 0 if not body else function.end_lineno - body[0].lineno + 1
 
@@ -86,7 +122,7 @@ def imported_modules(path: Path, tree: ast.Module) -> set[str]:
         if isinstance(node, ast.Import):
             targets |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             if node.module:
                 targets.add(module)
@@ -135,8 +171,10 @@ def module_aliases(path: Path, tree: ast.Module) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
-                if any(target in modules and target.endswith("." + alias.name.split(".")[-1]) or target == alias.name
-                       for target in imported):
+                if any(
+                    target in modules and target.endswith("." + alias.name.split(".")[-1]) or target == alias.name
+                    for target in imported
+                ):
                     names.add(alias.asname or alias.name.split(".")[0])
     return names
 
@@ -148,10 +186,18 @@ def test_no_private_name_is_used_across_modules(path):
     uses = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES):
-            uses += [f"from {'.' * node.level}{node.module or ''} import {alias.name}" for alias in node.names
-                     if alias.name.startswith("_") and not alias.name.startswith("__")]
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            uses += [
+                f"from {'.' * node.level}{node.module or ''} import {alias.name}"
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             uses.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
     assert uses == []
 
@@ -159,17 +205,20 @@ def test_no_private_name_is_used_across_modules(path):
 def test_there_is_no_import_cycle():
     graph = {module_name(path): imported_modules(path, parsed(path)) for path in ALL_FILES}
     modules = set(graph)
-    edges = {name: {target for target in targets if target in modules and target != name}
-             for name, targets in graph.items()}
+    edges = {
+        name: {target for target in targets if target in modules and target != name} for name, targets in graph.items()
+    }
     # a package's __init__ importing its own sub-modules is not a cycle with them: drop edges into a parent
-    edges = {name: {target for target in targets if not name.startswith(target + ".")} for name, targets in edges.items()}
+    edges = {
+        name: {target for target in targets if not name.startswith(target + ".")} for name, targets in edges.items()
+    }
     cycles, state = [], {}
 
     def visit(name, trail):
         state[name] = "open"
         for target in sorted(edges[name]):
             if state.get(target) == "open":
-                cycles.append(trail[trail.index(target):] + [target])
+                cycles.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, trail + [target])
         state[name] = "done"
@@ -209,7 +258,7 @@ def test_sections_and_sub_packages_form_no_cycle():
         state[name] = "open"
         for target in sorted(edges.get(name, ())):
             if state.get(target) == "open":
-                cycles.append(trail[trail.index(target):] + [target])
+                cycles.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, trail + [target])
         state[name] = "done"
@@ -267,8 +316,9 @@ def test_importing_a_math_section_loads_no_transformers_peft_safetensors_or_hub(
 def test_every_section_has_its_own_test_file(section):
     test_file = ROOT / "tests" / f"test_{section}.py"
     assert test_file.exists()
-    assert f"causalqwen.{section}" in test_file.read_text(encoding="utf-8") or \
-        f"from causalqwen import {section}" in test_file.read_text(encoding="utf-8")
+    assert f"causalqwen.{section}" in test_file.read_text(
+        encoding="utf-8"
+    ) or f"from causalqwen import {section}" in test_file.read_text(encoding="utf-8")
 
 
 EARLIER = importlib.import_module("causalqwen.files.earlier_versions")
@@ -300,8 +350,13 @@ def test_an_old_path_split_in_two_gives_the_names_of_both_and_still_runs_with_py
     with pytest.warns(DeprecationWarning):
         old = importlib.import_module("causalqwen.cli")
     assert old.load_model_and_tokenizer is commands.load_model_and_tokenizer and old.main is cli.main
-    run = subprocess.run([sys.executable, "-W", "always", "-m", "causalqwen.cli", "convert", "--help"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-W", "always", "-m", "causalqwen.cli", "convert", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert "usage: causalqwen convert" in run.stdout and "moved to causalqwen.app.cli" in run.stderr
 
@@ -341,7 +396,10 @@ def test_a_directory_saved_before_the_move_loads_through_transformers(tmp_path):
         generator = pipeline("text-generation", model=str(saved), trust_remote_code=True)
     direct = CausalQwenForCausalLM.from_pretrained(saved)
     assert type(model).__name__ == "CausalQwenForCausalLM" and type(tokenizer).__name__ == "NumericTokenizer"
-    assert isinstance(generator, NumericTextGenerationPipeline) or type(generator).__name__ == "NumericTextGenerationPipeline"
+    assert (
+        isinstance(generator, NumericTextGenerationPipeline)
+        or type(generator).__name__ == "NumericTextGenerationPipeline"
+    )
     encoding = NumericTokenizer.from_pretrained(saved)(["It costs 2.5 dollars."])
     with torch.no_grad():
         ids, values = encoding.input_ids, encoding.numeric_values

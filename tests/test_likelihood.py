@@ -17,8 +17,14 @@ from scipy import stats
 
 from causalqwen import cauchy
 from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.likelihood import (keep_last, number_log_probability, score_continuation, score_text,
-                                   split_context, token_log_probabilities)
+from causalqwen.likelihood import (
+    keep_last,
+    number_log_probability,
+    score_continuation,
+    score_text,
+    split_context,
+    token_log_probabilities,
+)
 
 D = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
 
@@ -29,11 +35,23 @@ def _mp_log_interval(low, high, loc, scale) -> float:
         return float(mpmath.log((mpmath.atan((high - loc) / scale) - mpmath.atan((low - loc) / scale)) / mpmath.pi))
 
 
-@pytest.mark.parametrize("low, high, loc, scale", [
-    (2.45, 2.55, 2.5, 0.1), (1e8, 1e8 + 0.1, 0.0, 1.0), (-1e8 - 0.1, -1e8, 0.0, 1.0), (-1.0, 1.0, 0.0, 1.0),
-    (36.5, 37.5, 73.0, 0.01), (1e30, 1e30 + 1e15, 0.0, 1e-30), (-0.5, 0.5, 1e20, 3.0), (0.0, 1.0, 0.0, 1.0),
-    (-1.0, 0.0, 0.0, 1.0), (1e-300, 2e-300, 0.0, 1.0), (5.0, 6.0, 5.5, 1e-12), (1e15, 1e16, 0.0, 1e-3),
-])
+@pytest.mark.parametrize(
+    "low, high, loc, scale",
+    [
+        (2.45, 2.55, 2.5, 0.1),
+        (1e8, 1e8 + 0.1, 0.0, 1.0),
+        (-1e8 - 0.1, -1e8, 0.0, 1.0),
+        (-1.0, 1.0, 0.0, 1.0),
+        (36.5, 37.5, 73.0, 0.01),
+        (1e30, 1e30 + 1e15, 0.0, 1e-30),
+        (-0.5, 0.5, 1e20, 3.0),
+        (0.0, 1.0, 0.0, 1.0),
+        (-1.0, 0.0, 0.0, 1.0),
+        (1e-300, 2e-300, 0.0, 1.0),
+        (5.0, 6.0, 5.5, 1e-12),
+        (1e15, 1e16, 0.0, 1e-3),
+    ],
+)
 def test_log_interval_prob_against_mpmath(low, high, loc, scale):
     """Narrow intervals far out in a tail (where F(b) - F(a) cancels in float64), across the location, tiny scales."""
     value = cauchy.log_interval_prob(D(low), D(high), D(loc), D(scale)).item()
@@ -79,8 +97,9 @@ def test_the_numbers_written_at_one_resolution_add_up_to_one(loc, scale):
     assert total + tails == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("literal, value, resolution", [("2.50000", 2.5, 1e-5), ("-37.000000", -37.0, 1e-6),
-                                                         ("1.234567e2", 123.4567, 1e-4)])
+@pytest.mark.parametrize(
+    "literal, value, resolution", [("2.50000", 2.5, 1e-5), ("-37.000000", -37.0, 1e-6), ("1.234567e2", 123.4567, 1e-4)]
+)
 def test_a_fine_resolution_gives_the_training_losss_density(literal, value, resolution):
     """log P(interval) - log h tends to log f_Y(v) = -nll, the regression term of the training loss, as h -> 0:
     the difference is of order (h / scale)^2, plus the float64 rounding of v -/+ h/2 (a few ulps of v over h)."""
@@ -119,8 +138,9 @@ def test_ovr_token_terms_against_scipy(tiny):
     log_q = log_p - np.logaddexp.reduce(log_p, axis=-1, keepdims=True)
     expected = [log_q[i - 1, ids[i]] for i in range(start, len(ids))]
     assert score.terms == pytest.approx(expected, rel=1e-9)
-    assert token_log_probabilities(out.loc_S[0], out.scale_S[0], model.ovr_threshold).exp().sum(-1).numpy() == \
-        pytest.approx(1.0, abs=1e-12)
+    assert token_log_probabilities(out.loc_S[0], out.scale_S[0], model.ovr_threshold).exp().sum(
+        -1
+    ).numpy() == pytest.approx(1.0, abs=1e-12)
 
 
 def test_a_number_term_is_its_token_term_plus_its_interval(tiny):
@@ -135,8 +155,9 @@ def test_a_number_term_is_its_token_term_plus_its_interval(tiny):
     log_q = token_log_probabilities(out.loc_S[0], out.scale_S[0], model.ovr_threshold)[position - 1]
     loc, scale = out.loc_Y[0, position - 1].double(), out.scale_Y[0, position - 1].double()
     interval = score.terms[position - start] - log_q[tokenizer.num_token_id].item()
-    draws = cauchy.rsample(loc, scale, torch.rand(400_000, generator=torch.Generator().manual_seed(1),
-                                                  dtype=torch.float64))
+    draws = cauchy.rsample(
+        loc, scale, torch.rand(400_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    )
     fraction = ((draws > 2.45) & (draws <= 2.55)).double().mean().item()
     probability = math.exp(interval)
     assert abs(fraction - probability) <= 5 * math.sqrt(probability * (1 - probability) / 400_000) + 1e-6
@@ -144,11 +165,13 @@ def test_a_number_term_is_its_token_term_plus_its_interval(tiny):
 
 
 def test_the_same_digits_in_another_order_score_differently(tiny):
-    """"37" and "73" are both one <NUM> after the same context: the same token term; their number terms differ by
+    """ "37" and "73" are both one <NUM> after the same context: the same token term; their number terms differ by
     exactly the difference of their intervals' log-probabilities under the same law of Y."""
     model, tokenizer, _ = tiny
-    first, second = (score_continuation(model, *split_context(tokenizer, "The code 37 repeated is", continuation))
-                     for continuation in (" 37.", " 73."))
+    first, second = (
+        score_continuation(model, *split_context(tokenizer, "The code 37 repeated is", continuation))
+        for continuation in (" 37.", " 73.")
+    )
     ids, values, _, start = split_context(tokenizer, "The code 37 repeated is", " 37.")
     with torch.no_grad():
         out = model(torch.tensor([ids]), torch.tensor([values]), torch.ones(1, len(ids), dtype=torch.long))
@@ -179,8 +202,9 @@ def test_greedy_continuations_are_flagged(tiny):
 
     model, tokenizer, _ = tiny
     encoding = tokenizer("The cat", padding=False, return_tensors="pt")
-    out = generate(model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"],
-                   max_new_tokens=3)
+    out = generate(
+        model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"], max_new_tokens=3
+    )
     ids, values = out.sequences[0].tolist(), out.numeric_values[0].tolist()
     texts = encoding.number_texts[0]
     assert tokenizer.num_token_id not in ids[2:]
@@ -189,12 +213,15 @@ def test_greedy_continuations_are_flagged(tiny):
     assert not score_continuation(model, other, values, texts, encoding["input_ids"].shape[1]).is_greedy
 
 
-@pytest.mark.parametrize("context, continuation, match", [
-    ("It costs 2", ".5 dollars", "splits the number '2.5'"),
-    ("It is 12", "-34-56", "reads its numbers differently alone"),
-    ("x", "-5", "reads its numbers differently alone"),
-    ("Nothing", "", "empty"),
-])
+@pytest.mark.parametrize(
+    "context, continuation, match",
+    [
+        ("It costs 2", ".5 dollars", "splits the number '2.5'"),
+        ("It is 12", "-34-56", "reads its numbers differently alone"),
+        ("x", "-5", "reads its numbers differently alone"),
+        ("Nothing", "", "empty"),
+    ],
+)
 def test_split_context_refuses_what_cannot_be_scored(tiny, context, continuation, match):
     with pytest.raises(ValueError, match=match):
         split_context(tiny.tokenizer, context, continuation)
@@ -221,25 +248,33 @@ def test_keep_last_cuts_the_context_on_the_left_with_its_numbers(tiny):
     ids, values, texts, start = split_context(tokenizer, "It was 1 then 2 then 3 and then", " 4.5 kg.")
     kept = keep_last(ids, values, texts, start, 9, tokenizer.num_token_id)
     assert kept[0] == ids[-9:] and kept[1] == values[-9:] and len(ids) - start == 9 - kept[3]
-    assert kept[2] == texts[len(texts) - kept[0].count(tokenizer.num_token_id):]
+    assert kept[2] == texts[len(texts) - kept[0].count(tokenizer.num_token_id) :]
     score = score_continuation(model, *kept)
     assert len(score.terms) == len(ids) - start
     with pytest.raises(ValueError, match="does not fit"):
         keep_last(ids, values, texts, start, 3, tokenizer.num_token_id)
 
 
-@pytest.mark.parametrize("context, continuation", [
-    ("这本书的", "价格是12.5元。"), ("这本书的", "价格是"), ("A cup of coffee co", "sts"), ("The dog", "gy"),
-    ("I like ap", "ples"), ("The new car costs ", "25,000 dollars."), ("Hi", "\n1,250 dollars"),
-])
+@pytest.mark.parametrize(
+    "context, continuation",
+    [
+        ("这本书的", "价格是12.5元。"),
+        ("这本书的", "价格是"),
+        ("A cup of coffee co", "sts"),
+        ("The dog", "gy"),
+        ("I like ap", "ples"),
+        ("The new car costs ", "25,000 dollars."),
+        ("Hi", "\n1,250 dollars"),
+    ],
+)
 def test_the_continuation_is_scored_as_its_own_tokens_across_any_boundary(tiny, context, continuation):
     """Where the tokenizer would merge characters across the boundary, the continuation is still scored as the
     tokens of its own text (whitespace moved from the context), never part of a context token, never merged away."""
     model, tokenizer, _ = tiny
     ids, values, texts, start = split_context(tokenizer, context, continuation)
-    moved = context[len(context.rstrip()):] + continuation
+    moved = context[len(context.rstrip()) :] + continuation
     expected_ids, expected_values, expected_texts = tokenizer.encode(moved, return_number_texts=True)
     assert (ids[start:], values[start:]) == (expected_ids, expected_values)
-    assert texts[len(texts) - len(expected_texts):] == expected_texts
+    assert texts[len(texts) - len(expected_texts) :] == expected_texts
     assert ids[:start] == tokenizer.encode(context.rstrip())[0]
     assert len(score_continuation(model, ids, values, texts, start).terms) == len(expected_ids)

@@ -48,15 +48,23 @@ def test_rolling_requests_score_every_token(lm):
 
 
 def test_generate_until_writes_numbers_and_stops_outside_them(lm):
-    (text,) = lm.generate_until(_requests("generate_until", [("A bag of rice weighs", {"until": ["\n"],
-                                                                                         "max_gen_toks": 6})]))
+    (text,) = lm.generate_until(
+        _requests("generate_until", [("A bag of rice weighs", {"until": ["\n"], "max_gen_toks": 6})])
+    )
     assert isinstance(text, str) and "\n" not in text and "<NUM>" not in text
 
 
-@pytest.mark.parametrize("text, until, expected", [
-    ("2.5 kg. Next", ["."], "2.5 kg"), ("It is 3.75", ["."], "It is 3.75"), ("1,000 and 2", [","], "1,000 and 2"),
-    ("a\nb", ["\n"], "a"), ("no stop", ["."], "no stop"), ("x. 2.5", [".", "\n"], "x"),
-])
+@pytest.mark.parametrize(
+    "text, until, expected",
+    [
+        ("2.5 kg. Next", ["."], "2.5 kg"),
+        ("It is 3.75", ["."], "It is 3.75"),
+        ("1,000 and 2", [","], "1,000 and 2"),
+        ("a\nb", ["\n"], "a"),
+        ("no stop", ["."], "no stop"),
+        ("x. 2.5", [".", "\n"], "x"),
+    ],
+)
 def test_stop_strings_never_cut_a_number(text, until, expected):
     assert cut_at_stop(text, until) == expected
 
@@ -69,11 +77,16 @@ def test_lm_evals_client_runs_the_offline_task_set_with_all_three_request_types(
     assert 0.0 <= metrics["cq_numbers_gen"]["exact_match,first_number"] <= 1.0
 
 
-@pytest.mark.parametrize("arguments, match", [
-    ("pretrained=tiny,mode=greedy", "mode"), ("pretrained=tiny,number_resolution=0.3", "number_resolution"),
-    ("pretrained=tiny,token_probability=argmax", "token_probability"), ("pretrained=tiny,temprature=2", "unknown"),
-    ("pretrained=model_nope", "model_nope"),
-])
+@pytest.mark.parametrize(
+    "arguments, match",
+    [
+        ("pretrained=tiny,mode=greedy", "mode"),
+        ("pretrained=tiny,number_resolution=0.3", "number_resolution"),
+        ("pretrained=tiny,token_probability=argmax", "token_probability"),
+        ("pretrained=tiny,temprature=2", "unknown"),
+        ("pretrained=model_nope", "model_nope"),
+    ],
+)
 def test_bad_model_args_are_named(arguments, match):
     with pytest.raises(ValueError, match=match):
         CausalQwenLM.create_from_arg_string(arguments)
@@ -85,8 +98,24 @@ def test_a_split_number_is_refused_not_scored(lm):
 
 
 def test_the_command_line_runs_lm_evals_cli_with_the_model_registered(tmp_path, capsys):
-    main(["--model", "causalqwen", "--model_args", "pretrained=tiny", "--tasks", "cq_numbers_mc", "--include_path",
-          TASKS, "--limit", "2", "--device", "cpu", "--output_path", str(tmp_path)])
+    main(
+        [
+            "--model",
+            "causalqwen",
+            "--model_args",
+            "pretrained=tiny",
+            "--tasks",
+            "cq_numbers_mc",
+            "--include_path",
+            TASKS,
+            "--limit",
+            "2",
+            "--device",
+            "cpu",
+            "--output_path",
+            str(tmp_path),
+        ]
+    )
     assert "cq_numbers_mc" in capsys.readouterr().out
 
 
@@ -116,6 +145,11 @@ def test_the_trap_as_typed_stops_with_a_message_that_names_the_adapter(tmp_path,
     lm.model.save_pretrained(tmp_path)
     lm.tokenizer.save_pretrained(tmp_path)
     with pytest.raises(TypeError, match="--model causalqwen"):
-        lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={tmp_path},trust_remote_code=True,dtype=float32",
-                                tasks=["cq_numbers_mc"], task_manager=TaskManager(include_path=TASKS), limit=1,
-                                device="cpu")
+        lm_eval.simple_evaluate(
+            model="hf",
+            model_args=f"pretrained={tmp_path},trust_remote_code=True,dtype=float32",
+            tasks=["cq_numbers_mc"],
+            task_manager=TaskManager(include_path=TASKS),
+            limit=1,
+            device="cpu",
+        )

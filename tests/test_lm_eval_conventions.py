@@ -27,8 +27,8 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
-from causalqwen.app.tiny import save_tiny_base
 from causalqwen.app.lm_eval_adapter import CausalQwenLM, cut_at_stop
+from causalqwen.app.tiny import save_tiny_base
 from causalqwen.likelihood import (
     keep_last,
     score_continuation,
@@ -41,8 +41,10 @@ TEXTS = ["The price is", "Hello world, we", "A"]  # no numbers: Qwen's tokens an
 
 
 def _requests(kind: str, arguments: list[tuple], task: str | None = None) -> list[Instance]:
-    return [Instance(request_type=kind, doc={}, arguments=args, idx=0, metadata=(task, index, 1))
-            for index, args in enumerate(arguments)]
+    return [
+        Instance(request_type=kind, doc={}, arguments=args, idx=0, metadata=(task, index, 1))
+        for index, args in enumerate(arguments)
+    ]
 
 
 def _generate(model, context: str, **settings) -> str:
@@ -83,6 +85,7 @@ def causal(directories):
 
 # ---- lm-eval's conventions, against its hf model ----
 
+
 def test_the_traditional_greedy_decoding_is_hfs_greedy_decoding(hf, traditional):
     """The oracle the next tests lean on: the same requests, the same text."""
     requests = [(text, {**GREEDY, "max_gen_toks": 6}) for text in TEXTS]
@@ -122,16 +125,23 @@ def test_an_empty_stop_string_cuts_nothing(hf, traditional, lm):
     assert with_empty != "" and whole.startswith(with_empty)
     assert _generate(traditional, "The price is", **{**GREEDY, "until": ["", "\n"]}, max_gen_toks=4) == whole
     assert _generate(traditional, "The price is", **{**GREEDY, "until": ""}, max_gen_toks=4) == whole
-    assert _generate(lm, "The price is", **{**GREEDY, "until": [""]}, max_gen_toks=4) == _generate(
-        lm, "The price is", **GREEDY, max_gen_toks=4) != ""
+    assert (
+        _generate(lm, "The price is", **{**GREEDY, "until": [""]}, max_gen_toks=4)
+        == _generate(lm, "The price is", **GREEDY, max_gen_toks=4)
+        != ""
+    )
     assert cut_at_stop("2.5 kg. Next", ["", "."]) == "2.5 kg"
 
 
 def test_results_come_back_in_request_order_as_in_hf(hf, traditional, causal):
     """hf sorts by length and groups by generation kwargs, then restores the order; the adapter answers one by one.
     Each result of a mixed call is that request's result alone, in both (the causal mode's greedy draws too)."""
-    requests = [("A", {**GREEDY, "max_gen_toks": 1}), ("Hello world, we", {**GREEDY, "max_gen_toks": 3}),
-                ("The price is", {**GREEDY, "max_gen_toks": 1}), ("A", {**GREEDY, "max_gen_toks": 3})]
+    requests = [
+        ("A", {**GREEDY, "max_gen_toks": 1}),
+        ("Hello world, we", {**GREEDY, "max_gen_toks": 3}),
+        ("The price is", {**GREEDY, "max_gen_toks": 1}),
+        ("A", {**GREEDY, "max_gen_toks": 3}),
+    ]
     for model in (hf, traditional, causal):
         alone = [_generate(model, context, **settings) for context, settings in requests]
         assert model.generate_until(_requests("generate_until", requests), disable_tqdm=True) == alone
@@ -144,6 +154,7 @@ def test_results_come_back_in_request_order_as_in_hf(hf, traditional, causal):
 
 
 # ---- do_sample and the mode ----
+
 
 def test_do_sample_false_gives_the_same_text_for_a_request_in_a_sampling_mode(causal, directories):
     request = ("The price is", {**GREEDY, "max_gen_toks": 5})
@@ -180,11 +191,15 @@ def test_sampling_at_temperature_zero_in_the_traditional_mode_names_the_temperat
 
 # ---- progress bars ----
 
-@pytest.mark.parametrize("kind, arguments", [
-    ("loglikelihood", [("The price is", " 2.5 dollars."), ("A", " b")]),
-    ("loglikelihood_rolling", [("It weighs 2.5 kg.",), ("",)]),
-    ("generate_until", [("The price is", {**GREEDY, "max_gen_toks": 2})] * 2),
-])
+
+@pytest.mark.parametrize(
+    "kind, arguments",
+    [
+        ("loglikelihood", [("The price is", " 2.5 dollars."), ("A", " b")]),
+        ("loglikelihood_rolling", [("It weighs 2.5 kg.",), ("",)]),
+        ("generate_until", [("The price is", {**GREEDY, "max_gen_toks": 2})] * 2),
+    ],
+)
 def test_each_request_type_runs_under_a_progress_bar_unless_disabled(lm, capsys, kind, arguments):
     getattr(lm, kind)(_requests(kind, arguments))
     assert re.search(rf"Running {kind} requests: 100%.*2/2", capsys.readouterr().err)
@@ -194,37 +209,42 @@ def test_each_request_type_runs_under_a_progress_bar_unless_disabled(lm, capsys,
 
 # ---- model_args, each checked at the door ----
 
-@pytest.mark.parametrize("arguments, named", [
-    ("seed=abc", r"seed must be an integer from 0 to 2\*\*32 - 1, got 'abc'"),
-    ("seed=1.5", r"seed must be an integer from 0 to 2\*\*32 - 1, got 1.5"),
-    ("seed=-1", r"seed must be an integer from 0 to 2\*\*32 - 1, got -1"),
-    ("seed=4294967296", r"seed must be an integer from 0 to 2\*\*32 - 1, got 4294967296"),
-    ("seed=true", r"seed must be an integer from 0 to 2\*\*32 - 1, got True"),
-    ("seed=", r"seed must be an integer from 0 to 2\*\*32 - 1, got ''"),
-    ("device=bogus", "device must be cpu, cuda or cuda:N, got 'bogus'"),
-    ("device=mps", "device must be cpu, cuda or cuda:N, got 'mps'"),
-    ("device=cuda:x", "device must be cpu, cuda or cuda:N, got 'cuda:x'"),
-    ("device=", "device must be cpu, cuda or cuda:N, got ''"),
-    ("mode=", "mode='': unknown inference mode ''"),
-    ("mode=none", "mode=None: unknown inference mode None"),
-    ("mode=Standard", "mode='Standard': unknown inference mode 'Standard'"),
-    ("token_probability=", "token_probability='': token_probability must be"),
-    ("number_resolution=0.3", "number_resolution=0.3: "),
-    ("number_resolution=abc", "number_resolution='abc': "),
-    ("number_resolution=true", "number_resolution=True: "),
-    ("pretrained=", "pretrained must be a directory, a hub id or tiny"),
-    ("pretrained=123", "pretrained must be a directory, a hub id or tiny .*got 123"),
-    ("batch_size=abc", "batch_size must be a positive integer, auto or auto:N, got 'abc'"),
-    ("batch_size=0", "batch_size must be a positive integer, auto or auto:N, got 0"),
-    ("batch_size=auto:0", "batch_size must be a positive integer, auto or auto:N, got 'auto:0'"),
-    ("max_batch_size=-1", "max_batch_size must be a positive integer, got -1"),
-    ("dtype=bfloat16", "dtype must be float32 or auto .*got 'bfloat16'"),
-    ("trust_remote_code=maybe", "trust_remote_code must be True or False, got 'maybe'"),
-])
+
+@pytest.mark.parametrize(
+    "arguments, named",
+    [
+        ("seed=abc", r"seed must be an integer from 0 to 2\*\*32 - 1, got 'abc'"),
+        ("seed=1.5", r"seed must be an integer from 0 to 2\*\*32 - 1, got 1.5"),
+        ("seed=-1", r"seed must be an integer from 0 to 2\*\*32 - 1, got -1"),
+        ("seed=4294967296", r"seed must be an integer from 0 to 2\*\*32 - 1, got 4294967296"),
+        ("seed=true", r"seed must be an integer from 0 to 2\*\*32 - 1, got True"),
+        ("seed=", r"seed must be an integer from 0 to 2\*\*32 - 1, got ''"),
+        ("device=bogus", "device must be cpu, cuda or cuda:N, got 'bogus'"),
+        ("device=mps", "device must be cpu, cuda or cuda:N, got 'mps'"),
+        ("device=cuda:x", "device must be cpu, cuda or cuda:N, got 'cuda:x'"),
+        ("device=", "device must be cpu, cuda or cuda:N, got ''"),
+        ("mode=", "mode='': unknown inference mode ''"),
+        ("mode=none", "mode=None: unknown inference mode None"),
+        ("mode=Standard", "mode='Standard': unknown inference mode 'Standard'"),
+        ("token_probability=", "token_probability='': token_probability must be"),
+        ("number_resolution=0.3", "number_resolution=0.3: "),
+        ("number_resolution=abc", "number_resolution='abc': "),
+        ("number_resolution=true", "number_resolution=True: "),
+        ("pretrained=", "pretrained must be a directory, a hub id or tiny"),
+        ("pretrained=123", "pretrained must be a directory, a hub id or tiny .*got 123"),
+        ("batch_size=abc", "batch_size must be a positive integer, auto or auto:N, got 'abc'"),
+        ("batch_size=0", "batch_size must be a positive integer, auto or auto:N, got 0"),
+        ("batch_size=auto:0", "batch_size must be a positive integer, auto or auto:N, got 'auto:0'"),
+        ("max_batch_size=-1", "max_batch_size must be a positive integer, got -1"),
+        ("dtype=bfloat16", "dtype must be float32 or auto .*got 'bfloat16'"),
+        ("trust_remote_code=maybe", "trust_remote_code must be True or False, got 'maybe'"),
+    ],
+)
 def test_a_bad_model_arg_is_a_value_error_naming_it_and_its_value(arguments, named):
     with pytest.raises(ValueError, match="model_args " + named):
-        CausalQwenLM.create_from_arg_string(f"pretrained=tiny,{arguments}" if "pretrained" not in arguments
-                                            else arguments)
+        CausalQwenLM.create_from_arg_string(
+            f"pretrained=tiny,{arguments}" if "pretrained" not in arguments else arguments
+        )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
@@ -237,7 +257,8 @@ def test_the_values_lm_evals_command_line_passes_are_accepted(directories):
     """What `lm_eval --batch_size 8 --device cpu` hands over (batch_size as a str), and the usual hf arguments."""
     model = CausalQwenLM.create_from_arg_string(
         f"pretrained={directories[1]},dtype=float32,trust_remote_code=True,seed=4294967295,max_batch_size=64",
-        {"batch_size": "8", "device": "cpu"})
+        {"batch_size": "8", "device": "cpu"},
+    )
     assert (model.seed, model.device) == (4294967295, torch.device("cpu"))
     for batch_size in ("auto", "auto:4", 16):
         CausalQwenLM.create_from_arg_string(f"pretrained={directories[1]}", {"batch_size": batch_size})
@@ -245,24 +266,66 @@ def test_the_values_lm_evals_command_line_passes_are_accepted(directories):
 
 # ---- hostile requests: each error names its request ----
 
-@pytest.mark.parametrize("kind, arguments, error, message", [
-    ("loglikelihood", (5, " x"), TypeError, r"request 1 \(loglikelihood, task t, doc 1\): context must be a str, got int"),
-    ("loglikelihood", ("a", None), TypeError, "continuation must be a str, got NoneType"),
-    ("loglikelihood", ("a", "b", "c"), ValueError, r"loglikelihood takes \(context, continuation\), got 3 arguments"),
-    ("loglikelihood", ("It costs 2", ".5 dollars"), ValueError, r"request 1 \(loglikelihood.*splits the number"),
-    ("loglikelihood", ("The price", ""), ValueError, r"request 1 \(loglikelihood.*continuation is empty"),
-    ("loglikelihood_rolling", (b"bytes",), TypeError, r"request 1 \(loglikelihood_rolling.*text must be a str, got bytes"),
-    ("generate_until", ("Hi", ["\n"]), TypeError, r"request 1 \(generate_until.*gen_kwargs must be a dict, got list"),
-    ("generate_until", ("Hi", {"until": [5]}), TypeError, r"request 1 \(generate_until.*until must be a str or a list"),
-    ("generate_until", ("Hi", {"max_new_tokens": "abc"}), ValueError, r"request 1 \(generate_until.*generation_kwargs"),
-    ("generate_until", ("Hi", {"max_gen_toks": 0}), ValueError, "max_gen_toks must be at least 1, got 0"),
-    ("generate_until", ("Hi", {"max_tokens": 5000}), ValueError, r"request 1 \(generate_until.*max_gen_toks=5000"),
-    ("generate_until", ("Hi", {"do_sample": "no"}), TypeError, "do_sample must be True or False, got 'no'"),
-    ("generate_until", ("Hi", {"num_beams": 4}), ValueError, r"\['num_beams'\] are not read by the causalqwen model"),
-])
+
+@pytest.mark.parametrize(
+    "kind, arguments, error, message",
+    [
+        (
+            "loglikelihood",
+            (5, " x"),
+            TypeError,
+            r"request 1 \(loglikelihood, task t, doc 1\): context must be a str, got int",
+        ),
+        ("loglikelihood", ("a", None), TypeError, "continuation must be a str, got NoneType"),
+        (
+            "loglikelihood",
+            ("a", "b", "c"),
+            ValueError,
+            r"loglikelihood takes \(context, continuation\), got 3 arguments",
+        ),
+        ("loglikelihood", ("It costs 2", ".5 dollars"), ValueError, r"request 1 \(loglikelihood.*splits the number"),
+        ("loglikelihood", ("The price", ""), ValueError, r"request 1 \(loglikelihood.*continuation is empty"),
+        (
+            "loglikelihood_rolling",
+            (b"bytes",),
+            TypeError,
+            r"request 1 \(loglikelihood_rolling.*text must be a str, got bytes",
+        ),
+        (
+            "generate_until",
+            ("Hi", ["\n"]),
+            TypeError,
+            r"request 1 \(generate_until.*gen_kwargs must be a dict, got list",
+        ),
+        (
+            "generate_until",
+            ("Hi", {"until": [5]}),
+            TypeError,
+            r"request 1 \(generate_until.*until must be a str or a list",
+        ),
+        (
+            "generate_until",
+            ("Hi", {"max_new_tokens": "abc"}),
+            ValueError,
+            r"request 1 \(generate_until.*generation_kwargs",
+        ),
+        ("generate_until", ("Hi", {"max_gen_toks": 0}), ValueError, "max_gen_toks must be at least 1, got 0"),
+        ("generate_until", ("Hi", {"max_tokens": 5000}), ValueError, r"request 1 \(generate_until.*max_gen_toks=5000"),
+        ("generate_until", ("Hi", {"do_sample": "no"}), TypeError, "do_sample must be True or False, got 'no'"),
+        (
+            "generate_until",
+            ("Hi", {"num_beams": 4}),
+            ValueError,
+            r"\['num_beams'\] are not read by the causalqwen model",
+        ),
+    ],
+)
 def test_a_bad_request_is_named_by_its_position_type_task_and_document(lm, kind, arguments, error, message):
-    fine = {"loglikelihood": ("a", " b"), "loglikelihood_rolling": ("a b",),
-            "generate_until": ("a", {**GREEDY, "max_gen_toks": 1})}[kind]
+    fine = {
+        "loglikelihood": ("a", " b"),
+        "loglikelihood_rolling": ("a b",),
+        "generate_until": ("a", {**GREEDY, "max_gen_toks": 1}),
+    }[kind]
     with pytest.raises(error, match=message):
         getattr(lm, kind)(_requests(kind, [fine, arguments], task="t"), disable_tqdm=True)
 
@@ -281,26 +344,39 @@ def test_a_context_of_whitespace_is_scored_and_continued(lm):
     assert isinstance(_generate(lm, " \n ", **GREEDY, max_gen_toks=2), str)
 
 
-@pytest.mark.parametrize("continuation", [" 1e400 dollars", " 1e-400 m", " 1e30 dollars",
-                                          " 123456789012345678901234567890.5 dollars", " 0." + "0" * 40 + "1 m"])
+@pytest.mark.parametrize(
+    "continuation",
+    [
+        " 1e400 dollars",
+        " 1e-400 m",
+        " 1e30 dollars",
+        " 123456789012345678901234567890.5 dollars",
+        " 0." + "0" * 40 + "1 m",
+    ],
+)
 def test_numbers_of_any_size_reach_the_likelihood_and_its_answer_or_error_comes_back_named(lm, continuation):
     """The adapter adds nothing of its own: the result is the likelihood's, or the likelihood's error with the
     request named."""
     try:
-        encoded = keep_last(*split_context(lm.tokenizer, "It costs", continuation),
-                            lm.model.config.max_position_embeddings, lm.tokenizer.num_token_id)
+        encoded = keep_last(
+            *split_context(lm.tokenizer, "It costs", continuation),
+            lm.model.config.max_position_embeddings,
+            lm.tokenizer.num_token_id,
+        )
         expected = score_continuation(lm.model, *encoded)
     except (ValueError, TypeError, ArithmeticError) as error:
         with pytest.raises(type(error)) as raised:
             lm.loglikelihood(_requests("loglikelihood", [("It costs", continuation)]), disable_tqdm=True)
         assert str(raised.value) == f"request 0 (loglikelihood, doc 0): {error}"
         return
-    ((log_likelihood, greedy),) = lm.loglikelihood(_requests("loglikelihood", [("It costs", continuation)]),
-                                                   disable_tqdm=True)
+    ((log_likelihood, greedy),) = lm.loglikelihood(
+        _requests("loglikelihood", [("It costs", continuation)]), disable_tqdm=True
+    )
     assert (log_likelihood, greedy) == (expected.log_likelihood, expected.is_greedy)
 
 
 # ---- generated numbers, written by causalqwen.writing ----
+
 
 def _written_resolution(literal: str) -> Decimal:
     """The resolution a plain decimal literal states: 1 for an integer, 10^-d for d digits after the point."""
@@ -309,16 +385,18 @@ def _written_resolution(literal: str) -> Decimal:
     return Decimal(1).scaleb(-decimals)
 
 
-@pytest.mark.parametrize("context, prompt_resolution, value", [
-    ("It is 3e5 m away, about", Decimal("1e5"), 2.5),
-    ("It is 3e5 m away, about", Decimal("1e5"), 12345.6),
-    ("It costs 100 dollars, or", Decimal(1), 0.000123),
-    ("It weighs 0.125 kg, or", Decimal("0.001"), 2.5),
-    ("The price is", None, 2.4996202),  # no number in the context: the unit, keeping two significant digits
-    ("In the year", None, 2026.3),
-])
-def test_a_generated_value_is_never_written_as_a_number_that_loses_it(directories, context, prompt_resolution,
-                                                                      value):
+@pytest.mark.parametrize(
+    "context, prompt_resolution, value",
+    [
+        ("It is 3e5 m away, about", Decimal("1e5"), 2.5),
+        ("It is 3e5 m away, about", Decimal("1e5"), 12345.6),
+        ("It costs 100 dollars, or", Decimal(1), 0.000123),
+        ("It weighs 0.125 kg, or", Decimal("0.001"), 2.5),
+        ("The price is", None, 2.4996202),  # no number in the context: the unit, keeping two significant digits
+        ("In the year", None, 2026.3),
+    ],
+)
+def test_a_generated_value_is_never_written_as_a_number_that_loses_it(directories, context, prompt_resolution, value):
     """Under number_resolution="prompt" a generated v is written at h = min(h_prompt, 10^(floor(log10|v|) - 1)), h_prompt
     the unit when the context holds no number: never fewer than two significant digits, whatever the context."""
     model = CausalQwenLM.create_from_arg_string(f"pretrained={directories[1]}")

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from causalqwen import CausalQwenForCausalLM
+from causalqwen.configuration import CausalQwenConfig
 from causalqwen.decision import DecisionHead
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.generation import generate
@@ -30,12 +31,18 @@ from causalqwen.integrations.lora import (
     save_lora,
     trainable_parameter_count,
 )
-from causalqwen.configuration import CausalQwenConfig
 from causalqwen.training import set_trainable
 
 FIELDS = ("loss", "cls_loss", "reg_loss", "loc_U", "scale_U", "loc_S", "scale_S", "loc_Y", "scale_Y")
-OWNER = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
-         "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+OWNER = {
+    "q_proj": "self_attn",
+    "k_proj": "self_attn",
+    "v_proj": "self_attn",
+    "o_proj": "self_attn",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "down_proj": "mlp",
+}
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +79,17 @@ def _outputs(model, batch) -> dict[str, torch.Tensor]:
     with_labels = model(**batch)
     inputs = {key: batch[key] for key in ("input_ids", "numeric_values", "attention_mask")}
     decisions = model(**inputs)
-    return {"loss": with_labels.loss, "cls_loss": with_labels.cls_loss, "reg_loss": with_labels.reg_loss,
-            "loc_U": with_labels.loc_U, "scale_U": with_labels.scale_U, "loc_S": decisions.loc_S,
-            "scale_S": decisions.scale_S, "loc_Y": decisions.loc_Y, "scale_Y": decisions.scale_Y}
+    return {
+        "loss": with_labels.loss,
+        "cls_loss": with_labels.cls_loss,
+        "reg_loss": with_labels.reg_loss,
+        "loc_U": with_labels.loc_U,
+        "scale_U": with_labels.scale_U,
+        "loc_S": decisions.loc_S,
+        "scale_S": decisions.scale_S,
+        "loc_Y": decisions.loc_Y,
+        "scale_Y": decisions.scale_Y,
+    }
 
 
 def _assert_equal(got: dict, expected: dict) -> None:
@@ -101,8 +116,11 @@ def _trained(tiny):
 
 def _backbone_linears(model, targets=LORA_TARGET_MODULES) -> dict[str, nn.Linear]:
     """The plain model's targeted linear layers, found by walking the decoder layers (not by peft)."""
-    return {f"model.layers.{index}.{OWNER[name]}.{name}": getattr(getattr(layer, OWNER[name]), name)
-            for index, layer in enumerate(model.model.layers) for name in targets}
+    return {
+        f"model.layers.{index}.{OWNER[name]}.{name}": getattr(getattr(layer, OWNER[name]), name)
+        for index, layer in enumerate(model.model.layers)
+        for name in targets
+    }
 
 
 def _trainable_names(model) -> set[str]:
@@ -113,7 +131,7 @@ def _saved_name(plain_name: str) -> str:
     """A causal-preset parameter's name in the PeftModel: the trained copy inside peft's wrapper."""
     for prefix in CAUSAL_MODULES:
         if plain_name.startswith(prefix + "."):
-            return f"base_model.model.{prefix}.modules_to_save.default.{plain_name[len(prefix) + 1:]}"
+            return f"base_model.model.{prefix}.modules_to_save.default.{plain_name[len(prefix) + 1 :]}"
     raise AssertionError(f"{plain_name} is not in a causal module")
 
 
@@ -136,8 +154,11 @@ def test_lora_layers_sit_on_the_backbone_linears_only(tiny):
     add_lora(model)
     adapted = {name for name, module in model.named_modules() if hasattr(module, "lora_A")}
     assert adapted == expected
-    wrapped = {name for name, module in model.named_modules() if hasattr(module, "modules_to_save")
-               and hasattr(module, "original_module")}
+    wrapped = {
+        name
+        for name, module in model.named_modules()
+        if hasattr(module, "modules_to_save") and hasattr(module, "original_module")
+    }
     assert wrapped == set(CAUSAL_MODULES)
 
 
@@ -160,8 +181,11 @@ def test_the_trainable_set_is_lora_plus_the_causal_preset(tiny):
     assert "base_model.model.model.embed_tokens.weight" in frozen
     assert "base_model.model.model.norm.weight" in frozen
     assert {f"base_model.model.{target}.base_layer.weight" for target in targets} <= frozen
-    base_copies = {name.replace(".modules_to_save.default.", ".original_module.") for name in expected
-                   if ".modules_to_save." in name}
+    base_copies = {
+        name.replace(".modules_to_save.default.", ".original_module.")
+        for name in expected
+        if ".modules_to_save." in name
+    }
     assert base_copies <= frozen
 
 
@@ -204,26 +228,29 @@ def test_the_trained_head_reads_the_models_config(tiny):
     assert all(head.config is model.config for head in heads)
 
 
-@pytest.mark.parametrize("arguments, error, match", [
-    (dict(rank=0), ValueError, "rank"),
-    (dict(rank=-2), ValueError, "rank"),
-    (dict(rank=2.0), TypeError, "rank"),
-    (dict(rank=True), TypeError, "rank"),
-    (dict(rank="8"), TypeError, "rank"),
-    (dict(alpha=0), ValueError, "alpha"),
-    (dict(alpha=-1.0), ValueError, "alpha"),
-    (dict(alpha=float("nan")), ValueError, "alpha"),
-    (dict(alpha=float("inf")), ValueError, "alpha"),
-    (dict(alpha="16"), TypeError, "alpha"),
-    (dict(dropout=1.0), ValueError, "dropout"),
-    (dict(dropout=-0.1), ValueError, "dropout"),
-    (dict(dropout=float("nan")), ValueError, "dropout"),
-    (dict(dropout=None), TypeError, "dropout"),
-    (dict(target_modules="q_proj"), TypeError, "target_modules"),
-    (dict(target_modules=()), ValueError, "empty"),
-    (dict(target_modules=("q_proj", "classification_head")), ValueError, "classification_head"),
-    (dict(target_modules=("lm_head",)), ValueError, "lm_head"),
-])
+@pytest.mark.parametrize(
+    "arguments, error, match",
+    [
+        (dict(rank=0), ValueError, "rank"),
+        (dict(rank=-2), ValueError, "rank"),
+        (dict(rank=2.0), TypeError, "rank"),
+        (dict(rank=True), TypeError, "rank"),
+        (dict(rank="8"), TypeError, "rank"),
+        (dict(alpha=0), ValueError, "alpha"),
+        (dict(alpha=-1.0), ValueError, "alpha"),
+        (dict(alpha=float("nan")), ValueError, "alpha"),
+        (dict(alpha=float("inf")), ValueError, "alpha"),
+        (dict(alpha="16"), TypeError, "alpha"),
+        (dict(dropout=1.0), ValueError, "dropout"),
+        (dict(dropout=-0.1), ValueError, "dropout"),
+        (dict(dropout=float("nan")), ValueError, "dropout"),
+        (dict(dropout=None), TypeError, "dropout"),
+        (dict(target_modules="q_proj"), TypeError, "target_modules"),
+        (dict(target_modules=()), ValueError, "empty"),
+        (dict(target_modules=("q_proj", "classification_head")), ValueError, "classification_head"),
+        (dict(target_modules=("lm_head",)), ValueError, "lm_head"),
+    ],
+)
 def test_bad_arguments_are_refused_before_the_model_is_touched(tiny, arguments, error, match):
     model = _base(tiny)
     with pytest.raises(error, match=match):
@@ -290,8 +317,10 @@ def test_the_merged_model_computes_what_the_adapted_model_computed(tiny, tmp_pat
     base = _outputs(model, batch)
     peft_model = _trained(tiny)
     adapted = _outputs(peft_model, batch)
-    trained_head = {name: tensor.clone() for name, tensor in
-                    peft_model.base_model.model.action.modules_to_save["default"].state_dict().items()}
+    trained_head = {
+        name: tensor.clone()
+        for name, tensor in peft_model.base_model.model.action.modules_to_save["default"].state_dict().items()
+    }
     prompt = batch["input_ids"][:2, :6]
     adapted_generation = peft_model.generate(prompt, max_new_tokens=4)
 
@@ -308,7 +337,7 @@ def test_the_merged_model_computes_what_the_adapted_model_computed(tiny, tmp_pat
     assert torch.equal(merged.generate(prompt, max_new_tokens=4), adapted_generation)
     sequences = generate(merged, prompt, max_new_tokens=4).sequences  # the reference loop, up to EOS in every row
     assert sequences.shape[0] == 2 and 6 < sequences.shape[1] <= 10
-    assert torch.equal(sequences, adapted_generation[:, :sequences.shape[1]])
+    assert torch.equal(sequences, adapted_generation[:, : sequences.shape[1]])
 
     merged.save_pretrained(tmp_path)  # an ordinary CausalQwen checkpoint
     assert not [name for name in os.listdir(tmp_path) if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
@@ -379,9 +408,11 @@ def test_load_refuses_what_is_not_a_safetensors_lora_adapter(tiny, saved, tmp_pa
 
 def test_load_refuses_an_adapter_of_another_base(tiny, saved):
     settings = {key: value for key, value in tiny[0].config.to_dict().items() if key != "layer_types"}
-    for change, message in [({"intermediate_size": 96}, "has shape"),
-                            ({"num_hidden_layers": 1}, "in the checkpoint but not in the model"),
-                            ({"num_hidden_layers": 3}, "missing from the checkpoint")]:
+    for change, message in [
+        ({"intermediate_size": 96}, "has shape"),
+        ({"num_hidden_layers": 1}, "in the checkpoint but not in the model"),
+        ({"num_hidden_layers": 3}, "missing from the checkpoint"),
+    ]:
         other = CausalQwenForCausalLM(CausalQwenConfig.from_dict({**settings, **change}))
         with pytest.raises(ValueError, match=message):
             load_lora(other, saved[0])
@@ -454,8 +485,9 @@ def test_an_adapter_records_its_base_by_absolute_path_and_loads_from_another_dir
     _assert_equal(_outputs(load_lora(load_base(adapter), adapter), tiny[1]), adapted)
 
 
-def test_a_base_loaded_by_a_relative_path_is_recorded_whatever_the_working_directory_becomes(tiny, tmp_path,
-                                                                                              monkeypatch):
+def test_a_base_loaded_by_a_relative_path_is_recorded_whatever_the_working_directory_becomes(
+    tiny, tmp_path, monkeypatch
+):
     """The working directory changes between loading the base and adding the adapter, to one that holds another
     directory of the same name: the adapter records the base it was added to, and loads from a third directory."""
     from peft import AutoPeftModelForCausalLM
@@ -495,8 +527,10 @@ def test_peft_s_own_get_peft_model_and_save_pretrained_record_the_absolute_base(
     (tmp_path / "elsewhere").mkdir()
     tiny[0].save_pretrained(tmp_path / "work" / "model")
     monkeypatch.chdir(tmp_path / "work")
-    peft_model = get_peft_model(CausalQwenForCausalLM.from_pretrained("model"),
-                                LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model = get_peft_model(
+        CausalQwenForCausalLM.from_pretrained("model"),
+        LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
     peft_model.eval()
     peft_model.save_pretrained("adapter")
     adapted = _outputs(peft_model, tiny[1])

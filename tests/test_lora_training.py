@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_training import synthetic_data, tiny_model
 
+from causalqwen import train
 from causalqwen.divergence import DivergenceBound
 from causalqwen.files.data import collate
 from causalqwen.integrations.lora import (
@@ -18,7 +19,6 @@ from causalqwen.integrations.lora import (
     merge_lora,
     trainable_parameter_count,
 )
-from causalqwen import train
 from causalqwen.training import TrainingConfig, set_trainable
 
 
@@ -35,8 +35,17 @@ def _data(tokenizer, n=40, seed=0):
     return synthetic_data(tokenizer, n, seed)
 
 
-CONFIG = dict(steps=6, batch_size=5, learning_rate=1e-2, warmup_steps=1, preset="lora", eval_every=100, save_every=3,
-              log_every=1, seed=0)
+CONFIG = dict(
+    steps=6,
+    batch_size=5,
+    learning_rate=1e-2,
+    warmup_steps=1,
+    preset="lora",
+    eval_every=100,
+    save_every=3,
+    log_every=1,
+    seed=0,
+)
 
 
 def test_lora_preset_trains_adapters_and_causal_modules_only(tokenizer):
@@ -45,7 +54,9 @@ def test_lora_preset_trains_adapters_and_causal_modules_only(tokenizer):
     peft_model = add_lora(tiny_model(), rank=4)
     names = set_trainable(peft_model, "lora")
     assert names and all(".lora_A." in n or ".lora_B." in n or ".modules_to_save." in n for n in names)
-    assert sum(p.numel() for n, p in peft_model.named_parameters() if n in names) == trainable_parameter_count(peft_model)
+    assert sum(p.numel() for n, p in peft_model.named_parameters() if n in names) == trainable_parameter_count(
+        peft_model
+    )
     train(peft_model, _data(tokenizer), TrainingConfig(**CONFIG), progress=False)
     merged = merge_lora(peft_model)
     for name, tensor in merged.state_dict().items():
@@ -85,9 +96,19 @@ def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, 
     assert any(record["constraint/multiplier"] > 0 for record in full_history)
     with killed_after_first_save():
         train(_lora_model(), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
-    assert sorted(p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json"))\
-        == ["adapter_config.json", "adapter_model.safetensors", "checkpoint_files.json", "config.json", "divergence_bound.json",
-            "divergence_reference.safetensors", "history.json", "trainer_state.json", "training_state.safetensors"]
+    assert sorted(
+        p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json")
+    ) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "checkpoint_files.json",
+        "config.json",
+        "divergence_bound.json",
+        "divergence_reference.safetensors",
+        "history.json",
+        "trainer_state.json",
+        "training_state.safetensors",
+    ]
     resumed = _lora_model()
     history = train(resumed, _data(tokenizer), config, None, str(tmp_path / "b"), resume=True, progress=False)
     for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):

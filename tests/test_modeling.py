@@ -127,8 +127,15 @@ def test_forward_loss_applies_the_shift_and_pair_mask():
     labels[0, 5] = -100
     decisions = model(ids, numeric_values=values, attention_mask=mask)  # no labels: the [B, S, V] decisions
     parts = total_loss(
-        decisions.loc_S[:, :-1], decisions.scale_S[:, :-1], decisions.loc_Y[:, :-1], decisions.scale_Y[:, :-1],
-        labels[:, 1:], values[:, 1:], num_token_id=NUM_ID, threshold=1.0, gate_alpha=0.3,
+        decisions.loc_S[:, :-1],
+        decisions.scale_S[:, :-1],
+        decisions.loc_Y[:, :-1],
+        decisions.scale_Y[:, :-1],
+        labels[:, 1:],
+        values[:, 1:],
+        num_token_id=NUM_ID,
+        threshold=1.0,
+        gate_alpha=0.3,
         attention_mask=mask[:, :-1] * mask[:, 1:],
     )
     assert parts.n_cls.item() == 7 + (7 - 2) - 1 and parts.n_reg.item() == 3
@@ -141,11 +148,14 @@ def test_forward_loss_applies_the_shift_and_pair_mask():
         assert (out.loc_S is not None) == return_decisions
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(),
-    dict(ovr_threshold_per_class=True, learnable_threshold=True, gate_alpha=0.4),
-    dict(learnable_threshold=True, detach_gate=True, ovr_threshold=3.0),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(ovr_threshold_per_class=True, learnable_threshold=True, gate_alpha=0.4),
+        dict(learnable_threshold=True, detach_gate=True, ovr_threshold=3.0),
+    ],
+)
 def test_fused_and_literal_training_paths_agree_in_loss_and_every_gradient(overrides):
     """The default training forward (fused, no [B, S, V] tensor) equals the literal path, in float64."""
     qwen = _qwen(seed=8, dtype=torch.float64)
@@ -321,9 +331,14 @@ def test_a_checkpoint_of_the_unsplit_layout_still_loads(tmp_path):
     model = _causal(_qwen(seed=12), learnable_threshold=True)
     model.save_pretrained(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
-    renamed = {name.removeprefix("model.") if name.startswith(("model.numerical_embedding.", "model.abduction."))
-               else name.removeprefix("action.") if name == "action.ovr_threshold" else name: tensor
-               for name, tensor in state.items()}
+    renamed = {
+        name.removeprefix("model.")
+        if name.startswith(("model.numerical_embedding.", "model.abduction."))
+        else name.removeprefix("action.")
+        if name == "action.ovr_threshold"
+        else name: tensor
+        for name, tensor in state.items()
+    }
     assert "abduction.W_loc" in renamed and "ovr_threshold" in renamed
     save_file(renamed, tmp_path / "model.safetensors", metadata={"format": "pt"})
     loaded = CausalQwenForCausalLM.from_pretrained(tmp_path)
@@ -383,16 +398,40 @@ def test_bad_forward_inputs(small_model):
     ids[:, 2] = NUM_ID
     values = torch.zeros(2, 5)
     cases = [
-        (dict(numeric_values=values.clone().index_put_((torch.tensor([0]), torch.tensor([2])), torch.tensor(float("nan")))), ValueError, "numeric_values must be finite"),
-        (dict(numeric_values=values.clone().index_put_((torch.tensor([1]), torch.tensor([2])), torch.tensor(float("inf")))), ValueError, "numeric_values must be finite"),
-        (dict(numeric_values=values.clone().index_put_((torch.tensor([0]), torch.tensor([1])), torch.tensor(3.0))), ValueError, r"numeric_values must be 0 wherever input_ids is not <NUM>.*\[0, 1\]"),
+        (
+            dict(
+                numeric_values=values.clone().index_put_(
+                    (torch.tensor([0]), torch.tensor([2])), torch.tensor(float("nan"))
+                )
+            ),
+            ValueError,
+            "numeric_values must be finite",
+        ),
+        (
+            dict(
+                numeric_values=values.clone().index_put_(
+                    (torch.tensor([1]), torch.tensor([2])), torch.tensor(float("inf"))
+                )
+            ),
+            ValueError,
+            "numeric_values must be finite",
+        ),
+        (
+            dict(numeric_values=values.clone().index_put_((torch.tensor([0]), torch.tensor([1])), torch.tensor(3.0))),
+            ValueError,
+            r"numeric_values must be 0 wherever input_ids is not <NUM>.*\[0, 1\]",
+        ),
         (dict(numeric_values=torch.zeros(2, 4)), ValueError, "numeric_values shape"),
         (dict(attention_mask=torch.ones(2, 4)), ValueError, "attention_mask shape"),
         (dict(attention_mask=torch.full((2, 5), 2)), ValueError, "attention_mask must contain only 0 and 1"),
         (dict(labels=ids[:, :4]), ValueError, "labels shape"),
         (dict(labels=torch.full((2, 5), 96)), ValueError, r"labels must lie in \[0, 96\)"),
         (dict(labels=ids, numeric_labels=torch.zeros(1, 5)), ValueError, "numeric_labels shape"),
-        (dict(labels=ids, numeric_labels=torch.full((2, 5), float("nan"))), ValueError, "numeric_labels must be finite"),
+        (
+            dict(labels=ids, numeric_labels=torch.full((2, 5), float("nan"))),
+            ValueError,
+            "numeric_labels must be finite",
+        ),
     ]
     for kwargs, error, pattern in cases:
         with pytest.raises(error, match=pattern):
@@ -413,7 +452,9 @@ def test_bad_construction():
         CausalQwenForCausalLM.from_qwen(qwen)
     with pytest.raises(ValueError, match="'noise_int' is not a CausalQwenConfig field"):  # a typo is not a new field
         CausalQwenForCausalLM.from_qwen(qwen, num_token_id=NUM_ID, noise_int=0.5)
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    llama = LlamaForCausalLM(
+        LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    )
     with pytest.raises(TypeError, match="base must be a transformers Qwen2ForCausalLM.*LlamaForCausalLM"):
         CausalQwenForCausalLM.from_qwen(llama, num_token_id=3)
     with pytest.raises(TypeError, match="base must be"):
@@ -425,7 +466,9 @@ def test_bad_construction():
 
 
 def test_a_non_qwen2_checkpoint_path_is_rejected(tmp_path):
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    llama = LlamaForCausalLM(
+        LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    )
     llama.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="is a 'llama' model; CausalQwen needs a Qwen2 base"):
         CausalQwenForCausalLM.from_qwen(str(tmp_path), num_token_id=3)
@@ -515,11 +558,24 @@ print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(ba
                   type(wrapped).__name__, wrapped.num_token, type(pipe).__name__, text]))
 """
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                            stdin=subprocess.DEVNULL)  # transformers asks on stdin before it refuses
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL
+    )  # transformers asks on stdin before it refuses
     assert result.returncode == 0, result.stderr[-3000:]
-    (config_name, model_name, base_name, loc_Y, refused, imported, tokenizer_name, values, wrapped_name, wrapped_num,
-     pipe_name, text) = json.loads(result.stdout.split("RESULT ")[-1])
+    (
+        config_name,
+        model_name,
+        base_name,
+        loc_Y,
+        refused,
+        imported,
+        tokenizer_name,
+        values,
+        wrapped_name,
+        wrapped_num,
+        pipe_name,
+        text,
+    ) = json.loads(result.stdout.split("RESULT ")[-1])
     assert [config_name, model_name, base_name] == ["CausalQwenConfig", "CausalQwenForCausalLM", "CausalQwenModel"]
     assert tokenizer_name == "NumericTokenizer" and values == [[pytest.approx(99.9)]]
     assert wrapped_name == "Qwen2Tokenizer" and wrapped_num == "<NUM>"  # no consent: transformers' own class
@@ -533,6 +589,7 @@ print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(ba
 
 
 # ----- one forward: the law of U, the decisions, the loss -----
+
 
 @given(keep=st.integers(0, 7), labelled=st.booleans())
 @settings(max_examples=12)
@@ -587,8 +644,8 @@ def test_the_positions_of_a_left_padded_batch_are_those_of_its_rows_alone(length
     mask = torch.stack([torch.arange(width) >= width - n for n in lengths]).long()  # [B, S]
     positions = position_ids_from_mask(mask)
     for row, n in enumerate(lengths):
-        assert positions[row, width - n:].tolist() == list(range(n))
-        assert positions[row, :width - n].tolist() == [0] * (width - n)
+        assert positions[row, width - n :].tolist() == list(range(n))
+        assert positions[row, : width - n].tolist() == [0] * (width - n)
 
 
 def test_left_padding_leaves_the_law_of_U_of_the_real_tokens_unchanged(small_model):
@@ -614,8 +671,9 @@ def test_a_padded_batch_gets_qwen2s_own_masks_without_a_host_read(small_model):
     """With padding, Qwen2 is handed its attention masks built by transformers' own functions: the features equal
     those of Qwen2's own path from the 2D mask, and the forward makes one host synchronisation (the door's), where
     Qwen2's forward makes its own check of the mask."""
-    from benchmarks.syncs import count
     from transformers import Qwen2Model
+
+    from benchmarks.syncs import count
 
     model = small_model
     ids = torch.randint(0, NUM_ID, (2, 6), generator=torch.Generator().manual_seed(5))
@@ -623,9 +681,12 @@ def test_a_padded_batch_gets_qwen2s_own_masks_without_a_host_read(small_model):
     positions = position_ids_from_mask(mask)
     with torch.no_grad():
         ours = model.model.law_of_U(ids, None, mask, position_ids=positions).last_hidden_state
-        theirs = Qwen2Model.forward(model.model, inputs_embeds=model.model.embed_tokens(ids), attention_mask=mask,
-                                    position_ids=positions).last_hidden_state
-        syncs, qwen_syncs = count(lambda: model(ids, attention_mask=mask)), count(
-            lambda: Qwen2Model.forward(model.model, input_ids=ids, attention_mask=mask, position_ids=positions))
+        theirs = Qwen2Model.forward(
+            model.model, inputs_embeds=model.model.embed_tokens(ids), attention_mask=mask, position_ids=positions
+        ).last_hidden_state
+        syncs, qwen_syncs = (
+            count(lambda: model(ids, attention_mask=mask)),
+            count(lambda: Qwen2Model.forward(model.model, input_ids=ids, attention_mask=mask, position_ids=positions)),
+        )
     torch.testing.assert_close(ours[mask.bool()], theirs[mask.bool()], rtol=0, atol=0)
     assert syncs.total == 1 and qwen_syncs.total >= 1, (syncs.counts, qwen_syncs.counts)

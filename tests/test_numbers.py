@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_float32 import _float32_nearest, bits, f32
 
 from causalqwen.float32 import format_number
@@ -28,7 +27,6 @@ from causalqwen.numbers import (
     shown_literal,
     split_numbers,
 )
-
 
 # ---------------------------------------------------------------------------------------------
 # The number grammar
@@ -153,8 +151,10 @@ GRAMMAR_TABLE = [
     ("9f2b7d0", [(T, "9f2b7d0")]),
     ("room 4B", [(T, "room "), (N, 4.0), (T, "B")]),
     # sentences
-    ("In 2020-2021 sales grew by 12.5%.", [(T, "In "), (N, 2020.0), (T, "-"), (N, 2021.0),
-                                          (T, " sales grew by "), (N, 12.5), (T, "%.")]),
+    (
+        "In 2020-2021 sales grew by 12.5%.",
+        [(T, "In "), (N, 2020.0), (T, "-"), (N, 2021.0), (T, " sales grew by "), (N, 12.5), (T, "%.")],
+    ),
     ("The price is 99.9 yuan.", [(T, "The price is "), (N, f32(99.9)), (T, " yuan.")]),
     ("价格是99.9元", [(T, "价格是"), (N, f32(99.9)), (T, "元")]),
     # no numbers
@@ -213,7 +213,6 @@ def test_parse_number_values(literal, expected):
     assert bits(parse_number(literal)) == bits(expected)
 
 
-
 @given(
     integer=st.integers(0, 10**12).map(str),
     fraction=st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=25).map(lambda d: "." + d)),
@@ -237,8 +236,9 @@ def test_parse_number_rounds_correctly(integer, fraction, exponent):
         assert bits(parse_number(literal)) == bits(expected)
 
 
-@pytest.mark.parametrize("literal", ["5.", "+5", " 5", "5 ", "1,00", "x", "", "1e", "--5", "5-", "007", "3.10.2",
-                                     "1e5f", "0x10", "5kg"])
+@pytest.mark.parametrize(
+    "literal", ["5.", "+5", " 5", "5 ", "1,00", "x", "", "1e", "--5", "5-", "007", "3.10.2", "1e5f", "0x10", "5kg"]
+)
 def test_parse_number_rejects_non_numbers(literal):
     with pytest.raises(ValueError, match="not a single number"):
         parse_number(literal)
@@ -297,8 +297,9 @@ def test_no_number_spans_a_cut_place(text):
 def test_the_numbers_of_texts_joined_by_whitespace_are_the_numbers_of_each(left, separator, right):
     """No number reads across whitespace, and whitespace looks like the start or the end of a text to the grammar."""
     shift = len(left) + len(separator)
-    expected = find_numbers(left) + [number._replace(start=number.start + shift, end=number.end + shift)
-                                     for number in find_numbers(right)]
+    expected = find_numbers(left) + [
+        number._replace(start=number.start + shift, end=number.end + shift) for number in find_numbers(right)
+    ]
     assert find_numbers(left + separator + right) == expected
 
 
@@ -316,9 +317,29 @@ def test_the_numbers_before_a_place_are_the_whole_texts(text, stop, filler):
 
 # Many numbers in one text or batch: their values are rounded together (nearest_float32_many), a fast path of
 # the one-by-one rounding that the short texts above take; both must give the same numbers, bit for bit.
-EDGE_LITERALS = ["3.4028235e38", "3.4028236e38", "340282356779733661637539395458142568448", "1e39", "1e-45",
-                 "1.4012985e-45", "3e-45", "1.1754944e-38", "1e-50", "16777217", "1234567890", "123456789",
-                 "1,234,567,890", "0.0000001", "-0", "−2", ".5", "2.5e-3", "0x1f", "2024-03-15", "1,0000"]
+EDGE_LITERALS = [
+    "3.4028235e38",
+    "3.4028236e38",
+    "340282356779733661637539395458142568448",
+    "1e39",
+    "1e-45",
+    "1.4012985e-45",
+    "3e-45",
+    "1.1754944e-38",
+    "1e-50",
+    "16777217",
+    "1234567890",
+    "123456789",
+    "1,234,567,890",
+    "0.0000001",
+    "-0",
+    "−2",
+    ".5",
+    "2.5e-3",
+    "0x1f",
+    "2024-03-15",
+    "1,0000",
+]
 
 
 @settings(max_examples=200)
@@ -328,14 +349,16 @@ def test_a_text_of_many_numbers_reads_as_its_whitespace_joined_parts(parts):
     each part (few: rounded one by one), at the same places with the same float32 bits; a batch reads as its texts."""
     joined, expected, offset = " ".join(parts), [], 0
     for part in parts:
-        expected += [(offset + number.start, offset + number.end, number.text, bits(number.value))
-                     for number in find_numbers(part)]
+        expected += [
+            (offset + number.start, offset + number.end, number.text, bits(number.value))
+            for number in find_numbers(part)
+        ]
         offset += len(part) + 1
     assert [(n.start, n.end, n.text, bits(n.value)) for n in find_numbers(joined)] == expected
     batch = find_numbers_in(parts)
-    assert [[(n.start, n.end, n.text, bits(n.value)) for n in found] for found in batch] == \
-        [[(n.start, n.end, n.text, bits(n.value)) for n in find_numbers(part)] for part in parts]
-
+    assert [[(n.start, n.end, n.text, bits(n.value)) for n in found] for found in batch] == [
+        [(n.start, n.end, n.text, bits(n.value)) for n in find_numbers(part)] for part in parts
+    ]
 
 
 @given(NUMERIC_TEXT)
@@ -362,13 +385,16 @@ def test_a_sign_negates_the_value(value, sign):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("literal, expected", [
-    ("1e400", "'1e400'"),
-    ("1\n2", "'1\\n2'"),  # a control character is shown escaped
-    ("9" * 40, "'" + "9" * 40 + "'"),  # 40 characters: whole
-    ("1" + "0" * 5002, "'1000000000000000'...'000000000000' (5003 characters)"),
-    ("1" + "0" * 5000 + "x", "'1000000000000000'...'00000000000x' (5002 characters)"),
-])
+@pytest.mark.parametrize(
+    "literal, expected",
+    [
+        ("1e400", "'1e400'"),
+        ("1\n2", "'1\\n2'"),  # a control character is shown escaped
+        ("9" * 40, "'" + "9" * 40 + "'"),  # 40 characters: whole
+        ("1" + "0" * 5002, "'1000000000000000'...'000000000000' (5003 characters)"),
+        ("1" + "0" * 5000 + "x", "'1000000000000000'...'00000000000x' (5002 characters)"),
+    ],
+)
 def test_shown_literal_is_the_repr_or_its_two_ends_and_length(literal, expected):
     assert shown_literal(literal) == expected
 
@@ -379,8 +405,9 @@ def test_parse_number_names_a_long_literal_in_one_short_line():
     with pytest.raises(ValueError) as raised:
         parse_number(literal)
     message = str(raised.value)
-    assert message == ("'1000000000000000'...'00000000000x' (5002 characters) is not a single number of the "
-                       "numeric grammar")
+    assert message == (
+        "'1000000000000000'...'00000000000x' (5002 characters) is not a single number of the numeric grammar"
+    )
     assert "\n" not in message
 
 
@@ -388,10 +415,20 @@ def test_parse_number_names_a_long_literal_in_one_short_line():
 def test_the_grammar_imports_neither_torch_nor_a_sub_package(module):
     """The number grammar, float32's text and writing are numpy and regex: importing one loads no torch, no input
     checks, kernels, integrations or app, and nothing of transformers, safetensors, huggingface_hub or peft."""
-    heavy = ("torch", "transformers", "safetensors", "huggingface_hub", "peft", "causalqwen.checks",
-             "causalqwen.kernels", "causalqwen.integrations", "causalqwen.app")
-    code = f"import sys, {module}; print(sorted({{m.split('.')[0] if not m.startswith('causalqwen') else m "\
-           f"for m in sys.modules if m.startswith({heavy!r})}}))"
+    heavy = (
+        "torch",
+        "transformers",
+        "safetensors",
+        "huggingface_hub",
+        "peft",
+        "causalqwen.checks",
+        "causalqwen.kernels",
+        "causalqwen.integrations",
+        "causalqwen.app",
+    )
+    code = (
+        f"import sys, {module}; print(sorted({{m.split('.')[0] if not m.startswith('causalqwen') else m "
+        f"for m in sys.modules if m.startswith({heavy!r})}}))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
-

@@ -16,15 +16,19 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_cauchy import _mp_log_interval
 
 from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.likelihood import number_log_probability
 from causalqwen.numbers import find_numbers, parse_number
-from causalqwen.writing import (check_resolution, literal_resolution, resolution_exponent, resolution_for,
-                                write_at_resolution)
+from causalqwen.writing import (
+    check_resolution,
+    literal_resolution,
+    resolution_exponent,
+    resolution_for,
+    write_at_resolution,
+)
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -54,8 +58,14 @@ def literals(draw):
     if len(digits) > 1 and draw(st.booleans()):
         digits = draw(st.sampled_from("123456789")) + digits[1:]  # no leading zero: an integer run of the grammar
     point = draw(st.integers(0, len(digits)))
-    exponent = draw(st.one_of(st.integers(-10**9, 10**9), st.integers(-60, 60), st.integers(10**19, 10**29),
-                              st.integers(-10**29, -10**19)))
+    exponent = draw(
+        st.one_of(
+            st.integers(-(10**9), 10**9),
+            st.integers(-60, 60),
+            st.integers(10**19, 10**29),
+            st.integers(-(10**29), -(10**19)),
+        )
+    )
     integer, fraction = digits[:point], digits[point:]
     literal = (integer or "0") + ("." + fraction if fraction else "")
     if not fraction and len(integer) > 1 and integer[0] == "0":
@@ -91,23 +101,37 @@ def test_every_literal_in_a_text_tokenizes_and_is_read_only_when_float32_holds_i
         assert abs(value - exact) <= exact / 2**24
 
 
-@pytest.mark.parametrize("literal, reason", [
-    ("1e999999999", "overflows float32"), ("0.5e400000", "overflows float32"), ("1e-99999999", "rounds to 0.0"),
-    ("1e-9999999999999999999", "rounds to 0.0"), ("-5e-999999999999999999", "rounds to 0.0"),
-    ("9" * 5000, "overflows float32"), ("9" * 12, "more than 9 significant digits"),
-    ("1" + "0" * 5000 + ".5", "overflows float32"),
-    ("0." + "0" * 5000 + "1", "rounds to 0.0"), ("1e" + "9" * 5000, "overflows float32"),
-])
+@pytest.mark.parametrize(
+    "literal, reason",
+    [
+        ("1e999999999", "overflows float32"),
+        ("0.5e400000", "overflows float32"),
+        ("1e-99999999", "rounds to 0.0"),
+        ("1e-9999999999999999999", "rounds to 0.0"),
+        ("-5e-999999999999999999", "rounds to 0.0"),
+        ("9" * 5000, "overflows float32"),
+        ("9" * 12, "more than 9 significant digits"),
+        ("1" + "0" * 5000 + ".5", "overflows float32"),
+        ("0." + "0" * 5000 + "1", "rounds to 0.0"),
+        ("1e" + "9" * 5000, "overflows float32"),
+    ],
+)
 def test_parse_number_says_why_a_literal_of_any_size_is_not_a_number(literal, reason):
     with pytest.raises(ValueError, match=reason):
         parse_number(literal)
     assert find_numbers(f"a {literal} b") == []
 
 
-@pytest.mark.parametrize("literal, value", [
-    ("0e999999999", 0.0), ("0.000e-99999999999999999999", 0.0), ("1." + "0" * 3000 + "1", 1.0),
-    ("1" + "0" * 3000 + "e-3000", 1.0), ("0." + "0" * 3000 + "15e3001", 1.5),
-])
+@pytest.mark.parametrize(
+    "literal, value",
+    [
+        ("0e999999999", 0.0),
+        ("0.000e-99999999999999999999", 0.0),
+        ("1." + "0" * 3000 + "1", 1.0),
+        ("1" + "0" * 3000 + "e-3000", 1.0),
+        ("0." + "0" * 3000 + "15e3001", 1.5),
+    ],
+)
 def test_literals_of_thousands_of_digits_or_huge_exponents_that_float32_holds_are_numbers(tokenizer, literal, value):
     assert parse_number(literal) == value
     assert [number.value for number in find_numbers(f"it is {literal} now")] == [value]
@@ -141,9 +165,18 @@ def test_any_float32_at_any_allowed_resolution_reads_back_as_one_number_within_h
     assert "e" not in text.lower()
 
 
-@pytest.mark.parametrize("value, resolution", [(1e30, 1), (1.0, 1e-30), (3e38, 1e-30), (FLOAT32_MAX, 1e-45),
-                                               (-FLOAT32_MAX, 1e38), (2.0**-149, 1e-45),
-                                               (float(np.float32(1e-38)), 1e-45)])
+@pytest.mark.parametrize(
+    "value, resolution",
+    [
+        (1e30, 1),
+        (1.0, 1e-30),
+        (3e38, 1e-30),
+        (FLOAT32_MAX, 1e-45),
+        (-FLOAT32_MAX, 1e38),
+        (2.0**-149, 1e-45),
+        (float(np.float32(1e-38)), 1e-45),
+    ],
+)
 def test_writing_at_extreme_resolutions_is_exact(value, resolution):
     """The float32 value's exact expansion (``int`` of a float, or ``Decimal`` of it), rounded half to even by hand."""
     single = Decimal(float(np.float32(value)))
@@ -215,13 +248,23 @@ def _mp_number_log_probability(literal: str, loc: float, scale: float) -> float:
         return _mp_log_interval(value - half, value + half, loc, scale, digits=digits)
 
 
-@pytest.mark.parametrize("literal, loc, scale", [
-    ("1234567.123456789012345", 1234567.0, 1.0), ("1234567.123456789012345", 1234567.123456789, 1e-9),
-    ("0.1000000000000000055511151231257827", 0.1, 1e-3), ("0.1000000000000000055511151231257827", 0.1, 1e-17),
-    ("-0.1000000000000000055511151231257827", 3.0, 2.0), ("1." + "0" * 400 + "1", 1.0, 1e-300),
-    ("3.4028234e38", 0.0, 1.0), ("-1.17549435e-38", 0.0, 1e-40), ("1.4012985e-45", 0.0, 1e-45),
-    ("0.1" + "0" * 400, 0.1, 1.0), ("123456789.5", 123456789.5, 1e-20), ("2.5", 1e300, 1e-300),
-])
+@pytest.mark.parametrize(
+    "literal, loc, scale",
+    [
+        ("1234567.123456789012345", 1234567.0, 1.0),
+        ("1234567.123456789012345", 1234567.123456789, 1e-9),
+        ("0.1000000000000000055511151231257827", 0.1, 1e-3),
+        ("0.1000000000000000055511151231257827", 0.1, 1e-17),
+        ("-0.1000000000000000055511151231257827", 3.0, 2.0),
+        ("1." + "0" * 400 + "1", 1.0, 1e-300),
+        ("3.4028234e38", 0.0, 1.0),
+        ("-1.17549435e-38", 0.0, 1e-40),
+        ("1.4012985e-45", 0.0, 1e-45),
+        ("0.1" + "0" * 400, 0.1, 1.0),
+        ("123456789.5", 123456789.5, 1e-20),
+        ("2.5", 1e300, 1e-300),
+    ],
+)
 def test_a_literal_with_more_digits_than_float64_is_scored_as_written(literal, loc, scale):
     """The interval's ends and width come from the digits: no float64 rounding of v +- h/2."""
     value = number_log_probability(literal, loc, scale).item()
@@ -250,7 +293,8 @@ def scored_literals(draw):
 def test_the_likelihood_of_any_literal_is_mpmaths_at_200_digits(drawn):
     literal, loc, scale = drawn
     assert number_log_probability(literal, loc, scale).item() == pytest.approx(
-        _mp_number_log_probability(literal, loc, scale), rel=1e-9)
+        _mp_number_log_probability(literal, loc, scale), rel=1e-9
+    )
 
 
 def test_a_zero_of_any_resolution_is_scored_or_named():
@@ -260,20 +304,29 @@ def test_a_zero_of_any_resolution_is_scored_or_named():
     assert number_log_probability("0e999999999", 2.0, 3.0).item() == 0.0
     log_density = -math.log(math.pi * 3.0 * (1 + (2.0 / 3.0) ** 2))
     assert number_log_probability("0e-999999999", 2.0, 3.0).item() == pytest.approx(
-        -999999999 * math.log(10) + log_density, rel=1e-15)
+        -999999999 * math.log(10) + log_density, rel=1e-15
+    )
     with pytest.raises(ValueError, match="'0e99999999999999999999' states the resolution 10\\^99999999999999999999"):
         number_log_probability("0e99999999999999999999", 2.0, 3.0)
-    with pytest.raises(ValueError, match=r"'0e99999999999999'...'999999999999' \(5002 characters\) states the "
-                                         r"resolution 10\^k with \|k\| > 10\^40"):
+    with pytest.raises(
+        ValueError,
+        match=r"'0e99999999999999'...'999999999999' \(5002 characters\) states the "
+        r"resolution 10\^k with \|k\| > 10\^40",
+    ):
         number_log_probability("0e" + "9" * 5000, 2.0, 3.0)
     with pytest.raises(ValueError, match=r"10\^k with \|k\| > 10\^40 of the number '0e-9999999999999'"):
         literal_resolution("0e-" + "9" * 5000)
 
 
-@pytest.mark.parametrize("loc, scale, match", [(math.nan, 1.0, "loc_Y must be finite"),
-                                               (math.inf, 1.0, "loc_Y must be finite"),
-                                               (0.0, 0.0, "scale_Y must be a finite number > 0"),
-                                               (0.0, math.nan, "scale_Y must be a finite number > 0")])
+@pytest.mark.parametrize(
+    "loc, scale, match",
+    [
+        (math.nan, 1.0, "loc_Y must be finite"),
+        (math.inf, 1.0, "loc_Y must be finite"),
+        (0.0, 0.0, "scale_Y must be a finite number > 0"),
+        (0.0, math.nan, "scale_Y must be a finite number > 0"),
+    ],
+)
 def test_the_likelihood_names_a_bad_law(loc, scale, match):
     with pytest.raises(ValueError, match=match):
         number_log_probability("2.5", loc, scale)
@@ -294,4 +347,5 @@ def test_the_likelihood_keeps_the_shape_of_the_law():
     for row in range(2):
         for column in range(2):
             assert terms[row, column].item() == pytest.approx(
-                _mp_number_log_probability("2.5", loc[row, column].item(), scale[column].item()), rel=1e-12)
+                _mp_number_log_probability("2.5", loc[row, column].item(), scale[column].item()), rel=1e-12
+            )

@@ -36,8 +36,11 @@ pytestmark = pytest.mark.slow
 
 def source_files() -> set[str]:
     """The files of ``causalqwen/`` in the checkout, as wheel member names (compiled caches left out)."""
-    return {path.relative_to(ROOT).as_posix() for path in (ROOT / "causalqwen").rglob("*")
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "causalqwen").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +53,13 @@ def wheel(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, sources / name)
     shutil.copytree(ROOT / "causalqwen", sources / "causalqwen", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    result = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "dist"),
-                             str(sources)], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "dist"), str(sources)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     wheels = sorted((work / "dist").glob("*.whl"))
     assert len(wheels) == 1, wheels
@@ -61,7 +69,9 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_holds_the_package_and_nothing_else_of_the_repository(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        entry_points = next(archive.read(name).decode() for name in names if name.endswith(".dist-info/entry_points.txt"))
+        entry_points = next(
+            archive.read(name).decode() for name in names if name.endswith(".dist-info/entry_points.txt")
+        )
     package = {name for name in names if name.startswith("causalqwen/")}
     metadata = {name.split("/")[0] for name in names} - {"causalqwen"}
     assert package == source_files()
@@ -78,14 +88,35 @@ def fresh_environment(directory: Path, wheel: Path | None) -> Path:
     line) and the wheel, if one is given, installed; returns its Python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=300)
     python = directory / ("Scripts" if os.name == "nt" else "bin") / ("python.exe" if os.name == "nt" else "python")
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    Path(purelib, "dependencies_of_the_test_run.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
-                                                                encoding="utf-8")
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    Path(purelib, "dependencies_of_the_test_run.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8"
+    )
     if wheel is None:
         return python
-    result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                             "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return python
 
@@ -113,8 +144,15 @@ def run_outside(python: Path, tmp_path: Path, *arguments: str) -> subprocess.Com
     outside.mkdir(exist_ok=True)
     env = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(HF_HUB_OFFLINE="1", PYTHONNOUSERSITE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    return subprocess.run([str(python), "-c", LOAD, *arguments], capture_output=True, text=True, env=env, cwd=outside,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [str(python), "-c", LOAD, *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=outside,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_a_wheel_installed_in_a_fresh_environment_loads_a_saved_directory(wheel, tmp_path):

@@ -35,10 +35,16 @@ def _pipe(model, tokenizer):
 
 def _expected_text(model, tokenizer, prompt, number_resolution, **kwargs):
     batch = tokenizer([prompt])
-    out = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], return_dict_in_generate=True,
-                         **kwargs)
-    text = tokenizer.batch_decode(out.sequences, out.numeric_values, out_of_vocab="mark",
-                                  number_texts=batch.number_texts, number_resolution=number_resolution)[0]
+    out = model.generate(
+        batch["input_ids"], numeric_values=batch["numeric_values"], return_dict_in_generate=True, **kwargs
+    )
+    text = tokenizer.batch_decode(
+        out.sequences,
+        out.numeric_values,
+        out_of_vocab="mark",
+        number_texts=batch.number_texts,
+        number_resolution=number_resolution,
+    )[0]
     return text, out.numeric_values[0].tolist()
 
 
@@ -56,19 +62,22 @@ def test_generated_numbers_are_written_out_in_every_mode(tiny, mode):
     _, numbers, tokenizer = tiny
     pipe = _pipe(numbers, tokenizer)
     record = pipe(PROMPT, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1))
-    text, values = _expected_text(numbers, tokenizer, PROMPT, "prompt", max_new_tokens=3, mode=mode,
-                                  generator=torch.Generator().manual_seed(1))
+    text, values = _expected_text(
+        numbers, tokenizer, PROMPT, "prompt", max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1)
+    )
     assert record[0]["generated_text"] == text and record[0]["numeric_values"] == values
     assert text.startswith(PROMPT) and "<NUM>" not in text
-    generated = [value for value in tokenizer.encode(text[len(PROMPT):])[1] if value != 0]
+    generated = [value for value in tokenizer.encode(text[len(PROMPT) :])[1] if value != 0]
     assert len(generated) == 3  # three numbers written out, each read back as a number
-    assert re.findall(r"-?\d+\.\d+", text[len(PROMPT):]) == [written_by_the_prompt_rule(v, 2) for v in values[-3:]]
-    every_digit = pipe(PROMPT, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1),
-                       number_resolution=None)
-    text, _ = _expected_text(numbers, tokenizer, PROMPT, None, max_new_tokens=3, mode=mode,
-                             generator=torch.Generator().manual_seed(1))
+    assert re.findall(r"-?\d+\.\d+", text[len(PROMPT) :]) == [written_by_the_prompt_rule(v, 2) for v in values[-3:]]
+    every_digit = pipe(
+        PROMPT, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1), number_resolution=None
+    )
+    text, _ = _expected_text(
+        numbers, tokenizer, PROMPT, None, max_new_tokens=3, mode=mode, generator=torch.Generator().manual_seed(1)
+    )
     assert every_digit[0]["generated_text"] == text
-    every = [float(np.float32(number)) for number in re.findall(r"-?\d+\.\d+", text[len(PROMPT):])]
+    every = [float(np.float32(number)) for number in re.findall(r"-?\d+\.\d+", text[len(PROMPT) :])]
     assert every == values[-3:]  # each reads back as its float32 value
 
 
@@ -82,7 +91,7 @@ def test_generated_numbers_are_written_alike_alone_and_in_a_padded_batch(tiny):
     batched = [rows[0]["generated_text"] for rows in pipe(prompts, max_new_tokens=3, batch_size=3)]
     assert batched == alone
     for text, prompt in zip(alone, prompts):
-        assert text.startswith(prompt) and sum(value != 0 for value in tokenizer.encode(text[len(prompt):])[1]) == 3
+        assert text.startswith(prompt) and sum(value != 0 for value in tokenizer.encode(text[len(prompt) :])[1]) == 3
 
 
 def test_the_parents_options(tiny):
@@ -95,7 +104,7 @@ def test_the_parents_options(tiny):
     ids = pipe(PROMPT, max_new_tokens=2, return_tensors=True)[0]["generated_token_ids"]
     assert ids[-2:] == [numbers.config.num_token_id] * 2
     prefixed = pipe("up 3% from", prefix="The price is 12.50 yuan, ", max_new_tokens=2)[0]["generated_text"]
-    assert prefixed == "up 3% from" + full[len(PROMPT):]
+    assert prefixed == "up 3% from" + full[len(PROMPT) :]
     prompts = [PROMPT, "on day 3 we counted 41 birds and"]
     plain = _pipe(model, tokenizer)
     alone = [plain(prompt, max_new_tokens=4)[0]["generated_text"] for prompt in prompts]

@@ -84,8 +84,16 @@ def test_trust_boundary_case_holds(case):
 
 def test_the_trust_tables_are_one_per_boundary_with_the_kind_a_column():
     names = [boundary.name for boundary in trust.BOUNDARIES]
-    assert names == ["configuration", "files and checkpoints", "run directories", "model inputs", "generation",
-                     "tokenizer and text", "adapters", "command line"]
+    assert names == [
+        "configuration",
+        "files and checkpoints",
+        "run directories",
+        "model inputs",
+        "generation",
+        "tokenizer and text",
+        "adapters",
+        "command line",
+    ]
     assert all(boundary.cases for boundary in trust.BOUNDARIES), "every boundary has rows"
     assert ALL_TRUST_CASES == [case for boundary in trust.BOUNDARIES for case in boundary.cases]
     assert len(ALL_TRUST_CASES) == 102  # the rows of the tables before they were split by boundary
@@ -140,7 +148,9 @@ def test_run_case_accepts_only_the_exact_type_and_a_matching_message():
     def raise_(error):
         raise error
 
-    listed = BadInputCase("x", "model", "x", lambda: raise_(ValueError("width must be 3")), ValueError, r"width must be \d")
+    listed = BadInputCase(
+        "x", "model", "x", lambda: raise_(ValueError("width must be 3")), ValueError, r"width must be \d"
+    )
     assert run_case(listed).passed
     assert run_case(BadInputCase("x", "model", "x", listed.trigger, ValueError, "height")).passed is False
     subclass = BadInputCase("x", "model", "x", lambda: raise_(UnicodeError("width must be 3")), ValueError, "width")
@@ -181,8 +191,9 @@ def test_a_non_finite_numeric_target_anywhere_is_an_error_not_a_nan_gradient():
     action = ActionNetwork(4, 6)
     targets = torch.tensor([[1.0, math.inf, 0.0]])
     with pytest.raises(ValueError, match=r"numeric_targets must be finite: found inf at position \[0, 1\]"):
-        fused_loss(action, torch.zeros(1, 3, 4), torch.ones(1, 3, 4), torch.tensor([[3, 1, 2]]), targets,
-                   num_token_id=3)
+        fused_loss(
+            action, torch.zeros(1, 3, 4), torch.ones(1, 3, 4), torch.tensor([[3, 1, 2]]), targets, num_token_id=3
+        )
 
 
 def test_a_zero_scale_is_still_clamped_but_a_negative_one_is_refused():
@@ -217,9 +228,13 @@ def test_ignore_mismatched_sizes_is_the_one_explicit_way_to_accept_a_reinitialis
     from causalqwen import CausalQwenForCausalLM
 
     with quiet_transformers():
-        model = CausalQwenForCausalLM.from_pretrained(tampered_checkpoint("reshaped-tensor"), ignore_mismatched_sizes=True)
+        model = CausalQwenForCausalLM.from_pretrained(
+            tampered_checkpoint("reshaped-tensor"), ignore_mismatched_sizes=True
+        )
     assert model.action.b_noise.shape == (64,)
-    assert bool((model.action.b_noise == model.config.noise_init).all())  # re-initialised (to its init value), as transformers documents
+    assert bool(
+        (model.action.b_noise == model.config.noise_init).all()
+    )  # re-initialised (to its init value), as transformers documents
     saved = shared_tiny().model.state_dict()
     for name, tensor in model.state_dict().items():
         if name != "action.b_noise":
@@ -264,10 +279,22 @@ _WORST_VALUES = (_MAX, -_MAX, FLOAT32_DENORMAL, -FLOAT32_TINY, 0.0, 3e38)
 
 
 @given(case=model_cases)
-@example(case=ModelCase(_WORST_VALUES, tuple(-v for v in _WORST_VALUES), 1e30, "scale_eps", 0.0, "full",
-                           "extreme_numeric_labels", "fused"))
+@example(
+    case=ModelCase(
+        _WORST_VALUES,
+        tuple(-v for v in _WORST_VALUES),
+        1e30,
+        "scale_eps",
+        0.0,
+        "full",
+        "extreme_numeric_labels",
+        "fused",
+    )
+)
 @example(case=ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "scale_eps", 0.0, "left_padded", "next_tokens", "literal"))
-@example(case=ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "large", 0.1, "one_row_all_padding", "some_ignored", "fused"))
+@example(
+    case=ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "large", 0.1, "one_row_all_padding", "some_ignored", "fused")
+)
 @example(case=ModelCase((0.0,) * 6, (0.0,) * 6, 1.0, "init", 0.1, "all_padding", "next_tokens", "fused"))
 @example(case=ModelCase(_WORST_VALUES, _WORST_VALUES, 1e20, "scale_eps", 1e-6, "none", "all_ignored", "literal"))
 def test_model_forward_loss_backward_stay_finite_on_extreme_inputs(case):
@@ -277,8 +304,9 @@ def test_model_forward_loss_backward_stay_finite_on_extreme_inputs(case):
 
 def test_the_extreme_model_cases_do_reach_the_claimed_extremes():
     """|loc_U| ~ 1e30 and decision scales at scale_eps are actually reached, not just asked for."""
-    check = run_model_case(ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "scale_eps", 0.0, "full",
-                                           "next_tokens", "fused"))
+    check = run_model_case(
+        ModelCase(_WORST_VALUES, _WORST_VALUES, 1e30, "scale_eps", 0.0, "full", "next_tokens", "fused")
+    )
     assert check.ok and check.max_abs_loc >= 1e30 and check.min_scale == pytest.approx(1e-6)
 
 
@@ -296,7 +324,8 @@ def test_the_finite_check_does_see_a_nan():
 
 
 _magnitude_subsets = lambda choices: st.lists(st.sampled_from(choices), min_size=1, unique=True).map(  # noqa: E731
-    lambda values: tuple(sorted(values)))
+    lambda values: tuple(sorted(values))
+)
 
 loss_cases = st.builds(
     LossCase,
@@ -333,8 +362,9 @@ def test_summary_runs_the_tables_and_a_fuzz_sample_and_reports_every_row():
         assert f"`{case.id}`" in markdown
     # every row, plus the headline, the control, the 2 fuzz rows, the trust table's headline, and the real-text
     # table's headline and rows
-    assert markdown.count("**PASS**") == (len(BAD_INPUT_CASES) + len(CHECKPOINT_CASES) + len(ALL_TRUST_CASES)
-                                          + 5 + 1 + len(REAL_TEXT_CASES))
+    assert markdown.count("**PASS**") == (
+        len(BAD_INPUT_CASES) + len(CHECKPOINT_CASES) + len(ALL_TRUST_CASES) + 5 + 1 + len(REAL_TEXT_CASES)
+    )
     assert "### Real text survives tokenization" in markdown
     assert "### Security: what the project reads, and what it refuses" in markdown
     assert f"{len(ALL_TRUST_CASES)} of {len(ALL_TRUST_CASES)} trust-boundary cases hold" in markdown

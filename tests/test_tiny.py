@@ -230,8 +230,9 @@ def test_build_tiny_causal_lm_is_from_qwen_of_the_tiny_base():
     assert model.config.num_token_id == tokenizer.num_token_id == len(tokenizer) - 1
     assert torch.equal(qwen.model.embed_tokens.weight, build_tiny_qwen(seed=2).model.embed_tokens.weight)
     torch.manual_seed(5)
-    by_hand = CausalQwenForCausalLM.from_qwen(build_tiny_base(seed=2)[0], num_token_id=tokenizer.num_token_id,
-                                              noise_init=0.3)
+    by_hand = CausalQwenForCausalLM.from_qwen(
+        build_tiny_base(seed=2)[0], num_token_id=tokenizer.num_token_id, noise_init=0.3
+    )
     assert model.state_dict().keys() == by_hand.state_dict().keys()
     for name, tensor in by_hand.state_dict().items():
         assert torch.equal(model.state_dict()[name], tensor), name
@@ -246,12 +247,15 @@ def test_build_tiny_causal_lm_without_init_seed_draws_from_the_global_generator(
     assert torch.equal(first, second) and not torch.equal(first, third)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"init_seed": 1.5}, TypeError, "init_seed must be an int or None, got float"),
-    ({"init_seed": True}, TypeError, "init_seed must be an int or None, got bool"),
-    ({"seed": -1}, ValueError, "seed must be non-negative"),
-    ({"no_such_field": 1}, ValueError, "'no_such_field' is not a CausalQwenConfig field"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"init_seed": 1.5}, TypeError, "init_seed must be an int or None, got float"),
+        ({"init_seed": True}, TypeError, "init_seed must be an int or None, got bool"),
+        ({"seed": -1}, ValueError, "seed must be non-negative"),
+        ({"no_such_field": 1}, ValueError, "'no_such_field' is not a CausalQwenConfig field"),
+    ],
+)
 def test_build_tiny_causal_lm_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         build_tiny_causal_lm(**kwargs)

@@ -23,9 +23,18 @@ def trainer_set_up_as_train(config, tmp_path):
     set_trainable(theirs, config.preset)
     optimizer = torch.optim.AdamW(parameter_groups(theirs, config.weight_decay), lr=config.learning_rate)
     scheduler = get_cosine_schedule_with_warmup(optimizer, config.warmup_steps, config.steps)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=config.steps, per_device_train_batch_size=12,
-                             max_grad_norm=config.max_grad_norm, logging_steps=1, save_strategy="no", report_to=[],
-                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=config.steps,
+        per_device_train_batch_size=12,
+        max_grad_norm=config.max_grad_norm,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
     return theirs, (optimizer, scheduler), args
 
 
@@ -33,11 +42,21 @@ def test_trainer_trains_three_steps(tmp_path):
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     data = TextDataset(synthetic_texts(24, seed=0), tokenizer, max_length=32)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3,
-                             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-                             remove_unused_columns=False, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=data,
-                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=data, data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id)
+    )
     result = trainer.train()
     assert result.global_step == 3
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -55,11 +74,22 @@ def test_trainer_with_bf16_mixed_precision_trains(tmp_path):
     fused loss, whose tile products then run in bfloat16."""
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     data = TextDataset(synthetic_texts(24, seed=0), tokenizer, max_length=32)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3,
-                             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=True,
-                             remove_unused_columns=False, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=data,
-                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=data, data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id)
+    )
     autocast_seen = []
     model.model.abduction.register_forward_pre_hook(lambda *_: autocast_seen.append(torch.is_autocast_enabled("cpu")))
     assert trainer.train().global_step == 3
@@ -74,10 +104,17 @@ def test_trainer_evaluate_reports_the_models_loss(tmp_path):
     an `eval_loss`: the model's own loss on the batch."""
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     data = TextDataset(synthetic_texts(8, seed=1), tokenizer, max_length=32)
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=8, report_to=[], use_cpu=True,
-                             remove_unused_columns=False, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, eval_dataset=data,
-                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model, args=args, eval_dataset=data, data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id)
+    )
     metrics = trainer.evaluate()
     with torch.no_grad():
         expected = model.eval()(**collate(data.items, tokenizer.pad_token_id)).loss.item()
@@ -109,12 +146,23 @@ def test_a_compiled_training_step_matches_eager():
 
 
 def _eval_trainer(tmp_path, model, data, tokenizer, metrics, batch_size):
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=batch_size, report_to=[],
-                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True)
-    return Trainer(model=model, args=args, eval_dataset=data, processing_class=tokenizer,
-                   data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
-                   compute_metrics=metrics.compute_metrics,
-                   preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_eval_batch_size=batch_size,
+        report_to=[],
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+    )
+    return Trainer(
+        model=model,
+        args=args,
+        eval_dataset=data,
+        processing_class=tokenizer,
+        data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
+        compute_metrics=metrics.compute_metrics,
+        preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics,
+    )
 
 
 def test_trainer_metrics_equal_evaluate_batch(tmp_path):
@@ -125,18 +173,24 @@ def test_trainer_metrics_equal_evaluate_batch(tmp_path):
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     model.eval()
-    data = TextDataset(synthetic_texts(12, seed=3) + ["a 5", "the 1,000 yuan and 2.5 kg of tea cost 7 more today"],
-                       tokenizer, max_length=48)
-    expected = evaluate_batch(model, collate(data.items, tokenizer.pad_token_id),
-                              generator=torch.Generator().manual_seed(0))
-    one = _eval_trainer(tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)),
-                        len(data)).evaluate()
+    data = TextDataset(
+        synthetic_texts(12, seed=3) + ["a 5", "the 1,000 yuan and 2.5 kg of tea cost 7 more today"],
+        tokenizer,
+        max_length=48,
+    )
+    expected = evaluate_batch(
+        model, collate(data.items, tokenizer.pad_token_id), generator=torch.Generator().manual_seed(0)
+    )
+    one = _eval_trainer(
+        tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)), len(data)
+    ).evaluate()
     assert set(expected) <= {name.removeprefix("eval_") for name in one}
     for name, value in expected.items():
         assert one[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), name
     assert expected["reg_count"] > 0 and expected["tokens"] > 100
-    three = _eval_trainer(tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)),
-                          5).evaluate()
+    three = _eval_trainer(
+        tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)), 5
+    ).evaluate()
     for name, value in expected.items():
         if name != "ovr_prob_sum_median_causal":
             assert three[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), name
@@ -150,10 +204,23 @@ def test_trainer_saves_the_tokenizer_given_as_processing_class(tmp_path):
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     data = TextDataset(synthetic_texts(8, seed=0), tokenizer, max_length=32)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to=[],
-                             use_cpu=True, remove_unused_columns=False, disable_tqdm=True, save_strategy="no")
-    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
+    )
     trainer.train()
     trainer.save_model(str(tmp_path / "final"))
     loaded = AutoTokenizer.from_pretrained(tmp_path / "final", trust_remote_code=True)
@@ -170,17 +237,30 @@ def test_trainer_and_causalqwen_train_give_the_same_loss_curve(tmp_path):
     from causalqwen import train
     from causalqwen.training import TrainingConfig
 
-    config = TrainingConfig(steps=6, batch_size=12, learning_rate=5e-3, warmup_steps=2, log_every=1, eval_every=100,
-                            save_every=100, preset="causal")
+    config = TrainingConfig(
+        steps=6,
+        batch_size=12,
+        learning_rate=5e-3,
+        warmup_steps=2,
+        log_every=1,
+        eval_every=100,
+        save_every=100,
+        preset="causal",
+    )
     ours, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     data = TextDataset(synthetic_texts(12, seed=0), tokenizer, max_length=32)
     history = train(ours, data, config, progress=False)
     expected = [record["train/total_loss"] for record in history]
 
     theirs, (optimizer, scheduler), args = trainer_set_up_as_train(config, tmp_path)
-    trainer = Trainer(model=theirs, args=args, train_dataset=data, processing_class=tokenizer,
-                      optimizers=(optimizer, scheduler),
-                      data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id))
+    trainer = Trainer(
+        model=theirs,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        optimizers=(optimizer, scheduler),
+        data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
+    )
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == len(expected) == config.steps
@@ -195,8 +275,14 @@ def plain_rows(tokenizer, length=16, count=8):
     for text in synthetic_texts(60, seed=2):
         ids, values = tokenizer.encode(text)
         if len(ids) >= length and len(rows) < count:
-            rows.append({"input_ids": torch.tensor(ids[:length]), "numeric_values": torch.tensor(values[:length]),
-                         "attention_mask": torch.ones(length, dtype=torch.long), "labels": torch.tensor(ids[:length])})
+            rows.append(
+                {
+                    "input_ids": torch.tensor(ids[:length]),
+                    "numeric_values": torch.tensor(values[:length]),
+                    "attention_mask": torch.ones(length, dtype=torch.long),
+                    "labels": torch.tensor(ids[:length]),
+                }
+            )
     assert len(rows) == count
     return rows
 
@@ -227,8 +313,9 @@ def test_trainer_finds_labels_alone_and_forward_still_takes_numeric_labels():
 def _plain_trainer(tmp_path, model, rows, batch_size, **kwargs):
     from transformers import default_data_collator
 
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=batch_size, report_to=[],
-                             use_cpu=True, disable_tqdm=True)  # remove_unused_columns left at its default
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=batch_size, report_to=[], use_cpu=True, disable_tqdm=True
+    )  # remove_unused_columns left at its default
     return Trainer(model=model, args=args, eval_dataset=rows, data_collator=default_data_collator, **kwargs)
 
 
@@ -241,7 +328,7 @@ def test_the_plain_recipe_reports_the_models_eval_loss(tmp_path):
     rows = plain_rows(tokenizer)
     metrics = _plain_trainer(tmp_path, model, rows, 4).evaluate()
     with torch.no_grad():
-        losses = [model.eval()(**default_data_collator(rows[start:start + 4])).loss.item() for start in (0, 4)]
+        losses = [model.eval()(**default_data_collator(rows[start : start + 4])).loss.item() for start in (0, 4)]
     assert metrics["eval_loss"] == pytest.approx(sum(losses) / 2, rel=1e-5)
 
 
@@ -265,8 +352,10 @@ def test_the_plain_recipes_compute_metrics_gets_the_law_of_U_and_the_labels(tmp_
         predicted = model.action.predict(model.action(loc_U, scale_U))[0][:, :-1]
         is_num = scored & (labels[:, 1:] == model.config.num_token_id)
         errors = (loc_Y[:, :-1] - numeric_labels[:, 1:]).abs()[is_num]
-        return {"accuracy": (predicted == labels[:, 1:])[scored].float().mean().item(),
-                "reg_mae": errors.double().mean().item()}
+        return {
+            "accuracy": (predicted == labels[:, 1:])[scored].float().mean().item(),
+            "reg_mae": errors.double().mean().item(),
+        }
 
     metrics = _plain_trainer(tmp_path, model, rows, 4, compute_metrics=compute_metrics).evaluate()
     batch = default_data_collator(rows)
@@ -292,16 +381,29 @@ def test_trainer_metrics_on_the_plain_recipe_and_with_a_label_pair_equal_evaluat
     model.eval()
     rows = plain_rows(tokenizer)
     metrics = TrainerMetrics(model, torch.Generator().manual_seed(0))
-    hooks = dict(compute_metrics=metrics.compute_metrics, preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics)
+    hooks = dict(
+        compute_metrics=metrics.compute_metrics, preprocess_logits_for_metrics=metrics.preprocess_logits_for_metrics
+    )
     if recipe == "plain":
         result = _plain_trainer(tmp_path, model, rows, len(rows), **hooks).evaluate()
     else:
         items = [{"input_ids": row["input_ids"], "numeric_values": row["numeric_values"]} for row in rows]
-        args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=len(rows), report_to=[],
-                                 use_cpu=True, remove_unused_columns=False, disable_tqdm=True,
-                                 label_names=["labels", "numeric_labels"])
-        result = Trainer(model=model, args=args, eval_dataset=items, **hooks,
-                         data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id)).evaluate()
+        args = TrainingArguments(
+            output_dir=str(tmp_path),
+            per_device_eval_batch_size=len(rows),
+            report_to=[],
+            use_cpu=True,
+            remove_unused_columns=False,
+            disable_tqdm=True,
+            label_names=["labels", "numeric_labels"],
+        )
+        result = Trainer(
+            model=model,
+            args=args,
+            eval_dataset=items,
+            **hooks,
+            data_collator=partial(collate, pad_token_id=tokenizer.pad_token_id),
+        ).evaluate()
     expected = evaluate_batch(model, default_data_collator(rows), generator=torch.Generator().manual_seed(0))
     assert expected["reg_count"] > 0 and "eval_loss" in result
     for name, value in expected.items():
@@ -331,8 +433,9 @@ def test_the_label_declaration_and_trainer_metrics_refuse_what_they_cannot_read(
 
 @pytest.mark.parametrize("batched", [False, True], ids=["row by row", "batched"])
 @pytest.mark.parametrize("collator_name", ["DataCollatorWithPadding", "DataCollatorForLanguageModeling"])
-def test_transformers_collators_over_datasets_map_train_and_the_model_sees_every_value(tmp_path, collator_name,
-                                                                                         batched):
+def test_transformers_collators_over_datasets_map_train_and_the_model_sees_every_value(
+    tmp_path, collator_name, batched
+):
     """``Dataset.map(lambda row: tokenizer(row["text"]))`` (one text: lists; or ``batched=True``: a batch of
     tensors), transformers' ``DataCollatorWithPadding`` (labels added by the map) or
     ``DataCollatorForLanguageModeling(mlm=False)``, and ``Trainer``, which rebuilds each batch with
@@ -350,20 +453,33 @@ def test_transformers_collators_over_datasets_map_train_and_the_model_sees_every
         return {**encoding, "labels": encoding["input_ids"]} if with_labels else encoding
 
     dataset = Dataset.from_dict({"text": texts}).map(encode, batched=batched, batch_size=3, remove_columns=["text"])
-    collator = DataCollatorWithPadding(tokenizer) if with_labels else DataCollatorForLanguageModeling(tokenizer,
-                                                                                                     mlm=False)
+    collator = (
+        DataCollatorWithPadding(tokenizer) if with_labels else DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    )
     seen = []
-    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(
-        (kwargs["input_ids"].clone(), kwargs["numeric_values"].clone())), with_kwargs=True)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-3,
-                             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((kwargs["input_ids"].clone(), kwargs["numeric_values"].clone())),
+        with_kwargs=True,
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator)
     assert trainer.train().global_step == 2
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
     num = tokenizer.num_token_id
     received = sorted(value for ids, values in seen for value in values[ids == num].tolist())
-    written = sorted(float(np.float32(value)) for text in texts for token, value in zip(*tokenizer.encode(text))
-                     if token == num)
+    written = sorted(
+        float(np.float32(value)) for text in texts for token, value in zip(*tokenizer.encode(text)) if token == num
+    )
     assert len(seen) == 2 and len(written) >= 8 and received == written
     assert all(values.dtype == torch.float32 for _, values in seen)

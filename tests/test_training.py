@@ -14,17 +14,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from causalqwen import CausalQwenForCausalLM
-from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen import CausalQwenForCausalLM, train
 from causalqwen.app import runs
+from causalqwen.app.runs import latest_checkpoint
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.files.rundir import RunDirectory, remove_run_output
-from causalqwen.app.runs import latest_checkpoint
 from causalqwen.losses import ovr_probability
-from causalqwen.metrics import evaluate_batch, with_log_prefixes
-from causalqwen import train
-from causalqwen.metrics import training_metrics
-from causalqwen.training import DEFAULT_WARMUP_RATIO, TrainingConfig, TrainingDiverged, loss_and_gradients, optimizer_and_schedule, parameter_groups, set_trainable
+from causalqwen.metrics import evaluate_batch, training_metrics, with_log_prefixes
+from causalqwen.training import (
+    DEFAULT_WARMUP_RATIO,
+    TrainingConfig,
+    TrainingDiverged,
+    loss_and_gradients,
+    optimizer_and_schedule,
+    parameter_groups,
+    set_trainable,
+)
 
 
 def tiny_model(**overrides):
@@ -37,18 +43,33 @@ def synthetic_data(tokenizer, n=48, seed=0):
     return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
 
 
-CONFIG = dict(steps=6, batch_size=4, learning_rate=3e-3, warmup_steps=2, preset="all", eval_every=3, save_every=3,
-              log_every=1, seed=0)
+CONFIG = dict(
+    steps=6,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=2,
+    preset="all",
+    eval_every=3,
+    save_every=3,
+    log_every=1,
+    seed=0,
+)
 
 
 def test_presets_choose_the_trainable_parameters(tokenizer):
     model = tiny_model()
     causal = set_trainable(model, "causal")
-    new_modules = ("model.numerical_embedding.", "model.abduction.", "action.")  # the Qwen2 stack is the rest of model.*
+    new_modules = (
+        "model.numerical_embedding.",
+        "model.abduction.",
+        "action.",
+    )  # the Qwen2 stack is the rest of model.*
     assert causal and all(n.startswith(new_modules) for n in causal)
     assert "action.b_noise" in causal and "model.numerical_embedding.w_num" in causal
     assert not any(p.requires_grad for n, p in model.named_parameters() if not n.startswith(new_modules))
-    assert set(set_trainable(model, "abduction")) == {n for n, _ in model.named_parameters() if n.startswith("model.abduction.")}
+    assert set(set_trainable(model, "abduction")) == {
+        n for n, _ in model.named_parameters() if n.startswith("model.abduction.")
+    }
     assert len(set_trainable(model, "all")) == len(list(model.parameters()))
     learnable = tiny_model(learnable_threshold=True)
     assert "action.ovr_threshold" in set_trainable(learnable, "causal")  # the head owns the threshold
@@ -80,7 +101,9 @@ def test_the_schedule_is_linear_warm_up_then_cosine_decay_to_zero(tokenizer):
         assert scheduler.get_last_lr() == [rates[-1]] * 2
         optimizer.step()
         scheduler.step()
-    expected = [0.25 * t / 3 for t in range(3)] + [0.25 * (1 + math.cos(math.pi * (t - 3) / 4)) / 2 for t in range(3, 8)]
+    expected = [0.25 * t / 3 for t in range(3)] + [
+        0.25 * (1 + math.cos(math.pi * (t - 3) / 4)) / 2 for t in range(3, 8)
+    ]
     assert rates == pytest.approx(expected, rel=1e-12, abs=1e-15)
     assert rates[-1] == 0.0
 
@@ -117,13 +140,15 @@ def test_two_steps_are_the_loop_written_out_by_hand(tokenizer):
     model.train()
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     others = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": config.weight_decay},
-                                   {"params": others, "weight_decay": 0.0}], lr=config.learning_rate)
+    optimizer = torch.optim.AdamW(
+        [{"params": matrices, "weight_decay": config.weight_decay}, {"params": others, "weight_decay": 0.0}],
+        lr=config.learning_rate,
+    )
     order = torch.randperm(len(data), generator=torch.Generator().manual_seed(config.seed)).tolist()
     for step, factor, next_factor in ((0, 1.0, 0.5), (1, 0.5, 0.0)):
         for group in optimizer.param_groups:
             group["lr"] = config.learning_rate * factor
-        batch = collate([data[i] for i in order[4 * step:4 * step + 4]], tokenizer.pad_token_id)
+        batch = collate([data[i] for i in order[4 * step : 4 * step + 4]], tokenizer.pad_token_id)
         out = model(**batch)
         out.loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), config.max_grad_norm)
@@ -131,7 +156,10 @@ def test_two_steps_are_the_loop_written_out_by_hand(tokenizer):
         optimizer.zero_grad(set_to_none=True)
         record = history[step]
         assert record["step"] == step + 1 and record["train/total_loss"] == out.loss.item()
-        assert record["train/grad_norm"] == float(norm) and record["train/learning_rate"] == config.learning_rate * next_factor
+        assert (
+            record["train/grad_norm"] == float(norm)
+            and record["train/learning_rate"] == config.learning_rate * next_factor
+        )
     for (name, a), (_, b) in zip(trained.state_dict().items(), model.state_dict().items()):
         assert torch.equal(a, b), name
     assert not trained.training  # returned in eval mode
@@ -152,15 +180,25 @@ def test_loss_and_gradients_clips_and_stops_before_a_non_finite_update(tokenizer
     with torch.no_grad():
         model.action.b_noise.fill_(float("nan"))
     model.zero_grad()
-    with pytest.raises(TrainingDiverged, match=r"training diverged at step 5: loss = nan, gradient norm = nan; lower "
-                                               r"the learning rate \(now 0.003\); the parameters are those after step 4"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"training diverged at step 5: loss = nan, gradient norm = nan; lower "
+        r"the learning rate \(now 0.003\); the parameters are those after step 4",
+    ):
         loss_and_gradients(model, model, batch, config, step=4, first=False)
 
 
 def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path):
     model = tiny_model()
     eval_batch = collate(synthetic_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
-    history = train(model, synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 12}), eval_batch, str(tmp_path), progress=False)
+    history = train(
+        model,
+        synthetic_data(tokenizer),
+        TrainingConfig(**CONFIG | {"steps": 12}),
+        eval_batch,
+        str(tmp_path),
+        progress=False,
+    )
     losses = [r["train/total_loss"] for r in history]
     assert sum(losses[-3:]) < sum(losses[:3])
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -175,9 +213,16 @@ def test_training_lowers_the_loss_and_writes_a_complete_run(tokenizer, tmp_path)
     assert latest_checkpoint(str(tmp_path)).endswith("checkpoint-12")
     for step in (3, 6, 9, 12):
         files = set(os.listdir(tmp_path / f"checkpoint-{step}"))
-        assert files == {"config.json", "model.safetensors", "training_state.safetensors", "trainer_state.json",
-                         "history.json", "causalqwen_auto.py", "generation_config.json",
-                         "checkpoint_files.json"}  # no pickle anywhere
+        assert files == {
+            "config.json",
+            "model.safetensors",
+            "training_state.safetensors",
+            "trainer_state.json",
+            "history.json",
+            "causalqwen_auto.py",
+            "generation_config.json",
+            "checkpoint_files.json",
+        }  # no pickle anywhere
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
     reloaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "checkpoint-12")
     for (name, a), (_, b) in zip(model.state_dict().items(), reloaded.state_dict().items()):
@@ -189,13 +234,17 @@ def test_resume_after_an_interruption_is_bit_exact(tokenizer, tmp_path, killed_a
     eval_batch = collate(synthetic_data(tokenizer, 8, seed=9).items, tokenizer.pad_token_id)
     config = TrainingConfig(**CONFIG | {"steps": 7, "batch_size": 5})  # 48 // 5 = 9 batches: step 3 is mid-epoch
     uninterrupted = tiny_model()
-    full_history = train(uninterrupted, synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "a"), progress=False)
+    full_history = train(
+        uninterrupted, synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "a"), progress=False
+    )
 
     with killed_after_first_save():
         train(tiny_model(), synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "b"), progress=False)
     assert [name for name in os.listdir(tmp_path / "b") if name.startswith("checkpoint-")] == ["checkpoint-3"]
     resumed = tiny_model()  # a fresh process would rebuild the model the same way
-    history = train(resumed, synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "b"), resume=True, progress=False)
+    history = train(
+        resumed, synthetic_data(tokenizer), config, eval_batch, str(tmp_path / "b"), resume=True, progress=False
+    )
 
     for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
@@ -217,8 +266,17 @@ def test_output_directory_rules(tokenizer, tmp_path):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     for overwrite in (False, True):  # a directory no run wrote is never used, let alone emptied
-        with pytest.raises(ValueError, match="exists and is not a causalqwen run .*never deletes files it did not write"):
-            train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(foreign), overwrite=overwrite, progress=False)
+        with pytest.raises(
+            ValueError, match="exists and is not a causalqwen run .*never deletes files it did not write"
+        ):
+            train(
+                tiny_model(),
+                synthetic_data(tokenizer),
+                config,
+                out_dir=str(foreign),
+                overwrite=overwrite,
+                progress=False,
+            )
         assert os.listdir(foreign) == ["notes.txt"]  # nothing written, nothing deleted
     run = tmp_path / "run"
     train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(run), progress=False)
@@ -227,15 +285,23 @@ def test_output_directory_rules(tokenizer, tmp_path):
     (run / "train.jsonl").write_text("the user's data, kept in the run directory")
     train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(run), overwrite=True, progress=False)
     assert (run / "train.jsonl").read_text().startswith("the user's data")
-    assert {"causalqwen-run.json", "training_config.json", "metrics.jsonl", "checkpoint-3", "train.jsonl"} <= set(os.listdir(run))
+    assert {"causalqwen-run.json", "training_config.json", "metrics.jsonl", "checkpoint-3", "train.jsonl"} <= set(
+        os.listdir(run)
+    )
 
 
 def test_resume_refuses_a_checkpoint_of_another_model_config(tokenizer, tmp_path):
     config = TrainingConfig(**CONFIG | {"steps": 3})
     train(tiny_model(), synthetic_data(tokenizer), config, out_dir=str(tmp_path), progress=False)
     with pytest.raises(ValueError, match="its model config differs in ovr_threshold"):
-        train(tiny_model(ovr_threshold=50.0), synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
-              out_dir=str(tmp_path), resume=True, progress=False)
+        train(
+            tiny_model(ovr_threshold=50.0),
+            synthetic_data(tokenizer),
+            TrainingConfig(**CONFIG | {"steps": 5}),
+            out_dir=str(tmp_path),
+            resume=True,
+            progress=False,
+        )
 
 
 def test_resume_from_a_truncated_checkpoint_names_the_file(tokenizer, tmp_path):
@@ -245,8 +311,15 @@ def test_resume_from_a_truncated_checkpoint_names_the_file(tokenizer, tmp_path):
     weights = tmp_path / checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(OSError, match=r"cannot resume from .*model\.safetensors.* cannot be read"):
-        train(tiny_model(), synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 5}),
-              out_dir=str(tmp_path), resume=True, progress=False, allow_changed_settings=True)
+        train(
+            tiny_model(),
+            synthetic_data(tokenizer),
+            TrainingConfig(**CONFIG | {"steps": 5}),
+            out_dir=str(tmp_path),
+            resume=True,
+            progress=False,
+            allow_changed_settings=True,
+        )
 
 
 def test_bad_training_configs_and_datasets(tokenizer):
@@ -255,14 +328,16 @@ def test_bad_training_configs_and_datasets(tokenizer):
         ("batch_size", -1, "batch_size must be a positive int, got -1"),
         ("warmup_steps", -1, "warmup_steps must be an int >= 0, got -1"),
         ("learning_rate", 0.0, "learning_rate must be a finite number > 0, got 0.0"),
-        ("report_to", "mlflow", "report_to must be \"tensorboard\", \"wandb\" or None, got 'mlflow'"),
+        ("report_to", "mlflow", 'report_to must be "tensorboard", "wandb" or None, got \'mlflow\''),
     ]:
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             TrainingConfig(**{field: value})
     with pytest.raises(TypeError, match="^config must be a TrainingConfig, got dict$"):
         train(tiny_model(), synthetic_data(tokenizer, 10), dict(CONFIG), progress=False)
     with pytest.raises(ValueError, match="too few for one batch of 64"):
-        train(tiny_model(), synthetic_data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False)
+        train(
+            tiny_model(), synthetic_data(tokenizer, 10), TrainingConfig(**CONFIG | {"batch_size": 64}), progress=False
+        )
 
 
 @pytest.mark.parametrize("sink, package", [("tensorboard", "tensorboard"), ("wandb", "wandb")])
@@ -312,10 +387,19 @@ def test_the_warm_up_of_a_ratio_is_the_exact_ceiling_of_the_ratio_as_written_tim
 def test_the_command_lines_warmup_ratio_gives_the_steps_its_help_promises():
     from causalqwen.app import cli, commands
 
-    for ratio, steps, warmup in (("0.07", "100", 7), ("0.57", "100", 57), ("0.29", "100", 29), ("0.1", "1000", 100),
-                                 ("0.07", "1", 1), ("0", "5", 0), ("1", "5", 5), ("1e-9", "10", 1)):
-        args = cli.build_parser().parse_args(["train", "--base", "b", "--data", "d", "--out", "o",
-                                              "--warmup-ratio", ratio, "--steps", steps])
+    for ratio, steps, warmup in (
+        ("0.07", "100", 7),
+        ("0.57", "100", 57),
+        ("0.29", "100", 29),
+        ("0.1", "1000", 100),
+        ("0.07", "1", 1),
+        ("0", "5", 0),
+        ("1", "5", 5),
+        ("1e-9", "10", 1),
+    ):
+        args = cli.build_parser().parse_args(
+            ["train", "--base", "b", "--data", "d", "--out", "o", "--warmup-ratio", ratio, "--steps", steps]
+        )
         assert commands._training_config(args).num_warmup_steps == warmup, (ratio, steps)
     assert 0.07 * 100 > 7 and 0.57 * 100 < 57  # float64 products on both sides of the exact one
 
@@ -348,16 +432,21 @@ def test_the_warm_up_is_a_tenth_of_the_run_unless_given_and_a_4_step_run_reaches
     assert max(rates[50]) == pytest.approx(4 / 50 * 1e-3, rel=1e-12)  # the old default never got past 8% of it
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"warmup_steps": 5, "warmup_ratio": 0.1},
-     "warmup_steps (5) and warmup_ratio (0.1) exclude each other: give one (warmup_ratio applies when warmup_steps "
-     "is not given)"),
-    ({"warmup_ratio": 1.5}, "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
-    ({"warmup_ratio": float("nan")}, "warmup_ratio must be a number from 0 to 1 or None, got nan"),
-    ({"warmup_ratio": "0.1"}, "warmup_ratio must be a number from 0 to 1 or None, got '0.1'"),
-    ({"save_total_limit": -1}, "save_total_limit must be an int >= 0, got -1"),
-    ({"save_total_limit": 2.5}, "save_total_limit must be an int >= 0, got 2.5"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"warmup_steps": 5, "warmup_ratio": 0.1},
+            "warmup_steps (5) and warmup_ratio (0.1) exclude each other: give one (warmup_ratio applies when warmup_steps "
+            "is not given)",
+        ),
+        ({"warmup_ratio": 1.5}, "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
+        ({"warmup_ratio": float("nan")}, "warmup_ratio must be a number from 0 to 1 or None, got nan"),
+        ({"warmup_ratio": "0.1"}, "warmup_ratio must be a number from 0 to 1 or None, got '0.1'"),
+        ({"save_total_limit": -1}, "save_total_limit must be an int >= 0, got -1"),
+        ({"save_total_limit": 2.5}, "save_total_limit must be an int >= 0, got 2.5"),
+    ],
+)
 def test_bad_warm_up_and_save_limit_settings_are_named(overrides, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         TrainingConfig(**overrides)
@@ -396,10 +485,16 @@ def test_save_total_limit_keeps_the_newest_checkpoints_the_run_wrote_and_nothing
 
 def test_without_a_limit_every_checkpoint_is_kept(tokenizer, tmp_path):
     assert TrainingConfig().save_total_limit is None  # the library keeps all, as transformers' TrainingArguments
-    train(tiny_model(), synthetic_data(tokenizer), TrainingConfig(**CONFIG | {"steps": 4, "save_every": 1}),
-          out_dir=str(tmp_path), progress=False)
+    train(
+        tiny_model(),
+        synthetic_data(tokenizer),
+        TrainingConfig(**CONFIG | {"steps": 4, "save_every": 1}),
+        out_dir=str(tmp_path),
+        progress=False,
+    )
     assert sorted(name for name in os.listdir(tmp_path) if name.startswith("checkpoint-")) == [
-        f"checkpoint-{step}" for step in range(1, 5)]
+        f"checkpoint-{step}" for step in range(1, 5)
+    ]
 
 
 def test_a_run_recorded_before_warmup_ratio_existed_resumes_unchanged(tokenizer, tmp_path, killed_after_first_save):
@@ -425,7 +520,9 @@ def test_a_run_recorded_before_warmup_ratio_existed_resumes_unchanged(tokenizer,
     assert runs.settings_differences(record["settings"], runs.run_settings(TrainingConfig(**old), data, None)) == []
     ratio = {key: value for key, value in old.items() if key != "warmup_steps"} | {"warmup_ratio": 0.1}
     assert runs.settings_differences(record["settings"], runs.run_settings(TrainingConfig(**ratio), data, None)) == [
-        "warmup_ratio is None in the checkpoint, 0.1 now", "warmup_steps is 50 in the checkpoint, None now"]
+        "warmup_ratio is None in the checkpoint, 0.1 now",
+        "warmup_steps is 50 in the checkpoint, None now",
+    ]
 
     resumed = tiny_model()
     same_command = {key: value for key, value in old.items() if key != "warmup_steps"}  # no warm-up given

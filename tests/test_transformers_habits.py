@@ -11,8 +11,13 @@ import re
 import numpy as np
 import pytest
 import torch
-from transformers import (AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer,
-                          TrainingArguments)
+from transformers import (
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
 
 from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_causal_lm, build_tiny_tokenizer
@@ -20,8 +25,17 @@ from causalqwen.files.data import collate
 from causalqwen.integrations.collator import NumericDataCollator
 
 TEXTS = ["It costs 2.5 dollars.", "Add 37 and 5."]
-SPECIAL_ATTRIBUTES = ["eos_token", "eos_token_id", "pad_token", "pad_token_id", "bos_token", "bos_token_id",
-                      "unk_token", "unk_token_id", "vocab_size"]
+SPECIAL_ATTRIBUTES = [
+    "eos_token",
+    "eos_token_id",
+    "pad_token",
+    "pad_token_id",
+    "bos_token",
+    "bos_token_id",
+    "unk_token",
+    "unk_token_id",
+    "vocab_size",
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +75,10 @@ def test_decoding_plain_ids_writes_the_number_token_never_a_number(tiny):
     _, tok = tiny
     enc = tok(TEXTS, return_tensors="pt", padding=True)
     assert tok.decode(enc.input_ids[1]) == "Add <NUM> and <NUM>."
-    assert tok.batch_decode(enc.input_ids, skip_special_tokens=True) == ["It costs <NUM> dollars.", "Add <NUM> and <NUM>."]
+    assert tok.batch_decode(enc.input_ids, skip_special_tokens=True) == [
+        "It costs <NUM> dollars.",
+        "Add <NUM> and <NUM>.",
+    ]
     for row in enc.input_ids:  # the wrapped tokenizer writes <NUM>, its special added token, as its text too
         expected = tok.hf_tokenizer.decode(row, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         assert tok.decode(row, skip_special_tokens=False) == expected
@@ -133,8 +150,10 @@ def test_the_interface_survives_a_save_and_autotokenizer(tiny, tmp_path, side):
     _, tok = tiny
     fresh = NumericTokenizer(build_tiny_tokenizer(), padding_side=side)
     fresh.save_pretrained(tmp_path)
-    for loaded in (NumericTokenizer.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path,
-                                                                                             trust_remote_code=True)):
+    for loaded in (
+        NumericTokenizer.from_pretrained(tmp_path),
+        AutoTokenizer.from_pretrained(tmp_path, trust_remote_code=True),
+    ):
         assert isinstance(loaded, NumericTokenizer) and loaded.padding_side == side
         for name in SPECIAL_ATTRIBUTES + ["all_special_tokens", "all_special_ids"]:
             assert getattr(loaded, name) == getattr(tok, name), name
@@ -166,9 +185,10 @@ def test_numbers_survive_generate_on_the_documented_path(tiny):
 def test_the_collator_pads_values_and_labels_as_written_by_hand(tiny):
     _, tok = tiny
     pad = tok.pad_token_id
-    features = [{"input_ids": [5, tok.num_token_id], "numeric_values": [0.0, 2.5], "labels": [5, tok.num_token_id]},
-                {"input_ids": torch.tensor([7]), "numeric_values": np.array([0.0], dtype=np.float32),
-                 "labels": [-100]}]
+    features = [
+        {"input_ids": [5, tok.num_token_id], "numeric_values": [0.0, 2.5], "labels": [5, tok.num_token_id]},
+        {"input_ids": torch.tensor([7]), "numeric_values": np.array([0.0], dtype=np.float32), "labels": [-100]},
+    ]
     batch = NumericDataCollator(tok)(features)
     assert batch["input_ids"].tolist() == [[5, tok.num_token_id], [7, pad]]
     assert batch["numeric_values"].dtype == torch.float32
@@ -211,8 +231,9 @@ def test_the_collator_names_what_is_wrong(tiny):
 def test_trainer_with_the_collator_reports_eval_loss(tiny, tmp_path):
     model, tok = tiny
     rows = tok(["It costs 2.5 dollars.", "Add 37 and 5."], return_tensors=None, padding=False)
-    dataset = [{"input_ids": ids, "numeric_values": values} for ids, values in zip(rows["input_ids"],
-                                                                                  rows["numeric_values"])]
+    dataset = [
+        {"input_ids": ids, "numeric_values": values} for ids, values in zip(rows["input_ids"], rows["numeric_values"])
+    ]
     collator = NumericDataCollator(tok, add_labels=True)
     args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
     metrics = Trainer(model=model, args=args, eval_dataset=dataset, data_collator=collator).evaluate()
@@ -225,8 +246,10 @@ def test_trainer_with_the_collator_reports_eval_loss(tiny, tmp_path):
 # Chat templates: the wrapped tokenizer's template, numbers as <NUM> and values
 # ---------------------------------------------------------------------------------------------
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def test_apply_chat_template_keeps_the_templates_special_tokens_and_the_numbers(tiny):
@@ -266,8 +289,10 @@ def test_transformers_stock_collators_pad_the_values_through_tokenizer_pad(tiny)
     for key in expected:
         assert batch[key].dtype == expected[key].dtype and torch.equal(batch[key], expected[key]), key
     wide = DataCollatorWithPadding(tok, padding="max_length", max_length=12)(features)
-    assert wide["input_ids"].shape == (2, 12) and wide["numeric_values"][:, -9:].tolist() == \
-        expected["numeric_values"].tolist()
+    assert (
+        wide["input_ids"].shape == (2, 12)
+        and wide["numeric_values"][:, -9:].tolist() == expected["numeric_values"].tolist()
+    )
     lm = DataCollatorForLanguageModeling(tok, mlm=False)(features)
     assert torch.equal(lm["numeric_values"], expected["numeric_values"])
     assert lm["labels"].tolist() == expected["input_ids"].masked_fill(expected["attention_mask"] == 0, -100).tolist()
@@ -290,8 +315,9 @@ def test_add_special_tokens_true_is_refused_where_the_wrapped_tokenizer_would_ad
 
     hf = build_tiny_tokenizer()
     start = hf.convert_tokens_to_ids("<|im_start|>")
-    hf.backend_tokenizer.post_processor = TemplateProcessing(single="<|im_start|> $A", special_tokens=[
-        ("<|im_start|>", start)])
+    hf.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<|im_start|> $A", special_tokens=[("<|im_start|>", start)]
+    )
     assert hf("a")["input_ids"][0] == start  # the wrapped tokenizer now adds a token in front
     tok = NumericTokenizer(hf)
     with pytest.raises(ValueError, match="the wrapped tokenizer adds special tokens"):
@@ -360,8 +386,9 @@ def test_the_streamer_writes_the_generated_numbers_as_decode_and_the_pipeline(ti
     width = enc["input_ids"].shape[1]
     kwargs = dict(mode=mode, max_new_tokens=10, logits_processor=_forcing(model, period, offset))
     streamer = _collecting_streamer(tok, skip_prompt=True, number_resolution=None)
-    out = model.generate(**enc, streamer=streamer, return_dict_in_generate=True,
-                         generator=torch.Generator().manual_seed(1), **kwargs)
+    out = model.generate(
+        **enc, streamer=streamer, return_dict_in_generate=True, generator=torch.Generator().manual_seed(1), **kwargs
+    )
     new_ids, new_values = out.sequences[0, width:], out.numeric_values[0, width:]
     generated = new_values[new_ids == model.config.num_token_id].tolist()
     assert len(generated) >= 3  # numbers were generated
@@ -447,15 +474,21 @@ def test_one_text_gives_lists_as_transformers_gives_them(tiny):
         assert ours["input_ids"] == theirs["input_ids"] and ours["attention_mask"] == theirs["attention_mask"]
         assert ours["numeric_values"] == [0.0] * len(theirs["input_ids"]) and ours.number_texts == []
         for asked in ("pt", "np"):
-            assert tok(text, return_tensors=asked)["input_ids"].tolist() == \
-                tok.hf_tokenizer(text, return_tensors=asked)["input_ids"].tolist()
+            assert (
+                tok(text, return_tensors=asked)["input_ids"].tolist()
+                == tok.hf_tokenizer(text, return_tensors=asked)["input_ids"].tolist()
+            )
     one = tok("It costs 12.50 dollars, not 3.")
     ids, values, texts = tok.encode("It costs 12.50 dollars, not 3.", return_number_texts=True)
     assert one["input_ids"] == ids and one["numeric_values"] == values and one.number_texts == texts == ["12.50", "3"]
-    assert all(type(token) is int for token in one["input_ids"]) and all(type(v) is float for v in one["numeric_values"])
+    assert all(type(token) is int for token in one["input_ids"]) and all(
+        type(v) is float for v in one["numeric_values"]
+    )
     assert tok("It costs 12.50 dollars, not 3.", return_tensors=None)["input_ids"] == ids  # None said: the same
-    assert tok.decode(one["input_ids"], one["numeric_values"], number_texts=one.number_texts) == \
-        "It costs 12.50 dollars, not 3."
+    assert (
+        tok.decode(one["input_ids"], one["numeric_values"], number_texts=one.number_texts)
+        == "It costs 12.50 dollars, not 3."
+    )
     assert tok.batch_decode(one) == ["It costs 12.50 dollars, not 3."]  # a batch of one, as transformers'
     wide = tok("x 1", padding="max_length", max_length=6, padding_side="right", return_attention_mask=False)
     assert wide["input_ids"] == tok.encode("x 1")[0] + [tok.pad_token_id] * 3 and "attention_mask" not in wide
@@ -495,21 +528,25 @@ def test_decode_of_a_batch_gives_one_text_per_row_as_transformers(tiny):
     assert tok.decode(enc["input_ids"].numpy(), enc["numeric_values"].numpy()) == TEXTS
     assert tok.decode(enc["input_ids"]) == ["It costs <NUM> dollars.", "Add <NUM> and <NUM>."]  # plain ids
     written = tok(["It was 12.50 and"], return_tensors="pt")
-    assert tok.decode(written["input_ids"], written["numeric_values"], number_texts=written.number_texts) == \
-        ["It was 12.50 and"]
+    assert tok.decode(written["input_ids"], written["numeric_values"], number_texts=written.number_texts) == [
+        "It was 12.50 and"
+    ]
     assert tok.batch_decode(enc["input_ids"][0], enc["numeric_values"][0]) == TEXTS[:1]  # one row: a list of one
     assert tok.batch_decode(enc["input_ids"][0].tolist(), enc["numeric_values"][0].tolist()) == TEXTS[:1]
     assert tok.batch_decode([]) == [] and tok.batch_decode(torch.zeros(0, 3, dtype=torch.long)) == []
     assert tok.decode([]) == ""
 
 
-@pytest.mark.parametrize("ids, values, match", [
-    (torch.tensor([[1, 2]]), [0.0, 0.0], "input_ids is a batch of 1 rows but numeric_values is not"),
-    ([[1, 2], [3, 4]], torch.zeros(2), "input_ids is a batch of 2 rows but numeric_values is not"),
-    (torch.tensor([1, 2]), torch.zeros(1, 2), "numeric_values must be 1-D"),
-    (torch.ones(1, 1, 2, dtype=torch.long), torch.zeros(1, 1, 2), "input_ids must be 2-D"),
-    ([[1, 2], [3]], [[0.0, 0.0], [0.0, 0.0]], "row 1: input_ids has length 1 but numeric_values has length 2"),
-])
+@pytest.mark.parametrize(
+    "ids, values, match",
+    [
+        (torch.tensor([[1, 2]]), [0.0, 0.0], "input_ids is a batch of 1 rows but numeric_values is not"),
+        ([[1, 2], [3, 4]], torch.zeros(2), "input_ids is a batch of 2 rows but numeric_values is not"),
+        (torch.tensor([1, 2]), torch.zeros(1, 2), "numeric_values must be 1-D"),
+        (torch.ones(1, 1, 2, dtype=torch.long), torch.zeros(1, 1, 2), "input_ids must be 2-D"),
+        ([[1, 2], [3]], [[0.0, 0.0], [0.0, 0.0]], "row 1: input_ids has length 1 but numeric_values has length 2"),
+    ],
+)
 def test_decode_names_a_batch_whose_values_do_not_fit(tiny, ids, values, match):
     _, tok = tiny
     with pytest.raises(ValueError, match=match):
@@ -572,8 +609,13 @@ def test_the_encoding_is_rebuilt_from_a_plain_mapping_and_copied_with_its_texts(
 def _printed_by_the_streamer(model, tok, enc, capsys, **streamer_kwargs):
     from causalqwen.integrations.streamer import NumericTextStreamer
 
-    out = model.generate(**enc, streamer=NumericTextStreamer(tok, **streamer_kwargs), max_new_tokens=4,
-                         logits_processor=_forcing(model, 2, 0), return_dict_in_generate=True)
+    out = model.generate(
+        **enc,
+        streamer=NumericTextStreamer(tok, **streamer_kwargs),
+        max_new_tokens=4,
+        logits_processor=_forcing(model, 2, 0),
+        return_dict_in_generate=True,
+    )
     return capsys.readouterr().out, out
 
 
@@ -587,8 +629,9 @@ def test_the_streamer_writes_the_prompt_as_it_was_written(tiny, capsys):
     model, tok = tiny
     prompt = "It was 12.50 on 1,000 days of 1e3 hours and"
     pipe = pipeline("text-generation", model=model, tokenizer=tok, pipeline_class=NumericTextGenerationPipeline)
-    continuation = pipe(prompt, max_new_tokens=4, logits_processor=_forcing(model, 2, 0),
-                        return_full_text=False)[0]["generated_text"]
+    continuation = pipe(prompt, max_new_tokens=4, logits_processor=_forcing(model, 2, 0), return_full_text=False)[0][
+        "generated_text"
+    ]
     assert any(character.isdigit() for character in continuation)  # a number was generated
     for enc in (tok([prompt]), tok(prompt, return_tensors="pt")):
         printed, _ = _printed_by_the_streamer(model, tok, enc, capsys)
@@ -606,8 +649,9 @@ def test_the_streamer_without_the_prompts_texts_writes_its_values_and_takes_them
     assert printed.startswith("It was 7 and")
     printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, number_texts=["7.000"])
     assert printed.startswith("It was 7.000 and")
-    _, continuation = tok.decode_continuation(out.sequences[0], out.numeric_values[0], len(ids), out_of_vocab="mark",
-                                              number_texts=["7.000"])
+    _, continuation = tok.decode_continuation(
+        out.sequences[0], out.numeric_values[0], len(ids), out_of_vocab="mark", number_texts=["7.000"]
+    )
     printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, number_texts=["7.000"], number_resolution=None)
     assert printed == "It was 7.000 and" + continuation + "\n"
 

@@ -18,19 +18,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
-from causalqwen.app import cli
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate, train
+from causalqwen.app import cli, runs
 from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm, save_tiny_base
-from causalqwen.app import runs
+from causalqwen.configuration import CausalQwenConfig
 from causalqwen.files.checkpoint import weight_files
 from causalqwen.files.data import TextDataset, read_jsonl, synthetic_texts
 from causalqwen.files.rundir import LOCK, MARKER, RunDirectory
+from causalqwen.float32 import format_number
 from causalqwen.inference import traditional_probabilities
 from causalqwen.kernels.fused import fused_ovr_classification_loss
-from causalqwen.configuration import CausalQwenConfig
-from causalqwen.float32 import format_number
 from causalqwen.numbers import parse_number
-from causalqwen import train
 from causalqwen.training import TrainingConfig, TrainingDiverged
 
 
@@ -76,8 +74,17 @@ def _data(tokenizer, n=24, seed=0):
     return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
 
 
-CONFIG = dict(steps=4, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset="all", eval_every=2, save_every=2,
-              log_every=1, seed=0)
+CONFIG = dict(
+    steps=4,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=1,
+    preset="all",
+    eval_every=2,
+    save_every=2,
+    log_every=1,
+    seed=0,
+)
 
 
 def _run_until_first_checkpoint(tokenizer, out, monkeypatch, **overrides):
@@ -123,7 +130,9 @@ def test_a_directory_with_only_a_pickled_model_is_refused(saved, tmp_path):
     target = _copy(saved, tmp_path)
     os.remove(target / "model.safetensors")
     _plant(target / "pytorch_model.bin", witness)
-    with pytest.raises(OSError, match=r"holds no model\.safetensors .*pytorch_model\.bin \(pickle\), which causalqwen never loads"):
+    with pytest.raises(
+        OSError, match=r"holds no model\.safetensors .*pytorch_model\.bin \(pickle\), which causalqwen never loads"
+    ):
         CausalQwenForCausalLM.from_pretrained(target)
     with pytest.raises(ValueError, match="use_safetensors=False would unpickle"):
         CausalQwenForCausalLM.from_pretrained(saved, use_safetensors=False)
@@ -136,7 +145,9 @@ def test_a_directory_with_only_a_pickled_model_is_refused(saved, tmp_path):
     assert not witness.exists()
 
 
-@pytest.mark.parametrize("shard", ["../outside/model.safetensors", "/ABSOLUTE/model.safetensors", "sub/../../x.safetensors"])
+@pytest.mark.parametrize(
+    "shard", ["../outside/model.safetensors", "/ABSOLUTE/model.safetensors", "sub/../../x.safetensors"]
+)
 def test_index_shards_outside_the_directory_are_refused(saved, tmp_path, shard):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -145,7 +156,9 @@ def test_index_shards_outside_the_directory_are_refused(saved, tmp_path, shard):
     target = _copy(saved, tmp_path)
     os.remove(target / "model.safetensors")
     names = list(load_file(outside / "model.safetensors"))
-    (target / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {k: shard for k in names}}))
+    (target / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {k: shard for k in names}})
+    )
     with pytest.raises(OSError, match="outside its directory"):
         CausalQwenForCausalLM.from_pretrained(target)
 
@@ -156,7 +169,8 @@ def test_a_shard_inside_the_directory_loads(saved, tmp_path):
     os.replace(target / "model.safetensors", target / "shards" / "part.safetensors")
     names = list(load_file(target / "shards" / "part.safetensors"))
     (target / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": {k: "shards/./part.safetensors" for k in names}}))
+        json.dumps({"metadata": {}, "weight_map": {k: "shards/./part.safetensors" for k in names}})
+    )
     assert weight_files(target) == [str(target / "shards" / "part.safetensors")]
     CausalQwenForCausalLM.from_pretrained(target)
 
@@ -172,11 +186,18 @@ def _edit_config(path, **fields):
     (path / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("field, value, pattern", [
-    ("vocab_size", 10**12, r"config\.json says vocab_size=1000000000000, hidden_size=64, but model\.embed_tokens\.weight"),
-    ("num_hidden_layers", 10**6, r"num_hidden_layers=1000000, but .* holds 2 layers"),
-    ("intermediate_size", 10**9, r"intermediate_size=1000000000, but model\.layers\.0\.mlp\.gate_proj\.weight"),
-])
+@pytest.mark.parametrize(
+    "field, value, pattern",
+    [
+        (
+            "vocab_size",
+            10**12,
+            r"config\.json says vocab_size=1000000000000, hidden_size=64, but model\.embed_tokens\.weight",
+        ),
+        ("num_hidden_layers", 10**6, r"num_hidden_layers=1000000, but .* holds 2 layers"),
+        ("intermediate_size", 10**9, r"intermediate_size=1000000000, but model\.layers\.0\.mlp\.gate_proj\.weight"),
+    ],
+)
 def test_a_config_announcing_huge_sizes_fails_before_allocating(saved, tmp_path, field, value, pattern):
     target = _copy(saved, tmp_path)
     _edit_config(target, **{field: value}, **({"layer_types": None} if field == "num_hidden_layers" else {}))
@@ -194,18 +215,21 @@ def test_a_qwen_base_with_a_huge_vocabulary_fails_before_allocating(tmp_path):
         CausalQwenForCausalLM.from_qwen(str(qwen_dir))
 
 
-@pytest.mark.parametrize("field, value, error, pattern", [
-    ("detach_gate", "false", TypeError, r"detach_gate must be true or false \(a JSON boolean\), got 'false'"),
-    ("learnable_threshold", 1, TypeError, "learnable_threshold must be true or false"),
-    ("num_token_id", 1.5, TypeError, "num_token_id must be an integer, got 1.5"),
-    ("ovr_threshold", "100", TypeError, "ovr_threshold must be a number, got '100'"),
-    ("ignore_index", None, TypeError, "ignore_index must be an integer, got None"),
-    ("ovr_threshold", -3e38, ValueError, r"ovr_threshold must be a number in \[-1e\+30, 1e\+30\], got -3e\+38"),
-    ("noise_init", 3e38, ValueError, r"noise_init must be a number in \[-1e\+30, 1e\+30\]"),
-    ("abduction_scale_init", 0.0, ValueError, r"abduction_scale_init must be a number in \(0, 1e\+30\]"),
-    ("scale_eps", 1e-45, ValueError, r"scale_eps must be a number in \[1e-30, 1e\+30\]"),
-    ("gate_alpha", float("nan"), ValueError, "gate_alpha must be finite"),
-])
+@pytest.mark.parametrize(
+    "field, value, error, pattern",
+    [
+        ("detach_gate", "false", TypeError, r"detach_gate must be true or false \(a JSON boolean\), got 'false'"),
+        ("learnable_threshold", 1, TypeError, "learnable_threshold must be true or false"),
+        ("num_token_id", 1.5, TypeError, "num_token_id must be an integer, got 1.5"),
+        ("ovr_threshold", "100", TypeError, "ovr_threshold must be a number, got '100'"),
+        ("ignore_index", None, TypeError, "ignore_index must be an integer, got None"),
+        ("ovr_threshold", -3e38, ValueError, r"ovr_threshold must be a number in \[-1e\+30, 1e\+30\], got -3e\+38"),
+        ("noise_init", 3e38, ValueError, r"noise_init must be a number in \[-1e\+30, 1e\+30\]"),
+        ("abduction_scale_init", 0.0, ValueError, r"abduction_scale_init must be a number in \(0, 1e\+30\]"),
+        ("scale_eps", 1e-45, ValueError, r"scale_eps must be a number in \[1e-30, 1e\+30\]"),
+        ("gate_alpha", float("nan"), ValueError, "gate_alpha must be finite"),
+    ],
+)
 def test_config_fields_are_type_and_range_checked(saved, tmp_path, field, value, error, pattern):
     config = CausalQwenConfig.from_pretrained(saved).to_dict()
     with pytest.raises(error, match=pattern):
@@ -217,8 +241,17 @@ def test_config_fields_are_type_and_range_checked(saved, tmp_path, field, value,
 
 
 @pytest.mark.parametrize("return_decisions", [False, True])
-@pytest.mark.parametrize("settings", [dict(ovr_threshold=-1e30), dict(ovr_threshold=1e30), dict(noise_init=1e30),
-                                      dict(abduction_scale_init=1e30), dict(scale_eps=1e-30), dict(scale_eps=1e30)])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(ovr_threshold=-1e30),
+        dict(ovr_threshold=1e30),
+        dict(noise_init=1e30),
+        dict(abduction_scale_init=1e30),
+        dict(scale_eps=1e-30),
+        dict(scale_eps=1e30),
+    ],
+)
 def test_settings_at_their_limits_keep_loss_and_gradients_finite(tokenizer, settings, return_decisions):
     model = _model(**settings)
     batch = tokenizer(["The price is 12.5 yuan and 3 cups.", "A week has 7 days"])
@@ -282,9 +315,15 @@ def test_a_run_directory_is_locked_while_in_use_and_released_by_a_killed_process
     RunDirectory.claim(out, "train", resume=True).release()
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from causalqwen.files.rundir import RunDirectory; "
-         f"held = RunDirectory.claim({str(out)!r}, 'train', resume=True); print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from causalqwen.files.rundir import RunDirectory; "
+            f"held = RunDirectory.claim({str(out)!r}, 'train', resume=True); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ValueError, match=rf"in use by another causalqwen run \(pid {holder.pid}\)"):
@@ -301,12 +340,15 @@ def test_a_run_directory_is_locked_while_in_use_and_released_by_a_killed_process
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change, pattern", [
-    ({"learning_rate": 1e-3}, r"learning_rate is 0\.003 in the checkpoint, 0\.001 now"),
-    ({"batch_size": 2}, "batch_size is 4 in the checkpoint, 2 now"),
-    ({"seed": 1}, "seed is 0 in the checkpoint, 1 now"),
-    ({"data_seed": 5}, r"the training data differ \(sha256 \w{12} in the checkpoint, \w{12} now\)"),
-])
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        ({"learning_rate": 1e-3}, r"learning_rate is 0\.003 in the checkpoint, 0\.001 now"),
+        ({"batch_size": 2}, "batch_size is 4 in the checkpoint, 2 now"),
+        ({"seed": 1}, "seed is 0 in the checkpoint, 1 now"),
+        ({"data_seed": 5}, r"the training data differ \(sha256 \w{12} in the checkpoint, \w{12} now\)"),
+    ],
+)
 def test_resume_names_every_changed_setting_and_the_flag_overrides(tokenizer, tmp_path, monkeypatch, change, pattern):
     out = tmp_path / "run"
     _run_until_first_checkpoint(tokenizer, out, monkeypatch)
@@ -314,8 +356,7 @@ def test_resume_names_every_changed_setting_and_the_flag_overrides(tokenizer, tm
     config = TrainingConfig(**CONFIG | change | {"log_every": 2, "eval_every": 1})  # logging may change freely
     with pytest.raises(ValueError, match=pattern + ".*pass allow_changed_settings"):
         train(_model(), data, config, out_dir=str(out), resume=True, progress=False)
-    history = train(_model(), data, config, out_dir=str(out), resume=True, progress=False,
-                    allow_changed_settings=True)
+    history = train(_model(), data, config, out_dir=str(out), resume=True, progress=False, allow_changed_settings=True)
     assert history[-1]["step"] == 4
 
 
@@ -341,8 +382,14 @@ def test_resume_refuses_a_checkpoint_tensor_of_the_wrong_dtype(tokenizer, tmp_pa
 
 def test_resume_needs_a_run_and_survives_a_metrics_line_cut_short(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="nothing to resume: .* holds no causalqwen run"):
-        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(tmp_path / "none"),
-              resume=True, progress=False)
+        train(
+            _model(),
+            _data(tokenizer),
+            TrainingConfig(**CONFIG),
+            out_dir=str(tmp_path / "none"),
+            resume=True,
+            progress=False,
+        )
     assert not (tmp_path / "none").exists()
     out = tmp_path / "run"
     _run_until_first_checkpoint(tokenizer, out, monkeypatch)
@@ -372,12 +419,21 @@ def test_training_on_texts_without_a_next_token_is_refused(tokenizer):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("keyword, hint", [("numeric_value", "numeric_values"), ("attention_masks", "attention_mask"),
-                                           ("label", "labels"), ("numeric_label", "numeric_labels")])
+@pytest.mark.parametrize(
+    "keyword, hint",
+    [
+        ("numeric_value", "numeric_values"),
+        ("attention_masks", "attention_mask"),
+        ("label", "labels"),
+        ("numeric_label", "numeric_labels"),
+    ],
+)
 def test_misspelt_forward_keywords_are_refused_by_name(tokenizer, keyword, hint):
     model = _model()
     batch = tokenizer(["The price is 12.5 yuan."])
-    with pytest.raises(TypeError, match=rf"forward\(\) got unexpected keyword argument\(s\) '{keyword}' \(did you mean '{hint}'\?\)"):
+    with pytest.raises(
+        TypeError, match=rf"forward\(\) got unexpected keyword argument\(s\) '{keyword}' \(did you mean '{hint}'\?\)"
+    ):
         model(batch["input_ids"], numeric_values=batch["numeric_values"], **{keyword: batch["input_ids"]})
     with pytest.raises(TypeError, match=rf"abduce\(\) got unexpected keyword argument\(s\) '{keyword}'"):
         model.abduce(batch["input_ids"], batch["numeric_values"], **{keyword: batch["input_ids"]})
@@ -429,9 +485,15 @@ def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
     (second,) = torch.autograd.grad(gradient.sum(), model.action.b_noise)
     assert second.abs().max() > 0  # the literal path has a real Hessian
     U = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
-    loss = fused_ovr_classification_loss(U, torch.rand(3, 4, dtype=torch.float64) + 0.5, torch.randn(5, 4, dtype=torch.float64),
-                                         torch.zeros(5, dtype=torch.float64), torch.full((4,), 0.1, dtype=torch.float64),
-                                         0.0, labels=torch.tensor([0, 1, 2]))
+    loss = fused_ovr_classification_loss(
+        U,
+        torch.rand(3, 4, dtype=torch.float64) + 0.5,
+        torch.randn(5, 4, dtype=torch.float64),
+        torch.zeros(5, dtype=torch.float64),
+        torch.full((4,), 0.1, dtype=torch.float64),
+        0.0,
+        labels=torch.tensor([0, 1, 2]),
+    )
     with pytest.raises(RuntimeError, match="no second derivative"):
         torch.autograd.grad(loss.sum(), U, create_graph=True)
 
@@ -452,13 +514,22 @@ def number_model(tokenizer):
     return model
 
 
-@pytest.mark.parametrize("dtype, expected", [(torch.int64, torch.float32), (torch.uint8, torch.float32),
-                                             (torch.float16, torch.float32), (torch.bfloat16, torch.float32),
-                                             (torch.float32, torch.float32), (torch.float64, torch.float64)])
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [
+        (torch.int64, torch.float32),
+        (torch.uint8, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
 def test_generated_values_are_never_cast_into_a_narrower_type(tokenizer, number_model, dtype, expected):
     batch = tokenizer(["A cup of tea costs 2 dollars"], padding_side="left")
-    out = generate(number_model, batch["input_ids"], batch["numeric_values"].to(dtype), batch["attention_mask"],
-                   max_new_tokens=2)
+    out = generate(
+        number_model, batch["input_ids"], batch["numeric_values"].to(dtype), batch["attention_mask"], max_new_tokens=2
+    )
     assert out.numeric_values.dtype == expected
     assert out.numeric_values[0, -1].item() == pytest.approx(-12345.67, rel=1e-6)
     assert out.numeric_values[0, batch["input_ids"].shape[1] - 2].item() == 2.0  # the prompt's number kept
@@ -467,11 +538,25 @@ def test_generated_values_are_never_cast_into_a_narrower_type(tokenizer, number_
 def test_numpy_and_tensor_scalars_work_where_numbers_do(tokenizer, number_model):
     batch = tokenizer(["A cup of tea costs"], padding_side="left")
     args = (number_model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
-    plain = generate(*args, mode="traditional", max_new_tokens=3, temperature=0.7, top_k=5, top_p=0.9,
-                     generator=torch.Generator().manual_seed(0))
-    scalars = generate(*args, mode="traditional", max_new_tokens=np.int64(3), temperature=np.float32(0.7),
-                       top_k=torch.tensor(5), top_p=np.float64(0.9), eos_token_id=np.int64(0),
-                       generator=torch.Generator().manual_seed(0))
+    plain = generate(
+        *args,
+        mode="traditional",
+        max_new_tokens=3,
+        temperature=0.7,
+        top_k=5,
+        top_p=0.9,
+        generator=torch.Generator().manual_seed(0),
+    )
+    scalars = generate(
+        *args,
+        mode="traditional",
+        max_new_tokens=np.int64(3),
+        temperature=np.float32(0.7),
+        top_k=torch.tensor(5),
+        top_p=np.float64(0.9),
+        eos_token_id=np.int64(0),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(plain.sequences, scalars.sequences)
     for bad in (True, np.bool_(True), torch.tensor([3]), "3"):
         with pytest.raises(ValueError, match="max_new_tokens must be an integer"):
@@ -502,7 +587,9 @@ def test_invalid_utf8_and_lone_surrogates_are_named(tokenizer, tmp_path):
     surrogate = tmp_path / "surrogate.jsonl"
     surrogate.write_text('{"text": "ok"}\n{"text": "ab\\ud800cd 5"}\n')
     texts, sources = read_jsonl(surrogate)
-    with pytest.raises(ValueError, match=r"surrogate\.jsonl, line 2: character 2 of the text is '\\ud800', a lone surrogate"):
+    with pytest.raises(
+        ValueError, match=r"surrogate\.jsonl, line 2: character 2 of the text is '\\ud800', a lone surrogate"
+    ):
         TextDataset(texts, tokenizer, 16, sources)
     with pytest.raises(ValueError, match=r"text 1: character 0 of the text is '\\udfff', a lone surrogate"):
         tokenizer(["fine", "\udfff"])
@@ -523,8 +610,15 @@ def test_a_huge_text_is_encoded_only_as_far_as_max_length_needs(tokenizer):
     assert item["numeric_values"].tolist().count(12.5) == item["input_ids"].tolist().count(tokenizer.num_token_id) > 0
 
 
-@pytest.mark.parametrize("text, nearest", [("8e-46", "1.4012985e-45"), ("1.23456789e-44", "1.2611686e-44"),
-                                           ("-2e-45", "1.4012985e-45"), ("1e-45", "1.4012985e-45")])
+@pytest.mark.parametrize(
+    "text, nearest",
+    [
+        ("8e-46", "1.4012985e-45"),
+        ("1.23456789e-44", "1.2611686e-44"),
+        ("-2e-45", "1.4012985e-45"),
+        ("1e-45", "1.4012985e-45"),
+    ],
+)
 def test_numbers_that_a_subnormal_float32_would_change_stay_text(tokenizer, text, nearest):
     ids, values = tokenizer.encode(f"x {text} y")
     assert tokenizer.num_token_id not in ids and tokenizer.decode(ids, values) == f"x {text} y"
@@ -558,10 +652,18 @@ def test_cli_errors_are_one_line_with_exit_status_2(saved, tmp_path, capsys):
 
 
 def test_training_settings_take_numpy_and_tensor_scalars_and_refuse_strings():
-    config = TrainingConfig(steps=np.int64(5), batch_size=torch.tensor(2), learning_rate=np.float32(0.5), seed=np.int32(3))
+    config = TrainingConfig(
+        steps=np.int64(5), batch_size=torch.tensor(2), learning_rate=np.float32(0.5), seed=np.int32(3)
+    )
     assert (config.steps, config.batch_size, config.learning_rate, config.seed) == (5, 2, 0.5, 3)
     assert all(type(v) in (int, float, str, type(None)) for v in vars(config).values())  # plain JSON in checkpoints
-    for field, value in [("steps", True), ("steps", "5"), ("learning_rate", "1e-3"), ("seed", -1), ("weight_decay", float("nan"))]:
+    for field, value in [
+        ("steps", True),
+        ("steps", "5"),
+        ("learning_rate", "1e-3"),
+        ("seed", -1),
+        ("weight_decay", float("nan")),
+    ]:
         with pytest.raises(ValueError, match=field):
             TrainingConfig(**{field: value})
 
@@ -585,11 +687,19 @@ def test_a_missing_local_path_is_named_not_looked_up_on_the_hub(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
-    source = {"pathlike": tmp_path / "missing", "absolute": str(tmp_path / "missing"), "dot": "./missing",
-              "nested": "a/b/missing", "under_existing_dir": "runs/missing"}[kind]
+    source = {
+        "pathlike": tmp_path / "missing",
+        "absolute": str(tmp_path / "missing"),
+        "dot": "./missing",
+        "nested": "a/b/missing",
+        "under_existing_dir": "runs/missing",
+    }[kind]
     started = time.perf_counter()
-    for load, what in [(CausalQwenForCausalLM.from_pretrained, "model"), (CausalQwenForCausalLM.from_qwen, "base model"),
-                       (NumericTokenizer.from_pretrained, "tokenizer")]:
+    for load, what in [
+        (CausalQwenForCausalLM.from_pretrained, "model"),
+        (CausalQwenForCausalLM.from_qwen, "base model"),
+        (NumericTokenizer.from_pretrained, "tokenizer"),
+    ]:
         with pytest.raises(OSError, match=f"{what} directory '{re.escape(str(source))}' does not exist"):
             load(source)
     with pytest.raises(SystemExit) as exited:

@@ -13,8 +13,7 @@ import time
 import pytest
 
 from causalqwen import NumericTokenizer
-from causalqwen.app import cli, commands, training_run
-from causalqwen.app import runs
+from causalqwen.app import cli, commands, runs, training_run
 from causalqwen.files.data import read_jsonl
 from causalqwen.files.rundir import RunDirectory
 
@@ -51,8 +50,15 @@ SEED_RANGE = "must be an integer from 0 to 4294967295"
 WIDTH = "must be an integer no larger than 9223372036854775807"
 
 
-@pytest.mark.parametrize("command", [["walkthrough"], ["generate", "--prompt", "x"], ["demo", "--out", "{tmp}/d"],
-                                     ["train", "--base", "tiny", "--data", "{data}", "--out", "{tmp}/r"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["walkthrough"],
+        ["generate", "--prompt", "x"],
+        ["demo", "--out", "{tmp}/d"],
+        ["train", "--base", "tiny", "--data", "{data}", "--out", "{tmp}/r"],
+    ],
+)
 @pytest.mark.parametrize("value", [BIG, "-1", str(2**32), str(2**64), HUGE])
 def test_every_seed_option_names_its_range(command, value, tmp_path, data, capsys):
     args = [a.format(tmp=tmp_path, data=data) for a in command] + ["--seed", value]
@@ -63,8 +69,20 @@ def test_every_seed_option_names_its_range(command, value, tmp_path, data, capsy
     assert not os.listdir(tmp_path) or os.listdir(tmp_path) == ["train.jsonl"]  # nothing written
 
 
-@pytest.mark.parametrize("option", ["--steps", "--batch-size", "--warmup-steps", "--max-length", "--eval-every",
-                                    "--save-every", "--save-total-limit", "--log-every", "--lora-rank"])
+@pytest.mark.parametrize(
+    "option",
+    [
+        "--steps",
+        "--batch-size",
+        "--warmup-steps",
+        "--max-length",
+        "--eval-every",
+        "--save-every",
+        "--save-total-limit",
+        "--log-every",
+        "--lora-rank",
+    ],
+)
 @pytest.mark.parametrize("value", [BIG, str(2**63), HUGE])
 def test_every_train_count_option_is_bounded_by_64_bits(option, value, tmp_path, data, capsys):
     line = _fails(capsys, ["train", "--base", "tiny", "--data", data, "--out", str(tmp_path / "r"), option, value])
@@ -73,47 +91,86 @@ def test_every_train_count_option_is_bounded_by_64_bits(option, value, tmp_path,
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["demo", "--steps", BIG], f"argument --steps: {WIDTH}"),
-    (["generate", "--prompt", "x", "--max-new-tokens", BIG], f"argument --max-new-tokens: {WIDTH}"),
-    (["generate", "--prompt", "x", "--mode", "traditional", "--top-k", str(2**64)], f"argument --top-k: {WIDTH}"),
-    (["generate", "--prompt", "x", "--seed", "1.5"], "argument --seed: expected an integer, got '1.5'"),
-    (["generate", "--prompt", "x", "--max-new-tokens", "ten"], "argument --max-new-tokens: expected an integer, got 'ten'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["demo", "--steps", BIG], f"argument --steps: {WIDTH}"),
+        (["generate", "--prompt", "x", "--max-new-tokens", BIG], f"argument --max-new-tokens: {WIDTH}"),
+        (["generate", "--prompt", "x", "--mode", "traditional", "--top-k", str(2**64)], f"argument --top-k: {WIDTH}"),
+        (["generate", "--prompt", "x", "--seed", "1.5"], "argument --seed: expected an integer, got '1.5'"),
+        (
+            ["generate", "--prompt", "x", "--max-new-tokens", "ten"],
+            "argument --max-new-tokens: expected an integer, got 'ten'",
+        ),
+    ],
+)
 def test_other_integer_options_name_the_option(args, message, capsys):
     assert message in _fails(capsys, args)
 
 
-@pytest.mark.parametrize("option, value, message", [  # below range: the library's check names the setting
-    ("--steps", "0", "steps must be a positive int, got 0"),
-    ("--batch-size", "-1", "batch_size must be a positive int, got -1"),
-    ("--warmup-steps", "-1", "warmup_steps must be an int >= 0, got -1"),
-    ("--eval-every", "0", "eval_every must be a positive int, got 0"),
-    ("--save-every", "-3", "save_every must be a positive int, got -3"),
-    ("--log-every", "0", "log_every must be a positive int, got 0"),
-    ("--save-total-limit", "-1", "save_total_limit must be an int >= 0, got -1"),
-    ("--warmup-ratio", "1.5", "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
-    ("--max-length", "1", "max_length must be an int >= 2, got 1"),
-    ("--lora-rank", "0", "argument --lora-rank: must be an integer from 1 to 9223372036854775807"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [  # below range: the library's check names the setting
+        ("--steps", "0", "steps must be a positive int, got 0"),
+        ("--batch-size", "-1", "batch_size must be a positive int, got -1"),
+        ("--warmup-steps", "-1", "warmup_steps must be an int >= 0, got -1"),
+        ("--eval-every", "0", "eval_every must be a positive int, got 0"),
+        ("--save-every", "-3", "save_every must be a positive int, got -3"),
+        ("--log-every", "0", "log_every must be a positive int, got 0"),
+        ("--save-total-limit", "-1", "save_total_limit must be an int >= 0, got -1"),
+        ("--warmup-ratio", "1.5", "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
+        ("--max-length", "1", "max_length must be an int >= 2, got 1"),
+        ("--lora-rank", "0", "argument --lora-rank: must be an integer from 1 to 9223372036854775807"),
+    ],
+)
 def test_negative_and_zero_counts_are_refused_by_name(option, value, message, qwen_dir, tmp_path, data, capsys):
     extra = ["--preset", "lora"] if option == "--lora-rank" else []
-    line = _fails(capsys, ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), option, value, *extra])
+    line = _fails(
+        capsys, ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), option, value, *extra]
+    )
     assert message in line, line
     assert not (tmp_path / "r").exists()
 
 
 def test_warmup_steps_and_warmup_ratio_together_are_refused_naming_both(tmp_path, data, capsys):
-    line = _fails(capsys, ["train", "--base", "tiny", "--data", data, "--out", str(tmp_path / "r"),
-                           "--warmup-steps", "5", "--warmup-ratio", "0.2"])
+    line = _fails(
+        capsys,
+        [
+            "train",
+            "--base",
+            "tiny",
+            "--data",
+            data,
+            "--out",
+            str(tmp_path / "r"),
+            "--warmup-steps",
+            "5",
+            "--warmup-ratio",
+            "0.2",
+        ],
+    )
     assert "argument --warmup-ratio: not allowed with argument --warmup-steps" in line, line
     assert not (tmp_path / "r").exists()
 
 
 def test_a_lora_rank_beyond_the_hidden_size_is_refused_before_allocating(qwen_dir, tmp_path, data, capsys):
     started = time.perf_counter()
-    line = _fails(capsys, ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--preset", "lora",
-                           "--lora-rank", str(2**40)])
+    line = _fails(
+        capsys,
+        [
+            "train",
+            "--base",
+            qwen_dir,
+            "--data",
+            data,
+            "--out",
+            str(tmp_path / "r"),
+            "--preset",
+            "lora",
+            "--lora-rank",
+            str(2**40),
+        ],
+    )
     assert "--lora-rank 1099511627776 exceeds the base's hidden size 64" in line, line
     assert time.perf_counter() - started < 30 and not (tmp_path / "r").exists()
 
@@ -151,24 +208,39 @@ def test_a_utf8_byte_order_mark_is_skipped(tmp_path):
     assert read_jsonl(path)[0] == ["a 1", "\ufeffb"]  # only the file's first bytes are a mark; a text keeps its own
 
 
-@pytest.mark.parametrize("content, message", [
-    (b'{"text": "ok"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n",
-     r"bad\.jsonl, line 2: the JSON is nested too deeply to read"),
-    (b'{"text": "ok"}\n{"text": "x", "id": ' + HUGE.encode() + b"}\n",
-     r"bad\.jsonl, line 2: an integer of 5000 digits, more than the 4300 Python converts"),
-    (b'{"text": "ok"}\n{"text": "x", "id": -' + HUGE.encode() + b"}\n", r"bad\.jsonl, line 2: an integer of 5000 digits"),
-    ('{"text": "a 1"}\n'.encode("utf-16"), (r"bad\.jsonl: the file is UTF-16 text \(it starts with the byte-order mark "
-                                           r"b'\\xff\\xfe'\); JSONL must be UTF-8")),
-    ('{"text": "a 1"}\n'.encode("utf-16-be"), r"bad\.jsonl, line 1: a NUL byte at byte 0 of the line"),
-    ('{"text": "a 1"}\n'.encode("utf-32"), r"bad\.jsonl: the file is UTF-32 text"),
-    (bytes(range(256)) * 4, r"bad\.jsonl, line 1: a NUL byte at byte 0 of the line \(a binary file"),
-    (b"\x89PNG\r\n\x1a\n", r"bad\.jsonl, line 1: invalid UTF-8 at byte 0 of the line"),
-    (b'{"text": "a", "text": "b"}\n', r"bad\.jsonl, line 1: the key 'text' appears twice in one object"),
-    (b'{"text": "ok"}\n\x0c\n', r"bad\.jsonl, line 2: not valid JSON \(Expecting value at column 1\)"),
-    (b'{"text": "ok"} {"text": "two"}\n', r"bad\.jsonl, line 1: not valid JSON \(Extra data at column 16\)"),
-    (b"", r"bad\.jsonl: the dataset is empty \(no line with a text\)"),
-    (b"\r\r\n\n", r"bad\.jsonl: the dataset is empty"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            b'{"text": "ok"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n",
+            r"bad\.jsonl, line 2: the JSON is nested too deeply to read",
+        ),
+        (
+            b'{"text": "ok"}\n{"text": "x", "id": ' + HUGE.encode() + b"}\n",
+            r"bad\.jsonl, line 2: an integer of 5000 digits, more than the 4300 Python converts",
+        ),
+        (
+            b'{"text": "ok"}\n{"text": "x", "id": -' + HUGE.encode() + b"}\n",
+            r"bad\.jsonl, line 2: an integer of 5000 digits",
+        ),
+        (
+            '{"text": "a 1"}\n'.encode("utf-16"),
+            (
+                r"bad\.jsonl: the file is UTF-16 text \(it starts with the byte-order mark "
+                r"b'\\xff\\xfe'\); JSONL must be UTF-8"
+            ),
+        ),
+        ('{"text": "a 1"}\n'.encode("utf-16-be"), r"bad\.jsonl, line 1: a NUL byte at byte 0 of the line"),
+        ('{"text": "a 1"}\n'.encode("utf-32"), r"bad\.jsonl: the file is UTF-32 text"),
+        (bytes(range(256)) * 4, r"bad\.jsonl, line 1: a NUL byte at byte 0 of the line \(a binary file"),
+        (b"\x89PNG\r\n\x1a\n", r"bad\.jsonl, line 1: invalid UTF-8 at byte 0 of the line"),
+        (b'{"text": "a", "text": "b"}\n', r"bad\.jsonl, line 1: the key 'text' appears twice in one object"),
+        (b'{"text": "ok"}\n\x0c\n', r"bad\.jsonl, line 2: not valid JSON \(Expecting value at column 1\)"),
+        (b'{"text": "ok"} {"text": "two"}\n', r"bad\.jsonl, line 1: not valid JSON \(Extra data at column 16\)"),
+        (b"", r"bad\.jsonl: the dataset is empty \(no line with a text\)"),
+        (b"\r\r\n\n", r"bad\.jsonl: the dataset is empty"),
+    ],
+)
 def test_bad_jsonl_files_name_the_file_and_line(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
@@ -206,8 +278,24 @@ def test_the_command_reads_the_data_before_loading_the_model(tmp_path, capsys, m
 def test_a_cr_only_file_trains(qwen_dir, tmp_path, capsys):
     data = tmp_path / "mac.jsonl"
     data.write_bytes(b"".join(json.dumps({"text": t}).encode() + b"\r" for t in ["a 1", "b 2", "c 3", "d 4"]))
-    assert cli.main(["train", "--base", qwen_dir, "--data", str(data), "--out", str(tmp_path / "r"), "--steps", "1",
-                     "--batch-size", "4"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--base",
+                qwen_dir,
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "r"),
+                "--steps",
+                "1",
+                "--batch-size",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "r" / "model" / "model.safetensors").exists()
 
 
@@ -216,14 +304,24 @@ def test_a_cr_only_file_trains(qwen_dir, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, content, reason", [
-    ("tokenizer.json", b'{"version": "1.0", "model": {"type": "BPE", "vo',
-     r"is not valid JSON \(Unterminated string starting at: line 1, column 45\)"),
-    ("tokenizer.json", b"\xff\xfe{}", r"is not UTF-8 text \(invalid byte 0xff at offset 0\)"),
-    ("tokenizer_config.json", b"{", r"is not valid JSON \(Expecting property name enclosed in double quotes: line 1, column 2\)"),
-    ("config.json", b'{"a": 1}\n[[[', r"is not valid JSON \(Extra data: line 2, column 1\)"),
-    ("tokenizer.json", b"[" * 100_000, r"cannot be read: the JSON is nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "name, content, reason",
+    [
+        (
+            "tokenizer.json",
+            b'{"version": "1.0", "model": {"type": "BPE", "vo',
+            r"is not valid JSON \(Unterminated string starting at: line 1, column 45\)",
+        ),
+        ("tokenizer.json", b"\xff\xfe{}", r"is not UTF-8 text \(invalid byte 0xff at offset 0\)"),
+        (
+            "tokenizer_config.json",
+            b"{",
+            r"is not valid JSON \(Expecting property name enclosed in double quotes: line 1, column 2\)",
+        ),
+        ("config.json", b'{"a": 1}\n[[[', r"is not valid JSON \(Extra data: line 2, column 1\)"),
+        ("tokenizer.json", b"[" * 100_000, r"cannot be read: the JSON is nested too deeply"),
+    ],
+)
 def test_a_corrupt_json_file_of_a_model_directory_is_named(qwen_dir, tmp_path, capsys, name, content, reason):
     import re
     import shutil
@@ -247,8 +345,10 @@ def test_a_model_directory_without_a_tokenizer_is_named(qwen_dir, tmp_path, caps
         if name.startswith("tokenizer"):
             os.remove(target / name)
     line = _fails(capsys, ["generate", "--model", str(target), "--prompt", "x"])
-    assert (f"cannot load a tokenizer from {str(target)!r}: the directory holds no tokenizer file (tokenizer.json, "
-            "vocab.json or tokenizer.model)") in line, line
+    assert (
+        f"cannot load a tokenizer from {str(target)!r}: the directory holds no tokenizer file (tokenizer.json, "
+        "vocab.json or tokenizer.model)"
+    ) in line, line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,8 +370,24 @@ def _interrupt_after_checkpoint(monkeypatch, step):
 
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(qwen_dir, tmp_path, data, capsys, monkeypatch):
     run = tmp_path / "my run"
-    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "6", "--batch-size", "2",
-            "--save-every", "2", "--log-every", "1", "--overwrite"]
+    args = [
+        "train",
+        "--base",
+        qwen_dir,
+        "--data",
+        data,
+        "--out",
+        str(run),
+        "--steps",
+        "6",
+        "--batch-size",
+        "2",
+        "--save-every",
+        "2",
+        "--log-every",
+        "1",
+        "--overwrite",
+    ]
     _interrupt_after_checkpoint(monkeypatch, 4)
     assert cli.main(args) == 130
     err = capsys.readouterr().err.split("\n")[-3:]  # the progress bar ended its line: the message has its own lines
@@ -323,12 +439,34 @@ def test_a_real_sigint_during_training(qwen_dir, tmp_path, data):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     # A shell without job control starts background jobs with SIGINT ignored, and Python keeps an ignored
     # SIGINT; the child restores the interactive default, so the test does not depend on how the suite was started.
-    launch = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-              "runpy.run_module('causalqwen.app.cli', run_name='__main__', alter_sys=True)")
+    launch = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('causalqwen.app.cli', run_name='__main__', alter_sys=True)"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-c", launch, "train", "--base", qwen_dir, "--data", data, "--out", str(run),
-         "--steps", "100000", "--batch-size", "2", "--save-every", "1"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        [
+            sys.executable,
+            "-c",
+            launch,
+            "train",
+            "--base",
+            qwen_dir,
+            "--data",
+            data,
+            "--out",
+            str(run),
+            "--steps",
+            "100000",
+            "--batch-size",
+            "2",
+            "--save-every",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 120
 
@@ -359,8 +497,12 @@ def test_messages_name_the_command_line_flags(qwen_dir, tmp_path, data, capsys):
     run = tmp_path / "run"
     RunDirectory.claim(run, "train").release()
     args = ["train", "--base", qwen_dir, "--data", data, "--out", str(run), "--steps", "1", "--batch-size", "2"]
-    assert "holds a previous train run; pass --resume to continue it or --overwrite to replace it" in _fails(capsys, args)
-    assert "argument --overwrite: not allowed with argument --resume" in _fails(capsys, args + ["--resume", "--overwrite"])
+    assert "holds a previous train run; pass --resume to continue it or --overwrite to replace it" in _fails(
+        capsys, args
+    )
+    assert "argument --overwrite: not allowed with argument --resume" in _fails(
+        capsys, args + ["--resume", "--overwrite"]
+    )
     assert "--allow-changed-settings applies to --resume only" in _fails(capsys, args + ["--allow-changed-settings"])
     with pytest.raises(ValueError, match="pass resume to continue it or overwrite to replace it"):
         RunDirectory.claim(run, "train")  # the library keeps its keyword names
@@ -373,9 +515,17 @@ def test_messages_name_the_command_line_flags(qwen_dir, tmp_path, data, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command, option", [(["generate", "--prompt", "x"], "--model"), (["convert", "--out", "{tmp}/c"], "--base"),
-                                             (["train", "--data", "{data}", "--out", "{tmp}/r"], "--base")])
-def test_a_name_that_is_neither_a_directory_nor_a_hub_id_fails_at_once(command, option, tmp_path, data, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "command, option",
+    [
+        (["generate", "--prompt", "x"], "--model"),
+        (["convert", "--out", "{tmp}/c"], "--base"),
+        (["train", "--data", "{data}", "--out", "{tmp}/r"], "--base"),
+    ],
+)
+def test_a_name_that_is_neither_a_directory_nor_a_hub_id_fails_at_once(
+    command, option, tmp_path, data, capsys, monkeypatch
+):
     import huggingface_hub.constants
 
     monkeypatch.chdir(tmp_path)
@@ -384,8 +534,9 @@ def test_a_name_that_is_neither_a_directory_nor_a_hub_id_fails_at_once(command, 
     args = [a.format(tmp=tmp_path, data=data) for a in command] + [option, "model_nope"]
     line = _fails(capsys, args)
     assert time.perf_counter() - started < 5
-    assert line.endswith("error: model directory 'model_nope' does not exist (a hub id has the form owner/name, "
-                         "e.g. Qwen/Qwen2.5-0.5B)"), line
+    assert line.endswith(
+        "error: model directory 'model_nope' does not exist (a hub id has the form owner/name, e.g. Qwen/Qwen2.5-0.5B)"
+    ), line
     with pytest.raises(OSError, match=r"tokenizer directory 'model_nope' does not exist \(a hub id has the form"):
         NumericTokenizer.from_pretrained("model_nope")
 
@@ -398,8 +549,10 @@ def test_a_hub_id_not_in_the_cache_fails_at_once_when_offline(tmp_path, capsys, 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     started = time.perf_counter()
     line = _fails(capsys, ["generate", "--model", "someone/not-cached", "--prompt", "x"])
-    assert line.endswith("error: model 'someone/not-cached' is no local directory and, with HF_HUB_OFFLINE=1, "
-                         "not in the local Hugging Face cache either"), line
+    assert line.endswith(
+        "error: model 'someone/not-cached' is no local directory and, with HF_HUB_OFFLINE=1, "
+        "not in the local Hugging Face cache either"
+    ), line
     assert time.perf_counter() - started < 5
 
 
@@ -410,12 +563,19 @@ def test_a_file_given_as_a_model_directory_is_named_without_a_hub_hint(tmp_path,
     assert line.endswith("error: model directory 'weights' exists but is not a directory"), line
 
 
-@pytest.mark.parametrize("command, option", [
-    (["generate", "--prompt", "x"], "--model"), (["demo"], "--out"), (["convert", "--out", "c"], "--base"),
-    (["convert", "--base", "tiny"], "--out"), (["train", "--data", "d", "--out", "o"], "--base"),
-    (["train", "--base", "tiny", "--out", "o"], "--data"), (["train", "--base", "tiny", "--data", "d", "--out", "o"], "--eval-data"),
-    (["train", "--base", "tiny", "--data", "d"], "--out"),
-])
+@pytest.mark.parametrize(
+    "command, option",
+    [
+        (["generate", "--prompt", "x"], "--model"),
+        (["demo"], "--out"),
+        (["convert", "--out", "c"], "--base"),
+        (["convert", "--base", "tiny"], "--out"),
+        (["train", "--data", "d", "--out", "o"], "--base"),
+        (["train", "--base", "tiny", "--out", "o"], "--data"),
+        (["train", "--base", "tiny", "--data", "d", "--out", "o"], "--eval-data"),
+        (["train", "--base", "tiny", "--data", "d"], "--out"),
+    ],
+)
 def test_an_empty_path_is_refused_by_option(command, option, capsys):
     line = _fails(capsys, command + [option, ""])
     assert line.endswith(f"argument {option}: must name a file, directory or hub id, got ''"), line
@@ -426,41 +586,87 @@ def test_an_empty_path_is_refused_by_option(command, option, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("--weight-decay", "1e300", "weight_decay must be a finite number within float32's range (at most 3.40282e+38), "
-                                "got 1e+300"),
-    ("--learning-rate", "1e39", "learning_rate must be a finite number within float32's range (at most 3.40282e+38), "
-                                "got 1e+39"),
-    ("--learning-rate", "1e300", "learning_rate must be a finite number within float32's range"),
-    ("--max-grad-norm", "1e39", "max_grad_norm must be a finite number within float32's range"),
-    ("--weight-decay", "1e4", "learning_rate * weight_decay must be < 1 (AdamW multiplies the weights by "
-                              "1 - learning_rate * weight_decay each step), got learning_rate=0.0001 * "
-                              "weight_decay=10000.0 = 1"),
-])
-def test_settings_that_would_overflow_or_flip_the_weights_are_refused(qwen_dir, tmp_path, data, capsys, option,
-                                                                       value, message):
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        (
+            "--weight-decay",
+            "1e300",
+            "weight_decay must be a finite number within float32's range (at most 3.40282e+38), got 1e+300",
+        ),
+        (
+            "--learning-rate",
+            "1e39",
+            "learning_rate must be a finite number within float32's range (at most 3.40282e+38), got 1e+39",
+        ),
+        ("--learning-rate", "1e300", "learning_rate must be a finite number within float32's range"),
+        ("--max-grad-norm", "1e39", "max_grad_norm must be a finite number within float32's range"),
+        (
+            "--weight-decay",
+            "1e4",
+            "learning_rate * weight_decay must be < 1 (AdamW multiplies the weights by "
+            "1 - learning_rate * weight_decay each step), got learning_rate=0.0001 * "
+            "weight_decay=10000.0 = 1",
+        ),
+    ],
+)
+def test_settings_that_would_overflow_or_flip_the_weights_are_refused(
+    qwen_dir, tmp_path, data, capsys, option, value, message
+):
     out = tmp_path / "run"
-    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(out), "--steps", "2", "--batch-size", "2",
-            option, value]
+    args = [
+        "train",
+        "--base",
+        qwen_dir,
+        "--data",
+        data,
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        option,
+        value,
+    ]
     assert message in _fails(capsys, args)
     assert not out.exists()  # refused at the door: nothing written
 
 
 def test_divergence_dual_lr_without_the_bound_is_refused(qwen_dir, tmp_path, data, capsys):
     out = tmp_path / "run"
-    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(out), "--steps", "1", "--batch-size", "2",
-            "--divergence-dual-lr", "5"]
+    args = [
+        "train",
+        "--base",
+        qwen_dir,
+        "--data",
+        data,
+        "--out",
+        str(out),
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--divergence-dual-lr",
+        "5",
+    ]
     assert "--divergence-dual-lr applies to --max-u-divergence only" in _fails(capsys, args)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, start", [
-    (["convert", "--base", "no_such_base_dir", "--out", "out"], "causalqwen convert: error: model directory"),
-    (["generate", "--prompt", "hi", "--number-resolution", "junk"], "causalqwen generate: error: argument --number"),
-    (["train", "--bogus"], "causalqwen train: error: the following arguments are required"),
-    (["generate", "--prompt", "hi", "--top-k", "3"], "causalqwen generate: error: --temperature, --top-k"),
-    (["bogus"], "causalqwen: error: argument COMMAND: invalid choice: 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["convert", "--base", "no_such_base_dir", "--out", "out"], "causalqwen convert: error: model directory"),
+        (
+            ["generate", "--prompt", "hi", "--number-resolution", "junk"],
+            "causalqwen generate: error: argument --number",
+        ),
+        (["train", "--bogus"], "causalqwen train: error: the following arguments are required"),
+        (["generate", "--prompt", "hi", "--top-k", "3"], "causalqwen generate: error: --temperature, --top-k"),
+        (["bogus"], "causalqwen: error: argument COMMAND: invalid choice: 'bogus'"),
+    ],
+)
 def test_every_command_line_error_is_one_line_that_names_the_command(tmp_path, monkeypatch, capsys, argv, start):
     """A usage error (argparse's) and a data error alike: one line on stderr, ``causalqwen COMMAND: error: ...``, exit
     status 2, no usage block, nothing written."""

@@ -22,11 +22,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from causalqwen import CausalQwenForCausalLM, NumericTokenizer, training
-from causalqwen import load_abduction, save_abduction
+from causalqwen import CausalQwenForCausalLM, NumericTokenizer, load_abduction, save_abduction, train, training
+from causalqwen.app import runs
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.configuration import CausalQwenConfig
-from causalqwen.app import runs
 from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.files.rundir import (
     LOCK,
@@ -36,7 +35,6 @@ from causalqwen.files.rundir import (
     open_for_writing,
 )
 from causalqwen.integrations.lora import add_lora, load_lora, save_lora
-from causalqwen import train
 from causalqwen.training import TrainingConfig
 
 SECRET = "a file outside the run directory\n"
@@ -56,8 +54,17 @@ def _data(tokenizer, n=24):
     return TextDataset(synthetic_texts(n, seed=0), tokenizer, max_length=32)
 
 
-CONFIG = dict(steps=2, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset="all", eval_every=2, save_every=2,
-              log_every=1, seed=0)
+CONFIG = dict(
+    steps=2,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=1,
+    preset="all",
+    eval_every=2,
+    save_every=2,
+    log_every=1,
+    seed=0,
+)
 
 
 def _outside(tmp_path, name="secret.txt"):
@@ -72,12 +79,21 @@ def _outside(tmp_path, name="secret.txt"):
 def finished_run(tiny, tmp_path_factory):
     """A two-step training run (preset all, with the divergence bound) with its checkpoint-2."""
     out = tmp_path_factory.mktemp("runs") / "run"
-    train(_model(), _data(tiny[1]), TrainingConfig(**CONFIG | {"max_u_divergence": 1.0}), out_dir=str(out),
-          progress=False)
+    train(
+        _model(), _data(tiny[1]), TrainingConfig(**CONFIG | {"max_u_divergence": 1.0}), out_dir=str(out), progress=False
+    )
     assert sorted(os.listdir(out / "checkpoint-2")) == [
-        "causalqwen_auto.py", "checkpoint_files.json", "config.json", "divergence_bound.json", "divergence_reference.safetensors",
-        "generation_config.json", "history.json", "model.safetensors", "trainer_state.json",
-        "training_state.safetensors"]
+        "causalqwen_auto.py",
+        "checkpoint_files.json",
+        "config.json",
+        "divergence_bound.json",
+        "divergence_reference.safetensors",
+        "generation_config.json",
+        "history.json",
+        "model.safetensors",
+        "trainer_state.json",
+        "training_state.safetensors",
+    ]
     return out
 
 
@@ -89,8 +105,9 @@ def _run_copy(finished_run, tmp_path):
 
 def _resume(tokenizer, out, **overrides):
     config = TrainingConfig(**CONFIG | {"max_u_divergence": 1.0, "steps": 4} | overrides)
-    return train(_model(), _data(tokenizer), config, out_dir=str(out), resume=True, progress=False,
-                 allow_changed_settings=True)
+    return train(
+        _model(), _data(tokenizer), config, out_dir=str(out), resume=True, progress=False, allow_changed_settings=True
+    )
 
 
 # =============================================================================================
@@ -120,8 +137,9 @@ def test_the_train_command_refuses_a_planted_lock_link(tiny, tmp_path, capsys):
     out.mkdir()
     os.symlink(secret, out / LOCK)
     with pytest.raises(SystemExit) as exited:
-        cli.main(["train", "--base", str(base), "--data", str(data), "--out", str(out), "--steps", "1",
-                  "--batch-size", "2"])
+        cli.main(
+            ["train", "--base", str(base), "--data", str(data), "--out", str(out), "--steps", "1", "--batch-size", "2"]
+        )
     assert exited.value.code == 2
     assert f"'{out / LOCK}' is a symbolic link" in capsys.readouterr().err.strip().splitlines()[-1]
     assert secret.read_text() == SECRET
@@ -227,25 +245,38 @@ def test_save_directories_that_are_links_are_refused(tiny, tmp_path):
     elsewhere.mkdir()
     os.symlink(elsewhere, tmp_path / "model")
     peft_model = add_lora(build_tiny_causal_lm(seed=0, init_seed=0).model, rank=2)
-    for save in (tiny[0].save_pretrained, tiny[1].save_pretrained, lambda path: save_lora(peft_model, path),
-                 lambda path: save_abduction(tiny[0], path)):
+    for save in (
+        tiny[0].save_pretrained,
+        tiny[1].save_pretrained,
+        lambda path: save_lora(peft_model, path),
+        lambda path: save_abduction(tiny[0], path),
+    ):
         with pytest.raises(OSError, match=rf"'{tmp_path / 'model'}' is a symbolic link"):
             save(tmp_path / "model")
     assert os.listdir(elsewhere) == []
 
 
-@pytest.mark.parametrize("saver, name", [
-    ("tokenizer", "tokenizer_config.json"), ("tokenizer", "tokenizer.json"),
-    ("lora", "adapter_model.safetensors"), ("lora", "adapter_config.json"), ("lora", "README.md"),
-    ("abduction", "abduction.safetensors"), ("abduction", "abduction.safetensors.tmp"),
-])
+@pytest.mark.parametrize(
+    "saver, name",
+    [
+        ("tokenizer", "tokenizer_config.json"),
+        ("tokenizer", "tokenizer.json"),
+        ("lora", "adapter_model.safetensors"),
+        ("lora", "adapter_config.json"),
+        ("lora", "README.md"),
+        ("abduction", "abduction.safetensors"),
+        ("abduction", "abduction.safetensors.tmp"),
+    ],
+)
 def test_the_other_savers_refuse_a_planted_link(tiny, tmp_path, saver, name):
     target, secret = tmp_path / "out", _outside(tmp_path)
     target.mkdir()
     os.symlink(secret, target / name)
-    save = {"tokenizer": tiny[1].save_pretrained,
-            "lora": lambda path: save_lora(add_lora(_model(), rank=2), path),
-            "abduction": lambda path: save_abduction(tiny[0], path)}[saver]
+    save = {
+        "tokenizer": tiny[1].save_pretrained,
+        "lora": lambda path: save_lora(add_lora(_model(), rank=2), path),
+        "abduction": lambda path: save_abduction(tiny[0], path),
+    }[saver]
     with pytest.raises(OSError, match=rf"'{target / name}': symbolic link where causalqwen is about to write"):
         save(target)
     assert secret.read_text() == SECRET and os.listdir(target) == [name]
@@ -269,8 +300,11 @@ def test_tokenizer_save_pretrained_onto_a_file_names_the_path(tiny, tmp_path):
         tiny[1].save_pretrained(3)
     assert file.read_text() == SECRET
     saved = tiny[1].save_pretrained(tmp_path / "fine")  # an ordinary directory still works
-    assert sorted(os.path.basename(name) for name in saved) == ["causalqwen_auto.py", "tokenizer.json",
-                                                                 "tokenizer_config.json"]
+    assert sorted(os.path.basename(name) for name in saved) == [
+        "causalqwen_auto.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert NumericTokenizer.from_pretrained(tmp_path / "fine").num_token_id == tiny[1].num_token_id
 
 
@@ -342,37 +376,82 @@ def test_load_lora_refuses_a_float64_beyond_float32(adapter, tmp_path):
     name = next(key for key in load_file(weights) if key.endswith("lora_A.weight"))
     _with_tensor(weights, name, _huge)
     model = _model()
-    with pytest.raises(ValueError, match=rf"the adapter '{weights}' .*{name} holds 1e\+300, beyond the range of float32"):
+    with pytest.raises(
+        ValueError, match=rf"the adapter '{weights}' .*{name} holds 1e\+300, beyond the range of float32"
+    ):
         load_lora(model, path)
     assert not any(hasattr(module, "lora_A") for module in model.modules())
 
 
-@pytest.mark.parametrize("file, tensor, value, message", [
-    ("model.safetensors", "action.b_noise", _huge, r"action\.b_noise holds 1e\+300, beyond the range of float32"),
-    ("training_state.safetensors", "optimizer.0.exp_avg", _huge,
-     r"optimizer\.0\.exp_avg holds 1e\+300, beyond the range of float32"),
-    ("training_state.safetensors", "optimizer.0.exp_avg", lambda t: t.long(),
-     r"optimizer\.0\.exp_avg is stored as torch\.int64, not a floating-point tensor"),
-    ("training_state.safetensors", "optimizer.0.exp_avg_sq", lambda t: -torch.ones_like(t),
-     r"optimizer\.0\.exp_avg_sq holds negative values"),
-    ("training_state.safetensors", "optimizer.0.step", lambda t: torch.tensor(-3.0),
-     r"optimizer\.0\.step holds negative values"),
-    ("training_state.safetensors", "rng.torch", lambda t: t.double(),
-     r"rng\.torch is stored as torch\.float64, not torch\.uint8"),
-    ("training_state.safetensors", "rng.numpy", lambda t: t - 2**40, r"rng\.numpy holds values outside \[0, 2\*\*32\)"),
-    ("divergence_reference.safetensors", "abduction.W_loc", lambda t: t.long(),
-     r"abduction\.W_loc is stored as torch\.int64, not a floating-point tensor"),
-    ("divergence_reference.safetensors", "abduction.b_scale", lambda t: torch.full_like(t, float("nan")),
-     r"abduction\.b_scale holds NaN or ±inf values"),
-    ("divergence_reference.safetensors", "abduction.b_loc", _huge,
-     r"abduction\.b_loc holds 1e\+300, beyond the range of float32"),
-])
-def test_resume_checks_every_tensor_it_reads_and_names_the_file(tiny, finished_run, tmp_path, file, tensor, value,
-                                                                message):
+@pytest.mark.parametrize(
+    "file, tensor, value, message",
+    [
+        ("model.safetensors", "action.b_noise", _huge, r"action\.b_noise holds 1e\+300, beyond the range of float32"),
+        (
+            "training_state.safetensors",
+            "optimizer.0.exp_avg",
+            _huge,
+            r"optimizer\.0\.exp_avg holds 1e\+300, beyond the range of float32",
+        ),
+        (
+            "training_state.safetensors",
+            "optimizer.0.exp_avg",
+            lambda t: t.long(),
+            r"optimizer\.0\.exp_avg is stored as torch\.int64, not a floating-point tensor",
+        ),
+        (
+            "training_state.safetensors",
+            "optimizer.0.exp_avg_sq",
+            lambda t: -torch.ones_like(t),
+            r"optimizer\.0\.exp_avg_sq holds negative values",
+        ),
+        (
+            "training_state.safetensors",
+            "optimizer.0.step",
+            lambda t: torch.tensor(-3.0),
+            r"optimizer\.0\.step holds negative values",
+        ),
+        (
+            "training_state.safetensors",
+            "rng.torch",
+            lambda t: t.double(),
+            r"rng\.torch is stored as torch\.float64, not torch\.uint8",
+        ),
+        (
+            "training_state.safetensors",
+            "rng.numpy",
+            lambda t: t - 2**40,
+            r"rng\.numpy holds values outside \[0, 2\*\*32\)",
+        ),
+        (
+            "divergence_reference.safetensors",
+            "abduction.W_loc",
+            lambda t: t.long(),
+            r"abduction\.W_loc is stored as torch\.int64, not a floating-point tensor",
+        ),
+        (
+            "divergence_reference.safetensors",
+            "abduction.b_scale",
+            lambda t: torch.full_like(t, float("nan")),
+            r"abduction\.b_scale holds NaN or ±inf values",
+        ),
+        (
+            "divergence_reference.safetensors",
+            "abduction.b_loc",
+            _huge,
+            r"abduction\.b_loc holds 1e\+300, beyond the range of float32",
+        ),
+    ],
+)
+def test_resume_checks_every_tensor_it_reads_and_names_the_file(
+    tiny, finished_run, tmp_path, file, tensor, value, message
+):
     out = _run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / file
     _with_tensor(path, tensor, value)
-    with pytest.raises(OSError, match=rf"{re.escape(str(path))}'?(: | do(es)? not fit (this run|the model): ).*{message}"):
+    with pytest.raises(
+        OSError, match=rf"{re.escape(str(path))}'?(: | do(es)? not fit (this run|the model): ).*{message}"
+    ):
         _resume(tiny[1], out)
 
 
@@ -384,18 +463,26 @@ def test_resume_refuses_a_tensor_the_training_state_does_not_hold(tiny, finished
     with pytest.raises(OSError, match=rf"'{path}' does not fit this run: rng\.extra is not a tensor of a causalqwen"):
         _resume(tiny[1], out)
     save_file({key: value for key, value in tensors.items() if key != "optimizer.1.exp_avg_sq"}, path)
-    with pytest.raises(OSError, match=r"optimizer\.1 holds \['exp_avg', 'step'\], AdamW keeps \['exp_avg', 'exp_avg_sq', 'step'\]"):
+    with pytest.raises(
+        OSError, match=r"optimizer\.1 holds \['exp_avg', 'step'\], AdamW keeps \['exp_avg', 'exp_avg_sq', 'step'\]"
+    ):
         _resume(tiny[1], out)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda record: record["optimizer_param_groups"][0].update(lr=float("nan")), "NaN is not a number"),
-    (lambda record: record["optimizer_param_groups"][0].update(lr="0.1"),
-     r"optimizer_param_groups\[0\]\.lr is a str, this run's is a number"),
-    (lambda record: record["scheduler"].update(base_lrs=[1e400, 1e400]), "1e400 is beyond the range of a float"),
-])
-def test_resume_refuses_non_finite_or_mistyped_numbers_in_the_trainer_state(tiny, finished_run, tmp_path, edit,
-                                                                             message):
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda record: record["optimizer_param_groups"][0].update(lr=float("nan")), "NaN is not a number"),
+        (
+            lambda record: record["optimizer_param_groups"][0].update(lr="0.1"),
+            r"optimizer_param_groups\[0\]\.lr is a str, this run's is a number",
+        ),
+        (lambda record: record["scheduler"].update(base_lrs=[1e400, 1e400]), "1e400 is beyond the range of a float"),
+    ],
+)
+def test_resume_refuses_non_finite_or_mistyped_numbers_in_the_trainer_state(
+    tiny, finished_run, tmp_path, edit, message
+):
     out = _run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / "trainer_state.json"
     record = json.loads(path.read_text())
@@ -405,8 +492,9 @@ def test_resume_refuses_non_finite_or_mistyped_numbers_in_the_trainer_state(tiny
         _resume(tiny[1], out)
 
 
-@pytest.mark.parametrize("field, value", [("last_divergence", "x"), ("last_divergence", float("nan")),
-                                          ("multiplier", float("inf"))])
+@pytest.mark.parametrize(
+    "field, value", [("last_divergence", "x"), ("last_divergence", float("nan")), ("multiplier", float("inf"))]
+)
 def test_resume_refuses_a_bound_state_that_is_not_a_number(tiny, finished_run, tmp_path, field, value):
     out = _run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / "divergence_bound.json"
@@ -418,14 +506,24 @@ def test_resume_refuses_a_bound_state_that_is_not_a_number(tiny, finished_run, t
 def test_value_problem_checks_the_range_of_the_dtype_a_tensor_is_loaded_into():
     from causalqwen.files.checkpoint import value_problem
 
-    assert value_problem("w", torch.tensor([1e300, -2.0], dtype=torch.float64), torch.float32) == \
-        "w holds 1e+300, beyond the range of float32 (largest 3.4e+38): it would become ±inf"
+    assert (
+        value_problem("w", torch.tensor([1e300, -2.0], dtype=torch.float64), torch.float32)
+        == "w holds 1e+300, beyond the range of float32 (largest 3.4e+38): it would become ±inf"
+    )
     assert value_problem("w", torch.tensor([3e38]), torch.float32) is None  # float32 into float32: in range
-    assert value_problem("w", torch.tensor([7e4]), torch.float16).startswith("w holds 7e+04, beyond the range of float16")
+    assert value_problem("w", torch.tensor([7e4]), torch.float16).startswith(
+        "w holds 7e+04, beyond the range of float16"
+    )
     assert value_problem("w", torch.tensor([7e4]), torch.bfloat16) is None
     assert value_problem("w", torch.tensor([1e-300], dtype=torch.float64), torch.float32) is None  # rounds, not refused
-    assert value_problem("w", torch.tensor([1, 2]), torch.float32) == "w is stored as torch.int64, not a floating-point tensor"
-    assert value_problem("w", torch.tensor([True]), torch.float32) == "w is stored as torch.bool, not a floating-point tensor"
+    assert (
+        value_problem("w", torch.tensor([1, 2]), torch.float32)
+        == "w is stored as torch.int64, not a floating-point tensor"
+    )
+    assert (
+        value_problem("w", torch.tensor([True]), torch.float32)
+        == "w is stored as torch.bool, not a floating-point tensor"
+    )
     assert value_problem("w", torch.tensor([float("-inf")]), torch.float32) == "w holds NaN or ±inf values"
     assert value_problem("w", torch.empty(0, dtype=torch.float64), torch.float32) is None
 
@@ -450,25 +548,28 @@ def _edit_adapter_config(path, **fields):
     return file
 
 
-@pytest.mark.parametrize("field, value, error, message", [
-    ("lora_alpha", float("nan"), ValueError, "field lora_alpha must be finite, got nan"),
-    ("lora_alpha", -16.0, ValueError, r"field lora_alpha must be > 0, got -16\.0"),
-    ("lora_alpha", 0, ValueError, "field lora_alpha must be > 0, got 0"),
-    ("lora_alpha", "16", TypeError, "field lora_alpha must be a number, got '16'"),
-    ("r", 0, ValueError, "field r must be a positive int, got 0"),
-    ("r", 2.5, TypeError, r"field r must be a positive int, got 2\.5"),
-    ("lora_dropout", 1.0, ValueError, r"field lora_dropout must lie in \[0, 1\), got 1\.0"),
-    ("target_modules", "lm_head", ValueError, "field target_modules must be a pattern that add_lora writes"),
-    ("init_lora_weights", "pissa", ValueError, "field init_lora_weights must be true or false, got 'pissa'"),
-    ("init_lora_weights", "corda", ValueError, "field init_lora_weights must be true or false, got 'corda'"),
-    ("init_lora_weights", "olora", ValueError, "field init_lora_weights must be true or false, got 'olora'"),
-    ("init_lora_weights", "loftq", ValueError, "field init_lora_weights must be true or false, got 'loftq'"),
-    ("init_lora_weights", {"x": 1}, ValueError, "field init_lora_weights must be true or false"),
-    ("use_rslora", True, ValueError, "field use_rslora is True, add_lora makes False"),
-    ("use_dora", True, ValueError, "field use_dora is True, add_lora makes False"),
-    ("alpha_pattern", {"q_proj": float("nan")}, ValueError, "field alpha_pattern is"),
-    ("task_type", "CAUSAL_LM", ValueError, "field task_type is 'CAUSAL_LM', add_lora makes None"),
-])
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("lora_alpha", float("nan"), ValueError, "field lora_alpha must be finite, got nan"),
+        ("lora_alpha", -16.0, ValueError, r"field lora_alpha must be > 0, got -16\.0"),
+        ("lora_alpha", 0, ValueError, "field lora_alpha must be > 0, got 0"),
+        ("lora_alpha", "16", TypeError, "field lora_alpha must be a number, got '16'"),
+        ("r", 0, ValueError, "field r must be a positive int, got 0"),
+        ("r", 2.5, TypeError, r"field r must be a positive int, got 2\.5"),
+        ("lora_dropout", 1.0, ValueError, r"field lora_dropout must lie in \[0, 1\), got 1\.0"),
+        ("target_modules", "lm_head", ValueError, "field target_modules must be a pattern that add_lora writes"),
+        ("init_lora_weights", "pissa", ValueError, "field init_lora_weights must be true or false, got 'pissa'"),
+        ("init_lora_weights", "corda", ValueError, "field init_lora_weights must be true or false, got 'corda'"),
+        ("init_lora_weights", "olora", ValueError, "field init_lora_weights must be true or false, got 'olora'"),
+        ("init_lora_weights", "loftq", ValueError, "field init_lora_weights must be true or false, got 'loftq'"),
+        ("init_lora_weights", {"x": 1}, ValueError, "field init_lora_weights must be true or false"),
+        ("use_rslora", True, ValueError, "field use_rslora is True, add_lora makes False"),
+        ("use_dora", True, ValueError, "field use_dora is True, add_lora makes False"),
+        ("alpha_pattern", {"q_proj": float("nan")}, ValueError, "field alpha_pattern is"),
+        ("task_type", "CAUSAL_LM", ValueError, "field task_type is 'CAUSAL_LM', add_lora makes None"),
+    ],
+)
 def test_load_lora_refuses_what_add_lora_refuses(adapter, tmp_path, field, value, error, message):
     path = _adapter_copy(adapter, tmp_path)
     file = _edit_adapter_config(path, **{field: value})
@@ -479,8 +580,10 @@ def test_load_lora_refuses_what_add_lora_refuses(adapter, tmp_path, field, value
 
 
 def test_add_lora_and_load_lora_give_the_same_messages(tiny):
-    for alpha, error, message in [(float("nan"), ValueError, "alpha must be finite, got nan"),
-                                  (-16.0, ValueError, r"alpha must be > 0, got -16\.0")]:
+    for alpha, error, message in [
+        (float("nan"), ValueError, "alpha must be finite, got nan"),
+        (-16.0, ValueError, r"alpha must be > 0, got -16\.0"),
+    ]:
         with pytest.raises(error, match=f"^{message}$"):
             add_lora(_model(), alpha=alpha)
 
@@ -505,8 +608,10 @@ def saved_model(tiny, tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("removed", ["num_token_id", "hidden_size", "vocab_size", "num_hidden_layers",
-                                     "num_key_value_heads", "rope_parameters"])
+@pytest.mark.parametrize(
+    "removed",
+    ["num_token_id", "hidden_size", "vocab_size", "num_hidden_layers", "num_key_value_heads", "rope_parameters"],
+)
 def test_a_config_without_a_required_field_is_refused_naming_file_and_field(saved_model, tmp_path, removed):
     from transformers import AutoConfig
 
@@ -517,11 +622,16 @@ def test_a_config_without_a_required_field_is_refused_naming_file_and_field(save
     (target / "config.json").write_text(json.dumps(config))
     field = "rope_parameters or rope_theta" if removed == "rope_parameters" else removed
     file = str(target / "config.json")
-    for load in (CausalQwenConfig.from_pretrained, CausalQwenForCausalLM.from_pretrained,
-                 lambda path: CausalQwenConfig.from_json_file(path / "config.json")):
+    for load in (
+        CausalQwenConfig.from_pretrained,
+        CausalQwenForCausalLM.from_pretrained,
+        lambda path: CausalQwenConfig.from_json_file(path / "config.json"),
+    ):
         with pytest.raises(ValueError, match=rf"^{file}: config field {field} missing \(or null\)"):
             load(target)
-    with pytest.raises(ValueError, match=rf"^config field {field} missing"):  # AutoConfig never tells the class the file
+    with pytest.raises(
+        ValueError, match=rf"^config field {field} missing"
+    ):  # AutoConfig never tells the class the file
         AutoConfig.from_pretrained(target)
 
 
@@ -532,13 +642,17 @@ def test_a_null_num_token_id_is_refused_and_a_keyword_may_supply_it(saved_model,
     (target / "config.json").write_text(json.dumps(config | {"num_token_id": None}))
     with pytest.raises(ValueError, match=r"config\.json: config field num_token_id missing \(or null\)"):
         CausalQwenConfig.from_pretrained(target)
-    assert CausalQwenConfig.from_pretrained(target, num_token_id=config["num_token_id"]).num_token_id == \
-        config["num_token_id"]
+    assert (
+        CausalQwenConfig.from_pretrained(target, num_token_id=config["num_token_id"]).num_token_id
+        == config["num_token_id"]
+    )
     legacy = {k: v for k, v in config.items() if k != "rope_parameters"} | {"rope_theta": 5e5}
     (target / "config.json").write_text(json.dumps(legacy))  # the older spelling of the rotary base
     assert math.isclose(CausalQwenConfig.from_pretrained(target).rope_parameters["rope_theta"], 5e5)
-    assert CausalQwenConfig.from_pretrained(saved_model).to_dict() == \
-        CausalQwenConfig.from_dict(json.loads((saved_model / "config.json").read_text())).to_dict()
+    assert (
+        CausalQwenConfig.from_pretrained(saved_model).to_dict()
+        == CausalQwenConfig.from_dict(json.loads((saved_model / "config.json").read_text())).to_dict()
+    )
     np.testing.assert_equal(CausalQwenConfig.from_pretrained(saved_model).num_token_id, config["num_token_id"])
 
 
@@ -547,16 +661,24 @@ def test_a_null_num_token_id_is_refused_and_a_keyword_may_supply_it(saved_model,
 # =============================================================================================
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"weight_decay": 1e300}, r"weight_decay must be a finite number within float32's range \(at most 3\.40282e\+38\), "
-                              r"got 1e\+300"),
-    ({"learning_rate": 1e39}, r"learning_rate must be a finite number within float32's range .*got 1e\+39"),
-    ({"learning_rate": 1e300}, r"learning_rate must be a finite number within float32's range .*got 1e\+300"),
-    ({"max_grad_norm": 1e39}, r"max_grad_norm must be a finite number within float32's range .*got 1e\+39"),
-    ({"learning_rate": 0.5, "weight_decay": 2.0},
-     r"learning_rate \* weight_decay must be < 1 .* got learning_rate=0\.5 \* weight_decay=2\.0 = 1"),
-    ({"learning_rate": 1e-3, "weight_decay": 1e5}, r"learning_rate=0\.001 \* weight_decay=100000\.0 = 100"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"weight_decay": 1e300},
+            r"weight_decay must be a finite number within float32's range \(at most 3\.40282e\+38\), "
+            r"got 1e\+300",
+        ),
+        ({"learning_rate": 1e39}, r"learning_rate must be a finite number within float32's range .*got 1e\+39"),
+        ({"learning_rate": 1e300}, r"learning_rate must be a finite number within float32's range .*got 1e\+300"),
+        ({"max_grad_norm": 1e39}, r"max_grad_norm must be a finite number within float32's range .*got 1e\+39"),
+        (
+            {"learning_rate": 0.5, "weight_decay": 2.0},
+            r"learning_rate \* weight_decay must be < 1 .* got learning_rate=0\.5 \* weight_decay=2\.0 = 1",
+        ),
+        ({"learning_rate": 1e-3, "weight_decay": 1e5}, r"learning_rate=0\.001 \* weight_decay=100000\.0 = 100"),
+    ],
+)
 def test_optimisation_settings_beyond_float32_or_a_decay_factor_outside_0_1_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainingConfig(**CONFIG | overrides)
@@ -579,8 +701,11 @@ def test_non_finite_parameters_are_never_saved(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.optim.AdamW, "step", poisoned_step)
     out = tmp_path / "run"
     config = TrainingConfig(**CONFIG | {"steps": 1, "save_every": 1})
-    with pytest.raises(training.TrainingDiverged, match=r"training diverged by step 1: the parameter \S+ holds NaN or "
-                                                        r"±inf values, so neither a checkpoint nor the model is written"):
+    with pytest.raises(
+        training.TrainingDiverged,
+        match=r"training diverged by step 1: the parameter \S+ holds NaN or "
+        r"±inf values, so neither a checkpoint nor the model is written",
+    ):
         train(_model(), _data(tiny[1]), config, out_dir=str(out), progress=False)
     assert not any(name.startswith("checkpoint-") for name in os.listdir(out))
     with pytest.raises(training.TrainingDiverged, match="training diverged by step 1"):  # no out_dir: at the end
@@ -592,12 +717,17 @@ def test_non_finite_parameters_are_never_saved(tiny, tmp_path, monkeypatch):
 # =============================================================================================
 
 
-@pytest.mark.parametrize("stray", ["checkpoint-0005", "checkpoint-007", "checkpoint-٣", "checkpoint-0", "checkpoint-05"])
+@pytest.mark.parametrize(
+    "stray", ["checkpoint-0005", "checkpoint-007", "checkpoint-٣", "checkpoint-0", "checkpoint-05"]
+)
 def test_a_checkpoint_name_the_run_never_writes_is_refused_by_name(finished_run, tmp_path, stray):
     out = _run_copy(finished_run, tmp_path)
     (out / stray).mkdir()
-    with pytest.raises(OSError, match=rf"'{re.escape(str(out / stray))}' is not a checkpoint name this run writes "
-                                      r"\(checkpoint-<step>, the step in ASCII digits without leading zeros"):
+    with pytest.raises(
+        OSError,
+        match=rf"'{re.escape(str(out / stray))}' is not a checkpoint name this run writes "
+        r"\(checkpoint-<step>, the step in ASCII digits without leading zeros",
+    ):
         runs.latest_checkpoint(str(out))
 
 
@@ -634,37 +764,66 @@ def _edit_state(out, edit):
     return path
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: r["optimizer_param_groups"][0].update(weight_decay=1e9),
-     r"optimizer_param_groups\[0\]\.weight_decay is 1000000000\.0, the run's settings give 0\.01"),
-    (lambda r: r["optimizer_param_groups"][0].update(lr=1e10),
-     r"optimizer_param_groups\[0\]\.lr is 10000000000\.0, the run's settings give 0\.0(;|$)"),
-    (lambda r: r["optimizer_param_groups"][1].update(maximize=True),
-     r"optimizer_param_groups\[1\]\.maximize is True, the run's settings give False"),
-    (lambda r: r["optimizer_param_groups"][0].update(initial_lr=1.0),
-     r"optimizer_param_groups\[0\]\.initial_lr is 1\.0, the run's settings give 0\.003"),
-    (lambda r: r["optimizer_param_groups"][0].update(params=r["optimizer_param_groups"][0]["params"][::-1]),
-     r"optimizer_param_groups\[0\]\.params is \[\d+, .*\], this run's optimizer has \[0, 1, "),
-    (lambda r: r["scheduler"].update(base_lrs=[0.1, 0.1]), r"scheduler\.base_lrs\[0\] is 0\.1, the run's settings give 0\.003"),
-    (lambda r: r["scheduler"].update(last_epoch=7), r"scheduler\.last_epoch is 7, the run's settings give 2"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda r: r["optimizer_param_groups"][0].update(weight_decay=1e9),
+            r"optimizer_param_groups\[0\]\.weight_decay is 1000000000\.0, the run's settings give 0\.01",
+        ),
+        (
+            lambda r: r["optimizer_param_groups"][0].update(lr=1e10),
+            r"optimizer_param_groups\[0\]\.lr is 10000000000\.0, the run's settings give 0\.0(;|$)",
+        ),
+        (
+            lambda r: r["optimizer_param_groups"][1].update(maximize=True),
+            r"optimizer_param_groups\[1\]\.maximize is True, the run's settings give False",
+        ),
+        (
+            lambda r: r["optimizer_param_groups"][0].update(initial_lr=1.0),
+            r"optimizer_param_groups\[0\]\.initial_lr is 1\.0, the run's settings give 0\.003",
+        ),
+        (
+            lambda r: r["optimizer_param_groups"][0].update(params=r["optimizer_param_groups"][0]["params"][::-1]),
+            r"optimizer_param_groups\[0\]\.params is \[\d+, .*\], this run's optimizer has \[0, 1, ",
+        ),
+        (
+            lambda r: r["scheduler"].update(base_lrs=[0.1, 0.1]),
+            r"scheduler\.base_lrs\[0\] is 0\.1, the run's settings give 0\.003",
+        ),
+        (lambda r: r["scheduler"].update(last_epoch=7), r"scheduler\.last_epoch is 7, the run's settings give 2"),
+    ],
+)
 @pytest.mark.parametrize("allow", [True, False])
-def test_resume_refuses_trainer_state_numbers_that_contradict_the_checkpoint(tiny, finished_run, tmp_path, edit,
-                                                                             message, allow):
+def test_resume_refuses_trainer_state_numbers_that_contradict_the_checkpoint(
+    tiny, finished_run, tmp_path, edit, message, allow
+):
     out = _run_copy(finished_run, tmp_path)
     path = _edit_state(out, edit)
     config = TrainingConfig(**CONFIG | {"max_u_divergence": 1.0} | ({"steps": 4} if allow else {}))
-    with pytest.raises(OSError, match=rf"the training state '{re.escape(str(path))}' contradicts its checkpoint "
-                                      rf"\(step 2 and the settings it records\): .*{message}"):
-        train(_model(), _data(tiny[1]), config, out_dir=str(out), resume=True, progress=False,
-              allow_changed_settings=allow)
+    with pytest.raises(
+        OSError,
+        match=rf"the training state '{re.escape(str(path))}' contradicts its checkpoint "
+        rf"\(step 2 and the settings it records\): .*{message}",
+    ):
+        train(
+            _model(),
+            _data(tiny[1]),
+            config,
+            out_dir=str(out),
+            resume=True,
+            progress=False,
+            allow_changed_settings=allow,
+        )
 
 
 @pytest.mark.parametrize("step", [100, 3, 1])
 def test_resume_refuses_a_recorded_step_that_is_not_the_directory_s(tiny, finished_run, tmp_path, step):
     out = _run_copy(finished_run, tmp_path)
     path = _edit_state(out, lambda r: r.update(step=step))
-    with pytest.raises(OSError, match=rf"'{re.escape(str(path))}' records step {step}, but its directory is checkpoint-2"):
+    with pytest.raises(
+        OSError, match=rf"'{re.escape(str(path))}' records step {step}, but its directory is checkpoint-2"
+    ):
         _resume(tiny[1], out)
 
 

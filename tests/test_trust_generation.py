@@ -19,8 +19,8 @@ from transformers import pipeline
 from causalqwen import NumericTokenizer, generate
 from causalqwen.app import cli, commands
 from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 from causalqwen.float32 import format_number
+from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,9 @@ def test_a_digit_after_the_prompts_number_stays_a_separate_token(tiny, pipes):
     seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
     assert tokenizer.decode(ids + [seven, seven], values + [0.0, 0.0], number_texts=texts) == "The total is 5 77"
     assert tokenizer.decode_continuation(ids + [seven], values + [0.0], len(ids), number_texts=texts) == (
-        "The total is 5", " 7")
+        "The total is 5",
+        " 7",
+    )
 
 
 def test_a_generated_number_after_the_prompts_number(tiny, models, pipes):
@@ -91,8 +93,9 @@ def test_a_prompt_ending_in_a_date_like_run_keeps_its_numbers_as_written(tiny):
     dash = tokenizer.hf_tokenizer.encode("-", add_special_tokens=False)
     tail = tokenizer.hf_tokenizer.encode("2022", add_special_tokens=False)
     whole = ids + dash + tail
-    assert tokenizer.decode_continuation(whole, values + [0.0] * (len(dash) + len(tail)), len(ids),
-                                         number_texts=texts) == ("from 2020-2021", " -2022")
+    assert tokenizer.decode_continuation(
+        whole, values + [0.0] * (len(dash) + len(tail)), len(ids), number_texts=texts
+    ) == ("from 2020-2021", " -2022")
 
 
 # Token ids the model can produce: ordinary text, digits, special tokens, <NUM> with any float32 value, and the
@@ -150,14 +153,20 @@ def test_whatever_the_model_generates_decodes_and_works_as_a_prompt(tiny, models
     reference = generate(models[chooser], batch["input_ids"], batch["numeric_values"], max_new_tokens=2)
     assert record["numeric_values"] == reference.numeric_values[0].tolist()
     prompt, continuation = tokenizer.decode_continuation(
-        reference.sequences[0], reference.numeric_values[0], batch["input_ids"].shape[1], out_of_vocab="mark",
-        number_texts=batch.number_texts[0], number_resolution="prompt")  # the pipeline's default
+        reference.sequences[0],
+        reference.numeric_values[0],
+        batch["input_ids"].shape[1],
+        out_of_vocab="mark",
+        number_texts=batch.number_texts[0],
+        number_resolution="prompt",
+    )  # the pipeline's default
     assert prompt == text and record["generated_text"] == text + continuation
 
     # as ids of model.generate
     input_ids, numeric_values = torch.tensor([ids]), torch.tensor([values])
-    out = models[chooser].generate(input_ids, numeric_values=numeric_values, max_new_tokens=2,
-                                   return_dict_in_generate=True)
+    out = models[chooser].generate(
+        input_ids, numeric_values=numeric_values, max_new_tokens=2, return_dict_in_generate=True
+    )
     reference = generate(models[chooser], input_ids, numeric_values, max_new_tokens=2)
     assert torch.equal(out.sequences, reference.sequences)
     assert torch.equal(out.numeric_values, reference.numeric_values)
@@ -200,8 +209,12 @@ def test_an_empty_prompt_is_named_at_every_door(tiny, pipes, capsys):
         with pytest.raises(ValueError, match=pattern):
             generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=2)
         with pytest.raises(ValueError, match=pattern):
-            model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                           attention_mask=batch["attention_mask"], max_new_tokens=2)
+            model.generate(
+                batch["input_ids"],
+                numeric_values=batch["numeric_values"],
+                attention_mask=batch["attention_mask"],
+                max_new_tokens=2,
+            )
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["generate", "--prompt", "hi", "--prompt", "", "--max-new-tokens", "2"])
     assert exit_info.value.code == 2 and "prompt 1 is empty" in capsys.readouterr().err
@@ -212,18 +225,34 @@ def test_an_empty_prompt_is_named_at_every_door(tiny, pipes, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change, error, pattern", [
-    (lambda b: {"numeric_values": b["numeric_values"][:, :1]}, ValueError,
-     r"numeric_values shape \(1, 1\) must equal input_ids shape \(1, 7\)"),
-    (lambda b: {"numeric_values": b["numeric_values"].tolist()}, TypeError, "numeric_values must be a torch.Tensor"),
-    (lambda b: {"numeric_values": b["numeric_values"].bool()}, TypeError, "numeric_values must hold real numbers"),
-    (lambda b: {"labels": b["input_ids"]}, TypeError, "generate.. does not take labels"),
-    (lambda b: {"max_new_tokens": 10**9}, ValueError,
-     r"prompt \(7 tokens\) \+ max_new_tokens \(1000000000\) exceeds max_position_embeddings=2048"),
-    (lambda b: {"max_new_tokens": None, "max_length": 4000}, ValueError, "exceeds max_position_embeddings=2048"),
-    (lambda b: {"attention_mask": b["attention_mask"].tolist()}, TypeError,
-     "attention_mask must be a torch.Tensor of 0s and 1s, got list"),
-])
+@pytest.mark.parametrize(
+    "change, error, pattern",
+    [
+        (
+            lambda b: {"numeric_values": b["numeric_values"][:, :1]},
+            ValueError,
+            r"numeric_values shape \(1, 1\) must equal input_ids shape \(1, 7\)",
+        ),
+        (
+            lambda b: {"numeric_values": b["numeric_values"].tolist()},
+            TypeError,
+            "numeric_values must be a torch.Tensor",
+        ),
+        (lambda b: {"numeric_values": b["numeric_values"].bool()}, TypeError, "numeric_values must hold real numbers"),
+        (lambda b: {"labels": b["input_ids"]}, TypeError, "generate.. does not take labels"),
+        (
+            lambda b: {"max_new_tokens": 10**9},
+            ValueError,
+            r"prompt \(7 tokens\) \+ max_new_tokens \(1000000000\) exceeds max_position_embeddings=2048",
+        ),
+        (lambda b: {"max_new_tokens": None, "max_length": 4000}, ValueError, "exceeds max_position_embeddings=2048"),
+        (
+            lambda b: {"attention_mask": b["attention_mask"].tolist()},
+            TypeError,
+            "attention_mask must be a torch.Tensor of 0s and 1s, got list",
+        ),
+    ],
+)
 def test_model_generate_refuses_bad_arguments_by_name(tiny, change, error, pattern):
     model, tokenizer = tiny
     batch = tokenizer(["The total is 5"])
@@ -248,12 +277,24 @@ def test_a_tiny_top_p_keeps_the_most_probable_token(tiny, top_p):
     args = (half, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     for normalize in ("softmax", "ovr"):
         greedy = generate(*args, mode="traditional", top_k=1, normalize=normalize, max_new_tokens=4)
-        nucleus = generate(*args, mode="traditional", top_p=top_p, normalize=normalize, max_new_tokens=4,
-                           generator=torch.Generator().manual_seed(0))
+        nucleus = generate(
+            *args,
+            mode="traditional",
+            top_p=top_p,
+            normalize=normalize,
+            max_new_tokens=4,
+            generator=torch.Generator().manual_seed(0),
+        )
         assert torch.equal(nucleus.sequences, greedy.sequences)
-    sampled = half.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                            attention_mask=batch["attention_mask"], mode="traditional", do_sample=True, top_p=top_p,
-                            max_new_tokens=4)
+    sampled = half.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        mode="traditional",
+        do_sample=True,
+        top_p=top_p,
+        max_new_tokens=4,
+    )
     assert torch.equal(sampled, generate(*args, mode="traditional", top_k=1, max_new_tokens=4).sequences)
 
 
@@ -262,21 +303,36 @@ def test_a_tiny_top_p_keeps_the_most_probable_token(tiny, top_p):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change, error, pattern", [
-    (lambda b: {"input_ids": b["input_ids"].to(torch.uint8)}, TypeError,
-     r"input_ids must be an int64 or int32 tensor \(the index types of the embedding\), got torch.uint8"),
-    (lambda b: {"input_ids": b["input_ids"].to(torch.int16)}, TypeError, "got torch.int16"),
-    (lambda b: {"input_ids": b["input_ids"].to("meta")}, ValueError, "input_ids is a meta tensor"),
-    (lambda b: {"numeric_values": b["numeric_values"].to("meta")}, ValueError, "numeric_values is a meta tensor"),
-    (lambda b: {"attention_mask": b["attention_mask"].to("meta")}, ValueError, "attention_mask is a meta tensor"),
-    (lambda b: {"position_ids": torch.arange(7)[None] + 10**6}, ValueError,
-     r"position_ids must lie in \[0, max_position_embeddings=2048\); found 1000000 at position \[0, 0\]"),
-    (lambda b: {"position_ids": torch.arange(7)[None] - 2}, ValueError,
-     r"position_ids must lie in \[0, max_position_embeddings=2048\); found -2 at position \[0, 0\]"),
-    (lambda b: {"position_ids": torch.arange(7)[None] + 0.5}, TypeError,
-     "position_ids must be an integer tensor, got torch.float32"),
-    (lambda b: {"position_ids": torch.arange(7).to("meta")[None]}, ValueError, "position_ids is a meta tensor"),
-])
+@pytest.mark.parametrize(
+    "change, error, pattern",
+    [
+        (
+            lambda b: {"input_ids": b["input_ids"].to(torch.uint8)},
+            TypeError,
+            r"input_ids must be an int64 or int32 tensor \(the index types of the embedding\), got torch.uint8",
+        ),
+        (lambda b: {"input_ids": b["input_ids"].to(torch.int16)}, TypeError, "got torch.int16"),
+        (lambda b: {"input_ids": b["input_ids"].to("meta")}, ValueError, "input_ids is a meta tensor"),
+        (lambda b: {"numeric_values": b["numeric_values"].to("meta")}, ValueError, "numeric_values is a meta tensor"),
+        (lambda b: {"attention_mask": b["attention_mask"].to("meta")}, ValueError, "attention_mask is a meta tensor"),
+        (
+            lambda b: {"position_ids": torch.arange(7)[None] + 10**6},
+            ValueError,
+            r"position_ids must lie in \[0, max_position_embeddings=2048\); found 1000000 at position \[0, 0\]",
+        ),
+        (
+            lambda b: {"position_ids": torch.arange(7)[None] - 2},
+            ValueError,
+            r"position_ids must lie in \[0, max_position_embeddings=2048\); found -2 at position \[0, 0\]",
+        ),
+        (
+            lambda b: {"position_ids": torch.arange(7)[None] + 0.5},
+            TypeError,
+            "position_ids must be an integer tensor, got torch.float32",
+        ),
+        (lambda b: {"position_ids": torch.arange(7).to("meta")[None]}, ValueError, "position_ids is a meta tensor"),
+    ],
+)
 def test_forward_refuses_ids_and_positions_it_cannot_use(tiny, change, error, pattern):
     model, tokenizer = tiny
     batch = tokenizer(["The total is 5"])
@@ -319,11 +375,14 @@ def test_a_num_label_over_a_word_needs_its_value(tiny):
 
 
 @pytest.mark.parametrize("name", ["numeric_values", "numeric_labels"])
-@pytest.mark.parametrize("value, pattern", [
-    (1e-50, r"{name} holds 1e-50 at position \[0, 6\], which underflows to 0 in float32"),
-    (-1e-46, r"{name} holds -1e-46 at position \[0, 6\], which underflows to 0 in float32"),
-    (1e300, r"{name} must be representable in float32 .*found 1e\+300 at position \[0, 6\]"),
-])
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        (1e-50, r"{name} holds 1e-50 at position \[0, 6\], which underflows to 0 in float32"),
+        (-1e-46, r"{name} holds -1e-46 at position \[0, 6\], which underflows to 0 in float32"),
+        (1e300, r"{name} must be representable in float32 .*found 1e\+300 at position \[0, 6\]"),
+    ],
+)
 def test_float64_values_that_float32_cannot_hold_are_refused(tiny, name, value, pattern):
     model, tokenizer = tiny
     batch = tokenizer(["The total is 5"])
@@ -360,14 +419,25 @@ def test_the_command_prints_the_prompt_as_written(capsys):
     lines = capsys.readouterr().out.splitlines()
     model, tokenizer = commands.load_model_and_tokenizer("tiny", seed=0)
     batch = tokenizer([prompt, "hi"], padding_side="left")
-    out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=3,
-                   generator=torch.Generator().manual_seed(0))
+    out = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        max_new_tokens=3,
+        generator=torch.Generator().manual_seed(0),
+    )
     expected = []
     for row, text in enumerate([prompt, "hi"]):
         keep = out.attention_mask[row].bool()
         length = int(batch["attention_mask"][row].sum())
-        head, tail = tokenizer.decode_continuation(out.sequences[row][keep], out.numeric_values[row][keep], length,
-                                                   out_of_vocab="mark", number_texts=batch.number_texts[row])
+        head, tail = tokenizer.decode_continuation(
+            out.sequences[row][keep],
+            out.numeric_values[row][keep],
+            length,
+            out_of_vocab="mark",
+            number_texts=batch.number_texts[row],
+        )
         assert head == text
         expected.append(text + tail)
     assert lines == expected and lines[0].startswith(prompt) and lines[0] != prompt
@@ -378,20 +448,38 @@ def test_the_command_prints_the_prompt_as_written(capsys):
 #    a negative id to decode
 # ---------------------------------------------------------------------------------------------
 
+
 def test_a_temperature_float32_holds_as_0_is_greedy_at_every_door(tiny, capsys):
     """1e-46 is 0 in float32: the reference loop, model.generate and the command all give the greedy tokens
     (the maxima of the shifted scores stay 0), never a NaN inside torch's sampler."""
     model, tokenizer = tiny
     batch = tokenizer(["The total is 5"])
-    greedy = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", top_k=1,
-                      max_new_tokens=2)
-    cold = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", temperature=1e-46,
-                    max_new_tokens=2, generator=torch.Generator().manual_seed(0))
-    sampled = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], mode="traditional",
-                             do_sample=True, temperature=1e-46, max_new_tokens=2, return_dict_in_generate=True)
+    greedy = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", top_k=1, max_new_tokens=2)
+    cold = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        mode="traditional",
+        temperature=1e-46,
+        max_new_tokens=2,
+        generator=torch.Generator().manual_seed(0),
+    )
+    sampled = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        mode="traditional",
+        do_sample=True,
+        temperature=1e-46,
+        max_new_tokens=2,
+        return_dict_in_generate=True,
+    )
     assert torch.equal(cold.sequences, greedy.sequences) and torch.equal(sampled.sequences, greedy.sequences)
-    assert cli.main(["generate", "--prompt", "a 1", "--mode", "traditional", "--temperature", "1e-46",
-                     "--max-new-tokens", "2"]) == 0
+    assert (
+        cli.main(
+            ["generate", "--prompt", "a 1", "--mode", "traditional", "--temperature", "1e-46", "--max-new-tokens", "2"]
+        )
+        == 0
+    )
     assert "a 1" in capsys.readouterr().out
 
 
@@ -420,12 +508,20 @@ def test_a_tiny_accepted_temperature_is_greedy_on_both_paths(tiny, models, which
     batch = tokenizer(["The total is 5", "hi"], padding_side="left")
     args = (model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     greedy = generate(*args, mode="traditional", top_k=1, max_new_tokens=4)
-    cold = generate(*args, mode="traditional", temperature=temperature, max_new_tokens=4,
-                    generator=torch.Generator().manual_seed(0))
+    cold = generate(
+        *args, mode="traditional", temperature=temperature, max_new_tokens=4, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(cold.sequences, greedy.sequences)
-    sampled = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                             attention_mask=batch["attention_mask"], mode="traditional", do_sample=True,
-                             temperature=temperature, max_new_tokens=4, return_dict_in_generate=True)
+    sampled = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        mode="traditional",
+        do_sample=True,
+        temperature=temperature,
+        max_new_tokens=4,
+        return_dict_in_generate=True,
+    )
     assert torch.equal(sampled.sequences, greedy.sequences)
     assert torch.equal(sampled.numeric_values, greedy.numeric_values)
 
@@ -444,19 +540,32 @@ def test_the_shifted_temperature_warper_keeps_the_distribution():
         assert bool((shifted.amax(-1) == 0).all())
 
 
-@pytest.mark.parametrize("options, error, pattern", [
-    ({"prompt_lookup_num_tokens": 2}, ValueError,
-     ("prompt_lookup_num_tokens is not supported: assisted / speculative decoding and prompt lookup run the model on "
-      "candidate tokens it did not choose, which carry no <NUM> values")),
-    ({"assistant_model": "model"}, ValueError, "assistant_model is not supported: assisted / speculative decoding"),
-    ({"assistant_early_exit": 1}, ValueError, "assistant_early_exit is not supported"),
-    ({"stop_strings": ["x"], "tokenizer": "tokenizer"}, TypeError,
-     (r"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase \(transformers reads its "
-      r"vocabulary\), got NumericTokenizer: pass tokenizer=tok.hf_tokenizer")),
-    ({"stop_strings": ["x"], "tokenizer": 3}, TypeError, "got int: pass tokenizer=a transformers tokenizer"),
-    ({"mode": "causal", "generator": 123}, TypeError, "^generator must be a torch.Generator, got int$"),
-    ({"mode": "shared_noise", "generator": "seed"}, TypeError, "^generator must be a torch.Generator, got str$"),
-])
+@pytest.mark.parametrize(
+    "options, error, pattern",
+    [
+        (
+            {"prompt_lookup_num_tokens": 2},
+            ValueError,
+            (
+                "prompt_lookup_num_tokens is not supported: assisted / speculative decoding and prompt lookup run the model on "
+                "candidate tokens it did not choose, which carry no <NUM> values"
+            ),
+        ),
+        ({"assistant_model": "model"}, ValueError, "assistant_model is not supported: assisted / speculative decoding"),
+        ({"assistant_early_exit": 1}, ValueError, "assistant_early_exit is not supported"),
+        (
+            {"stop_strings": ["x"], "tokenizer": "tokenizer"},
+            TypeError,
+            (
+                r"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase \(transformers reads its "
+                r"vocabulary\), got NumericTokenizer: pass tokenizer=tok.hf_tokenizer"
+            ),
+        ),
+        ({"stop_strings": ["x"], "tokenizer": 3}, TypeError, "got int: pass tokenizer=a transformers tokenizer"),
+        ({"mode": "causal", "generator": 123}, TypeError, "^generator must be a torch.Generator, got int$"),
+        ({"mode": "shared_noise", "generator": "seed"}, TypeError, "^generator must be a torch.Generator, got str$"),
+    ],
+)
 def test_model_generate_refuses_options_that_would_lose_the_values(tiny, options, error, pattern):
     model, tokenizer = tiny
     batch = tokenizer(["The total is 5"])
@@ -474,12 +583,17 @@ def test_stop_strings_work_with_the_wrapped_tokenizer(tiny, models):
     writes 7 at every step stops after "77", with the reference loop's first two steps."""
     model, tokenizer = models["digits"], tiny[1]
     batch = tokenizer(["The total is 5", "hi"], padding_side="left")
-    out = model.generate(batch["input_ids"], numeric_values=batch["numeric_values"],
-                         attention_mask=batch["attention_mask"], stop_strings=["77"],
-                         tokenizer=tokenizer.hf_tokenizer, max_new_tokens=6)
+    out = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        stop_strings=["77"],
+        tokenizer=tokenizer.hf_tokenizer,
+        max_new_tokens=6,
+    )
     reference = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=6)
     width = batch["input_ids"].shape[1]
-    assert out.shape[1] == width + 2 and torch.equal(out, reference.sequences[:, :width + 2])
+    assert out.shape[1] == width + 2 and torch.equal(out, reference.sequences[:, : width + 2])
 
 
 def test_decoding_a_negative_id_says_mark_does_not_apply(tiny):
@@ -489,7 +603,9 @@ def test_decoding_a_negative_id_says_mark_does_not_apply(tiny):
         with pytest.raises(ValueError) as info:
             tokenizer.decode([5, -3], [0.0, 0.0], out_of_vocab=out_of_vocab)
         message = str(info.value)
-        assert message.startswith(f"input_ids[1] = -3 is not a token id of this tokenizer (0 to {size - 1}): a "
-                                  "negative id is never a model's prediction, so out_of_vocab=\"mark\" does not apply")
+        assert message.startswith(
+            f"input_ids[1] = -3 is not a token id of this tokenizer (0 to {size - 1}): a "
+            'negative id is never a model\'s prediction, so out_of_vocab="mark" does not apply'
+        )
         assert 'pass out_of_vocab="mark"' not in message
     assert tokenizer.decode([size + 2], [0.0], out_of_vocab="mark") == f"<unk:{size + 2}>"

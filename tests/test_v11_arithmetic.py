@@ -39,6 +39,7 @@ def tiny_tokenizer():
 
 # ---- the shipped data ----
 
+
 def test_data_counts_match_the_generator(data):
     header, problems = data
     for (split, module), wanted in COUNTS.items():
@@ -80,6 +81,7 @@ def test_the_tiny_tokenizer_encodes_every_text(data, tiny_tokenizer):
 
 # ---- the Number Token Loss term (ntloss, the authors' package) ----
 
+
 def _digit_ids(tokenizer):
     return torch.tensor([tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)])
 
@@ -108,8 +110,12 @@ def test_ntl_term_matches_its_definition_and_is_differentiable(tiny_tokenizer):
     digits = _digit_ids(tiny_tokenizer)
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 6, vocab, generator=generator, requires_grad=True)
-    labels = torch.tensor([[5, int(digits[3]), int(digits[7]), 8, int(digits[0]), -100],
-                           [int(digits[9]), 4, int(digits[1]), -100, -100, -100]])
+    labels = torch.tensor(
+        [
+            [5, int(digits[3]), int(digits[7]), 8, int(digits[0]), -100],
+            [int(digits[9]), 4, int(digits[1]), -100, -100, -100],
+        ]
+    )
     value = term(logits, labels)
     assert value.ndim == 0 and torch.isfinite(value)
     assert float(value.detach()) == pytest.approx(0.3 * _expected_ntl(logits.detach(), labels, digits), rel=1e-5)
@@ -140,11 +146,14 @@ def test_ntl_term_is_zero_with_all_mass_on_the_right_digit_and_grows_with_distan
 
 # ---- CausalQwen's answer ----
 
+
 def test_causal_answer_is_loc_y_before_the_answer_num():
     torch.manual_seed(0)
     tiny = build_tiny_causal_lm(seed=0, init_seed=0, gate_alpha=1.0)
-    problems = [Problem("interpolate", "mul", "What is 3 times -2.5?", "-7.5"),
-                Problem("extrapolate", "add_or_sub_big", "Work out 123456 - -0.25 and more words here.", "123456.25")]
+    problems = [
+        Problem("interpolate", "mul", "What is 3 times -2.5?", "-7.5"),
+        Problem("extrapolate", "add_or_sub_big", "Work out 123456 - -0.25 and more words here.", "123456.25"),
+    ]
     answers = causal_answers(tiny.model, tiny.tokenizer, problems, batch_size=2)  # padded together
     num_id = tiny.tokenizer.num_token_id
     for problem, answer in zip(problems, answers):

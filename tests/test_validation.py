@@ -17,8 +17,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _run_validation(out_dir: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "validation", *args, "--out", str(out_dir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "validation", *args, "--out", str(out_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _check_report(out_dir: Path) -> str:
@@ -49,8 +54,10 @@ def test_quick_run_passes_every_claim_and_writes_the_report(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("CAUSALQWEN_FULL_VALIDATION"),
-                    reason="the full run takes a few minutes; set CAUSALQWEN_FULL_VALIDATION=1 to run it")
+@pytest.mark.skipif(
+    not os.environ.get("CAUSALQWEN_FULL_VALIDATION"),
+    reason="the full run takes a few minutes; set CAUSALQWEN_FULL_VALIDATION=1 to run it",
+)
 def test_full_run_passes_every_claim(tmp_path):
     result = _run_validation(tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -85,8 +92,15 @@ def test_table_formats_numbers_and_escapes_pipes():
 
 @pytest.mark.parametrize(
     "measured, op, limit, passed",
-    [(1e-6, "<=", 1e-5, True), (1e-4, "<=", 1e-5, False), (0.5, ">=", 0.5, True), (0.0, "==", 0.0, True),
-     (1.0, ">", 1.0, False), (float("nan"), "<=", 1.0, False), (float("nan"), ">=", 0.0, False)],
+    [
+        (1e-6, "<=", 1e-5, True),
+        (1e-4, "<=", 1e-5, False),
+        (0.5, ">=", 0.5, True),
+        (0.0, "==", 0.0, True),
+        (1.0, ">", 1.0, False),
+        (float("nan"), "<=", 1.0, False),
+        (float("nan"), ">=", 0.0, False),
+    ],
 )
 def test_check_applies_the_threshold_and_a_nan_never_passes(measured, op, limit, passed):
     claim = check("statement", measured, op, limit)
@@ -102,8 +116,16 @@ def test_an_experiment_passes_only_with_claims_that_all_pass():
 
 
 def test_write_report_has_settings_summary_sections_figures_and_robustness(tmp_path):
-    result = ExperimentResult("V1", "A title", [Claim("the claim", 0.5, "≤ 1", True)], "Body text.",
-                              figures=["v1_figure.png"], headline="headline 0.5", settings="n = 3", seconds=1.25)
+    result = ExperimentResult(
+        "V1",
+        "A title",
+        [Claim("the claim", 0.5, "≤ 1", True)],
+        "Body text.",
+        figures=["v1_figure.png"],
+        headline="headline 0.5",
+        settings="n = 3",
+        seconds=1.25,
+    )
     failed = ExperimentResult("V2", "Another", [Claim("other claim", 2.0, "≤ 1", False)], "More.")
     path = write_report([result, failed], [("mode", "quick")], tmp_path, "robustness body")
     report = path.read_text(encoding="utf-8")
@@ -121,8 +143,11 @@ def test_robustness_section_says_so_when_the_module_does_not_exist(monkeypatch):
     import validation.__main__ as runner
 
     real_find_spec = runner.importlib.util.find_spec
-    monkeypatch.setattr(runner.importlib.util, "find_spec",
-                        lambda name, *args: None if name == "validation.robustness" else real_find_spec(name, *args))
+    monkeypatch.setattr(
+        runner.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "validation.robustness" else real_find_spec(name, *args),
+    )
     text = runner.robustness_markdown()
     assert "does not exist" in text and "validation.robustness" in text
 
@@ -170,8 +195,14 @@ def test_a_study_writes_its_own_page_and_leaves_the_report_alone(tmp_path, monke
 
     def run(quick, out_dir):
         (out_dir / "v10_figure.png").write_bytes(b"png")
-        return ExperimentResult(name="V10", title="A study", claims=[check("one", 1.0, ">=", 1.0)], body="body",
-                                figures=["v10_figure.png"], headline="headline")
+        return ExperimentResult(
+            name="V10",
+            title="A study",
+            claims=[check("one", 1.0, ">=", 1.0)],
+            body="body",
+            figures=["v10_figure.png"],
+            headline="headline",
+        )
 
     study.run = run
     monkeypatch.setitem(sys.modules, "validation_test_study", study)

@@ -18,30 +18,60 @@ from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.float32 import format_number
 from causalqwen.numbers import find_numbers, parse_number
-from causalqwen.writing import (check_resolution, literal_resolution, prompt_exponent, resolution_exponent,
-                                resolution_for, write_at_resolution)
+from causalqwen.writing import (
+    check_resolution,
+    literal_resolution,
+    prompt_exponent,
+    resolution_exponent,
+    resolution_for,
+    write_at_resolution,
+)
 
 
-@pytest.mark.parametrize("literal, resolution", [
-    ("2.5", 0.1), ("37", 1.0), ("1,000", 1.0), (".05", 0.01), ("1.20e3", 10.0), ("-3", 1.0), ("−2.50", 0.01),
-    ("1E-2", 0.01), ("2.5e+1", 1.0), ("0", 1.0), ("7.000", 0.001),
-])
+@pytest.mark.parametrize(
+    "literal, resolution",
+    [
+        ("2.5", 0.1),
+        ("37", 1.0),
+        ("1,000", 1.0),
+        (".05", 0.01),
+        ("1.20e3", 10.0),
+        ("-3", 1.0),
+        ("−2.50", 0.01),
+        ("1E-2", 0.01),
+        ("2.5e+1", 1.0),
+        ("0", 1.0),
+        ("7.000", 0.001),
+    ],
+)
 def test_literal_resolution_table(literal, resolution):
     assert literal_resolution(literal) == pytest.approx(resolution, rel=1e-15)
 
 
-@pytest.mark.parametrize("bad, error", [("2024-03-15", ValueError), ("abc", ValueError), ("1 2", ValueError),
-                                         (2.5, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error", [("2024-03-15", ValueError), ("abc", ValueError), ("1 2", ValueError), (2.5, TypeError)]
+)
 def test_literal_resolution_refuses_what_is_not_one_number(bad, error):
     with pytest.raises(error):
         literal_resolution(bad)
 
 
-@pytest.mark.parametrize("value, resolution, expected", [
-    (2.5007427, 0.01, "2.50"), (2.5007427, 0.1, "2.5"), (2.5007427, 1, "3"), (1234.5, 10, "1230"),
-    (1234.5, 100, "1200"), (-0.04, 0.1, "0.0"), (0.5, 1, "0"), (1.5, 1, "2"), (-7.25, 0.1, "-7.2"),
-    (1234567936.0, 1, "1,234,567,936"), (2.5007427, None, "2.5007427"),
-])
+@pytest.mark.parametrize(
+    "value, resolution, expected",
+    [
+        (2.5007427, 0.01, "2.50"),
+        (2.5007427, 0.1, "2.5"),
+        (2.5007427, 1, "3"),
+        (1234.5, 10, "1230"),
+        (1234.5, 100, "1200"),
+        (-0.04, 0.1, "0.0"),
+        (0.5, 1, "0"),
+        (1.5, 1, "2"),
+        (-7.25, 0.1, "-7.2"),
+        (1234567936.0, 1, "1,234,567,936"),
+        (2.5007427, None, "2.5007427"),
+    ],
+)
 def test_write_at_resolution_table(value, resolution, expected):
     """Half to even on the float32 value's exact decimal expansion; more than 9 significant digits of a plain run
     would be an identifier (rule V2), so such integers are grouped."""
@@ -62,9 +92,18 @@ def test_written_text_reads_back_within_half_the_resolution(value, exponent):
     parse_number(text)
 
 
-@pytest.mark.parametrize("bad, error", [(0.3, ValueError), ("coarse", ValueError), (True, TypeError),
-                                         (-1, ValueError), (float("nan"), ValueError), (1e40, ValueError),
-                                         ([0.1], TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (0.3, ValueError),
+        ("coarse", ValueError),
+        (True, TypeError),
+        (-1, ValueError),
+        (float("nan"), ValueError),
+        (1e40, ValueError),
+        ([0.1], TypeError),
+    ],
+)
 def test_check_resolution_names_a_bad_resolution(bad, error):
     with pytest.raises(error, match="number_resolution"):
         check_resolution(bad)
@@ -85,8 +124,9 @@ def test_decode_writes_generated_numbers_at_the_resolution_and_keeps_the_values(
     assert tokenizer.decode(ids, values, number_texts=texts).endswith("2.5007427")
     assert tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt").endswith("is 2.50")
     assert tokenizer.decode(ids, values, number_texts=texts, number_resolution=1).endswith("is 3")
-    _, continuation = tokenizer.decode_continuation(ids, values, len(ids) - 1, number_texts=texts,
-                                                    number_resolution=0.1)
+    _, continuation = tokenizer.decode_continuation(
+        ids, values, len(ids) - 1, number_texts=texts, number_resolution=0.1
+    )
     assert continuation == " 2.5"
     assert tokenizer.batch_decode([ids], [values], number_texts=[texts], number_resolution="prompt")[0].endswith("2.50")
     with pytest.raises(ValueError, match="number_resolution"):
@@ -98,14 +138,30 @@ def test_decode_writes_generated_numbers_at_the_resolution_and_keeps_the_values(
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, prompt, expected", [
-    (2.4996202, [], "2.5"), (2.4996204, [], "2.5"), (2.4996202, ["12.50"], "2.50"), (2.4996202, ["1.20e3"], "2.5"),
-    (2.4996202, ["3e5"], "2.5"), (2.4996202, ["3.14159"], "2.49962"), (24.01, ["7"], "24"), (32.7, ["58"], "33"),
-    (2026.3, [], "2026"), (2026.3, ["2,025"], "2026"), (0.0, [], "0"), (0.0, ["0.25"], "0.00"),
-    (-0.000123456, [], "-0.00012"), (0.0312, ["7"], "0.031"), (123456.7, ["1e3"], "123000"),
-    (123456.7, ["1.20e3"], "123460"), (1234567936.0, [], "1,234,567,936"), (9.996, [], "10.0"),
-    (2.5, ["1e-3"], "2.500"),
-])
+@pytest.mark.parametrize(
+    "value, prompt, expected",
+    [
+        (2.4996202, [], "2.5"),
+        (2.4996204, [], "2.5"),
+        (2.4996202, ["12.50"], "2.50"),
+        (2.4996202, ["1.20e3"], "2.5"),
+        (2.4996202, ["3e5"], "2.5"),
+        (2.4996202, ["3.14159"], "2.49962"),
+        (24.01, ["7"], "24"),
+        (32.7, ["58"], "33"),
+        (2026.3, [], "2026"),
+        (2026.3, ["2,025"], "2026"),
+        (0.0, [], "0"),
+        (0.0, ["0.25"], "0.00"),
+        (-0.000123456, [], "-0.00012"),
+        (0.0312, ["7"], "0.031"),
+        (123456.7, ["1e3"], "123000"),
+        (123456.7, ["1.20e3"], "123460"),
+        (1234567936.0, [], "1,234,567,936"),
+        (9.996, [], "10.0"),
+        (2.5, ["1e-3"], "2.500"),
+    ],
+)
 def test_a_generated_number_is_written_at_the_prompts_resolution_keeping_two_digits(value, prompt, expected):
     """h = min(h_prompt, 10^(floor(log10|v|) - 1)), h_prompt the unit without a prompt number: 24 after "7 days",
     2.50 after prices in cents, a year 2026.3 is 2026, and a coarse prompt ("1.20e3", "3e5") never writes 2.5 as 2
@@ -125,8 +181,7 @@ def _floor_log10(value: float) -> int:
     return exponent
 
 
-@given(st.floats(width=32, allow_nan=False, allow_infinity=False),
-       st.one_of(st.none(), st.integers(-200, 40)))
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False), st.one_of(st.none(), st.integers(-200, 40)))
 def test_resolution_for_is_the_finer_of_the_prompts_and_two_significant_digits(value, prompt_k):
     """Against floor(log10 |v|) by exact rational comparison; 10^-149 bounds it below (no float32 has a digit
     beyond) and 10^38 above (float32's largest order, which only a zero after a coarser prompt reaches)."""
@@ -148,16 +203,18 @@ def test_decode_at_prompt_never_writes_a_value_as_a_number_that_loses_it():
         assert tokenizer.decode(ids, noisy, number_texts=texts, number_resolution="prompt").endswith(expected)
 
 
-@pytest.mark.parametrize("bad, error, match", [(2.5, TypeError, "prompt_exponent"),
-                                               (True, TypeError, "prompt_exponent"),
-                                               ("-2", TypeError, "prompt_exponent")])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [(2.5, TypeError, "prompt_exponent"), (True, TypeError, "prompt_exponent"), ("-2", TypeError, "prompt_exponent")],
+)
 def test_resolution_for_names_a_bad_prompt_exponent(bad, error, match):
     with pytest.raises(error, match=match):
         resolution_for(2.5, bad)
 
 
-@pytest.mark.parametrize("value, error", [(math.nan, ValueError), (math.inf, ValueError), (1e39, ValueError),
-                                          ("2.5", TypeError)])
+@pytest.mark.parametrize(
+    "value, error", [(math.nan, ValueError), (math.inf, ValueError), (1e39, ValueError), ("2.5", TypeError)]
+)
 def test_resolution_for_names_a_bad_value(value, error):
     with pytest.raises(error):
         resolution_for(value, None)
@@ -175,8 +232,9 @@ def test_check_resolution_refuses_powers_of_ten_beyond_float32s_range(bad):
 
 
 @pytest.mark.parametrize("value, resolution", [(2.0**-149, 1e-45), (2.0**-148, 1e-45), (3 * 2.0**-149, 1e-46)])
-def test_a_subnormal_whose_rounded_text_would_be_text_is_written_at_the_next_finer_power_that_reads_back(value,
-                                                                                                        resolution):
+def test_a_subnormal_whose_rounded_text_would_be_text_is_written_at_the_next_finer_power_that_reads_back(
+    value, resolution
+):
     """2**-149 at 1e-45 would round to "0.000...001", 1e-45, which rule V1 reads as text (float32 holds it only
     29% off): the text is then the fewest further decimals that read back, here those of its faithful scientific text
     (`format_number`'s "1.4012985e-45"), written positionally."""

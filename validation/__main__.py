@@ -154,8 +154,9 @@ def _machine() -> list[tuple[str, str]]:
     ]
 
 
-def _report_settings(args: argparse.Namespace, results: list, robustness_seconds: float | None,
-                     started: float) -> list[tuple[str, str]]:
+def _report_settings(
+    args: argparse.Namespace, results: list, robustness_seconds: float | None, started: float
+) -> list[tuple[str, str]]:
     """The report's run-settings table (``robustness_seconds`` None: the robustness section was not run)."""
     settings = [
         _mode(args),
@@ -204,8 +205,16 @@ def main(argv: list[str] | None = None) -> int:
         path = write_report(results, settings, args.out, robustness)
         print(f"wrote {path} ({len(results)} experiments, {time.perf_counter() - started:.1f} s)")
     for study in studies:
-        path = write_study(study, [_mode(args), ("command", _command(args, study.name)), *_machine(),
-                                   ("wall time (s)", f"{study.seconds:.1f}")], args.out)
+        path = write_study(
+            study,
+            [
+                _mode(args),
+                ("command", _command(args, study.name)),
+                *_machine(),
+                ("wall time (s)", f"{study.seconds:.1f}"),
+            ],
+            args.out,
+        )
         print(f"wrote {path} ({study.name}, {study.seconds:.1f} s)")
     return _failed_claims(results + studies)
 

@@ -155,8 +155,9 @@ class TrustCase:
             raise ValueError(f"trust case {self.id!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
 
 
-def command_line_refusal(case_id: str, kind: str, description: str, trigger: Callable[[], object],
-                         message: str) -> TrustCase:
+def command_line_refusal(
+    case_id: str, kind: str, description: str, trigger: Callable[[], object], message: str
+) -> TrustCase:
     """A `TrustCase` whose trigger runs the ``causalqwen`` command (`run_cli`), which must exit through argparse with
     status 2 (a usage or data error) and a last line of stderr matching ``message``."""
     return TrustCase(case_id, kind, description, trigger, CommandLineExit, "exit status 2: " + message)

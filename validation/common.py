@@ -152,12 +152,23 @@ def _claims_table(claims: list[Claim]) -> str:
 
 def _section(result: ExperimentResult, heading: str) -> list[str]:
     """One experiment's section: verdict line, settings, body, claims table, figures."""
-    parts = [heading, "", f"{verdict(result.passed)} · {sum(c.passed for c in result.claims)} of {len(result.claims)} "
-             f"claims · wall time {result.seconds:.1f} s", ""]
+    parts = [
+        heading,
+        "",
+        f"{verdict(result.passed)} · {sum(c.passed for c in result.claims)} of {len(result.claims)} "
+        f"claims · wall time {result.seconds:.1f} s",
+        "",
+    ]
     if result.settings:
         parts += [f"*Settings:* {result.settings}", ""]
-    parts += [result.body.strip(), "", "**Verdicts** (the claims that must hold; who wins is said above)", "",
-              _claims_table(result.claims), ""]
+    parts += [
+        result.body.strip(),
+        "",
+        "**Verdicts** (the claims that must hold; who wins is said above)",
+        "",
+        _claims_table(result.claims),
+        "",
+    ]
     for figure in result.figures:
         parts += [f"![{result.name}: {figure}]({figure})", ""]
     return parts
@@ -165,18 +176,26 @@ def _section(result: ExperimentResult, heading: str) -> list[str]:
 
 def write_study(result: ExperimentResult, settings: list[tuple[str, str]], out_dir: Path) -> Path:
     """Write ``out_dir / <name>.md`` (``v10.md``): a study's page, with the run settings."""
-    parts = [f"# {result.name} · {result.title}", "",
-             f"A study run by `python -m validation --only {result.name}` (this page is its output; `--quick` runs the "
-             "same code with fewer arms and steps). Every number on this page was computed by the run that wrote it.",
-             "", "## Run settings", "", table(["setting", "value"], [[name, value] for name, value in settings]), "",
-             *_section(result, "## Results")]
+    parts = [
+        f"# {result.name} · {result.title}",
+        "",
+        f"A study run by `python -m validation --only {result.name}` (this page is its output; `--quick` runs the "
+        "same code with fewer arms and steps). Every number on this page was computed by the run that wrote it.",
+        "",
+        "## Run settings",
+        "",
+        table(["setting", "value"], [[name, value] for name, value in settings]),
+        "",
+        *_section(result, "## Results"),
+    ]
     path = Path(out_dir) / f"{result.name.lower()}.md"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
 
 
-def write_report(results: list[ExperimentResult], settings: list[tuple[str, str]], out_dir: Path,
-                 robustness: str | None) -> Path:
+def write_report(
+    results: list[ExperimentResult], settings: list[tuple[str, str]], out_dir: Path, robustness: str | None
+) -> Path:
     """Write ``out_dir / index.md``: settings, a summary, one section per experiment, robustness."""
     passed = sum(result.passed for result in results)
     parts = [

@@ -68,6 +68,7 @@ NUMBER_CHARS = frozenset("0123456789.,eE+-\u2212")  # characters that can contin
 # Metric definitions shared by both models
 # ---------------------------------------------------------------------------------------------
 
+
 def calibration(confidence, correct, n_bins: int = ECE_BINS) -> tuple[float, float]:
     r"""``(ece, brier)`` of top-1 decisions with ``confidence`` in [0, 1] and ``correct`` (0/1).
 
@@ -126,21 +127,32 @@ def _items(texts) -> list[_Item]:
         found = find_numbers(text)
         if isinstance(entry, DomainBRecord):
             if [(n.start, n.end) for n in found] != [(n.start, n.end) for n in entry.numbers]:
-                raise ValueError(f"texts[{index}]: the grammar finds {[n.text for n in found]}, the record lists "
-                                 f"{[n.text for n in entry.numbers]}")
+                raise ValueError(
+                    f"texts[{index}]: the grammar finds {[n.text for n in found]}, the record lists "
+                    f"{[n.text for n in entry.numbers]}"
+                )
             groups = [f"{entry.template}/{n.role}" + ("/outlier" if n.outlier else "") for n in entry.numbers]
             predictable = [n.role == "target" and not n.outlier for n in entry.numbers]
         else:
             groups, predictable = ["all"] * len(found), [False] * len(found)
         keep = [k for k, n in enumerate(found) if n.start > 0]
-        items.append(_Item(text, [found[k] for k in keep], [groups[k] for k in keep], [predictable[k] for k in keep],
-                           len(found) - len(keep)))
+        items.append(
+            _Item(
+                text,
+                [found[k] for k in keep],
+                [groups[k] for k in keep],
+                [predictable[k] for k in keep],
+                len(found) - len(keep),
+            )
+        )
     if not items:
         raise ValueError("texts is empty")
     return items
 
 
-def _summary(items: list[_Item], text_correct, text_confidence, onset_correct, predicted, number_positions: int) -> dict:
+def _summary(
+    items: list[_Item], text_correct, text_confidence, onset_correct, predicted, number_positions: int
+) -> dict:
     """The metric dict from per-position and per-number arrays (numbers in the order of ``items``)."""
     text_correct = np.asarray(text_correct, dtype=np.float64)
     ece, brier = calibration(text_confidence, text_correct)
@@ -150,8 +162,10 @@ def _summary(items: list[_Item], text_correct, text_confidence, onset_correct, p
     predictable = np.array([p for item in items for p in item.predictable], dtype=bool)
     overall = error_summary(predicted, truth)
     target = error_summary(predicted[predictable], truth[predictable])
-    by_group = {str(group): error_summary(predicted[groups == group], truth[groups == group])
-                for group in sorted(set(groups.tolist()))}
+    by_group = {
+        str(group): error_summary(predicted[groups == group], truth[groups == group])
+        for group in sorted(set(groups.tolist()))
+    }
     return {
         "text_accuracy": float(text_correct.mean()) if text_correct.size else float("nan"),
         "text_positions": int(text_correct.size),
@@ -182,28 +196,32 @@ def _device(model: nn.Module) -> torch.device:
 # Qwen2 (softmax head, digit tokens)
 # ---------------------------------------------------------------------------------------------
 
+
 def token_texts_of(tokenizer, size: int) -> list[str | None]:
     """The text of every id below ``size`` (None for the model's reserved rows beyond the tokenizer)."""
     known = len(tokenizer)
-    return [tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False) if i < known else None
-            for i in range(size)]
+    return [
+        tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False) if i < known else None
+        for i in range(size)
+    ]
 
 
 @torch.no_grad()
-def greedy_numbers(model, tokenizer, prefixes: list[str], max_new_tokens: int, batch_size: int,
-                    token_texts: list) -> list[float]:
+def greedy_numbers(
+    model, tokenizer, prefixes: list[str], max_new_tokens: int, batch_size: int, token_texts: list
+) -> list[float]:
     """The number each prefix is greedily continued with (NaN: unparseable). See the module docstring."""
     device = _device(model)
     continues = [text is not None and text != "" and all(ch in NUMBER_CHARS for ch in text) for text in token_texts]
     encoded = tokenizer(prefixes, add_special_tokens=False)["input_ids"] if prefixes else []
     values = []
     for start in range(0, len(encoded), batch_size):
-        rows = encoded[start:start + batch_size]
+        rows = encoded[start : start + batch_size]
         n = len(rows)
         lengths = torch.tensor([len(row) for row in rows])
         buffer = torch.full((n, int(lengths.max()) + max_new_tokens), tokenizer.pad_token_id, dtype=torch.long)
         for r, row in enumerate(rows):
-            buffer[r, :len(row)] = torch.tensor(row, dtype=torch.long)
+            buffer[r, : len(row)] = torch.tensor(row, dtype=torch.long)
         generated: list[list[int]] = [[] for _ in range(n)]
         active = list(range(n))
         for _ in range(max_new_tokens):
@@ -264,9 +282,12 @@ def evaluate_qwen(model, tokenizer, texts, *, batch_size: int = 64, max_new_toke
         text_correct, text_confidence, onset_correct = [], [], []
         number_positions = 0
         for start in range(0, len(rows), batch_size):
-            batch = collate_rows(rows[start:start + batch_size], tokenizer.pad_token_id)
-            logits = model(input_ids=batch["input_ids"].to(device),
-                           attention_mask=batch["attention_mask"].to(device)).logits.float().cpu()  # [B, S, V]
+            batch = collate_rows(rows[start : start + batch_size], tokenizer.pad_token_id)
+            logits = (
+                model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
+                .logits.float()
+                .cpu()
+            )  # [B, S, V]
             probabilities = torch.softmax(logits, dim=-1)
             confidence, predicted = probabilities.max(dim=-1)  # [B, S]
             for r in range(len(batch["input_ids"])):
@@ -274,11 +295,11 @@ def evaluate_qwen(model, tokenizer, texts, *, batch_size: int = 64, max_new_toke
                 targets = torch.tensor(row[1:])
                 text = ~torch.tensor(flags[1:], dtype=torch.bool)
                 number_positions += int((~text).sum())
-                hits = (predicted[r, :len(row) - 1] == targets)[text]
+                hits = (predicted[r, : len(row) - 1] == targets)[text]
                 text_correct += hits.tolist()
-                text_confidence += confidence[r, :len(row) - 1][text].tolist()
+                text_confidence += confidence[r, : len(row) - 1][text].tolist()
                 onset_correct += [bool(digit_start[predicted[r, j - 1]]) for j in onset_targets[start + r]]
-        prefixes = [item.text[:n.start] for item in items for n in item.numbers]
+        prefixes = [item.text[: n.start] for item in items for n in item.numbers]
         predicted_values = greedy_numbers(model, tokenizer, prefixes, max_new_tokens, batch_size, token_texts)
     finally:
         model.train(was_training)
@@ -289,9 +310,11 @@ def evaluate_qwen(model, tokenizer, texts, *, batch_size: int = 64, max_new_toke
 # CausalQwen (OvR head, <NUM> + value)
 # ---------------------------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def evaluate_causal(model, numeric_tokenizer, texts, *, batch_size: int = 64,
-                    max_decision_elements: int = 2**22) -> dict:
+def evaluate_causal(
+    model, numeric_tokenizer, texts, *, batch_size: int = 64, max_decision_elements: int = 2**22
+) -> dict:
     """The metrics of the module docstring for a `causalqwen.CausalQwenForCausalLM` with its
     `causalqwen.NumericTokenizer`, under standard inference. ``texts``: strings or `DomainBRecord` s.
 
@@ -317,21 +340,27 @@ def evaluate_causal(model, numeric_tokenizer, texts, *, batch_size: int = 64,
                 raise ValueError(f"texts[{index}]: {ids.count(num_id)} <NUM> tokens for {expected} numbers")
             if eos is not None:
                 ids, values = ids + [eos], values + [0.0]
-            encoded.append({"input_ids": torch.tensor(ids, dtype=torch.long),
-                            "numeric_values": torch.tensor(values, dtype=torch.float32)})
+            encoded.append(
+                {
+                    "input_ids": torch.tensor(ids, dtype=torch.long),
+                    "numeric_values": torch.tensor(values, dtype=torch.float32),
+                }
+            )
         text_correct, text_confidence, onset_correct, predicted_values = [], [], [], []
         number_positions = 0
         chunk = max(1, max_decision_elements // model.config.vocab_size)
         for start in range(0, len(encoded), batch_size):
-            batch = {k: v.to(device) for k, v in collate(encoded[start:start + batch_size],
-                                                         numeric_tokenizer.pad_token_id).items()}
+            batch = {
+                k: v.to(device)
+                for k, v in collate(encoded[start : start + batch_size], numeric_tokenizer.pad_token_id).items()
+            }
             law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
             targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
             loc_U, scale_U = law.loc_U[targets.scored], law.scale_U[targets.scored]  # [N, C], row-major order
             labels = targets.labels[targets.scored]  # [N]
             predicted, confidence, loc_Y = [], [], []
             for c in range(0, loc_U.shape[0], chunk):
-                decision = head(loc_U[c:c + chunk], scale_U[c:c + chunk])  # [n, V] x2, [n] x2
+                decision = head(loc_U[c : c + chunk], scale_U[c : c + chunk])  # [n, V] x2, [n] x2
                 token = head.predict(decision)[0]  # argmax_k P_k
                 predicted.append(token)
                 confidence.append(head.probabilities(decision).gather(-1, token[:, None]).squeeze(-1))

@@ -103,7 +103,7 @@ _ARTICLE = regex.compile(r"\b([Aa]) (?=[aeiou])")
 
 
 def _articles(sentence: str) -> str:
-    """"a" before a vowel becomes "an" ("A owl" -> "An owl")."""
+    """ "a" before a vowel becomes "an" ("A owl" -> "An owl")."""
     return _ARTICLE.sub(r"\1n ", sentence)
 
 
@@ -111,8 +111,11 @@ def _capitalised(sentence: str) -> str:
     return sentence[:1].upper() + sentence[1:]
 
 
-_TOPICS = {"animal": (ANIMALS, _animal_sentences), "season": (SEASONS, _season_sentences),
-           "place": (PLACES, _place_sentences)}
+_TOPICS = {
+    "animal": (ANIMALS, _animal_sentences),
+    "season": (SEASONS, _season_sentences),
+    "place": (PLACES, _place_sentences),
+}
 
 
 def domain_a_texts(n: int, seed: int) -> list[str]:

@@ -109,10 +109,21 @@ OUTLIER_FACTOR_CAP = 1e4  # F is capped here (keeps every value a quantity of th
 PRICE_NOISE = 0.1  # the price is mean * exp(PRICE_NOISE * N(0, 1))
 
 # item -> q: its mean price is lo * (hi / lo) ** q (log-spaced over the value range)
-ITEM_QUANTILES = {"apple": 0.15, "bread": 0.25, "book": 0.35, "shirt": 0.45, "lamp": 0.55, "chair": 0.65,
-                  "coat": 0.75, "bicycle": 0.85}
-_PRICE_PHRASES = ("At the market, a {item} costs {p} dollars.", "The price of a {item} is {p} dollars.",
-                  "Today a {item} costs {p} dollars.")
+ITEM_QUANTILES = {
+    "apple": 0.15,
+    "bread": 0.25,
+    "book": 0.35,
+    "shirt": 0.45,
+    "lamp": 0.55,
+    "chair": 0.65,
+    "coat": 0.75,
+    "bicycle": 0.85,
+}
+_PRICE_PHRASES = (
+    "At the market, a {item} costs {p} dollars.",
+    "The price of a {item} is {p} dollars.",
+    "Today a {item} costs {p} dollars.",
+)
 _COPY_PHRASES = (
     "The train to the {place} takes {x} minutes, and the train back also takes {y} minutes.",
     "The {animal} walked {x} meters to the {place}, then walked {y} meters back.",
@@ -205,7 +216,11 @@ def _checked_ranges(value_range, outlier_fraction, extrapolate: bool, extrapolat
     """The checked ``(lo, hi)`` of ``value_range``, the integer range ``(int_lo, int_hi)`` of the ``copy`` and
     ``scaled`` draws, and the templates of the corpus (no ``price`` when extrapolating)."""
     lo, hi = _check_range(value_range, "value_range")
-    if isinstance(outlier_fraction, bool) or not isinstance(outlier_fraction, (int, float)) or not 0 <= outlier_fraction <= 1:
+    if (
+        isinstance(outlier_fraction, bool)
+        or not isinstance(outlier_fraction, (int, float))
+        or not 0 <= outlier_fraction <= 1
+    ):
         raise ValueError(f"outlier_fraction must be a number in [0, 1], got {outlier_fraction!r}")
     if not isinstance(extrapolate, bool):
         raise TypeError(f"extrapolate must be a bool, got {type(extrapolate).__name__}")
@@ -231,14 +246,29 @@ def _record(template: str, phrase: str, rng: random.Random, strings: dict, roles
     for start, end, key in spans:
         role, is_outlier, base = roles[key]
         written = text[start:end]
-        numbers.append(DomainBNumber(start, end, written, parse_number(written), role, is_outlier,
-                                     parse_number(_price_text(base) if template == "price" else _int_text(base))))
+        numbers.append(
+            DomainBNumber(
+                start,
+                end,
+                written,
+                parse_number(written),
+                role,
+                is_outlier,
+                parse_number(_price_text(base) if template == "price" else _int_text(base)),
+            )
+        )
     return DomainBRecord(text, template, tuple(numbers))
 
 
-def domain_b_records(n: int, seed: int, *, value_range=DEFAULT_VALUE_RANGE, outlier_fraction: float = 0.0,
-                     extrapolate: bool = False,
-                     extrapolation_range=DEFAULT_EXTRAPOLATION_RANGE) -> list[DomainBRecord]:
+def domain_b_records(
+    n: int,
+    seed: int,
+    *,
+    value_range=DEFAULT_VALUE_RANGE,
+    outlier_fraction: float = 0.0,
+    extrapolate: bool = False,
+    extrapolation_range=DEFAULT_EXTRAPOLATION_RANGE,
+) -> list[DomainBRecord]:
     """``n`` domain-B texts with their numbers (the templates, outliers and extrapolation of the module docstring).
 
     Drawn with ``random.Random("domain-B/{seed}")`` (templates, words, values) and a separate
@@ -247,8 +277,9 @@ def domain_b_records(n: int, seed: int, *, value_range=DEFAULT_VALUE_RANGE, outl
     """
     check_count(n)
     check_seed(seed)
-    (lo, hi), (int_lo, int_hi), templates = _checked_ranges(value_range, outlier_fraction, extrapolate,
-                                                            extrapolation_range)
+    (lo, hi), (int_lo, int_hi), templates = _checked_ranges(
+        value_range, outlier_fraction, extrapolate, extrapolation_range
+    )
     means = item_means((lo, hi))
     price_lo, price_hi = math.ceil(lo * 10) / 10, math.floor(hi * 10) / 10
     rng = random.Random(f"domain-B/{seed}")
@@ -288,6 +319,7 @@ def domain_b_texts(n: int, seed: int, **options) -> list[str]:
 # The held-out loss of a Qwen2 model on domain-A text
 # ---------------------------------------------------------------------------------------------
 
+
 @torch.no_grad()
 def pretrain_loss_a(model, tokenizer, texts: list[str], batch_size: int = 64) -> float:
     """Mean next-token cross-entropy (nats per token, EOS appended, every token scored) of a Qwen-style model
@@ -298,7 +330,7 @@ def pretrain_loss_a(model, tokenizer, texts: list[str], batch_size: int = 64) ->
     total, count = 0.0, 0
     try:
         for start in range(0, len(rows), batch_size):
-            batch = collate_rows(rows[start:start + batch_size], tokenizer.pad_token_id)
+            batch = collate_rows(rows[start : start + batch_size], tokenizer.pad_token_id)
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             total += float(next_token_loss(logits, batch["labels"], reduction="sum"))
             count += int((batch["labels"][:, 1:] != -100).sum())
@@ -310,6 +342,7 @@ def pretrain_loss_a(model, tokenizer, texts: list[str], batch_size: int = 64) ->
 # ---------------------------------------------------------------------------------------------
 # The pretrained base, cached on disk
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PretrainSettings:
@@ -338,8 +371,14 @@ def default_cache_dir() -> Path:
 
 def _cache_key(settings: PretrainSettings) -> str:
     corpus = "\n".join(domain_a_texts(settings.n_texts, settings.seed))
-    payload = json.dumps({"version": DOMAINS_VERSION, "settings": asdict(settings),
-                          "corpus_sha256": hashlib.sha256(corpus.encode()).hexdigest()}, sort_keys=True)
+    payload = json.dumps(
+        {
+            "version": DOMAINS_VERSION,
+            "settings": asdict(settings),
+            "corpus_sha256": hashlib.sha256(corpus.encode()).hexdigest(),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
@@ -365,9 +404,12 @@ def _pretrain(settings: PretrainSettings) -> tuple[Qwen2ForCausalLM, Qwen2Tokeni
     loss_before = pretrain_loss_a(model, tokenizer, held_out)
     parameters = list(model.parameters())  # the tied embedding appears once
     optimizer = torch.optim.AdamW(
-        [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": settings.weight_decay},
-         {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}],
-        lr=settings.learning_rate)
+        [
+            {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": settings.weight_decay},
+            {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=settings.learning_rate,
+    )
     scheduler = get_cosine_schedule_with_warmup(optimizer, settings.warmup_steps, settings.steps)
     trajectory = []
     model.train()
@@ -385,9 +427,15 @@ def _pretrain(settings: PretrainSettings) -> tuple[Qwen2ForCausalLM, Qwen2Tokeni
     model.eval()
     loss_after = pretrain_loss_a(model, tokenizer, held_out)
     PRETRAIN_COUNTS["trained"] += 1
-    record = {"settings": asdict(settings), "version": DOMAINS_VERSION, "held_out_loss_before": loss_before,
-              "held_out_loss_after": loss_after, "train_loss": trajectory,
-              "seconds": time.perf_counter() - started, "torch_threads": torch.get_num_threads()}
+    record = {
+        "settings": asdict(settings),
+        "version": DOMAINS_VERSION,
+        "held_out_loss_before": loss_before,
+        "held_out_loss_after": loss_after,
+        "train_loss": trajectory,
+        "seconds": time.perf_counter() - started,
+        "torch_threads": torch.get_num_threads(),
+    }
     return model, tokenizer, record
 
 
@@ -403,8 +451,9 @@ def _quiet_progress():
             hf_logging.enable_progress_bar()
 
 
-def pretrained_base(steps: int = PretrainSettings.steps, seed: int = 0, cache_dir=None,
-                    **settings) -> tuple[Qwen2ForCausalLM, Qwen2Tokenizer]:
+def pretrained_base(
+    steps: int = PretrainSettings.steps, seed: int = 0, cache_dir=None, **settings
+) -> tuple[Qwen2ForCausalLM, Qwen2Tokenizer]:
     """The tiny Qwen2 base pretrained on domain A: ``(model, tokenizer)``, fresh objects on every call.
 
     The first call for some settings (`PretrainSettings`: ``steps``, ``seed`` and the others as keywords)

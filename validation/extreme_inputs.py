@@ -171,8 +171,14 @@ def _model_inputs(case: ModelCase):
     elif case.labels == "all_ignored":
         labels[:] = -100
     numeric_labels = targets if case.labels == "extreme_numeric_labels" else None
-    return dict(input_ids=ids, numeric_values=values, attention_mask=masks[case.mask], labels=labels,
-                numeric_labels=numeric_labels, return_decisions=case.path == "literal")
+    return dict(
+        input_ids=ids,
+        numeric_values=values,
+        attention_mask=masks[case.mask],
+        labels=labels,
+        numeric_labels=numeric_labels,
+        return_decisions=case.path == "literal",
+    )
 
 
 def run_model_case(case: ModelCase) -> FiniteCheck:
@@ -187,12 +193,18 @@ def run_model_case(case: ModelCase) -> FiniteCheck:
     model.zero_grad(set_to_none=True)
     out = model(**_model_inputs(case))
     out.loss.backward()
-    non_finite = [name for name in ("loss", "cls_loss", "reg_loss") if not bool(torch.isfinite(getattr(out, name)).all())]
-    non_finite += [f"grad of {name}" for name, parameter in model.named_parameters()
-                   if parameter.grad is not None and not bool(torch.isfinite(parameter.grad).all())]
+    non_finite = [
+        name for name in ("loss", "cls_loss", "reg_loss") if not bool(torch.isfinite(getattr(out, name)).all())
+    ]
+    non_finite += [
+        f"grad of {name}"
+        for name, parameter in model.named_parameters()
+        if parameter.grad is not None and not bool(torch.isfinite(parameter.grad).all())
+    ]
     decision_scale = out.scale_U.detach() + model.action.noise_scale.detach()
-    return FiniteCheck(non_finite, out.loc_U.detach().abs().max().item(),
-                       decision_scale.clamp_min(model.config.scale_eps).min().item())
+    return FiniteCheck(
+        non_finite, out.loc_U.detach().abs().max().item(), decision_scale.clamp_min(model.config.scale_eps).min().item()
+    )
 
 
 def _extreme_tensor(shape, magnitudes, generator: torch.Generator) -> torch.Tensor:
@@ -236,8 +248,11 @@ class _LossDraw:
         """Record a non-finite ``total`` and every non-finite gradient among the named ``tensors``."""
         if not bool(torch.isfinite(total).all()):
             self.non_finite.append(f"{label}: loss")
-        self.non_finite.extend(f"{label}: grad of {name}" for name, tensor in tensors
-                               if tensor.grad is not None and not bool(torch.isfinite(tensor.grad).all()))
+        self.non_finite.extend(
+            f"{label}: grad of {name}"
+            for name, tensor in tensors
+            if tensor.grad is not None and not bool(torch.isfinite(tensor.grad).all())
+        )
 
 
 def _draw_loss_problem(case: LossCase) -> _LossDraw:
@@ -273,8 +288,11 @@ def _given_decisions_loss(draw: _LossDraw) -> tuple[torch.Tensor, torch.Tensor]:
     threshold = torch.full((V,), draw.case.threshold).requires_grad_()
     parts = total_loss(loc_S, scale_S, loc_Y, scale_Y, draw.labels, draw.targets, threshold=threshold, **draw.settings)
     parts.total.backward()
-    draw.judge("total_loss", parts.total, [("loc_S", loc_S), ("scale_S", scale_S), ("loc_Y", loc_Y),
-                                           ("scale_Y", scale_Y), ("threshold", threshold)])
+    draw.judge(
+        "total_loss",
+        parts.total,
+        [("loc_S", loc_S), ("scale_S", scale_S), ("loc_Y", loc_Y), ("scale_Y", scale_Y), ("threshold", threshold)],
+    )
     return loc_S, scale_S
 
 
@@ -300,8 +318,9 @@ def _action_network_losses(draw: _LossDraw) -> tuple[torch.Tensor, torch.Tensor]
             decision = action(loc, scale)
             parts = total_loss(*decision, draw.labels, draw.targets, threshold=case.threshold, **draw.settings)
         else:
-            parts, _ = fused_loss(action, loc, scale, draw.labels, draw.targets, threshold=case.threshold,
-                                  **draw.settings)
+            parts, _ = fused_loss(
+                action, loc, scale, draw.labels, draw.targets, threshold=case.threshold, **draw.settings
+            )
         parts.total.backward()
         draw.judge(label, parts.total, [("loc_U", loc), ("scale_U", scale), *action.named_parameters()])
     return loc_U, scale_U

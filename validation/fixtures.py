@@ -161,9 +161,12 @@ def numeric_pipeline(model=None, tokenizer=None):
 
     from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
-    return pipeline("text-generation", model=model if model is not None else shared_tiny().model,
-                    tokenizer=tokenizer if tokenizer is not None else shared_tiny().tokenizer,
-                    pipeline_class=NumericTextGenerationPipeline)
+    return pipeline(
+        "text-generation",
+        model=model if model is not None else shared_tiny().model,
+        tokenizer=tokenizer if tokenizer is not None else shared_tiny().tokenizer,
+        pipeline_class=NumericTextGenerationPipeline,
+    )
 
 
 # =============================================================================================
@@ -176,8 +179,17 @@ def tiny_dataset(n: int = 16, seed: int = 0):
     return TextDataset(synthetic_texts(n, seed=seed), shared_tiny().tokenizer, max_length=24)
 
 
-TINY_RUN = dict(steps=2, batch_size=4, learning_rate=3e-3, warmup_steps=1, preset="all", eval_every=2, save_every=2,
-                log_every=1, seed=0)
+TINY_RUN = dict(
+    steps=2,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=1,
+    preset="all",
+    eval_every=2,
+    save_every=2,
+    log_every=1,
+    seed=0,
+)
 
 
 def train_tiny(out: str | None, resume: bool = False, overwrite: bool = False, data=None, **changes):
@@ -187,9 +199,15 @@ def train_tiny(out: str | None, resume: bool = False, overwrite: bool = False, d
     from causalqwen.training import TrainingConfig
 
     with torch.random.fork_rng(devices=[]):
-        return train(fresh_tiny_model(), data if data is not None else tiny_dataset(),
-                     TrainingConfig(**TINY_RUN | changes), out_dir=out, resume=resume, overwrite=overwrite,
-                     progress=False)
+        return train(
+            fresh_tiny_model(),
+            data if data is not None else tiny_dataset(),
+            TrainingConfig(**TINY_RUN | changes),
+            out_dir=out,
+            resume=resume,
+            overwrite=overwrite,
+            progress=False,
+        )
 
 
 def finished_run(steps: int = 4, **changes) -> str:

@@ -102,8 +102,11 @@ def generate() -> tuple[dict, list[dict]]:
     def whole_range(entropy_range):  # the train entropy range as it is (not cut into difficulty levels)
         return entropy_range
 
-    modules = {"train": arithmetic.train(whole_range), "interpolate": arithmetic.test(),
-               "extrapolate": arithmetic.test_extra()}
+    modules = {
+        "train": arithmetic.train(whole_range),
+        "interpolate": arithmetic.test(),
+        "extrapolate": arithmetic.test_extra(),
+    }
     random.seed(SEED)
     np.random.seed(SEED)
     problems, seen, counts = [], set(), {}
@@ -121,8 +124,12 @@ def generate() -> tuple[dict, list[dict]]:
             problems.append({"split": split, "module": module, "question": question, "answer": answer})
             kept += 1
         counts[f"{split}/{module}"] = {"drawn": drawn, "kept": kept}
-    header = {"source": PACKAGE, "sympy_shim": "sympy.solvers.diophantine.base_solution_linear",
-              "seed": SEED, "counts": counts}
+    header = {
+        "source": PACKAGE,
+        "sympy_shim": "sympy.solvers.diophantine.base_solution_linear",
+        "seed": SEED,
+        "counts": counts,
+    }
     return header, problems
 
 

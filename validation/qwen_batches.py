@@ -30,7 +30,7 @@ def batch_order(n_items: int, batch_size: int, steps: int, seed: int) -> list[np
     while len(batches) < steps:
         order = np.random.default_rng([seed, epoch]).permutation(n_items)
         for start in range(0, n_items - batch_size + 1, batch_size):
-            batches.append(order[start:start + batch_size])
+            batches.append(order[start : start + batch_size])
             if len(batches) == steps:
                 break
         epoch += 1
@@ -50,13 +50,17 @@ def collate_rows(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Te
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
     for index, row in enumerate(rows):
-        input_ids[index, :len(row)] = torch.tensor(row, dtype=torch.long)
-        attention_mask[index, :len(row)] = 1
+        input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[index, : len(row)] = 1
     labels = input_ids.masked_fill(attention_mask == 0, -100)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy of position i against labels[i+1] (ignoring -100), in float32."""
-    return torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                             labels[:, 1:].reshape(-1), ignore_index=-100, reduction=reduction)
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction=reduction,
+    )

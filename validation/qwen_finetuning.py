@@ -37,7 +37,15 @@ from causalqwen.integrations.lora import LORA_TARGET_MODULES
 
 from .qwen_batches import batch_order, collate_rows, encode_qwen_rows, next_token_loss
 
-__all__ = ["VARIANTS", "LORA_TARGETS", "ResidualAdapter", "AdaptedQwen", "adapt_qwen", "finetune_qwen", "count_trainable"]
+__all__ = [
+    "VARIANTS",
+    "LORA_TARGETS",
+    "ResidualAdapter",
+    "AdaptedQwen",
+    "adapt_qwen",
+    "finetune_qwen",
+    "count_trainable",
+]
 
 VARIANTS = ("head", "adapter", "lora")
 LORA_TARGETS = LORA_TARGET_MODULES  # the same seven projections as CausalQwen's adapters
@@ -78,8 +86,9 @@ class AdaptedQwen(nn.Module):
         self.train_losses: list[float] = []
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, labels=None, **kwargs):
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               **kwargs).last_hidden_state  # [B, S, H]
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
+        ).last_hidden_state  # [B, S, H]
         logits = self.lm_head(self.adapter(hidden))  # [B, S, V]
         loss = None
         if labels is not None:
@@ -92,8 +101,9 @@ def count_trainable(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
 
 
-def adapt_qwen(base: Qwen2ForCausalLM, variant: str, seed: int = 0, *, lora_rank: int = 8,
-               lora_alpha: float | None = None) -> AdaptedQwen:
+def adapt_qwen(
+    base: Qwen2ForCausalLM, variant: str, seed: int = 0, *, lora_rank: int = 8, lora_alpha: float | None = None
+) -> AdaptedQwen:
     """The untrained ``variant`` model around a deep copy of ``base`` (see the module docstring), with exactly
     the variant's parameters trainable. The new random values (W_1, LoRA's A) come from a generator seeded
     with ``seed``; the global random state is left as it was. ``lora_alpha`` defaults to ``2 * lora_rank``."""
@@ -111,8 +121,13 @@ def adapt_qwen(base: Qwen2ForCausalLM, variant: str, seed: int = 0, *, lora_rank
         if variant == "lora":
             from peft import LoraConfig, inject_adapter_in_model
 
-            config = LoraConfig(r=lora_rank, lora_alpha=lora_alpha if lora_alpha is not None else 2 * lora_rank,
-                                lora_dropout=0.0, target_modules=list(LORA_TARGETS), bias="none")
+            config = LoraConfig(
+                r=lora_rank,
+                lora_alpha=lora_alpha if lora_alpha is not None else 2 * lora_rank,
+                lora_dropout=0.0,
+                target_modules=list(LORA_TARGETS),
+                bias="none",
+            )
             backbone = inject_adapter_in_model(config, backbone)
     for name, parameter in backbone.named_parameters():
         parameter.requires_grad_(variant == "lora" and "lora_" in name)
@@ -126,10 +141,23 @@ def adapt_qwen(base: Qwen2ForCausalLM, variant: str, seed: int = 0, *, lora_rank
     return model.eval()
 
 
-def finetune_qwen(base: Qwen2ForCausalLM, tokenizer, texts: list[str], variant: str, *, steps: int, batch_size: int,
-                  learning_rate: float, seed: int, lora_rank: int = 8, lora_alpha: float | None = None,
-                  weight_decay: float = 0.01, warmup_steps: int | None = None,
-                  max_grad_norm: float = 1.0, extra_loss=None) -> tuple[AdaptedQwen, int]:
+def finetune_qwen(
+    base: Qwen2ForCausalLM,
+    tokenizer,
+    texts: list[str],
+    variant: str,
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    lora_rank: int = 8,
+    lora_alpha: float | None = None,
+    weight_decay: float = 0.01,
+    warmup_steps: int | None = None,
+    max_grad_norm: float = 1.0,
+    extra_loss=None,
+) -> tuple[AdaptedQwen, int]:
     """Fine-tune the ``variant`` of ``base`` on ``texts``: ``(model, n_trainable)``, the model in eval mode.
 
     `adapt_qwen` (seeded with ``seed``), then ``steps`` steps of the literal loop of the module docstring:
@@ -149,9 +177,13 @@ def finetune_qwen(base: Qwen2ForCausalLM, tokenizer, texts: list[str], variant: 
     if steps == 0:
         return model, n_trainable
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW([{"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
-                                   {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=learning_rate)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=learning_rate,
+    )
     warmup = warmup_steps if warmup_steps is not None else max(1, round(0.1 * steps))
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, steps)
     rows = encode_qwen_rows(tokenizer, texts)

@@ -20,10 +20,28 @@ __all__ = ["QWEN25_ADDED_TOKENS", "QWEN25_SPECIAL_COUNT", "qwen_tiktoken_path", 
 
 # Qwen2.5's added tokens, in id order from 151,643; the first QWEN25_SPECIAL_COUNT are special tokens.
 QWEN25_ADDED_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
-    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
-    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
 )
 QWEN25_SPECIAL_COUNT = 14
 QWEN_BPE_RANKS = 151_643
@@ -60,8 +78,15 @@ def build_qwen25_tokenizer():
     if len(vocab) != QWEN_BPE_RANKS:
         raise RuntimeError(f"{path} holds {len(vocab)} ranks, expected {QWEN_BPE_RANKS}")
     specials = QWEN25_ADDED_TOKENS[:QWEN25_SPECIAL_COUNT]
-    tokenizer = Qwen2Tokenizer(vocab=dict(vocab), merges=list(merges), unk_token=None, bos_token=None,
-                               eos_token=specials[0], pad_token=specials[0], extra_special_tokens=list(specials[1:]))
+    tokenizer = Qwen2Tokenizer(
+        vocab=dict(vocab),
+        merges=list(merges),
+        unk_token=None,
+        bos_token=None,
+        eos_token=specials[0],
+        pad_token=specials[0],
+        extra_special_tokens=list(specials[1:]),
+    )
     tokenizer.add_tokens(list(QWEN25_ADDED_TOKENS[QWEN25_SPECIAL_COUNT:]))
     ids = [tokenizer.convert_tokens_to_ids(token) for token in QWEN25_ADDED_TOKENS]
     if ids != list(range(QWEN_BPE_RANKS, QWEN_BPE_RANKS + len(QWEN25_ADDED_TOKENS))):

@@ -56,8 +56,10 @@ def check_real_text(tokenizer: NumericTokenizer) -> list[tuple[str, list[str], l
     texts = [text for text, _, _ in REAL_TEXT_CASES]
     encoding = tokenizer(texts)
     decoded = tokenizer.batch_decode(encoding)
-    return [(text, expected, found, found == expected, back == text)
-            for (text, expected, _), found, back in zip(REAL_TEXT_CASES, encoding.number_texts, decoded)]
+    return [
+        (text, expected, found, found == expected, back == text)
+        for (text, expected, _), found, back in zip(REAL_TEXT_CASES, encoding.number_texts, decoded)
+    ]
 
 
 def real_text_markdown() -> tuple[str, bool]:
@@ -70,8 +72,9 @@ def real_text_markdown() -> tuple[str, bool]:
     for index, (text, expected, note) in enumerate(REAL_TEXT_CASES):
         ok = all(result[index][3] and result[index][4] for result in results.values())
         passed &= ok
-        rows.append([f"`{html.escape(text)}`", html.escape(note), " · ".join(f"`{n}`" for n in expected) or "none",
-                     verdict(ok)])
+        rows.append(
+            [f"`{html.escape(text)}`", html.escape(note), " · ".join(f"`{n}`" for n in expected) or "none", verdict(ok)]
+        )
     lines = [
         "### Real text survives tokenization",
         "",

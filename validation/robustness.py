@@ -65,25 +65,41 @@ __all__ = [
 
 # What the project reads, and what it refuses: the table of the report's security section.
 READS_AND_REFUSALS = [
-    ("model weights (`from_pretrained`, `from_qwen`, `generate --model`, `train --base`)",
-     "`model.safetensors`, or the shards of `model.safetensors.index.json`",
-     "pickles (`pytorch_model.bin`, `use_safetensors=False`); shard names that leave the directory (`..`, absolute); "
-     "truncated or corrupt files; missing, extra, reshaped, integer-typed or non-finite tensors"),
-    ("`config.json`", "JSON, every CausalQwen field type- and range-checked; sizes compared with the weights' headers",
-     "a string for a boolean or a number, a float for an integer, settings beyond ±1e30, a vocabulary, width, depth "
-     "or MLP size that the weights do not have (before anything is allocated)"),
-    ("checkpoints (`--resume`)", "`model.safetensors`, `training_state.safetensors`, `trainer_state.json`, `history.json`",
-     "`training_state.pt` (a pickle: never loaded); another model config, other settings or data (unless "
-     "`--allow-changed-settings`); optimizer tensors that do not fit their parameters; a directory with no run"),
-    ("tokenizers", "`AutoTokenizer.from_pretrained` files (`tokenizer.json`, ...)",
-     "a missing path or corrupt files: one error naming the path"),
-    ("data (`--data`, `--eval-data`)", "UTF-8 JSONL, one `{\"text\": ...}` per line; only as much of a long text as "
-     "`--max-length` tokens need",
-     "invalid UTF-8 (file, line, byte), lone surrogates (line, character), numbers beyond float32 or changed by "
-     "a subnormal float32, datasets with nothing to score"),
-    ("output directories (`--out`)", "new or empty directories, or a run of the same kind (marker `causalqwen-run.json`)",
-     "directories no run wrote (even with `--overwrite`), a training run as a demo's output, a directory another "
-     "run holds (`flock`); `--overwrite` removes only the files a run writes"),
+    (
+        "model weights (`from_pretrained`, `from_qwen`, `generate --model`, `train --base`)",
+        "`model.safetensors`, or the shards of `model.safetensors.index.json`",
+        "pickles (`pytorch_model.bin`, `use_safetensors=False`); shard names that leave the directory (`..`, absolute); "
+        "truncated or corrupt files; missing, extra, reshaped, integer-typed or non-finite tensors",
+    ),
+    (
+        "`config.json`",
+        "JSON, every CausalQwen field type- and range-checked; sizes compared with the weights' headers",
+        "a string for a boolean or a number, a float for an integer, settings beyond ±1e30, a vocabulary, width, depth "
+        "or MLP size that the weights do not have (before anything is allocated)",
+    ),
+    (
+        "checkpoints (`--resume`)",
+        "`model.safetensors`, `training_state.safetensors`, `trainer_state.json`, `history.json`",
+        "`training_state.pt` (a pickle: never loaded); another model config, other settings or data (unless "
+        "`--allow-changed-settings`); optimizer tensors that do not fit their parameters; a directory with no run",
+    ),
+    (
+        "tokenizers",
+        "`AutoTokenizer.from_pretrained` files (`tokenizer.json`, ...)",
+        "a missing path or corrupt files: one error naming the path",
+    ),
+    (
+        "data (`--data`, `--eval-data`)",
+        'UTF-8 JSONL, one `{"text": ...}` per line; only as much of a long text as `--max-length` tokens need',
+        "invalid UTF-8 (file, line, byte), lone surrogates (line, character), numbers beyond float32 or changed by "
+        "a subnormal float32, datasets with nothing to score",
+    ),
+    (
+        "output directories (`--out`)",
+        "new or empty directories, or a run of the same kind (marker `causalqwen-run.json`)",
+        "directories no run wrote (even with `--overwrite`), a training run as a demo's output, a directory another "
+        "run holds (`flock`); `--overwrite` removes only the files a run writes",
+    ),
 ]
 
 
@@ -108,9 +124,12 @@ class SuiteResult:
 
     @property
     def passed(self) -> bool:
-        return (all(outcome.passed for outcome in self.bad_inputs + self.checkpoints + self.trust)
-                and self.intact_round_trip and self.real_text
-                and all(check.ok for check in self.model_checks + self.loss_checks))
+        return (
+            all(outcome.passed for outcome in self.bad_inputs + self.checkpoints + self.trust)
+            and self.intact_round_trip
+            and self.real_text
+            and all(check.ok for check in self.model_checks + self.loss_checks)
+        )
 
 
 def _code(text: str) -> str:
@@ -125,7 +144,7 @@ def _shortened(outcome: CaseOutcome, limit: int = 170) -> str:
     if len(line) <= limit:
         return line
     head = limit // 3
-    return f"{line[:head]} … {line[-(limit - head):]}"
+    return f"{line[:head]} … {line[-(limit - head) :]}"
 
 
 def _outcome_rows(outcomes: list[CaseOutcome], with_component: bool) -> list[list[str]]:
@@ -133,8 +152,12 @@ def _outcome_rows(outcomes: list[CaseOutcome], with_component: bool) -> list[lis
     for outcome in outcomes:
         case = outcome.case
         row = [f"`{case.id}`"] + ([case.component] if with_component else [])
-        row += [html.escape(case.description, quote=False), f"`{case.error.__name__}`", _code(_shortened(outcome)),
-                verdict(outcome.passed)]
+        row += [
+            html.escape(case.description, quote=False),
+            f"`{case.error.__name__}`",
+            _code(_shortened(outcome)),
+            verdict(outcome.passed),
+        ]
         rows.append(row)
     return rows
 
@@ -156,16 +179,29 @@ def run_suite(model_examples: int = 24, loss_examples: int = 60, seed: int = 0) 
     loss_checks = [run_loss_case(case) for case in loss_cases]
     trust = [run_trust_case(case) for case in TRUST_CASES]
     real_text, real_text_ok = real_text_markdown()
-    result = SuiteResult(bad_inputs, checkpoints, round_trip, model_checks, loss_checks, time.perf_counter() - started,
-                         trust, real_text_ok)
+    result = SuiteResult(
+        bad_inputs,
+        checkpoints,
+        round_trip,
+        model_checks,
+        loss_checks,
+        time.perf_counter() - started,
+        trust,
+        real_text_ok,
+    )
     result.markdown = _markdown(result, model_cases, loss_cases, seed) + "\n" + real_text
     return result
 
 
 def _markdown(result: SuiteResult, model_cases: list[ModelCase], loss_cases: list[LossCase], seed: int) -> str:
     """The section's body before the real-text table: headline, bad inputs, checkpoints, fuzz sample, trust."""
-    parts = [_headline(result), "", "The same tables are the test suite `tests/test_robustness.py` (where Hypothesis "
-             "draws the extreme inputs); `validation/robustness.py` holds them as data.", ""]
+    parts = [
+        _headline(result),
+        "",
+        "The same tables are the test suite `tests/test_robustness.py` (where Hypothesis "
+        "draws the extreme inputs); `validation/robustness.py` holds them as data.",
+        "",
+    ]
     parts += _bad_inputs_section(result) + _checkpoints_section(result)
     parts += _fuzz_section(result, model_cases, loss_cases, seed)
     return "\n".join(parts + _trust_markdown(result.trust))
@@ -173,11 +209,13 @@ def _markdown(result: SuiteResult, model_cases: list[ModelCase], loss_cases: lis
 
 def _headline(result: SuiteResult) -> str:
     failures = sum(not check.ok for check in result.model_checks + result.loss_checks)
-    return (f"{verdict(result.passed)} · {sum(o.passed for o in result.bad_inputs)} of {len(result.bad_inputs)} bad "
-            f"inputs give their clear error · {sum(o.passed for o in result.trust)} of {len(result.trust)} "
-            f"trust-boundary cases hold · {sum(o.passed for o in result.checkpoints)} of {len(result.checkpoints)} "
-            f"tampered checkpoints are refused · {failures} of {len(result.model_checks) + len(result.loss_checks)} "
-            f"extreme inputs left a NaN or ±inf · {result.seconds:.1f} s")
+    return (
+        f"{verdict(result.passed)} · {sum(o.passed for o in result.bad_inputs)} of {len(result.bad_inputs)} bad "
+        f"inputs give their clear error · {sum(o.passed for o in result.trust)} of {len(result.trust)} "
+        f"trust-boundary cases hold · {sum(o.passed for o in result.checkpoints)} of {len(result.checkpoints)} "
+        f"tampered checkpoints are refused · {failures} of {len(result.model_checks) + len(result.loss_checks)} "
+        f"extreme inputs left a NaN or ±inf · {result.seconds:.1f} s"
+    )
 
 
 def _bad_inputs_section(result: SuiteResult) -> list[str]:
@@ -187,10 +225,13 @@ def _bad_inputs_section(result: SuiteResult) -> list[str]:
         "",
         "Each row commits one mistake and must raise exactly the listed exception with a message that names what "
         "is wrong (the message shown is the one actually raised, shortened). Rows per component: "
-        + ", ".join(f"{name} {count}" for name, count in by_component.items()) + ".",
+        + ", ".join(f"{name} {count}" for name, count in by_component.items())
+        + ".",
         "",
-        table(["case", "component", "bad input", "expected", "raised", "verdict"],
-              _outcome_rows(result.bad_inputs, with_component=True)),
+        table(
+            ["case", "component", "bad input", "expected", "raised", "verdict"],
+            _outcome_rows(result.bad_inputs, with_component=True),
+        ),
         "",
     ]
 
@@ -204,8 +245,10 @@ def _checkpoints_section(result: SuiteResult) -> list[str]:
         f"Control: the untouched checkpoint loads and every tensor equals the saved one: "
         f"{verdict(result.intact_round_trip)}.",
         "",
-        table(["case", "tampering", "expected", "raised", "verdict"],
-              _outcome_rows(result.checkpoints, with_component=False)),
+        table(
+            ["case", "tampering", "expected", "raised", "verdict"],
+            _outcome_rows(result.checkpoints, with_component=False),
+        ),
         "",
     ]
 
@@ -213,24 +256,38 @@ def _checkpoints_section(result: SuiteResult) -> list[str]:
 def _fuzz_row(through: str, checks: list[FiniteCheck], coverage: str) -> list[str]:
     """One row of the fuzz table: cases, the extremes reached, coverage, failures, verdict."""
     failures = sum(not check.ok for check in checks)
-    return [through, str(len(checks)), f"{max(c.max_abs_loc for c in checks):.3g}" if checks else "-",
-            f"{min(c.min_scale for c in checks):.3g}" if checks else "-", coverage, str(failures),
-            verdict(failures == 0)]
+    return [
+        through,
+        str(len(checks)),
+        f"{max(c.max_abs_loc for c in checks):.3g}" if checks else "-",
+        f"{min(c.min_scale for c in checks):.3g}" if checks else "-",
+        coverage,
+        str(failures),
+        verdict(failures == 0),
+    ]
 
 
-def _fuzz_section(result: SuiteResult, model_cases: list[ModelCase], loss_cases: list[LossCase],
-                  seed: int) -> list[str]:
+def _fuzz_section(
+    result: SuiteResult, model_cases: list[ModelCase], loss_cases: list[LossCase], seed: int
+) -> list[str]:
     all_padding = ("one_row_all_padding", "all_padding")
-    model_coverage = (", ".join(f"{sum(case.path == p for case in model_cases)} {p}" for p in LOSS_PATHS)
-                      + f"; {sum(case.mask in all_padding for case in model_cases)} with all-padding rows"
-                      + f"; {sum(case.labels == 'all_ignored' for case in model_cases)} all-ignored"
-                      + f"; {sum(case.scale_setting == 'scale_eps' for case in model_cases)} at scale_eps")
-    loss_coverage = (f"{sum(case.scale_at_eps for case in loss_cases)} with every scale at scale_eps"
-                     + f"; {sum(case.mask in all_padding for case in loss_cases)} with all-padding rows"
-                     + f"; {sum(case.labels == 'all_ignored' for case in loss_cases)} all-ignored")
-    fuzz_rows = [_fuzz_row("whole model: forward(labels) + backward", result.model_checks, model_coverage),
-                 _fuzz_row("losses alone: total_loss, ActionNetwork + total_loss, fused_loss", result.loss_checks,
-                           loss_coverage)]
+    model_coverage = (
+        ", ".join(f"{sum(case.path == p for case in model_cases)} {p}" for p in LOSS_PATHS)
+        + f"; {sum(case.mask in all_padding for case in model_cases)} with all-padding rows"
+        + f"; {sum(case.labels == 'all_ignored' for case in model_cases)} all-ignored"
+        + f"; {sum(case.scale_setting == 'scale_eps' for case in model_cases)} at scale_eps"
+    )
+    loss_coverage = (
+        f"{sum(case.scale_at_eps for case in loss_cases)} with every scale at scale_eps"
+        + f"; {sum(case.mask in all_padding for case in loss_cases)} with all-padding rows"
+        + f"; {sum(case.labels == 'all_ignored' for case in loss_cases)} all-ignored"
+    )
+    fuzz_rows = [
+        _fuzz_row("whole model: forward(labels) + backward", result.model_checks, model_coverage),
+        _fuzz_row(
+            "losses alone: total_loss, ActionNetwork + total_loss, fused_loss", result.loss_checks, loss_coverage
+        ),
+    ]
     largest_number = max(abs(v) for case in model_cases for v in case.values + case.targets) if model_cases else 0.0
     failures = [name for check in result.model_checks + result.loss_checks for name in check.non_finite]
     parts = [
@@ -241,8 +298,10 @@ def _fuzz_section(result: SuiteResult, model_cases: list[ModelCase], loss_cases:
         "|loc_U| reaches about 1e30, scales at `scale_eps`, padding and ignored labels; each case runs forward, "
         "loss and backward and counts a failure if the loss or any gradient holds a NaN or ±inf.",
         "",
-        table(["through", "cases", "max |loc| reached", "min scale reached", "coverage", "cases with NaN/inf",
-               "verdict"], fuzz_rows),
+        table(
+            ["through", "cases", "max |loc| reached", "min scale reached", "coverage", "cases with NaN/inf", "verdict"],
+            fuzz_rows,
+        ),
         "",
     ]
     if failures:
@@ -252,9 +311,12 @@ def _fuzz_section(result: SuiteResult, model_cases: list[ModelCase], loss_cases:
 
 def _kind_counts(outcomes: list[TrustOutcome]) -> str:
     """``"security 7 of 7, silent 5 of 5, clarity 2 of 2"``: the rows that hold, per kind of finding present."""
-    return ", ".join(f"{kind} {sum(o.passed for o in outcomes if o.case.kind == kind)} of "
-                     f"{sum(o.case.kind == kind for o in outcomes)}"
-                     for kind in KINDS if any(o.case.kind == kind for o in outcomes))
+    return ", ".join(
+        f"{kind} {sum(o.passed for o in outcomes if o.case.kind == kind)} of "
+        f"{sum(o.case.kind == kind for o in outcomes)}"
+        for kind in KINDS
+        if any(o.case.kind == kind for o in outcomes)
+    )
 
 
 def _trust_markdown(outcomes: list[TrustOutcome]) -> list[str]:
@@ -292,9 +354,17 @@ def _trust_markdown(outcomes: list[TrustOutcome]) -> list[str]:
         shown = [by_id[case.id] for case in boundary.cases if case.id in by_id]
         if not shown:
             continue
-        rows = [[f"`{o.case.id}`", o.case.kind, html.escape(o.case.description, quote=False),
-                 f"`{o.case.error.__name__}`" if o.case.error is not None else "the right result",
-                 _code(_shortened(o)), verdict(o.passed)] for o in shown]
+        rows = [
+            [
+                f"`{o.case.id}`",
+                o.case.kind,
+                html.escape(o.case.description, quote=False),
+                f"`{o.case.error.__name__}`" if o.case.error is not None else "the right result",
+                _code(_shortened(o)),
+                verdict(o.passed),
+            ]
+            for o in shown
+        ]
         parts += [
             f"#### {boundary.name.capitalize()}: {boundary.crosses}",
             "",

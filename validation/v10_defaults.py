@@ -71,9 +71,18 @@ from .domains import domain_b_records, pretrained_starting_point
 from .qwen_finetuning import finetune_qwen
 from .v9_comparison import BATCH, FULL, OVERRIDES, QUICK, SEED, causal_model, fine_tune
 
-QWEN25_05B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
-                        tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6)
+QWEN25_05B_SHAPE = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+    rope_theta=1e6,
+    rms_norm_eps=1e-6,
+)
 BIG_BASE_INPUT = (4, 32)  # random ids the 0.5B-shape base is evaluated on
 GOAL_TEXT_ACCURACY = 0.93
 
@@ -92,29 +101,46 @@ class Arm:
 
 
 def _arms(quick: bool) -> list[Arm]:
-    final = [Arm("D14 defaults", "finalists", outliers=True), Arm("drafts (γ = 10, C = 100)", "finalists",
-                                                                 dict(DRAFT_INIT), outliers=True)]
+    final = [
+        Arm("D14 defaults", "finalists", outliers=True),
+        Arm("drafts (γ = 10, C = 100)", "finalists", dict(DRAFT_INIT), outliers=True),
+    ]
     if quick:
-        return final + [Arm("γ = 1", "γ", {"abduction_scale_init": 1.0}),
-                        Arm("C = 10 fixed", "C", {"ovr_threshold": 10.0})]
+        return final + [
+            Arm("γ = 1", "γ", {"abduction_scale_init": 1.0}),
+            Arm("C = 10 fixed", "C", {"ovr_threshold": 10.0}),
+        ]
     arms = list(final)
     arms += [Arm("mlp abduction", "finalists", {"abduction_type": "mlp"}, outliers=True)]
     arms += [Arm(f"γ = {fmt(g)}", "γ", {"abduction_scale_init": g}) for g in (10.0, 1.0, 0.3, 0.03, 0.01)]
     arms += [Arm(f"C = {fmt(c)} fixed", "C", {"ovr_threshold": c}) for c in (0.0, 5.0, 10.0, 20.0, 100.0)]
-    arms += [Arm(f"C = top-logit quantile {q}", "C", {"ovr_threshold_init": "top_logit_quantile",
-                                                      "ovr_threshold_quantile": q}) for q in (0.1, 0.5)]
-    arms += [Arm("C per class", "C learnable / per class", {"ovr_threshold_per_class": True}),
-             Arm("C learnable", "C learnable / per class", {"learnable_threshold": True}),
-             Arm("C per class, learnable", "C learnable / per class",
-                 {"ovr_threshold_per_class": True, "learnable_threshold": True}),
-             Arm("drafts, C learnable", "C learnable / per class", {**DRAFT_INIT, "learnable_threshold": True})]
+    arms += [
+        Arm(
+            f"C = top-logit quantile {q}",
+            "C",
+            {"ovr_threshold_init": "top_logit_quantile", "ovr_threshold_quantile": q},
+        )
+        for q in (0.1, 0.5)
+    ]
+    arms += [
+        Arm("C per class", "C learnable / per class", {"ovr_threshold_per_class": True}),
+        Arm("C learnable", "C learnable / per class", {"learnable_threshold": True}),
+        Arm(
+            "C per class, learnable",
+            "C learnable / per class",
+            {"ovr_threshold_per_class": True, "learnable_threshold": True},
+        ),
+        Arm("drafts, C learnable", "C learnable / per class", {**DRAFT_INIT, "learnable_threshold": True}),
+    ]
     arms += [Arm(f"noise_init = {fmt(n)}", "noise", {"noise_init": n}) for n in (0.01, 1.0)]
     arms += [Arm(f"lr = {fmt(lr)}", "learning rate", learning_rate=lr) for lr in (3e-3, 3e-2)]
     arms += [Arm("1500 steps", "steps", steps=1500), Arm("drafts, 1500 steps", "steps", dict(DRAFT_INIT), steps=1500)]
     for seed in (SEED + 1, SEED + 2):
-        arms += [Arm("D14 defaults", "finalists", seed=seed, outliers=True),
-                 Arm("drafts (γ = 10, C = 100)", "finalists", dict(DRAFT_INIT), seed=seed, outliers=True),
-                 Arm("mlp abduction", "finalists", {"abduction_type": "mlp"}, seed=seed, outliers=True)]
+        arms += [
+            Arm("D14 defaults", "finalists", seed=seed, outliers=True),
+            Arm("drafts (γ = 10, C = 100)", "finalists", dict(DRAFT_INIT), seed=seed, outliers=True),
+            Arm("mlp abduction", "finalists", {"abduction_type": "mlp"}, seed=seed, outliers=True),
+        ]
     return arms
 
 
@@ -132,15 +158,18 @@ def decision_statistics(model, tokenizer, texts: list[str]) -> dict:
     standard = head.predict(decision)[0]
     traditional = decision.loc_S.argmax(dim=-1)
     text = labels != head.num_token_id
-    return {"agreement": float((standard == traditional).double().mean()),
-            "traditional_accuracy": float((traditional == labels)[text].double().mean()),
-            "median_sum_p": float(head.probabilities(decision).sum(dim=-1).median())}
+    return {
+        "agreement": float((standard == traditional).double().mean()),
+        "traditional_accuracy": float((traditional == labels)[text].double().mean()),
+        "median_sum_p": float(head.probabilities(decision).sum(dim=-1).median()),
+    }
 
 
 def _train(model, tokenizer, texts, arm: Arm, settings: dict):
     """``(model, trainable)``: ``model`` trained with the ``causal`` preset and the arm's seed, rate and steps."""
-    model, trainable, _ = fine_tune(model, tokenizer, texts, "causal", settings, seed=arm.seed,
-                                    learning_rate=arm.learning_rate, steps=arm.steps)
+    model, trainable, _ = fine_tune(
+        model, tokenizer, texts, "causal", settings, seed=arm.seed, learning_rate=arm.learning_rate, steps=arm.steps
+    )
     return model, trainable
 
 
@@ -154,14 +183,25 @@ def _run_arm(base, tokenizer, arm: Arm, data: dict, settings: dict) -> dict:
     clean = evaluate_causal(model, tokenizer, data["held_out"])
     after_b = decision_statistics(model, tokenizer, data["held_out_texts"])
     learned = model.ovr_threshold
-    row = dict(arm=arm, trainable=trainable, C=threshold, C_after=float(learned.detach().mean()) if isinstance(learned, torch.Tensor) else threshold,
-               agreement=before_a["agreement"], accuracy=clean["text_accuracy"],
-               traditional=after_b["traditional_accuracy"], ece=clean["ece"], mdae=clean["target_mdae_strict"],
-               a_after=evaluate_causal(model, tokenizer, data["domain_a"])["text_accuracy"],
-               sum_p_before=before_b["median_sum_p"], sum_p_after=after_b["median_sum_p"], outlier_mdae=math.nan)
+    row = dict(
+        arm=arm,
+        trainable=trainable,
+        C=threshold,
+        C_after=float(learned.detach().mean()) if isinstance(learned, torch.Tensor) else threshold,
+        agreement=before_a["agreement"],
+        accuracy=clean["text_accuracy"],
+        traditional=after_b["traditional_accuracy"],
+        ece=clean["ece"],
+        mdae=clean["target_mdae_strict"],
+        a_after=evaluate_causal(model, tokenizer, data["domain_a"])["text_accuracy"],
+        sum_p_before=before_b["median_sum_p"],
+        sum_p_after=after_b["median_sum_p"],
+        outlier_mdae=math.nan,
+    )
     if arm.outliers:
-        outlier_model, _ = _train(causal_model(base, tokenizer, arm.seed, **arm.init), tokenizer, data["train_outliers"],
-                                  arm, settings)
+        outlier_model, _ = _train(
+            causal_model(base, tokenizer, arm.seed, **arm.init), tokenizer, data["train_outliers"], arm, settings
+        )
         row["outlier_mdae"] = evaluate_causal(outlier_model, tokenizer, data["held_out"])["target_mdae_strict"]
     return row
 
@@ -174,16 +214,20 @@ def big_base_agreement(quick: bool) -> dict:
     rope_theta = shape.pop("rope_theta")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
-        base = Qwen2ForCausalLM(Qwen2Config(**shape, rope_parameters={"rope_type": "default",
-                                                                    "rope_theta": rope_theta})).eval()
+        base = Qwen2ForCausalLM(
+            Qwen2Config(**shape, rope_parameters={"rope_type": "default", "rope_theta": rope_theta})
+        ).eval()
         ids = torch.randint(0, shape["vocab_size"], BIG_BASE_INPUT)
     num_token_id = shape["vocab_size"] - 1  # as if the tokenizer's <NUM> took the last row
     _, calibration = sample_calibration_batch(base, vocab_limit=num_token_id)
     rule_threshold = initial_threshold(base, DEFAULT_INIT["ovr_threshold_init"], num_token_id=num_token_id)
     logits = base(input_ids=ids).logits.float()  # [B, S, V]: loc_S of the conversion (V3)
     norms = base.get_output_embeddings().weight.detach().abs().sum(dim=-1).float()  # ||W_k||_1 [V]
-    result = {"layers": shape["num_hidden_layers"], "rule_C": rule_threshold,
-              "top_logit_median": float(calibration.max(dim=-1).values.median())}
+    result = {
+        "layers": shape["num_hidden_layers"],
+        "rule_C": rule_threshold,
+        "top_logit_median": float(calibration.max(dim=-1).values.median()),
+    }
     scale = (DEFAULT_INIT["abduction_scale_init"] + OVERRIDES.get("noise_init", 0.1)) * norms  # [V]
     greedy = logits.argmax(dim=-1)
     for name, threshold in (("rule", rule_threshold), ("C = 10", 10.0), ("C = 100", 100.0)):
@@ -205,9 +249,13 @@ def _corpora(settings: dict) -> dict:
     """V9's corpora: domain-B training texts (clean and with 10% outliers), held-out records and texts, domain A."""
     n_train, n_eval = settings["train_texts"], settings["eval_texts"]
     held_out = domain_b_records(n_eval, SEED + 1)
-    return dict(train_clean=[r.text for r in domain_b_records(n_train, SEED)],
-                train_outliers=[r.text for r in domain_b_records(n_train, SEED, outlier_fraction=0.1)],
-                held_out=held_out, held_out_texts=[r.text for r in held_out], domain_a=domain_a_texts(n_eval, SEED + 3))
+    return dict(
+        train_clean=[r.text for r in domain_b_records(n_train, SEED)],
+        train_outliers=[r.text for r in domain_b_records(n_train, SEED, outlier_fraction=0.1)],
+        held_out=held_out,
+        held_out_texts=[r.text for r in held_out],
+        domain_a=domain_a_texts(n_eval, SEED + 3),
+    )
 
 
 def _summary(rows: list[dict]) -> list[dict]:
@@ -216,12 +264,35 @@ def _summary(rows: list[dict]) -> list[dict]:
     for row in rows:
         if row["arm"].group == "finalists":
             finalists.setdefault(row["arm"].label, []).append(row)
-    keys = ("trainable", "C", "agreement", "accuracy", "traditional", "ece", "mdae", "outlier_mdae", "a_after", "sum_p_before",
-            "sum_p_after", "C_after")
-    summary = [dict({k: _mean(group, k) for k in keys}, label=label, group="finalists", seeds=len(group),
-                    accuracies=[r["accuracy"] for r in group]) for label, group in finalists.items()]
-    summary += [dict({k: r[k] for k in keys}, label=r["arm"].label, group=r["arm"].group, seeds=1,
-                     accuracies=[r["accuracy"]]) for r in rows if r["arm"].group != "finalists"]
+    keys = (
+        "trainable",
+        "C",
+        "agreement",
+        "accuracy",
+        "traditional",
+        "ece",
+        "mdae",
+        "outlier_mdae",
+        "a_after",
+        "sum_p_before",
+        "sum_p_after",
+        "C_after",
+    )
+    summary = [
+        dict(
+            {k: _mean(group, k) for k in keys},
+            label=label,
+            group="finalists",
+            seeds=len(group),
+            accuracies=[r["accuracy"] for r in group],
+        )
+        for label, group in finalists.items()
+    ]
+    summary += [
+        dict({k: r[k] for k in keys}, label=r["arm"].label, group=r["arm"].group, seeds=1, accuracies=[r["accuracy"]])
+        for r in rows
+        if r["arm"].group != "finalists"
+    ]
     return summary
 
 
@@ -229,25 +300,54 @@ def _arm_rows(summary: list[dict]) -> list[list]:
     def cell(value):
         return "—" if isinstance(value, float) and math.isnan(value) else value
 
-    return [[s["group"], s["label"], s["seeds"], int(s["trainable"]), s["C"], s["agreement"], s["accuracy"], s["traditional"], s["ece"],
-             s["mdae"], cell(s["outlier_mdae"]), s["a_after"], s["sum_p_before"], s["sum_p_after"]] for s in summary]
+    return [
+        [
+            s["group"],
+            s["label"],
+            s["seeds"],
+            int(s["trainable"]),
+            s["C"],
+            s["agreement"],
+            s["accuracy"],
+            s["traditional"],
+            s["ece"],
+            s["mdae"],
+            cell(s["outlier_mdae"]),
+            s["a_after"],
+            s["sum_p_before"],
+            s["sum_p_after"],
+        ]
+        for s in summary
+    ]
 
 
 def _accuracy_panel(left, summary: list[dict], qwen_metrics: dict) -> None:
     """Text accuracy per arm, with Qwen `head`'s and the goal as lines."""
-    names = [f"{s['label']} ({s['group']})" if s["group"] != "finalists" else f"{s['label']} (mean of {s['seeds']})"
-             for s in summary]
-    colors = ["tab:green" if s["label"] == "D14 defaults" else "tab:red" if "drafts" in s["label"] else "tab:orange"
-              for s in summary]
+    names = [
+        f"{s['label']} ({s['group']})" if s["group"] != "finalists" else f"{s['label']} (mean of {s['seeds']})"
+        for s in summary
+    ]
+    colors = [
+        "tab:green" if s["label"] == "D14 defaults" else "tab:red" if "drafts" in s["label"] else "tab:orange"
+        for s in summary
+    ]
     left.barh(names, [s["accuracy"] for s in summary], color=colors)
     for index, s in enumerate(summary):
-        left.text(0.01, index, fmt(s["accuracy"], 3), va="center", ha="left", fontsize=9, color="white",
-                  fontweight="bold")
-    left.axvline(qwen_metrics["text_accuracy"], color="tab:blue", ls="--",
-                 label=f"Qwen `head` (V9's counterpart): {fmt(qwen_metrics['text_accuracy'], 3)}")
+        left.text(
+            0.01, index, fmt(s["accuracy"], 3), va="center", ha="left", fontsize=9, color="white", fontweight="bold"
+        )
+    left.axvline(
+        qwen_metrics["text_accuracy"],
+        color="tab:blue",
+        ls="--",
+        label=f"Qwen `head` (V9's counterpart): {fmt(qwen_metrics['text_accuracy'], 3)}",
+    )
     left.axvline(GOAL_TEXT_ACCURACY, color="black", ls=":", label=f"goal {GOAL_TEXT_ACCURACY}")
-    left.set(xlim=(0, 1), xlabel="domain-B held-out text accuracy (standard decision)",
-             title="one change from D14's defaults per arm")
+    left.set(
+        xlim=(0, 1),
+        xlabel="domain-B held-out text accuracy (standard decision)",
+        title="one change from D14's defaults per arm",
+    )
     left.invert_yaxis()
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=2, fontsize=9)
 
@@ -256,24 +356,41 @@ def _threshold_panel(right, summary: list[dict], by_label: dict) -> None:
     """Agreement at init and accuracy after training against C at γ = 0.1."""
     default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
     c_rows = sorted([s for s in summary if s["group"] == "C" and s["C"] <= 20] + [default], key=lambda s: s["C"])
-    right.plot([s["C"] for s in c_rows], [s["agreement"] for s in c_rows], "o-", color="tab:purple",
-               label="argmax P = Qwen's greedy token at init (domain A)")
-    right.plot([s["C"] for s in c_rows], [s["accuracy"] for s in c_rows], "s-", color="tab:orange",
-               label="text accuracy after training (domain B)")
+    right.plot(
+        [s["C"] for s in c_rows],
+        [s["agreement"] for s in c_rows],
+        "o-",
+        color="tab:purple",
+        label="argmax P = Qwen's greedy token at init (domain A)",
+    )
+    right.plot(
+        [s["C"] for s in c_rows],
+        [s["accuracy"] for s in c_rows],
+        "s-",
+        color="tab:orange",
+        label="text accuracy after training (domain B)",
+    )
     right.axvline(default["C"], color="tab:green", ls="--", label=f"the rule's C = {fmt(default['C'], 3)}")
     far = by_label.get("C = 100 fixed")
-    note = (f"C = 100 (off the axis): agreement {fmt(drafts['agreement'], 3)};\ntext accuracy "
-            + (f"{fmt(far['accuracy'], 3)} at γ = 0.1, " if far else "") + f"{fmt(drafts['accuracy'], 3)} at γ = 10")
+    note = (
+        f"C = 100 (off the axis): agreement {fmt(drafts['agreement'], 3)};\ntext accuracy "
+        + (f"{fmt(far['accuracy'], 3)} at γ = 0.1, " if far else "")
+        + f"{fmt(drafts['accuracy'], 3)} at γ = 10"
+    )
     right.text(0.02, 0.04, note, transform=right.transAxes, fontsize=9)
-    right.set(xlabel="threshold C at initialization (γ = 0.1)", ylim=(0.5, 1.01),
-              title="the threshold: agreement at init and learning")
+    right.set(
+        xlabel="threshold C at initialization (γ = 0.1)",
+        ylim=(0.5, 1.01),
+        title="the threshold: agreement at init and learning",
+    )
     right.legend(fontsize=9, loc="lower right", bbox_to_anchor=(1.0, 0.1))
 
 
 def _defaults_figure(summary: list[dict], by_label: dict, qwen_metrics: dict, out_dir: Path) -> str:
     """Text accuracy per arm, and agreement / accuracy against C at γ = 0.1."""
-    figure, (left, right) = plt.subplots(1, 2, figsize=(16, max(6.0, 0.36 * len(summary) + 2.0)),
-                                         gridspec_kw={"width_ratios": [1.6, 1]})
+    figure, (left, right) = plt.subplots(
+        1, 2, figsize=(16, max(6.0, 0.36 * len(summary) + 2.0)), gridspec_kw={"width_ratios": [1.6, 1]}
+    )
     _accuracy_panel(left, summary, qwen_metrics)
     _threshold_panel(right, summary, by_label)
     return save_figure(figure, out_dir, "v10_defaults.png")
@@ -296,9 +413,12 @@ def _verdict_lines(by_label: dict, qwen_metrics: dict, qwen_trainable: int, big:
         f"- **What moves text accuracy**: γ (at C = 100: {fmt(by_label['C = 100 fixed']['accuracy'], 3) if 'C = 100 fixed' in by_label else '—'} "
         f"with γ = 0.1 against {fmt(drafts['accuracy'], 3)} with γ = 10) more than C, which decides the agreement at "
         "initialization; the MLP abduction network "
-        + (f"({fmt(by_label['mlp abduction']['accuracy'], 3)}, with "
-           f"{fmt(by_label['mlp abduction']['trainable'] / qwen_trainable, 3)}× the trainable values of Qwen `head`) "
-           if "mlp abduction" in by_label else "")
+        + (
+            f"({fmt(by_label['mlp abduction']['accuracy'], 3)}, with "
+            f"{fmt(by_label['mlp abduction']['trainable'] / qwen_trainable, 3)}× the trainable values of Qwen `head`) "
+            if "mlp abduction" in by_label
+            else ""
+        )
         + "and more steps "
         + (f"({fmt(by_label['1500 steps']['accuracy'], 3)} at 1500) " if "1500 steps" in by_label else "")
         + "go further; no other arm at the same budget and steps rises above the spread of D14's seeds "
@@ -317,39 +437,75 @@ def _verdict_lines(by_label: dict, qwen_metrics: dict, qwen_trainable: int, big:
 
 def _body(text: str, summary: list[dict], verdict_lines: list[str], qwen: tuple[int, dict], elapsed: float) -> str:
     qwen_trainable, qwen_metrics = qwen
-    seeds_rows = [[s["label"], ", ".join(fmt(a, 3) for a in s["accuracies"])] for s in summary if s["group"] == "finalists"]
-    return "\n\n".join([
-        text,
-        "**Per arm** (one seed unless stated; finalists: mean over seeds; C = the threshold at initialization; "
-        "agreement on domain A at initialization; accuracy, ECE, MdAE and ΣP on domain B; "
-        "“—”: not run for this arm):",
-        table(["group", "arm", "seeds", "trainable", "C", "argmax P = greedy at init", "text acc. (standard)",
-               "text acc. (traditional)", "ECE", "MdAE", "MdAE, outlier-trained", "domain-A acc. after",
-               "median ΣP before", "median ΣP after"], _arm_rows(summary)),
-        "**Finalists, text accuracy per seed:**",
-        table(["arm", "text accuracy per seed"], seeds_rows),
-        f"**Qwen `head`** on the same harness ({qwen_trainable} trainable values): text accuracy "
-        f"{fmt(qwen_metrics['text_accuracy'], 3)}, ECE "
-        f"{fmt(qwen_metrics['ece'], 3)}, MdAE {fmt(qwen_metrics['target_mdae_strict'], 3)}.",
-        "**What it says.**",
-        "\n".join(verdict_lines),
-        f"The study took {fmt(elapsed, 3)} s.",
-    ])
+    seeds_rows = [
+        [s["label"], ", ".join(fmt(a, 3) for a in s["accuracies"])] for s in summary if s["group"] == "finalists"
+    ]
+    return "\n\n".join(
+        [
+            text,
+            "**Per arm** (one seed unless stated; finalists: mean over seeds; C = the threshold at initialization; "
+            "agreement on domain A at initialization; accuracy, ECE, MdAE and ΣP on domain B; "
+            "“—”: not run for this arm):",
+            table(
+                [
+                    "group",
+                    "arm",
+                    "seeds",
+                    "trainable",
+                    "C",
+                    "argmax P = greedy at init",
+                    "text acc. (standard)",
+                    "text acc. (traditional)",
+                    "ECE",
+                    "MdAE",
+                    "MdAE, outlier-trained",
+                    "domain-A acc. after",
+                    "median ΣP before",
+                    "median ΣP after",
+                ],
+                _arm_rows(summary),
+            ),
+            "**Finalists, text accuracy per seed:**",
+            table(["arm", "text accuracy per seed"], seeds_rows),
+            f"**Qwen `head`** on the same harness ({qwen_trainable} trainable values): text accuracy "
+            f"{fmt(qwen_metrics['text_accuracy'], 3)}, ECE "
+            f"{fmt(qwen_metrics['ece'], 3)}, MdAE {fmt(qwen_metrics['target_mdae_strict'], 3)}.",
+            "**What it says.**",
+            "\n".join(verdict_lines),
+            f"The study took {fmt(elapsed, 3)} s.",
+        ]
+    )
 
 
 def _claims(summary: list[dict], by_label: dict, big: dict, quick: bool) -> list:
     default, drafts = by_label["D14 defaults"], by_label["drafts (γ = 10, C = 100)"]
     gamma_rows = [s for s in summary if s["group"] == "γ"] + [default]
     return [
-        check("at D14's defaults, argmax P = Qwen's greedy token at initialization (share of domain-A positions)",
-              default["agreement"], ">=", 0.99),
-        check("γ does not change the decision at initialization (largest spread of the agreement over γ)",
-              max(s["agreement"] for s in gamma_rows) - min(s["agreement"] for s in gamma_rows), "<=", 1e-9),
-        check("D14's defaults learn text better than the drafts' (text accuracy, D14 − drafts)",
-              default["accuracy"] - drafts["accuracy"], ">=", 0.1 if quick else 0.3),
+        check(
+            "at D14's defaults, argmax P = Qwen's greedy token at initialization (share of domain-A positions)",
+            default["agreement"],
+            ">=",
+            0.99,
+        ),
+        check(
+            "γ does not change the decision at initialization (largest spread of the agreement over γ)",
+            max(s["agreement"] for s in gamma_rows) - min(s["agreement"] for s in gamma_rows),
+            "<=",
+            1e-9,
+        ),
+        check(
+            "D14's defaults learn text better than the drafts' (text accuracy, D14 − drafts)",
+            default["accuracy"] - drafts["accuracy"],
+            ">=",
+            0.1 if quick else 0.3,
+        ),
         check("the 0.5B-shape random base: the rule's agreement − C = 100's", big["rule"] - big["C = 100"], ">=", 0.5),
-        check("the 0.5B-shape random base: from_qwen's threshold is the rule's (|difference|)",
-              abs(big["converted_C"] - big["rule_C"]), "<=", 1e-9),
+        check(
+            "the 0.5B-shape random base: from_qwen's threshold is the rule's (|difference|)",
+            abs(big["converted_C"] - big["rule_C"]),
+            "<=",
+            1e-9,
+        ),
         check("the 0.5B-shape random base: loc_S = logits (max |difference|)", big["max_logit_error"], "<=", 1e-4),
     ]
 
@@ -359,8 +515,16 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     started = time.perf_counter()
     base, qwen_tokenizer, tokenizer = pretrained_starting_point()
     data = _corpora(settings)
-    qwen, qwen_trainable = finetune_qwen(base, qwen_tokenizer, data["train_clean"], "head", steps=settings["steps"],
-                                         batch_size=BATCH, learning_rate=settings["lr"], seed=SEED)
+    qwen, qwen_trainable = finetune_qwen(
+        base,
+        qwen_tokenizer,
+        data["train_clean"],
+        "head",
+        steps=settings["steps"],
+        batch_size=BATCH,
+        learning_rate=settings["lr"],
+        seed=SEED,
+    )
     qwen_metrics = evaluate_qwen(qwen, qwen_tokenizer, data["held_out"])
     rows = [_run_arm(base, tokenizer, arm, data, settings) for arm in _arms(quick)]
     big = big_base_agreement(quick)
@@ -378,12 +542,17 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=_claims(summary, by_label, big, quick),
         body=_body(text, summary, verdict_lines, (qwen_trainable, qwen_metrics), elapsed),
         figures=[figure_name],
-        headline=(f"text acc. D14 {fmt(default['accuracy'], 3)} vs drafts {fmt(drafts['accuracy'], 3)} vs Qwen "
-                  f"{fmt(qwen_metrics['text_accuracy'], 3)}; argmax P = greedy at init {fmt(100 * default['agreement'], 4)}%"),
-        settings=(f"V9's harness: {settings['steps']} steps (unless the arm says otherwise), batch {BATCH}, learning rate "
-                  f"{fmt(settings['lr'])}, {settings['train_texts']} domain-B training texts, {settings['eval_texts']} "
-                  "held-out domain-B and domain-A "
-                  f"texts, CausalQwen `causal` with " + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
-                  + f"; D14 = {DEFAULT_INIT}; drafts = {DRAFT_INIT}; finalist seeds "
-                  + ("0" if quick else f"{SEED}, {SEED + 1}, {SEED + 2}")),
+        headline=(
+            f"text acc. D14 {fmt(default['accuracy'], 3)} vs drafts {fmt(drafts['accuracy'], 3)} vs Qwen "
+            f"{fmt(qwen_metrics['text_accuracy'], 3)}; argmax P = greedy at init {fmt(100 * default['agreement'], 4)}%"
+        ),
+        settings=(
+            f"V9's harness: {settings['steps']} steps (unless the arm says otherwise), batch {BATCH}, learning rate "
+            f"{fmt(settings['lr'])}, {settings['train_texts']} domain-B training texts, {settings['eval_texts']} "
+            "held-out domain-B and domain-A "
+            f"texts, CausalQwen `causal` with "
+            + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
+            + f"; D14 = {DEFAULT_INIT}; drafts = {DRAFT_INIT}; finalist seeds "
+            + ("0" if quick else f"{SEED}, {SEED + 1}, {SEED + 2}")
+        ),
     )

@@ -104,6 +104,7 @@ ARM_COLORS = {"Qwen CE": "tab:blue", "Qwen CE + NTL": "tab:green", "CausalQwen":
 # The peer loss: ntloss's NTLoss on the Qwen side
 # ---------------------------------------------------------------------------------------------
 
+
 class NumberTokenLossTerm:
     r"""``weight`` $\cdot$ `ntloss.NTLoss` (Wasserstein NTL, the package's defaults) as an ``extra_loss`` of
     `validation.qwen_finetuning.finetune_qwen`: called with the model's logits ``[B, S, V]`` and the batch's
@@ -130,14 +131,21 @@ class NumberTokenLossTerm:
 # Answers
 # ---------------------------------------------------------------------------------------------
 
+
 def qwen_answers(model, tokenizer, problems: list[Problem]) -> list[float]:
     """Qwen's answer to each problem: the number its greedy continuation of the prompt starts with (NaN:
     unparseable)."""
     was_training = model.training
     model.eval()
     try:
-        return greedy_numbers(model, tokenizer, [p.prompt for p in problems], MAX_NEW_TOKENS, 64,
-                               token_texts_of(tokenizer, model.config.vocab_size))
+        return greedy_numbers(
+            model,
+            tokenizer,
+            [p.prompt for p in problems],
+            MAX_NEW_TOKENS,
+            64,
+            token_texts_of(tokenizer, model.config.vocab_size),
+        )
     finally:
         model.train(was_training)
 
@@ -152,18 +160,22 @@ def causal_answers(model, numeric_tokenizer, problems: list[Problem], batch_size
         ids, values = numeric_tokenizer.encode(problem.text)
         if ids.count(num_id) != 3 or ids[-1] != num_id:
             raise ValueError(f"{problem.text!r}: expected two operands and the answer as <NUM>, the answer last")
-        items.append({"input_ids": torch.tensor(ids, dtype=torch.long),
-                      "numeric_values": torch.tensor(values, dtype=torch.float32)})
+        items.append(
+            {
+                "input_ids": torch.tensor(ids, dtype=torch.long),
+                "numeric_values": torch.tensor(values, dtype=torch.float32),
+            }
+        )
         positions.append(len(ids) - 2)
     was_training = model.training
     model.eval()
     answers = []
     try:
         for start in range(0, len(items), batch_size):
-            batch = collate(items[start:start + batch_size], numeric_tokenizer.pad_token_id)
+            batch = collate(items[start : start + batch_size], numeric_tokenizer.pad_token_id)
             law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
             rows = torch.arange(len(batch["input_ids"]))
-            where = torch.tensor(positions[start:start + batch_size])
+            where = torch.tensor(positions[start : start + batch_size])
             decision = model.action(law.loc_U[rows, where], law.scale_U[rows, where])
             answers += decision.loc_Y.double().tolist()
     finally:
@@ -177,10 +189,10 @@ def _last_logged(history: list[dict], key: str) -> float:
     return float(values[-1]) if values else math.nan
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The experiment
 # ---------------------------------------------------------------------------------------------
+
 
 def _prompt_mismatches(qwen_tokenizer, evaluation: dict) -> int:
     """How many evaluation prompts do not tokenize as the start of their texts (Qwen's prompt must: the answer's
@@ -189,20 +201,33 @@ def _prompt_mismatches(qwen_tokenizer, evaluation: dict) -> int:
     for problem in [p for split in SPLITS for p in evaluation[split]]:
         prompt_ids = qwen_tokenizer(problem.prompt, add_special_tokens=False)["input_ids"]
         text_ids = qwen_tokenizer(problem.text, add_special_tokens=False)["input_ids"]
-        prompt_mismatches += text_ids[:len(prompt_ids)] != prompt_ids
+        prompt_mismatches += text_ids[: len(prompt_ids)] != prompt_ids
     return prompt_mismatches
 
 
 def _qwen_arms(qwen_base, qwen_tokenizer, train_texts: list[str], evaluation: dict, settings: dict) -> dict:
     """The two Qwen arms (cross-entropy, and with the NTL term) trained and scored on both splits: their
     ``trainable``, ``results``, ``seconds``, ``train_losses`` and the ``ntl_term`` (with its values)."""
-    arms = {"trainable": {}, "results": {}, "seconds": {}, "train_losses": {},
-            "ntl_term": NumberTokenLossTerm(qwen_tokenizer, qwen_base.config.vocab_size)}
+    arms = {
+        "trainable": {},
+        "results": {},
+        "seconds": {},
+        "train_losses": {},
+        "ntl_term": NumberTokenLossTerm(qwen_tokenizer, qwen_base.config.vocab_size),
+    }
     for arm, extra in (("Qwen CE", None), ("Qwen CE + NTL", arms["ntl_term"])):
         clock = time.perf_counter()
-        model, arms["trainable"][arm] = finetune_qwen(qwen_base, qwen_tokenizer, train_texts, "head",
-                                                      steps=settings["steps"], batch_size=BATCH,
-                                                      learning_rate=settings["lr"], seed=SEED, extra_loss=extra)
+        model, arms["trainable"][arm] = finetune_qwen(
+            qwen_base,
+            qwen_tokenizer,
+            train_texts,
+            "head",
+            steps=settings["steps"],
+            batch_size=BATCH,
+            learning_rate=settings["lr"],
+            seed=SEED,
+            extra_loss=extra,
+        )
         arms["seconds"][arm + " train"] = time.perf_counter() - clock
         arms["train_losses"][arm] = model.train_losses
         clock = time.perf_counter()
@@ -236,11 +261,31 @@ def _main_rows(results: dict, zero: dict) -> list[list]:
     for split in SPLITS:
         for arm in ARMS:
             r = results[arm][split]
-            main_rows.append([split, arm, r["n"], r["exact"], r["mdae_strict"], r["mdae_parsed"], r["unparseable"],
-                              r["median_abs_prediction"]])
+            main_rows.append(
+                [
+                    split,
+                    arm,
+                    r["n"],
+                    r["exact"],
+                    r["mdae_strict"],
+                    r["mdae_parsed"],
+                    r["unparseable"],
+                    r["median_abs_prediction"],
+                ]
+            )
         r = zero[split]
-        main_rows.append([split, "*reference: always 0*", r["n"], r["exact"], r["mdae_strict"], r["mdae_parsed"],
-                          r["unparseable"], 0.0])
+        main_rows.append(
+            [
+                split,
+                "*reference: always 0*",
+                r["n"],
+                r["exact"],
+                r["mdae_strict"],
+                r["mdae_parsed"],
+                r["unparseable"],
+                0.0,
+            ]
+        )
     return main_rows
 
 
@@ -263,10 +308,18 @@ def _module_rows(results: dict, evaluation: dict) -> list[list]:
 
 def _magnitude_rows(train_problems: list[Problem], evaluation: dict) -> list[list]:
     """The median and largest |answer| of the training problems and of each split."""
-    magnitude_rows = [[split, float(np.median([abs(p.value) for p in evaluation[split]])),
-                       max(abs(p.value) for p in evaluation[split])] for split in SPLITS]
-    magnitude_rows.insert(0, ["train", float(np.median([abs(p.value) for p in train_problems])),
-                              max(abs(p.value) for p in train_problems)])
+    magnitude_rows = [
+        [
+            split,
+            float(np.median([abs(p.value) for p in evaluation[split]])),
+            max(abs(p.value) for p in evaluation[split]),
+        ]
+        for split in SPLITS
+    ]
+    magnitude_rows.insert(
+        0,
+        ["train", float(np.median([abs(p.value) for p in train_problems])), max(abs(p.value) for p in train_problems)],
+    )
     return magnitude_rows
 
 
@@ -276,8 +329,9 @@ def _winner(results: dict, split: str, key: str, lower: bool) -> str:
     best = min(values.values()) if lower else max(values.values())
     leaders = [arm for arm in ARMS if values[arm] == best]
     if key == "exact":  # as counts: a lead of one or two problems should read as what it is
-        listing = ", ".join(f"{arm} {round(values[arm] * results[arm][split]['n'])} of {results[arm][split]['n']}"
-                            for arm in ARMS)
+        listing = ", ".join(
+            f"{arm} {round(values[arm] * results[arm][split]['n'])} of {results[arm][split]['n']}" for arm in ARMS
+        )
     else:
         listing = ", ".join(f"{arm} {fmt(values[arm], 4)}" for arm in ARMS)
     if len(leaders) == len(ARMS):
@@ -290,13 +344,18 @@ def _against_zero(results: dict, zero: dict, split: str) -> str:
     reference = zero[split]["mdae_strict"]
     below_zero = [arm for arm in ARMS if results[arm][split]["mdae_strict"] < (1 - ZERO_TOLERANCE) * reference]
     causal_ratio = results["CausalQwen"][split]["mdae_strict"] / reference
-    line = (f"- **Against answering 0**, {split}: always answering 0 has MdAE = the median |answer| = "
-            f"{fmt(reference, 4)}; more than {fmt(100 * ZERO_TOLERANCE)}% below it: "
-            + (", ".join(below_zero) if below_zero else "no arm") + ". CausalQwen's MdAE is "
-            f"{fmt(causal_ratio, 4)} times it, its median |loc_Y| {fmt(results['CausalQwen'][split]['median_abs_prediction'], 4)}")
+    line = (
+        f"- **Against answering 0**, {split}: always answering 0 has MdAE = the median |answer| = "
+        f"{fmt(reference, 4)}; more than {fmt(100 * ZERO_TOLERANCE)}% below it: "
+        + (", ".join(below_zero) if below_zero else "no arm")
+        + ". CausalQwen's MdAE is "
+        f"{fmt(causal_ratio, 4)} times it, its median |loc_Y| {fmt(results['CausalQwen'][split]['median_abs_prediction'], 4)}"
+    )
     if abs(causal_ratio - 1) <= ZERO_TOLERANCE:
-        line += (": its answers are near 0, so its MdAE is that of answering 0; it is ahead of the Qwen arms on "
-                 "MdAE because their wrong digit strings land further off, not because it computes the answer")
+        line += (
+            ": its answers are near 0, so its MdAE is that of answering 0; it is ahead of the Qwen arms on "
+            "MdAE because their wrong digit strings land further off, not because it computes the answer"
+        )
     return line + "."
 
 
@@ -306,16 +365,30 @@ def _who_wins(results: dict, zero: dict, goal_met: bool) -> list[str]:
     for split in SPLITS:
         best_exact = max(results[arm][split]["exact"] for arm in ARMS)
         beaten = " — no arm beats always answering 0" if best_exact <= zero[split]["exact"] else ""
-        who_wins.append(f"- **Who wins, {split}, exact match** (higher is better): {_winner(results, split, 'exact', False)}; "
-                        f"always answering 0: {round(zero[split]['exact'] * zero[split]['n'])} of {zero[split]['n']}"
-                        f"{beaten}.")
-        who_wins.append(f"- **Who wins, {split}, answer MdAE** (strict; lower is better): "
-                        f"{_winner(results, split, 'mdae_strict', True)}.")
-    empty = abs(results["CausalQwen"]["extrapolate"]["mdae_strict"] / zero["extrapolate"]["mdae_strict"] - 1) \
+        who_wins.append(
+            f"- **Who wins, {split}, exact match** (higher is better): {_winner(results, split, 'exact', False)}; "
+            f"always answering 0: {round(zero[split]['exact'] * zero[split]['n'])} of {zero[split]['n']}"
+            f"{beaten}."
+        )
+        who_wins.append(
+            f"- **Who wins, {split}, answer MdAE** (strict; lower is better): "
+            f"{_winner(results, split, 'mdae_strict', True)}."
+        )
+    empty = (
+        abs(results["CausalQwen"]["extrapolate"]["mdae_strict"] / zero["extrapolate"]["mdae_strict"] - 1)
         <= ZERO_TOLERANCE
-    who_wins.append("- **The goal** (CausalQwen's extrapolation MdAE below both Qwen arms'): "
-                    + ("not met" if not goal_met else "met in the letter only: answering 0 meets it as well (below)"
-                       if empty else "met") + " in this run.")
+    )
+    who_wins.append(
+        "- **The goal** (CausalQwen's extrapolation MdAE below both Qwen arms'): "
+        + (
+            "not met"
+            if not goal_met
+            else "met in the letter only: answering 0 meets it as well (below)"
+            if empty
+            else "met"
+        )
+        + " in this run."
+    )
     for split in SPLITS:
         who_wins.append(_against_zero(results, zero, split))
     return who_wins
@@ -337,18 +410,40 @@ def _bar_panels(left, right, results: dict, zero: dict) -> None:
         for j, m in enumerate(mdae):
             if not math.isfinite(m):
                 left.text(x[j] + (k - 1) * width, 1, "∞", ha="center", va="bottom")
-        right.bar(x + (k - 1) * width, [results[arm][split]["exact"] for split in SPLITS], width, color=ARM_COLORS[arm],
-                  label=arm)
+        right.bar(
+            x + (k - 1) * width,
+            [results[arm][split]["exact"] for split in SPLITS],
+            width,
+            color=ARM_COLORS[arm],
+            label=arm,
+        )
     for j, split in enumerate(SPLITS):
         for axis, key in ((left, "mdae_strict"), (right, "exact")):
-            axis.hlines(zero[split][key], x[j] - 1.5 * width, x[j] + 1.5 * width, colors="gray", linestyles="--",
-                        label="always 0" if j == 0 else None)
-    left.set(xticks=x, xticklabels=SPLITS, ylabel="answer MdAE (strict; ∞ = half or more unparseable)",
-             yscale="symlog", title="median absolute error of the answer")
-    highest = max([results[arm][split]["exact"] for arm in ARMS for split in SPLITS]
-                  + [zero[split]["exact"] for split in SPLITS])
-    right.set(xticks=x, xticklabels=SPLITS, ylabel="exact-match accuracy", ylim=(0, max(0.05, 1.3 * highest)),
-              title="exact match of the answer (note the axis)")
+            axis.hlines(
+                zero[split][key],
+                x[j] - 1.5 * width,
+                x[j] + 1.5 * width,
+                colors="gray",
+                linestyles="--",
+                label="always 0" if j == 0 else None,
+            )
+    left.set(
+        xticks=x,
+        xticklabels=SPLITS,
+        ylabel="answer MdAE (strict; ∞ = half or more unparseable)",
+        yscale="symlog",
+        title="median absolute error of the answer",
+    )
+    highest = max(
+        [results[arm][split]["exact"] for arm in ARMS for split in SPLITS] + [zero[split]["exact"] for split in SPLITS]
+    )
+    right.set(
+        xticks=x,
+        xticklabels=SPLITS,
+        ylabel="exact-match accuracy",
+        ylim=(0, max(0.05, 1.3 * highest)),
+        title="exact match of the answer (note the axis)",
+    )
     right.legend(fontsize=8)
     left.legend(fontsize=8)
 
@@ -359,27 +454,42 @@ def _arithmetic_figure(results: dict, zero: dict, evaluation: dict, out_dir: Pat
     _bar_panels(left, right, results, zero)
     truth = _signed_log([p.value for p in evaluation["extrapolate"]])
     for arm in ARMS:
-        scatter.scatter(truth, _signed_log(results[arm]["extrapolate"]["predicted"]), s=10, alpha=0.6,
-                        color=ARM_COLORS[arm], label=arm)
+        scatter.scatter(
+            truth,
+            _signed_log(results[arm]["extrapolate"]["predicted"]),
+            s=10,
+            alpha=0.6,
+            color=ARM_COLORS[arm],
+            label=arm,
+        )
     limit = float(np.abs(truth).max())
     scatter.plot([-limit, limit], [-limit, limit], color="gray", lw=1, ls="--", label="answer = truth")
-    scatter.set(xlabel="true answer, sign · log10(1 + |y|)", ylabel="answer given, same scale (unparseable not shown)",
-                title="extrapolation: answers against the truth")
+    scatter.set(
+        xlabel="true answer, sign · log10(1 + |y|)",
+        ylabel="answer given, same scale (unparseable not shown)",
+        title="extrapolation: answers against the truth",
+    )
     scatter.legend(fontsize=8)
     return save_figure(figure, out_dir, "v11_arithmetic.png")
 
 
 def _training_text(measured: dict) -> str:
     """The final training losses of the three arms (and the NTL term's first and last values)."""
-    train_losses, ntl_values, history = measured["train_losses"], np.asarray(measured["ntl_values"]), measured["history"]
-    return ("**Training**: final training loss (mean of the last 10 steps) Qwen CE "
-            f"{fmt(float(np.mean(train_losses['Qwen CE'][-10:])), 4)}, Qwen CE + NTL "
-            f"{fmt(float(np.mean(train_losses['Qwen CE + NTL'][-10:])), 4)} (of which NTL, unweighted: first 10 steps "
-            f"{fmt(float(ntl_values[:10].mean()), 4)}, last 10 {fmt(float(ntl_values[-10:].mean()), 4)}); CausalQwen "
-            f"{fmt(_last_logged(history, 'train/total_loss'), 4)} at the last logged step (its own loss; not comparable "
-            "in value), of which the gated regression part, before its weight λ = "
-            f"{fmt(OVERRIDES['regression_weight'])}, "
-            f"{fmt(_last_logged(history, 'train/reg_loss_effective'), 4)}.")
+    train_losses, ntl_values, history = (
+        measured["train_losses"],
+        np.asarray(measured["ntl_values"]),
+        measured["history"],
+    )
+    return (
+        "**Training**: final training loss (mean of the last 10 steps) Qwen CE "
+        f"{fmt(float(np.mean(train_losses['Qwen CE'][-10:])), 4)}, Qwen CE + NTL "
+        f"{fmt(float(np.mean(train_losses['Qwen CE + NTL'][-10:])), 4)} (of which NTL, unweighted: first 10 steps "
+        f"{fmt(float(ntl_values[:10].mean()), 4)}, last 10 {fmt(float(ntl_values[-10:].mean()), 4)}); CausalQwen "
+        f"{fmt(_last_logged(history, 'train/total_loss'), 4)} at the last logged step (its own loss; not comparable "
+        "in value), of which the gated regression part, before its weight λ = "
+        f"{fmt(OVERRIDES['regression_weight'])}, "
+        f"{fmt(_last_logged(history, 'train/reg_loss_effective'), 4)}."
+    )
 
 
 def _claims(measured: dict, prompt_mismatches: int, steps: int) -> list:
@@ -389,79 +499,131 @@ def _claims(measured: dict, prompt_mismatches: int, steps: int) -> list:
     eval_questions = {p.question for split in SPLITS for p in evaluation[split]}
     training_questions = {p.question for p in measured["train_problems"]}
     return [
-        check("every arm answered the same problems (answers of Qwen CE + NTL and CausalQwen − Qwen CE)",
-              abs(n_eval["Qwen CE + NTL"] - n_eval["Qwen CE"]) + abs(n_eval["CausalQwen"] - n_eval["Qwen CE"]),
-              "==", 0),
-        check("no evaluation question occurs in the training problems", len(eval_questions & training_questions),
-              "==", 0),
-        check("matched budget: CausalQwen trainable / Qwen CE trainable − 1 (absolute)",
-              abs(trainable["CausalQwen"] / trainable["Qwen CE"] - 1), "<=", 0.02),
-        check("matched budget: Qwen CE + NTL trainable / Qwen CE trainable",
-              trainable["Qwen CE + NTL"] / trainable["Qwen CE"], "==", 1.0),
+        check(
+            "every arm answered the same problems (answers of Qwen CE + NTL and CausalQwen − Qwen CE)",
+            abs(n_eval["Qwen CE + NTL"] - n_eval["Qwen CE"]) + abs(n_eval["CausalQwen"] - n_eval["Qwen CE"]),
+            "==",
+            0,
+        ),
+        check(
+            "no evaluation question occurs in the training problems", len(eval_questions & training_questions), "==", 0
+        ),
+        check(
+            "matched budget: CausalQwen trainable / Qwen CE trainable − 1 (absolute)",
+            abs(trainable["CausalQwen"] / trainable["Qwen CE"] - 1),
+            "<=",
+            0.02,
+        ),
+        check(
+            "matched budget: Qwen CE + NTL trainable / Qwen CE trainable",
+            trainable["Qwen CE + NTL"] / trainable["Qwen CE"],
+            "==",
+            1.0,
+        ),
         check("Qwen's prompts tokenize as the start of their texts (mismatches)", prompt_mismatches, "==", 0),
-        check("the NTL term was finite at every training step and took part (steps with it)",
-              len(ntl_values) if np.isfinite(ntl_values).all() else 0, "==", steps),
+        check(
+            "the NTL term was finite at every training step and took part (steps with it)",
+            len(ntl_values) if np.isfinite(ntl_values).all() else 0,
+            "==",
+            steps,
+        ),
     ]
 
 
 def _goal_met(results: dict) -> bool:
     """The goal: CausalQwen's extrapolation MdAE below both Qwen arms'."""
-    return all(results["CausalQwen"]["extrapolate"]["mdae_strict"] < results[arm]["extrapolate"]["mdae_strict"]
-               for arm in ARMS[:2])
+    return all(
+        results["CausalQwen"]["extrapolate"]["mdae_strict"] < results[arm]["extrapolate"]["mdae_strict"]
+        for arm in ARMS[:2]
+    )
 
 
 def _body(text: str, measured: dict, zero: dict) -> str:
     header, results, evaluation = measured["header"], measured["results"], measured["evaluation"]
     train_problems = measured["train_problems"]
-    return "\n\n".join([
-        text,
-        (f"Data: `{DATA_PATH.name}` from {header['source']} (seed {header['seed']}); {len(train_problems)} training "
-         f"problems, {', '.join(f'{len(evaluation[s])} {s}' for s in SPLITS)}. The answers' magnitudes:"),
-        table(["split", "median |answer|", "largest |answer|"], _magnitude_rows(train_problems, evaluation)),
-        ("**Answers on held-out problems** (exact match; MdAE strict = unparseable counted as infinite; MdAE of the "
-         "parseable answers only; unparseable share; median |answer given| over the parseable):"),
-        table(["split", "arm", "problems", "exact match", "MdAE strict", "MdAE parseable", "unparseable",
-               "median abs. answer given"], _main_rows(results, zero)),
-        "**By module** (exact match, strict MdAE):",
-        table(["split", "module", "problems"] + [f"{arm}: {metric}" for arm in ARMS for metric in ("exact", "MdAE")],
-              _module_rows(results, evaluation)),
-        _training_text(measured),
-        "**What it says.**",
-        "\n".join(_who_wins(results, zero, _goal_met(results))),
-        f"Timings (one torch thread): {', '.join(f'{name} {fmt(value, 3)} s' for name, value in measured['seconds'].items())}; "
-        f"the whole experiment {fmt(measured['elapsed'], 3)} s.",
-    ])
+    return "\n\n".join(
+        [
+            text,
+            (
+                f"Data: `{DATA_PATH.name}` from {header['source']} (seed {header['seed']}); {len(train_problems)} training "
+                f"problems, {', '.join(f'{len(evaluation[s])} {s}' for s in SPLITS)}. The answers' magnitudes:"
+            ),
+            table(["split", "median |answer|", "largest |answer|"], _magnitude_rows(train_problems, evaluation)),
+            (
+                "**Answers on held-out problems** (exact match; MdAE strict = unparseable counted as infinite; MdAE of the "
+                "parseable answers only; unparseable share; median |answer given| over the parseable):"
+            ),
+            table(
+                [
+                    "split",
+                    "arm",
+                    "problems",
+                    "exact match",
+                    "MdAE strict",
+                    "MdAE parseable",
+                    "unparseable",
+                    "median abs. answer given",
+                ],
+                _main_rows(results, zero),
+            ),
+            "**By module** (exact match, strict MdAE):",
+            table(
+                ["split", "module", "problems"] + [f"{arm}: {metric}" for arm in ARMS for metric in ("exact", "MdAE")],
+                _module_rows(results, evaluation),
+            ),
+            _training_text(measured),
+            "**What it says.**",
+            "\n".join(_who_wins(results, zero, _goal_met(results))),
+            f"Timings (one torch thread): {', '.join(f'{name} {fmt(value, 3)} s' for name, value in measured['seconds'].items())}; "
+            f"the whole experiment {fmt(measured['elapsed'], 3)} s.",
+        ]
+    )
 
 
 def _headline(results: dict, zero: dict) -> str:
-    return (f"extrapolation answer MdAE: Qwen CE {fmt(results['Qwen CE']['extrapolate']['mdae_strict'], 3)}, "
-            f"+ NTL {fmt(results['Qwen CE + NTL']['extrapolate']['mdae_strict'], 3)}, CausalQwen "
-            f"{fmt(results['CausalQwen']['extrapolate']['mdae_strict'], 3)} (always 0: "
-            f"{fmt(zero['extrapolate']['mdae_strict'], 3)}); goal {'met' if _goal_met(results) else 'not met'}"
-            + ("; no arm beats answering 0" if all(r["extrapolate"]["mdae_strict"]
-                                                   >= 0.99 * zero["extrapolate"]["mdae_strict"]
-                                                   for r in results.values()) else ""))
+    return (
+        f"extrapolation answer MdAE: Qwen CE {fmt(results['Qwen CE']['extrapolate']['mdae_strict'], 3)}, "
+        f"+ NTL {fmt(results['Qwen CE + NTL']['extrapolate']['mdae_strict'], 3)}, CausalQwen "
+        f"{fmt(results['CausalQwen']['extrapolate']['mdae_strict'], 3)} (always 0: "
+        f"{fmt(zero['extrapolate']['mdae_strict'], 3)}); goal {'met' if _goal_met(results) else 'not met'}"
+        + (
+            "; no arm beats answering 0"
+            if all(
+                r["extrapolate"]["mdae_strict"] >= 0.99 * zero["extrapolate"]["mdae_strict"] for r in results.values()
+            )
+            else ""
+        )
+    )
 
 
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
     settings = QUICK if quick else FULL
     started = time.perf_counter()
     header, problems = load_problems()
-    train_problems = select(problems, "train")[:settings["train_texts"]]
+    train_problems = select(problems, "train")[: settings["train_texts"]]
     evaluation = {split: select(problems, split, settings["eval_per_module"]) for split in SPLITS}
     train_texts = [p.text for p in train_problems]
     qwen_base, qwen_tokenizer, numeric_tokenizer = pretrained_starting_point()
     prompt_mismatches = _prompt_mismatches(qwen_tokenizer, evaluation)
     qwen = _qwen_arms(qwen_base, qwen_tokenizer, train_texts, evaluation, settings)
     causal = _causal_arm(qwen_base, numeric_tokenizer, train_texts, evaluation, settings)
-    measured = dict(header=header, train_problems=train_problems, evaluation=evaluation,
-                    results=qwen["results"] | {"CausalQwen": causal["results"]},
-                    trainable=qwen["trainable"] | {"CausalQwen": causal["trainable"]},
-                    seconds=qwen["seconds"] | causal["seconds"], elapsed=time.perf_counter() - started,
-                    train_losses=qwen["train_losses"], ntl_values=qwen["ntl_term"].values, history=causal["history"])
+    measured = dict(
+        header=header,
+        train_problems=train_problems,
+        evaluation=evaluation,
+        results=qwen["results"] | {"CausalQwen": causal["results"]},
+        trainable=qwen["trainable"] | {"CausalQwen": causal["trainable"]},
+        seconds=qwen["seconds"] | causal["seconds"],
+        elapsed=time.perf_counter() - started,
+        train_losses=qwen["train_losses"],
+        ntl_values=qwen["ntl_term"].values,
+        history=causal["history"],
+    )
 
-    zero = {split: scores([0.0] * len(evaluation[split]), [p.value == 0 for p in evaluation[split]],
-                          evaluation[split]) for split in SPLITS}  # the reference: always answer 0
+    zero = {
+        split: scores([0.0] * len(evaluation[split]), [p.value == 0 for p in evaluation[split]], evaluation[split])
+        for split in SPLITS
+    }  # the reference: always answer 0
     figure_name = _arithmetic_figure(measured["results"], zero, evaluation, out_dir)
     title, text = module_text(__name__)
     return ExperimentResult(
@@ -471,9 +633,11 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         body=_body(text, measured, zero),
         figures=[figure_name],
         headline=_headline(measured["results"], zero),
-        settings=(f"{settings['steps']} steps for every arm, batch {BATCH}, learning rate {fmt(settings['lr'])}, "
-                  f"seed {SEED}, {len(train_problems)} training problems, {settings['eval_per_module']} per module "
-                  f"and split held out, NTL weight {fmt(NTL_WEIGHT)}, CausalQwen "
-                  + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
-                  + "; wall time with one torch thread on 2 shared CPU cores: quick about 160 s, full about 450 s"),
+        settings=(
+            f"{settings['steps']} steps for every arm, batch {BATCH}, learning rate {fmt(settings['lr'])}, "
+            f"seed {SEED}, {len(train_problems)} training problems, {settings['eval_per_module']} per module "
+            f"and split held out, NTL weight {fmt(NTL_WEIGHT)}, CausalQwen "
+            + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
+            + "; wall time with one torch thread on 2 shared CPU cores: quick about 160 s, full about 450 s"
+        ),
     )

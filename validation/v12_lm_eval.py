@@ -61,10 +61,12 @@ TRAP_ACC = 0.25  # at most chance (four choices)
 SAME_TOLERANCE = 1e-6  # d0 against a: the same numbers up to float noise
 OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 # (column, task, lm-eval's metric key, higher is better)
-COLUMNS = (("mc acc", "cq_numbers_mc", "acc,none", True),
-           ("mc acc_norm", "cq_numbers_mc", "acc_norm,none", True),
-           ("rolling bits_per_byte", "cq_numbers_rolling", "bits_per_byte,none", False),
-           ("gen exact_match", "cq_numbers_gen", "exact_match,first_number", True))
+COLUMNS = (
+    ("mc acc", "cq_numbers_mc", "acc,none", True),
+    ("mc acc_norm", "cq_numbers_mc", "acc_norm,none", True),
+    ("rolling bits_per_byte", "cq_numbers_rolling", "bits_per_byte,none", False),
+    ("gen exact_match", "cq_numbers_gen", "exact_match,first_number", True),
+)
 ROWS = {
     "a": "Qwen2 base · `--model hf`",
     "b": "CausalQwen, untrained (converted on load) · `causalqwen`",
@@ -80,6 +82,7 @@ COMPARED = ("a", "b", "c", "d")  # the rows that compete in the who-wins sentenc
 # One reading of the task group
 # ---------------------------------------------------------------------------------------------
 
+
 def evaluate(model, model_args: str | None = None) -> dict:
     """``cq_numbers`` read by ``model`` (an lm-eval ``LM``, or a registered name with ``model_args``):
     ``metrics`` (column → value), ``picks`` (the chosen index of every mc item), ``generated`` (the first
@@ -91,23 +94,41 @@ def evaluate(model, model_args: str | None = None) -> dict:
     from lm_eval.tasks import TaskManager
 
     begin = time.perf_counter()
-    out = lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=[TASK_GROUP],
-                                  task_manager=TaskManager(include_path=TASKS_DIR), device="cpu",
-                                  batch_size=BATCH_SIZE, log_samples=True)
+    out = lm_eval.simple_evaluate(
+        model=model,
+        model_args=model_args,
+        tasks=[TASK_GROUP],
+        task_manager=TaskManager(include_path=TASKS_DIR),
+        device="cpu",
+        batch_size=BATCH_SIZE,
+        log_samples=True,
+    )
     results, samples = out["results"], out["samples"]
     metrics = {column: float(results[task][key]) for column, task, key, _ in COLUMNS}
-    picks = [max(range(len(s["filtered_resps"])), key=lambda i, s=s: s["filtered_resps"][i][0])
-             for s in sorted(samples["cq_numbers_mc"], key=lambda s: s["doc_id"])]
+    picks = [
+        max(range(len(s["filtered_resps"])), key=lambda i, s=s: s["filtered_resps"][i][0])
+        for s in sorted(samples["cq_numbers_mc"], key=lambda s: s["doc_id"])
+    ]
     generated = [s["filtered_resps"][0] for s in sorted(samples["cq_numbers_gen"], key=lambda s: s["doc_id"])]
-    return {"metrics": metrics, "picks": picks, "generated": generated, "seconds": time.perf_counter() - begin,
-            "error": None}
+    return {
+        "metrics": metrics,
+        "picks": picks,
+        "generated": generated,
+        "seconds": time.perf_counter() - begin,
+        "error": None,
+    }
 
 
 def failed(error: BaseException, begin: float) -> dict:
     """A reading that raised: its error text (first line) instead of numbers."""
     text = (str(error).splitlines() or [""])[0]
-    return {"metrics": {column: math.nan for column, *_ in COLUMNS}, "picks": None, "generated": None,
-            "seconds": time.perf_counter() - begin, "error": f"{type(error).__name__}: {text}"}
+    return {
+        "metrics": {column: math.nan for column, *_ in COLUMNS},
+        "picks": None,
+        "generated": None,
+        "seconds": time.perf_counter() - begin,
+        "error": f"{type(error).__name__}: {text}",
+    }
 
 
 def hf_reading(directory: Path, tokenizer=None) -> dict:
@@ -120,8 +141,14 @@ def hf_reading(directory: Path, tokenizer=None) -> dict:
             return evaluate("hf", f"pretrained={directory},dtype=float32,trust_remote_code=True")
         from lm_eval.models.huggingface import HFLM
 
-        model = HFLM(pretrained=str(directory), tokenizer=tokenizer, trust_remote_code=True, dtype="float32",
-                     device="cpu", batch_size=BATCH_SIZE)
+        model = HFLM(
+            pretrained=str(directory),
+            tokenizer=tokenizer,
+            trust_remote_code=True,
+            dtype="float32",
+            device="cpu",
+            batch_size=BATCH_SIZE,
+        )
         return evaluate(model)
     except Exception as error:  # noqa: BLE001 -- the trap may fail to load or to score; that is a result
         return failed(error, begin)
@@ -165,6 +192,7 @@ def all_readings(work: Path, steps: int) -> dict:
 # Tables and sentences
 # ---------------------------------------------------------------------------------------------
 
+
 def main_rows(readings: dict) -> list[list]:
     """One row per reading: the four columns, or the error text across them."""
     rows = []
@@ -181,8 +209,7 @@ def who_wins(readings: dict) -> list[str]:
     """Per column, the best of rows a-d (ties named together; a row that failed takes no part)."""
     sentences = []
     for column, _, _, higher in COLUMNS:
-        values = {name: readings[name]["metrics"][column] for name in COMPARED
-                  if readings[name]["error"] is None}
+        values = {name: readings[name]["metrics"][column] for name in COMPARED if readings[name]["error"] is None}
         best = max(values.values()) if higher else min(values.values())
         leaders = [name for name, value in values.items() if value == best]
         listing = ", ".join(f"{name} {fmt(value, 4)}" for name, value in values.items())
@@ -191,8 +218,9 @@ def who_wins(readings: dict) -> list[str]:
             sentences.append(f"- **{column}** ({direction} is better): all rows tie ({listing}).")
         else:
             who = " and ".join(f"{name} ({ROWS[name].split(' · ')[0]})" for name in leaders)
-            sentences.append(f"- **{column}** ({direction} is better): {who} "
-                             f"{'win' if len(leaders) > 1 else 'wins'} ({listing}).")
+            sentences.append(
+                f"- **{column}** ({direction} is better): {who} {'win' if len(leaders) > 1 else 'wins'} ({listing})."
+            )
     return sentences
 
 
@@ -206,8 +234,10 @@ def item_rows(readings: dict, root: Path) -> tuple[list[list], list[list], list[
     gen = [json.loads(line) for line in (root / TASKS_DIR / "numbers_gen.jsonl").read_text().splitlines() if line]
     mc_rows, gen_rows = [], []
     for k, item in enumerate(mc):
-        picks = [item["choices"][readings[n]["picks"][k]].strip() + (" ✓" if readings[n]["picks"][k] == item["gold"]
-                                                                     else "") for n in names]
+        picks = [
+            item["choices"][readings[n]["picks"][k]].strip() + (" ✓" if readings[n]["picks"][k] == item["gold"] else "")
+            for n in names
+        ]
         mc_rows.append([item["context"], item["choices"][item["gold"]].strip(), *picks])
     for k, item in enumerate(gen):
         gen_rows.append([item["prompt"], item["answer"], *(f"`{readings[n]['generated'][k]}`" for n in names)])
@@ -224,13 +254,25 @@ def claims(readings: dict) -> list[Claim]:
     trap = readings["d"]
     trap_acc = trap["metrics"]["mc acc"]
     return [
-        check("the trained CausalQwen read by the adapter (row c): mc acc (the goal: right at least 3 times "
-              "in 4)", readings["c"]["metrics"]["mc acc"], ">=", GOAL_ACC),
-        Claim("the trap (row d, c's directory read by `--model hf`): mc acc at most 0.25, or it failed to load",
-              trap_acc, f"≤ {fmt(TRAP_ACC)} or a failure", trap["error"] is not None or trap_acc <= TRAP_ACC),
-        check("control d₀ (the untrained CausalQwen read by `--model hf`) scores as its Qwen2 base (row a): the "
-              "largest |difference| over the four columns", largest_difference(readings, "d₀", "a"), "<=",
-              SAME_TOLERANCE),
+        check(
+            "the trained CausalQwen read by the adapter (row c): mc acc (the goal: right at least 3 times in 4)",
+            readings["c"]["metrics"]["mc acc"],
+            ">=",
+            GOAL_ACC,
+        ),
+        Claim(
+            "the trap (row d, c's directory read by `--model hf`): mc acc at most 0.25, or it failed to load",
+            trap_acc,
+            f"≤ {fmt(TRAP_ACC)} or a failure",
+            trap["error"] is not None or trap_acc <= TRAP_ACC,
+        ),
+        check(
+            "control d₀ (the untrained CausalQwen read by `--model hf`) scores as its Qwen2 base (row a): the "
+            "largest |difference| over the four columns",
+            largest_difference(readings, "d₀", "a"),
+            "<=",
+            SAME_TOLERANCE,
+        ),
     ]
 
 
@@ -239,22 +281,32 @@ def trap_text(readings: dict) -> str:
     d, typed = readings["d"], readings["d as typed"]
     parts = ["**The trap.**"]
     if d["error"] is None:
-        parts.append(f"Read by `--model hf` with the plain wrapped tokenizer, the trained model gets mc acc "
-                     f"{fmt(d['metrics']['mc acc'], 4)} where the adapter gets {fmt(readings['c']['metrics']['mc acc'], 4)}: "
-                     "HFLM sends the digits as digit tokens, which the demo never trained on (it saw every number as "
-                     "`<NUM>`), and passes ids only, no values.")
+        parts.append(
+            f"Read by `--model hf` with the plain wrapped tokenizer, the trained model gets mc acc "
+            f"{fmt(d['metrics']['mc acc'], 4)} where the adapter gets {fmt(readings['c']['metrics']['mc acc'], 4)}: "
+            "HFLM sends the digits as digit tokens, which the demo never trained on (it saw every number as "
+            "`<NUM>`), and passes ids only, no values."
+        )
     else:
-        parts.append(f"Read by `--model hf` with the plain wrapped tokenizer, the trained model failed: `{d['error']}`.")
+        parts.append(
+            f"Read by `--model hf` with the plain wrapped tokenizer, the trained model failed: `{d['error']}`."
+        )
     if typed["error"] is None:
-        parts.append(f"As typed on the command line (the directory's own tokenizer) it loaded and scored mc acc "
-                     f"{fmt(typed['metrics']['mc acc'], 4)}.")
+        parts.append(
+            f"As typed on the command line (the directory's own tokenizer) it loaded and scored mc acc "
+            f"{fmt(typed['metrics']['mc acc'], 4)}."
+        )
     else:
-        parts.append(f"As typed on the command line (`trust_remote_code=True`, so HFLM loads the tokenizer the "
-                     f"directory names, CausalQwen's own) it did not run to the end: `{typed['error']}`.")
+        parts.append(
+            f"As typed on the command line (`trust_remote_code=True`, so HFLM loads the tokenizer the "
+            f"directory names, CausalQwen's own) it did not run to the end: `{typed['error']}`."
+        )
     difference = largest_difference(readings, "d₀", "a")
-    parts.append(f"The untrained conversion read the same way (d₀) differs from the Qwen2 base (a) by at most "
-                 f"{fmt(difference, 3)} in any column: under `--model hf` a CausalQwen directory is scored as its "
-                 "Qwen2 backbone.")
+    parts.append(
+        f"The untrained conversion read the same way (d₀) differs from the Qwen2 base (a) by at most "
+        f"{fmt(difference, 3)} in any column: under `--model hf` a CausalQwen directory is scored as its "
+        "Qwen2 backbone."
+    )
     return " ".join(parts)
 
 
@@ -262,24 +314,29 @@ def trap_text(readings: dict) -> str:
 # The study
 # ---------------------------------------------------------------------------------------------
 
+
 def body(text: str, measured: dict) -> str:
     readings = measured["readings"]
     mc_rows, gen_rows, names = item_rows(readings, ROOT)
-    return "\n\n".join([
-        text,
-        "**Results** (`cq_numbers`, one `simple_evaluate` per row; the last column is that row's wall time):",
-        table(["row", "model · read by", *(column for column, *_ in COLUMNS), "seconds"], main_rows(readings)),
-        "**Who wins**, per column, among rows a–d:",
-        "\n".join(who_wins(readings)),
-        trap_text(readings),
-        "**The multiple-choice items**: the right choice and every row's pick (✓: right):",
-        table(["context", "right", *names], mc_rows),
-        "**The generations**: the first number each row wrote (lm-eval's filter; `[no number]`: none):",
-        table(["prompt", "answer", *names], gen_rows),
-        (f"The demo's training ({measured['steps']} steps, seed {SEED}) took {fmt(measured['training_seconds'], 3)} s "
-         f"and exited with {measured['demo_exit']} (0: it met its own goals); the whole study "
-         f"{fmt(measured['elapsed'], 3)} s."),
-    ])
+    return "\n\n".join(
+        [
+            text,
+            "**Results** (`cq_numbers`, one `simple_evaluate` per row; the last column is that row's wall time):",
+            table(["row", "model · read by", *(column for column, *_ in COLUMNS), "seconds"], main_rows(readings)),
+            "**Who wins**, per column, among rows a–d:",
+            "\n".join(who_wins(readings)),
+            trap_text(readings),
+            "**The multiple-choice items**: the right choice and every row's pick (✓: right):",
+            table(["context", "right", *names], mc_rows),
+            "**The generations**: the first number each row wrote (lm-eval's filter; `[no number]`: none):",
+            table(["prompt", "answer", *names], gen_rows),
+            (
+                f"The demo's training ({measured['steps']} steps, seed {SEED}) took {fmt(measured['training_seconds'], 3)} s "
+                f"and exited with {measured['demo_exit']} (0: it met its own goals); the whole study "
+                f"{fmt(measured['elapsed'], 3)} s."
+            ),
+        ]
+    )
 
 
 def headline(readings: dict) -> str:
@@ -288,8 +345,10 @@ def headline(readings: dict) -> str:
         return "failed" if reading["error"] is not None else fmt(reading["metrics"]["mc acc"], 3)
 
     goal = readings["c"]["metrics"]["mc acc"] >= GOAL_ACC
-    return (f"mc acc: Qwen2 hf {acc('a')}, CausalQwen untrained {acc('b')}, trained {acc('c')} "
-            f"(goal ≥ {fmt(GOAL_ACC)} {'met' if goal else 'not met'}), the trap (trained, `--model hf`) {acc('d')}")
+    return (
+        f"mc acc: Qwen2 hf {acc('a')}, CausalQwen untrained {acc('b')}, trained {acc('c')} "
+        f"(goal ≥ {fmt(GOAL_ACC)} {'met' if goal else 'not met'}), the trap (trained, `--model hf`) {acc('d')}"
+    )
 
 
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
@@ -309,7 +368,9 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=claims(measured["readings"]),
         body=body(text, measured),
         headline=headline(measured["readings"]),
-        settings=(f"tiny Qwen2 base seed {SEED}; demo training {steps} steps, seed {SEED}; lm-eval "
-                  f"{lm_eval.__version__}, zero-shot, batch size {BATCH_SIZE}, CPU; the adapter at its defaults "
-                  "(standard mode, normalised OvR, numbers at their written resolution)"),
+        settings=(
+            f"tiny Qwen2 base seed {SEED}; demo training {steps} steps, seed {SEED}; lm-eval "
+            f"{lm_eval.__version__}, zero-shot, batch size {BATCH_SIZE}, CPU; the adapter at its defaults "
+            "(standard mode, normalised OvR, numbers at their written resolution)"
+        ),
     )

@@ -81,7 +81,9 @@ def _linear_map_outputs(rng: np.random.Generator, n: int) -> list[tuple]:
     linear_signed = np.abs(weight @ gamma)  # the wrong scale of the control
     x = _draw_cauchy(rng, mu, gamma, n)  # [n, IN_DIM]
     y = x @ weight.T + bias  # [n, OUT_DIM]
-    return [("linear map", f"Y_{k + 1}", y[:, k], linear_loc[k], linear_scale[k], linear_signed[k]) for k in range(OUT_DIM)]
+    return [
+        ("linear map", f"Y_{k + 1}", y[:, k], linear_loc[k], linear_scale[k], linear_signed[k]) for k in range(OUT_DIM)
+    ]
 
 
 def _action_outputs(rng: np.random.Generator, n: int) -> list[tuple]:
@@ -101,14 +103,23 @@ def _action_outputs(rng: np.random.Generator, n: int) -> list[tuple]:
     action_scale = np.concatenate([decided.scale_S.numpy(), decided.scale_Y.reshape(1).numpy()])
     w_cls = action.classification_head.weight.detach().numpy()
     w_all = np.concatenate([w_cls, action.regression_head.weight.detach().numpy()])  # [CLASSES + 1, IN_DIM]
-    b_all = np.concatenate([action.classification_head.bias.detach().numpy(), action.regression_head.bias.detach().numpy()])
+    b_all = np.concatenate(
+        [action.classification_head.bias.detach().numpy(), action.regression_head.bias.detach().numpy()]
+    )
     noise = np.abs(action.b_noise.detach().numpy())
     action_signed = np.abs(w_all @ (scale_U + noise))
     u = _draw_cauchy(rng, loc_U, scale_U, n)  # the individual
     eps = _draw_cauchy(rng, np.zeros(IN_DIM), noise, n)  # the exogenous noise, independent of u
     s = (u + eps) @ w_all.T + b_all  # [n, CLASSES + 1]: S_1..S_K, Y
     return [
-        ("action (noise infused)", f"S_{k + 1}" if k < CLASSES else "Y", s[:, k], action_loc[k], action_scale[k], action_signed[k])
+        (
+            "action (noise infused)",
+            f"S_{k + 1}" if k < CLASSES else "Y",
+            s[:, k],
+            action_loc[k],
+            action_scale[k],
+            action_signed[k],
+        )
         for k in range(CLASSES + 1)
     ]
 
@@ -132,30 +143,55 @@ def _qq_figure(outputs: list[tuple], n: int, out_dir: Path) -> str:
     probabilities = np.linspace(0.02, 0.98, 193)
     theory = stats.cauchy.ppf(probabilities)
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-    for axis, (setup_name, picks) in zip(axes, [("linear map", range(OUT_DIM)), ("noise infusion + action", range(OUT_DIM, len(outputs)))]):
+    for axis, (setup_name, picks) in zip(
+        axes, [("linear map", range(OUT_DIM)), ("noise infusion + action", range(OUT_DIM, len(outputs)))]
+    ):
         for index in picks:
             _, label, samples, loc, scale, _ = outputs[index]
             axis.plot(theory, np.quantile((samples - loc) / scale, probabilities), ".", ms=3, label=f"${label}$")
         _, label, samples, loc, _, signed = outputs[picks[0]]
-        axis.plot(theory, np.quantile((samples - loc) / signed, probabilities), "x", ms=3, color="grey",
-                  label=f"${label}$ with the signed scale (control)")
+        axis.plot(
+            theory,
+            np.quantile((samples - loc) / signed, probabilities),
+            "x",
+            ms=3,
+            color="grey",
+            label=f"${label}$ with the signed scale (control)",
+        )
         axis.plot(theory, theory, "k-", lw=0.8, label="identity")
         axis.set_ylim(1.5 * theory[0], 1.5 * theory[-1])  # the control leaves the frame in the tails
-        axis.set(xlabel="standard Cauchy quantile", ylabel="sample quantile of (y - loc) / scale",
-                 title=f"{setup_name}: QQ, n = {n}")
+        axis.set(
+            xlabel="standard Cauchy quantile",
+            ylabel="sample quantile of (y - loc) / scale",
+            title=f"{setup_name}: QQ, n = {n}",
+        )
         axis.legend(fontsize=7)
     return save_figure(figure, out_dir, "v1_closure_qq.png")
 
 
 def _body(text: str, rows: list[list]) -> str:
-    return "\n\n".join([
-        text,
-        "**Results.** Analytic location and scale against the Monte Carlo median and half inter-quartile "
-        "range (both equal location and scale for a Cauchy law), the KS p-value against the analytic law, "
-        "and the control.",
-        table(["set-up", "output", "analytic loc", "MC median", "analytic scale", "MC half-IQR", "KS p",
-               "signed scale (control)", "control KS p"], rows),
-    ])
+    return "\n\n".join(
+        [
+            text,
+            "**Results.** Analytic location and scale against the Monte Carlo median and half inter-quartile "
+            "range (both equal location and scale for a Cauchy law), the KS p-value against the analytic law, "
+            "and the control.",
+            table(
+                [
+                    "set-up",
+                    "output",
+                    "analytic loc",
+                    "MC median",
+                    "analytic scale",
+                    "MC half-IQR",
+                    "KS p",
+                    "signed scale (control)",
+                    "control KS p",
+                ],
+                rows,
+            ),
+        ]
+    )
 
 
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
@@ -168,9 +204,18 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     title, text = module_text(__name__)
     min_p, max_control = min(p_values), max(control_p)
     claims = [
-        check(f"every KS p-value against the analytic law exceeds {fmt(P_MIN)} ({len(p_values)} tests; minimum shown)",
-              min_p, ">=", P_MIN),
-        check("the control with the signed scale is rejected in every test (maximum p shown)", max_control, "<=", CONTROL_P_MAX),
+        check(
+            f"every KS p-value against the analytic law exceeds {fmt(P_MIN)} ({len(p_values)} tests; minimum shown)",
+            min_p,
+            ">=",
+            P_MIN,
+        ),
+        check(
+            "the control with the signed scale is rejected in every test (maximum p shown)",
+            max_control,
+            "<=",
+            CONTROL_P_MAX,
+        ),
     ]
     return ExperimentResult(
         name="V1",

@@ -89,7 +89,9 @@ def _setup_errors(scale_value: float, threshold: float, t_grid: np.ndarray) -> t
     loc = (np.float32(threshold) + t_grid * np.float64(scale[0])).astype(np.float32)
     t_exact = (loc.astype(np.float64) - threshold) / np.float64(scale[0])  # the t the inputs really hold
     ref_p, ref_not_p = _reference(loc, scale, threshold)
-    stable_p, stable_not_p = (x.double().numpy() for x in ovr_log_probability(torch.tensor(loc), torch.tensor(scale), threshold))
+    stable_p, stable_not_p = (
+        x.double().numpy() for x in ovr_log_probability(torch.tensor(loc), torch.tensor(scale), threshold)
+    )
     naive_p, naive_not_p = _naive(loc, scale, threshold)
     scipy_p = stats.cauchy.logsf(threshold, loc.astype(np.float64), scale.astype(np.float64))
     scipy_not_p = stats.cauchy.logcdf(threshold, loc.astype(np.float64), scale.astype(np.float64))
@@ -101,8 +103,14 @@ def _setup_errors(scale_value: float, threshold: float, t_grid: np.ndarray) -> t
         "SciPy float64 log P": _relative_error(scipy_p, ref_p),
         "SciPy float64 log(1-P)": _relative_error(scipy_not_p, ref_not_p),
     }
-    values = {"ref_p": ref_p, "stable_p": stable_p, "naive_p": naive_p,
-              "ref_not_p": ref_not_p, "stable_not_p": stable_not_p, "naive_not_p": naive_not_p}
+    values = {
+        "ref_p": ref_p,
+        "stable_p": stable_p,
+        "naive_p": naive_p,
+        "ref_not_p": ref_not_p,
+        "stable_not_p": stable_not_p,
+        "naive_not_p": naive_not_p,
+    }
     return t_exact, errors, values
 
 
@@ -110,20 +118,28 @@ def _summary_rows(per_setup: list[tuple]) -> list[list]:
     """Per set-up: the maximum relative error of each form over the grid (the stable form also in ulps)."""
     summary_rows = []
     for scale_value, threshold, t_exact, errors in per_setup:
-        summary_rows.append([
-            f"scale = {fmt(scale_value)}, C = {fmt(threshold)}",
-            errors["stable log P"].max(), errors["stable log P"].max() / ULP32,
-            errors["stable log(1-P)"].max(), errors["stable log(1-P)"].max() / ULP32,
-            errors["seeds log(P+eps)"].max(), errors["seeds log(1-P+eps)"].max(),
-            max(errors["SciPy float64 log P"].max(), errors["SciPy float64 log(1-P)"].max()),
-        ])
+        summary_rows.append(
+            [
+                f"scale = {fmt(scale_value)}, C = {fmt(threshold)}",
+                errors["stable log P"].max(),
+                errors["stable log P"].max() / ULP32,
+                errors["stable log(1-P)"].max(),
+                errors["stable log(1-P)"].max() / ULP32,
+                errors["seeds log(P+eps)"].max(),
+                errors["seeds log(1-P+eps)"].max(),
+                max(errors["SciPy float64 log P"].max(), errors["SciPy float64 log(1-P)"].max()),
+            ]
+        )
     return summary_rows
 
 
 def _break_rows(t_exact: np.ndarray, errors: dict) -> list[list]:
     """Where the seeds' form breaks on each side, and its relative error at the end of the range."""
     break_rows = []
-    for name, label in (("seeds log(P+eps)", "seeds $\\log(P + \\epsilon)$"), ("seeds log(1-P+eps)", "seeds $\\log(1 - P + \\epsilon)$")):
+    for name, label in (
+        ("seeds log(P+eps)", "seeds $\\log(P + \\epsilon)$"),
+        ("seeds log(1-P+eps)", "seeds $\\log(1 - P + \\epsilon)$"),
+    ):
         for sign, side in ((-1, "t < 0"), (1, "t > 0")):
             at_end = errors[name][np.argmax(np.abs(t_exact) * (np.sign(t_exact) == sign))]
             break_rows.append([label, side, _first_break(t_exact, errors[name], sign), at_end])
@@ -135,8 +151,13 @@ def _value_rows(t_exact: np.ndarray, values: dict) -> list[list]:
     value_rows = []
     for t_value in TABLE_T:
         i = int(np.argmin(np.abs(t_exact - t_value)))
-        value_rows.append([t_exact[i]] + [f"{values[key][i]:.9g}" for key in (
-            "ref_p", "stable_p", "naive_p", "ref_not_p", "stable_not_p", "naive_not_p")])
+        value_rows.append(
+            [t_exact[i]]
+            + [
+                f"{values[key][i]:.9g}"
+                for key in ("ref_p", "stable_p", "naive_p", "ref_not_p", "stable_not_p", "naive_not_p")
+            ]
+        )
     return value_rows
 
 
@@ -144,16 +165,26 @@ def _error_figure(t_exact: np.ndarray, errors: dict, out_dir: Path) -> str:
     """Relative error against |t|, one panel per tail."""
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     styles = {
-        "stable log P": ("C0", "-"), "stable log(1-P)": ("C1", "-"),
-        "seeds log(P+eps)": ("C3", "--"), "seeds log(1-P+eps)": ("C2", "--"),
-        "SciPy float64 log P": ("C4", ":"), "SciPy float64 log(1-P)": ("C5", ":"),
+        "stable log P": ("C0", "-"),
+        "stable log(1-P)": ("C1", "-"),
+        "seeds log(P+eps)": ("C3", "--"),
+        "seeds log(1-P+eps)": ("C2", "--"),
+        "SciPy float64 log P": ("C4", ":"),
+        "SciPy float64 log(1-P)": ("C5", ":"),
     }
     for axis, sign, side in zip(axes, (-1, 1), ("t < 0", "t > 0")):
         mask = np.sign(t_exact) == sign
         for name, (color, style) in styles.items():
             thin = name.startswith("SciPy")
-            axis.plot(np.abs(t_exact[mask]), np.maximum(errors[name][mask], FLOOR), style, color=color, label=name,
-                      lw=0.7 if thin else 1.3, alpha=0.6 if thin else 1.0)
+            axis.plot(
+                np.abs(t_exact[mask]),
+                np.maximum(errors[name][mask], FLOOR),
+                style,
+                color=color,
+                label=name,
+                lw=0.7 if thin else 1.3,
+                alpha=0.6 if thin else 1.0,
+            )
         axis.axhline(ULP32, color="grey", lw=0.8, ls="-.", label="float32 ulp $2^{-23}$")
         axis.set(xscale="log", yscale="log", xlabel="|t|", title=f"{side} (scale = 1, C = 0)")
     axes[0].set_ylabel(f"relative error (exact drawn at {FLOOR:g})")
@@ -162,19 +193,42 @@ def _error_figure(t_exact: np.ndarray, errors: dict, out_dir: Path) -> str:
 
 
 def _body(text: str, summary_rows: list[list], break_rows: list[list], value_rows: list[list]) -> str:
-    return "\n\n".join([
-        text,
-        "**Results.** Maximum relative error over the grid, per set-up (the stable form also in float32 ulps).",
-        table(["set-up", "stable log P", "(ulps)", "stable log(1−P)", "(ulps)", "seeds log(P+ε)", "seeds log(1−P+ε)",
-               "SciPy float64 (both)"], summary_rows),
-        "Where the seeds' form breaks (set-up scale = 1, C = 0): the smallest $\\lvert t\\rvert$ at which its "
-        f"relative error passes {fmt(BREAK)}, and its relative error at the end of the range. For most classes "
-        "$\\mathrm{loc}_S \\ll C$ ($t \\ll 0$), where the loss term is $-\\log(1 - P)$.",
-        table(["form", "side", "relative error > 1% from |t| =", "relative error at |t| = 1e10"], break_rows),
-        "Values at selected $t$ (set-up scale = 1, C = 0): the reference, the stable form and the seeds' form.",
-        table(["t", "log P (ref)", "log P (stable)", "log P (seeds)", "log(1−P) (ref)", "log(1−P) (stable)",
-               "log(1−P) (seeds)"], value_rows),
-    ])
+    return "\n\n".join(
+        [
+            text,
+            "**Results.** Maximum relative error over the grid, per set-up (the stable form also in float32 ulps).",
+            table(
+                [
+                    "set-up",
+                    "stable log P",
+                    "(ulps)",
+                    "stable log(1−P)",
+                    "(ulps)",
+                    "seeds log(P+ε)",
+                    "seeds log(1−P+ε)",
+                    "SciPy float64 (both)",
+                ],
+                summary_rows,
+            ),
+            "Where the seeds' form breaks (set-up scale = 1, C = 0): the smallest $\\lvert t\\rvert$ at which its "
+            f"relative error passes {fmt(BREAK)}, and its relative error at the end of the range. For most classes "
+            "$\\mathrm{loc}_S \\ll C$ ($t \\ll 0$), where the loss term is $-\\log(1 - P)$.",
+            table(["form", "side", "relative error > 1% from |t| =", "relative error at |t| = 1e10"], break_rows),
+            "Values at selected $t$ (set-up scale = 1, C = 0): the reference, the stable form and the seeds' form.",
+            table(
+                [
+                    "t",
+                    "log P (ref)",
+                    "log P (stable)",
+                    "log P (seeds)",
+                    "log(1−P) (ref)",
+                    "log(1−P) (stable)",
+                    "log(1−P) (seeds)",
+                ],
+                value_rows,
+            ),
+        ]
+    )
 
 
 def run(quick: bool, out_dir: Path) -> ExperimentResult:
@@ -194,13 +248,19 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
 
     worst_p = max(errors_["stable log P"].max() for *_, errors_ in per_setup)
     worst_not_p = max(errors_["stable log(1-P)"].max() for *_, errors_ in per_setup)
-    worst_naive = max(max(errors_["seeds log(P+eps)"].max(), errors_["seeds log(1-P+eps)"].max()) for *_, errors_ in per_setup)
+    worst_naive = max(
+        max(errors_["seeds log(P+eps)"].max(), errors_["seeds log(1-P+eps)"].max()) for *_, errors_ in per_setup
+    )
     title, text = module_text(__name__)
     claims = [
         check("stable $\\log P$: maximum relative error over every set-up", worst_p, "<=", MAX_REL_ERROR),
         check("stable $\\log(1 - P)$: maximum relative error over every set-up", worst_not_p, "<=", MAX_REL_ERROR),
-        check("the seeds' $\\log(P + \\epsilon)$ form loses all relative accuracy in the range (its maximum relative error)",
-              worst_naive, ">=", 0.5),
+        check(
+            "the seeds' $\\log(P + \\epsilon)$ form loses all relative accuracy in the range (its maximum relative error)",
+            worst_naive,
+            ">=",
+            0.5,
+        ),
     ]
     first_break = min(row[2] for row in break_rows)
     return ExperimentResult(
@@ -209,8 +269,10 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=claims,
         body=_body(text, _summary_rows(per_setup), break_rows, _value_rows(t_exact, values)),
         figures=[figure_name],
-        headline=(f"stable max rel. error {fmt(max(worst_p, worst_not_p), 3)} "
-                  f"({fmt(max(worst_p, worst_not_p) / ULP32, 3)} ulps); the seeds' form passes 1% error from "
-                  f"|t| = {fmt(first_break, 2)}, reaches {fmt(worst_naive, 2)}"),
+        headline=(
+            f"stable max rel. error {fmt(max(worst_p, worst_not_p), 3)} "
+            f"({fmt(max(worst_p, worst_not_p) / ULP32, 3)} ulps); the seeds' form passes 1% error from "
+            f"|t| = {fmt(first_break, 2)}, reaches {fmt(worst_naive, 2)}"
+        ),
         settings=f"{len(t_grid)} values of t per set-up, set-ups (scale, C) = {', '.join(f'({fmt(a)}, {fmt(b)})' for a, b in SETUPS)}, float32; reference mpmath 50 digits",
     )

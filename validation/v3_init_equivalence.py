@@ -55,12 +55,30 @@ from .domains import domain_a_texts, pretrained_base, pretrained_numeric_tokeniz
 
 CONFIGS = [  # build_tiny_qwen arguments
     dict(seed=0),  # the embedded default: H = 64, 2 layers, 4 heads, 2 kv heads, tied
-    dict(seed=1, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-         intermediate_size=64, tie_word_embeddings=False),
-    dict(seed=2, hidden_size=96, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, intermediate_size=192),
-    dict(seed=3, hidden_size=128, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8,
-         intermediate_size=256, tie_word_embeddings=False),
-    dict(seed=4, hidden_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, intermediate_size=96),
+    dict(
+        seed=1,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        tie_word_embeddings=False,
+    ),
+    dict(
+        seed=2, hidden_size=96, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, intermediate_size=192
+    ),
+    dict(
+        seed=3,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        intermediate_size=256,
+        tie_word_embeddings=False,
+    ),
+    dict(
+        seed=4, hidden_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, intermediate_size=96
+    ),
 ]
 THRESHOLDS = [-100.0, -10.0, 0.0, 10.0, 100.0, 1000.0]
 GAMMAS = [0.01, 0.1, 1.0, 10.0, 100.0]
@@ -70,10 +88,21 @@ INPUT_SEED = 7
 
 
 def _describe(config: dict) -> str:
-    merged = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=128, tie_word_embeddings=True) | config
-    return (f"H={merged['hidden_size']}, L={merged['num_hidden_layers']}, heads={merged['num_attention_heads']}/"
-            f"{merged['num_key_value_heads']}, {'tied' if merged['tie_word_embeddings'] else 'untied'}, seed {merged['seed']}")
+    merged = (
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            tie_word_embeddings=True,
+        )
+        | config
+    )
+    return (
+        f"H={merged['hidden_size']}, L={merged['num_hidden_layers']}, heads={merged['num_attention_heads']}/"
+        f"{merged['num_key_value_heads']}, {'tied' if merged['tie_word_embeddings'] else 'untied'}, seed {merged['seed']}"
+    )
 
 
 @torch.no_grad()
@@ -83,8 +112,9 @@ def pretrained_agreement(n_texts: int) -> dict:
     $\arg\max_k P_k$ is Qwen's greedy token."""
     base, _ = pretrained_base()
     tokenizer = pretrained_numeric_tokenizer()
-    batch = collate(TextDataset(domain_a_texts(n_texts, INPUT_SEED), tokenizer, max_length=64).items,
-                    tokenizer.pad_token_id)
+    batch = collate(
+        TextDataset(domain_a_texts(n_texts, INPUT_SEED), tokenizer, max_length=64).items, tokenizer.pad_token_id
+    )
     real = batch["attention_mask"].bool()
     logits = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # [B, S, V]
     greedy = logits.argmax(-1)
@@ -94,9 +124,12 @@ def pretrained_agreement(n_texts: int) -> dict:
         model = CausalQwenForCausalLM.from_qwen(base, num_token_id=tokenizer.num_token_id, **init).eval()
         out = model(batch["input_ids"], attention_mask=batch["attention_mask"])
         tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, model.ovr_threshold, model.config.num_token_id)
-        result[name] = {"C": float(model.ovr_threshold), "gamma": model.config.abduction_scale_init,
-                        "max_error": float((out.loc_S - logits)[real].abs().max()),
-                        "agreement": float((tokens == greedy)[real].double().mean())}
+        result[name] = {
+            "C": float(model.ovr_threshold),
+            "gamma": model.config.abduction_scale_init,
+            "max_error": float((out.loc_S - logits)[real].abs().max()),
+            "agreement": float((tokens == greedy)[real].double().mean()),
+        }
     return result
 
 
@@ -139,53 +172,114 @@ def _agreement_figure(pooled: np.ndarray, n_configs: int, out_dir: Path) -> str:
     image = axis.imshow(100 * pooled, cmap="viridis", vmin=0, vmax=100, aspect="auto")
     for g in range(len(GAMMAS)):
         for j in range(len(THRESHOLDS)):
-            axis.text(j, g, f"{100 * pooled[g, j]:.0f}", ha="center", va="center",
-                      color="white" if pooled[g, j] < 0.6 else "black", fontsize=9)
+            axis.text(
+                j,
+                g,
+                f"{100 * pooled[g, j]:.0f}",
+                ha="center",
+                va="center",
+                color="white" if pooled[g, j] < 0.6 else "black",
+                fontsize=9,
+            )
     axis.set_xticks(range(len(THRESHOLDS)), [fmt(t) for t in THRESHOLDS])
     axis.set_yticks(range(len(GAMMAS)), [fmt(g) for g in GAMMAS])
-    axis.set(xlabel="OvR threshold C", ylabel="initial scale γ (abduction_scale_init)",
-             title=f"argmax P = Qwen2 greedy token at init (% of positions, mean of {n_configs} models)")
+    axis.set(
+        xlabel="OvR threshold C",
+        ylabel="initial scale γ (abduction_scale_init)",
+        title=f"argmax P = Qwen2 greedy token at init (% of positions, mean of {n_configs} models)",
+    )
     figure.colorbar(image, label="agreement (%)")
     return save_figure(figure, out_dir, "v3_argmax_agreement.png")
 
 
 def _body(text: str, config_rows: list[list], pooled: np.ndarray, gamma_spread: float, pretrained: dict) -> str:
-    return "\n\n".join([
-        text,
-        "**Results per model.** Maximum absolute and relative difference between $\\mathrm{loc}_S$ and the "
-        "Qwen2 logits (over every $\\gamma$), agreement of the traditional argmax with greedy decoding, and "
-        f"of standard inference's $\\arg\\max_k P_k$ at the drafts' $C = {fmt(DRAFTS[0])}$, "
-        f"$\\gamma = {fmt(DRAFTS[1])}$; the share of positions where that argmax is the class with the largest "
-        "$\\lVert W_{\\mathrm{cls},k}\\rVert_1$; and the range of the agreement over the whole grid.",
-        table(["base model", "V", "max abs diff", "max rel diff", "traditional = greedy", "argmax P = greedy (drafts)",
-               "argmax P = largest-norm class (drafts)", "min over grid", "max over grid"], config_rows),
-        f"**Agreement of $\\arg\\max_k P_k$ with the greedy token** (mean over the {len(config_rows)} models; rows "
-        "$\\gamma$, columns $C$). At init every $t_k$ is divided by the same $\\gamma + \\lvert b_{\\mathrm{noise}}\\rvert$, "
-        "so $\\gamma$ cannot change the argmax; only $C$ and the row norms do. Largest change of the agreement "
-        f"across $\\gamma$ (any model, any $C$): {fmt(gamma_spread)}.",
-        table(["γ \\ C"] + [fmt(t) for t in THRESHOLDS],
-              [[fmt(gamma)] + [f"{100 * pooled[g, j]:.1f}%" for j in range(len(THRESHOLDS))] for g, gamma in enumerate(GAMMAS)]),
-        f"**The pretrained base, D14's defaults against the drafts'** ({pretrained['positions']} positions of held-out "
-        "domain-A text):",
-        table(["initialization", "γ", "C", "max |loc_S − logits|", "argmax P = greedy"],
-              [[label, pretrained[key]["gamma"], pretrained[key]["C"], pretrained[key]["max_error"],
-                f"{100 * pretrained[key]['agreement']:.2f}%"]
-               for key, label in (("calibrated", "D14 defaults (`from_qwen`)"), ("drafts", "the drafts' (`DRAFT_INIT`)"))]),
-    ])
+    return "\n\n".join(
+        [
+            text,
+            "**Results per model.** Maximum absolute and relative difference between $\\mathrm{loc}_S$ and the "
+            "Qwen2 logits (over every $\\gamma$), agreement of the traditional argmax with greedy decoding, and "
+            f"of standard inference's $\\arg\\max_k P_k$ at the drafts' $C = {fmt(DRAFTS[0])}$, "
+            f"$\\gamma = {fmt(DRAFTS[1])}$; the share of positions where that argmax is the class with the largest "
+            "$\\lVert W_{\\mathrm{cls},k}\\rVert_1$; and the range of the agreement over the whole grid.",
+            table(
+                [
+                    "base model",
+                    "V",
+                    "max abs diff",
+                    "max rel diff",
+                    "traditional = greedy",
+                    "argmax P = greedy (drafts)",
+                    "argmax P = largest-norm class (drafts)",
+                    "min over grid",
+                    "max over grid",
+                ],
+                config_rows,
+            ),
+            f"**Agreement of $\\arg\\max_k P_k$ with the greedy token** (mean over the {len(config_rows)} models; rows "
+            "$\\gamma$, columns $C$). At init every $t_k$ is divided by the same $\\gamma + \\lvert b_{\\mathrm{noise}}\\rvert$, "
+            "so $\\gamma$ cannot change the argmax; only $C$ and the row norms do. Largest change of the agreement "
+            f"across $\\gamma$ (any model, any $C$): {fmt(gamma_spread)}.",
+            table(
+                ["γ \\ C"] + [fmt(t) for t in THRESHOLDS],
+                [
+                    [fmt(gamma)] + [f"{100 * pooled[g, j]:.1f}%" for j in range(len(THRESHOLDS))]
+                    for g, gamma in enumerate(GAMMAS)
+                ],
+            ),
+            f"**The pretrained base, D14's defaults against the drafts'** ({pretrained['positions']} positions of held-out "
+            "domain-A text):",
+            table(
+                ["initialization", "γ", "C", "max |loc_S − logits|", "argmax P = greedy"],
+                [
+                    [
+                        label,
+                        pretrained[key]["gamma"],
+                        pretrained[key]["C"],
+                        pretrained[key]["max_error"],
+                        f"{100 * pretrained[key]['agreement']:.2f}%",
+                    ]
+                    for key, label in (
+                        ("calibrated", "D14 defaults (`from_qwen`)"),
+                        ("drafts", "the drafts' (`DRAFT_INIT`)"),
+                    )
+                ],
+            ),
+        ]
+    )
 
 
 def _claims(max_error_all: float, traditional_all: float, gamma_spread: float, pretrained: dict) -> list:
     return [
-        check("$\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$ over every model, $\\gamma$ and position",
-              max_error_all, "<=", MAX_LOGIT_ERROR),
-        check("traditional argmax of $\\mathrm{softmax}(\\mathrm{loc}_S)$ = greedy token (minimum share of positions)",
-              traditional_all, ">=", 1.0),
-        check("at init $\\gamma$ does not change $\\arg\\max_k P_k$ (largest change of the agreement across $\\gamma$)",
-              gamma_spread, "<=", 0.01),
-        check("pretrained base, D14's defaults: $\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$",
-              pretrained["calibrated"]["max_error"], "<=", MAX_LOGIT_ERROR),
-        check("pretrained base, D14's defaults: $\\arg\\max_k P_k$ = Qwen's greedy token (share of positions)",
-              pretrained["calibrated"]["agreement"], ">=", 0.99),
+        check(
+            "$\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$ over every model, $\\gamma$ and position",
+            max_error_all,
+            "<=",
+            MAX_LOGIT_ERROR,
+        ),
+        check(
+            "traditional argmax of $\\mathrm{softmax}(\\mathrm{loc}_S)$ = greedy token (minimum share of positions)",
+            traditional_all,
+            ">=",
+            1.0,
+        ),
+        check(
+            "at init $\\gamma$ does not change $\\arg\\max_k P_k$ (largest change of the agreement across $\\gamma$)",
+            gamma_spread,
+            "<=",
+            0.01,
+        ),
+        check(
+            "pretrained base, D14's defaults: $\\max \\lvert \\mathrm{loc}_S - \\mathrm{logits}\\rvert$",
+            pretrained["calibrated"]["max_error"],
+            "<=",
+            MAX_LOGIT_ERROR,
+        ),
+        check(
+            "pretrained base, D14's defaults: $\\arg\\max_k P_k$ = Qwen's greedy token (share of positions)",
+            pretrained["calibrated"]["agreement"],
+            ">=",
+            0.99,
+        ),
     ]
 
 
@@ -196,10 +290,20 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
 
     bases = [_one_base(c, config, tokenizer, (batch, length)) for c, config in enumerate(configs)]
     agreement = np.stack([base["agreement"] for base in bases])  # [model, γ, C]
-    config_rows = [[_describe(config), base["vocab_size"], base["max_error"], base["max_relative"], base["traditional"],
-                    base["agreement"][GAMMAS.index(DRAFTS[1]), THRESHOLDS.index(DRAFTS[0])],
-                    base["largest_norm_share"], base["agreement"].min(), base["agreement"].max()]
-                   for config, base in zip(configs, bases)]
+    config_rows = [
+        [
+            _describe(config),
+            base["vocab_size"],
+            base["max_error"],
+            base["max_relative"],
+            base["traditional"],
+            base["agreement"][GAMMAS.index(DRAFTS[1]), THRESHOLDS.index(DRAFTS[0])],
+            base["largest_norm_share"],
+            base["agreement"].min(),
+            base["agreement"].max(),
+        ]
+        for config, base in zip(configs, bases)
+    ]
     max_error_all = max([0.0] + [base["max_error"] for base in bases])
     traditional_all = min([1.0] + [base["traditional_min"] for base in bases])
 
@@ -215,10 +319,14 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=_claims(max_error_all, traditional_all, gamma_spread, pretrained),
         body=_body(text, config_rows, pooled, gamma_spread, pretrained),
         figures=[figure_name],
-        headline=(f"max |loc_S − logits| = {fmt(max_error_all, 3)}; pretrained base: argmax P = greedy at "
-                  f"{100 * pretrained['calibrated']['agreement']:.2f}% of positions at D14's defaults, "
-                  f"{100 * pretrained['drafts']['agreement']:.1f}% at the drafts'; random bases: "
-                  f"{100 * pooled.min():.1f}–{100 * pooled.max():.1f}% over the grid"),
-        settings=(f"{len(configs)} tiny Qwen2 models, random ids [{batch}, {length}] (seed {INPUT_SEED} + model index), "
-                  f"C ∈ {{{', '.join(fmt(t) for t in THRESHOLDS)}}}, γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, noise_init 0.1, float32"),
+        headline=(
+            f"max |loc_S − logits| = {fmt(max_error_all, 3)}; pretrained base: argmax P = greedy at "
+            f"{100 * pretrained['calibrated']['agreement']:.2f}% of positions at D14's defaults, "
+            f"{100 * pretrained['drafts']['agreement']:.1f}% at the drafts'; random bases: "
+            f"{100 * pooled.min():.1f}–{100 * pooled.max():.1f}% over the grid"
+        ),
+        settings=(
+            f"{len(configs)} tiny Qwen2 models, random ids [{batch}, {length}] (seed {INPUT_SEED} + model index), "
+            f"C ∈ {{{', '.join(fmt(t) for t in THRESHOLDS)}}}, γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, noise_init 0.1, float32"
+        ),
     )

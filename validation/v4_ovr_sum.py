@@ -51,7 +51,7 @@ MAX_ORACLE_ERROR = 1e-4
 
 def _threshold_grid(points: int) -> np.ndarray:
     positive = np.logspace(-1, 5, points)
-    return np.concatenate([-positive[::-1][points // 2:], [0.0], positive])  # from -1e2 up to 1e5
+    return np.concatenate([-positive[::-1][points // 2 :], [0.0], positive])  # from -1e2 up to 1e5
 
 
 def _calibrating_threshold(median_sum, grid: np.ndarray, sums: np.ndarray) -> float:
@@ -70,8 +70,9 @@ def _decisions(gamma: float, batch: dict, valid: torch.Tensor) -> tuple[dict, in
     with torch.no_grad():
         out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"])
         loc_U, scale_U = out.loc_U[:, :-1], out.scale_U[:, :-1]
-        loc, scale = decision_input("causal", loc_U, scale_U, model.action.noise_scale,
-                                    generator=torch.Generator().manual_seed(DRAW_SEED))
+        loc, scale = decision_input(
+            "causal", loc_U, scale_U, model.action.noise_scale, generator=torch.Generator().manual_seed(DRAW_SEED)
+        )
         causal = model.action.decide(loc, scale)
     decisions = {  # [N, V] each: the N scored positions
         "standard": (out.loc_S[:, :-1][valid], out.scale_S[:, :-1][valid]),
@@ -95,9 +96,13 @@ def _median_sums(loc_S: torch.Tensor, scale_S: torch.Tensor, grid: np.ndarray) -
     for c, package_value in zip(TABLE_THRESHOLDS, at_table):
         oracle = float(np.median(stats.cauchy.sf(c, loc64, scale64).sum(-1)))
         oracle_error = max(oracle_error, abs(package_value - oracle) / oracle)
-    return {"sums": sums, "violations": int((np.diff(sums) > 1e-6 * sums[:-1]).sum()),
-            "calibrating": _calibrating_threshold(median_sum, grid, sums), "at_table": at_table,
-            "oracle_error": oracle_error}
+    return {
+        "sums": sums,
+        "violations": int((np.diff(sums) > 1e-6 * sums[:-1]).sum()),
+        "calibrating": _calibrating_threshold(median_sum, grid, sums),
+        "at_table": at_table,
+        "oracle_error": oracle_error,
+    }
 
 
 def _sum_figure(grid: np.ndarray, curves: dict, vocab_size: int, out_dir: Path) -> str:
@@ -109,8 +114,12 @@ def _sum_figure(grid: np.ndarray, curves: dict, vocab_size: int, out_dir: Path) 
         axis.axhline(1.0, color="k", lw=0.8, ls="--", label="Σ P = 1 (calibrated)")
         axis.axvline(DRAFTS[0], color="grey", lw=0.8, ls=":", label=f"the drafts' C = {fmt(DRAFTS[0])}")
         axis.set_xscale("symlog", linthresh=1.0)
-        axis.set(yscale="log", xlim=(grid[0], grid[-1]), xlabel="OvR threshold C (symmetric log scale)",
-                 title=f"{mode} inference at init")
+        axis.set(
+            yscale="log",
+            xlim=(grid[0], grid[-1]),
+            xlabel="OvR threshold C (symmetric log scale)",
+            title=f"{mode} inference at init",
+        )
         axis.legend(fontsize=7)
     axes[0].set_ylabel(f"median over positions of Σ_k P_k (V = {vocab_size})")
     return save_figure(figure, out_dir, "v4_ovr_sum.png")
@@ -137,22 +146,36 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             oracle_error = max(oracle_error, measured["oracle_error"])
     figure_name = _sum_figure(grid, curves, vocab_size, out_dir)
 
-    drafts_standard = next(r for r in table_rows if r[0] == "standard" and r[1] == fmt(DRAFTS[1]))[2 + TABLE_THRESHOLDS.index(DRAFTS[0])]
-    drafts_causal = next(r for r in table_rows if r[0] == "causal" and r[1] == fmt(DRAFTS[1]))[2 + TABLE_THRESHOLDS.index(DRAFTS[0])]
+    drafts_standard = next(r for r in table_rows if r[0] == "standard" and r[1] == fmt(DRAFTS[1]))[
+        2 + TABLE_THRESHOLDS.index(DRAFTS[0])
+    ]
+    drafts_causal = next(r for r in table_rows if r[0] == "causal" and r[1] == fmt(DRAFTS[1]))[
+        2 + TABLE_THRESHOLDS.index(DRAFTS[0])
+    ]
     title, text = module_text(__name__)
-    body = "\n\n".join([
-        text,
-        f"**Results.** Median over {int(valid.sum())} scored positions of $\\sum_k P_k$ "
-        f"($V = {vocab_size}$ classes) at selected thresholds:",
-        table(["inference", "γ"] + [f"C = {fmt(c)}" for c in TABLE_THRESHOLDS], table_rows),
-        "The threshold $C$ at which the median sum is 1 at init (nan: no crossing on the grid):",
-        table(["inference", "γ", "calibrating C"], [[mode, fmt(gamma), c] for mode, gamma, c in calibrating_rows]),
-    ])
+    body = "\n\n".join(
+        [
+            text,
+            f"**Results.** Median over {int(valid.sum())} scored positions of $\\sum_k P_k$ "
+            f"($V = {vocab_size}$ classes) at selected thresholds:",
+            table(["inference", "γ"] + [f"C = {fmt(c)}" for c in TABLE_THRESHOLDS], table_rows),
+            "The threshold $C$ at which the median sum is 1 at init (nan: no crossing on the grid):",
+            table(["inference", "γ", "calibrating C"], [[mode, fmt(gamma), c] for mode, gamma, c in calibrating_rows]),
+        ]
+    )
     claims = [
-        check("the package's median $\\sum_k P_k$ equals the float64 SciPy oracle (maximum relative difference)",
-              oracle_error, "<=", MAX_ORACLE_ERROR),
-        check("the median sum never increases with $C$ (number of increases over the grid, both modes, every γ)",
-              violations, "==", 0),
+        check(
+            "the package's median $\\sum_k P_k$ equals the float64 SciPy oracle (maximum relative difference)",
+            oracle_error,
+            "<=",
+            MAX_ORACLE_ERROR,
+        ),
+        check(
+            "the median sum never increases with $C$ (number of increases over the grid, both modes, every γ)",
+            violations,
+            "==",
+            0,
+        ),
     ]
     return ExperimentResult(
         name="V4",
@@ -160,9 +183,13 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=claims,
         body=body,
         figures=[figure_name],
-        headline=(f"median Σ P at the drafts' values (C = {fmt(DRAFTS[0])}, γ = {fmt(DRAFTS[1])}): "
-                  f"{fmt(drafts_standard, 3)} standard, {fmt(drafts_causal, 3)} causal (calibrated would be 1)"),
-        settings=(f"{sentences} synthetic sentences (seed {DATA_SEED}), causal draws seed {DRAW_SEED}, "
-                  f"{len(grid)} thresholds in [{fmt(grid[0])}, {fmt(grid[-1])}], γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, "
-                  "noise_init 0.1, the embedded tiny base (seed 0)"),
+        headline=(
+            f"median Σ P at the drafts' values (C = {fmt(DRAFTS[0])}, γ = {fmt(DRAFTS[1])}): "
+            f"{fmt(drafts_standard, 3)} standard, {fmt(drafts_causal, 3)} causal (calibrated would be 1)"
+        ),
+        settings=(
+            f"{sentences} synthetic sentences (seed {DATA_SEED}), causal draws seed {DRAW_SEED}, "
+            f"{len(grid)} thresholds in [{fmt(grid[0])}, {fmt(grid[-1])}], γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, "
+            "noise_init 0.1, the embedded tiny base (seed 0)"
+        ),
     )

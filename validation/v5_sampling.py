@@ -68,8 +68,17 @@ def _ulp32(values: np.ndarray) -> np.ndarray:
 
 
 def _generate(model, batch, mode, seed, steps, **kwargs):
-    return generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
-                    max_new_tokens=steps, generator=torch.Generator().manual_seed(seed), eos_token_id=[], **kwargs)
+    return generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        mode=mode,
+        max_new_tokens=steps,
+        generator=torch.Generator().manual_seed(seed),
+        eos_token_id=[],
+        **kwargs,
+    )
 
 
 def _traces(out):
@@ -114,7 +123,9 @@ def _law_rows(samples: dict[str, np.ndarray]) -> tuple[list[list], list[float]]:
     for name, values in samples.items():
         p = float(stats.kstest(values, stats.cauchy.cdf).pvalue)
         p_values.append(p)
-        law_rows.append([name, len(values), float(np.median(values)), float(np.subtract(*np.percentile(values, [75, 25])) / 2), p])
+        law_rows.append(
+            [name, len(values), float(np.median(values)), float(np.subtract(*np.percentile(values, [75, 25])) / 2), p]
+        )
     return law_rows, p_values
 
 
@@ -125,10 +136,18 @@ def _invariant_rows(causal, individual, shared_noise, noise_scale: np.ndarray) -
     noise_mode_scale_dev = float((shared_noise.decision_scale - shared_noise.scale_U).abs().max())
     invariant_rows = [
         ["causal (contrast)", "w_t = w_0", _individual_deviation(causal), "fresh draw each step"],
-        ["shared_individual", "w_t = w_0", _individual_deviation(individual),
-         f"decision scale − abs(b_noise): max {fmt(noise_scale_dev)}"],
-        ["shared_noise", "shift_t = shift_0", _noise_deviation(shared_noise),
-         f"decision scale − scale_U: max {fmt(noise_mode_scale_dev)}"],
+        [
+            "shared_individual",
+            "w_t = w_0",
+            _individual_deviation(individual),
+            f"decision scale − abs(b_noise): max {fmt(noise_scale_dev)}",
+        ],
+        [
+            "shared_noise",
+            "shift_t = shift_0",
+            _noise_deviation(shared_noise),
+            f"decision scale − scale_U: max {fmt(noise_mode_scale_dev)}",
+        ],
     ]
     return invariant_rows, max(noise_scale_dev, noise_mode_scale_dev)
 
@@ -158,25 +177,43 @@ def _qq_figure(samples: dict[str, np.ndarray], out_dir: Path) -> str:
     for name, values in samples.items():
         axis.plot(theory, np.quantile(values, probabilities), ".", ms=3, label=f"{name} (n = {len(values)})")
     axis.plot(theory, theory, "k-", lw=0.8, label="identity")
-    axis.set(xlabel="standard Cauchy quantile", ylabel="sample quantile",
-             title="standardized draws of the sampling modes (QQ)")
+    axis.set(
+        xlabel="standard Cauchy quantile",
+        ylabel="sample quantile",
+        title="standardized draws of the sampling modes (QQ)",
+    )
     axis.legend(fontsize=7)
     return save_figure(figure, out_dir, "v5_sampling_qq.png")
 
 
-def _claims(p_values: list[float], invariant_rows: list[list], scale_deviation: float, distinct: dict,
-            reproducible: bool) -> list:
+def _claims(
+    p_values: list[float], invariant_rows: list[list], scale_deviation: float, distinct: dict, reproducible: bool
+) -> list:
     return [
-        check("every standardized draw is standard Cauchy (minimum KS p-value of the three)", min(p_values), ">=", P_MIN),
-        check("shared_individual keeps $w_t = w_0$ (max deviation / float32 ulps)",
-              invariant_rows[1][2], "<=", 1.0),
+        check(
+            "every standardized draw is standard Cauchy (minimum KS p-value of the three)", min(p_values), ">=", P_MIN
+        ),
+        check("shared_individual keeps $w_t = w_0$ (max deviation / float32 ulps)", invariant_rows[1][2], "<=", 1.0),
         check("shared_noise keeps the shift (max deviation / float32 ulps)", invariant_rows[2][2], "<=", 1.0),
         check("causal draws afresh: its deviation is far beyond rounding", invariant_rows[0][2], ">=", 1e3),
-        check("decision scale: $\\lvert b_{\\mathrm{noise}}\\rvert$ (shared_individual), $\\mathrm{scale}_U$ (shared_noise); max difference",
-              scale_deviation, "<=", 0.0),
-        check("standard inference is deterministic (distinct sequences over the seeds, both noise levels)",
-              max(distinct[("standard", "default")], distinct[("standard", "large")]), "==", 1),
-        check("causal sampling is random (distinct sequences at the default noise)", distinct[("causal", "default")], ">=", 2),
+        check(
+            "decision scale: $\\lvert b_{\\mathrm{noise}}\\rvert$ (shared_individual), $\\mathrm{scale}_U$ (shared_noise); max difference",
+            scale_deviation,
+            "<=",
+            0.0,
+        ),
+        check(
+            "standard inference is deterministic (distinct sequences over the seeds, both noise levels)",
+            max(distinct[("standard", "default")], distinct[("standard", "large")]),
+            "==",
+            1,
+        ),
+        check(
+            "causal sampling is random (distinct sequences at the default noise)",
+            distinct[("causal", "default")],
+            ">=",
+            2,
+        ),
         check("the same seed gives the same sequence in every mode (1 = yes)", float(reproducible), "==", 1),
     ]
 
@@ -200,29 +237,38 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     figure_name = _qq_figure(samples, out_dir)
 
     title, text = module_text(__name__)
-    body = "\n\n".join([
-        text,
-        "**(a) The law of the draws.** Median and half inter-quartile range (0 and 1 for a standard Cauchy law) "
-        "and the KS p-value against the standard Cauchy law:",
-        table(["draws", "n", "median", "half-IQR", "KS p"], law_rows),
-        f"**(b) Invariants over {steps} generated steps** of {len(prompts)} rows: the largest deviation from "
-        "the step-0 value, as a multiple of the sum of the two float32 ulps (at most 1/2 means identical up to the "
-        "rounding of the decision input).",
-        table(["mode", "invariant", "max deviation / (ulp_t + ulp_0)", "decision scale"], invariant_rows),
-        f"**(c) Diversity.** Distinct sequences of {diversity_steps} new tokens out of {seeds} generator seeds, for the "
-        f"prompt \"{DIVERSITY_PROMPT}\", at the default exogenous noise and at $b_{{\\mathrm{{noise}}}} = {fmt(LARGE_NOISE)}$:",
-        table(["mode", f"b_noise = {fmt(model.config.noise_init)} (default)", f"b_noise = {fmt(LARGE_NOISE)}"], diversity_rows),
-    ])
+    body = "\n\n".join(
+        [
+            text,
+            "**(a) The law of the draws.** Median and half inter-quartile range (0 and 1 for a standard Cauchy law) "
+            "and the KS p-value against the standard Cauchy law:",
+            table(["draws", "n", "median", "half-IQR", "KS p"], law_rows),
+            f"**(b) Invariants over {steps} generated steps** of {len(prompts)} rows: the largest deviation from "
+            "the step-0 value, as a multiple of the sum of the two float32 ulps (at most 1/2 means identical up to the "
+            "rounding of the decision input).",
+            table(["mode", "invariant", "max deviation / (ulp_t + ulp_0)", "decision scale"], invariant_rows),
+            f"**(c) Diversity.** Distinct sequences of {diversity_steps} new tokens out of {seeds} generator seeds, for the "
+            f'prompt "{DIVERSITY_PROMPT}", at the default exogenous noise and at $b_{{\\mathrm{{noise}}}} = {fmt(LARGE_NOISE)}$:',
+            table(
+                ["mode", f"b_noise = {fmt(model.config.noise_init)} (default)", f"b_noise = {fmt(LARGE_NOISE)}"],
+                diversity_rows,
+            ),
+        ]
+    )
     return ExperimentResult(
         name="V5",
         title=title,
         claims=_claims(p_values, invariant_rows, scale_deviation, distinct, reproducible),
         body=body,
         figures=[figure_name],
-        headline=(f"min KS p = {fmt(min(p_values), 3)}; shared modes constant within "
-                  f"{fmt(max(invariant_rows[1][2], invariant_rows[2][2]), 2)} ulps; distinct/{seeds} at default noise: "
-                  + ", ".join(f"{mode} {distinct[(mode, 'default')]}" for mode in MODES)),
-        settings=(f"{len(prompts)} rows ({len(PROMPTS)} prompts) × {steps} steps (generator seeds {SEED}, {SEED + 1}, {SEED + 2} for causal, "
-                  f"shared_individual, shared_noise); diversity: seeds 0–{seeds - 1}, "
-                  f"{diversity_steps} new tokens; embedded tiny base, init seed 0"),
+        headline=(
+            f"min KS p = {fmt(min(p_values), 3)}; shared modes constant within "
+            f"{fmt(max(invariant_rows[1][2], invariant_rows[2][2]), 2)} ulps; distinct/{seeds} at default noise: "
+            + ", ".join(f"{mode} {distinct[(mode, 'default')]}" for mode in MODES)
+        ),
+        settings=(
+            f"{len(prompts)} rows ({len(PROMPTS)} prompts) × {steps} steps (generator seeds {SEED}, {SEED + 1}, {SEED + 2} for causal, "
+            f"shared_individual, shared_noise); diversity: seeds 0–{seeds - 1}, "
+            f"{diversity_steps} new tokens; embedded tiny base, init seed 0"
+        ),
     )

@@ -68,9 +68,18 @@ def _gradients(residual, scale_Y, loc_num, scale_num, alpha, detach):
     scale_S = torch.full((1, n, CLASSES), 1.0, dtype=torch.float64)
     scale_S[..., NUM_ID] = torch.tensor(scale_num)
     loc_Y = torch.zeros(1, n, dtype=torch.float64, requires_grad=True)
-    parts = total_loss(loc_S, scale_S, loc_Y, torch.tensor(scale_Y)[None], torch.full((1, n), NUM_ID),
-                       torch.tensor(residual)[None], num_token_id=NUM_ID, threshold=THRESHOLD, gate_alpha=alpha,
-                       detach_gate=detach)
+    parts = total_loss(
+        loc_S,
+        scale_S,
+        loc_Y,
+        torch.tensor(scale_Y)[None],
+        torch.full((1, n), NUM_ID),
+        torch.tensor(residual)[None],
+        num_token_id=NUM_ID,
+        threshold=THRESHOLD,
+        gate_alpha=alpha,
+        detach_gate=detach,
+    )
     parts.reg_loss_effective.backward()
     grad_S = loc_S.grad if loc_S.grad is not None else torch.zeros_like(loc_S)  # None: no path from the loss at all
     return grad_S[0, :, NUM_ID].numpy(), loc_Y.grad[0].numpy()
@@ -85,8 +94,17 @@ def _loss_alone(points: int) -> dict:
     scale_num = rng.uniform(5.0, 50.0, n)
     nll = -stats.cauchy.logpdf(residual, 0.0, scale_Y)  # the oracle nll (loc_Y = 0)
     density = stats.cauchy.pdf(THRESHOLD, loc_num, scale_num)  # ∂P/∂loc at the threshold
-    result = {"n": n, "nll": nll, "density": density, "rows": [], "worst_error": 0.0, "sign_mismatch": 0,
-              "detached_max": 0.0, "loc_y_change": 0.0, "plot": {}}
+    result = {
+        "n": n,
+        "nll": nll,
+        "density": density,
+        "rows": [],
+        "worst_error": 0.0,
+        "sign_mismatch": 0,
+        "detached_max": 0.0,
+        "loc_y_change": 0.0,
+        "plot": {},
+    }
     for alpha in ALPHAS:
         grad, grad_y = _gradients(residual, scale_Y, loc_num, scale_num, alpha, detach=False)
         grad_detached, grad_y_detached = _gradients(residual, scale_Y, loc_num, scale_num, alpha, detach=True)
@@ -98,8 +116,18 @@ def _loss_alone(points: int) -> dict:
         result["detached_max"] = max(result["detached_max"], float(np.abs(grad_detached).max()))
         result["loc_y_change"] = max(result["loc_y_change"], float(np.abs(grad_y - grad_y_detached).max()))
         lowered = float((grad[nll > 0] > 0).mean())  # descent lowers P_NUM where the gradient is positive
-        result["rows"].append([alpha, n, int((nll > 0).sum()), int((nll < 0).sum()), error, mismatch, lowered,
-                               float(np.abs(grad_detached).max())])
+        result["rows"].append(
+            [
+                alpha,
+                n,
+                int((nll > 0).sum()),
+                int((nll < 0).sum()),
+                error,
+                mismatch,
+                lowered,
+                float(np.abs(grad_detached).max()),
+            ]
+        )
         result["plot"][alpha] = (grad, grad_detached)
     return result
 
@@ -110,7 +138,9 @@ def _tiny_model_at_init(sentences: int) -> tuple[list[list], dict]:
     batch = sentence_batch(tokenizer, sentences, DATA_SEED)
     model_rows, model_signs = [], {}
     for detach in (False, True):
-        model = build_tiny_causal_lm(init_seed=0, detach_gate=detach, loss_algorithm="literal").model  # loc_S in the graph
+        model = build_tiny_causal_lm(
+            init_seed=0, detach_gate=detach, loss_algorithm="literal"
+        ).model  # loc_S in the graph
         out = model(**batch, return_decisions=True)
         out.loc_S.retain_grad()
         out.reg_loss.backward()
@@ -118,12 +148,22 @@ def _tiny_model_at_init(sentences: int) -> tuple[list[list], dict]:
             out.loc_S.grad = torch.zeros_like(out.loc_S)
         targets = batch["labels"][:, 1:] == tokenizer.num_token_id  # position i scores token i+1
         grad_num = out.loc_S.grad[:, :-1, tokenizer.num_token_id][targets]
-        nll_model = -stats.cauchy.logpdf(batch["numeric_values"][:, 1:][targets].double().numpy(),
-                                         out.loc_Y[:, :-1][targets].detach().double().numpy(),
-                                         out.scale_Y[:, :-1][targets].detach().double().numpy())
+        nll_model = -stats.cauchy.logpdf(
+            batch["numeric_values"][:, 1:][targets].double().numpy(),
+            out.loc_Y[:, :-1][targets].detach().double().numpy(),
+            out.scale_Y[:, :-1][targets].detach().double().numpy(),
+        )
         model_signs[detach] = (float((grad_num > 0).double().mean()), float(grad_num.abs().max()))
-        model_rows.append([str(detach), int(targets.sum()), float(np.median(nll_model)), float((nll_model > 0).mean()),
-                           model_signs[detach][0], model_signs[detach][1]])
+        model_rows.append(
+            [
+                str(detach),
+                int(targets.sum()),
+                float(np.median(nll_model)),
+                float((nll_model > 0).mean()),
+                model_signs[detach][0],
+                model_signs[detach][1],
+            ]
+        )
     return model_rows, model_signs
 
 
@@ -140,23 +180,43 @@ def _gate_figure(loss: dict, out_dir: Path) -> str:
         axis.plot(line, (1 - alpha) * line, "k-", lw=0.7)
     axis.axhline(0, color="grey", lw=0.6)
     axis.axvline(0, color="grey", lw=0.6)
-    axis.set(xlabel="nll of the <NUM> target", ylabel="∂L_reg/∂loc_S,NUM ÷ f(C) × n  (lines: (1 − α)·nll)",
-             title="gate gradient: its sign is the sign of the nll")
+    axis.set(
+        xlabel="nll of the <NUM> target",
+        ylabel="∂L_reg/∂loc_S,NUM ÷ f(C) × n  (lines: (1 − α)·nll)",
+        title="gate gradient: its sign is the sign of the nll",
+    )
     axis.legend(fontsize=8)
     return save_figure(figure, out_dir, "v7_gate_gradient.png")
 
 
 def _claims(loss: dict, model_rows: list[list], model_signs: dict) -> list:
     return [
-        check("the package's gate gradient equals $(1-\\alpha)\\,\\mathrm{nll}\\,f(C)/n$ (max relative error, float64)",
-              loss["worst_error"], "<=", MAX_REL_ERROR),
+        check(
+            "the package's gate gradient equals $(1-\\alpha)\\,\\mathrm{nll}\\,f(C)/n$ (max relative error, float64)",
+            loss["worst_error"],
+            "<=",
+            MAX_REL_ERROR,
+        ),
         check("its sign is the sign of the nll (number of positions where not)", loss["sign_mismatch"], "==", 0),
-        check("with ``detach_gate=True`` the gradient to $\\mathrm{loc}_{S,\\langle NUM\\rangle}$ is exactly 0 (max abs)",
-              max(loss["detached_max"], model_signs[True][1]), "==", 0.0),
-        check("``detach_gate`` leaves $\\partial L/\\partial\\,\\mathrm{loc}_Y$ unchanged (max abs difference)",
-              loss["loc_y_change"], "==", 0.0),
-        check("tiny model at init: share of ``<NUM>`` targets where descent lowers $P_{\\langle NUM\\rangle}$ "
-              f"(must equal the share with nll > 0, {fmt(model_rows[0][3])})", model_signs[False][0], "==", model_rows[0][3]),
+        check(
+            "with ``detach_gate=True`` the gradient to $\\mathrm{loc}_{S,\\langle NUM\\rangle}$ is exactly 0 (max abs)",
+            max(loss["detached_max"], model_signs[True][1]),
+            "==",
+            0.0,
+        ),
+        check(
+            "``detach_gate`` leaves $\\partial L/\\partial\\,\\mathrm{loc}_Y$ unchanged (max abs difference)",
+            loss["loc_y_change"],
+            "==",
+            0.0,
+        ),
+        check(
+            "tiny model at init: share of ``<NUM>`` targets where descent lowers $P_{\\langle NUM\\rangle}$ "
+            f"(must equal the share with nll > 0, {fmt(model_rows[0][3])})",
+            model_signs[False][0],
+            "==",
+            model_rows[0][3],
+        ),
     ]
 
 
@@ -167,27 +227,47 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
 
     n, sign_mismatch = loss["n"], loss["sign_mismatch"]
     title, text = module_text(__name__)
-    body = "\n\n".join([
-        text,
-        "**(1) The loss alone.** Relative difference between the package's gradient and the formula, positions "
-        "where its sign differs from the sign of the nll, the share of positive-nll positions where descent lowers "
-        "$P_{\\langle NUM\\rangle}$, and the largest gradient with the gate detached:",
-        table(["α", "positions", "nll > 0", "nll < 0", "max rel. error vs formula", "sign ≠ sign(nll)",
-               "descent lowers P_NUM (nll > 0)", "max abs grad, detach_gate"], loss["rows"]),
-        "**(2) The tiny model at initialization.** At every ``<NUM>`` target of the sentences: the median nll, "
-        "the share with nll > 0, the share where $\\partial L_{\\mathrm{reg}}/\\partial\\,\\mathrm{loc}_{S,\\langle NUM\\rangle} > 0$ "
-        "(descent lowers $P_{\\langle NUM\\rangle}$), and the largest such gradient:",
-        table(["detach_gate", "`<NUM>` targets", "median nll", "nll > 0", "gradient > 0", "max abs gradient"], model_rows),
-    ])
+    body = "\n\n".join(
+        [
+            text,
+            "**(1) The loss alone.** Relative difference between the package's gradient and the formula, positions "
+            "where its sign differs from the sign of the nll, the share of positive-nll positions where descent lowers "
+            "$P_{\\langle NUM\\rangle}$, and the largest gradient with the gate detached:",
+            table(
+                [
+                    "α",
+                    "positions",
+                    "nll > 0",
+                    "nll < 0",
+                    "max rel. error vs formula",
+                    "sign ≠ sign(nll)",
+                    "descent lowers P_NUM (nll > 0)",
+                    "max abs grad, detach_gate",
+                ],
+                loss["rows"],
+            ),
+            "**(2) The tiny model at initialization.** At every ``<NUM>`` target of the sentences: the median nll, "
+            "the share with nll > 0, the share where $\\partial L_{\\mathrm{reg}}/\\partial\\,\\mathrm{loc}_{S,\\langle NUM\\rangle} > 0$ "
+            "(descent lowers $P_{\\langle NUM\\rangle}$), and the largest such gradient:",
+            table(
+                ["detach_gate", "`<NUM>` targets", "median nll", "nll > 0", "gradient > 0", "max abs gradient"],
+                model_rows,
+            ),
+        ]
+    )
     return ExperimentResult(
         name="V7",
         title=title,
         claims=_claims(loss, model_rows, model_signs),
         body=body,
         figures=[figure_name],
-        headline=(f"∂L_reg/∂loc_NUM has the sign of the nll at {n * len(ALPHAS) - sign_mismatch}/{n * len(ALPHAS)} points "
-                  f"(max rel. error {fmt(loss['worst_error'], 2)}); at init descent lowers P_NUM at "
-                  f"{100 * model_signs[False][0]:.0f}% of `<NUM>` targets; detach_gate → 0"),
-        settings=(f"{n} regression situations per α (residual and scale_Y in [1e-3, 1e3]), C = {fmt(THRESHOLD)}, "
-                  f"{CLASSES} classes, float64, NumPy seed {DATA_SEED}; tiny model on synthetic sentences (seed {DATA_SEED})"),
+        headline=(
+            f"∂L_reg/∂loc_NUM has the sign of the nll at {n * len(ALPHAS) - sign_mismatch}/{n * len(ALPHAS)} points "
+            f"(max rel. error {fmt(loss['worst_error'], 2)}); at init descent lowers P_NUM at "
+            f"{100 * model_signs[False][0]:.0f}% of `<NUM>` targets; detach_gate → 0"
+        ),
+        settings=(
+            f"{n} regression situations per α (residual and scale_Y in [1e-3, 1e3]), C = {fmt(THRESHOLD)}, "
+            f"{CLASSES} classes, float64, NumPy seed {DATA_SEED}; tiny model on synthetic sentences (seed {DATA_SEED})"
+        ),
     )

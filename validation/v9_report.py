@@ -19,14 +19,24 @@ import torch
 
 from .common import fmt, save_figure, table
 
-__all__ = ["PAIRS", "Metric", "METRICS", "threshold_text", "setting_text", "result_tables", "comparison_figure",
-           "verdict"]
+__all__ = [
+    "PAIRS",
+    "Metric",
+    "METRICS",
+    "threshold_text",
+    "setting_text",
+    "result_tables",
+    "comparison_figure",
+    "verdict",
+]
 
 DASH = "—"
 _SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
 NONE_PARSED = "no parseable prediction among these numbers, so the error is undefined"
-INFINITE = ("∞: half or more of these numbers got no parseable prediction, and the strict median counts those as "
-            "infinite errors")
+INFINITE = (
+    "∞: half or more of these numbers got no parseable prediction, and the strict median counts those as "
+    "infinite errors"
+)
 # the matched pairs: (Qwen variant, CausalQwen preset), both unbounded
 PAIRS = (("head", "causal"), ("lora", "lora"), ("adapter", "abduction"))
 
@@ -45,13 +55,19 @@ def _value(value, reason: str = NONE_PARSED):
 def _table(headers: list[str], rows: list[list]) -> str:
     """`table`, with every `_Missing` cell as "—" (numbered when a table has several reasons) and a footnote
     line per reason under the table; an infinity as "∞", explained the same way. No cell reads ``nan``."""
-    rows = [[_value(v, "not defined: no data for this cell") if isinstance(v, float) else v for v in row]
-            for row in rows]
+    rows = [
+        [_value(v, "not defined: no data for this cell") if isinstance(v, float) else v for v in row] for row in rows
+    ]
     reasons = list(dict.fromkeys(v for row in rows for v in row if isinstance(v, _Missing)))
     marks = {r: DASH if len(reasons) == 1 else DASH + _SUPERSCRIPTS[i] for i, r in enumerate(reasons)}
     infinite = any(isinstance(v, float) and math.isinf(v) for row in rows for v in row)
-    cells = [[marks[v] if isinstance(v, _Missing) else ("∞" if isinstance(v, float) and math.isinf(v) and v > 0 else v)
-              for v in row] for row in rows]
+    cells = [
+        [
+            marks[v] if isinstance(v, _Missing) else ("∞" if isinstance(v, float) and math.isinf(v) and v > 0 else v)
+            for v in row
+        ]
+        for row in rows
+    ]
     notes = [f"{marks[r]} {r}." for r in reasons] + ([INFINITE + "."] if infinite else [])
     return table(headers, cells) + ("\n\n" + "<br>\n".join(f"*{note}*" for note in notes) if notes else "")
 
@@ -87,8 +103,10 @@ def threshold_text(threshold) -> str:
         if values.numel() == 1 or bool((values == values[0]).all()):
             threshold = float(values[0])
         else:
-            return (f"$C_k$ per class from {fmt(float(values.min()), 3)} to {fmt(float(values.max()), 3)} "
-                    f"(median {fmt(float(values.median()), 3)})")
+            return (
+                f"$C_k$ per class from {fmt(float(values.min()), 3)} to {fmt(float(values.max()), 3)} "
+                f"(median {fmt(float(values.median()), 3)})"
+            )
     return f"$C_k = {fmt(float(threshold), 4)}$ for every class"
 
 
@@ -120,32 +138,77 @@ def _part(part: str, key: str) -> Callable[[dict], float | None]:
 
 
 METRICS = (
-    Metric("Text accuracy", "held-out domain B, text targets; higher is better", _part("clean", "text_accuracy"),
-           False, 0.01, False, "text acc."),
-    Metric("ECE", "calibration of the top-1 decision's confidence on those targets; lower is better",
-           _part("clean", "ece"), True, 0.01, False, "ECE"),
+    Metric(
+        "Text accuracy",
+        "held-out domain B, text targets; higher is better",
+        _part("clean", "text_accuracy"),
+        False,
+        0.01,
+        False,
+        "text acc.",
+    ),
+    Metric(
+        "ECE",
+        "calibration of the top-1 decision's confidence on those targets; lower is better",
+        _part("clean", "ece"),
+        True,
+        0.01,
+        False,
+        "ECE",
+    ),
     Metric("Brier", "of the top-1 decision; lower is better", _part("clean", "brier"), True, 0.005, False, "Brier"),
-    Metric("Number MdAE, strict", "held-out predictable numbers, unparseable counted as infinite; lower is better",
-           _part("clean", "target_mdae_strict"), True, 0.05, True, "number MdAE"),
-    Metric("Outlier-trained MdAE, strict", "trained with 10% outliers, clean held-out numbers; lower is better",
-           _part("outliers", "target_mdae_strict"), True, 0.05, True, "outlier-trained MdAE"),
-    Metric("Extrapolation MdAE, strict", "numbers 200–5000, outside the training range; lower is better",
-           _part("extrapolation", "target_mdae_strict"), True, 0.05, True, "extrapolation MdAE"),
-    Metric("Forgetting", "domain-A text accuracy after fine-tuning on B; higher is better",
-           lambda r: r["a_accuracy"], False, 0.01, False, "domain A after"),
+    Metric(
+        "Number MdAE, strict",
+        "held-out predictable numbers, unparseable counted as infinite; lower is better",
+        _part("clean", "target_mdae_strict"),
+        True,
+        0.05,
+        True,
+        "number MdAE",
+    ),
+    Metric(
+        "Outlier-trained MdAE, strict",
+        "trained with 10% outliers, clean held-out numbers; lower is better",
+        _part("outliers", "target_mdae_strict"),
+        True,
+        0.05,
+        True,
+        "outlier-trained MdAE",
+    ),
+    Metric(
+        "Extrapolation MdAE, strict",
+        "numbers 200–5000, outside the training range; lower is better",
+        _part("extrapolation", "target_mdae_strict"),
+        True,
+        0.05,
+        True,
+        "extrapolation MdAE",
+    ),
+    Metric(
+        "Forgetting",
+        "domain-A text accuracy after fine-tuning on B; higher is better",
+        lambda r: r["a_accuracy"],
+        False,
+        0.01,
+        False,
+        "domain A after",
+    ),
 )
 
 
-def _pair_text(qwen_name: str, qwen_value: float, causal_name: str, causal_value: float,
-               metric: Metric) -> tuple[str, str]:
+def _pair_text(
+    qwen_name: str, qwen_value: float, causal_name: str, causal_value: float, metric: Metric
+) -> tuple[str, str]:
     """``(winner, text)`` for one matched pair on one metric."""
     tolerance, relative = metric.tolerance, metric.relative
     winner = _winner(qwen_value, causal_value, metric.lower, tolerance, relative)
     if winner == "tie" and math.isinf(qwen_value) and math.isinf(causal_value):
         return winner, f"tie: {qwen_name} and {causal_name} both {_number(qwen_value)}"
     if winner == "tie":
-        return winner, (f"tie within {_tolerance_text(tolerance, relative)}: {qwen_name} {_number(qwen_value)}, "
-                        f"{causal_name} {_number(causal_value)}")
+        return winner, (
+            f"tie within {_tolerance_text(tolerance, relative)}: {qwen_name} {_number(qwen_value)}, "
+            f"{causal_name} {_number(causal_value)}"
+        )
     first, second = (qwen_name, causal_name) if winner == "qwen" else (causal_name, qwen_name)
     values = (qwen_value, causal_value) if winner == "qwen" else (causal_value, qwen_value)
     return winner, f"{first} wins: {_number(values[0])} vs {_number(values[1])} ({second})"
@@ -153,10 +216,14 @@ def _pair_text(qwen_name: str, qwen_value: float, causal_name: str, causal_value
 
 # ---- the tables ----
 
-NOT_RUN = ("not run: the robustness runs train the `head`/`causal` and `lora`/`lora` pairs on the outlier "
-           "corpus; Qwen `adapter` and CausalQwen `abduction` (the abduction network alone) are not trained on it")
-NO_DIVERGENCE = (r"not defined for Qwen: $\bar D(U, U_{\mathrm{base}})$ compares CausalQwen's abduced law of $U$ "
-                 "with the starting model's, and Qwen has no $U$")
+NOT_RUN = (
+    "not run: the robustness runs train the `head`/`causal` and `lora`/`lora` pairs on the outlier "
+    "corpus; Qwen `adapter` and CausalQwen `abduction` (the abduction network alone) are not trained on it"
+)
+NO_DIVERGENCE = (
+    r"not defined for Qwen: $\bar D(U, U_{\mathrm{base}})$ compares CausalQwen's abduced law of $U$ "
+    "with the starting model's, and Qwen has no $U$"
+)
 
 
 def _metric(result, key):
@@ -167,36 +234,91 @@ def result_tables(rows: list[dict], sweep: list[dict], baseline: dict) -> dict[s
     """The report's tables as markdown: ``main`` (held-out domain B), ``groups`` (MdAE by template),
     ``robustness``, ``forgetting`` (with the domain-A accuracies before, ``baseline["qwen"]`` and
     ``baseline["causal"]``) and ``sweep`` (the bound ε sweep)."""
-    main_rows = [[r["name"], r["trainable"]] + [_metric(r["clean"], key) for key in (
-        "text_accuracy", "ece", "brier", "mae", "mdae", "mdae_strict", "unparseable", "n_numbers")] for r in rows]
+    main_rows = [
+        [r["name"], r["trainable"]]
+        + [
+            _metric(r["clean"], key)
+            for key in ("text_accuracy", "ece", "brier", "mae", "mdae", "mdae_strict", "unparseable", "n_numbers")
+        ]
+        for r in rows
+    ]
     group_rows = []
     for r in rows:
         groups = r["clean"]["by_group"]
-        group_rows.append([r["name"]] + [_value(groups.get(g, {}).get("mdae"))
-                                         for g in ("price/target", "copy/target", "scaled/target")]
-                          + [_value(r["clean"]["target_mdae_strict"])])
-    robust_rows = [[r["name"]] + [_metric(r["outliers"], key) for key in (
-        "text_accuracy", "target_mdae", "target_mdae_strict", "unparseable")]
-        + [_metric(r["extrapolation"], key) for key in ("text_accuracy", "target_mdae", "target_mdae_strict",
-                                                        "unparseable")] for r in rows]
-    forget_rows = [[r["name"], baseline["qwen"] if r["kind"] == "qwen" else baseline["causal"], r["a_accuracy"],
-                    _value(r["divergence"], NO_DIVERGENCE) if r["kind"] == "causal" else _Missing(NO_DIVERGENCE)]
-                   for r in rows]
-    sweep_rows = [["none" if s["epsilon"] is None else s["epsilon"], s["divergence"], s["a_accuracy"],
-                   s["b_accuracy"], _value(s["b_mdae"])] for s in sweep]
+        group_rows.append(
+            [r["name"]]
+            + [_value(groups.get(g, {}).get("mdae")) for g in ("price/target", "copy/target", "scaled/target")]
+            + [_value(r["clean"]["target_mdae_strict"])]
+        )
+    robust_rows = [
+        [r["name"]]
+        + [_metric(r["outliers"], key) for key in ("text_accuracy", "target_mdae", "target_mdae_strict", "unparseable")]
+        + [
+            _metric(r["extrapolation"], key)
+            for key in ("text_accuracy", "target_mdae", "target_mdae_strict", "unparseable")
+        ]
+        for r in rows
+    ]
+    forget_rows = [
+        [
+            r["name"],
+            baseline["qwen"] if r["kind"] == "qwen" else baseline["causal"],
+            r["a_accuracy"],
+            _value(r["divergence"], NO_DIVERGENCE) if r["kind"] == "causal" else _Missing(NO_DIVERGENCE),
+        ]
+        for r in rows
+    ]
+    sweep_rows = [
+        [
+            "none" if s["epsilon"] is None else s["epsilon"],
+            s["divergence"],
+            s["a_accuracy"],
+            s["b_accuracy"],
+            _value(s["b_mdae"]),
+        ]
+        for s in sweep
+    ]
     return {
-        "main": _table(["model", "trainable", "text acc.", "ECE", "Brier", "number MAE", "MdAE", "MdAE strict",
-                        "unparseable", "numbers"], main_rows),
+        "main": _table(
+            [
+                "model",
+                "trainable",
+                "text acc.",
+                "ECE",
+                "Brier",
+                "number MAE",
+                "MdAE",
+                "MdAE strict",
+                "unparseable",
+                "numbers",
+            ],
+            main_rows,
+        ),
         "groups": _table(["model", "price", "copy", "doubled", "all, strict"], group_rows),
-        "robustness": _table(["model", "outliers: text acc.", "target MdAE", "strict", "unparseable",
-                              "extrapolation: text acc.", "target MdAE", "strict", "unparseable"], robust_rows),
+        "robustness": _table(
+            [
+                "model",
+                "outliers: text acc.",
+                "target MdAE",
+                "strict",
+                "unparseable",
+                "extrapolation: text acc.",
+                "target MdAE",
+                "strict",
+                "unparseable",
+            ],
+            robust_rows,
+        ),
         "forgetting": _table(["model", "domain A before", "domain A after", "held-out D(U, U_base)"], forget_rows),
-        "sweep": _table(["ε", "held-out D(U, U_base)", "domain-A text acc.", "domain-B text acc.",
-                         "domain-B target MdAE"], sweep_rows),
+        "sweep": _table(
+            ["ε", "held-out D(U, U_base)", "domain-A text acc.", "domain-B text acc.", "domain-B target MdAE"],
+            sweep_rows,
+        ),
     }
 
 
 # ---- the figure: 2 x 2, model names on every bar panel, values on the bars ----
+
 
 def _color(r: dict) -> str:
     if r["kind"] == "qwen":
@@ -228,15 +350,29 @@ def _forgetting_panel(axis, rows: list[dict], baseline: dict, bound: float) -> N
     for index, r in enumerate(rows):
         before = baseline["qwen"] if r["kind"] == "qwen" else baseline["causal"]
         axis.plot([before, before], [index - 0.4, index + 0.4], color="black", lw=2)
-        axis.text(max(r["a_accuracy"], before) + 0.015, index, f"{fmt(r['a_accuracy'], 3)} (before {fmt(before, 3)})",
-                  va="center", fontsize=10)
-    axis.set(xlim=(0, 1.5), xlabel="domain-A text accuracy after fine-tuning on B (higher = less forgetting)",
-             title="forgetting: domain A after (bar) and before (black tick)")
+        axis.text(
+            max(r["a_accuracy"], before) + 0.015,
+            index,
+            f"{fmt(r['a_accuracy'], 3)} (before {fmt(before, 3)})",
+            va="center",
+            fontsize=10,
+        )
+    axis.set(
+        xlim=(0, 1.5),
+        xlabel="domain-A text accuracy after fine-tuning on B (higher = less forgetting)",
+        title="forgetting: domain A after (bar) and before (black tick)",
+    )
     axis.grid(axis="x", alpha=0.3)
     axis.set_xticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    axis.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in ("tab:blue", "tab:orange", "#f7b26b")],
-                labels=["Qwen", "CausalQwen", f"CausalQwen, bound ε = {fmt(bound)}"],
-                loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=10, frameon=False)
+    axis.legend(
+        handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in ("tab:blue", "tab:orange", "#f7b26b")],
+        labels=["Qwen", "CausalQwen", f"CausalQwen, bound ε = {fmt(bound)}"],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12),
+        ncol=3,
+        fontsize=10,
+        frameon=False,
+    )
 
 
 def _sweep_panel(axis, sweep: list[dict], before_causal: float) -> None:
@@ -247,12 +383,22 @@ def _sweep_panel(axis, sweep: list[dict], before_causal: float) -> None:
     markers = "osD^vP*X"
     for index, (s, x, y) in enumerate(zip(sweep, xs, ys)):
         label = "ε = none" if s["epsilon"] is None else f"ε = {fmt(s['epsilon'])}"
-        axis.scatter([x], [y], s=90, marker=markers[index % len(markers)], zorder=2,
-                     label=f"{label}: domain A {fmt(x, 3)}, domain B {fmt(y, 3)}, D̄ = {fmt(s['divergence'], 3)}")
-    axis.axvline(before_causal, color="gray", ls="--", lw=1,
-                 label=f"domain A before fine-tuning ({fmt(before_causal, 3)})")
-    axis.set(xlabel="domain-A text accuracy after fine-tuning (forgetting ← left)",
-             ylabel="domain-B text accuracy", title="CausalQwen `abduction`: the bound ε sweep")
+        axis.scatter(
+            [x],
+            [y],
+            s=90,
+            marker=markers[index % len(markers)],
+            zorder=2,
+            label=f"{label}: domain A {fmt(x, 3)}, domain B {fmt(y, 3)}, D̄ = {fmt(s['divergence'], 3)}",
+        )
+    axis.axvline(
+        before_causal, color="gray", ls="--", lw=1, label=f"domain A before fine-tuning ({fmt(before_causal, 3)})"
+    )
+    axis.set(
+        xlabel="domain-A text accuracy after fine-tuning (forgetting ← left)",
+        ylabel="domain-B text accuracy",
+        title="CausalQwen `abduction`: the bound ε sweep",
+    )
     axis.margins(x=0.15, y=0.25)
     axis.legend(fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     axis.grid(alpha=0.3)
@@ -262,11 +408,21 @@ def comparison_figure(rows: list[dict], sweep: list[dict], baseline: dict, bound
     """``v9_comparison.png``: text accuracy, number MdAE, forgetting and the ε sweep; returns its file name."""
     plt.rcParams.update({"font.size": 11})
     figure, ((accuracy_axis, mdae_axis), (forget_axis, sweep_axis)) = plt.subplots(2, 2, figsize=(16, 11))
-    _bar_panel(accuracy_axis, rows, [r["clean"]["text_accuracy"] for r in rows], xlabel="text accuracy (higher is better)",
-               title="held-out domain B: next-token accuracy on text", xlim=(0, 1.12))
-    _bar_panel(mdae_axis, rows, [r["clean"]["target_mdae_strict"] for r in rows],
-               xlabel="median absolute error (lower is better; unparseable = ∞)",
-               title="held-out domain B: number MdAE (strict)")
+    _bar_panel(
+        accuracy_axis,
+        rows,
+        [r["clean"]["text_accuracy"] for r in rows],
+        xlabel="text accuracy (higher is better)",
+        title="held-out domain B: next-token accuracy on text",
+        xlim=(0, 1.12),
+    )
+    _bar_panel(
+        mdae_axis,
+        rows,
+        [r["clean"]["target_mdae_strict"] for r in rows],
+        xlabel="median absolute error (lower is better; unparseable = ∞)",
+        title="held-out domain B: number MdAE (strict)",
+    )
     _forgetting_panel(forget_axis, rows, baseline, bound)
     _sweep_panel(sweep_axis, sweep, baseline["causal"])
     figure_name = save_figure(figure, out_dir, "v9_comparison.png")
@@ -276,6 +432,7 @@ def comparison_figure(rows: list[dict], sweep: list[dict], baseline: dict, bound
 
 # ---- the verdict: the winner of each matched pair on each metric ----
 
+
 def _metric_line(metric: Metric, by_name: dict, counts: dict, headline: list[str]) -> str:
     """The verdict line of one metric over the matched pairs; counts the winners into ``counts`` and adds the
     `head` / `causal` pair's result to ``headline``."""
@@ -284,16 +441,21 @@ def _metric_line(metric: Metric, by_name: dict, counts: dict, headline: list[str
         qwen_name, causal_name = f"Qwen `{qwen_variant}`", f"CausalQwen `{causal_preset}`"
         q, c = metric.value(by_name[qwen_name]), metric.value(by_name[causal_name])
         if q is None or c is None or math.isnan(q) or math.isnan(c):
-            parts.append(f"{qwen_name} vs {causal_name} not run (not trained on the outlier corpus)"
-                         if q is None or c is None else f"{qwen_name} vs {causal_name}: undefined")
+            parts.append(
+                f"{qwen_name} vs {causal_name} not run (not trained on the outlier corpus)"
+                if q is None or c is None
+                else f"{qwen_name} vs {causal_name}: undefined"
+            )
             continue
         winner, text = _pair_text(qwen_name, q, causal_name, c, metric)
         counts[winner] += 1
         parts.append(text)
         if qwen_variant == "head":
-            headline.append(f"{metric.short} " + ("tie" if winner == "tie" else "Qwen" if winner == "qwen"
-                                                  else "CausalQwen")
-                            + f" ({_number(q).split(' ')[0]} vs {_number(c).split(' ')[0]})")
+            headline.append(
+                f"{metric.short} "
+                + ("tie" if winner == "tie" else "Qwen" if winner == "qwen" else "CausalQwen")
+                + f" ({_number(q).split(' ')[0]} vs {_number(c).split(' ')[0]})"
+            )
     return f"- **{metric.title}** ({metric.what}): " + "; ".join(parts) + "."
 
 
@@ -306,15 +468,21 @@ def verdict(rows: list[dict], baseline: dict, bound: float) -> tuple[list[str], 
     for metric in METRICS:
         extra = ""
         if metric.title == "Forgetting":
-            extra = (f" Before fine-tuning: Qwen {fmt(baseline['qwen'], 3)}, CausalQwen {fmt(baseline['causal'], 3)}.")
+            extra = f" Before fine-tuning: Qwen {fmt(baseline['qwen'], 3)}, CausalQwen {fmt(baseline['causal'], 3)}."
         lines.append(_metric_line(metric, by_name, counts, headline) + extra)
     compared = sum(counts.values())
-    lines.insert(0, f"Matched pairs: Qwen `head` vs CausalQwen `causal` (frozen backbone), Qwen `lora` vs "
-                    f"CausalQwen `lora`, Qwen `adapter` vs CausalQwen `abduction` (all without the bound). Over the "
-                    f"{compared} comparisons run, Qwen wins {counts['qwen']}, CausalQwen {counts['causal']}, and "
-                    f"{counts['tie']} are ties (a difference within a tolerance: "
-                    + ", ".join(f"{m.short} {_tolerance_text(m.tolerance, m.relative)}"
-                                + (" of the larger value" if m.relative else "") for m in METRICS) + ").\n")
+    lines.insert(
+        0,
+        f"Matched pairs: Qwen `head` vs CausalQwen `causal` (frozen backbone), Qwen `lora` vs "
+        f"CausalQwen `lora`, Qwen `adapter` vs CausalQwen `abduction` (all without the bound). Over the "
+        f"{compared} comparisons run, Qwen wins {counts['qwen']}, CausalQwen {counts['causal']}, and "
+        f"{counts['tie']} are ties (a difference within a tolerance: "
+        + ", ".join(
+            f"{m.short} {_tolerance_text(m.tolerance, m.relative)}" + (" of the larger value" if m.relative else "")
+            for m in METRICS
+        )
+        + ").\n",
+    )
     abduction, causal = by_name["CausalQwen `abduction`"], by_name["CausalQwen `causal`"]
     abduction_bounded = by_name[f"CausalQwen `abduction`, bound ε = {fmt(bound)}"]
     bounded = by_name[f"CausalQwen `causal`, bound ε = {fmt(bound)}"]
@@ -324,5 +492,6 @@ def verdict(rows: list[dict], baseline: dict, bound: float) -> tuple[list[str], 
         f"it; CausalQwen `causal` {fmt(causal['a_accuracy'], 3)} without, {fmt(bounded['a_accuracy'], 3)} with. "
         "The bound is on $U$ only: with `abduction` the head is frozen and the bound on $U$ bounds how far the "
         "decisions move; with `causal` the head trains too, and a bound on $U$ does not hold its decisions on "
-        "domain A in place.")
+        "domain A in place."
+    )
     return lines, headline, counts

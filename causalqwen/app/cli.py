@@ -59,7 +59,9 @@ def integer(low: int | None = None, high: int = INT64_MAX):
     Python converts (``sys.get_int_max_str_digits``) is out of range the same way, never a ``ValueError``.
     """
     bound = f"{high} ({_BOUND_NAMES[high]})" if high in _BOUND_NAMES else str(high)
-    wanted = f"must be an integer from {low} to {bound}" if low is not None else f"must be an integer no larger than {bound}"
+    wanted = (
+        f"must be an integer from {low} to {bound}" if low is not None else f"must be an integer no larger than {bound}"
+    )
 
     def parse(text: str) -> int:
         try:
@@ -107,7 +109,7 @@ COMMANDS = {
         "--out must be new, empty or an earlier demo's directory (replaced); anything else is refused.",
     ),
     "train": (
-        "train CausalQwen from a Qwen2 checkpoint on a JSONL file of {\"text\": ...} lines",
+        'train CausalQwen from a Qwen2 checkpoint on a JSONL file of {"text": ...} lines',
         "Convert --base with from_qwen (or load a saved CausalQwen), train with the chosen preset, "
         "and write metrics.jsonl, checkpoints and the final model (model/) to --out; with --preset lora also "
         "the adapters (adapter/), and model/ has them merged in.",
@@ -155,118 +157,241 @@ def build_parser() -> argparse.ArgumentParser:
         description="CausalQwen reference implementation: a Cauchy abduction-action language model on Qwen2.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    walk, gen, demo, tr, conv = (sub.add_parser(name, help=summary, description=description)
-                                 for name, (summary, description) in COMMANDS.items())
+    walk, gen, demo, tr, conv = (
+        sub.add_parser(name, help=summary, description=description) for name, (summary, description) in COMMANDS.items()
+    )
     walk.add_argument("--text", default=DEFAULT_TEXT, help="input text (default: %(default)r)")
-    walk.add_argument("--seed", type=SEED, default=0,
-                      help="seed of the tiny base and the new modules, 0 to 2**32 - 1 (default: %(default)s)")
+    walk.add_argument(
+        "--seed",
+        type=SEED,
+        default=0,
+        help="seed of the tiny base and the new modules, 0 to 2**32 - 1 (default: %(default)s)",
+    )
 
     gen.add_argument(
         "--model",
         default=TINY,
         type=path_text,
         help="a directory saved with save_pretrained (model + tokenizer), a Qwen2 checkpoint directory or hub id "
-        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base. " + SOURCE_HELP
+        "(converted with from_qwen on load), or 'tiny' for the embedded random tiny base. "
+        + SOURCE_HELP
         + " (default: %(default)s)",
     )
     gen.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch (required)")
     gen.add_argument("--mode", default="standard", choices=MODES, help="inference mode (default: %(default)s)")
-    gen.add_argument("--seed", type=SEED, default=0, help="seed of every random draw, 0 to 2**32 - 1 (default: %(default)s)")
+    gen.add_argument(
+        "--seed", type=SEED, default=0, help="seed of every random draw, 0 to 2**32 - 1 (default: %(default)s)"
+    )
     gen.add_argument("--max-new-tokens", type=COUNT, default=32, help="tokens to add per prompt (default: %(default)s)")
-    gen.add_argument("--temperature", type=float, default=1.0,
-                     help="traditional mode: softmax temperature (default: %(default)s)")
-    gen.add_argument("--top-k", type=COUNT, default=0,
-                     help="traditional mode: keep the k most probable tokens, 0: all (default: %(default)s)")
-    gen.add_argument("--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1] (default: %(default)s)")
-    gen.add_argument("--normalize", default="softmax", choices=("softmax", "ovr"),
-                     help="traditional mode: softmax of loc_S or P/sum(P) (default: %(default)s)")
-    gen.add_argument("--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference) " + OFF)
-    gen.add_argument("--number-resolution", type=number_resolution, default="prompt", metavar="H",
-                     help='how generated numbers are written: "prompt", at the prompt\'s finest resolution (the unit '
-                          "without a number), refined to keep two significant digits (causalqwen.writing); a power of "
-                          "ten (0.01 writes "
-                          '2.50); or "none", every digit of the float32 value (2.4996202); only the text is rounded '
-                          "(default: %(default)s)")
+    gen.add_argument(
+        "--temperature", type=float, default=1.0, help="traditional mode: softmax temperature (default: %(default)s)"
+    )
+    gen.add_argument(
+        "--top-k",
+        type=COUNT,
+        default=0,
+        help="traditional mode: keep the k most probable tokens, 0: all (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--top-p", type=float, default=1.0, help="traditional mode: nucleus mass in (0, 1] (default: %(default)s)"
+    )
+    gen.add_argument(
+        "--normalize",
+        default="softmax",
+        choices=("softmax", "ovr"),
+        help="traditional mode: softmax of loc_S or P/sum(P) (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--no-cache", action="store_true", help="rerun the whole sequence at every step (slow reference) " + OFF
+    )
+    gen.add_argument(
+        "--number-resolution",
+        type=number_resolution,
+        default="prompt",
+        metavar="H",
+        help='how generated numbers are written: "prompt", at the prompt\'s finest resolution (the unit '
+        "without a number), refined to keep two significant digits (causalqwen.writing); a power of "
+        "ten (0.01 writes "
+        '2.50); or "none", every digit of the float32 value (2.4996202); only the text is rounded '
+        "(default: %(default)s)",
+    )
 
     demo.add_argument("--out", default="artifacts/demo", type=path_text, help="output directory (default: %(default)s)")
     demo.add_argument("--steps", type=COUNT, default=None, help="training steps (default: the demo's 1500)")
     demo.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
 
-    tr.add_argument("--base", required=True, type=path_text,
-                    help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP + " (required)")
-    tr.add_argument("--data", required=True, type=path_text,
-                    help="training data: JSONL, one {\"text\": ...} per line (required)")
-    tr.add_argument("--eval-data", type=path_text,
-                    help="held-out JSONL for the eval/* and dist/* metrics, printed and logged every --eval-every "
-                    "steps (default: none)")
-    tr.add_argument("--out", required=True, type=path_text,
-                    help="output directory: new, empty, or an earlier training run (with --resume or --overwrite) (required)")
-    tr.add_argument("--preset", default="causal", help="what trains: causal, abduction, all, or lora (LoRA adapters on "
-                    "the Qwen2 stack + causal) (default: %(default)s)")
-    tr.add_argument("--lora-rank", type=integer(1), default=8,
-                    help="preset lora: the adapters' rank, at most the base's hidden size (default: %(default)s)")
+    tr.add_argument(
+        "--base",
+        required=True,
+        type=path_text,
+        help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP + " (required)",
+    )
+    tr.add_argument(
+        "--data", required=True, type=path_text, help='training data: JSONL, one {"text": ...} per line (required)'
+    )
+    tr.add_argument(
+        "--eval-data",
+        type=path_text,
+        help="held-out JSONL for the eval/* and dist/* metrics, printed and logged every --eval-every "
+        "steps (default: none)",
+    )
+    tr.add_argument(
+        "--out",
+        required=True,
+        type=path_text,
+        help="output directory: new, empty, or an earlier training run (with --resume or --overwrite) (required)",
+    )
+    tr.add_argument(
+        "--preset",
+        default="causal",
+        help="what trains: causal, abduction, all, or lora (LoRA adapters on "
+        "the Qwen2 stack + causal) (default: %(default)s)",
+    )
+    tr.add_argument(
+        "--lora-rank",
+        type=integer(1),
+        default=8,
+        help="preset lora: the adapters' rank, at most the base's hidden size (default: %(default)s)",
+    )
     tr.add_argument("--lora-alpha", type=float, default=16.0, help="preset lora: LoRA's alpha (default: %(default)s)")
     tr.add_argument("--steps", type=COUNT, default=1000, help="optimizer steps (default: %(default)s)")
     tr.add_argument("--batch-size", type=COUNT, default=8, help="texts per step and process (default: %(default)s)")
-    tr.add_argument("--learning-rate", type=float, default=1e-4,
-                    help="AdamW's peak learning rate, reached after the warm-up, then cosine decay to 0 at --steps "
-                    "(default: %(default)s)")
-    tr.add_argument("--weight-decay", type=float, default=0.01,
-                    help="AdamW's decoupled weight decay, on matrices only (default: %(default)s)")
+    tr.add_argument(
+        "--learning-rate",
+        type=float,
+        default=1e-4,
+        help="AdamW's peak learning rate, reached after the warm-up, then cosine decay to 0 at --steps "
+        "(default: %(default)s)",
+    )
+    tr.add_argument(
+        "--weight-decay",
+        type=float,
+        default=0.01,
+        help="AdamW's decoupled weight decay, on matrices only (default: %(default)s)",
+    )
     warmup = tr.add_mutually_exclusive_group()
-    warmup.add_argument("--warmup-steps", type=COUNT, default=None, metavar="N",
-                        help=f"steps of linear warm-up (default: ceil({DEFAULT_WARMUP_RATIO} x --steps), from "
-                        "--warmup-ratio; with --resume, the run's own warm-up)")
-    warmup.add_argument("--warmup-ratio", type=float, default=None, metavar="R",
-                        help=f"warm-up as a fraction of --steps, in [0, 1]: ceil(R x steps) steps (default: "
-                        f"{DEFAULT_WARMUP_RATIO}; with --resume, the run's own warm-up)")
-    tr.add_argument("--max-grad-norm", type=float, default=1.0,
-                    help="clip the global gradient norm at this value (default: %(default)s)")
-    tr.add_argument("--max-length", type=COUNT, default=512, help="tokens per text, longer texts are cut (default: %(default)s)")
-    tr.add_argument("--eval-every", type=COUNT, default=100,
-                    help="steps between eval metrics on --eval-data, one printed line each (default: %(default)s)")
-    tr.add_argument("--save-every", type=COUNT, default=500,
-                    help="steps between checkpoints; the last step is always saved (default: %(default)s)")
-    tr.add_argument("--save-total-limit", type=COUNT, default=DEFAULT_SAVE_TOTAL_LIMIT, metavar="N",
-                    help="keep the newest N checkpoints this run wrote, removing older ones; 0: keep all "
-                    "(default: %(default)s)")
-    tr.add_argument("--log-every", type=COUNT, default=10,
-                    help="steps between training-metric records (default: %(default)s)")
+    warmup.add_argument(
+        "--warmup-steps",
+        type=COUNT,
+        default=None,
+        metavar="N",
+        help=f"steps of linear warm-up (default: ceil({DEFAULT_WARMUP_RATIO} x --steps), from "
+        "--warmup-ratio; with --resume, the run's own warm-up)",
+    )
+    warmup.add_argument(
+        "--warmup-ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help=f"warm-up as a fraction of --steps, in [0, 1]: ceil(R x steps) steps (default: "
+        f"{DEFAULT_WARMUP_RATIO}; with --resume, the run's own warm-up)",
+    )
+    tr.add_argument(
+        "--max-grad-norm",
+        type=float,
+        default=1.0,
+        help="clip the global gradient norm at this value (default: %(default)s)",
+    )
+    tr.add_argument(
+        "--max-length", type=COUNT, default=512, help="tokens per text, longer texts are cut (default: %(default)s)"
+    )
+    tr.add_argument(
+        "--eval-every",
+        type=COUNT,
+        default=100,
+        help="steps between eval metrics on --eval-data, one printed line each (default: %(default)s)",
+    )
+    tr.add_argument(
+        "--save-every",
+        type=COUNT,
+        default=500,
+        help="steps between checkpoints; the last step is always saved (default: %(default)s)",
+    )
+    tr.add_argument(
+        "--save-total-limit",
+        type=COUNT,
+        default=DEFAULT_SAVE_TOTAL_LIMIT,
+        metavar="N",
+        help="keep the newest N checkpoints this run wrote, removing older ones; 0: keep all (default: %(default)s)",
+    )
+    tr.add_argument(
+        "--log-every", type=COUNT, default=10, help="steps between training-metric records (default: %(default)s)"
+    )
     tr.add_argument("--seed", type=SEED, default=0, help="seed, 0 to 2**32 - 1 (default: %(default)s)")
-    tr.add_argument("--dtype", choices=DTYPES, default="float32",
-                    help="the parameters' dtype while training and in model/: float32 trains every parameter as "
-                    "float32, 4 bytes each (a 0.5B model takes 2 GB where its bfloat16 checkpoint takes 1 GB), plus "
-                    "AdamW's two float32 moments per trained parameter; bfloat16 keeps the frozen weights in "
-                    "bfloat16 and trains float32 master copies of the trained ones, written rounded to bfloat16; "
-                    "auto: the checkpoint's dtype; float16 is refused (its gradients need loss scaling) "
-                    "(default: %(default)s)")
+    tr.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="the parameters' dtype while training and in model/: float32 trains every parameter as "
+        "float32, 4 bytes each (a 0.5B model takes 2 GB where its bfloat16 checkpoint takes 1 GB), plus "
+        "AdamW's two float32 moments per trained parameter; bfloat16 keeps the frozen weights in "
+        "bfloat16 and trains float32 master copies of the trained ones, written rounded to bfloat16; "
+        "auto: the checkpoint's dtype; float16 is refused (its gradients need loss scaling) "
+        "(default: %(default)s)",
+    )
     again = tr.add_mutually_exclusive_group()
-    again.add_argument("--resume", action="store_true",
-                       help="continue from the newest checkpoint in --out (same settings and data, checked); "
-                       "after a Ctrl-C the command prints the exact command line " + OFF)
-    tr.add_argument("--allow-changed-settings", action="store_true",
-                    help="with --resume: continue although settings or data differ from the checkpoint's " + OFF)
-    again.add_argument("--overwrite", action="store_true",
-                       help="replace an earlier training run in --out (only the files a run writes are removed) " + OFF)
-    tr.add_argument("--report-to", choices=("tensorboard", "wandb"),
-                    help="also log there, the package must be installed (default: none)")
-    tr.add_argument("--max-u-divergence", type=float, default=None, metavar="EPS",
-                    help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
-                    "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)")
-    tr.add_argument("--divergence-dual-lr", type=float, default=None,
-                    help="with --max-u-divergence: dual-ascent step of that multiplier (default: 1.0)")
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in --out (same settings and data, checked); "
+        "after a Ctrl-C the command prints the exact command line " + OFF,
+    )
+    tr.add_argument(
+        "--allow-changed-settings",
+        action="store_true",
+        help="with --resume: continue although settings or data differ from the checkpoint's " + OFF,
+    )
+    again.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier training run in --out (only the files a run writes are removed) " + OFF,
+    )
+    tr.add_argument(
+        "--report-to",
+        choices=("tensorboard", "wandb"),
+        help="also log there, the package must be installed (default: none)",
+    )
+    tr.add_argument(
+        "--max-u-divergence",
+        type=float,
+        default=None,
+        metavar="EPS",
+        help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
+        "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)",
+    )
+    tr.add_argument(
+        "--divergence-dual-lr",
+        type=float,
+        default=None,
+        help="with --max-u-divergence: dual-ascent step of that multiplier (default: 1.0)",
+    )
     add_init_arguments(tr)
 
-    conv.add_argument("--base", required=True, type=path_text,
-                      help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP + " (required)")
-    conv.add_argument("--out", required=True, type=path_text,
-                      help="output directory, which must not exist unless --overwrite (required)")
-    conv.add_argument("--overwrite", action="store_true",
-                      help="replace an earlier convert's output in --out (only a directory holding a CausalQwen model) " + OFF)
-    conv.add_argument("--dtype", choices=DTYPES, default="auto",
-                      help="the saved model's dtype; auto: the base checkpoint's, as transformers' "
-                      "from_pretrained(dtype='auto') loads it (its config.json's dtype); the conversion itself runs "
-                      "in the checkpoint's dtype and the result is cast (default: %(default)s)")
+    conv.add_argument(
+        "--base",
+        required=True,
+        type=path_text,
+        help="a Qwen2 checkpoint directory or hub id, or 'tiny'. " + SOURCE_HELP + " (required)",
+    )
+    conv.add_argument(
+        "--out",
+        required=True,
+        type=path_text,
+        help="output directory, which must not exist unless --overwrite (required)",
+    )
+    conv.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier convert's output in --out (only a directory holding a CausalQwen model) " + OFF,
+    )
+    conv.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="the saved model's dtype; auto: the base checkpoint's, as transformers' "
+        "from_pretrained(dtype='auto') loads it (its config.json's dtype); the conversion itself runs "
+        "in the checkpoint's dtype and the result is cast (default: %(default)s)",
+    )
     add_init_arguments(conv)
     return parser
 
@@ -274,18 +399,40 @@ def build_parser() -> argparse.ArgumentParser:
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a conversion's initial scale and threshold (`causalqwen.initialization`)."""
     group = parser.add_argument_group("initialization of a conversion from Qwen2")
-    group.add_argument("--init", choices=("calibrated", "drafts"), default=None,
-                       help="calibrated: gamma = 0.1 and the threshold C from the base's own logits "
-                       "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100 (default: calibrated)")
-    group.add_argument("--abduction-scale-init", type=float, default=None, metavar="GAMMA",
-                       help="the initial scale of U (default: the --init choice's)")
-    group.add_argument("--ovr-threshold", type=float, default=None, metavar="C",
-                       help="a fixed OvR threshold C (default: the --init choice's)")
-    group.add_argument("--threshold-init", choices=("top_two_midpoint", "top_logit_quantile"), default=None,
-                       help="compute C from the base by this rule (default: the --init choice's)")
-    group.add_argument("--threshold-quantile", type=float, default=None, metavar="Q",
-                       help="with --threshold-init top_logit_quantile: the quantile of the top logit, in (0, 1) "
-                       "(default: 0.5)")
+    group.add_argument(
+        "--init",
+        choices=("calibrated", "drafts"),
+        default=None,
+        help="calibrated: gamma = 0.1 and the threshold C from the base's own logits "
+        "(top_two_midpoint); drafts: the design drafts' gamma = 10, C = 100 (default: calibrated)",
+    )
+    group.add_argument(
+        "--abduction-scale-init",
+        type=float,
+        default=None,
+        metavar="GAMMA",
+        help="the initial scale of U (default: the --init choice's)",
+    )
+    group.add_argument(
+        "--ovr-threshold",
+        type=float,
+        default=None,
+        metavar="C",
+        help="a fixed OvR threshold C (default: the --init choice's)",
+    )
+    group.add_argument(
+        "--threshold-init",
+        choices=("top_two_midpoint", "top_logit_quantile"),
+        default=None,
+        help="compute C from the base by this rule (default: the --init choice's)",
+    )
+    group.add_argument(
+        "--threshold-quantile",
+        type=float,
+        default=None,
+        metavar="Q",
+        help="with --threshold-init top_logit_quantile: the quantile of the top logit, in (0, 1) (default: 0.5)",
+    )
 
 
 def _run(parser: argparse.ArgumentParser, args) -> int:
@@ -300,11 +447,26 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
     if args.command == "convert":
         return convert_command(args)
     # generate
-    if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (1.0, 0, 1.0, "softmax"):
+    if args.mode != "traditional" and (args.temperature, args.top_k, args.top_p, args.normalize) != (
+        1.0,
+        0,
+        1.0,
+        "softmax",
+    ):
         raise ValueError("--temperature, --top-k, --top-p and --normalize apply to --mode traditional only")
-    texts = generate_text(args.prompt, args.model, args.mode, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, normalize=args.normalize,
-                          use_cache=not args.no_cache, number_resolution=args.number_resolution)
+    texts = generate_text(
+        args.prompt,
+        args.model,
+        args.mode,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        normalize=args.normalize,
+        use_cache=not args.no_cache,
+        number_resolution=args.number_resolution,
+    )
     for text in texts:
         print(text)
     return 0
@@ -335,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as error:
         print(f"causalqwen {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -49,9 +49,11 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
     model, tokenizer, qwen = build_tiny_causal_lm(seed=seed)
     hf_tokenizer = tokenizer.hf_tokenizer
     cfg = model.config
-    print(f"Base: tiny random Qwen2 (hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, "
-          f"{cfg.num_attention_heads} heads / {cfg.num_key_value_heads} kv heads), "
-          f"tokenizer K = {len(hf_tokenizer) - 1} tokens + <NUM> (id {tokenizer.num_token_id}), V = {cfg.vocab_size} rows")
+    print(
+        f"Base: tiny random Qwen2 (hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers, "
+        f"{cfg.num_attention_heads} heads / {cfg.num_key_value_heads} kv heads), "
+        f"tokenizer K = {len(hf_tokenizer) - 1} tokens + <NUM> (id {tokenizer.num_token_id}), V = {cfg.vocab_size} rows"
+    )
 
     batch = tokenizer([text])
     ids, values = batch["input_ids"], batch["numeric_values"]
@@ -74,8 +76,10 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
     print(f"   z = Qwen2Model(e); U ~ Cauchy(loc_U, scale_U)  loc_U, scale_U {_shape(out.loc_U)}")
     print(f"   S_k ~ Cauchy(loc_S, scale_S)                   {_shape(out.loc_S)}")
     print(f"   Y ~ Cauchy(loc_Y, scale_Y)                     {_shape(out.loc_Y)}")
-    print(f"   scale_U at init = {out.scale_U.mean().item():.4f} (gamma = {cfg.abduction_scale_init}), "
-          f"|b_noise| = {cfg.noise_init}")
+    print(
+        f"   scale_U at init = {out.scale_U.mean().item():.4f} (gamma = {cfg.abduction_scale_init}), "
+        f"|b_noise| = {cfg.noise_init}"
+    )
 
     eq_error = (plain.loc_S - logits).abs().max().item()
     num_positions = (ids[0] == tokenizer.num_token_id).nonzero().flatten()
@@ -83,8 +87,10 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
     first = int(num_positions[0]) if len(num_positions) else ids.shape[1]
     print("\n3. Initialization equivalence")
     print(f"   values zeroed: max |loc_S - Qwen2 logits| = {eq_error:.2e}")
-    print(f"   with numbers: positions that changed = {changed.nonzero().flatten().tolist()} "
-          f"(first <NUM> at {first}; earlier positions cannot see it)")
+    print(
+        f"   with numbers: positions that changed = {changed.nonzero().flatten().tolist()} "
+        f"(first <NUM> at {first}; earlier positions cannot see it)"
+    )
 
     print("\n4. Loss (labels = input_ids, shifted inside forward)")
     print(f"   total = {out.loss.item():.4f} = cls {out.cls_loss.item():.4f} + reg {out.reg_loss.item():.4f}")
@@ -95,8 +101,10 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
 
 TINY = "tiny"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")  # one of them makes a tokenizer directory
-SOURCE_HELP = ("A name with no '/' must be an existing directory (else it fails at once); a hub id has the form "
-               "owner/name and is read from the local Hugging Face cache or downloaded (HF_HUB_OFFLINE=1: the cache only)")
+SOURCE_HELP = (
+    "A name with no '/' must be an existing directory (else it fails at once); a hub id has the form "
+    "owner/name and is read from the local Hugging Face cache or downloaded (HF_HUB_OFFLINE=1: the cache only)"
+)
 
 
 def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None = None, dtype: str = "auto"):
@@ -119,8 +127,8 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
     from transformers import AutoConfig
 
     from ..files.checkpoint import check_local_source
-    from ..modeling import CausalQwenConfig, CausalQwenForCausalLM
     from ..integrations.tokenizer import NumericTokenizer
+    from ..modeling import CausalQwenConfig, CausalQwenForCausalLM
     from .tiny import build_tiny_causal_lm
 
     if dtype not in DTYPES:
@@ -153,9 +161,11 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
     tokenizer = NumericTokenizer.from_pretrained(model)
     if config.model_type == CausalQwenConfig.model_type:
         if init:
-            raise ValueError(f"{model!r} is a saved CausalQwen, which keeps the initialization it was converted with; "
-                             "--init, --abduction-scale-init, --ovr-threshold, --threshold-init and "
-                             "--threshold-quantile apply when converting a Qwen2 base")
+            raise ValueError(
+                f"{model!r} is a saved CausalQwen, which keeps the initialization it was converted with; "
+                "--init, --abduction-scale-init, --ovr-threshold, --threshold-init and "
+                "--threshold-quantile apply when converting a Qwen2 base"
+            )
         loaded = CausalQwenForCausalLM.from_pretrained(model)
     else:
         loaded = CausalQwenForCausalLM.from_qwen(model, **init)
@@ -197,7 +207,9 @@ def generate_text(
 
     causal_qwen, tokenizer = load_model_and_tokenizer(model, seed=seed)
     batch = tokenizer(prompts, padding_side="left")
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, normalize=normalize) if mode == "traditional" else {}
+    sampling = (
+        dict(temperature=temperature, top_k=top_k, top_p=top_p, normalize=normalize) if mode == "traditional" else {}
+    )
     out = generate(
         causal_qwen,
         batch["input_ids"],
@@ -213,8 +225,13 @@ def generate_text(
     for row, prompt in enumerate(prompts):
         kept = out.attention_mask[row].bool()  # the prompt's padding and what follows an EOS are dropped
         _, continuation = tokenizer.decode_continuation(
-            out.sequences[row][kept], out.numeric_values[row][kept], int(batch["attention_mask"][row].sum()),
-            out_of_vocab="mark", number_texts=batch.number_texts[row], number_resolution=number_resolution)
+            out.sequences[row][kept],
+            out.numeric_values[row][kept],
+            int(batch["attention_mask"][row].sum()),
+            out_of_vocab="mark",
+            number_texts=batch.number_texts[row],
+            number_resolution=number_resolution,
+        )
         texts.append(prompt + continuation)
     return texts
 
@@ -265,13 +282,18 @@ def _report_interrupted_training(args) -> None:
         print(f"causalqwen train: interrupted; {one_line(error)}", file=sys.stderr)
         return
     if checkpoint is None:
-        print(f"causalqwen train: interrupted before the first checkpoint (--save-every {args.save_every}): "
-              "no step is saved", file=sys.stderr)
+        print(
+            f"causalqwen train: interrupted before the first checkpoint (--save-every {args.save_every}): "
+            "no step is saved",
+            file=sys.stderr,
+        )
         print(f"start again with: {again}", file=sys.stderr)
     else:
         step = checkpoint.rsplit("-", 1)[1]
-        print(f"causalqwen train: interrupted; the last checkpoint is {checkpoint} (step {step} of {args.steps})",
-              file=sys.stderr)
+        print(
+            f"causalqwen train: interrupted; the last checkpoint is {checkpoint} (step {step} of {args.steps})",
+            file=sys.stderr,
+        )
         print(f"continue with: {again}", file=sys.stderr)
 
 
@@ -299,12 +321,23 @@ def train_command(args) -> int:
         eval_batch = collate(eval_set.items, tokenizer.pad_token_id)
     check_training_inputs(model, train_set, config)  # every option checked before anything is written to --out
     writer = not dist.is_initialized() or dist.get_rank() == 0  # only rank 0 writes
-    run_dir = RunDirectory.claim(args.out, "train", resume=args.resume, overwrite=args.overwrite,
-                                 option_names=FLAG_NAMES) if writer else None
+    run_dir = (
+        RunDirectory.claim(args.out, "train", resume=args.resume, overwrite=args.overwrite, option_names=FLAG_NAMES)
+        if writer
+        else None
+    )
     interrupted = False
     try:
-        train(model, train_set, config, eval_batch=eval_batch, out_dir=run_dir if writer else args.out,
-              resume=args.resume, allow_changed_settings=args.allow_changed_settings, print_eval=True)
+        train(
+            model,
+            train_set,
+            config,
+            eval_batch=eval_batch,
+            out_dir=run_dir if writer else args.out,
+            resume=args.resume,
+            allow_changed_settings=args.allow_changed_settings,
+            print_eval=True,
+        )
         if writer:
             _save_trained_model(args.out, model, tokenizer, lora=config.preset == "lora")
     except KeyboardInterrupt:  # Ctrl-C: reported below, after the frames (and the progress bar) of train are gone
@@ -327,11 +360,21 @@ def _training_config(args):
     from ..training import TrainingConfig
 
     config = TrainingConfig(
-        steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate, weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
-        preset=args.preset, eval_every=args.eval_every, save_every=args.save_every,
-        save_total_limit=args.save_total_limit, log_every=args.log_every, seed=args.seed,
-        report_to=args.report_to, max_u_divergence=args.max_u_divergence,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps,
+        warmup_ratio=args.warmup_ratio,
+        max_grad_norm=args.max_grad_norm,
+        preset=args.preset,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        save_total_limit=args.save_total_limit,
+        log_every=args.log_every,
+        seed=args.seed,
+        report_to=args.report_to,
+        max_u_divergence=args.max_u_divergence,
         divergence_dual_lr=1.0 if args.divergence_dual_lr is None else args.divergence_dual_lr,
     )
     if args.allow_changed_settings and not args.resume:
@@ -350,8 +393,10 @@ def _model_to_train(args, preset: str):
     from ..kernels.mixed_precision import check_trainable_dtypes
 
     if args.dtype == "float16":  # before a (possibly large) model is loaded
-        raise ValueError("--dtype float16 cannot train: float16 gradients need loss scaling, which causalqwen train "
-                         "does not do; use --dtype float32 (the default) or bfloat16")
+        raise ValueError(
+            "--dtype float16 cannot train: float16 gradients need loss scaling, which causalqwen train "
+            "does not do; use --dtype float32 (the default) or bfloat16"
+        )
     model, tokenizer = load_model_and_tokenizer(args.base, seed=args.seed, init=init_keywords(args), dtype=args.dtype)
     check_trainable_dtypes(model)  # --dtype auto on a float16 checkpoint: refused before --out is claimed
     if preset == "lora":
@@ -413,8 +458,10 @@ def convert_command(args) -> int:
     tokenizer.save_pretrained(args.out)
     config = model.config
     dtype = str(model.dtype).removeprefix("torch.")
-    print(f"CausalQwen (V = {config.vocab_size}, <NUM> id {config.num_token_id}, gamma = {config.abduction_scale_init:g}, "
-          f"C = {config.ovr_threshold:.6g} ({config.ovr_threshold_init}), {dtype}) written to {args.out}")
+    print(
+        f"CausalQwen (V = {config.vocab_size}, <NUM> id {config.num_token_id}, gamma = {config.abduction_scale_init:g}, "
+        f"C = {config.ovr_threshold:.6g} ({config.ovr_threshold_init}), {dtype}) written to {args.out}"
+    )
     return 0
 
 
@@ -437,5 +484,7 @@ def load_base(adapter_dir, **kwargs):
     except OSError as error:
         if os.path.isdir(base):
             raise
-        raise OSError(f"the base model {base!r} recorded by the adapter in {os.fspath(adapter_dir)!r} is no local "
-                      f"directory and is not in the local Hugging Face cache (no download is made): {error}") from error
+        raise OSError(
+            f"the base model {base!r} recorded by the adapter in {os.fspath(adapter_dir)!r} is no local "
+            f"directory and is not in the local Hugging Face cache (no download is made): {error}"
+        ) from error

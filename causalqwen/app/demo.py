@@ -58,15 +58,19 @@ def _per_template_mdae(model, tokenizer, seed: int) -> dict[str, float]:
         rng = random.Random(seed)
         batch = collate(TextDataset([template(rng) for _ in range(100)], tokenizer, 64).items, tokenizer.pad_token_id)
         with torch.no_grad():
-            out = model(batch["input_ids"], numeric_values=batch["numeric_values"], attention_mask=batch["attention_mask"],
-                        labels=batch["labels"])  # out.targets: what each position is scored against
+            out = model(
+                batch["input_ids"],
+                numeric_values=batch["numeric_values"],
+                attention_mask=batch["attention_mask"],
+                labels=batch["labels"],
+            )  # out.targets: what each position is scored against
         result[name] = regression_metrics(out.loc_Y, out.targets.values, out.targets.is_num)["reg_mdae"]
     return result
 
 
 def _smoothed(values: list[float], window: int = 10) -> list[float]:
     """The trailing mean over up to ``window`` values: the trend of a noisy per-batch loss."""
-    return [sum(values[max(0, i + 1 - window):i + 1]) / (i + 1 - max(0, i + 1 - window)) for i in range(len(values))]
+    return [sum(values[max(0, i + 1 - window) : i + 1]) / (i + 1 - max(0, i + 1 - window)) for i in range(len(values))]
 
 
 def _plots(history: list[dict], out_dir: str) -> list[str]:
@@ -149,8 +153,15 @@ def _print_samples(model, tokenizer) -> None:
     print("\nOne sample per inference mode (seed 1):")
     batch = tokenizer(PROMPTS[:1], padding_side="left")
     for mode in MODES:
-        out = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], mode=mode,
-                       max_new_tokens=12, generator=torch.Generator().manual_seed(1))
+        out = generate(
+            model,
+            batch["input_ids"],
+            batch["numeric_values"],
+            batch["attention_mask"],
+            mode=mode,
+            max_new_tokens=12,
+            generator=torch.Generator().manual_seed(1),
+        )
         print(f"  {mode:<18} {tokenizer.decode(out.sequences[0], out.numeric_values[0], out_of_vocab='mark')!r}")
 
 
@@ -161,13 +172,26 @@ def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, star
     torch.manual_seed(seed)
     model, tokenizer, _ = build_tiny_causal_lm(seed=seed, **DEMO_OVERRIDES)
     train_set = TextDataset(synthetic_texts(4000, seed=seed), tokenizer, max_length=64)
-    eval_batch = collate(TextDataset(synthetic_texts(400, seed=seed + 1), tokenizer, max_length=64).items,
-                         tokenizer.pad_token_id)
-    config = TrainingConfig(steps=steps, batch_size=16, learning_rate=3e-3, weight_decay=0.01, warmup_steps=50,
-                            preset="all", eval_every=max(1, steps // 10), save_every=steps, log_every=10, seed=seed)
-    print(f"CausalQwen demo: tiny Qwen2 base (H = {model.config.hidden_size}, {model.config.num_hidden_layers} layers, "
-          f"V = {model.config.vocab_size}), {len(train_set)} training sentences, preset 'all', {steps} steps, "
-          f"batch {config.batch_size}; gate_alpha = 1, regression_weight = 0.1 (see `causalqwen.app.demo`)")
+    eval_batch = collate(
+        TextDataset(synthetic_texts(400, seed=seed + 1), tokenizer, max_length=64).items, tokenizer.pad_token_id
+    )
+    config = TrainingConfig(
+        steps=steps,
+        batch_size=16,
+        learning_rate=3e-3,
+        weight_decay=0.01,
+        warmup_steps=50,
+        preset="all",
+        eval_every=max(1, steps // 10),
+        save_every=steps,
+        log_every=10,
+        seed=seed,
+    )
+    print(
+        f"CausalQwen demo: tiny Qwen2 base (H = {model.config.hidden_size}, {model.config.num_hidden_layers} layers, "
+        f"V = {model.config.vocab_size}), {len(train_set)} training sentences, preset 'all', {steps} steps, "
+        f"batch {config.batch_size}; gate_alpha = 1, regression_weight = 0.1 (see `causalqwen.app.demo`)"
+    )
 
     model.eval()
     before = with_log_prefixes(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
@@ -193,9 +217,11 @@ def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, star
 
     learned_f1 = after["eval/num_f1"] >= 0.9
     learned_reg = after["eval/reg_mdae"] <= 0.5 * before["eval/reg_mdae"]
-    print(f"\nnum_f1 = {after['eval/num_f1']:.3f} (goal >= 0.9): {'yes' if learned_f1 else 'NO'}; "
-          f"reg_mdae = {after['eval/reg_mdae']:.3f} = {after['eval/reg_mdae'] / before['eval/reg_mdae']:.3f} x init "
-          f"(goal <= 0.5): {'yes' if learned_reg else 'NO'}; wall time {time.perf_counter() - started:.0f} s")
+    print(
+        f"\nnum_f1 = {after['eval/num_f1']:.3f} (goal >= 0.9): {'yes' if learned_f1 else 'NO'}; "
+        f"reg_mdae = {after['eval/reg_mdae']:.3f} = {after['eval/reg_mdae'] / before['eval/reg_mdae']:.3f} x init "
+        f"(goal <= 0.5): {'yes' if learned_reg else 'NO'}; wall time {time.perf_counter() - started:.0f} s"
+    )
     if learned_f1 and learned_reg:
         print("OK: the demo model learned the synthetic task.")
         return 0

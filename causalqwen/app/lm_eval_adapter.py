@@ -99,8 +99,11 @@ def _check_pretrained(pretrained) -> str:
     if isinstance(pretrained, os.PathLike):
         pretrained = os.fspath(pretrained)
     if not isinstance(pretrained, str) or not pretrained:
-        raise _model_arg_error("pretrained", pretrained, "a directory, a hub id or tiny (quote a name lm-eval "
-                               "would read as a number: pretrained='123')")
+        raise _model_arg_error(
+            "pretrained",
+            pretrained,
+            "a directory, a hub id or tiny (quote a name lm-eval would read as a number: pretrained='123')",
+        )
     return pretrained
 
 
@@ -124,11 +127,14 @@ def _check_device(device) -> torch.device:
     if parsed.type != "cuda":
         raise _model_arg_error("device", device, must)
     if not torch.cuda.is_available():
-        raise ValueError(f"model_args device {device!r} was asked for (lm-eval's command line defaults to cuda) but "
-                         "no CUDA device is available: pass --device cpu")
+        raise ValueError(
+            f"model_args device {device!r} was asked for (lm-eval's command line defaults to cuda) but "
+            "no CUDA device is available: pass --device cpu"
+        )
     if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise ValueError(f"model_args device {device!r} names a CUDA device that is not there "
-                         f"({torch.cuda.device_count()} visible)")
+        raise ValueError(
+            f"model_args device {device!r} names a CUDA device that is not there ({torch.cuda.device_count()} visible)"
+        )
     return parsed
 
 
@@ -137,8 +143,9 @@ def _check_no_op_arg(name: str, value) -> None:
     and a value that would ask for something the adapter does not do is refused."""
     positive = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     if name == "batch_size":
-        auto = isinstance(value, str) and (value == "auto" or (value.startswith("auto:")
-                                                               and value[5:].isdigit() and int(value[5:]) >= 1))
+        auto = isinstance(value, str) and (
+            value == "auto" or (value.startswith("auto:") and value[5:].isdigit() and int(value[5:]) >= 1)
+        )
         count = isinstance(value, str) and value.isdigit() and int(value) >= 1
         if not (auto or count or positive):
             raise _model_arg_error(name, value, "a positive integer, auto or auto:N")
@@ -205,24 +212,37 @@ class CausalQwenLM(LM):
     Every value is checked before anything loads; a bad one is a ``ValueError`` naming the argument and the value.
     """
 
-    def __init__(self, pretrained: str = "tiny", *, mode: str = "standard", token_probability: str = "ovr",
-                 number_resolution="prompt", device: str = "cpu", seed: int = 0, **kwargs):
+    def __init__(
+        self,
+        pretrained: str = "tiny",
+        *,
+        mode: str = "standard",
+        token_probability: str = "ovr",
+        number_resolution="prompt",
+        device: str = "cpu",
+        seed: int = 0,
+        **kwargs,
+    ):
         super().__init__()
         from .commands import load_model_and_tokenizer
 
         unknown = sorted(set(kwargs) - set(NO_OP_ARGS))
         if unknown:
-            raise ValueError(f"CausalQwenLM got unknown model_args {unknown}; it takes pretrained, mode, "
-                             "token_probability, number_resolution, device and seed (and accepts batch_size, "
-                             "max_batch_size, dtype and trust_remote_code, which change nothing)")
+            raise ValueError(
+                f"CausalQwenLM got unknown model_args {unknown}; it takes pretrained, mode, "
+                "token_probability, number_resolution, device and seed (and accepts batch_size, "
+                "max_batch_size, dtype and trust_remote_code, which change nothing)"
+            )
         for name, value in kwargs.items():
             _check_no_op_arg(name, value)
         pretrained = _check_pretrained(pretrained)
         self.mode = _checked_library_arg("mode", mode, check_mode)
         self.token_probability = _checked_library_arg("token_probability", token_probability, check_token_probability)
         self.number_resolution = _checked_library_arg(
-            "number_resolution", number_resolution,
-            lambda value: check_resolution(None if value in (None, "none") else value))
+            "number_resolution",
+            number_resolution,
+            lambda value: check_resolution(None if value in (None, "none") else value),
+        )
         self.seed = _check_seed(seed)
         self._device = _check_device(device)
         self.model, self.tokenizer = load_model_and_tokenizer(pretrained, seed=self.seed)
@@ -289,9 +309,11 @@ class CausalQwenLM(LM):
             raise ValueError(f"generation_kwargs {settings!r}: {error}") from error
         unread = sorted(set(kwargs) - set(GENERATION_KWARGS))
         if unread:
-            raise ValueError(f"generation_kwargs {unread} are not read by the causalqwen model; it reads until, "
-                             "max_gen_toks (or max_new_tokens, max_tokens, max_completion_tokens), do_sample, "
-                             "temperature, top_k and top_p")
+            raise ValueError(
+                f"generation_kwargs {unread} are not read by the causalqwen model; it reads until, "
+                "max_gen_toks (or max_new_tokens, max_tokens, max_completion_tokens), do_sample, "
+                "temperature, top_k and top_p"
+            )
         until = kwargs["until"]
         if not all(isinstance(stop, str) for stop in until):
             raise TypeError(f"generation_kwargs until must be a str or a list of str, got {settings.get('until')!r}")
@@ -309,23 +331,44 @@ class CausalQwenLM(LM):
         elif self.mode == "standard":
             generator = self.generator  # unused: the standard mode decides without a draw
             if not self._warned_standard_sampling:
-                warnings.warn("generation_kwargs do_sample=True asks for samples, but mode='standard' decides without "
-                              "a draw, so every repeat of a request is the same text; for samples pass model_args "
-                              f"mode= one of {', '.join(SAMPLING_MODES)}", UserWarning, stacklevel=2)
+                warnings.warn(
+                    "generation_kwargs do_sample=True asks for samples, but mode='standard' decides without "
+                    "a draw, so every repeat of a request is the same text; for samples pass model_args "
+                    f"mode= one of {', '.join(SAMPLING_MODES)}",
+                    UserWarning,
+                    stacklevel=2,
+                )
                 self._warned_standard_sampling = True
         else:
             generator = self.generator
             if self.mode == "traditional":
-                sampling = {"temperature": kwargs["temperature"], "top_k": kwargs.get("top_k", 0),
-                            "top_p": kwargs.get("top_p", 1.0)}
+                sampling = {
+                    "temperature": kwargs["temperature"],
+                    "top_k": kwargs.get("top_k", 0),
+                    "top_p": kwargs.get("top_p", 1.0),
+                }
         ids, values, texts = self._prompt(context, max_new)
         input_ids = torch.tensor([ids], device=self.device)  # [1, S]
-        out = generate(self.model, input_ids, torch.tensor([values], device=self.device), torch.ones_like(input_ids),
-                       mode=self.mode, max_new_tokens=max_new, generator=generator,
-                       eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id, **sampling)
-        _, text = self.tokenizer.decode_continuation(out.sequences[0], out.numeric_values[0], len(ids),
-                                                     out_of_vocab="mark", number_texts=texts,
-                                                     number_resolution=self.number_resolution)
+        out = generate(
+            self.model,
+            input_ids,
+            torch.tensor([values], device=self.device),
+            torch.ones_like(input_ids),
+            mode=self.mode,
+            max_new_tokens=max_new,
+            generator=generator,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            **sampling,
+        )
+        _, text = self.tokenizer.decode_continuation(
+            out.sequences[0],
+            out.numeric_values[0],
+            len(ids),
+            out_of_vocab="mark",
+            number_texts=texts,
+            number_resolution=self.number_resolution,
+        )
         return cut_at_stop(text, until)
 
     def _prompt(self, context: str, max_new: int) -> tuple[list[int], list[float], list[str]]:
@@ -336,8 +379,10 @@ class CausalQwenLM(LM):
             ids, values = [self.tokenizer.eos_token_id], [0.0]
         room = self.model.config.max_position_embeddings - max_new
         if room < 1:
-            raise ValueError(f"max_gen_toks={max_new} leaves no room for a context in the model's "
-                             f"{self.model.config.max_position_embeddings} positions")
+            raise ValueError(
+                f"max_gen_toks={max_new} leaves no room for a context in the model's "
+                f"{self.model.config.max_position_embeddings} positions"
+            )
         ids, values, texts, _ = keep_last(ids, values, texts, len(ids), room, self.tokenizer.num_token_id)
         return ids, values, texts
 

@@ -30,8 +30,6 @@ import safetensors
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from ..integrations.auto import SAVED_ONLY_FIELDS
-from ..integrations.lora import is_peft_model, restore_lora, save_lora
 from ..files.checkpoint import fsync_directory, fsync_tree, load_weights_strictly, value_problem
 from ..files.checkpoint_directories import (
     CHECKPOINT_NAME,
@@ -50,6 +48,8 @@ from ..files.rundir import (
     open_for_writing,
 )
 from ..files.training_state import TRAINING_JSON, read_training_record, save_training_state
+from ..integrations.auto import SAVED_ONLY_FIELDS
+from ..integrations.lora import is_peft_model, restore_lora, save_lora
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -127,10 +127,14 @@ def settings_differences(saved: dict, current: dict) -> list[str]:
     saved_fields, current_fields = saved.get("training", {}), current["training"]
     for name in sorted(set(saved_fields) | set(current_fields)):
         if saved_fields.get(name) != current_fields.get(name):
-            differences.append(f"{name} is {saved_fields.get(name)!r} in the checkpoint, {current_fields.get(name)!r} now")
+            differences.append(
+                f"{name} is {saved_fields.get(name)!r} in the checkpoint, {current_fields.get(name)!r} now"
+            )
     for key, what in (("train_data_sha256", "the training data"), ("eval_data_sha256", "the evaluation data")):
         if saved.get(key) != current[key]:
-            differences.append(f"{what} differ (sha256 {str(saved.get(key))[:12]} in the checkpoint, {str(current[key])[:12]} now)")
+            differences.append(
+                f"{what} differ (sha256 {str(saved.get(key))[:12]} in the checkpoint, {str(current[key])[:12]} now)"
+            )
     return differences
 
 
@@ -146,10 +150,14 @@ def check_config_file(run_dir: str, config, allow_changed_settings: bool) -> Non
     if not isinstance(stored, dict):
         raise OSError(f"cannot resume in {run_dir}: training_config.json is not a JSON object")
     current = {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS}
-    differences = settings_differences({"training": {k: v for k, v in stored.items() if k in current}},
-                                       {"training": current, "train_data_sha256": None, "eval_data_sha256": None})
+    differences = settings_differences(
+        {"training": {k: v for k, v in stored.items() if k in current}},
+        {"training": current, "train_data_sha256": None, "eval_data_sha256": None},
+    )
     if differences and not allow_changed_settings:
-        raise ValueError(f"cannot resume in {run_dir}: {'; '.join(differences)}; pass allow_changed_settings to continue")
+        raise ValueError(
+            f"cannot resume in {run_dir}: {'; '.join(differences)}; pass allow_changed_settings to continue"
+        )
 
 
 def _read_json(file: str, context: str):
@@ -176,12 +184,16 @@ def save_checkpoint(out_dir: str, state) -> str:
     partial_dir = final + ".partial"
     for directory in (partial_dir, final):  # a link is never followed, emptied nor replaced: it is not ours
         check_write_targets(directory, (), root=out_dir)
-    if os.path.isdir(final):  # this run's checkpoint of the same step is replaced; a directory someone else filled is not
+    if os.path.isdir(
+        final
+    ):  # this run's checkpoint of the same step is replaced; a directory someone else filled is not
         foreign = remove_checkpoint(final)
         if foreign:
-            raise OSError(f"{final!r} holds {', '.join(foreign)}, which this run did not write; causalqwen never "
-                          f"deletes what it did not write, so the checkpoint of step {state.step} cannot be written: "
-                          "move that directory away and resume")
+            raise OSError(
+                f"{final!r} holds {', '.join(foreign)}, which this run did not write; causalqwen never "
+                f"deletes what it did not write, so the checkpoint of step {state.step} cannot be written: "
+                "move that directory away and resume"
+            )
     remove_killed_save(partial_dir)
     os.makedirs(partial_dir)
     if is_peft_model(state.model):  # the adapters and the trained causal modules, beside the base model's config
@@ -190,16 +202,25 @@ def save_checkpoint(out_dir: str, state) -> str:
         state.model.get_base_model().config.save_pretrained(partial_dir)
     else:
         state.model.save_pretrained(partial_dir)  # config.json + model.safetensors
-    save_training_state(partial_dir, step=state.step, optimizer=state.optimizer, scheduler=state.scheduler,
-                        eval_generator=state.eval_generator, settings=state.settings)
+    save_training_state(
+        partial_dir,
+        step=state.step,
+        optimizer=state.optimizer,
+        scheduler=state.scheduler,
+        eval_generator=state.eval_generator,
+        settings=state.settings,
+    )
     with open_for_writing(os.path.join(partial_dir, "history.json"), root=out_dir) as handle:
         json.dump(state.history, handle)
     if state.bound is not None:  # the base law of U (frozen at the run's start) and the multiplier
         check_write_targets(partial_dir, (BOUND_TENSORS,), root=out_dir)
         save_file(state.bound.base.state_dict(), os.path.join(partial_dir, BOUND_TENSORS))
         with open_for_writing(os.path.join(partial_dir, BOUND_JSON), root=out_dir) as handle:
-            json.dump({"multiplier": state.bound.multiplier, "last_divergence": state.bound.last_divergence}, handle,
-                      allow_nan=False)
+            json.dump(
+                {"multiplier": state.bound.multiplier, "last_divergence": state.bound.last_divergence},
+                handle,
+                allow_nan=False,
+            )
     record_checkpoint_files(partial_dir, root=out_dir)  # last: what a later remove_checkpoint may remove
     fsync_tree(partial_dir)
     check_write_targets(final, (), root=out_dir)
@@ -221,20 +242,25 @@ def check_checkpoint(path: str, model, settings: dict, allow_changed_settings: b
     and data are this run's (``ValueError``, unless ``allow_changed_settings``: then a warning)."""
     saved = type(model.config).from_pretrained(path).to_dict()
     current = model.config.to_dict()
-    differing = sorted(k for k in set(saved) | set(current)
-                       if k not in _UNCOMPARED_CONFIG_FIELDS and saved.get(k) != current.get(k))
+    differing = sorted(
+        k for k in set(saved) | set(current) if k not in _UNCOMPARED_CONFIG_FIELDS and saved.get(k) != current.get(k)
+    )
     if differing:
         hint = ""
         if set(differing) & _INIT_FIELDS:
-            hint = ("; the run was converted with another initial scale or threshold: convert the same way again "
-                    "(the command line's --init, --abduction-scale-init, --ovr-threshold, --threshold-init as the "
-                    "run began; a run begun before decision D14 used what is now --init drafts)")
+            hint = (
+                "; the run was converted with another initial scale or threshold: convert the same way again "
+                "(the command line's --init, --abduction-scale-init, --ovr-threshold, --threshold-init as the "
+                "run began; a run begun before decision D14 used what is now --init drafts)"
+            )
         raise ValueError(f"cannot resume from {path}: its model config differs in {', '.join(differing)}{hint}")
     record = read_training_record(path)
     named_step = checkpoint_step(os.path.basename(os.path.normpath(path)))
     if named_step is not None and record["step"] != named_step:
-        raise OSError(f"cannot resume from {path}: {os.path.join(path, TRAINING_JSON)!r} records step "
-                      f"{record['step']}, but its directory is checkpoint-{named_step}")
+        raise OSError(
+            f"cannot resume from {path}: {os.path.join(path, TRAINING_JSON)!r} records step "
+            f"{record['step']}, but its directory is checkpoint-{named_step}"
+        )
     differences = settings_differences(record.get("settings") or {}, settings)
     if differences and not allow_changed_settings:
         raise ValueError(
@@ -255,8 +281,9 @@ def recorded_config(record: dict, path: str, config):
     if not isinstance(recorded, dict) or any(name not in recorded for name in names):
         raise OSError(f"{json_file!r}: settings.training must record {', '.join(names)}, got {recorded!r}")
     try:  # a record written before warmup_ratio existed has none: its warmup_steps is the warm-up
-        return dataclasses.replace(config, warmup_ratio=recorded.get("warmup_ratio"),
-                                   **{name: recorded[name] for name in names})
+        return dataclasses.replace(
+            config, warmup_ratio=recorded.get("warmup_ratio"), **{name: recorded[name] for name in names}
+        )
     except (TypeError, ValueError) as error:
         raise OSError(f"{json_file!r}: settings.training is not a valid training config: {error}") from error
 
@@ -282,7 +309,9 @@ def with_recorded_warmup(config, run_dir: str, checkpoint: str | None):
     except (TypeError, ValueError) as error:
         raise OSError(f"cannot resume: {file!r} records a warm-up that is not a valid setting: {error}") from error
     if adopted != config:
-        logger.info("no warm-up given: the resumed run keeps its own (%s)", ", ".join(f"{k}={v!r}" for k, v in warmup.items()))
+        logger.info(
+            "no warm-up given: the resumed run keeps its own (%s)", ", ".join(f"{k}={v!r}" for k, v in warmup.items())
+        )
     return adopted
 
 
@@ -308,12 +337,16 @@ def check_base_reference(reference, state: dict) -> None:
         return
     expected = reference.frozen.state_dict()
     if set(state) != set(expected):
-        raise ValueError(f"the base reference holds {len(expected)} tensors {sorted(expected)[:3]}...; "
-                         f"got {len(state)} {sorted(state)[:3]}...")
+        raise ValueError(
+            f"the base reference holds {len(expected)} tensors {sorted(expected)[:3]}...; "
+            f"got {len(state)} {sorted(state)[:3]}..."
+        )
     problems = []
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
-            problems.append(f"{name} has shape {tuple(tensor.shape)}, the reference needs {tuple(expected[name].shape)}")
+            problems.append(
+                f"{name} has shape {tuple(tensor.shape)}, the reference needs {tuple(expected[name].shape)}"
+            )
         elif expected[name].dtype.is_floating_point:
             if (problem := value_problem(name, tensor, expected[name].dtype)) is not None:
                 problems.append(problem)
@@ -336,12 +369,18 @@ def load_bound(path: str, bound) -> None:
         raise OSError(f"cannot resume from {path}: {tensors_file!r}: {error}") from error
     state = _read_json(os.path.join(path, BOUND_JSON), f"cannot resume from {path}")
     multiplier = state.get("multiplier") if isinstance(state, dict) else None
-    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier) or multiplier < 0:
+    if (
+        isinstance(multiplier, bool)
+        or not isinstance(multiplier, (int, float))
+        or not math.isfinite(multiplier)
+        or multiplier < 0
+    ):
         raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds no multiplier >= 0")
     last = state.get("last_divergence")
     if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float)) or not math.isfinite(last)):
-        raise OSError(f"cannot resume from {path}: {BOUND_JSON} holds last_divergence {last!r}, not a finite number "
-                      "or null")
+        raise OSError(
+            f"cannot resume from {path}: {BOUND_JSON} holds last_divergence {last!r}, not a finite number or null"
+        )
     bound.multiplier = float(multiplier)
     bound.last_divergence = None if last is None else float(last)
 
@@ -370,8 +409,9 @@ def check_report_to(report_to: str | None) -> None:
         elif report_to == "wandb":
             import wandb  # noqa: F401
     except ImportError as error:
-        raise ValueError(f"report_to={report_to!r} needs the {report_to} package (pip install {report_to}): "
-                         f"{error}") from error
+        raise ValueError(
+            f"report_to={report_to!r} needs the {report_to} package (pip install {report_to}): {error}"
+        ) from error
 
 
 class MetricsLog:
@@ -436,6 +476,9 @@ EVAL_PREFIXES = ("eval/", "dist/")  # the metrics of the held-out set (`causalqw
 def eval_line(step: int, metrics: dict) -> str:
     """The line that shows the eval metrics of a logged record: ``eval step 40: eval/loss=2.31547 ...``, each
     ``eval/*`` and ``dist/*`` value as in ``metrics.jsonl``, to 6 significant digits (``format(value, ".6g")``)."""
-    shown = " ".join(f"{key}={format(value, '.6g') if isinstance(value, (int, float)) else value}"
-                     for key, value in metrics.items() if key.startswith(EVAL_PREFIXES))
+    shown = " ".join(
+        f"{key}={format(value, '.6g') if isinstance(value, (int, float)) else value}"
+        for key, value in metrics.items()
+        if key.startswith(EVAL_PREFIXES)
+    )
     return f"eval step {step}: {shown}"

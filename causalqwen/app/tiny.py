@@ -38,8 +38,8 @@ from transformers.models.qwen2.tokenization_qwen2 import (
 )
 
 if TYPE_CHECKING:  # imported inside build_tiny_causal_lm: the model modules do not need this one loaded
-    from ..modeling import CausalQwenForCausalLM
     from ..integrations.tokenizer import NumericTokenizer
+    from ..modeling import CausalQwenForCausalLM
 
 __all__ = [
     "TINY_CORPUS",
@@ -276,19 +276,32 @@ def build_tiny_qwen(
     Returns:
         The model, in eval mode.
     """
-    sizes = {"hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers, "num_attention_heads": num_attention_heads,
-             "num_key_value_heads": num_key_value_heads, "intermediate_size": intermediate_size}
+    sizes = {
+        "hidden_size": hidden_size,
+        "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "intermediate_size": intermediate_size,
+    }
     _check_shape(seed, sizes, tie_word_embeddings)
     if tokenizer is None:
         tokenizer = build_tiny_tokenizer()
     vocab_size = _vocab_size(len(tokenizer), config_overrides.pop("vocab_size", None))
     eos_token_id = tokenizer.eos_token_id
     bos_token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos_token_id
-    config = Qwen2Config(**{
-        "vocab_size": vocab_size, **sizes, "tie_word_embeddings": tie_word_embeddings,
-        "max_position_embeddings": 2048, "bos_token_id": bos_token_id, "eos_token_id": eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id, "dtype": torch.float32, **config_overrides,
-    })
+    config = Qwen2Config(
+        **{
+            "vocab_size": vocab_size,
+            **sizes,
+            "tie_word_embeddings": tie_word_embeddings,
+            "max_position_embeddings": 2048,
+            "bos_token_id": bos_token_id,
+            "eos_token_id": eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "dtype": torch.float32,
+            **config_overrides,
+        }
+    )
     previous_dtype = torch.get_default_dtype()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -328,8 +341,8 @@ def build_tiny_causal_lm(seed: int = 0, init_seed: int | None = None, **config_o
     ``init_seed=None`` that is the global generator, as ``from_qwen`` alone does; with an int it is
     a generator seeded with ``init_seed``, and the global random state is left as it was.
     """
-    from ..modeling import CausalQwenForCausalLM
     from ..integrations.tokenizer import NumericTokenizer
+    from ..modeling import CausalQwenForCausalLM
 
     if init_seed is not None and (isinstance(init_seed, bool) or not isinstance(init_seed, int)):
         raise TypeError(f"init_seed must be an int or None, got {type(init_seed).__name__}")

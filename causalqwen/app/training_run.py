@@ -33,7 +33,16 @@ from ..files.rundir import RunDirectory
 from ..files.training_state import load_training_state
 from ..kernels.mixed_precision import autocast_in, check_trainable_dtypes, float32_master_weights
 from ..metrics import evaluate_batch, training_metrics, with_log_prefixes
-from ..training import TrainingConfig, TrainingState, check_preset, distributed_rank, distributed_world_size, loss_and_gradients, optimizer_and_schedule, set_trainable
+from ..training import (
+    TrainingConfig,
+    TrainingState,
+    check_preset,
+    distributed_rank,
+    distributed_world_size,
+    loss_and_gradients,
+    optimizer_and_schedule,
+    set_trainable,
+)
 from . import runs
 
 __all__ = ["check_training_inputs", "train", "TrainingDiverged"]
@@ -51,16 +60,29 @@ def check_training_inputs(model, train_dataset: TextDataset, config: TrainingCon
     check_trainable_dtypes(model)
     scored = sum(int(len(train_dataset[i]["input_ids"]) >= 2) for i in range(len(train_dataset)))
     if scored == 0:
-        raise ValueError(f"none of the {len(train_dataset)} training texts has two tokens: there is no next token "
-                         "to learn from")
-    _loader(train_dataset, config, distributed_rank(), distributed_world_size())  # ValueError: too few texts for one batch
+        raise ValueError(
+            f"none of the {len(train_dataset)} training texts has two tokens: there is no next token to learn from"
+        )
+    _loader(
+        train_dataset, config, distributed_rank(), distributed_world_size()
+    )  # ValueError: too few texts for one batch
     check_preset(model, config.preset)
     runs.check_report_to(config.report_to)
 
 
-def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch: dict[str, torch.Tensor] | None = None,
-          out_dir: str | os.PathLike | RunDirectory | None = None, *, resume: bool = False, overwrite: bool = False,
-          progress: bool = True, allow_changed_settings: bool = False, print_eval: bool = False) -> list[dict]:
+def train(
+    model,
+    train_dataset: TextDataset,
+    config: TrainingConfig,
+    eval_batch: dict[str, torch.Tensor] | None = None,
+    out_dir: str | os.PathLike | RunDirectory | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    allow_changed_settings: bool = False,
+    print_eval: bool = False,
+) -> list[dict]:
     """Train ``model`` in place; return the history (one dict of metrics per logged step).
 
     ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics. With
@@ -91,8 +113,16 @@ def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch:
         out_dir = os.fspath(out_dir) if out_dir is not None else None
         set_trainable(model, config.preset)
         with float32_master_weights(model) as autocast_dtype:
-            state = _start(model, train_dataset, config, eval_batch, out_dir, writes=run_dir is not None,
-                           resume=resume, allow_changed_settings=allow_changed_settings)
+            state = _start(
+                model,
+                train_dataset,
+                config,
+                eval_batch,
+                out_dir,
+                writes=run_dir is not None,
+                resume=resume,
+                allow_changed_settings=allow_changed_settings,
+            )
             state.autocast_dtype = autocast_dtype
             return _steps(state, train_dataset, eval_batch, out_dir, progress, print_eval)
     finally:
@@ -100,8 +130,9 @@ def train(model, train_dataset: TextDataset, config: TrainingConfig, eval_batch:
             run_dir.release()
 
 
-def _start(model, train_dataset, config, eval_batch, out_dir, *, writes: bool, resume: bool,
-           allow_changed_settings: bool) -> TrainingState:
+def _start(
+    model, train_dataset, config, eval_batch, out_dir, *, writes: bool, resume: bool, allow_changed_settings: bool
+) -> TrainingState:
     """The state at the run's first step: seeds, trainable parameters, the bound, AdamW and its schedule, then
     (``resume``) the newest checkpoint's. ``writes``: this process writes ``training_config.json``."""
     checkpoint = runs.latest_checkpoint(out_dir) if (resume and out_dir) else None
@@ -141,15 +172,22 @@ def _resume(path: str, state: TrainingState, allow_changed_settings: bool) -> No
     # The record's numbers must be those the run it names would have saved at its step: its own settings (this
     # run's, unless changed settings are allowed) give every optimizer and scheduler value but the moments.
     recorded = runs.recorded_config(record, path, state.config) if differences else state.config
-    load_training_state(path, optimizer=state.optimizer, scheduler=state.scheduler,
-                        eval_generator=state.eval_generator, record=record,
-                        expected=_expected_training_state(state.model, recorded, record["step"]))
+    load_training_state(
+        path,
+        optimizer=state.optimizer,
+        scheduler=state.scheduler,
+        eval_generator=state.eval_generator,
+        record=record,
+        expected=_expected_training_state(state.model, recorded, record["step"]),
+    )
     if differences:  # allowed: from here on the optimizer follows this run's settings
         current = _expected_training_state(state.model, state.config, record["step"])
         for group, wanted in zip(state.optimizer.param_groups, current["optimizer_param_groups"]):
             group.update({key: wanted[key] for key in ("lr", "initial_lr", "weight_decay")})
-        state.scheduler.load_state_dict(state.scheduler.state_dict() | {
-            "base_lrs": list(current["scheduler"]["base_lrs"]), "_last_lr": list(current["scheduler"]["_last_lr"])})
+        state.scheduler.load_state_dict(
+            state.scheduler.state_dict()
+            | {"base_lrs": list(current["scheduler"]["base_lrs"]), "_last_lr": list(current["scheduler"]["_last_lr"])}
+        )
     if state.bound is not None:
         runs.load_bound(path, state.bound)
     state.step, state.history = record["step"], runs.read_history(path)
@@ -168,12 +206,21 @@ def _expected_training_state(model, config: TrainingConfig, step: int) -> dict:
 
 def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSampler, DataLoader]:
     """This process's shuffled share of the data in full batches (``config.seed`` fixes the order per epoch)."""
-    sampler = DistributedSampler(train_dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True)
-    loader = DataLoader(train_dataset, batch_size=config.batch_size, sampler=sampler, drop_last=True,
-                        collate_fn=partial(collate, pad_token_id=train_dataset.pad_token_id))
+    sampler = DistributedSampler(
+        train_dataset, num_replicas=world, rank=rank, shuffle=True, seed=config.seed, drop_last=True
+    )
+    loader = DataLoader(
+        train_dataset,
+        batch_size=config.batch_size,
+        sampler=sampler,
+        drop_last=True,
+        collate_fn=partial(collate, pad_token_id=train_dataset.pad_token_id),
+    )
     if len(loader) == 0:
-        raise ValueError(f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on "
-                         f"{world} process(es)")
+        raise ValueError(
+            f"the dataset has {len(train_dataset)} texts: too few for one batch of {config.batch_size} on "
+            f"{world} process(es)"
+        )
     return sampler, loader
 
 
@@ -200,8 +247,9 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
                 continue
             batch = {key: value.to(device) for key, value in batch.items()}
             with autocast_in(state.autocast_dtype, device):
-                out, grad_norm = loss_and_gradients(trained, model, batch, config, step=state.step,
-                                                    first=state.step == start_step, bound=state.bound)
+                out, grad_norm = loss_and_gradients(
+                    trained, model, batch, config, step=state.step, first=state.step == start_step, bound=state.bound
+                )
             state.optimizer.step()
             state.scheduler.step()
             if state.bound is not None:
@@ -216,8 +264,11 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
                 if log:
                     log.log(state.step, {k: v for k, v in record.items() if k != "step"})
                 if "train/total_loss" in record:  # an eval-only step keeps the last training figures on the bar
-                    bar.set_postfix(loss=f"{record['train/total_loss']:.3f}",
-                                    acc=f"{record.get('train/accuracy', 0.0):.2f}", refresh=False)
+                    bar.set_postfix(
+                        loss=f"{record['train/total_loss']:.3f}",
+                        acc=f"{record.get('train/accuracy', 0.0):.2f}",
+                        refresh=False,
+                    )
             bar.update(1)
             if out_dir and rank == 0 and (state.step % config.save_every == 0 or state.step == config.steps):
                 check_finite_parameters(model, state.step, config.learning_rate, config.weight_decay)
@@ -225,7 +276,9 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
             if state.step >= config.steps:
                 break
     bar.close()
-    check_finite_parameters(model, state.step, config.learning_rate, config.weight_decay)  # what the caller saves as the trained model is finite
+    check_finite_parameters(
+        model, state.step, config.learning_rate, config.weight_decay
+    )  # what the caller saves as the trained model is finite
     model.eval()
     return state.history
 
@@ -237,8 +290,10 @@ def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
     model, config, step = state.model, state.config, state.step
     record = {}
     if step % config.log_every == 0 or step == config.steps:
-        record |= training_metrics(model, out) | {"train/grad_norm": float(grad_norm),
-                                                   "train/learning_rate": state.scheduler.get_last_lr()[0]}
+        record |= training_metrics(model, out) | {
+            "train/grad_norm": float(grad_norm),
+            "train/learning_rate": state.scheduler.get_last_lr()[0],
+        }
         if state.bound is not None:
             record |= state.bound.metrics()
     if eval_batch is not None and (step % config.eval_every == 0 or step == config.steps):

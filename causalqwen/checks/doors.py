@@ -27,8 +27,7 @@ from torch import Tensor
 from ..cauchy import validating
 from .values import first_index
 
-__all__ = ["check_forward", "check_keywords", "refuse_meta", "open_door", "position_ids_from_mask",
-           "PASSED_TO_QWEN2"]
+__all__ = ["check_forward", "check_keywords", "refuse_meta", "open_door", "position_ids_from_mask", "PASSED_TO_QWEN2"]
 
 # Keywords that forward/abduce hand on to Qwen2Model; everything else is refused by name.
 PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
@@ -54,8 +53,10 @@ def check_keywords(method: str, kwargs: dict, own: tuple[str, ...]) -> None:
             "embed(input_ids) + phi(numeric_values)"
         )
     known = own + PASSED_TO_QWEN2
-    hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1)) else repr(name)
-             for name in unknown]
+    hints = [
+        f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1)) else repr(name)
+        for name in unknown
+    ]
     raise TypeError(f"{method}() got unexpected keyword argument(s) {', '.join(hints)}")
 
 
@@ -87,8 +88,10 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, required: Required | N
 
     def too_large():
         b, s = first_index(~in_float32)
-        return ValueError(f"{name} must be representable in float32 (|v| <= {torch.finfo(torch.float32).max:.8g}); "
-                          f"found {tensor[b, s].item()!r} at position [{b}, {s}]")
+        return ValueError(
+            f"{name} must be representable in float32 (|v| <= {torch.finfo(torch.float32).max:.8g}); "
+            f"found {tensor[b, s].item()!r} at position [{b}, {s}]"
+        )
 
     required.append((in_float32, too_large))
     if tensor.dtype == torch.float64:  # the one type wider than float32: a tiny value can become 0 when cast
@@ -96,9 +99,11 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, required: Required | N
 
         def to_zero():
             b, s = first_index(underflow)
-            return ValueError(f"{name} holds {tensor[b, s].item()!r} at position [{b}, {s}], which underflows to 0 in "
-                              "float32 (the smallest non-zero float32 is 1.4e-45); scale the values, or give 0 where 0 "
-                              "is meant")
+            return ValueError(
+                f"{name} holds {tensor[b, s].item()!r} at position [{b}, {s}], which underflows to 0 in "
+                "float32 (the smallest non-zero float32 is 1.4e-45); scale the values, or give 0 where 0 "
+                "is meant"
+            )
 
         required.append((~underflow, to_zero))
 
@@ -107,15 +112,20 @@ def _check_ids(config, input_ids, required: Required) -> None:
     if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
     if input_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got "
-                        f"{input_ids.dtype}")
+        raise TypeError(
+            f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got {input_ids.dtype}"
+        )
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
     if input_ids.numel() == 0:
         raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
     vocab_size = config.vocab_size
-    required.append(((input_ids >= 0) & (input_ids < vocab_size),
-                     lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")))
+    required.append(
+        (
+            (input_ids >= 0) & (input_ids < vocab_size),
+            lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})"),
+        )
+    )
 
 
 def _check_values(config, input_ids, numeric_values, required: Required) -> None:
@@ -125,8 +135,10 @@ def _check_values(config, input_ids, numeric_values, required: Required) -> None
 
         def unvalued():
             b, s = first_index(is_num)
-            return ValueError(f"input_ids hold <NUM> (id {num}) at position [{b}, {s}] but numeric_values is None: pass "
-                              "the values the tokenizer returned (a <NUM> never stands for 0 by default)")
+            return ValueError(
+                f"input_ids hold <NUM> (id {num}) at position [{b}, {s}] but numeric_values is None: pass "
+                "the values the tokenizer returned (a <NUM> never stands for 0 by default)"
+            )
 
         required.append((~is_num, unvalued))
         return
@@ -135,8 +147,10 @@ def _check_values(config, input_ids, numeric_values, required: Required) -> None
 
     def stray_value():
         b, s = first_index(stray)
-        return ValueError(f"numeric_values must be 0 wherever input_ids is not <NUM> (id {num}); found "
-                          f"{numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}")
+        return ValueError(
+            f"numeric_values must be 0 wherever input_ids is not <NUM> (id {num}); found "
+            f"{numeric_values[b, s].item()} at position [{b}, {s}] holding token {input_ids[b, s].item()}"
+        )
 
     required.append((~stray, stray_value))
 
@@ -155,69 +169,110 @@ def _check_mask_and_positions(config, input_ids, attention_mask, past_length, po
             raise TypeError(f"attention_mask must be a torch.Tensor of 0s and 1s, got {type(attention_mask).__name__}")
         expected = (input_ids.shape[0], past_length + input_ids.shape[1])
         if tuple(attention_mask.shape) != expected:
-            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} ([B, cached + new tokens])")
-        required.append(((attention_mask == 0) | (attention_mask == 1),
-                         lambda: ValueError("attention_mask must contain only 0 and 1")))
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} must be {expected} ([B, cached + new tokens])"
+            )
+        required.append(
+            (
+                (attention_mask == 0) | (attention_mask == 1),
+                lambda: ValueError("attention_mask must contain only 0 and 1"),
+            )
+        )
         longest = attention_mask.sum(-1).max()  # positions count real tokens only
         required.append((longest <= limit, lambda: too_long(int(longest))))
     if position_ids is not None:
         allowed = [tuple(input_ids.shape)] + ([(1, input_ids.shape[1])] if input_ids.shape[0] != 1 else [])
         if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in allowed:
             got = tuple(position_ids.shape) if isinstance(position_ids, Tensor) else type(position_ids).__name__
-            raise ValueError(f"position_ids must be a tensor of shape {' or '.join(map(str, allowed))} to match input_ids, got {got}")
+            raise ValueError(
+                f"position_ids must be a tensor of shape {' or '.join(map(str, allowed))} to match input_ids, got {got}"
+            )
         if position_ids.dtype.is_floating_point or position_ids.is_complex() or position_ids.dtype == torch.bool:
             raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
         outside = (position_ids < 0) | (position_ids >= limit)
 
         def out_of_range():
             b, s = first_index(outside)
-            return ValueError(f"position_ids must lie in [0, max_position_embeddings={limit}); found "
-                              f"{position_ids[b, s].item()} at position [{b}, {s}]")
+            return ValueError(
+                f"position_ids must lie in [0, max_position_embeddings={limit}); found "
+                f"{position_ids[b, s].item()} at position [{b}, {s}]"
+            )
 
         required.append((~outside, out_of_range))
 
 
-def _check_labels(config, input_ids, labels, numeric_labels, *, numeric_values, attention_mask, threshold,
-                  required: Required) -> None:
+def _check_labels(
+    config, input_ids, labels, numeric_labels, *, numeric_values, attention_mask, threshold, required: Required
+) -> None:
     if labels.dtype == torch.bool or labels.dtype.is_floating_point:
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     next_labels = labels[:, 1:]
     scored = next_labels != config.ignore_index
     out_of_range = scored & ((next_labels < 0) | (next_labels >= config.vocab_size))
-    required.append((~out_of_range, lambda: ValueError(
-        f"labels must lie in [0, {config.vocab_size}) or equal ignore_index={config.ignore_index}; "
-        f"found {next_labels[out_of_range][0].item()}")))
+    required.append(
+        (
+            ~out_of_range,
+            lambda: ValueError(
+                f"labels must lie in [0, {config.vocab_size}) or equal ignore_index={config.ignore_index}; "
+                f"found {next_labels[out_of_range][0].item()}"
+            ),
+        )
+    )
     if numeric_labels is None:  # a <NUM> target takes its value from numeric_values at the same position
         num = config.num_token_id
         unvalued = scored & (next_labels == num) & (input_ids[:, 1:] != num)
         if attention_mask is not None:  # only what the loss scores: both positions real tokens
-            real = attention_mask[:, -input_ids.shape[1]:].bool()
+            real = attention_mask[:, -input_ids.shape[1] :].bool()
             unvalued = unvalued & real[:, :-1] & real[:, 1:]
 
         def no_value():
             b, s = first_index(unvalued)
             if numeric_values is None:
-                return ValueError(f"labels hold <NUM> targets but neither numeric_labels nor numeric_values is given "
-                                  f"(the first at position [{b}, {s + 1}]): the regression would be trained toward 0; "
-                                  "pass the values beside the labels")
-            return ValueError(f"labels put <NUM> at position [{b}, {s + 1}], where input_ids is not <NUM>: "
-                              "numeric_values holds no value there, so the regression would be trained toward 0; "
-                              "pass numeric_labels with the target values")
+                return ValueError(
+                    f"labels hold <NUM> targets but neither numeric_labels nor numeric_values is given "
+                    f"(the first at position [{b}, {s + 1}]): the regression would be trained toward 0; "
+                    "pass the values beside the labels"
+                )
+            return ValueError(
+                f"labels put <NUM> at position [{b}, {s + 1}], where input_ids is not <NUM>: "
+                "numeric_values holds no value there, so the regression would be trained toward 0; "
+                "pass numeric_labels with the target values"
+            )
 
         required.append((~unvalued, no_value))
     # a learnable or per-class threshold (held with the weights) that training or a file sent to NaN; a shared one
     # is the config's number (a CPU scalar beside tensors of any device), checked with the config
     if isinstance(threshold, torch.nn.Parameter) or (isinstance(threshold, Tensor) and threshold.dim() > 0):
-        required.append((torch.isfinite(threshold), lambda: ValueError(
-            "threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")))
+        required.append(
+            (
+                torch.isfinite(threshold),
+                lambda: ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf"),
+            )
+        )
 
 
-def check_forward(config, input_ids, numeric_values=None, attention_mask=None, past_length: int = 0, position_ids=None,
-                  *, labels=None, numeric_labels=None, threshold=None) -> Tensor | None:
+def check_forward(
+    config,
+    input_ids,
+    numeric_values=None,
+    attention_mask=None,
+    past_length: int = 0,
+    position_ids=None,
+    *,
+    labels=None,
+    numeric_labels=None,
+    threshold=None,
+) -> Tensor | None:
     """Check a forward's inputs with at most one host synchronisation; return the attention mask to hand on
     to Qwen2 (None when it is all ones, which Qwen2 would otherwise check itself)."""
-    refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=attention_mask,
-                position_ids=position_ids, labels=labels, numeric_labels=numeric_labels)
+    refuse_meta(
+        input_ids=input_ids,
+        numeric_values=numeric_values,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        labels=labels,
+        numeric_labels=numeric_labels,
+    )
     required: Required = []
     if labels is not None and isinstance(input_ids, Tensor):  # in the order the checks were always made
         _like_input_ids("labels", labels, input_ids)
@@ -227,8 +282,16 @@ def check_forward(config, input_ids, numeric_values=None, attention_mask=None, p
     _check_values(config, input_ids, numeric_values, required)
     _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, required)
     if labels is not None:
-        _check_labels(config, input_ids, labels, numeric_labels, numeric_values=numeric_values,
-                      attention_mask=attention_mask, threshold=threshold, required=required)
+        _check_labels(
+            config,
+            input_ids,
+            labels,
+            numeric_labels,
+            numeric_values=numeric_values,
+            attention_mask=attention_mask,
+            threshold=threshold,
+            required=required,
+        )
     all_ones = [(attention_mask == 1).all()] if attention_mask is not None else []
     flags = torch.stack([ok.all() for ok, _ in required] + all_ones).tolist()  # the one host synchronisation
     for flag, (_, error) in zip(flags, required):
@@ -244,8 +307,18 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, S]
 
 
-def open_door(config, input_ids, numeric_values=None, attention_mask=None, *, position_ids=None, cache=None,
-              labels=None, numeric_labels=None, threshold=None) -> tuple[Tensor | None, Tensor | None]:
+def open_door(
+    config,
+    input_ids,
+    numeric_values=None,
+    attention_mask=None,
+    *,
+    position_ids=None,
+    cache=None,
+    labels=None,
+    numeric_labels=None,
+    threshold=None,
+) -> tuple[Tensor | None, Tensor | None]:
     """A forward's preamble: `check_forward` (one host synchronisation) with the cache's length, then the positions
     of the new tokens from the mask when none are given. Returns ``(mask for Qwen2, position_ids)``: the mask is
     None when it is all ones, the positions None when Qwen2 may count them itself (no mask). While
@@ -254,8 +327,17 @@ def open_door(config, input_ids, numeric_values=None, attention_mask=None, *, po
     mask = attention_mask
     if validating():
         past_length = cache.get_seq_length() if cache is not None else 0
-        mask = check_forward(config, input_ids, numeric_values, attention_mask, past_length, position_ids,
-                             labels=labels, numeric_labels=numeric_labels, threshold=threshold)
+        mask = check_forward(
+            config,
+            input_ids,
+            numeric_values,
+            attention_mask,
+            past_length,
+            position_ids,
+            labels=labels,
+            numeric_labels=numeric_labels,
+            threshold=threshold,
+        )
     if position_ids is None and mask is not None:
-        position_ids = position_ids_from_mask(mask)[:, -input_ids.shape[1]:]  # [B, S]
+        position_ids = position_ids_from_mask(mask)[:, -input_ids.shape[1] :]  # [B, S]
     return mask, position_ids

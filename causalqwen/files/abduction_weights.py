@@ -27,10 +27,15 @@ ABDUCTION_FILE = "abduction.safetensors"
 def _architecture(model) -> dict[str, str]:
     """What a saved abduction network must match in the model it is loaded into."""
     config = model.config
-    return {"abduction_type": config.abduction_type, "hidden_size": str(config.hidden_size),
-            "causal_size": str(config.causal_size), "abduction_mlp_size": str(config.abduction_mlp_size),
-            "scale_eps": repr(float(config.scale_eps)), "num_hidden_layers": str(config.num_hidden_layers),
-            "vocab_size": str(config.vocab_size)}
+    return {
+        "abduction_type": config.abduction_type,
+        "hidden_size": str(config.hidden_size),
+        "causal_size": str(config.causal_size),
+        "abduction_mlp_size": str(config.abduction_mlp_size),
+        "scale_eps": repr(float(config.scale_eps)),
+        "num_hidden_layers": str(config.num_hidden_layers),
+        "vocab_size": str(config.vocab_size),
+    }
 
 
 def save_abduction(model, directory: str | os.PathLike) -> str:
@@ -81,20 +86,27 @@ def load_abduction(model, path: str | os.PathLike) -> None:
     except (KeyError, json.JSONDecodeError) as error:
         raise ValueError(f"{path!r} was not written by save_abduction (no architecture in its metadata)") from error
     expected = _architecture(model)
-    differences = [f"{key}: file {saved.get(key)!r}, model {value!r}" for key, value in expected.items()
-                   if saved.get(key) != value]
+    differences = [
+        f"{key}: file {saved.get(key)!r}, model {value!r}" for key, value in expected.items() if saved.get(key) != value
+    ]
     if differences:
         raise ValueError(f"the abduction network in {path!r} does not fit this model: " + "; ".join(differences))
     parameters = dict(model.abduction.named_parameters())
     if set(tensors) != set(parameters):
-        raise ValueError(f"{path!r} holds tensors {sorted(tensors)}; the model's abduction network has {sorted(parameters)}")
+        raise ValueError(
+            f"{path!r} holds tensors {sorted(tensors)}; the model's abduction network has {sorted(parameters)}"
+        )
     for name, tensor in tensors.items():
         if tensor.shape != parameters[name].shape or not tensor.is_floating_point():
-            raise ValueError(f"{path!r}: tensor {name} has shape {tuple(tensor.shape)} and dtype {tensor.dtype}; "
-                             f"expected {tuple(parameters[name].shape)}, floating point")
+            raise ValueError(
+                f"{path!r}: tensor {name} has shape {tuple(tensor.shape)} and dtype {tensor.dtype}; "
+                f"expected {tuple(parameters[name].shape)}, floating point"
+            )
         problem = value_problem(name, tensor, parameters[name].dtype)
         if problem is not None:
-            raise ValueError(f"{path!r}: tensor {problem} (non-finite in the model's "
-                             f"{str(parameters[name].dtype).replace('torch.', '')})")
+            raise ValueError(
+                f"{path!r}: tensor {problem} (non-finite in the model's "
+                f"{str(parameters[name].dtype).replace('torch.', '')})"
+            )
     for name, tensor in tensors.items():
         parameters[name].copy_(tensor)

@@ -57,8 +57,15 @@ __all__ = [
 ]
 
 # The JSON files of a model or tokenizer directory that the loaders read; `check_local_source` parses those present.
-SOURCE_JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                     "special_tokens_map.json", "added_tokens.json", "vocab.json")
+SOURCE_JSON_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+)
 _checked_json: dict[tuple, None] = {}  # (path, size, mtime) of files found valid, so that each is parsed once
 
 
@@ -74,7 +81,9 @@ def _check_json_file(file: str) -> None:
     try:
         json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:
-        raise OSError(f"{file!r} is not UTF-8 text (invalid byte {data[error.start]:#04x} at offset {error.start})") from None
+        raise OSError(
+            f"{file!r} is not UTF-8 text (invalid byte {data[error.start]:#04x} at offset {error.start})"
+        ) from None
     except json.JSONDecodeError as error:
         raise OSError(f"{file!r} is not valid JSON ({error.msg}: line {error.lineno}, column {error.colno})") from None
     except RecursionError:
@@ -130,8 +139,10 @@ def check_local_source(source, what: str) -> None:
     if constants.HF_HUB_OFFLINE and not any(  # offline: a hub id must be in the cache; say so without a lookup
         isinstance(try_to_load_from_cache(text, name), str) for name in ("config.json", "tokenizer_config.json")
     ):
-        raise OSError(f"{what} {text!r} is no local directory and, with HF_HUB_OFFLINE=1, not in the local "
-                      "Hugging Face cache either")
+        raise OSError(
+            f"{what} {text!r} is no local directory and, with HF_HUB_OFFLINE=1, not in the local "
+            "Hugging Face cache either"
+        )
 
 
 SAFE_WEIGHTS = "model.safetensors"
@@ -270,7 +281,9 @@ def shape_problems(expected: dict[str, tuple[int, ...]], stored: dict, allowed_m
         problems.append(f"in the checkpoint but not in the model: {', '.join(unexpected)}")
     for name in sorted(set(expected) & set(stored)):
         if tuple(stored[name][0]) != tuple(expected[name]):
-            problems.append(f"{name} has shape {tuple(stored[name][0])} in the checkpoint but {tuple(expected[name])} in the model")
+            problems.append(
+                f"{name} has shape {tuple(stored[name][0])} in the checkpoint but {tuple(expected[name])} in the model"
+            )
     return problems
 
 
@@ -312,8 +325,10 @@ def value_problem(name: str, tensor: torch.Tensor, dtype: torch.dtype) -> str | 
     if torch.finfo(tensor.dtype).max > torch.finfo(dtype).max:
         largest = float(tensor.detach().abs().max()) if tensor.numel() else 0.0
         if largest > torch.finfo(dtype).max:
-            return (f"{name} holds {largest:.3g}, beyond the range of {str(dtype).replace('torch.', '')} "
-                    f"(largest {torch.finfo(dtype).max:.3g}): it would become ±inf")
+            return (
+                f"{name} holds {largest:.3g}, beyond the range of {str(dtype).replace('torch.', '')} "
+                f"(largest {torch.finfo(dtype).max:.3g}): it would become ±inf"
+            )
     return None
 
 
@@ -321,7 +336,9 @@ def state_problems(shapes: dict, model: nn.Module) -> list[str]:
     """Problems of a loaded ``model`` against its weight files' headers ``shapes``: wrong dtypes
     (`_dtype_problems`) and values that are not finite in the model (`value_problem`)."""
     return _dtype_problems(shapes, model) + [
-        problem for name, tensor in model.state_dict().items() if tensor.dtype.is_floating_point
+        problem
+        for name, tensor in model.state_dict().items()
+        if tensor.dtype.is_floating_point
         if (problem := value_problem(name, tensor, tensor.dtype)) is not None
     ]
 
@@ -336,8 +353,12 @@ def load_weights_strictly(model: nn.Module, file: str) -> None:
     problems = shape_problems(expected, stored) or _dtype_problems(stored, model, name_file=False)  # named below
     if not problems:
         state = load_file(file)
-        problems = [problem for name, tensor in state.items() if own[name].dtype.is_floating_point
-                    if (problem := value_problem(name, tensor, own[name].dtype)) is not None]
+        problems = [
+            problem
+            for name, tensor in state.items()
+            if own[name].dtype.is_floating_point
+            if (problem := value_problem(name, tensor, own[name].dtype)) is not None
+        ]
     if problems:
         raise OSError(f"the weights {file!r} do not fit the model: " + "; ".join(problems))
     model.load_state_dict(state, strict=True)

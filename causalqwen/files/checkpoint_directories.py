@@ -20,21 +20,44 @@ import stat
 from .rundir import check_not_link, open_for_writing
 from .training_state import TRAINING_JSON, read_training_record
 
-__all__ = ["CHECKPOINT_NAME", "CHECKPOINT_RECORD", "checkpoint_step", "latest_checkpoint", "remove_old_checkpoints",
-           "remove_checkpoint", "record_checkpoint_files", "remove_killed_save"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "CHECKPOINT_RECORD",
+    "checkpoint_step",
+    "latest_checkpoint",
+    "remove_old_checkpoints",
+    "remove_checkpoint",
+    "record_checkpoint_files",
+    "remove_killed_save",
+]
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = re.compile(r"checkpoint-([1-9][0-9]*)", re.ASCII)  # exactly the names save_checkpoint writes
-_STEP_LIKE_NAME = re.compile(r"checkpoint-(\d+)")  # any digits, Unicode ones included: what a person may mistake for one
+_STEP_LIKE_NAME = re.compile(
+    r"checkpoint-(\d+)"
+)  # any digits, Unicode ones included: what a person may mistake for one
 # The files save_checkpoint wrote into a checkpoint, with their sizes and SHA-256: what remove_checkpoint may remove.
 CHECKPOINT_RECORD = "checkpoint_files.json"
 # What a checkpoint's save writes (shell patterns): a killed save's leftover ``checkpoint-N.partial`` holds no record
 # yet, so these names are what may be removed from it.
-_CHECKPOINT_FILES = ("config.json", "generation_config.json", "causalqwen_auto.py", "model.safetensors",
-                     "model-*.safetensors", "model.safetensors.index.json", "adapter_config.json",
-                     "adapter_model.safetensors", "README.md", "training_state.safetensors", "trainer_state.json",
-                     "history.json", "divergence_reference.safetensors", "divergence_bound.json", CHECKPOINT_RECORD)
+_CHECKPOINT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "causalqwen_auto.py",
+    "model.safetensors",
+    "model-*.safetensors",
+    "model.safetensors.index.json",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "README.md",
+    "training_state.safetensors",
+    "trainer_state.json",
+    "history.json",
+    "divergence_reference.safetensors",
+    "divergence_bound.json",
+    CHECKPOINT_RECORD,
+)
 
 
 # =============================================================================================
@@ -67,8 +90,10 @@ def latest_checkpoint(out_dir: str) -> str | None:
         step = checkpoint_step(name)
         if step is None:
             if _STEP_LIKE_NAME.fullmatch(name):
-                raise OSError(f"{path!r} is not a checkpoint name this run writes (checkpoint-<step>, the step in "
-                              "ASCII digits without leading zeros, at least 1): rename or remove it")
+                raise OSError(
+                    f"{path!r} is not a checkpoint name this run writes (checkpoint-<step>, the step in "
+                    "ASCII digits without leading zeros, at least 1): rename or remove it"
+                )
             continue
         check_not_link(path)
         if not os.path.isdir(path):
@@ -106,9 +131,12 @@ def remove_old_checkpoints(out_dir: str, keep: int | None) -> list[str]:
         path = os.path.join(out_dir, name)
         foreign = remove_checkpoint(path)
         if foreign:
-            logger.warning("save_total_limit: %s is kept: it holds %s, which this run did not write; causalqwen never "
-                           "deletes what it did not write (move those out, or remove the checkpoint yourself)",
-                           path, ", ".join(foreign))
+            logger.warning(
+                "save_total_limit: %s is kept: it holds %s, which this run did not write; causalqwen never "
+                "deletes what it did not write (move those out, or remove the checkpoint yourself)",
+                path,
+                ", ".join(foreign),
+            )
             continue
         removed.append(path)
     return removed
@@ -148,8 +176,9 @@ def _recorded_files(directory: str) -> dict | None:
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(files, dict) or not all(
-            isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
-            for entry in files.values()):
+        isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
+        for entry in files.values()
+    ):
         return None
     return files
 
@@ -207,11 +236,17 @@ def remove_killed_save(partial_dir: str) -> None:
         return
     with os.scandir(partial_dir) as scan:
         entries = list(scan)
-    foreign = sorted(entry.name for entry in entries if not entry.is_file(follow_symlinks=False)
-                     or not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in _CHECKPOINT_FILES))
+    foreign = sorted(
+        entry.name
+        for entry in entries
+        if not entry.is_file(follow_symlinks=False)
+        or not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in _CHECKPOINT_FILES)
+    )
     if foreign:
-        raise OSError(f"{partial_dir!r} holds {', '.join(foreign)}, which a checkpoint's save does not write; causalqwen "
-                      "never deletes what it did not write: move those out of it")
+        raise OSError(
+            f"{partial_dir!r} holds {', '.join(foreign)}, which a checkpoint's save does not write; causalqwen "
+            "never deletes what it did not write: move those out of it"
+        )
     for entry in entries:
         os.unlink(entry.path)
     os.rmdir(partial_dir)

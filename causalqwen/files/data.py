@@ -89,8 +89,12 @@ def synthetic_texts(n: int, seed: int = 0) -> list[str]:
     return [TEMPLATES[rng.choices(names, weights)[0]](rng) for _ in range(n)]
 
 
-_UTF_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
-              (b"\xfe\xff", "UTF-16"))
+_UTF_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
 def _lines(handle):
@@ -154,8 +158,10 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
         handle.seek(0)
         for bom, encoding in _UTF_BOMS:
             if start.startswith(bom):
-                raise ValueError(f"{path}: the file is {encoding} text (it starts with the byte-order mark {bom!r}); "
-                                 f"JSONL must be UTF-8: convert it (e.g. iconv -f {encoding} -t UTF-8)")
+                raise ValueError(
+                    f"{path}: the file is {encoding} text (it starts with the byte-order mark {bom!r}); "
+                    f"JSONL must be UTF-8: convert it (e.g. iconv -f {encoding} -t UTF-8)"
+                )
         for number, raw in enumerate(_lines(handle), start=1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # the UTF-8 byte-order mark
@@ -170,14 +176,16 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
             except UnicodeDecodeError as error:
                 raise ValueError(
                     f"{path}, line {number}: invalid UTF-8 at byte {error.start} of the line "
-                    f"({raw[error.start:error.start + 4]!r}); the file must be UTF-8 text"
+                    f"({raw[error.start : error.start + 4]!r}); the file must be UTF-8 text"
                 ) from None
             if not line.strip(" \t"):
                 continue
             try:
                 record = json.loads(line, parse_int=_json_int, object_pairs_hook=_json_object)
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
+                raise ValueError(
+                    f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})"
+                ) from None
             except RecursionError:
                 raise ValueError(f"{path}, line {number}: the JSON is nested too deeply to read") from None
             except _Unreadable as error:
@@ -200,8 +208,7 @@ class TextDataset(Dataset):
     (``sources[i]``, e.g. ``"data.jsonl, line 7"``; by default ``"text i"``, counted from 1).
     """
 
-    def __init__(self, texts: list[str], tokenizer, max_length: int = 64,
-                 sources: list[str] | None = None):
+    def __init__(self, texts: list[str], tokenizer, max_length: int = 64, sources: list[str] | None = None):
         if not texts:
             raise ValueError("the dataset is empty: no texts to train on")
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
@@ -239,7 +246,11 @@ def collate(items: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str
     `transformers.Trainer` takes every ``forward`` argument named ``*label*`` for a label, and computes an
     ``eval_loss`` only for batches that carry all of them."""
     length = max(len(item["input_ids"]) for item in items)
-    batch = pad_rows([item["input_ids"].tolist() for item in items], [item["numeric_values"].tolist() for item in items],
-                     length, pad_token_id)  # [B, S] each
+    batch = pad_rows(
+        [item["input_ids"].tolist() for item in items],
+        [item["numeric_values"].tolist() for item in items],
+        length,
+        pad_token_id,
+    )  # [B, S] each
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     return {**batch, "labels": labels, "numeric_labels": batch["numeric_values"].clone()}

@@ -96,8 +96,12 @@ def cache_keyword() -> str:
 
 def warn_moved(old_name: str, new_name: str) -> None:
     """The ``DeprecationWarning`` of an old import site, naming the new one."""
-    warnings.warn(f"{old_name} moved to {new_name}; import it from there, or from the top-level causalqwen "
-                  f"(the old path is an alias and will be removed)", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{old_name} moved to {new_name}; import it from there, or from the top-level causalqwen "
+        f"(the old path is an alias and will be removed)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 class OldPathLoader(importlib.abc.InspectLoader):
@@ -113,8 +117,11 @@ class OldPathLoader(importlib.abc.InspectLoader):
         names, public = {}, []
         for new_name in reversed((OLD_PATHS[old_name], *SPLIT_PARTS.get(old_name, ()))):  # the first home wins
             new_module = importlib.import_module(new_name)
-            names |= {key: value for key, value in vars(new_module).items()
-                      if not (key.startswith("__") and key.endswith("__"))}
+            names |= {
+                key: value
+                for key, value in vars(new_module).items()
+                if not (key.startswith("__") and key.endswith("__"))
+            }
             public += getattr(new_module, "__all__", [key for key in vars(new_module) if not key.startswith("_")])
         module.__dict__.update(names)
         module.__doc__ = f"Alias of `{OLD_PATHS[old_name]}` (deprecated path)."

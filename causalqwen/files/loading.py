@@ -19,7 +19,6 @@ from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 
-from .earlier_versions import LEGACY_KEYS, cache_keyword
 from .checkpoint import (
     check_local_source,
     check_sizes_against_headers,
@@ -29,9 +28,16 @@ from .checkpoint import (
     state_problems,
     weight_files,
 )
+from .earlier_versions import LEGACY_KEYS, cache_keyword
 
-__all__ = ["strict_from_pretrained", "check_qwen_base", "num_token_id_from_tokenizer", "load_config",
-           "check_generation_mode", "saved_generation_mode"]
+__all__ = [
+    "strict_from_pretrained",
+    "check_qwen_base",
+    "num_token_id_from_tokenizer",
+    "load_config",
+    "check_generation_mode",
+    "saved_generation_mode",
+]
 
 # transformers' name of the KV cache argument and output field (`causalqwen.files.earlier_versions.cache_keyword`)
 CACHE_NAME = cache_keyword()
@@ -39,7 +45,9 @@ CACHE_NAME = cache_keyword()
 
 def _renamed(shapes: dict) -> tuple[dict, dict | None]:
     """``shapes`` under the current key names, and the key mapping transformers must apply (None: no legacy key)."""
-    used = {pattern: target for pattern, target in LEGACY_KEYS.items() if any(re.search(pattern, key) for key in shapes)}
+    used = {
+        pattern: target for pattern, target in LEGACY_KEYS.items() if any(re.search(pattern, key) for key in shapes)
+    }
     if not used:
         return shapes, None
     renamed = {}
@@ -54,7 +62,7 @@ def _for_class(cls, shapes: dict) -> dict:
     """The checkpoint's tensors as ``cls`` sees them: the base model of a causal-LM checkpoint keeps its own keys."""
     prefix = cls.base_model_prefix + "."
     if getattr(cls, "is_base_model", False) and any(key.startswith(prefix) for key in shapes):
-        return {key[len(prefix):]: value for key, value in shapes.items() if key.startswith(prefix)}
+        return {key[len(prefix) :]: value for key, value in shapes.items() if key.startswith(prefix)}
     return shapes
 
 
@@ -74,8 +82,10 @@ def check_generation_mode(mode, file: str | None = None) -> None:
     from ..inference import MODES
 
     if mode is not None and (not isinstance(mode, str) or mode not in MODES):
-        raise ValueError(f"{file + ': ' if file else ''}generation_config field mode must be one of "
-                         f"{', '.join(MODES)} (or null), got {mode!r}")
+        raise ValueError(
+            f"{file + ': ' if file else ''}generation_config field mode must be one of "
+            f"{', '.join(MODES)} (or null), got {mode!r}"
+        )
 
 
 def saved_generation_mode(path, subfolder: str = ""):
@@ -101,8 +111,10 @@ def saved_generation_mode(path, subfolder: str = ""):
 
 
 def _refusal(where: str, name: str, problems: list[str]) -> str:
-    return (f"the checkpoint {where!r} does not hold a complete, valid {name}; refusing to return a partly loaded "
-            "model: " + "; ".join(problems))
+    return (
+        f"the checkpoint {where!r} does not hold a complete, valid {name}; refusing to return a partly loaded "
+        "model: " + "; ".join(problems)
+    )
 
 
 def _loaded_problems(cls, info: dict, allow_mismatch: bool) -> list[str]:
@@ -156,10 +168,13 @@ def strict_from_pretrained(cls, load, path, model_args, kwargs):
         kwargs.setdefault("key_mapping", key_mapping)
     try:
         # mismatches are reported in the loading info (and raised below) rather than as transformers' generic error
-        model, info = load(path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
-                           use_safetensors=True, **kwargs)
+        model, info = load(
+            path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True, use_safetensors=True, **kwargs
+        )
     except SafetensorError as error:  # a remote or cached file: the local files were checked above
-        raise OSError(f"the safetensors checkpoint {where!r} cannot be read: {error} (truncated or corrupt file)") from error
+        raise OSError(
+            f"the safetensors checkpoint {where!r} cannot be read: {error} (truncated or corrupt file)"
+        ) from error
     problems = _loaded_problems(cls, info, allow_mismatch) + state_problems(_for_class(cls, shapes), model)
     if problems:
         raise OSError(_refusal(where, cls.__name__, problems))

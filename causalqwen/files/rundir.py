@@ -47,8 +47,19 @@ try:
 except ImportError:  # Windows: no advisory locks; runs are not protected against each other there
     fcntl = None
 
-__all__ = ["MARKER", "LOCK", "RUN_KINDS", "RUN_OUTPUTS", "RunDirectory", "open_for_writing", "check_write_targets",
-           "check_not_link", "check_writable", "make_directory", "remove_run_output"]
+__all__ = [
+    "MARKER",
+    "LOCK",
+    "RUN_KINDS",
+    "RUN_OUTPUTS",
+    "RunDirectory",
+    "open_for_writing",
+    "check_write_targets",
+    "check_not_link",
+    "check_writable",
+    "make_directory",
+    "remove_run_output",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +238,9 @@ def remove_run_output(run_dir, name: str) -> None:
     elif stat.S_ISREG(status.st_mode):
         os.unlink(path)
     else:
-        raise OSError(f"{path!r} is a symbolic link or a special file, not an output the run wrote; it is left in place")
+        raise OSError(
+            f"{path!r} is a symbolic link or a special file, not an output the run wrote; it is left in place"
+        )
 
 
 def _read_marker(path: str) -> dict:
@@ -260,8 +273,15 @@ class RunDirectory:
         self._lock_handle = lock_handle
 
     @classmethod
-    def claim(cls, path, kind: str, *, resume: bool = False, overwrite: bool = False,
-              option_names: dict[str, str] | None = None) -> "RunDirectory":
+    def claim(
+        cls,
+        path,
+        kind: str,
+        *,
+        resume: bool = False,
+        overwrite: bool = False,
+        option_names: dict[str, str] | None = None,
+    ) -> "RunDirectory":
         """Claim ``path`` for a run of ``kind``; raise ``ValueError`` naming the directory and the rule otherwise.
 
         ``option_names`` is what the messages call ``resume`` and ``overwrite`` (the command line passes
@@ -294,10 +314,15 @@ class RunDirectory:
         found = _read_marker(path)["kind"]
         if found != kind:
             what = "a training run" if found == "train" else "a demo run"
-            raise ValueError(f"output directory {path!r} holds {what}; a {kind} run never replaces it: choose another directory")
+            raise ValueError(
+                f"output directory {path!r} holds {what}; a {kind} run never replaces it: choose another directory"
+            )
         if not (resume or overwrite):
-            hint = (f"pass {resume_name} to continue it or {overwrite_name} to replace it" if kind == "train"
-                    else f"pass {overwrite_name} to replace it")
+            hint = (
+                f"pass {resume_name} to continue it or {overwrite_name} to replace it"
+                if kind == "train"
+                else f"pass {overwrite_name} to replace it"
+            )
             raise ValueError(f"output directory {path!r} holds a previous {kind} run; {hint}")
         handle = cls._lock(path)
         if overwrite:

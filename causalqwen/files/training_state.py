@@ -89,6 +89,7 @@ def _kind_problems(saved, current, where: str) -> list[str]:
     """Where ``saved`` (read from JSON) differs in structure from ``current`` (what this run would write): each
     dict with the same keys, each list of the same length, each value of the same JSON kind (a number for a
     number, a bool for a bool, null for null). The values themselves may differ."""
+
     def kind(value):
         if value is None or isinstance(value, (bool, str)):
             return type(value).__name__
@@ -103,11 +104,15 @@ def _kind_problems(saved, current, where: str) -> list[str]:
     if isinstance(current, dict):
         if set(saved) != set(current):
             return [f"{where} has the keys {sorted(saved)}, this run's has {sorted(current)}"]
-        return [problem for key in sorted(current) for problem in _kind_problems(saved[key], current[key], f"{where}.{key}")]
+        return [
+            problem for key in sorted(current) for problem in _kind_problems(saved[key], current[key], f"{where}.{key}")
+        ]
     if isinstance(current, (list, tuple)):
         if len(saved) != len(current):
             return [f"{where} has {len(saved)} entries, this run's has {len(current)}"]
-        return [problem for i, (a, b) in enumerate(zip(saved, current)) for problem in _kind_problems(a, b, f"{where}[{i}]")]
+        return [
+            problem for i, (a, b) in enumerate(zip(saved, current)) for problem in _kind_problems(a, b, f"{where}[{i}]")
+        ]
     return []
 
 
@@ -139,13 +144,20 @@ def _value_problems(saved, expected, where: str) -> list[str]:
     """Where ``saved`` (structure already checked by `_kind_problems`) holds other values than ``expected``: lists
     and ints exactly (a ``params`` list is the parameters' order), floats to 1e-12 relative."""
     if isinstance(expected, dict):
-        return [problem for key in sorted(expected) if key in saved
-                for problem in _value_problems(saved[key], expected[key], f"{where}.{key}")]
+        return [
+            problem
+            for key in sorted(expected)
+            if key in saved
+            for problem in _value_problems(saved[key], expected[key], f"{where}.{key}")
+        ]
     if isinstance(expected, list) and isinstance(saved, list):
         if where.endswith(".params") and saved != expected:
             return [f"{where} is {saved}, this run's optimizer has {expected}"]
-        return [problem for i, (a, b) in enumerate(zip(saved, expected))
-                for problem in _value_problems(a, b, f"{where}[{i}]")]
+        return [
+            problem
+            for i, (a, b) in enumerate(zip(saved, expected))
+            for problem in _value_problems(a, b, f"{where}[{i}]")
+        ]
     if isinstance(expected, float) and isinstance(saved, (int, float)) and not isinstance(saved, bool):
         same = math.isclose(saved, expected, rel_tol=1e-12, abs_tol=0.0)
     else:
@@ -155,8 +167,9 @@ def _value_problems(saved, expected, where: str) -> list[str]:
     return [f"{where} is {saved!r}, the run's settings give {expected!r}"]
 
 
-def load_training_state(directory: str, *, optimizer, scheduler, eval_generator, record: dict,
-                        expected: dict | None = None) -> None:
+def load_training_state(
+    directory: str, *, optimizer, scheduler, eval_generator, record: dict, expected: dict | None = None
+) -> None:
     """Restore what `save_training_state` wrote, after checking every tensor. ``OSError`` naming the file and
     the tensor.
 
@@ -183,25 +196,31 @@ def load_training_state(directory: str, *, optimizer, scheduler, eval_generator,
     problems += _rng_problems(tensors, eval_generator)
     if problems:
         raise OSError(f"the training state {file!r} does not fit this run: " + "; ".join(problems))
-    problems = (_kind_problems(record.get("optimizer_param_groups"), optimizer.state_dict()["param_groups"],
-                               "optimizer_param_groups")
-                + _kind_problems(record.get("scheduler"), scheduler.state_dict(), "scheduler"))
+    problems = _kind_problems(
+        record.get("optimizer_param_groups"), optimizer.state_dict()["param_groups"], "optimizer_param_groups"
+    ) + _kind_problems(record.get("scheduler"), scheduler.state_dict(), "scheduler")
     if problems:
         raise OSError(f"the training state {json_file!r} does not fit this run: " + "; ".join(problems))
     if expected is not None:
-        problems = [problem for key in ("optimizer_param_groups", "scheduler")
-                    for problem in _value_problems(record[key], expected[key], key)]
+        problems = [
+            problem
+            for key in ("optimizer_param_groups", "scheduler")
+            for problem in _value_problems(record[key], expected[key], key)
+        ]
         if problems:
-            raise OSError(f"the training state {json_file!r} contradicts its checkpoint (step {record['step']} "
-                          "and the settings it records): " + "; ".join(problems))
+            raise OSError(
+                f"the training state {json_file!r} contradicts its checkpoint (step {record['step']} "
+                "and the settings it records): " + "; ".join(problems)
+            )
 
     try:
         optimizer.load_state_dict({"state": state, "param_groups": record["optimizer_param_groups"]})
         scheduler.load_state_dict(record["scheduler"])
         version, internal, gauss = record["rng_python"]
         random.setstate((version, tuple(internal), gauss))
-        np.random.set_state((record["rng_numpy"][0], tensors["rng.numpy"].numpy().astype(np.uint32),
-                             *record["rng_numpy"][1:]))
+        np.random.set_state(
+            (record["rng_numpy"][0], tensors["rng.numpy"].numpy().astype(np.uint32), *record["rng_numpy"][1:])
+        )
         torch.set_rng_state(tensors["rng.torch"])
         eval_generator.set_state(tensors["rng.eval"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
@@ -228,29 +247,37 @@ def _optimizer_state(tensors: dict, optimizer) -> tuple[dict, list[str]]:
         wanted = () if name == "step" else tuple(params[index].shape)
         if tuple(tensor.shape) != wanted:
             problems.append(f"{key} has shape {tuple(tensor.shape)}, the parameter needs {wanted}")
-        elif (problem := value_problem(key, tensor, torch.float32 if name == "step" else params[index].dtype)):
+        elif problem := value_problem(key, tensor, torch.float32 if name == "step" else params[index].dtype):
             problems.append(problem)
         elif name in _NON_NEGATIVE_STATE and bool((tensor < 0).any()):
             problems.append(f"{key} holds negative values (AdamW would turn them into NaN: it takes square roots)")
         state.setdefault(index, {})[name] = tensor
     if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):  # AdamW keeps these for every parameter it has seen
-        wanted = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if any(
-            group.get("amsgrad") for group in optimizer.param_groups) else set())
-        problems += [f"optimizer.{index} holds {sorted(names)}, AdamW keeps {sorted(wanted)}"
-                     for index, names in sorted((i, set(s)) for i, s in state.items()) if names != wanted]
+        wanted = {"step", "exp_avg", "exp_avg_sq"} | (
+            {"max_exp_avg_sq"} if any(group.get("amsgrad") for group in optimizer.param_groups) else set()
+        )
+        problems += [
+            f"optimizer.{index} holds {sorted(names)}, AdamW keeps {sorted(wanted)}"
+            for index, names in sorted((i, set(s)) for i, s in state.items())
+            if names != wanted
+        ]
     return state, problems
 
 
 def _rng_problems(tensors: dict, eval_generator) -> list[str]:
     """Problems of the RNG states of a training state: each present, of the size and dtype they are saved in."""
     problems = []
-    for name, size in (("rng.torch", torch.get_rng_state().numel()), ("rng.eval", eval_generator.get_state().numel()),
-                       ("rng.numpy", 624)):
+    for name, size in (
+        ("rng.torch", torch.get_rng_state().numel()),
+        ("rng.eval", eval_generator.get_state().numel()),
+        ("rng.numpy", 624),
+    ):
         if name not in tensors or tuple(tensors[name].shape) != (size,):
             problems.append(f"{name} is missing or not a vector of {size} values")
         elif tensors[name].dtype != _RNG_TENSORS[name]:
-            problems.append(f"{name} is stored as {tensors[name].dtype}, not {_RNG_TENSORS[name]} (as the state is saved)")
+            problems.append(
+                f"{name} is stored as {tensors[name].dtype}, not {_RNG_TENSORS[name]} (as the state is saved)"
+            )
         elif name == "rng.numpy" and not bool(((tensors[name] >= 0) & (tensors[name] < 2**32)).all()):
             problems.append(f"{name} holds values outside [0, 2**32) (numpy's key is 32-bit)")
     return problems
-

@@ -57,10 +57,24 @@ CUSTOM_PIPELINES = {
 
 # What save_pretrained writes into its directory (shell patterns): checked beforehand for links
 # (`causalqwen.files.rundir.check_write_targets`), since transformers opens these files itself and follows links.
-MODEL_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
-               AUTO_MODULE + ".py")
-TOKENIZER_FILES = ("*tokenizer*.json", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
-                   "*.model", "chat_template.*", "additional_chat_templates", AUTO_MODULE + ".py")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model*.safetensors",
+    "model.safetensors.index.json",
+    AUTO_MODULE + ".py",
+)
+TOKENIZER_FILES = (
+    "*tokenizer*.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.model",
+    "chat_template.*",
+    "additional_chat_templates",
+    AUTO_MODULE + ".py",
+)
 
 # The config fields a CausalQwen save_pretrained sets for the saved file only (the model in memory keeps its own).
 SAVED_ONLY_FIELDS = ("auto_map", "custom_pipelines")

@@ -35,8 +35,9 @@ class DivergenceBoundTrainer(Trainer):
     divergence of the accumulated batches.
     """
 
-    def __init__(self, *args, max_u_divergence: float, preset: str = "causal", divergence_dual_lr: float = 1.0,
-                 **kwargs):
+    def __init__(
+        self, *args, max_u_divergence: float, preset: str = "causal", divergence_dual_lr: float = 1.0, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.divergence_bound = DivergenceBound(self.model, max_u_divergence, preset, dual_lr=divergence_dual_lr)
         self.add_callback(_DualAscentCallback(self.divergence_bound))

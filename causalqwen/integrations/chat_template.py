@@ -23,8 +23,11 @@ def encode_with_special_texts(tokenizer, text: str) -> tuple[list[int], list[flo
     special tokens (``<NUM>`` excepted) become their ids with the value 0.0; the text between them is encoded
     by ``tokenizer.encode`` (numbers as ``<NUM>`` and values)."""
     hf = tokenizer.hf_tokenizer
-    specials = {token.content: token_id for token_id, token in hf.added_tokens_decoder.items()
-                if token.special and token.content != tokenizer.num_token}
+    specials = {
+        token.content: token_id
+        for token_id, token in hf.added_tokens_decoder.items()
+        if token.special and token.content != tokenizer.num_token
+    }
     ids, values, number_texts, position = [], [], [], 0
     if specials:
         pattern = re.compile("|".join(re.escape(content) for content in sorted(specials, key=len, reverse=True)))
@@ -45,9 +48,17 @@ def encode_with_special_texts(tokenizer, text: str) -> tuple[list[int], list[flo
     return ids, values, number_texts
 
 
-def apply_chat_template(tokenizer, conversation, add_generation_prompt: bool = False, tokenize: bool = True, *,
-                        return_tensors: str | None = "pt", padding_side: str | None = None, return_dict: bool = True,
-                        **template_kwargs):
+def apply_chat_template(
+    tokenizer,
+    conversation,
+    add_generation_prompt: bool = False,
+    tokenize: bool = True,
+    *,
+    return_tensors: str | None = "pt",
+    padding_side: str | None = None,
+    return_dict: bool = True,
+    **template_kwargs,
+):
     """The conversation (a list of ``{"role": ..., "content": ...}``, or a list of them: a batch) rendered by the
     wrapped tokenizer's chat template (``add_generation_prompt`` and ``template_kwargs`` go to it); with
     ``tokenize=False`` the text, else a `NumericEncoding` (padded on ``padding_side``, default the tokenizer's)
@@ -55,11 +66,13 @@ def apply_chat_template(tokenizer, conversation, add_generation_prompt: bool = F
     if return_tensors not in RETURN_TENSORS:
         raise ValueError(f'return_tensors must be "pt", "np" or None, got {return_tensors!r}')
     if return_dict is not True and tokenize:
-        raise ValueError("return_dict=False would give the ids without the numbers' values; a NumericTokenizer "
-                         "returns the whole encoding (input_ids, numeric_values, attention_mask)")
-    rendered = tokenizer.hf_tokenizer.apply_chat_template(conversation, tokenize=False,
-                                                          add_generation_prompt=add_generation_prompt,
-                                                          **template_kwargs)
+        raise ValueError(
+            "return_dict=False would give the ids without the numbers' values; a NumericTokenizer "
+            "returns the whole encoding (input_ids, numeric_values, attention_mask)"
+        )
+    rendered = tokenizer.hf_tokenizer.apply_chat_template(
+        conversation, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
+    )
     if not tokenize:
         return rendered
     texts = [rendered] if isinstance(rendered, str) else list(rendered)

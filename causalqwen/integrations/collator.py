@@ -68,10 +68,16 @@ class NumericDataCollator:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
         pad_token_id = self.tokenizer.pad_token_id
         if pad_token_id is None and any(len(row["input_ids"]) < width for row in rows):
-            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before collating rows of "
-                             "different lengths")
-        data = padded_lists([row["input_ids"] for row in rows], [row["numeric_values"] for row in rows], width,
-                            pad_token_id, self.padding_side)
+            raise ValueError(
+                "the tokenizer has no pad token; set tokenizer.pad_token before collating rows of different lengths"
+            )
+        data = padded_lists(
+            [row["input_ids"] for row in rows],
+            [row["numeric_values"] for row in rows],
+            width,
+            pad_token_id,
+            self.padding_side,
+        )
         data["attention_mask"] = [self._padded(row["attention_mask"], 0, width) for row in rows]
         if self.add_labels or any("labels" in row for row in rows):
             data["labels"] = [self._padded(self._labels(row), self.label_pad_token_id, width) for row in rows]
@@ -87,8 +93,9 @@ class NumericDataCollator:
             return row["labels"]
         if not self.add_labels:
             raise ValueError("some features have labels and some do not; give every feature labels, or none")
-        return [token if keep else self.label_pad_token_id for token, keep in zip(row["input_ids"],
-                                                                                   row["attention_mask"])]
+        return [
+            token if keep else self.label_pad_token_id for token, keep in zip(row["input_ids"], row["attention_mask"])
+        ]
 
     def _padded(self, row: list, fill, width: int) -> list:
         """One row padded with ``fill`` to ``width`` on `padding_side`."""

@@ -80,8 +80,9 @@ class GenerationState:
     def step_scores(self, head, outputs) -> Tensor:
         """The mode's scores ``[B, 1, V]`` at the last position of a step's outputs (its law of $U$,
         ``loc_U`` / ``scale_U`` ``[B, S, C]``); keeps $\\mathrm{loc}_Y$ of the mode's decision for the value."""
-        scores, self.last_loc_Y = head.step_scores(self.mode, outputs.loc_U[:, -1], outputs.scale_U[:, -1],
-                                                   abs_weight=self.abs_weight, **self.draws)  # [B, V], [B]
+        scores, self.last_loc_Y = head.step_scores(
+            self.mode, outputs.loc_U[:, -1], outputs.scale_U[:, -1], abs_weight=self.abs_weight, **self.draws
+        )  # [B, V], [B]
         return scores[:, None, :]  # [B, 1, V]
 
     def catch_up(self, input_ids: Tensor) -> None:
@@ -128,30 +129,45 @@ def _refuse_unsupported(kwargs: dict, config) -> None:
     """transformers' options that would not carry CausalQwen's values or draws, refused by name before generating."""
     for name in ("num_beams", "num_return_sequences"):
         if (kwargs.get(name) or getattr(config, name, None) or 1) > 1:
-            raise ValueError(f"{name} > 1 is not supported: the values beside the ids and the modes' draws are "
-                             "kept per row, and transformers would copy and reorder the rows without them")
+            raise ValueError(
+                f"{name} > 1 is not supported: the values beside the ids and the modes' draws are "
+                "kept per row, and transformers would copy and reorder the rows without them"
+            )
     for name in _ASSISTED:
         value = kwargs[name] if name in kwargs else getattr(config, name, None)
         if value is not None and value is not False:
-            raise ValueError(f"{name} is not supported: assisted / speculative decoding and prompt lookup run the "
-                             "model on candidate tokens it did not choose, which carry no <NUM> values (and not the "
-                             "mode's draws); generate without it")
+            raise ValueError(
+                f"{name} is not supported: assisted / speculative decoding and prompt lookup run the "
+                "model on candidate tokens it did not choose, which carry no <NUM> values (and not the "
+                "mode's draws); generate without it"
+            )
     stop_strings = kwargs.get("stop_strings", getattr(config, "stop_strings", None))
     tokenizer = kwargs.get("tokenizer")
     if stop_strings is not None and tokenizer is not None and not isinstance(tokenizer, PreTrainedTokenizerBase):
         wrapped = "tok.hf_tokenizer" if hasattr(tokenizer, "hf_tokenizer") else "a transformers tokenizer"
-        raise TypeError(f"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase (transformers "
-                        f"reads its vocabulary), got {type(tokenizer).__name__}: pass tokenizer={wrapped}. The stop "
-                        "strings are matched against the tokens' text, where a generated number is the text of "
-                        "the <NUM> token, not its value")
+        raise TypeError(
+            f"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase (transformers "
+            f"reads its vocabulary), got {type(tokenizer).__name__}: pass tokenizer={wrapped}. The stop "
+            "strings are matched against the tokens' text, where a generated number is the text of "
+            "the <NUM> token, not its value"
+        )
 
 
 class CausalQwenGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
 
-    def generate(self, inputs: Tensor | None = None, generation_config=None, *, numeric_values: Tensor | None = None,
-                 mode: str | None = None, generator: torch.Generator | None = None, uniform: Tensor | None = None,
-                 noise: Tensor | None = None, **kwargs):
+    def generate(
+        self,
+        inputs: Tensor | None = None,
+        generation_config=None,
+        *,
+        numeric_values: Tensor | None = None,
+        mode: str | None = None,
+        generator: torch.Generator | None = None,
+        uniform: Tensor | None = None,
+        noise: Tensor | None = None,
+        **kwargs,
+    ):
         r"""transformers' `generate` with CausalQwen's ``mode`` (default: ``generation_config.mode``, else
         ``"standard"``), ``numeric_values`` beside the prompt ids (required where they hold ``<NUM>``),
         ``generator`` for the draws of ``causal`` and the shared modes, and ``uniform`` / ``noise`` to fix
@@ -181,15 +197,19 @@ class CausalQwenGenerationMixin(GenerationMixin):
         refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=kwargs.get("attention_mask"))
         for name in ("labels", "numeric_labels"):
             if name in kwargs:  # transformers would hand it to every forward, which would then score a loss
-                raise TypeError(f"generate() does not take {name}: it continues the prompt and scores nothing; "
-                                "call the model itself with labels to compute a loss")
+                raise TypeError(
+                    f"generate() does not take {name}: it continues the prompt and scores nothing; "
+                    "call the model itself with labels to compute a loss"
+                )
         config = generation_config if generation_config is not None else self.generation_config
         mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         if mode != "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
-            raise ValueError(f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
-                             "(pass generator= for its draws)")
+            raise ValueError(
+                f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
+                "(pass generator= for its draws)"
+            )
         _refuse_unsupported(kwargs, config)
         check_generator(generator)
         if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
@@ -198,16 +218,19 @@ class CausalQwenGenerationMixin(GenerationMixin):
                 check_temperature(temperature)
         num_token_id = self.config.num_token_id
         if validating() and numeric_values is None and bool((input_ids == num_token_id).any()):
-            raise ValueError(f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
-                             "tokenizer's numeric_values, or every number would silently become 0")
+            raise ValueError(
+                f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
+                "tokenizer's numeric_values, or every number would silently become 0"
+            )
         mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
         if kwargs.get("attention_mask") is None:  # as in the reference loop: every token is real (transformers
             kwargs["attention_mask"] = mask  # would otherwise take a pad id inside a prompt for padding)
         new_tokens, max_length = _new_tokens(kwargs, config, input_ids.shape[1])
         if new_tokens is not None:  # refused now, not after generating up to the last position
             check_length(self.config, longest, new_tokens, max_length)
-        values = widened_values(numeric_values if numeric_values is not None else torch.zeros(input_ids.shape),
-                                input_ids)
+        values = widened_values(
+            numeric_values if numeric_values is not None else torch.zeros(input_ids.shape), input_ids
+        )
         draws = mode_draws(self, input_ids, mode, uniform=uniform, noise=noise, generator=generator)
         state = GenerationState(mode, values, draws, num_token_id)
         if mode != "traditional":  # traditional's scores are the class locations: no |W_cls| product
@@ -216,8 +239,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
         if callable(getattr(streamer, "attach_generation_state", None)):  # a streamer that writes the numbers
             streamer.attach_generation_state(state)  # (integrations.streamer) reads their values from the state
         with torch.no_grad(), validation(False):  # each step's inputs: the checked prompt and the model's own choices
-            output = super().generate(input_ids, generation_config=generation_config, generation_state=state,
-                                      **kwargs)
+            output = super().generate(input_ids, generation_config=generation_config, generation_state=state, **kwargs)
         sequences = output if isinstance(output, Tensor) else output.sequences
         state.catch_up(sequences)
         if isinstance(output, Tensor):
@@ -233,8 +255,9 @@ class CausalQwenGenerationMixin(GenerationMixin):
                 processors[index] = _ShiftedTemperatureWarper(processor.temperature)
         return processors
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor, generation_state: GenerationState | None = None,
-                                      **kwargs):
+    def prepare_inputs_for_generation(
+        self, input_ids: Tensor, generation_state: GenerationState | None = None, **kwargs
+    ):
         """transformers' inputs for the next step, with the values of the ids it passes on; the step asks the forward
         for the law of $U$ alone (on inputs checked at `generate`'s door: the loop runs under
         ``cauchy.validation(False)``)."""
@@ -242,7 +265,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
         inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
         if generation_state is not None:
             generation_state.catch_up(input_ids)
-            inputs["numeric_values"] = generation_state.values[:, -inputs["input_ids"].shape[1]:]
+            inputs["numeric_values"] = generation_state.values[:, -inputs["input_ids"].shape[1] :]
             inputs["return_decisions"] = False
         return inputs
 

@@ -84,16 +84,27 @@ from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from peft.utils.other import AuxiliaryTrainingWrapper
 from safetensors.torch import load_file
 
+from ..configuration import CausalQwenConfig
 from ..decision import DecisionHead
 from ..divergence import adapters_disabled
 from ..files.checkpoint import header_shapes, shape_problems, value_problem
 from ..files.rundir import check_write_targets
-from ..configuration import CausalQwenConfig
 from .lora_base import portable_base, read_adapter_config
 
 __all__ = [
-    "LORA_TARGET_MODULES", "CAUSAL_MODULES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "add_lora", "save_lora", "load_lora",
-    "restore_lora", "merge_lora", "base_reference", "is_peft_model", "trainable_parameter_count", "lora_target_pattern",
+    "LORA_TARGET_MODULES",
+    "CAUSAL_MODULES",
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "add_lora",
+    "save_lora",
+    "load_lora",
+    "restore_lora",
+    "merge_lora",
+    "base_reference",
+    "is_peft_model",
+    "trainable_parameter_count",
+    "lora_target_pattern",
 ]
 
 # The linear layers of a Qwen2 decoder layer, by the sub-module that owns them.
@@ -121,8 +132,11 @@ _ADAPTER_NAME = "default"
 def is_causal_lm(model) -> bool:
     """Whether ``model`` is a `causalqwen.CausalQwenForCausalLM`: a module with a CausalQwen config and a decision head
     (``action``, which peft may have wrapped), unlike `causalqwen.CausalQwenModel`, which has none."""
-    return (isinstance(model, torch.nn.Module) and isinstance(getattr(model, "config", None), CausalQwenConfig)
-            and isinstance(getattr(model, "action", None), torch.nn.Module))
+    return (
+        isinstance(model, torch.nn.Module)
+        and isinstance(getattr(model, "config", None), CausalQwenConfig)
+        and isinstance(getattr(model, "action", None), torch.nn.Module)
+    )
 
 
 def _check_model(model) -> None:
@@ -237,8 +251,9 @@ def _wrap(model, config: LoraConfig) -> PeftModel:
     return peft_model
 
 
-def add_lora(model, rank: int = 8, alpha: float = 16, dropout: float = 0.0,
-             target_modules=LORA_TARGET_MODULES) -> PeftModel:
+def add_lora(
+    model, rank: int = 8, alpha: float = 16, dropout: float = 0.0, target_modules=LORA_TARGET_MODULES
+) -> PeftModel:
     r"""Wrap ``model`` in LoRA adapters of rank $r$ on the backbone and train the causal preset beside them.
 
     Args:
@@ -266,6 +281,7 @@ def _lora_config(rank, alpha, dropout, target_modules, *, source: str | None = N
     with settings that `add_lora` accepts (a NaN or negative ``lora_alpha`` is refused), and an error names
     the file and its field instead of the argument.
     """
+
     def name(argument: str, field: str) -> str:
         return f"{source!r}: field {field}" if source else argument
 
@@ -278,8 +294,14 @@ def _lora_config(rank, alpha, dropout, target_modules, *, source: str | None = N
         raise ValueError(f"{name('dropout', 'lora_dropout')} must lie in [0, 1), got {dropout!r}")
     if source is not None:
         target_modules = _targets_of_pattern(target_modules, name("target_modules", "target_modules"))
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, bias="none",
-                      target_modules=lora_target_pattern(target_modules), modules_to_save=list(CAUSAL_MODULES))
+    return LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        bias="none",
+        target_modules=lora_target_pattern(target_modules),
+        modules_to_save=list(CAUSAL_MODULES),
+    )
 
 
 def _targets_of_pattern(pattern, what: str) -> tuple[str, ...]:
@@ -289,8 +311,10 @@ def _targets_of_pattern(pattern, what: str) -> tuple[str, ...]:
     for subset in subsets:
         if lora_target_pattern(subset) == pattern:
             return subset
-    raise ValueError(f"{what} must be a pattern that add_lora writes (lora_target_pattern of some of "
-                     f"{', '.join(names)}), got {pattern!r}")
+    raise ValueError(
+        f"{what} must be a pattern that add_lora writes (lora_target_pattern of some of "
+        f"{', '.join(names)}), got {pattern!r}"
+    )
 
 
 def trainable_parameter_count(model: torch.nn.Module) -> int:
@@ -397,13 +421,19 @@ def _checked_adapter_state(model, config: LoraConfig, weights: str) -> dict[str,
     stored = header_shapes([weights])  # OSError for a truncated or corrupt file
     expected = _expected_adapter_tensors(model, config)
     problems = shape_problems({name: tuple(tensor.shape) for name, tensor in expected.items()}, stored)
-    problems += [f"{name} is stored as {dtype}, not floating point" for name, (_, dtype, _) in stored.items()
-                 if not dtype.startswith(("F", "BF"))]
+    problems += [
+        f"{name} is stored as {dtype}, not floating point"
+        for name, (_, dtype, _) in stored.items()
+        if not dtype.startswith(("F", "BF"))
+    ]
     state = {}
     if not problems:
         state = load_file(weights)
-        problems = [problem for name, tensor in state.items()
-                    if (problem := value_problem(name, tensor, expected[name].dtype)) is not None]
+        problems = [
+            problem
+            for name, tensor in state.items()
+            if (problem := value_problem(name, tensor, expected[name].dtype)) is not None
+        ]
     if problems:
         raise ValueError(f"the adapter {weights!r} does not fit this model: " + "; ".join(problems))
     return state

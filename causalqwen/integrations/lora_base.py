@@ -95,16 +95,20 @@ def adapter_base(adapter_dir) -> str:
     the record is a relative path (module docstring: how to fix either)."""
     base = recorded_base(adapter_dir)
     where = os.fspath(adapter_dir)
-    fix = (f"record the base's directory with causalqwen.integrations.lora_base.record_base({where!r}, BASE_DIR), "
-           f"or load the base yourself and pass it to causalqwen.integrations.lora.load_lora(model, {where!r})")
+    fix = (
+        f"record the base's directory with causalqwen.integrations.lora_base.record_base({where!r}, BASE_DIR), "
+        f"or load the base yourself and pass it to causalqwen.integrations.lora.load_lora(model, {where!r})"
+    )
     if base is None:
         raise ValueError(f"the adapter in {os.fspath(adapter_dir)!r} records no base model ({BASE_FIELD}); {fix}")
     expanded = os.path.expanduser(base)
     if os.path.isabs(expanded):
         if not os.path.isdir(expanded):
             where = "is not a directory" if os.path.exists(expanded) else "does not exist"
-            raise OSError(f"the base model {base!r} recorded by the adapter in {os.fspath(adapter_dir)!r} {where}; "
-                          f"if the base has moved, {fix}")
+            raise OSError(
+                f"the base model {base!r} recorded by the adapter in {os.fspath(adapter_dir)!r} {where}; "
+                f"if the base has moved, {fix}"
+            )
         return expanded
     if _is_hub_id(base):
         return base

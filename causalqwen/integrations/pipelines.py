@@ -21,8 +21,8 @@ from __future__ import annotations
 from transformers import TextGenerationPipeline
 from transformers.pipelines.text_generation import ReturnType
 
-from .tokenizer import NumericTokenizer
 from ..writing import check_resolution
+from .tokenizer import NumericTokenizer
 
 __all__ = ["NumericTextGenerationPipeline"]
 
@@ -45,8 +45,10 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not isinstance(self.tokenizer, NumericTokenizer):
-            raise TypeError(f"{type(self).__name__} needs a causalqwen NumericTokenizer as its tokenizer, got "
-                            f"{type(self.tokenizer).__name__}")
+            raise TypeError(
+                f"{type(self).__name__} needs a causalqwen NumericTokenizer as its tokenizer, got "
+                f"{type(self.tokenizer).__name__}"
+            )
         model_num = getattr(self.model.config, "num_token_id", None)
         if self.tokenizer.num_token_id != model_num:
             raise ValueError(
@@ -69,7 +71,8 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
 
     def _sanitize_parameters(self, prefix=None, stop_sequence=None, number_resolution=_NOT_GIVEN, **kwargs):
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
-            stop_sequence=stop_sequence, **kwargs)
+            stop_sequence=stop_sequence, **kwargs
+        )
         if number_resolution is not _NOT_GIVEN:  # how generated numbers are written (causalqwen.writing)
             postprocess_params["number_resolution"] = check_resolution(number_resolution)
         if prefix is not None:  # the parent measures the prefix with a transformers tokenizer call
@@ -80,8 +83,17 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
             forward_params["tokenizer"] = self.tokenizer.hf_tokenizer
         return preprocess_params, forward_params, postprocess_params
 
-    def preprocess(self, prompt_text, *, prefix="", add_special_tokens=None, truncation=None, padding=None,
-                   max_length=None, **generate_kwargs):
+    def preprocess(
+        self,
+        prompt_text,
+        *,
+        prefix="",
+        add_special_tokens=None,
+        truncation=None,
+        padding=None,
+        max_length=None,
+        **generate_kwargs,
+    ):
         if not isinstance(prompt_text, str):
             raise TypeError(f"{type(self).__name__} takes str prompts (no chats), got {type(prompt_text).__name__}")
         unsupported = [name for name in _UNSUPPORTED if generate_kwargs.get(name) is not None]
@@ -89,8 +101,9 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
             unsupported.append("add_special_tokens")
         if unsupported:
             raise ValueError(f"{type(self).__name__} does not support {', '.join(unsupported)}")
-        encoding = self.tokenizer(prefix + prompt_text, max_length=max_length, truncation=bool(truncation),
-                                  return_tensors="pt")
+        encoding = self.tokenizer(
+            prefix + prompt_text, max_length=max_length, truncation=bool(truncation), return_tensors="pt"
+        )
         if encoding["input_ids"].shape[1] == 0:
             raise ValueError(_EMPTY.format(which="the prompt"))
         return {
@@ -109,9 +122,17 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         model_outputs["number_texts"] = number_texts
         return model_outputs
 
-    def postprocess(self, model_outputs, *, return_type=ReturnType.FULL_TEXT, clean_up_tokenization_spaces=None,
-                    continue_final_message=None, skip_special_tokens=None, tools=None,
-                    number_resolution=DEFAULT_NUMBER_RESOLUTION):
+    def postprocess(
+        self,
+        model_outputs,
+        *,
+        return_type=ReturnType.FULL_TEXT,
+        clean_up_tokenization_spaces=None,
+        continue_final_message=None,
+        skip_special_tokens=None,
+        tools=None,
+        number_resolution=DEFAULT_NUMBER_RESOLUTION,
+    ):
         """One record per generated sequence: the text (the prompt as given, then the continuation with its
         numbers written out at ``number_resolution``: ``"prompt"`` by default, a power of ten, or None for the
         shortest float32 text; `causalqwen.writing`) or, with ``return_tensors=True``, the ids; and the values
@@ -131,9 +152,15 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
             if return_type == ReturnType.TENSORS:
                 records.append({"generated_token_ids": ids, "numeric_values": row_values})
                 continue
-            _, new_text = self.tokenizer.decode_continuation(ids, row_values, prompt_length, skip, out_of_vocab="mark",
-                                                             number_texts=number_texts,
-                                                             number_resolution=number_resolution)
+            _, new_text = self.tokenizer.decode_continuation(
+                ids,
+                row_values,
+                prompt_length,
+                skip,
+                out_of_vocab="mark",
+                number_texts=number_texts,
+                number_resolution=number_resolution,
+            )
             text = model_outputs["prompt_text"] + new_text if return_type == ReturnType.FULL_TEXT else new_text
             records.append({"generated_text": text, "numeric_values": row_values})
         return records

@@ -50,11 +50,16 @@ class NumericTextStreamer(TextStreamer):
 
     def __init__(self, tokenizer, skip_prompt: bool = False, **decode_kwargs):
         if not callable(getattr(tokenizer, "decode_continuation", None)):
-            raise TypeError(f"NumericTextStreamer needs a NumericTokenizer (with decode_continuation), got "
-                            f"{type(tokenizer).__name__}")
+            raise TypeError(
+                f"NumericTextStreamer needs a NumericTokenizer (with decode_continuation), got "
+                f"{type(tokenizer).__name__}"
+            )
         self.given_number_texts = decode_kwargs.pop("number_texts", None)
-        super().__init__(tokenizer, skip_prompt=skip_prompt,
-                         **({"out_of_vocab": "mark", "number_resolution": "prompt"} | decode_kwargs))
+        super().__init__(
+            tokenizer,
+            skip_prompt=skip_prompt,
+            **({"out_of_vocab": "mark", "number_resolution": "prompt"} | decode_kwargs),
+        )
         self.state = None  # the GenerationState of the running generate call
         self.value_cache: list[float] = []  # beside token_cache: the prompt's ids, then every generated one
         self.prompt_length = 0
@@ -63,16 +68,20 @@ class NumericTextStreamer(TextStreamer):
     def attach_generation_state(self, state) -> None:
         """Called by ``CausalQwenGenerationMixin.generate`` before the prompt: where the values are read."""
         if state.values.shape[0] != 1:
-            raise ValueError(f"NumericTextStreamer supports batch size 1 only (as transformers' TextStreamer); got "
-                             f"{state.values.shape[0]} rows: generate each prompt alone, or stream nothing")
+            raise ValueError(
+                f"NumericTextStreamer supports batch size 1 only (as transformers' TextStreamer); got "
+                f"{state.values.shape[0]} rows: generate each prompt alone, or stream nothing"
+            )
         self.state = state
         self.token_cache, self.value_cache, self.print_len, self.next_tokens_are_prompt = [], [], 0, True
 
     def put(self, value) -> None:
         """Take the prompt's ids ``[1, S]`` or a new token ``[1]``, read their values, write what is settled."""
         if self.state is None:
-            raise RuntimeError("NumericTextStreamer has no values to read: use it as model.generate(..., streamer=...)"
-                               " of a CausalQwen model, whose generate hands it the values of the <NUM> tokens")
+            raise RuntimeError(
+                "NumericTextStreamer has no values to read: use it as model.generate(..., streamer=...)"
+                " of a CausalQwen model, whose generate hands it the values of the <NUM> tokens"
+            )
         if value.dim() > 1 and value.shape[0] > 1:
             raise ValueError(f"NumericTextStreamer supports batch size 1 only; got {value.shape[0]} rows")
         ids = (value[0] if value.dim() > 1 else value).tolist()
@@ -88,13 +97,13 @@ class NumericTextStreamer(TextStreamer):
         text = self.texts()[1]
         settled = len(text) if text and self._is_chinese_char(ord(text[-1])) else last_whitespace(text) + 1
         if settled > self.print_len:
-            self.on_finalized_text(text[self.print_len:settled])
+            self.on_finalized_text(text[self.print_len : settled])
             self.print_len = settled
 
     def end(self) -> None:
         """Write the rest of the continuation and end the line; ready for the next ``generate``."""
         text = self.texts()[1] if self.token_cache else ""
-        self.on_finalized_text(text[self.print_len:], stream_end=True)
+        self.on_finalized_text(text[self.print_len :], stream_end=True)
         self.token_cache, self.value_cache, self.print_len, self.next_tokens_are_prompt = [], [], 0, True
         self.state = None
 
@@ -102,7 +111,7 @@ class NumericTextStreamer(TextStreamer):
         """The values of ``ids``, the tokens from ``position`` on: those the state holds already (the prompt; with
         transformers' deferred stop test, a token given one step late), then the token chosen after the last step."""
         held_count = min(max(self.state.values.shape[1] - position, 0), len(ids))
-        held = self.state.values[0, position:position + held_count].tolist() if held_count else []
+        held = self.state.values[0, position : position + held_count].tolist() if held_count else []
         if held_count == len(ids):
             return held
         # one token the state has not appended yet: its value is read (a host synchronisation) only for <NUM>
@@ -123,8 +132,13 @@ class NumericTextStreamer(TextStreamer):
 
     def texts(self) -> tuple[str, str]:
         """``(prompt, continuation)`` of everything so far, as `NumericTokenizer.decode_continuation` writes them."""
-        return self.tokenizer.decode_continuation(self.token_cache, self.value_cache, self.prompt_length,
-                                                  number_texts=self.prompt_number_texts, **self.decode_kwargs)
+        return self.tokenizer.decode_continuation(
+            self.token_cache,
+            self.value_cache,
+            self.prompt_length,
+            number_texts=self.prompt_number_texts,
+            **self.decode_kwargs,
+        )
 
 
 def last_whitespace(text: str) -> int:

@@ -45,12 +45,14 @@ class Boundary:
 
 
 BOUNDARIES = [
-    Boundary("configuration", "`config.json` fields, the model's settings, the training's settings",
-             configuration.CASES),
+    Boundary(
+        "configuration", "`config.json` fields, the model's settings, the training's settings", configuration.CASES
+    ),
     Boundary("files and checkpoints", "weights, checkpoints and saved networks, read and written", files.CASES),
     Boundary("run directories", "the directory a run writes, and the run it resumes", run_directories.CASES),
-    Boundary("model inputs", "what `forward` takes (ids, values, masks, positions, labels), and its loss",
-             model_inputs.CASES),
+    Boundary(
+        "model inputs", "what `forward` takes (ids, values, masks, positions, labels), and its loss", model_inputs.CASES
+    ),
     Boundary("generation", "`generate`, `model.generate` and the text-generation pipeline", generation.CASES),
     Boundary("tokenizer and text", "texts, the JSONL files that hold them, the tokenizer's files", text.CASES),
     Boundary("adapters", "a saved LoRA adapter loaded back", adapters.CASES),

@@ -42,8 +42,21 @@ def _command_prompt_as_written():
 
 def _dual_lr_without_bound():
     data = jsonl_file("data.jsonl", b'{"text": "The price is 12.5 yuan."}\n' * 8)
-    run_cli(["train", "--base", "tiny", "--data", data, "--out", os.path.join(fresh_dir("dual"), "run"),
-             "--steps", "1", "--divergence-dual-lr", "5"])
+    run_cli(
+        [
+            "train",
+            "--base",
+            "tiny",
+            "--data",
+            data,
+            "--out",
+            os.path.join(fresh_dir("dual"), "run"),
+            "--steps",
+            "1",
+            "--divergence-dual-lr",
+            "5",
+        ]
+    )
 
 
 # =============================================================================================
@@ -88,8 +101,21 @@ def _interrupted_training():
 
     data = jsonl_file("data.jsonl", b'{"text": "The price is 12.5 yuan."}\n' * 8)
     out = os.path.join(fresh_dir("interrupted"), "run")
-    args = ["train", "--base", _saved_tiny_base(), "--data", data, "--out", out, "--steps", "6", "--batch-size", "2",
-            "--save-every", "2"]
+    args = [
+        "train",
+        "--base",
+        _saved_tiny_base(),
+        "--data",
+        data,
+        "--out",
+        out,
+        "--steps",
+        "6",
+        "--batch-size",
+        "2",
+        "--save-every",
+        "2",
+    ]
     step = training_run.loss_and_gradients  # the step as the training run looks it up
     calls = []
 
@@ -117,23 +143,54 @@ def _interrupted_training():
 
 CASES = [
     # ---- silent
-    command_line_refusal("demo-zero-steps", "silent", "demo --steps 0 (ran 1,500 steps)",
-                         _demo_zero_steps, r".*steps must be a positive int, got 0"),
-    TrustCase("command-prompt-as-written", "silent", "causalqwen generate printed 12.50 as 12.5 and 1,000 as 1000",
-              _command_prompt_as_written, None),
-    command_line_refusal("dual-lr-without-bound", "silent",
-                         "train --divergence-dual-lr 5 without --max-u-divergence (ignored)",
-                         _dual_lr_without_bound, r".*--divergence-dual-lr applies to --max-u-divergence only"),
+    command_line_refusal(
+        "demo-zero-steps",
+        "silent",
+        "demo --steps 0 (ran 1,500 steps)",
+        _demo_zero_steps,
+        r".*steps must be a positive int, got 0",
+    ),
+    TrustCase(
+        "command-prompt-as-written",
+        "silent",
+        "causalqwen generate printed 12.50 as 12.5 and 1,000 as 1000",
+        _command_prompt_as_written,
+        None,
+    ),
+    command_line_refusal(
+        "dual-lr-without-bound",
+        "silent",
+        "train --divergence-dual-lr 5 without --max-u-divergence (ignored)",
+        _dual_lr_without_bound,
+        r".*--divergence-dual-lr applies to --max-u-divergence only",
+    ),
     # ---- clarity
-    command_line_refusal("seed-beyond-64-bits", "clarity",
-                         "generate --seed 99999999999999999999999 (Overflow when unpacking long long)",
-                         _huge_seed, r".*--seed: must be an integer from 0 to 4294967295"),
-    command_line_refusal("messages-name-the-flags", "clarity",
-                         "train into an earlier run without --resume (said 'pass resume')",
-                         _flag_names_in_messages, r".*pass --resume to continue it or --overwrite to replace it"),
-    command_line_refusal("mistyped-local-path", "clarity",
-                         "generate --model model_nope (29 s of hub retries, then a network error)",
-                         _mistyped_local_path, r".*model directory 'model_nope' does not exist"),
-    TrustCase("ctrl-c-during-training", "clarity", "Ctrl-C during causalqwen train (a 45-line traceback)",
-              _interrupted_training, None),
+    command_line_refusal(
+        "seed-beyond-64-bits",
+        "clarity",
+        "generate --seed 99999999999999999999999 (Overflow when unpacking long long)",
+        _huge_seed,
+        r".*--seed: must be an integer from 0 to 4294967295",
+    ),
+    command_line_refusal(
+        "messages-name-the-flags",
+        "clarity",
+        "train into an earlier run without --resume (said 'pass resume')",
+        _flag_names_in_messages,
+        r".*pass --resume to continue it or --overwrite to replace it",
+    ),
+    command_line_refusal(
+        "mistyped-local-path",
+        "clarity",
+        "generate --model model_nope (29 s of hub retries, then a network error)",
+        _mistyped_local_path,
+        r".*model directory 'model_nope' does not exist",
+    ),
+    TrustCase(
+        "ctrl-c-during-training",
+        "clarity",
+        "Ctrl-C during causalqwen train (a 45-line traceback)",
+        _interrupted_training,
+        None,
+    ),
 ]

@@ -101,4 +101,3 @@ def deadline(seconds: float, what: str, action) -> None:
     took = time.perf_counter() - started
     if took > seconds:
         raise WrongResult(f"{what} took {took:.1f} s (deadline {seconds:g} s): not linear in the text's length")
-

@@ -132,8 +132,19 @@ def _cr_line_endings():
 def _data_file_command(content: bytes):
     def trigger():
         data = jsonl_file("data.jsonl", content)
-        run_cli(["train", "--base", "tiny", "--data", data, "--out", os.path.join(fresh_dir("cli-run"), "run"),
-                 "--steps", "1"])
+        run_cli(
+            [
+                "train",
+                "--base",
+                "tiny",
+                "--data",
+                data,
+                "--out",
+                os.path.join(fresh_dir("cli-run"), "run"),
+                "--steps",
+                "1",
+            ]
+        )
 
     return trigger
 
@@ -150,43 +161,109 @@ def _corrupt_tokenizer_json():
 
 CASES = [
     # ---- security
-    TrustCase("jsonl-20-mb-line", "security",
-              "a 20 MB text for a 32-token training row (the Rust tokenizer aborts on 50 MB)", _huge_line, None),
-    TrustCase("crafted-dash-chain", "security", 'tokenize "1-" * 50,000 + "1a" (100 kB; 10 kB took 3.4-5.4 s)',
-              _crafted_chain("1-"), None),
+    TrustCase(
+        "jsonl-20-mb-line",
+        "security",
+        "a 20 MB text for a 32-token training row (the Rust tokenizer aborts on 50 MB)",
+        _huge_line,
+        None,
+    ),
+    TrustCase(
+        "crafted-dash-chain",
+        "security",
+        'tokenize "1-" * 50,000 + "1a" (100 kB; 10 kB took 3.4-5.4 s)',
+        _crafted_chain("1-"),
+        None,
+    ),
     TrustCase("crafted-slash-chain", "security", 'tokenize "1/" * 50,000 + "1a" (100 kB)', _crafted_chain("1/"), None),
-    TrustCase("crafted-colon-chain", "security", 'tokenize "12:" * 33,333 + "1a" (100 kB)', _crafted_chain("12:"),
-              None),
-    TrustCase("spaceless-blob-prefix", "security", "8 tokens of a 4 MB base64 blob (was encoded whole: 12 s, +1 GB)",
-              _blob_prefix, None),
+    TrustCase(
+        "crafted-colon-chain", "security", 'tokenize "12:" * 33,333 + "1a" (100 kB)', _crafted_chain("12:"), None
+    ),
+    TrustCase(
+        "spaceless-blob-prefix",
+        "security",
+        "8 tokens of a 4 MB base64 blob (was encoded whole: 12 s, +1 GB)",
+        _blob_prefix,
+        None,
+    ),
     # ---- silent
-    TrustCase("text-subnormal-number", "silent", "the number 8e-46 in a text (became 1.4e-45; stays text now)",
-              _subnormal_text, None, ""),
-    TrustCase("train-on-empty-texts", "silent", "training on texts that are all empty (loss 0 on nothing)",
-              _empty_texts, ValueError, "none of the 8 training texts has two tokens"),
-    TrustCase("text-subnormal-3e-45", "silent",
-              "the literal 3e-45 in a text (read 6.6% off as 2.8e-45; stays text now)",
-              _subnormal_literal, None),
-    TrustCase("decode-value-underflows", "silent", "decoding a generated value of 1e-50 (wrote 0)", _decode_underflow,
-              ValueError, r"1e-50.*underflows"),
+    TrustCase(
+        "text-subnormal-number",
+        "silent",
+        "the number 8e-46 in a text (became 1.4e-45; stays text now)",
+        _subnormal_text,
+        None,
+        "",
+    ),
+    TrustCase(
+        "train-on-empty-texts",
+        "silent",
+        "training on texts that are all empty (loss 0 on nothing)",
+        _empty_texts,
+        ValueError,
+        "none of the 8 training texts has two tokens",
+    ),
+    TrustCase(
+        "text-subnormal-3e-45",
+        "silent",
+        "the literal 3e-45 in a text (read 6.6% off as 2.8e-45; stays text now)",
+        _subnormal_literal,
+        None,
+    ),
+    TrustCase(
+        "decode-value-underflows",
+        "silent",
+        "decoding a generated value of 1e-50 (wrote 0)",
+        _decode_underflow,
+        ValueError,
+        r"1e-50.*underflows",
+    ),
     # ---- clarity
-    TrustCase("jsonl-invalid-utf8", "clarity", "a JSONL line with a Latin-1 byte", _invalid_utf8, ValueError,
-              r"data\.jsonl, line 2: invalid UTF-8 at byte 13 of the line"),
-    TrustCase("jsonl-lone-surrogate", "clarity", 'a JSONL text holding "\\ud800"', _lone_surrogate, ValueError,
-              r"data\.jsonl, line 2: character 2 of the text is '\\ud800', a lone surrogate"),
-    command_line_refusal("tokenizer-files-missing", "clarity",
-                         "generate --model on a directory without its tokenizer files",
-                         _missing_tokenizer, r".*cannot load a tokenizer from '.*model'"),
-    TrustCase("jsonl-cr-line-endings", "clarity", "a JSONL file with old Mac line endings (CR alone)", _cr_line_endings,
-              None),
-    command_line_refusal("jsonl-deeply-nested", "clarity", "a JSONL line nested 100,000 deep (exit 1, RecursionError)",
-                         _data_file_command(b'{"text": "x"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n"),
-                         r".*data\.jsonl, line 2: the JSON is nested too deeply to read"),
-    command_line_refusal("jsonl-5000-digit-integer", "clarity",
-                         "a JSONL line with a 5,000-digit integer (no line named)",
-                         _data_file_command(b'{"text": "x"}\n{"text": "y", "n": ' + b"9" * 5000 + b"}\n"),
-                         r".*data\.jsonl, line 2: an integer of 5000 digits"),
-    command_line_refusal("corrupt-tokenizer-json", "clarity",
-                         "generate --model with a tokenizer.json cut short (file not named)",
-                         _corrupt_tokenizer_json, r".*tokenizer\.json' is not valid JSON"),
+    TrustCase(
+        "jsonl-invalid-utf8",
+        "clarity",
+        "a JSONL line with a Latin-1 byte",
+        _invalid_utf8,
+        ValueError,
+        r"data\.jsonl, line 2: invalid UTF-8 at byte 13 of the line",
+    ),
+    TrustCase(
+        "jsonl-lone-surrogate",
+        "clarity",
+        'a JSONL text holding "\\ud800"',
+        _lone_surrogate,
+        ValueError,
+        r"data\.jsonl, line 2: character 2 of the text is '\\ud800', a lone surrogate",
+    ),
+    command_line_refusal(
+        "tokenizer-files-missing",
+        "clarity",
+        "generate --model on a directory without its tokenizer files",
+        _missing_tokenizer,
+        r".*cannot load a tokenizer from '.*model'",
+    ),
+    TrustCase(
+        "jsonl-cr-line-endings", "clarity", "a JSONL file with old Mac line endings (CR alone)", _cr_line_endings, None
+    ),
+    command_line_refusal(
+        "jsonl-deeply-nested",
+        "clarity",
+        "a JSONL line nested 100,000 deep (exit 1, RecursionError)",
+        _data_file_command(b'{"text": "x"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n"),
+        r".*data\.jsonl, line 2: the JSON is nested too deeply to read",
+    ),
+    command_line_refusal(
+        "jsonl-5000-digit-integer",
+        "clarity",
+        "a JSONL line with a 5,000-digit integer (no line named)",
+        _data_file_command(b'{"text": "x"}\n{"text": "y", "n": ' + b"9" * 5000 + b"}\n"),
+        r".*data\.jsonl, line 2: an integer of 5000 digits",
+    ),
+    command_line_refusal(
+        "corrupt-tokenizer-json",
+        "clarity",
+        "generate --model with a tokenizer.json cut short (file not named)",
+        _corrupt_tokenizer_json,
+        r".*tokenizer\.json' is not valid JSON",
+    ),
 ]
