@@ -1,5 +1,6 @@
-"""Argument checks shared by the comparison's corpora and batches (`validation.domain_a`, `validation.domains`,
-`validation.qwen_batches`): a positive count and an int seed, each a clear error naming the argument."""
+"""Argument checks shared by the comparison's corpora and batches (`validation.domain_a`, `validation.domain_b`,
+`validation.domains`, `validation.qwen_batches`): a positive count and an int seed, each a clear error naming
+the argument."""
 
 from __future__ import annotations
 
