@@ -5,7 +5,8 @@ $$\mathrm{loc}_U = W_{\mathrm{loc}}\, z + b_{\mathrm{loc}}, \qquad
 U \sim \mathrm{Cauchy}(\mathrm{loc}_U, \mathrm{scale}_U)\ \text{(independent components)}.$$
 
 Initialization: $W_{\mathrm{loc}} = I$ (so $C = H$ is required), $b_{\mathrm{loc}} = 0$, $W_{\mathrm{scale}} = 0$,
-$b_{\mathrm{scale}} = \operatorname{softplus}^{-1}(\gamma)$, which gives $U_i \sim \mathrm{Cauchy}(z_i, \gamma\mathbf 1)$ at the start.
+$b_{\mathrm{scale}} = \operatorname{softplus}^{-1}(\gamma)$, which gives
+$U_i \sim \mathrm{Cauchy}(z_i, \gamma\mathbf 1)$ at the start.
 
 A second architecture (``abduction_type="mlp"``, `MLPAbductionNetwork`) adds a residual MLP to both maps,
 
@@ -95,7 +96,8 @@ class MLPAbductionNetwork(AbductionNetwork):
     $$h = \operatorname{GELU}(W_{\mathrm{in}}\, z + b_{\mathrm{in}}) \quad [\dots, M],$$
 
     $$\mathrm{loc}_U = W_{\mathrm{loc}}\, z + b_{\mathrm{loc}} + W_{\mathrm{loc},h}\, h, \qquad
-    \mathrm{scale}_U = \operatorname{softplus}(W_{\mathrm{scale}}\, z + b_{\mathrm{scale}} + W_{\mathrm{scale},h}\, h).$$
+    \mathrm{scale}_U = \operatorname{softplus}(W_{\mathrm{scale}}\, z + b_{\mathrm{scale}}
+    + W_{\mathrm{scale},h}\, h).$$
 
     The linear maps are the residual (skip) path and start as in D6; ``W_loc_h`` and ``W_scale_h`` ``[C, M]``
     start at zero, so the initial law of $U$ is bit for bit the linear network's ($x + 0 = x$ in floating
@@ -125,7 +127,8 @@ class MLPAbductionNetwork(AbductionNetwork):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        r"""D6 for the linear path; $W_{\mathrm{in}} \sim \mathcal N(0, 1/H)$, $b_{\mathrm{in}} = 0$ and zero residual weights."""
+        r"""D6 for the linear path; $W_{\mathrm{in}} \sim \mathcal N(0, 1/H)$, $b_{\mathrm{in}} = 0$ and zero residual
+        weights."""
         super().reset_parameters()
         init.normal_(self.W_in, mean=0.0, std=self.W_in.shape[1] ** -0.5)
         init.zeros_(self.b_in)

@@ -160,7 +160,8 @@ def check_scale(scale: Tensor, name: str = "scale") -> None:
     if not bool((scale > 0).all()):
         bad = scale[~(scale > 0)]
         raise ValueError(
-            f"{name} must be > 0 everywhere; found {bad.numel()} element(s) that are not, e.g. {bad.flatten()[0].item()!r}"
+            f"{name} must be > 0 everywhere; found {bad.numel()} element(s) that are not, "
+            f"e.g. {bad.flatten()[0].item()!r}"
         )
 
 
@@ -295,7 +296,8 @@ def _prob_value(q: _Reduced, scale: Tensor) -> Tensor:
 
 
 def _prob_grads(q: _Reduced, scale: Tensor) -> tuple[Tensor, Tensor]:
-    r"""$\partial_x f = -f\,\partial_x\log(1+z^2)$ and $\partial_\gamma f = -f\,(1/\gamma + \partial_\gamma\log(1+z^2))$."""
+    r"""$\partial_x f = -f\,\partial_x\log(1+z^2)$ and
+    $\partial_\gamma f = -f\,(1/\gamma + \partial_\gamma\log(1+z^2))$."""
     density, _ = _density_factors(q, scale)
     d_dx, d_dscale = _log1p_square_grads(q, scale)
     return -density * d_dx, -density * (1.0 / scale + d_dscale)
@@ -356,7 +358,8 @@ def nll(x, loc, scale) -> Tensor:
 
 
 def prob(x, loc, scale) -> Tensor:
-    r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$; far from the location $r^2/(\pi\gamma(1 + r^2))$ with $r = 1/|z|$."""
+    r"""Density $f(x) = \dfrac{1}{\pi\gamma\,(1 + z^2)}$; far from the location $r^2/(\pi\gamma(1 + r^2))$ with
+    $r = 1/|z|$."""
     x, loc, scale = _prepare(x, loc, scale)
     return _StandardizedFunction.apply(x, loc, scale, "prob")
 
@@ -592,14 +595,16 @@ def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool =
     $P(X > d) = F(-d/s) = 1 - P_k$, so $-\log(1 - P_k) = a(d, s)$ and $-\log P_k = a(-d, s)$.
 
     With $t = d/s$, everything is formed from $r = \min(|t|, 1/|t|) = \min(|d|, s)/\max(|d|, s) \in [0, 1]$ (so
-    nothing overflows and nothing divides by 0, in the value or in any derivative) and the smaller tail mass $m = F(-|t|)$: $\arctan(r)/\pi$ beyond $|t| = 1$, else
-    $\tfrac12 - \arctan(r)/\pi$. Then $a = -\log m$ for $d > 0$ and $a = -\operatorname{log1p}(-m)$ otherwise, and
+    nothing overflows and nothing divides by 0, in the value or in any derivative) and the smaller tail mass
+    $m = F(-|t|)$: $\arctan(r)/\pi$ beyond $|t| = 1$, else $\tfrac12 - \arctan(r)/\pi$. Then $a = -\log m$ for
+    $d > 0$ and $a = -\operatorname{log1p}(-m)$ otherwise, and
 
     $$\frac{\partial a}{\partial d} = \frac{f(t)}{F(-t)\,s},\qquad
     \frac{\partial a}{\partial s} = -\frac{t\,f(t)}{F(-t)\,s},$$
 
-    with $\pi f(t) = 1/(1 + r^2)$ for $|t| \le 1$, $r^2/(1 + r^2)$ beyond, and $\pi t f(t) = \mathrm{sign}(t)\,r/(1 + r^2)$
-    on both sides; the ratio $z = r / (\pi F(-t) (1 + r^2))$ stays bounded even where $F(-t)$ is tiny. In float32
+    with $\pi f(t) = 1/(1 + r^2)$ for $|t| \le 1$, $r^2/(1 + r^2)$ beyond, and
+    $\pi t f(t) = \mathrm{sign}(t)\,r/(1 + r^2)$ on both sides; the ratio $z = r / (\pi F(-t) (1 + r^2))$ stays
+    bounded even where $F(-t)$ is tiny. In float32
     the value is finite while $|t| < 2^{149}$ (where $r$ underflows to 0). ``scale`` must be $> 0$; no check is
     made here (the callers clamp at ``scale_eps``). Second derivatives taken through `tail_nll` (the literal
     path's Hessian) are exact everywhere except at $d = 0$ exactly, where this branchwise form is not smooth.
@@ -647,7 +652,8 @@ def tail_nll(diff: Tensor, scale: Tensor) -> Tensor:
 
 
 def _scale_divergence_value(scale_p: Tensor, scale_q: Tensor) -> Tensor:
-    r"""$\log\frac{(1 + r)^2}{4r}$, $r = \min/\max$ of the two scales: ``log1p`` near $r = 1$, logarithms below $r = 1/8$."""
+    r"""$\log\frac{(1 + r)^2}{4r}$, $r = \min/\max$ of the two scales: ``log1p`` near $r = 1$, logarithms below
+    $r = 1/8$."""
     large = torch.maximum(scale_p, scale_q)
     small = torch.minimum(scale_p, scale_q)
     ratio = small / large  # in (0, 1]; may underflow
@@ -661,7 +667,8 @@ def _scale_divergence_value(scale_p: Tensor, scale_q: Tensor) -> Tensor:
 
 
 class _ScaleDivergence(torch.autograd.Function):
-    r"""The scale part $\log\frac{(\gamma_p + \gamma_q)^2}{4\gamma_p\gamma_q}$ of `kl_divergence`, with the analytic backward
+    r"""The scale part $\log\frac{(\gamma_p + \gamma_q)^2}{4\gamma_p\gamma_q}$ of `kl_divergence`, with the
+    analytic backward
 
     $$\partial_{\gamma_p} = \frac{t}{\gamma_p}, \qquad \partial_{\gamma_q} = -\frac{t}{\gamma_q}, \qquad
     t = \frac{\gamma_p - \gamma_q}{\gamma_p + \gamma_q} \in (-1, 1).$$
@@ -733,7 +740,8 @@ def kl_divergence(loc_p, scale_p, loc_q, scale_q) -> Tensor:
             if not bool(torch.isfinite(value).all()):
                 bad = value[~torch.isfinite(value)]
                 raise ValueError(
-                    f"{name} must be finite everywhere; found {bad.numel()} element(s) that are not, e.g. {bad[0].item()!r}"
+                    f"{name} must be finite everywhere; found {bad.numel()} element(s) that are not, "
+                    f"e.g. {bad[0].item()!r}"
                 )
         check_scale(scale_p, "scale_p")
         check_scale(scale_q, "scale_q")

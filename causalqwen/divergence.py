@@ -1,6 +1,7 @@
 r"""Bounded-divergence fine-tuning: keep the law of $U$ near the base model's (the design's bound on forgetting).
 
-The design asks to fine-tune the abduction network on a new domain *subject to* $D(U, U_{\mathrm{base}}) \le \varepsilon$.
+The design asks to fine-tune the abduction network on a new domain *subject to*
+$D(U, U_{\mathrm{base}}) \le \varepsilon$.
 The divergence is the Kullback–Leibler divergence of the two Cauchy laws of $U$ at each scored position, summed
 over the $C$ independent components (`causalqwen.cauchy.kl_divergence`), and averaged over the $N$ real
 positions of the batch:
@@ -33,7 +34,8 @@ Where the base law comes from depends on what is trained (`BaseLawOfU`):
   from the fine-tuned ones there, and the bound is on the whole law of $U$, as the design states it;
 * backbone trained in full (preset ``all``): the base model's own pass, by a frozen copy of the base
   `CausalQwenModel`;
-* LoRA (preset ``lora``): the same model with its adapters disabled (`adapters_disabled`, peft's ``disable_adapter``), which also switches to the base copies of the modules trained beside the adapters
+* LoRA (preset ``lora``): the same model with its adapters disabled (`adapters_disabled`, peft's
+  ``disable_adapter``), which also switches to the base copies of the modules trained beside the adapters
   (numerical embedding, abduction, head), so no second model is held: the cost is one more forward pass.
 """
 
@@ -83,12 +85,24 @@ def _causal_lm(model) -> nn.Module:
 
 @contextlib.contextmanager
 def adapters_disabled(peft_model):
-    """peft's ``peft_model.disable_adapter()``, with every parameter's ``requires_grad`` restored on exit.
+    r"""peft's ``peft_model.disable_adapter()``, with every parameter's ``requires_grad`` restored on exit.
 
-    Inside, ``peft_model(...)`` is the base model's forward pass: base backbone (no LoRA), base numerical
-    embedding, base abduction network and base head (the wrappers' ``original_module``), so its
-    ``(loc_U, scale_U)`` is the base model's law of $U$; no parameter requires a gradient, so the outputs carry
-    no graph. peft's own context would leave every adapter parameter trainable on exit.
+    Inside peft's ``disable_adapter()`` (peft 0.21):
+
+    - every LoRA layer computes $W x$ alone (the $BA$ term is skipped, not zeroed);
+    - every ``ModulesToSaveWrapper`` runs its ``original_module``: its ``forward`` *and* every attribute read
+      through it (``action.classification_head``, ``action.ovr_threshold``, ...) go to the base's copy, not to
+      the trained one;
+    - hence the whole forward pass is the base model's: base backbone, base numerical embedding, base abduction,
+      base head. Its $(\mathrm{loc}_U, \mathrm{scale}_U)$ is the base model's law of $U$, equal bit for bit to the
+      untouched model's, however long the adapter has been trained;
+    - no parameter requires a gradient inside (peft sets ``requires_grad=False`` on the LoRA matrices and the trained
+      copies, and the base weights are frozen), so the outputs carry no autograd graph: a reference for a divergence
+      penalty needs no ``torch.no_grad`` and costs no activation memory for backward.
+
+    On leaving the context peft sets ``requires_grad=True`` on *every* LoRA matrix and trained copy of the active
+    adapter, whatever it was before: an adapter loaded for inference (``requires_grad=False``) becomes trainable
+    after one ``disable_adapter()`` block. This function is that context with the flags put back as they were.
     """
     flags = [(parameter, parameter.requires_grad) for parameter in peft_model.parameters()]
     try:
@@ -156,7 +170,8 @@ class BaseLawOfU:
 
     @torch.no_grad()
     def law(self, batch: dict) -> tuple[Tensor, Tensor]:
-        """The base's ``(loc_U, scale_U)`` ``[B, S, C]`` on ``batch`` (after the fine-tuned forward, for ``abduction``)."""
+        """The base's ``(loc_U, scale_U)`` ``[B, S, C]`` on ``batch`` (after the fine-tuned forward, for
+        ``abduction``)."""
         if self.kind == "abduction":
             if self._z is None:
                 raise RuntimeError("no features captured: run the model's forward inside capturing_features() first")

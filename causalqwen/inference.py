@@ -28,7 +28,7 @@ which is the business of `causalqwen.generation`; here both take ``uniform`` or 
 
 Prediction in the first four modes: token $= \arg\max_k P_k$ with $P_k = P(S_k > C_k)$, and the value
 $\mathrm{loc}_Y$ where that token is ``<NUM>``.
-"""
+"""  # noqa: E501 -- the table rows above: a Markdown table row is one line
 
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ def draw_uniform(shape, *, generator: torch.Generator | None = None, device=None
 
 
 def draw_standard_cauchy(shape, *, generator: torch.Generator | None = None, device=None) -> Tensor:
-    r"""$\varepsilon_n = F^{-1}(\varepsilon) = \tan(\pi(\varepsilon - \tfrac12))$, $\varepsilon$ from `draw_uniform`; float64."""
+    r"""$\varepsilon_n = F^{-1}(\varepsilon) = \tan(\pi(\varepsilon - \tfrac12))$, $\varepsilon$ from `draw_uniform`;
+    float64."""
     uniform = draw_uniform(shape, generator=generator, device=device)  # in (0, 1) by construction
     with cauchy.validation(False):
         return cauchy.icdf(uniform, 0.0, 1.0)
@@ -145,7 +146,8 @@ def decision_input(
     r"""Location and scale of the decision input $U'$ for ``mode`` (the table above, decision D11).
 
     - ``standard``: $(\mathrm{loc}_U,\ \mathrm{scale}_U + |b_{\mathrm{noise}}|)$ (`action.noise_infused_scale`);
-    - ``causal``, ``shared_individual``: $(\mathrm{loc}_U + \mathrm{scale}_U \odot \tan(\pi(\varepsilon - \tfrac12)),\ |b_{\mathrm{noise}}|)$;
+    - ``causal``, ``shared_individual``:
+      $(\mathrm{loc}_U + \mathrm{scale}_U \odot \tan(\pi(\varepsilon - \tfrac12)),\ |b_{\mathrm{noise}}|)$;
     - ``shared_noise``: $(\mathrm{loc}_U + |b_{\mathrm{noise}}| \odot \varepsilon_n,\ \mathrm{scale}_U)$.
 
     Args:
@@ -186,7 +188,8 @@ def decision_input(
 
 
 def predicted_token(loc_S: Tensor, scale_S: Tensor, threshold) -> Tensor:
-    r"""$\hat k = \arg\max_k P_k$, $P_k = P(S_k > C_k)$, on inputs already checked; ``[..., V]`` in, ``[...]`` (long) out.
+    r"""$\hat k = \arg\max_k P_k$, $P_k = P(S_k > C_k)$, on inputs already checked; ``[..., V]`` in, ``[...]``
+    (long) out.
 
     The argmax is taken over $\log P_k$ (the Cauchy log survival function at $C_k$, `losses.ovr_tail_nll`), which is
     monotone in $P_k$ but keeps classes apart where $P_k$ itself rounds to 1. Ties go to the lower class id.

@@ -39,7 +39,7 @@ The drafts' values, $\gamma = 10$ and $C = 100$ (`DRAFT_INIT`), stay available b
 validation report measures why they are not the default. The calibrated values (`DEFAULT_INIT`) are also
 `causalqwen.CausalQwenConfig`'s class defaults; a config made without a base has no logits to calibrate on and
 starts at $C = 0$, what ``"top_two_midpoint"`` gives for a base whose logits are all zero.
-"""
+"""  # noqa: E501 -- the table rows above: a Markdown table row is one line
 
 from __future__ import annotations
 

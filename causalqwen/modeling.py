@@ -10,8 +10,8 @@ e_i = \mathrm{embed}(x_i) + \phi(v_i) \;\xrightarrow{\ \text{Qwen2Model}\ }\; z_
 $$
 
 **Initialization equivalence.** With $W_{\mathrm{loc}} = I$, $b_{\mathrm{loc}} = 0$, $W_{\mathrm{cls}}$ = the base
-model's lm_head and $b_{\mathrm{cls}} = 0$, $\mathrm{loc}_{S,i} = W_{\mathrm{cls}} z_i$, which is exactly the base model's
-logit vector whenever no number is present ($\phi(0) = 0$). The scales are
+model's lm_head and $b_{\mathrm{cls}} = 0$, $\mathrm{loc}_{S,i} = W_{\mathrm{cls}} z_i$, which is exactly the base
+model's logit vector whenever no number is present ($\phi(0) = 0$). The scales are
 $\mathrm{scale}_{S_k} = (\gamma + |b_{\mathrm{noise}}|)\cdot\|W_{\mathrm{cls},k}\|_1$ (for a constant noise vector) and
 differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
@@ -37,13 +36,11 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
-    GenerationConfig,
     Qwen2ForCausalLM,
     Qwen2Model,
 )
 from transformers.cache_utils import Cache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
-from transformers.modeling_outputs import ModelOutput
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from transformers.utils import logging as transformers_logging
 
@@ -57,24 +54,17 @@ from .embedding import NumericalEmbedding
 from .files.checkpoint import check_local_source
 from .files.loading import (
     CACHE_NAME,
-    check_generation_mode,
     check_qwen_base,
     num_token_id_from_tokenizer,
     strict_from_pretrained,
 )
-from .files.rundir import check_write_targets
 from .initialization import copy_base_weights, initial_threshold
-from .integrations.auto import (
-    CUSTOM_PIPELINES,
-    MODEL_AUTO_MAP,
-    MODEL_FILES,
-    SAVED_ONLY_FIELDS,
-    write_auto_module,
-)
+from .integrations.auto import save_with_auto_classes
 from .integrations.generation_mixin import CausalQwenGenerationMixin
+from .integrations.outputs import CausalQwenModelOutput, CausalQwenOutput
 from .integrations.trainer import signature_for_trainer
 from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
-from .losses import NextTokenTargets, loss_from_law_of_U, next_token_targets
+from .losses import loss_from_law_of_U, next_token_targets
 
 __all__ = ["CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
@@ -111,81 +101,6 @@ def _padded_attention_masks(model, inputs_embeds, attention_mask, cache, positio
     if model.has_sliding_layers:
         masks["sliding_attention"] = create_sliding_window_causal_mask(**arguments)
     return masks
-
-
-@dataclass
-class CausalQwenModelOutput(ModelOutput):
-    r"""Output of `CausalQwenModel.forward`: the law of the individual $U$ and the Qwen2 outputs.
-
-    Attributes:
-        loc_U: location of $U$, ``[B, S, C]``.
-        scale_U: scale of $U$, ``[B, S, C]``.
-        last_hidden_state: the features $z$, ``[B, S, H]``.
-        cache: the Qwen2 KV cache, when ``use_cache`` (``past_key_values`` before transformers 5.24; that
-            name still reads it).
-    """
-
-    loc_U: torch.FloatTensor | None = None
-    scale_U: torch.FloatTensor | None = None
-    last_hidden_state: torch.FloatTensor | None = None
-    if CACHE_NAME == "cache":
-        cache: Cache | None = None
-    else:
-        past_key_values: Cache | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-
-
-@dataclass
-class CausalQwenOutput(ModelOutput):
-    r"""Output of `CausalQwenForCausalLM.forward`.
-
-    Attributes:
-        loss: total loss $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ (when ``labels`` are given).
-        cls_loss: $\bar L_{\mathrm{cls}}$, the mean OvR loss over scored positions.
-        reg_loss: $L_{\mathrm{reg,eff}}$, the gated regression loss averaged over ``<NUM>`` targets.
-        n_cls: the number of scored positions (a 0-d tensor; the denominator of ``cls_loss``).
-        n_reg: the number of scored ``<NUM>`` targets (the denominator of ``reg_loss``).
-        loc_U: location of the individual $U$, ``[B, S, C]``.
-        scale_U: scale of $U$, ``[B, S, C]``.
-        loc_S: locations of the class scores $S_k$, ``[B, S, V]`` (noise infused).
-        scale_S: scales of the class scores, ``[B, S, V]``.
-        loc_Y: location of the regression value $Y$, ``[B, S]`` (noise infused).
-        scale_Y: scale of $Y$, ``[B, S]``.
-        cache: the Qwen2 KV cache, when ``use_cache`` (``past_key_values`` before transformers 5.24; that
-            name still reads it).
-        logits: what transformers reads as the next-token scores. With decisions, $\mathrm{loc}_S$ (the
-            class locations, which equal Qwen's logits at initialization, decision D7). In a transformers
-            generation step, the last position's scores ``[B, 1, V]`` under the step's mode, written by the
-            generation mixin from the law of $U$: $\log P_k$ of the decision input (argmax: the mode's choice),
-            or $\mathrm{loc}_S$ for ``traditional`` (`causalqwen.integrations.generation_mixin`).
-        targets: with ``labels``, what each position was scored against (`causalqwen.losses.NextTokenTargets`:
-            ``scored``, ``labels``, ``values``, ``is_num``, ``[B, S]`` each), so that metrics need not rebuild them.
-        numeric_labels: with ``labels``, the numeric labels the loss read, ``[B, S]`` as given (not shifted):
-            ``numeric_labels``, or ``numeric_values`` without them. `Trainer` gathers it for ``compute_metrics``,
-            whose labels are ``labels`` alone (`causalqwen.integrations.trainer`).
-    """
-
-    loss: torch.FloatTensor | None = None
-    cls_loss: torch.FloatTensor | None = None
-    reg_loss: torch.FloatTensor | None = None
-    n_cls: torch.LongTensor | None = None
-    n_reg: torch.LongTensor | None = None
-    loc_U: torch.FloatTensor | None = None
-    scale_U: torch.FloatTensor | None = None
-    loc_S: torch.FloatTensor | None = None
-    scale_S: torch.FloatTensor | None = None
-    loc_Y: torch.FloatTensor | None = None
-    scale_Y: torch.FloatTensor | None = None
-    if CACHE_NAME == "cache":
-        cache: Cache | None = None
-    else:
-        past_key_values: Cache | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    logits: torch.FloatTensor | None = None
-    targets: NextTokenTargets | None = None
-    numeric_labels: torch.FloatTensor | None = None
 
 
 _ABDUCE_ARGS = (
@@ -225,30 +140,7 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
 
         A CausalQwen ``generation_config.mode`` is saved in ``generation_config.json`` with
         ``"_from_model_config": false``, so that transformers' loader keeps it; an invalid one is a ``ValueError``."""
-        if kwargs.get("is_main_process", True):
-            check_write_targets(save_directory, MODEL_FILES)
-        generation = getattr(self, "generation_config", None)
-        mode = getattr(generation, "mode", None)
-        check_generation_mode(mode)
-        saved = {name: self.config.__dict__[name] for name in SAVED_ONLY_FIELDS if name in self.config.__dict__}
-        self.config.auto_map = dict(MODEL_AUTO_MAP)
-        self.config.custom_pipelines = dict(CUSTOM_PIPELINES)
-        if mode is not None:  # transformers' loader drops every key it does not know from a config marked as
-            # derived from the model's: the mode would be lost, so a copy marked otherwise is saved
-            self.generation_config = GenerationConfig.from_dict({**generation.to_dict(), "_from_model_config": False})
-        try:
-            result = super().save_pretrained(save_directory, *args, **kwargs)
-        finally:  # the model in memory keeps its configs as they were
-            if mode is not None:
-                self.generation_config = generation
-            for name in SAVED_ONLY_FIELDS:
-                if name in saved:
-                    setattr(self.config, name, saved[name])
-                else:
-                    delattr(self.config, name)
-        if kwargs.get("is_main_process", True):
-            write_auto_module(save_directory)
-        return result
+        return save_with_auto_classes(self, super().save_pretrained, save_directory, *args, **kwargs)
 
     def _init_weights(self, module) -> None:
         super()._init_weights(module)
@@ -265,7 +157,8 @@ class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
 
 class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
     r"""The Qwen2 stack with the numerical embedding in front and the abduction network on top:
-    $e = \mathrm{embed}(x) + \phi(v)$, $z = \mathrm{Qwen2}(e)$, $(\mathrm{loc}_U, \mathrm{scale}_U) = \mathrm{abduction}(z)$.
+    $e = \mathrm{embed}(x) + \phi(v)$, $z = \mathrm{Qwen2}(e)$,
+    $(\mathrm{loc}_U, \mathrm{scale}_U) = \mathrm{abduction}(z)$.
 
     It *is* a `Qwen2Model` (``embed_tokens``, ``layers``, ``norm`` keep their names, so a Qwen2 state dict
     and peft's module names apply unchanged) plus ``numerical_embedding`` and ``abduction``.

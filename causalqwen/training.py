@@ -180,8 +180,8 @@ def check_preset(model, preset: str) -> None:
 def set_trainable(model, preset: str) -> list[str]:
     """Set ``requires_grad`` for ``preset`` (D13); return the names of the trainable parameters.
 
-    ``lora`` needs the `peft.PeftModel` of `causalqwen.integrations.lora.add_lora`: its LoRA matrices and its trained copies of
-    the causal preset's modules train, everything else (the base weights and the base copies) is frozen.
+    ``lora`` needs the `peft.PeftModel` of `causalqwen.integrations.lora.add_lora`: its LoRA matrices and its trained
+    copies of the causal preset's modules train, everything else (the base weights and the base copies) is frozen.
     """
     check_preset(model, preset)
     if preset == "lora":

@@ -6,7 +6,8 @@ The rules, read from the source with `ast` (nothing is imported to measure it):
 - the top level of ``causalqwen/`` is exactly `SECTIONS` plus the sub-packages `SUBPACKAGES`;
 - every module opens with a docstring that says what it is;
 - no module is longer than 500 lines (``cauchy``, one cohesive toolkit in named sections, may be);
-- no function body is longer than 50 lines, its docstring excluded (the command line's argument table is);
+- no function body holds more than 50 logical lines (lines on which a statement starts), its docstring excluded
+  (the command line's argument table may);
 - no function takes more than 6 positional parameters (``self`` counted): more goes keyword-only or into a
   small dataclass;
 - no module imports another's private (``_underscored``) name, or reads one through a module;
@@ -102,15 +103,14 @@ def functions(tree: ast.Module):
 
 
 def body_length(function: ast.FunctionDef) -> int:
-    """Lines from the first statement after the docstring to the end of the function."""
+    """Logical lines of the body, its docstring excluded: the lines on which a statement starts. A statement the
+    formatter spreads over several lines (one argument a line) counts once, so the measure is the formatter's no
+    more than the code's."""
     body = function.body
-    if (
-        isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Constant)
-        and isinstance(body[0].value.value, str)
-    ):
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
         body = body[1:]
-    return 0 if not body else function.end_lineno - body[0].lineno + 1
+    starts = {node.lineno for statement in body for node in ast.walk(statement) if isinstance(node, ast.stmt)}
+    return len(starts)
 
 
 def imported_modules(path: Path, tree: ast.Module) -> set[str]:
@@ -164,7 +164,8 @@ def test_functions_are_short_and_take_few_positional_parameters(path):
 
 
 def module_aliases(path: Path, tree: ast.Module) -> set[str]:
-    """The local names under which ``path`` binds modules of `PACKAGES` (``from . import cauchy``, ``import x as y``)."""
+    """The local names under which ``path`` binds modules of `PACKAGES` (``from . import cauchy``,
+    ``import x as y``)."""
     modules = {module_name(other) for other in ALL_FILES}
     imported = imported_modules(path, tree)
     names = set()

@@ -585,7 +585,7 @@ def test_tokenize_gives_the_token_strings_with_the_number_token(tiny):
 def test_the_encoding_is_rebuilt_from_a_plain_mapping_and_copied_with_its_texts(tiny):
     import copy
 
-    from causalqwen.integrations.numeric_encoding import NumericEncoding
+    from causalqwen import NumericEncoding
 
     _, tok = tiny
     enc = tok(["It costs 12.50 dollars.", "Add 37 and 5."])
@@ -657,8 +657,8 @@ def test_the_streamer_without_the_prompts_texts_writes_its_values_and_takes_them
 
 
 def test_the_tokenizer_keeps_the_texts_of_its_last_single_texts_and_pickles_without_them():
-    """`NumberTextsSeen`: the last SIZE texts with numbers encoded alone, found by their ids and values; the latest of two
-    texts with the same ids and values wins; a copy of the tokenizer starts empty."""
+    """`NumberTextsSeen`: the last SIZE texts with numbers encoded alone, found by their ids and values; the latest of
+    two texts with the same ids and values wins; a copy of the tokenizer starts empty."""
     import copy
 
     from causalqwen.app.tiny import build_tiny_tokenizer

@@ -19,11 +19,11 @@ This module is the argument table (`build_parser`) and the dispatch (`main`); wh
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 from ..inference import MODES
-from ..training import DEFAULT_WARMUP_RATIO, SEED_MAX
+from ..training import DEFAULT_WARMUP_RATIO
+from .arguments import COUNT, SEED, integer, number_resolution, path_text
 from .commands import (
     DEFAULT_SAVE_TOTAL_LIMIT,
     DEFAULT_TEXT,
@@ -37,56 +37,6 @@ from .commands import (
     train_command,
     walkthrough,
 )
-
-# Integer options. A count goes into torch and C code as a 64-bit integer; a seed seeds torch, Python and numpy,
-# whose seeds are 32-bit. Values beyond these are refused by argparse, naming the option and the range. The
-# lower bounds of counts are left to the settings' own checks (TrainingConfig, generate, TextDataset), which
-# name the setting, except where noted.
-INT64_MAX = 2**63 - 1
-_BOUND_NAMES = {INT64_MAX: "2**63 - 1", SEED_MAX: "2**32 - 1"}
-
-
-def _shown(text: str) -> str:
-    """``text`` as an error message shows it: whole if short, else its start and its length."""
-    return text if len(text) < 40 else f"{text[:12]}... ({len(text)} {'digits' if text.isdecimal() else 'characters'})"
-
-
-def integer(low: int | None = None, high: int = INT64_MAX):
-    """An argparse ``type``: a decimal integer at most ``high`` and, when ``low`` is given, at least ``low``.
-
-    Anything else is an ``argparse.ArgumentTypeError``, which argparse reports as ``argument --OPTION:
-    must be an integer from LOW to HIGH, got VALUE`` with exit status 2. An integer of more digits than
-    Python converts (``sys.get_int_max_str_digits``) is out of range the same way, never a ``ValueError``.
-    """
-    bound = f"{high} ({_BOUND_NAMES[high]})" if high in _BOUND_NAMES else str(high)
-    wanted = (
-        f"must be an integer from {low} to {bound}" if low is not None else f"must be an integer no larger than {bound}"
-    )
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            if re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):  # more digits than int() converts: out of range
-                raise argparse.ArgumentTypeError(f"{wanted}, got {_shown(text)}") from None
-            raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)!r}") from None
-        if value > high or (low is not None and value < low):
-            raise argparse.ArgumentTypeError(f"{wanted}, got {_shown(text)}")
-        return value
-
-    return parse
-
-
-SEED = integer(0, SEED_MAX)
-COUNT = integer()
-
-
-def path_text(text: str) -> str:
-    """An argparse ``type`` for a file, directory or hub id: anything but an empty (or blank) string."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must name a file, directory or hub id, got {text!r}")
-    return text
-
 
 # The subcommands, in the order ``causalqwen --help`` lists them: name -> (one-line help, description).
 COMMANDS = {
@@ -124,23 +74,6 @@ COMMANDS = {
 # How the help of every option shows its default: "(default: %(default)s)" where the default is a value, else a
 # phrase saying what the option's absence means ("(default: none)", "(default: off)"), or "(required)".
 OFF = "(default: off)"
-
-
-def number_resolution(text: str):
-    """``--number-resolution``: "prompt", "none" (None: the shortest float32 text) or a power of ten
-    (`causalqwen.writing.check_resolution`)."""
-    from ..writing import check_resolution
-
-    if text == "none":
-        return None
-    try:
-        value = text if text == "prompt" else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'a power of ten, "prompt" or "none", got {text!r}') from None
-    try:
-        return check_resolution(value)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 class OneLineParser(argparse.ArgumentParser):

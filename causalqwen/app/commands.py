@@ -145,7 +145,8 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
     if os.path.isdir(model) and not any(os.path.isfile(os.path.join(model, name)) for name in TOKENIZER_FILES):
         raise ValueError(  # transformers would build an empty tokenizer from the config alone
             f"cannot load a tokenizer from {model!r}: the directory holds no tokenizer file "
-            f"({', '.join(TOKENIZER_FILES[:-1])} or {TOKENIZER_FILES[-1]}); causalqwen reads it from the model's directory"
+            f"({', '.join(TOKENIZER_FILES[:-1])} or {TOKENIZER_FILES[-1]}); "
+            "causalqwen reads it from the model's directory"
         )
     try:
         config = AutoConfig.from_pretrained(model)
@@ -459,7 +460,8 @@ def convert_command(args) -> int:
     config = model.config
     dtype = str(model.dtype).removeprefix("torch.")
     print(
-        f"CausalQwen (V = {config.vocab_size}, <NUM> id {config.num_token_id}, gamma = {config.abduction_scale_init:g}, "
+        f"CausalQwen (V = {config.vocab_size}, <NUM> id {config.num_token_id}, "
+        f"gamma = {config.abduction_scale_init:g}, "
         f"C = {config.ovr_threshold:.6g} ({config.ovr_threshold_init}), {dtype}) written to {args.out}"
     )
     return 0

@@ -12,9 +12,9 @@ Two settings differ from the defaults, and both are about the regression gate. T
 $P_{\langle NUM\rangle}\cdot\mathrm{nll}$ trains the regression head only as far as $P_{\langle NUM\rangle}$ is
 large, and the gate also rewards lowering $P_{\langle NUM\rangle}$ (validation V7); under the drafts' threshold
 $C = 100$, where these settings were chosen, $P_{\langle NUM\rangle}$ stayed at a few percent even where
-``<NUM>`` was already the argmax. The demo therefore uses ``gate_alpha = 1`` (the plain Cauchy NLL on every ``<NUM>`` target) and ``regression_weight = 0.1``
-(so that the heavy-tailed regression gradients do not crowd out the classification ones under the
-global gradient-norm clip).
+``<NUM>`` was already the argmax. The demo therefore uses ``gate_alpha = 1`` (the plain Cauchy NLL on every
+``<NUM>`` target) and ``regression_weight = 0.1`` (so that the heavy-tailed regression gradients do not crowd
+out the classification ones under the global gradient-norm clip).
 """
 
 from __future__ import annotations

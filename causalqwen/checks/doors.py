@@ -7,8 +7,8 @@ in ``[0, max_position_embeddings)``, labels in range, a value for every ``<NUM>`
 threshold) each need a value from the device; they are collected (`Required`) and brought to the host
 in one transfer, together with whether the mask is all ones (then Qwen2 gets no mask; otherwise its masks are
 built without its own look at the padding, `causalqwen.modeling.CausalQwenModel.law_of_U`: either way Qwen2
-makes no host synchronisation of its own). Only when that transfer reports a failure is the culprit looked up, so an error still names
-the position and the value.
+makes no host synchronisation of its own). Only when that transfer reports a failure is the culprit looked up,
+so an error still names the position and the value.
 
 `open_door` is the preamble of every forward (`CausalQwenModel.forward`, `CausalQwenForCausalLM.forward`): the
 checks, then the positions Qwen2 gets (`position_ids_from_mask`, also the reference generation loop's). The checks

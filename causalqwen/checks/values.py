@@ -10,10 +10,20 @@ host synchronisation, so the model's ``forward`` folds all of its data checks in
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 from torch import Tensor
 
-__all__ = ["TrainingDiverged", "check_finite_parameters", "check_positive_int", "first_index"]
+__all__ = [
+    "TrainingDiverged",
+    "check_finite_parameters",
+    "check_finite_real",
+    "check_positive_int",
+    "check_positive_integral",
+    "first_index",
+]
 
 
 def check_positive_int(name: str, value) -> int:
@@ -21,6 +31,26 @@ def check_positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def check_positive_integral(name: str, value) -> int:
+    """``value`` as an ``int`` if it is an integral number >= 1 (not a bool): ``TypeError`` for another type,
+    ``ValueError`` for one below 1, each naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def check_finite_real(name: str, value) -> float:
+    """``value`` as a ``float`` if it is a finite real number (not a bool): ``TypeError`` for another type,
+    ``ValueError`` for NaN or ±inf, each naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
 
 
 def first_index(bad: Tensor) -> tuple[int, ...]:

@@ -15,9 +15,10 @@ state come in:
   checkpoint, with its shape, a floating-point dtype for a floating-point parameter, and finite
   values (`state_problems`).
 - **One value check.** Every loader (``from_pretrained``, `load_weights_strictly`, the training state's
-  `causalqwen.files.training_state`, ``load_lora``, ``load_abduction``, the divergence bound's reference) applies `value_problem` to each
-  tensor: floating point where a float belongs (never cast from an integer), and finite *in the dtype it
-  is loaded into* -- a float64 1e300 is finite in the file but inf in a float32 parameter.
+  `causalqwen.files.training_state`, ``load_lora``, ``load_abduction``, the divergence bound's reference)
+  applies `value_problem` to each tensor: floating point where a float belongs (never cast from an integer),
+  and finite *in the dtype it is loaded into* -- a float64 1e300 is finite in the file but inf in a float32
+  parameter.
 - **Training state without pickle.** The optimizer's tensors and the RNG states are written to
   ``training_state.safetensors``, everything else to ``trainer_state.json``
   (`causalqwen.files.training_state`), and every file is fsynced before the checkpoint directory is renamed

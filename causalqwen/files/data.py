@@ -20,7 +20,7 @@ they tokenize into few pieces.
 
 **Real data** (`read_jsonl`): one JSON object per line with a string field ``"text"``. Both go
 through `NumericTokenizer`, and `TextDataset` turns texts into fixed-length training rows.
-"""
+"""  # noqa: E501 -- the table rows above: a Markdown table row is one line
 
 from __future__ import annotations
 
@@ -200,7 +200,8 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
 
 
 class TextDataset(Dataset):
-    """Texts encoded with ``tokenizer`` (a `causalqwen.NumericTokenizer`), each truncated to ``max_length`` tokens, EOS appended.
+    """Texts encoded with ``tokenizer`` (a `causalqwen.NumericTokenizer`), each truncated to ``max_length`` tokens,
+    EOS appended.
 
     An item is a dict of 1-D tensors ``input_ids`` (long), ``numeric_values`` (float32). Encoding
     happens once, here, and reads only as much of a long text as ``max_length`` tokens need; a number

@@ -53,6 +53,7 @@ OLD_PATHS = {
     "causalqwen.head": "causalqwen.decision",
     "causalqwen.integrations.lm_eval_adapter": "causalqwen.app.lm_eval_adapter",
     "causalqwen.files.runs": "causalqwen.app.runs",
+    "causalqwen.integrations.numeric_encoding": "causalqwen.integrations.tokenizer",
 }
 
 # the other homes of an old module's names (the first home is `OLD_PATHS`'s; a name found in both is its)
@@ -72,7 +73,7 @@ MOVED_NAMES = {
     },
     "causalqwen.tokenization": {
         "NumericTokenizer": "causalqwen.integrations.tokenizer",
-        "NumericEncoding": "causalqwen.integrations.numeric_encoding",
+        "NumericEncoding": "causalqwen.integrations.tokenizer",
     },
 }
 

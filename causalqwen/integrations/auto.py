@@ -16,7 +16,10 @@ from __future__ import annotations
 import json
 import os
 
-from ..files.rundir import open_for_writing
+from transformers import GenerationConfig
+
+from ..files.loading import check_generation_mode
+from ..files.rundir import check_write_targets, open_for_writing
 
 AUTO_MODULE = "causalqwen_auto"
 
@@ -95,3 +98,33 @@ def update_json(path: str | os.PathLike, entries: dict) -> None:
     with open_for_writing(path) as handle:
         json.dump(content, handle, indent=2, ensure_ascii=False, sort_keys=True)
         handle.write("\n")
+
+
+def save_with_auto_classes(model, save, save_directory, *args, **kwargs):
+    """``save(save_directory, *args, **kwargs)`` (transformers' ``PreTrainedModel.save_pretrained`` of ``model``) with
+    the config naming the classes (`MODEL_AUTO_MAP`, `CUSTOM_PIPELINES`) for the saved file only, `AUTO_MODULE`
+    ``.py`` written beside it, no link written through, and a CausalQwen ``generation_config.mode`` kept."""
+    if kwargs.get("is_main_process", True):
+        check_write_targets(save_directory, MODEL_FILES)
+    generation = getattr(model, "generation_config", None)
+    mode = getattr(generation, "mode", None)
+    check_generation_mode(mode)
+    saved = {name: model.config.__dict__[name] for name in SAVED_ONLY_FIELDS if name in model.config.__dict__}
+    model.config.auto_map = dict(MODEL_AUTO_MAP)
+    model.config.custom_pipelines = dict(CUSTOM_PIPELINES)
+    if mode is not None:  # transformers' loader drops every key it does not know from a config marked as
+        # derived from the model's: the mode would be lost, so a copy marked otherwise is saved
+        model.generation_config = GenerationConfig.from_dict({**generation.to_dict(), "_from_model_config": False})
+    try:
+        result = save(save_directory, *args, **kwargs)
+    finally:  # the model in memory keeps its configs as they were
+        if mode is not None:
+            model.generation_config = generation
+        for name in SAVED_ONLY_FIELDS:
+            if name in saved:
+                setattr(model.config, name, saved[name])
+            else:
+                delattr(model.config, name)
+    if kwargs.get("is_main_process", True):
+        write_auto_module(save_directory)
+    return result

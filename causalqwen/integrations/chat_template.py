@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 from ..tokenization import RETURN_TENSORS, as_tensor_type, padded_lists
-from .numeric_encoding import NumericEncoding
 
 __all__ = ["apply_chat_template", "encode_with_special_texts"]
 
@@ -61,8 +60,8 @@ def apply_chat_template(
 ):
     """The conversation (a list of ``{"role": ..., "content": ...}``, or a list of them: a batch) rendered by the
     wrapped tokenizer's chat template (``add_generation_prompt`` and ``template_kwargs`` go to it); with
-    ``tokenize=False`` the text, else a `NumericEncoding` (padded on ``padding_side``, default the tokenizer's)
-    whose numbers are ``<NUM>`` and values and whose template special tokens are their special ids."""
+    ``tokenize=False`` the text, else a `causalqwen.NumericEncoding` (padded on ``padding_side``, default the
+    tokenizer's) whose numbers are ``<NUM>`` and values and whose template special tokens are their special ids."""
     if return_tensors not in RETURN_TENSORS:
         raise ValueError(f'return_tensors must be "pt", "np" or None, got {return_tensors!r}')
     if return_dict is not True and tokenize:
@@ -86,4 +85,4 @@ def apply_chat_template(
     if side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}")
     data = padded_lists([ids for ids, _, _ in rows], [values for _, values, _ in rows], width, pad_token_id, side)
-    return NumericEncoding(as_tensor_type(data, return_tensors), [texts for _, _, texts in rows])
+    return tokenizer.encoding_class(as_tensor_type(data, return_tensors), [texts for _, _, texts in rows])

@@ -19,22 +19,8 @@ $b_{\mathrm{cls}}$, the regression head, a learnable threshold). peft wraps each
 ``modules_to_save["default"]`` (a deep copy, trainable). The trained copies are written with the adapter, so a
 saved adapter directory holds $A$, $B$ for every target and these three modules, nothing of the frozen base.
 
-**The base model's pass, ``peft_model.disable_adapter()``.** Inside this context (peft 0.21):
-
-- every LoRA layer computes $W x$ alone (the $BA$ term is skipped, not zeroed);
-- every ``ModulesToSaveWrapper`` runs its ``original_module``: its ``forward`` *and* every attribute read
-  through it (``action.standard``, ``action.loss``, ``action.classification_head``, ``action.ovr_threshold``,
-  ...) go to the base's copy, not to the trained one;
-- hence the whole forward pass is the base model's: base backbone, base numerical embedding, base abduction,
-  base head. Its $(\mathrm{loc}_U, \mathrm{scale}_U)$ is the base model's law of $U$, equal bit for bit to the
-  untouched model's, however long the adapter has been trained;
-- no parameter requires a gradient inside (peft sets ``requires_grad=False`` on the LoRA matrices and the trained
-  copies, and the base weights are frozen), so the outputs carry no autograd graph: a reference for a divergence
-  penalty needs no ``torch.no_grad`` and costs no activation memory for backward.
-
-On leaving the context peft sets ``requires_grad=True`` on *every* LoRA matrix and trained copy of the active
-adapter, whatever it was before: an adapter loaded for inference (``requires_grad=False``) becomes trainable
-after one ``disable_adapter()`` block. `base_reference` is that context with the flags put back as they were.
+**The base model's pass** is ``peft_model.disable_adapter()`` with every ``requires_grad`` flag kept
+(`base_reference`, `causalqwen.divergence.adapters_disabled`, whose docstring says what peft does inside).
 
 **Known peft quirks met (peft 0.21.2, transformers 5):**
 
@@ -45,8 +31,8 @@ after one ``disable_adapter()`` block. `base_reference` is that context with the
   (`CAUSAL_MODULES`) match exactly the three modules. LoRA targets are given as one regular expression
   (fully matched) that only accepts ``model.layers.<i>.self_attn.*`` / ``model.layers.<i>.mlp.*``.
 - `causalqwen.generation.generate` checks that ``model.action`` is a `DecisionHead`; on a `PeftModel` it is a
-  ``ModulesToSaveWrapper``, so use ``peft_model.generate(...)`` (transformers' loop, `causalqwen.integrations.generation_mixin`,
-  which works through the wrapper) or the merged model (`merge_lora`).
+  ``ModulesToSaveWrapper``, so use ``peft_model.generate(...)`` (transformers' loop,
+  `causalqwen.integrations.generation_mixin`, which works through the wrapper) or the merged model (`merge_lora`).
 - ``merge_and_unload`` consumes the `PeftModel`: the LoRA layers are replaced in place by merged ``nn.Linear``
   layers and each wrapper by its trained copy (the base copies are dropped). Use only the returned model afterwards.
 - peft's ``PeftModel`` reads ``model.is_gradient_checkpointing``, which transformers 5 deprecates with a
@@ -54,15 +40,11 @@ after one ``disable_adapter()`` block. `base_reference` is that context with the
 - ``save_pretrained`` also writes a ``README.md`` model card beside ``adapter_config.json`` and
   ``adapter_model.safetensors``.
 
-**Files.** `save_lora` writes safetensors only (``safe_serialization=True``), never the embedding, and records
-the base as a local directory's absolute path or a hub id (`causalqwen.integrations.lora_base`). `load_lora`
-reads ``adapter_config.json`` (JSON) and ``adapter_model.safetensors`` with `safetensors` itself, after
-checking every tensor's name, shape, dtype and finiteness against the adapter the model would get. A directory
-that holds only a pickled ``adapter_model.bin`` is refused, never unpickled. The saved ``adapter_config.json``
-must be what `add_lora` makes, its settings passing the same checks (one function, `_lora_config`); its
-``init_lora_weights`` must be a plain ``true`` or ``false`` (the loaded tensors replace the initialisation, so
-it does not matter, and a data-dependent one such as ``"pissa"`` or ``"corda"`` is never run). `save_lora`
-refuses a planted link among the files peft writes (`causalqwen.files.rundir.check_write_targets`).
+**Files.** `save_lora` writes safetensors only, never the embedding, and records the base as a local directory's
+absolute path or a hub id (`causalqwen.integrations.lora_base`); it refuses a planted link among the files peft
+writes. `load_lora` reads ``adapter_config.json`` (JSON; it must be what `add_lora` makes) and
+``adapter_model.safetensors`` with `safetensors` itself, after checking every tensor's name, shape, dtype and
+finiteness against the adapter the model would get; a pickled ``adapter_model.bin`` is refused, never unpickled.
 """
 
 from __future__ import annotations
@@ -70,8 +52,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import math
-import numbers
 import os
 import re
 import warnings
@@ -84,6 +64,7 @@ from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from peft.utils.other import AuxiliaryTrainingWrapper
 from safetensors.torch import load_file
 
+from ..checks.values import check_finite_real, check_positive_integral
 from ..configuration import CausalQwenConfig
 from ..decision import DecisionHead
 from ..divergence import adapters_disabled
@@ -167,22 +148,6 @@ def _check_peft_model(peft_model) -> None:
         )
     if not isinstance(peft_model.peft_config.get(peft_model.active_adapter), LoraConfig):
         raise TypeError("the PeftModel's active adapter is not a LoRA adapter")
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _real(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
 
 
 def _check_targets(target_modules) -> tuple[str, ...]:
@@ -285,11 +250,11 @@ def _lora_config(rank, alpha, dropout, target_modules, *, source: str | None = N
     def name(argument: str, field: str) -> str:
         return f"{source!r}: field {field}" if source else argument
 
-    rank = _positive_int(name("rank", "r"), rank)
-    alpha = _real(name("alpha", "lora_alpha"), alpha)
+    rank = check_positive_integral(name("rank", "r"), rank)
+    alpha = check_finite_real(name("alpha", "lora_alpha"), alpha)
     if alpha <= 0:
         raise ValueError(f"{name('alpha', 'lora_alpha')} must be > 0, got {alpha!r}")
-    dropout = _real(name("dropout", "lora_dropout"), dropout)
+    dropout = check_finite_real(name("dropout", "lora_dropout"), dropout)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{name('dropout', 'lora_dropout')} must lie in [0, 1), got {dropout!r}")
     if source is not None:

@@ -15,7 +15,7 @@ rest. So the streamed continuation is the continuation `NumericTextGenerationPip
 call -- and, where the first generated number or digit would run into the prompt's last number, a space in front,
 so that the prompt then the stream reads every number back. With ``skip_prompt=False`` the prompt is written first,
 its numbers as they were written: the texts given as ``number_texts``, else those the tokenizer kept when it
-encoded the prompt (`causalqwen.integrations.numeric_encoding.NumberTextsSeen`: ``"12.50"``, where the values
+encoded the prompt (`causalqwen.tokenization.NumberTextsSeen`: ``"12.50"``, where the values
 say 12.5), else the shortest text of each value. Generated numbers are written at ``number_resolution="prompt"``
 by default (`causalqwen.writing`), as the pipeline and ``causalqwen generate`` write them.
 """

@@ -12,7 +12,7 @@ The encoding and decoding algorithms are the section's (`causalqwen.tokenization
 every argument (`causalqwen.checks.tokenizer_door`), what is asked of the wrapped tokenizer
 (`causalqwen.integrations.wrapped_tokenizer`), decoding (`causalqwen.integrations.tokenizer_decoding`), loading,
 saving and the attributes transformers reads (`causalqwen.integrations.tokenizer_mixin`), and the batch it returns
-(`causalqwen.integrations.numeric_encoding`).
+(`NumericEncoding`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ from __future__ import annotations
 import functools
 import gc
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from transformers import PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 
-from ..checks.tokenizer_door import check_call_arguments, check_max_length, check_text
+from ..checks.tokenizer_door import check_call_arguments
 from ..numbers import NumberMatch, find_numbers, find_numbers_in
 from ..tokenization import (
     CHUNK_CHARACTERS,
     UNSAFE_CUT_MARGIN,
     EncodedRow,
+    NumberTextsSeen,
     as_tensor_type,
     bounded_prefix,
     chunks_of,
@@ -40,12 +42,50 @@ from ..tokenization import (
     runs_between,
     texts_to_encode,
 )
-from .numeric_encoding import TENSORS_FOR_A_BATCH, NumberTextsSeen, NumericEncoding
 from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
 from .wrapped_tokenizer import add_num_token, encode_by_runs
 
-__all__ = ["NumericTokenizer", "EncodingPlan"]
+__all__ = ["NumericTokenizer", "NumericEncoding", "TENSORS_FOR_A_BATCH", "EncodingPlan"]
+
+
+class _TensorsForABatch:
+    """The default of ``NumericTokenizer.__call__``'s ``return_tensors``: ``"pt"`` for a list of texts, None (Python
+    lists) for one str, as transformers returns one text."""
+
+    def __repr__(self) -> str:
+        return "TENSORS_FOR_A_BATCH"
+
+
+TENSORS_FOR_A_BATCH = _TensorsForABatch()
+
+
+class NumericEncoding(BatchEncoding):
+    """What `NumericTokenizer.__call__` returns: a `transformers.BatchEncoding` with ``input_ids``,
+    ``numeric_values`` and ``attention_mask`` (``[B, S]`` tensors by default; ``model(**encoding)`` works), plus the
+    attribute ``number_texts``.
+
+    ``number_texts[b][k]`` is the text of the k-th number of row b as it was written (``"43.60"``,
+    ``"−2"``, ``"1,000"``). It is an attribute, not a key, so that it never reaches the model; pass the
+    whole encoding to `NumericTokenizer.batch_decode` to get the texts back, or give
+    ``number_texts=encoding.number_texts`` when decoding what `causalqwen.generate` made from it. The encoding of
+    one text as lists (``tokenizer("one text")``) holds flat rows, and ``number_texts[k]`` is its k-th number.
+
+    ``NumericEncoding(mapping)`` builds one from a plain mapping, as transformers' ``Trainer`` rebuilds every
+    mapping it moves to the device (``type(batch)({...})``): the keys are kept, and ``number_texts`` is None
+    (not known; decoding then writes the values).
+    """
+
+    def __init__(self, data: Mapping | None = None, number_texts: list | None = None):
+        super().__init__(data)
+        self.number_texts = number_texts
+
+    def __getstate__(self):
+        return super().__getstate__() | {"number_texts": self.number_texts}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.number_texts = state.get("number_texts")
 
 
 class NumericTokenizer(DecodingMixin, TokenizerMixin):
@@ -76,6 +116,8 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
     ``trust_remote_code``), and `causalqwen.integrations.pipelines.NumericTextGenerationPipeline` is the
     ``"text-generation"`` pipeline that uses it.
     """
+
+    encoding_class = NumericEncoding  # what a call returns (the mixins build theirs through it)
 
     def __init__(self, hf_tokenizer: PreTrainedTokenizerBase, num_token: str = "<NUM>", padding_side: str = "left"):
         if not isinstance(hf_tokenizer, PreTrainedTokenizerBase):
@@ -134,56 +176,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         )
 
     # -- encoding ----------------------------------------------------------------------------
-
-    def encode(
-        self, text: str, max_length: int | None = None, return_number_texts: bool = False, **unknown
-    ) -> tuple[list[int], list[float]] | tuple[list[int], list[float], list[str]]:
-        """Encode one text into ``(input_ids, numeric_values)`` of equal length.
-
-        Each quantity (see `causalqwen.numbers`) becomes one ``<NUM>`` id, with its float32 value at
-        the same position of ``numeric_values``; every other position holds 0.0. The text between
-        numbers is encoded by the wrapped tokenizer, piece by piece, without special tokens. No
-        spaces are added around numbers. With ``return_number_texts=True`` a third list holds the
-        surface text of each ``<NUM>``, in order (what `decode` needs to give back ``text``).
-
-        With ``max_length``, at most that many tokens are returned, and the wrapped tokenizer encodes only
-        a prefix of the text, of about 16 characters per token, grown until it gives more than
-        ``max_length`` tokens: so a 50 MB text costs what its first tokens cost, whatever it holds (a
-        base64 blob, Chinese without spaces, one long digit run). The prefix ends at a space that follows
-        a non-space character (where neither the number grammar nor a byte-level BPE pre-tokenizer joins
-        across), else where no number reads across (a cut place of `causalqwen.numbers`), else anywhere.
-        Its numbers are always the whole text's: where the grammar must look further to decide one (the
-        "1" of "1a1a...1a_" is a number only because of the final "_"), it does, in time linear in the text.
-        The tokens are those of the whole text: the first ``max_length`` of them.
-
-        Raises:
-            TypeError: ``text`` is not a str, or a keyword of transformers' ``encode`` (``add_special_tokens``), whose
-                callers expect ids alone.
-            ValueError: the text holds a lone surrogate (not valid Unicode: the message names the
-                character), or it is longer than `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
-        """
-        if unknown:  # transformers' encode(text, add_special_tokens=...) returns ids alone: its caller loses values
-            raise TypeError(
-                f"NumericTokenizer.encode() got unexpected keyword argument(s) {sorted(unknown)}: it returns "
-                "(ids, values), not the ids alone that transformers' encode returns; a caller that passes ids only "
-                "loses every number "
-                "(lm-eval: use --model causalqwen, python -m causalqwen.app.lm_eval_adapter, not --model hf)"
-            )
-        check_text(text, max_length)
-        max_length = check_max_length(max_length)
-        row = self._encode_texts([text], max_length)[0]
-        return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
-
-    def tokenize(self, text: str) -> list[str]:
-        """The tokens of ``text`` as strings, as transformers' ``tokenize`` gives them: the wrapped tokenizer's
-        tokens of the text between numbers (``"Ġcosts"``), and ``num_token`` (``"<NUM>"``) for each number. The
-        tokens of `encode` (`convert_ids_to_tokens` of its ids); the values are not in strings: `encode` gives them.
-
-        Raises:
-            TypeError: ``text`` is not a str.
-            ValueError: as `encode`.
-        """
-        return self.convert_ids_to_tokens(self.encode(text)[0])
 
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[EncodedRow]:
         """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens

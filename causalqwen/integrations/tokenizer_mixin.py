@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from transformers import AutoTokenizer
 
-from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
+from ..checks.tokenizer_door import NUM_TOKEN_FIX, check_max_length, check_text, num_token_clash
 from ..files.checkpoint import check_local_source
 from ..files.rundir import check_write_targets
 from .auto import (
@@ -31,7 +31,6 @@ from .auto import (
 )
 from .chat_template import apply_chat_template
 from .collator import NumericDataCollator
-from .numeric_encoding import NumericEncoding
 
 __all__ = ["TokenizerMixin"]
 
@@ -39,6 +38,58 @@ __all__ = ["TokenizerMixin"]
 class TokenizerMixin:
     """Loading and saving a tokenizer directory, and the attributes transformers reads, for a class with the
     properties ``hf_tokenizer`` (the wrapped tokenizer) and ``num_token``."""
+
+    # -- encoding one text ----------------------------------------------------------------------
+
+    def encode(
+        self, text: str, max_length: int | None = None, return_number_texts: bool = False, **unknown
+    ) -> tuple[list[int], list[float]] | tuple[list[int], list[float], list[str]]:
+        """Encode one text into ``(input_ids, numeric_values)`` of equal length.
+
+        Each quantity (see `causalqwen.numbers`) becomes one ``<NUM>`` id, with its float32 value at
+        the same position of ``numeric_values``; every other position holds 0.0. The text between
+        numbers is encoded by the wrapped tokenizer, piece by piece, without special tokens. No
+        spaces are added around numbers. With ``return_number_texts=True`` a third list holds the
+        surface text of each ``<NUM>``, in order (what `decode` needs to give back ``text``).
+
+        With ``max_length``, at most that many tokens are returned, and the wrapped tokenizer encodes only
+        a prefix of the text, of about 16 characters per token, grown until it gives more than
+        ``max_length`` tokens: so a 50 MB text costs what its first tokens cost, whatever it holds (a
+        base64 blob, Chinese without spaces, one long digit run). The prefix ends at a space that follows
+        a non-space character (where neither the number grammar nor a byte-level BPE pre-tokenizer joins
+        across), else where no number reads across (a cut place of `causalqwen.numbers`), else anywhere.
+        Its numbers are always the whole text's: where the grammar must look further to decide one (the
+        "1" of "1a1a...1a_" is a number only because of the final "_"), it does, in time linear in the text.
+        The tokens are those of the whole text: the first ``max_length`` of them.
+
+        Raises:
+            TypeError: ``text`` is not a str, or a keyword of transformers' ``encode`` (``add_special_tokens``), whose
+                callers expect ids alone.
+            ValueError: the text holds a lone surrogate (not valid Unicode: the message names the
+                character), or it is longer than `MAX_TEXT_CHARS` and no ``max_length`` bounds it.
+        """
+        if unknown:  # transformers' encode(text, add_special_tokens=...) returns ids alone: its caller loses values
+            raise TypeError(
+                f"NumericTokenizer.encode() got unexpected keyword argument(s) {sorted(unknown)}: it returns "
+                "(ids, values), not the ids alone that transformers' encode returns; a caller that passes ids only "
+                "loses every number "
+                "(lm-eval: use --model causalqwen, python -m causalqwen.app.lm_eval_adapter, not --model hf)"
+            )
+        check_text(text, max_length)
+        max_length = check_max_length(max_length)
+        row = self._encode_texts([text], max_length)[0]
+        return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` as strings, as transformers' ``tokenize`` gives them: the wrapped tokenizer's
+        tokens of the text between numbers (``"Ġcosts"``), and ``num_token`` (``"<NUM>"``) for each number. The
+        tokens of `encode` (`convert_ids_to_tokens` of its ids); the values are not in strings: `encode` gives them.
+
+        Raises:
+            TypeError: ``text`` is not a str.
+            ValueError: as `encode`.
+        """
+        return self.convert_ids_to_tokens(self.encode(text)[0])
 
     model_input_names = ["input_ids", "numeric_values", "attention_mask"]
 
@@ -153,7 +204,7 @@ class TokenizerMixin:
         batch = collator(encoded_inputs)
         if return_attention_mask is False:
             del batch["attention_mask"]
-        return NumericEncoding(batch, [[] for _ in encoded_inputs])
+        return self.encoding_class(batch, [[] for _ in encoded_inputs])
 
     # -- special tokens and vocabulary, as the wrapped tokenizer has them (None where it has none) --
 
