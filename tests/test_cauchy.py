@@ -146,7 +146,8 @@ positive32 = st.floats(1e-30, 1e30).map(lambda v: float(np.float32(v)))
 
 
 def _mp_values_and_gradients(x: float, loc: float, scale: float) -> dict:
-    r"""Each function's value and $(\partial_x, \partial_\mu, \partial_\gamma)$ at 60 digits, from the textbook formulas.
+    r"""Each function's value and $(\partial_x, \partial_\mu, \partial_\gamma)$ at 60 digits, from the textbook
+    formulas.
 
     The tail masses are $\arctan(1/|z|)/\pi$ beyond the location (the same numbers as $\tfrac12 \mp \arctan(z)/\pi$,
     without their cancellation), so 60 digits are exact for any float32 input; derivatives by hand:

@@ -134,7 +134,8 @@ _MEMORY_SCRIPT = textwrap.dedent("""
     model = CausalQwenForCausalLM.from_qwen(qwen, num_token_id=V - 1)
     del qwen
     ids = torch.randint(0, V - 1, (8, 64))
-    batch = {"input_ids": ids, "numeric_values": torch.zeros(8, 64), "attention_mask": torch.ones_like(ids), "labels": ids}
+    batch = {"input_ids": ids, "numeric_values": torch.zeros(8, 64), "attention_mask": torch.ones_like(ids),
+             "labels": ids}
     out = model(**batch)
     out.loss.backward()
     gc.collect()

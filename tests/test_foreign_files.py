@@ -467,7 +467,8 @@ def test_an_explicit_num_token_argument_is_named_as_the_argument(tmp_path):
 
 
 def test_the_number_token_added_before_is_used_again(tmp_path):
-    """A directory saved by NumericTokenizer, and a tokenizer wrapped twice: <NUM> keeps its id, numbers encode as it."""
+    """A directory saved by NumericTokenizer, and a tokenizer wrapped twice: <NUM> keeps its id, numbers encode as
+    it."""
     directory, _ = _saved_tokenizer(tmp_path, "<NUM>")
     loaded = NumericTokenizer.from_pretrained(directory)
     assert loaded.num_token_id == 603 and len(loaded) == 604

@@ -2,8 +2,9 @@
 default (decision D17), every float32 digit with ``--number-resolution none``.
 
 The oracle: the float32 values the same command writes with every digit (``none``), written again by Python's own
-formatting at the resolution h = min(h_prompt, 10^(floor(log10|v|) - 1)) (h_prompt the unit without a prompt number) the rule states, as decimals
-max(d_prompt, 0, 2 - floor(log10|v|)) where h_prompt = 10^-d_prompt (no d_prompt when the prompt has no number).
+formatting at the resolution h = min(h_prompt, 10^(floor(log10|v|) - 1)) (h_prompt the unit without a prompt
+number) the rule states, as decimals max(d_prompt, 0, 2 - floor(log10|v|)) where h_prompt = 10^-d_prompt (no
+d_prompt when the prompt has no number).
 """
 
 import math

@@ -58,9 +58,10 @@ def _scipy_kl(lp, sp, lq, sq) -> float:
 def _mp_kl_quad(lp, sp, lq, sq):
     """$\\int p \\log(p/q)$ by ``mpmath.quad`` at 50 digits, in the variable $x = \\mu_p + \\gamma_p \\tan\\theta$.
 
-    Then $p(x)\\,dx = d\\theta/\\pi$ and $\\log(p/q) = \\log(\\gamma_q/\\gamma_p) + \\log(1 + z_q^2) + \\log\\cos^2\\theta$,
-    bounded on $(-\\pi/2, \\pi/2)$; breakpoints at the images of $\\mu_q + c\\gamma_q$ and $\\mu_p + c\\gamma_p$ resolve
-    a law much narrower or wider than the other.
+    Then $p(x)\\,dx = d\\theta/\\pi$ and
+    $\\log(p/q) = \\log(\\gamma_q/\\gamma_p) + \\log(1 + z_q^2) + \\log\\cos^2\\theta$, bounded on
+    $(-\\pi/2, \\pi/2)$; breakpoints at the images of $\\mu_q + c\\gamma_q$ and $\\mu_p + c\\gamma_p$ resolve a law
+    much narrower or wider than the other.
     """
     with mp.workdps(50):
         lp, sp, lq, sq = (mp.mpf(v) for v in (lp, sp, lq, sq))
@@ -78,8 +79,9 @@ def _mp_kl_quad(lp, sp, lq, sq):
 
 
 def _closed_form(lp, sp, lq, sq):
-    """The textbook closed form $\\log\\frac{(\\gamma_p+\\gamma_q)^2 + (\\mu_p-\\mu_q)^2}{4\\gamma_p\\gamma_q}$ in mpmath's
-    current precision, written as $\\operatorname{log1p}\\big(((\\gamma_p-\\gamma_q)^2 + (\\mu_p-\\mu_q)^2)/(4\\gamma_p\\gamma_q)\\big)$ so
+    """The textbook closed form $\\log\\frac{(\\gamma_p+\\gamma_q)^2 + (\\mu_p-\\mu_q)^2}{4\\gamma_p\\gamma_q}$
+    in mpmath's current precision, written as
+    $\\operatorname{log1p}\\big(((\\gamma_p-\\gamma_q)^2 + (\\mu_p-\\mu_q)^2)/(4\\gamma_p\\gamma_q)\\big)$ so
     that 50 digits are 50 significant digits even for a divergence of 1e-300."""
     return mp.log1p(((sp - sq) ** 2 + (lp - lq) ** 2) / (4 * sp * sq))
 
@@ -108,7 +110,8 @@ def _mp_gradient(lp, sp, lq, sq):
 
 
 def _analytic_gradient(lp, sp, lq, sq):
-    """The same derivatives by hand, at 50 digits: $\\pm 2d/D$ and $(\\gamma_p^2 - \\gamma_q^2 - d^2)/(\\gamma_p D)$, its mirror.
+    """The same derivatives by hand, at 50 digits: $\\pm 2d/D$ and $(\\gamma_p^2 - \\gamma_q^2 - d^2)/(\\gamma_p D)$,
+    its mirror.
 
     Finite differences lose the tiny terms when the arguments span hundreds of decades (random float64
     inputs); the hand formulas do not.
@@ -128,8 +131,10 @@ def _analytic_gradient(lp, sp, lq, sq):
 def _gradient_sizes(lp, sp, lq, sq):
     """The natural size of each partial derivative, for an error bound that allows the inherent cancellation.
 
-    $\\partial_{\\gamma_p}\\mathrm{KL} = (\\gamma_p^2 - \\gamma_q^2 - d^2)/(\\gamma_p D)$ with $D = (\\gamma_p+\\gamma_q)^2 + d^2$ crosses
-    zero; its size is taken as $(|\\gamma_p^2 - \\gamma_q^2| + d^2)/(\\gamma_p D)$. $\\partial_{\\mu}\\mathrm{KL} = \\pm 2d/D$ has no cancellation.
+    $\\partial_{\\gamma_p}\\mathrm{KL} = (\\gamma_p^2 - \\gamma_q^2 - d^2)/(\\gamma_p D)$ with
+    $D = (\\gamma_p+\\gamma_q)^2 + d^2$ crosses zero; its size is taken as
+    $(|\\gamma_p^2 - \\gamma_q^2| + d^2)/(\\gamma_p D)$. $\\partial_{\\mu}\\mathrm{KL} = \\pm 2d/D$ has no
+    cancellation.
     """
     with mp.workdps(50):
         lp, sp, lq, sq = (mp.mpf(v) for v in (lp, sp, lq, sq))
@@ -330,7 +335,8 @@ def test_symmetric_non_negative_and_zero_only_on_the_diagonal(dtype, pair_list):
 @given(pair_list=pairs, shift=st.floats(-1e6, 1e6), factor=st.floats(-6, 6).map(lambda e: 10.0**e))
 def test_invariant_under_common_shift_and_common_scaling(pair_list, shift, factor):
     """Up to the rounding of the transformed inputs: a relative error eps in $\\mu$ and $\\gamma$ moves the
-    divergence by at most $2\\epsilon(|\\mu_p| + |\\mu_q| + 2|c|)/(\\gamma_p + \\gamma_q) + 2\\epsilon$ (plus its own rounding)."""
+    divergence by at most $2\\epsilon(|\\mu_p| + |\\mu_q| + 2|c|)/(\\gamma_p + \\gamma_q) + 2\\epsilon$ (plus its own
+    rounding)."""
     lp, sp, lq, sq = _columns(pair_list, torch.float64)
     base = cauchy.kl_divergence(lp, sp, lq, sq)
     eps = EPS[torch.float64]

@@ -107,7 +107,11 @@ def body_length(function: ast.FunctionDef) -> int:
     formatter spreads over several lines (one argument a line) counts once, so the measure is the formatter's no
     more than the code's."""
     body = function.body
-    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+    if (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     starts = {node.lineno for statement in body for node in ast.walk(statement) if isinstance(node, ast.stmt)}
     return len(starts)

@@ -397,8 +397,9 @@ def _written_resolution(literal: str) -> Decimal:
     ],
 )
 def test_a_generated_value_is_never_written_as_a_number_that_loses_it(directories, context, prompt_resolution, value):
-    """Under number_resolution="prompt" a generated v is written at h = min(h_prompt, 10^(floor(log10|v|) - 1)), h_prompt
-    the unit when the context holds no number: never fewer than two significant digits, whatever the context."""
+    """Under number_resolution="prompt" a generated v is written at h = min(h_prompt, 10^(floor(log10|v|) - 1)),
+    h_prompt the unit when the context holds no number: never fewer than two significant digits, whatever the
+    context."""
     model = CausalQwenLM.create_from_arg_string(f"pretrained={directories[1]}")
     with torch.no_grad():  # every step predicts <NUM> with loc_Y = value
         model.model.action.classification_head.bias[model.tokenizer.num_token_id] = 1e4

@@ -1,5 +1,5 @@
-"""LoRA on the backbone (`causalqwen.integrations.lora`): exact at creation, the trainable set, merging, saving and loading
-without pickle, and the adapter-disabled pass as the untouched base model.
+"""LoRA on the backbone (`causalqwen.integrations.lora`): exact at creation, the trainable set, merging, saving and
+loading without pickle, and the adapter-disabled pass as the untouched base model.
 
 Every expectation comes from an independent source: the plain model's own outputs and shapes, an untouched deep
 copy of the base, `causalqwen.training.set_trainable`'s causal preset, and the saved files on disk.

@@ -437,8 +437,8 @@ def test_the_warm_up_is_a_tenth_of_the_run_unless_given_and_a_4_step_run_reaches
     [
         (
             {"warmup_steps": 5, "warmup_ratio": 0.1},
-            "warmup_steps (5) and warmup_ratio (0.1) exclude each other: give one (warmup_ratio applies when warmup_steps "
-            "is not given)",
+            "warmup_steps (5) and warmup_ratio (0.1) exclude each other: give one "
+            "(warmup_ratio applies when warmup_steps is not given)",
         ),
         ({"warmup_ratio": 1.5}, "warmup_ratio must be a number from 0 to 1 or None, got 1.5"),
         ({"warmup_ratio": float("nan")}, "warmup_ratio must be a number from 0 to 1 or None, got nan"),

@@ -547,8 +547,8 @@ def test_the_shifted_temperature_warper_keeps_the_distribution():
             {"prompt_lookup_num_tokens": 2},
             ValueError,
             (
-                "prompt_lookup_num_tokens is not supported: assisted / speculative decoding and prompt lookup run the model on "
-                "candidate tokens it did not choose, which carry no <NUM> values"
+                "prompt_lookup_num_tokens is not supported: assisted / speculative decoding and prompt lookup run "
+                "the model on candidate tokens it did not choose, which carry no <NUM> values"
             ),
         ),
         ({"assistant_model": "model"}, ValueError, "assistant_model is not supported: assisted / speculative decoding"),
