@@ -208,7 +208,8 @@ def run_model_case(case: ModelCase) -> FiniteCheck:
 
 
 def _extreme_tensor(shape, magnitudes, generator: torch.Generator) -> torch.Tensor:
-    r"""Elements $\pm m \cdot f$ with $m$ drawn from ``magnitudes`` and $f \in [0.5, 1]$ (so float32 max stays finite)."""
+    r"""Elements $\pm m \cdot f$ with $m$ drawn from ``magnitudes`` and $f \in [0.5, 1]$ (so float32 max stays
+    finite)."""
     choice = torch.randint(0, len(magnitudes), shape, generator=generator)
     magnitude = torch.tensor(magnitudes, dtype=torch.float64)[choice]
     sign = torch.where(torch.rand(shape, generator=generator) < 0.5, -1.0, 1.0).double()

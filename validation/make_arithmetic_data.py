@@ -43,7 +43,7 @@ The counts drawn and kept are printed and written to the file's first line.
 **File format.** JSON Lines. The first line is a header ``{"source": ..., "seed": ..., "counts": ...}``; then
 one problem per line: ``{"split": "train" | "interpolate" | "extrapolate", "module": ..., "question": ...,
 "answer": ...}`` with the question and the answer exactly as the package writes them.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ every token (EOS appended, right padding with labels -100), batches by `validati
 (a function of the number of texts, batch size, steps and seed alone, the same for any model).
 
 The metrics both sides are scored with are `validation.comparison_eval`.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ LORA_TARGETS = LORA_TARGET_MODULES  # the same seven projections as CausalQwen's
 
 
 class ResidualAdapter(nn.Module):
-    r"""$z \mapsto z + W_2\,\mathrm{gelu}(W_1 z + b_1) + b_2$; ``up`` = $(W_1, b_1)$, ``down`` = $(W_2, b_2)$, the latter zero."""
+    r"""$z \mapsto z + W_2\,\mathrm{gelu}(W_1 z + b_1) + b_2$; ``up`` = $(W_1, b_1)$, ``down`` = $(W_2, b_2)$, the
+    latter zero."""
 
     def __init__(self, hidden_size: int):
         super().__init__()

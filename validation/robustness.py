@@ -68,7 +68,8 @@ READS_AND_REFUSALS = [
     (
         "model weights (`from_pretrained`, `from_qwen`, `generate --model`, `train --base`)",
         "`model.safetensors`, or the shards of `model.safetensors.index.json`",
-        "pickles (`pytorch_model.bin`, `use_safetensors=False`); shard names that leave the directory (`..`, absolute); "
+        "pickles (`pytorch_model.bin`, `use_safetensors=False`); shard names that leave the directory "
+        "(`..`, absolute); "
         "truncated or corrupt files; missing, extra, reshaped, integer-typed or non-finite tensors",
     ),
     (

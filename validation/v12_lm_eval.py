@@ -33,7 +33,7 @@ backbone on digits, not CausalQwen.
 **Claims.** The trained CausalQwen's mc acc is at least 0.75 (the goal); the trap's mc acc is at most 0.25, or it
 fails to load; d₀ scores as a. The items were written before this study and are not tuned to it: a claim that
 fails, fails.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -331,7 +331,8 @@ def body(text: str, measured: dict) -> str:
             "**The generations**: the first number each row wrote (lm-eval's filter; `[no number]`: none):",
             table(["prompt", "answer", *names], gen_rows),
             (
-                f"The demo's training ({measured['steps']} steps, seed {SEED}) took {fmt(measured['training_seconds'], 3)} s "
+                f"The demo's training ({measured['steps']} steps, seed {SEED}) took "
+                f"{fmt(measured['training_seconds'], 3)} s "
                 f"and exited with {measured['demo_exit']} (0: it met its own goals); the whole study "
                 f"{fmt(measured['elapsed'], 3)} s."
             ),

@@ -29,7 +29,7 @@ alarm has probability about 1%). As a control that the test has power, the same 
 tested against the law with the *signed* scale $\lvert\sum_j W_{kj}\gamma_j\rvert$ (what one gets by
 forgetting the absolute value), which must be rejected at that same level. The QQ plot shows the standardized samples
 $(y - \mathrm{loc})/\mathrm{scale}$ against standard-Cauchy quantiles for probabilities in $[0.02, 0.98]$.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -223,6 +223,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         claims=claims,
         body=_body(text, rows),
         figures=[figure_name],
-        headline=f"min KS p = {fmt(min_p, 3)} over {len(p_values)} outputs (n = {n}); control max p = {fmt(max_control, 3)}",
+        headline=(
+            f"min KS p = {fmt(min_p, 3)} over {len(p_values)} outputs (n = {n}); control max p = {fmt(max_control, 3)}"
+        ),
         settings=f"n = {n} Monte Carlo draws per output, NumPy seed {SEED}, {IN_DIM} input components, float64",
     )

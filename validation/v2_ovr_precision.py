@@ -27,7 +27,7 @@ digits) from the *exact* float32 inputs, so it includes no rounding of the input
 the seeds' form in float32, and SciPy in float64 (`scipy.stats.cauchy.logsf` / `logcdf`, for
 scale). The relative error is $\lvert\hat y - y\rvert / \lvert y\rvert$; an exact result is drawn at
 $10^{-17}$ on the log axis.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -256,7 +256,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         check("stable $\\log P$: maximum relative error over every set-up", worst_p, "<=", MAX_REL_ERROR),
         check("stable $\\log(1 - P)$: maximum relative error over every set-up", worst_not_p, "<=", MAX_REL_ERROR),
         check(
-            "the seeds' $\\log(P + \\epsilon)$ form loses all relative accuracy in the range (its maximum relative error)",
+            "the seeds' $\\log(P + \\epsilon)$ form loses all relative accuracy in the range "
+            "(its maximum relative error)",
             worst_naive,
             ">=",
             0.5,
@@ -274,5 +275,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             f"({fmt(max(worst_p, worst_not_p) / ULP32, 3)} ulps); the seeds' form passes 1% error from "
             f"|t| = {fmt(first_break, 2)}, reaches {fmt(worst_naive, 2)}"
         ),
-        settings=f"{len(t_grid)} values of t per set-up, set-ups (scale, C) = {', '.join(f'({fmt(a)}, {fmt(b)})' for a, b in SETUPS)}, float32; reference mpmath 50 digits",
+        settings=(
+            f"{len(t_grid)} values of t per set-up, set-ups (scale, C) = "
+            f"{', '.join(f'({fmt(a)}, {fmt(b)})' for a, b in SETUPS)}, float32; reference mpmath 50 digits"
+        ),
     )

@@ -34,7 +34,7 @@ seeds and tied or untied heads), each converted by ``from_qwen`` for every $\gam
 gives the logits; the CausalQwen forward gives $\mathrm{loc}_S$, $\mathrm{scale}_S$. The prediction is
 `causalqwen.inference.predict` with the threshold $C$ of the grid; the traditional argmax comes from
 `inference.traditional_probabilities` with ``top_k=1``.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -101,7 +101,8 @@ def _describe(config: dict) -> str:
     )
     return (
         f"H={merged['hidden_size']}, L={merged['num_hidden_layers']}, heads={merged['num_attention_heads']}/"
-        f"{merged['num_key_value_heads']}, {'tied' if merged['tie_word_embeddings'] else 'untied'}, seed {merged['seed']}"
+        f"{merged['num_key_value_heads']}, {'tied' if merged['tie_word_embeddings'] else 'untied'}, "
+        f"seed {merged['seed']}"
     )
 
 
@@ -216,7 +217,8 @@ def _body(text: str, config_rows: list[list], pooled: np.ndarray, gamma_spread: 
                 config_rows,
             ),
             f"**Agreement of $\\arg\\max_k P_k$ with the greedy token** (mean over the {len(config_rows)} models; rows "
-            "$\\gamma$, columns $C$). At init every $t_k$ is divided by the same $\\gamma + \\lvert b_{\\mathrm{noise}}\\rvert$, "
+            "$\\gamma$, columns $C$). At init every $t_k$ is divided by the same "
+            "$\\gamma + \\lvert b_{\\mathrm{noise}}\\rvert$, "
             "so $\\gamma$ cannot change the argmax; only $C$ and the row norms do. Largest change of the agreement "
             f"across $\\gamma$ (any model, any $C$): {fmt(gamma_spread)}.",
             table(
@@ -226,7 +228,8 @@ def _body(text: str, config_rows: list[list], pooled: np.ndarray, gamma_spread: 
                     for g, gamma in enumerate(GAMMAS)
                 ],
             ),
-            f"**The pretrained base, D14's defaults against the drafts'** ({pretrained['positions']} positions of held-out "
+            f"**The pretrained base, D14's defaults against the drafts'** ({pretrained['positions']} positions of "
+            "held-out "
             "domain-A text):",
             table(
                 ["initialization", "γ", "C", "max |loc_S − logits|", "argmax P = greedy"],
@@ -327,6 +330,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         ),
         settings=(
             f"{len(configs)} tiny Qwen2 models, random ids [{batch}, {length}] (seed {INPUT_SEED} + model index), "
-            f"C ∈ {{{', '.join(fmt(t) for t in THRESHOLDS)}}}, γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, noise_init 0.1, float32"
+            f"C ∈ {{{', '.join(fmt(t) for t in THRESHOLDS)}}}, γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, "
+            "noise_init 0.1, float32"
         ),
     )

@@ -23,7 +23,7 @@ Standard decisions come from the model's forward; causal ones from
 `inference.decision_input("causal", ...)` (one draw per position, the same seed for every $\gamma$
 and $C$) and `ActionNetwork.decide`. The calibrating threshold solves median $\sum_k P_k = 1$ by
 bisection (`scipy.optimize.brentq`, between the grid points where it crosses 1) on the package's metric.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -189,7 +189,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         ),
         settings=(
             f"{sentences} synthetic sentences (seed {DATA_SEED}), causal draws seed {DRAW_SEED}, "
-            f"{len(grid)} thresholds in [{fmt(grid[0])}, {fmt(grid[-1])}], γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, "
+            f"{len(grid)} thresholds in [{fmt(grid[0])}, {fmt(grid[-1])}], "
+            f"γ ∈ {{{', '.join(fmt(g) for g in GAMMAS)}}}, "
             "noise_init 0.1, the embedded tiny base (seed 0)"
         ),
     )

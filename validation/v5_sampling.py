@@ -32,7 +32,7 @@ exogenous noise $b_{\mathrm{noise}} = 0.1$ and at a large one. At init
 $\mathrm{scale}_U = \gamma$, which `from_qwen` sets to 0.1 (decision D14), the same as the noise: a noise instance
 moves the decision input as much as the individual's own spread, so ``shared_noise`` varies between seeds already
 at the default noise (under the drafts' $\gamma = 10$ it barely did), and more at a large one.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -197,7 +197,8 @@ def _claims(
         check("shared_noise keeps the shift (max deviation / float32 ulps)", invariant_rows[2][2], "<=", 1.0),
         check("causal draws afresh: its deviation is far beyond rounding", invariant_rows[0][2], ">=", 1e3),
         check(
-            "decision scale: $\\lvert b_{\\mathrm{noise}}\\rvert$ (shared_individual), $\\mathrm{scale}_U$ (shared_noise); max difference",
+            "decision scale: $\\lvert b_{\\mathrm{noise}}\\rvert$ (shared_individual), "
+            "$\\mathrm{scale}_U$ (shared_noise); max difference",
             scale_deviation,
             "<=",
             0.0,
@@ -247,8 +248,9 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             "the step-0 value, as a multiple of the sum of the two float32 ulps (at most 1/2 means identical up to the "
             "rounding of the decision input).",
             table(["mode", "invariant", "max deviation / (ulp_t + ulp_0)", "decision scale"], invariant_rows),
-            f"**(c) Diversity.** Distinct sequences of {diversity_steps} new tokens out of {seeds} generator seeds, for the "
-            f'prompt "{DIVERSITY_PROMPT}", at the default exogenous noise and at $b_{{\\mathrm{{noise}}}} = {fmt(LARGE_NOISE)}$:',
+            f"**(c) Diversity.** Distinct sequences of {diversity_steps} new tokens out of {seeds} generator seeds, "
+            f'for the prompt "{DIVERSITY_PROMPT}", at the default exogenous noise and at '
+            f"$b_{{\\mathrm{{noise}}}} = {fmt(LARGE_NOISE)}$:",
             table(
                 ["mode", f"b_noise = {fmt(model.config.noise_init)} (default)", f"b_noise = {fmt(LARGE_NOISE)}"],
                 diversity_rows,
@@ -267,7 +269,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             + ", ".join(f"{mode} {distinct[(mode, 'default')]}" for mode in MODES)
         ),
         settings=(
-            f"{len(prompts)} rows ({len(PROMPTS)} prompts) × {steps} steps (generator seeds {SEED}, {SEED + 1}, {SEED + 2} for causal, "
+            f"{len(prompts)} rows ({len(PROMPTS)} prompts) × {steps} steps "
+            f"(generator seeds {SEED}, {SEED + 1}, {SEED + 2} for causal, "
             f"shared_individual, shared_noise); diversity: seeds 0–{seeds - 1}, "
             f"{diversity_steps} new tokens; embedded tiny base, init seed 0"
         ),

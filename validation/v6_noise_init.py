@@ -17,7 +17,7 @@ the total loss of a batch of synthetic sentences through the model's forward, bo
 training path (the default with ``labels``) and on the literal path (``return_decisions=True``);
 the gradient of $b_{\mathrm{noise}}$ after ``backward``. Then a few steps of the real training loop
 (`causalqwen.train`, preset ``causal``) from 0 and from 0.1.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -189,7 +189,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             f"after {train_steps} steps b_noise moved {fmt(moved[0.0][0])} vs {fmt(moved[0.1][0], 3)}"
         ),
         settings=(
-            f"noise_init ∈ {{{', '.join(fmt(v) for v in NOISE_INITS)}}}; {sentences} sentences (seed {DATA_SEED}); training: {train_steps} steps, "
+            f"noise_init ∈ {{{', '.join(fmt(v) for v in NOISE_INITS)}}}; {sentences} sentences (seed {DATA_SEED}); "
+            f"training: {train_steps} steps, "
             f"batch 8 of 64 sentences (seed {DATA_SEED + 1}), training seed {TRAIN_SEED}; embedded tiny base"
         ),
     )

@@ -26,7 +26,7 @@ target; backward of $L_{\mathrm{reg,eff}}$ alone; compared with the formula abov
 settings of ``detach_gate``. (2) The tiny model at initialization on synthetic sentences: at every
 ``<NUM>`` target, the sign of $\partial L_{\mathrm{reg}}/\partial\,\mathrm{loc}_{S,\langle NUM\rangle}$ (literal path), and
 with ``detach_gate=True``.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -247,7 +247,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
                 loss["rows"],
             ),
             "**(2) The tiny model at initialization.** At every ``<NUM>`` target of the sentences: the median nll, "
-            "the share with nll > 0, the share where $\\partial L_{\\mathrm{reg}}/\\partial\\,\\mathrm{loc}_{S,\\langle NUM\\rangle} > 0$ "
+            "the share with nll > 0, the share where "
+            "$\\partial L_{\\mathrm{reg}}/\\partial\\,\\mathrm{loc}_{S,\\langle NUM\\rangle} > 0$ "
             "(descent lowers $P_{\\langle NUM\\rangle}$), and the largest such gradient:",
             table(
                 ["detach_gate", "`<NUM>` targets", "median nll", "nll > 0", "gradient > 0", "max abs gradient"],

@@ -159,9 +159,10 @@ def _body(text: str, measured: dict) -> str:
             ),
             "**Held-out metrics over the steps** (the training loop's evaluations):",
             table(["step"] + [key.split("/")[1] for key in METRIC_KEYS], trajectory_rows),
-            f"After training the median OvR sum is {fmt(after['dist/ovr_prob_sum_median'], 3)} under standard inference "
-            f"and {fmt(after['dist/ovr_prob_sum_median_causal'], 3)} under causal sampling (calibrated would be 1; "
-            f"at init {fmt(before['dist/ovr_prob_sum_median'], 3)} and {fmt(before['dist/ovr_prob_sum_median_causal'], 3)}, see V4).",
+            f"After training the median OvR sum is {fmt(after['dist/ovr_prob_sum_median'], 3)} under standard "
+            f"inference and {fmt(after['dist/ovr_prob_sum_median_causal'], 3)} under causal sampling (calibrated "
+            f"would be 1; at init {fmt(before['dist/ovr_prob_sum_median'], 3)} and "
+            f"{fmt(before['dist/ovr_prob_sum_median_causal'], 3)}, see V4).",
         ]
     )
 
@@ -203,8 +204,9 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             f"{fmt(before['eval/reg_mdae'], 3)} → {fmt(after['eval/reg_mdae'], 3)} ({settings['steps']} steps)"
         ),
         settings=(
-            f"{settings['steps']} steps (the demo runs {DEMO_STEPS}), learning rate {fmt(settings['learning_rate'])}, warm-up "
-            f"{settings['warmup_steps']}, batch {config.batch_size}, {settings['train_sentences']} training sentences (seed {SEED}), "
+            f"{settings['steps']} steps (the demo runs {DEMO_STEPS}), learning rate "
+            f"{fmt(settings['learning_rate'])}, warm-up {settings['warmup_steps']}, batch {config.batch_size}, "
+            f"{settings['train_sentences']} training sentences (seed {SEED}), "
             f"{settings['eval_sentences']} held-out sentences (seed {SEED + 1}), evaluation every "
             f"{settings['eval_every']} steps, gradient clipping at {fmt(config.max_grad_norm)}, weight decay "
             f"{fmt(config.weight_decay)}, training seed {SEED}, "

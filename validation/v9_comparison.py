@@ -293,10 +293,11 @@ def _body(text: str, tables: dict, verdict_lines: list[str], baseline: dict, bas
         [
             text,
             (
-                f"Base: the tiny Qwen2 pretrained on domain A (held-out domain-A cross-entropy {fmt(baseline['a_loss'], 3)} nats "
-                f"per token). Domain-A text accuracy of the base: Qwen {fmt(baseline['qwen'], 3)}, CausalQwen at initialization "
-                f"{fmt(baseline['causal'], 3)}. CausalQwen's standard decision is the OvR argmax $\\arg\\max_k P(S_k > C_k)$, "
-                f"here with {threshold_text(threshold)} and $\\gamma = {setting_text(gamma)}$ (the initial `scale_U`); at "
+                "Base: the tiny Qwen2 pretrained on domain A (held-out domain-A cross-entropy "
+                f"{fmt(baseline['a_loss'], 3)} nats per token). Domain-A text accuracy of the base: Qwen "
+                f"{fmt(baseline['qwen'], 3)}, CausalQwen at initialization {fmt(baseline['causal'], 3)}. "
+                "CausalQwen's standard decision is the OvR argmax $\\arg\\max_k P(S_k > C_k)$, here with "
+                f"{threshold_text(threshold)} and $\\gamma = {setting_text(gamma)}$ (the initial `scale_U`); at "
                 f"initialization it picks Qwen's softmax argmax at {agreement} (see V3)."
             ),
             "**Held-out domain B** (clean training data):",
@@ -313,15 +314,18 @@ def _body(text: str, tables: dict, verdict_lines: list[str], baseline: dict, bas
                 "held-out divergence of $U$ from the starting model's ($\\bar D$, nats per position):"
             ),
             tables["forgetting"],
-            "**The bound ε sweep** (CausalQwen `abduction`, the abduction network alone, as the design fine-tunes first):",
+            (
+                "**The bound ε sweep** (CausalQwen `abduction`, the abduction network alone, as the design "
+                "fine-tunes first):"
+            ),
             tables["sweep"],
             "**What it says** (who wins each metric, per matched pair):",
             "\n".join(verdict_lines),
             (
-                "**What the claims check.** The claims below check that the comparison is fair (every model scored on the "
-                "same text positions, matched trainable budgets) and that the divergence bound holds and binds; they do "
-                "not say which model wins. A PASS means the comparison is sound, not that CausalQwen is better: the "
-                "winners are the lines above."
+                "**What the claims check.** The claims below check that the comparison is fair (every model scored on "
+                "the same text positions, matched trainable budgets) and that the divergence bound holds and binds; "
+                "they do not say which model wins. A PASS means the comparison is sound, not that CausalQwen is "
+                "better: the winners are the lines above."
             ),
             f"The whole experiment took {fmt(elapsed, 3)} s.",
         ]
