@@ -45,7 +45,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from transformers.utils import logging as transformers_logging
 
 from .abduction import AbductionNetwork, build_abduction
-from .action import ActionNetwork
+from .action import ActionNetwork, ActionOutput
 from .cauchy import validation
 from .checks.doors import check_keywords, open_door
 from .configuration import CausalQwenConfig, config_from_base, conversion_settings
@@ -371,9 +371,32 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
 
             fields = dict(loc_U=loc_U, scale_U=scale_U)
             decision = None
+            if labels is not None:
+                window = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
+                numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
+                targets = next_token_targets(
+                    labels, numeric_labels, window, self.config.ignore_index, self.config.num_token_id
+                )
+                # the literal loss returns the [B, S, V] decisions it scored, the fused one the <NUM> column alone
+                parts, decision = loss_from_law_of_U(self.action, loc_U, scale_U, targets)
+                loss_fields = dict(
+                    loss=parts.total,
+                    cls_loss=parts.cls_loss_mean,
+                    reg_loss=parts.reg_loss_effective,
+                    n_cls=parts.n_cls,
+                    n_reg=parts.n_reg,
+                    loc_Y=decision.loc_Y,  # [B, S]
+                    scale_Y=decision.scale_Y,  # [B, S]
+                    targets=targets,
+                    numeric_labels=numeric_labels,
+                )
             if return_decisions:
                 kept = slice(-logits_to_keep, None)  # every position when 0
-                decision = self.action(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
+                if decision is not None and decision.loc_S.shape[-1] == self.config.vocab_size:
+                    if logits_to_keep:  # the ones the loss scored (themselves: their gradients are the loss's)
+                        decision = ActionOutput(*(tensor[:, kept] for tensor in decision))
+                else:
+                    decision = self.action(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
                 fields |= dict(
                     loc_S=decision.loc_S,
                     scale_S=decision.scale_S,
@@ -382,22 +405,7 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
                     logits=decision.loc_S,
                 )
             if labels is not None:
-                window = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
-                numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
-                targets = next_token_targets(
-                    labels, numeric_labels, window, self.config.ignore_index, self.config.num_token_id
-                )
-                parts, num_law = loss_from_law_of_U(self.action, loc_U, scale_U, targets)
-                fields["loc_Y"], fields["scale_Y"] = num_law.loc_Y, num_law.scale_Y  # [B, S] each
-                fields |= dict(
-                    loss=parts.total,
-                    cls_loss=parts.cls_loss_mean,
-                    reg_loss=parts.reg_loss_effective,
-                    n_cls=parts.n_cls,
-                    n_reg=parts.n_reg,
-                    targets=targets,
-                    numeric_labels=numeric_labels,
-                )
+                fields |= loss_fields
         return CausalQwenOutput(
             **fields,
             **{CACHE_NAME: getattr(law, CACHE_NAME)},
