@@ -14,13 +14,23 @@ token $\hat k_i = \arg\max_k P_{k,i}$, value $\hat y_i = \mathrm{loc}_{Y_i}$.
 | ``reg_mae``, ``reg_mdae`` | mean, median $|\mathrm{loc}_{Y_i} - v_{i+1}|$ at ``<NUM>`` targets (0 if there are none) |
 | ``U_loc_*``, ``U_scale_*`` | mean, median, std, iqr of $\mathrm{loc}_U$, $\mathrm{scale}_U$ (at real tokens) |
 | ``ovr_prob_sum_median`` | median over valid $i$ of $\sum_k P_{k,i}$, under standard inference |
-| ``ovr_prob_sum_median_causal`` | the same under causal sampling (one individual $u_i$ per position) |
+| ``ovr_prob_sum_median_causal`` | median over valid $i$ of the mean over $D$ draws of $\sum_k P_k(u_{i,d})$, causal sampling |
+| ``ovr_prob_sum_causal_spread`` | median over valid $i$ of the standard deviation ($1/D$) of $\sum_k P_k(u_{i,d})$ over the draws |
+| ``ovr_prob_sum_causal_error`` | median over valid $i$ of the mean over the draws of $\lvert\sum_k P_k(u_{i,d}) - 1\rvert$ |
+| ``ovr_causal_draws`` | $D$, the individuals $u_{i,d} = \mathrm{loc}_{U_i} + \mathrm{scale}_{U_i} \odot \tan(\pi(\varepsilon_{i,d} - \tfrac12))$ per position |
+| ``noise_scale_mean``, ``noise_scale_median`` | mean, median of $\lvert b_{\mathrm{noise}}\rvert$ over its $C$ components |
+| ``noise_scale_over_U_scale`` | median $\lvert b_{\mathrm{noise}}\rvert$ over median $\mathrm{scale}_U$ (all components, real tokens) |
 
 Counts (``num_predicted``, ``num_targets``, ``reg_count``, ``tokens``) are reported beside the rates,
 so that a 0 that means "undefined" can be told from a measured 0. No metric is ever NaN.
 A well-calibrated OvR model has $\sum_k P_k \approx 1$: exactly one next token is true; under causal
-sampling this should hold for each individual (the reviewed draft's comment).
-"""
+sampling this should hold for each individual (the reviewed draft's comment). The mean over draws of the causal
+sum estimates the standard sum (the standard law is the causal one averaged over $u$, so
+$\mathbb E_u[\sum_k P_k(u)] = \sum_k P_k$ exactly); what only the draws show is how far single individuals are from
+a sum of 1 (``ovr_prob_sum_causal_error``, ``ovr_prob_sum_causal_spread``). The draws are taken for all positions
+at once, one draw after the other, from ``generator`` (or a generator seeded with ``seed``), so the numbers do not
+depend on how the positions are split into chunks.
+"""  # noqa: E501 -- the table rows above: a Markdown table row is one line
 
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ import torch
 from torch import Tensor
 
 from . import cauchy
+from .inference import draw_uniform
 from .losses import next_token_targets, ovr_probability
 
 __all__ = [
@@ -36,7 +47,10 @@ __all__ = [
     "TrainerMetrics",
     "classification_metrics",
     "distribution_stats",
+    "causal_ovr_sums",
+    "DEFAULT_CAUSAL_DRAWS",
     "evaluate_batch",
+    "noise_statistics",
     "next_token_valid_mask",
     "ovr_prob_sum_median",
     "ovr_prob_sums",
@@ -119,6 +133,53 @@ def ovr_prob_sum_median(loc_S: Tensor, scale_S: Tensor, threshold, mask: Tensor)
 
 # The largest [positions, V] decision tensor `evaluate_batch` forms at once (2^25 floats: 128 MiB in float32).
 EVAL_MAX_DECISION_ELEMENTS = 2**25
+DEFAULT_CAUSAL_DRAWS = 8  # individuals drawn per position for the causal OvR sums
+SEED_LIMIT = 2**63  # the causal draws' seed is an int in [0, 2**63)
+
+
+def noise_statistics(noise_scale: Tensor, scale_U: Tensor) -> dict[str, float]:
+    r"""``noise_scale_mean``, ``noise_scale_median``: mean and median of $\lvert b_{\mathrm{noise}}\rvert$
+    (``noise_scale`` ``[C]``) over its components; ``noise_scale_over_U_scale``: its median over the median of
+    ``scale_U`` ``[..., C]`` (every component of every row given), 0.0 when ``scale_U`` holds no row. A negative or
+    NaN ``noise_scale`` (a signed ``b_noise`` passed for its absolute value) is a ``ValueError``."""
+    noise = noise_scale.detach().double().cpu().numpy()  # [C]
+    if not bool((noise >= 0).all()):
+        raise ValueError(
+            f"noise_scale must be >= 0 everywhere (it is |b_noise|), found {float(noise[~(noise >= 0)][0]):g}"
+        )
+    scales = scale_U.detach().double().flatten().cpu().numpy()  # [N * C]
+    median_scale = float(np.median(scales)) if scales.size else 0.0
+    return {
+        "noise_scale_mean": float(noise.mean()),
+        "noise_scale_median": float(np.median(noise)),
+        "noise_scale_over_U_scale": float(np.median(noise)) / median_scale if median_scale > 0 else 0.0,
+    }
+
+
+@torch.no_grad()
+def causal_ovr_sums(
+    head, loc_U: Tensor, scale_U: Tensor, draws: int, generator: torch.Generator | None = None, rows: int | None = None
+) -> Tensor:
+    r"""$\sum_k P_k(u_{i,d})$ under causal sampling, ``[D, N]`` in float64: for each of ``draws`` rounds one
+    individual $u_{i,d} = \mathrm{loc}_{U_i} + \mathrm{scale}_{U_i} \odot \tan(\pi(\varepsilon_{i,d} - \tfrac12))$
+    per position of the law ``[N, C]``, its decision $\mathrm{Cauchy}(u_{i,d}, \lvert b_{\mathrm{noise}}\rvert)$
+    (`DecisionHead.decide_step` in ``causal`` mode) and the sum of its $P_k$. Each round draws $\varepsilon$ for all
+    $N$ positions at once (``[N, C]``, `causalqwen.inference.draw_uniform` on the generator's device), before the
+    decisions are formed ``rows`` positions at a time: the result does not depend on ``rows``."""
+    rows = max(1, loc_U.shape[0]) if rows is None else rows
+    for name, value in (("draws", draws), ("rows", rows)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    device = generator.device if generator is not None else torch.device("cpu")
+    sums = torch.empty(draws, loc_U.shape[0], dtype=torch.float64, device=loc_U.device)  # [D, N]
+    for draw in range(draws):
+        uniform = draw_uniform(loc_U.shape, generator=generator, device=device).to(loc_U.device)  # [N, C]
+        for start in range(0, loc_U.shape[0], rows):
+            part = slice(start, start + rows)
+            with cauchy.validation(False):  # the model's own law of U; the draws lie inside (0, 1)
+                decision, _, _ = head.decide_step("causal", loc_U[part], scale_U[part], uniform=uniform[part])
+                sums[draw, part] = head.probabilities(decision).double().sum(-1)  # [n]
+    return sums
 
 
 @torch.no_grad()
@@ -128,13 +189,15 @@ def position_statistics(
     scale_U: Tensor,
     generator: torch.Generator | None = None,
     max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS,
-    causal_sums: bool = True,
+    causal_draws: int = DEFAULT_CAUSAL_DRAWS,
 ) -> dict:
     r"""Per-position quantities from the law of $U$ ``[N, C]``, a few positions at a time, so that no ``[n, V]``
     decision tensor holds more than ``max_decision_elements`` values: the prediction, $\mathrm{loc}_Y$, and
-    $\sum_k P_k$ under standard inference and (with ``causal_sums``) under causal sampling. Each ``[N]``."""
+    $\sum_k P_k$ under standard inference; with ``causal_draws`` $= D \ge 1$ the causal sums of `causal_ovr_sums`
+    summarised per position: their mean, their standard deviation ($1/D$) and the mean of $\lvert\cdot - 1\rvert$
+    over the draws. Each ``[N]``."""
     rows = max(1, max_decision_elements // head.classification_head.weight.shape[0])
-    parts = {name: [] for name in ("predicted", "loc_Y", "sums", "sums_causal")}
+    parts = {name: [] for name in ("predicted", "loc_Y", "sums")}
     for start in range(0, loc_U.shape[0], rows):
         loc, scale = loc_U[start : start + rows], scale_U[start : start + rows]  # [n, C]
         with cauchy.validation(False):  # the model's own law of U
@@ -142,10 +205,13 @@ def position_statistics(
             parts["predicted"].append(head.predict(decision)[0])
             parts["loc_Y"].append(decision.loc_Y)
             parts["sums"].append(head.probabilities(decision).sum(-1))
-            if causal_sums:  # one individual u_i per position (causal mode, D11)
-                causal, _, _ = head.decide_step("causal", loc, scale, generator=generator)  # [n, V] x2, [n] x2
-                parts["sums_causal"].append(head.probabilities(causal).sum(-1))
-    return {name: torch.cat(values) for name, values in parts.items() if values}
+    stats = {name: torch.cat(values) for name, values in parts.items()}
+    if causal_draws > 0:
+        sums = causal_ovr_sums(head, loc_U, scale_U, causal_draws, generator, rows)  # [D, N]
+        stats["sums_causal"] = sums.mean(0)  # [N]
+        stats["sums_causal_spread"] = sums.std(0, correction=0)  # [N]
+        stats["sums_causal_error"] = (sums - 1).abs().mean(0)  # [N]
+    return stats
 
 
 @torch.no_grad()
@@ -155,29 +221,40 @@ def evaluate_batch(
     generator: torch.Generator | None = None,
     *,
     max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS,
+    causal_draws: int = DEFAULT_CAUSAL_DRAWS,
+    seed: int = 0,
 ) -> dict[str, float]:
     """Every ``eval/*`` and ``dist/*`` metric of D13 on one batch (``input_ids``, ``numeric_values``,
-    ``attention_mask``, ``labels``), by standard inference; the causal OvR sum draws from ``generator``.
+    ``attention_mask``, ``labels``), by standard inference; the causal OvR sums average ``causal_draws``
+    individuals per position drawn from ``generator``, or, without one, from a generator seeded with ``seed`` (so
+    that two calls give the same numbers).
 
     The model runs once on the batch and forms the law of $U$ only; the decisions are formed for the
     scored positions a few at a time (`position_statistics`), so no decision tensor holds more than
-    ``max_decision_elements`` values. The result does not depend on that chunking (except through the
-    causal draws, which follow the chunks).
+    ``max_decision_elements`` values. The result does not depend on that chunking, the causal draws included
+    (`causal_ovr_sums`).
     """
-    if (
-        isinstance(max_decision_elements, bool)
-        or not isinstance(max_decision_elements, int)
-        or max_decision_elements < 1
-    ):
-        raise ValueError(f"max_decision_elements must be an int >= 1, got {max_decision_elements!r}")
+    for name, value, lowest in (("max_decision_elements", max_decision_elements, 1), ("causal_draws", causal_draws, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            raise ValueError(f"{name} must be an int >= {lowest}, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed must be an int from 0 to 2**63 - 1, got {seed!r}")
+    generator = torch.Generator().manual_seed(seed) if generator is None else generator
     config, head = model.config, model.action
     law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
     stats = position_statistics(
-        head, law.loc_U[targets.scored], law.scale_U[targets.scored], generator, max_decision_elements
+        head, law.loc_U[targets.scored], law.scale_U[targets.scored], generator, max_decision_elements, causal_draws
     )
     real = batch["attention_mask"].bool()  # [B, S]
-    return _metrics(config.num_token_id, stats, targets, law.loc_U[real], law.scale_U[real])
+    return _metrics(config.num_token_id, stats, targets, law.loc_U[real], law.scale_U[real]) | _noise_and_draws(
+        head, law.scale_U[real], causal_draws
+    )
+
+
+def _noise_and_draws(head, scale_U: Tensor, causal_draws: int) -> dict[str, float]:
+    """`noise_statistics` of ``head`` against ``scale_U`` ``[N, C]``, and the number of causal draws."""
+    return noise_statistics(head.noise_scale, scale_U) | {"ovr_causal_draws": causal_draws}
 
 
 def _metrics(num_token_id: int, stats: dict, targets, loc_U: Tensor, scale_U: Tensor) -> dict[str, float]:
@@ -191,7 +268,13 @@ def _metrics(num_token_id: int, stats: dict, targets, loc_U: Tensor, scale_U: Te
     metrics |= distribution_stats(loc_U, real, "U_loc") | distribution_stats(scale_U, real, "U_scale")
     metrics["ovr_prob_sum_median"] = _median(stats["sums"])
     metrics["ovr_prob_sum_median_causal"] = _median(stats["sums_causal"])
+    metrics["ovr_prob_sum_causal_spread"] = _median(stats["sums_causal_spread"])
+    metrics["ovr_prob_sum_causal_error"] = _median(stats["sums_causal_error"])
     return metrics
+
+
+# the per-position columns `TrainerMetrics` keeps, in order (then the numeric label, loc_U, scale_U)
+PER_POSITION = ("predicted", "loc_Y", "sums", "sums_causal", "sums_causal_spread", "sums_causal_error")
 
 
 class TrainerMetrics:
@@ -207,11 +290,12 @@ class TrainerMetrics:
     scale_Y, numeric_labels)``, since `CausalQwenConfig.keys_to_ignore_at_inference` leaves out the losses, counts,
     cache and ``[B, S, V]`` decisions -- and its labels: ``labels`` (Trainer's label names are ``["labels"]``,
     `causalqwen.integrations.trainer`), or the pair ``(labels, numeric_labels)`` with
-    ``TrainingArguments(label_names=["labels", "numeric_labels"])``. It keeps per position ``[B, S, 5 + 2C]``: the
-    prediction, $\mathrm{loc}_Y$ and the two OvR sums at scored positions (`position_statistics`), the numeric
-    label, then $\mathrm{loc}_U$ and $\mathrm{scale}_U$, not the ``[B, S, V]`` decisions. Trainer concatenates the
-    batches (padding with -100), and `compute_metrics` forms the metrics from them. On one batch they equal
-    `evaluate_batch` with the same generator.
+    ``TrainingArguments(label_names=["labels", "numeric_labels"])``. It keeps per position ``[B, S, 7 + 2C]``: the
+    prediction, $\mathrm{loc}_Y$, the standard OvR sum and the three causal ones (mean, spread, error) at scored
+    positions (`position_statistics`), the numeric label, then $\mathrm{loc}_U$ and $\mathrm{scale}_U$, not the
+    ``[B, S, V]`` decisions. Trainer concatenates the batches (padding with -100), and `compute_metrics` forms the
+    metrics from them. On one batch they equal `evaluate_batch` with the same generator and ``causal_draws``;
+    without a generator, one seeded with ``seed`` is made once, and each evaluation draws on from it.
 
     Trainer hands over no attention mask, so the labels stand for it: a position is scored when the next
     position's label is not ``ignore_index`` (D9's rule for batches padded on the right with ignored labels, as
@@ -220,47 +304,55 @@ class TrainerMetrics:
     """
 
     def __init__(
-        self, model, generator: torch.Generator | None = None, max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS
+        self,
+        model,
+        generator: torch.Generator | None = None,
+        max_decision_elements: int = EVAL_MAX_DECISION_ELEMENTS,
+        *,
+        causal_draws: int = DEFAULT_CAUSAL_DRAWS,
+        seed: int = 0,
     ):
+        if isinstance(causal_draws, bool) or not isinstance(causal_draws, int) or causal_draws < 1:
+            raise ValueError(f"causal_draws must be an int >= 1, got {causal_draws!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+            raise ValueError(f"seed must be an int from 0 to 2**63 - 1, got {seed!r}")
         self.model = model
-        self.generator = generator
+        self.generator = torch.Generator().manual_seed(seed) if generator is None else generator
         self.max_decision_elements = max_decision_elements
+        self.causal_draws = causal_draws
 
     @torch.no_grad()
     def preprocess_logits_for_metrics(self, outputs, labels) -> Tensor:
-        r"""``[B, S, 5 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, OvR sum (standard, causal) at
-        scored positions (0 elsewhere), the numeric label, then $\mathrm{loc}_U$, $\mathrm{scale}_U$."""
+        r"""``[B, S, 7 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, OvR sum (standard; causal mean, spread,
+        error) at scored positions (0 elsewhere), the numeric label, then $\mathrm{loc}_U$, $\mathrm{scale}_U$."""
         loc_U, scale_U = outputs[0], outputs[1]  # [B, S, C] each
         labels, numeric_labels = _label_pair(labels, outputs)
         head = self.model.action
         scored = head.next_token_targets(labels, numeric_labels, None).scored  # [B, S]
-        stats = position_statistics(head, loc_U[scored], scale_U[scored], self.generator, self.max_decision_elements)
-        per_position = torch.zeros(*scored.shape, 5, device=loc_U.device)  # [B, S, 5], float32: ids < 2^24 exact
-        per_position[scored, :4] = torch.stack(
-            [stats[name].float() for name in ("predicted", "loc_Y", "sums", "sums_causal")], -1
+        stats = position_statistics(
+            head, loc_U[scored], scale_U[scored], self.generator, self.max_decision_elements, self.causal_draws
         )
+        per_position = torch.zeros(*scored.shape, 7, device=loc_U.device)  # [B, S, 7], float32: ids < 2^24 exact
+        per_position[scored, :6] = torch.stack([stats[name].float() for name in PER_POSITION], -1)
         if numeric_labels is not None:
-            per_position[..., 4] = numeric_labels.float()
-        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 5 + 2C]
+            per_position[..., 6] = numeric_labels.float()
+        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 7 + 2C]
 
     def compute_metrics(self, prediction) -> dict[str, float]:
         """The metrics of `evaluate_batch` from Trainer's ``EvalPrediction`` of the whole evaluation set."""
-        kept = torch.as_tensor(prediction.predictions)  # [N, S, 5 + 2C]
+        kept = torch.as_tensor(prediction.predictions)  # [N, S, 7 + 2C]
         label_ids = prediction.label_ids
         labels = torch.as_tensor(label_ids[0] if isinstance(label_ids, (tuple, list)) else label_ids)  # [N, S]
         head = self.model.action
-        targets = head.next_token_targets(labels, kept[..., 4], None)
+        targets = head.next_token_targets(labels, kept[..., 6], None)
         scored = targets.scored
-        stats = {
-            "predicted": kept[..., 0][scored].round().long(),
-            "loc_Y": kept[..., 1][scored],
-            "sums": kept[..., 2][scored],
-            "sums_causal": kept[..., 3][scored],
-        }
-        causal_size = (kept.shape[-1] - 5) // 2
+        stats = {name: kept[..., column][scored] for column, name in enumerate(PER_POSITION)}
+        stats["predicted"] = stats["predicted"].round().long()
+        causal_size = (kept.shape[-1] - 7) // 2
         labelled = labels != head.ignore_index  # [N, S]
-        loc_U, scale_U = kept[..., 5 : 5 + causal_size][labelled], kept[..., 5 + causal_size :][labelled]
-        return _metrics(head.num_token_id, stats, targets, loc_U, scale_U)
+        loc_U, scale_U = kept[..., 7 : 7 + causal_size][labelled], kept[..., 7 + causal_size :][labelled]
+        metrics = _metrics(head.num_token_id, stats, targets, loc_U, scale_U)
+        return metrics | _noise_and_draws(head, scale_U, self.causal_draws)
 
 
 def _label_pair(labels, outputs) -> tuple:
@@ -278,16 +370,18 @@ def _label_pair(labels, outputs) -> tuple:
 
 
 def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:
-    """Name `evaluate_batch` metrics as logged (D13): ``dist/`` for U statistics and OvR sums, ``eval/`` otherwise."""
-    return {(f"dist/{k}" if k.startswith(("U_", "ovr")) else f"eval/{k}"): v for k, v in metrics.items()}
+    """Name `evaluate_batch` metrics as logged (D13): ``dist/`` for U statistics, OvR sums and the noise, ``eval/``
+    otherwise."""
+    return {(f"dist/{k}" if k.startswith(("U_", "ovr", "noise")) else f"eval/{k}"): v for k, v in metrics.items()}
 
 
 @torch.no_grad()
 def training_metrics(model, out) -> dict[str, float]:
-    """The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
+    r"""The ``train/*`` losses and accuracy of a step, from its forward output (``out.targets``: what each position
     was scored against): the predictions are the standard decision's tokens by the model's loss algorithm
     (`DecisionHead.standard_token`): tile by tile under ``fused``, never from the ``[B, S, V]`` decisions the fused
-    loss exists to avoid."""
+    loss exists to avoid. Beside them the noise, `noise_statistics` against $\mathrm{scale}_U$ at the step's scored
+    positions (``train/noise_scale_mean``, ``_median``, ``train/noise_scale_over_U_scale``)."""
     scored = out.targets.scored  # [B, S]
     with cauchy.validation(False):  # the model's own law of U
         predicted = model.action.standard_token(out.loc_U[scored], out.scale_U[scored])  # [N]
@@ -297,4 +391,7 @@ def training_metrics(model, out) -> dict[str, float]:
         "train/cls_loss_mean": out.cls_loss.item(),
         "train/reg_loss_effective": out.reg_loss.item(),
         "train/accuracy": float(correct) / float(total) if int(total) > 0 else 0.0,
+    } | {
+        f"train/{name}": value
+        for name, value in noise_statistics(model.action.noise_scale, out.scale_U[scored]).items()
     }

@@ -192,7 +192,7 @@ def test_trainer_metrics_equal_evaluate_batch(tmp_path):
         tmp_path, model, data, tokenizer, TrainerMetrics(model, torch.Generator().manual_seed(0)), 5
     ).evaluate()
     for name, value in expected.items():
-        if name != "ovr_prob_sum_median_causal":
+        if "causal" not in name or name == "ovr_causal_draws":  # the draws follow Trainer's batches
             assert three[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), name
 
 

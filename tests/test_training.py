@@ -8,6 +8,7 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -118,11 +119,16 @@ def test_training_metrics_are_the_step_s_losses_and_the_ovr_argmax_accuracy(toke
     probability = ovr_probability(full.loc_S, full.scale_S, model.action.ovr_threshold)  # [B, S, V]
     scored = batch["attention_mask"][:, :-1].bool() & batch["attention_mask"][:, 1:].bool()  # [B, S - 1]
     hits = (probability[:, :-1].argmax(-1) == batch["labels"][:, 1:])[scored]
+    noise = np.abs(model.action.b_noise.detach().double().numpy())  # |b_noise| [C]
+    scale_U = out.scale_U[:, :-1][scored].double().numpy()  # [N, C] at the scored positions
     assert metrics == {
         "train/total_loss": out.loss.item(),
         "train/cls_loss_mean": out.cls_loss.item(),
         "train/reg_loss_effective": out.reg_loss.item(),
         "train/accuracy": hits.sum().item() / hits.numel(),
+        "train/noise_scale_mean": pytest.approx(noise.mean(), rel=1e-12),
+        "train/noise_scale_median": pytest.approx(np.median(noise), rel=1e-12),
+        "train/noise_scale_over_U_scale": pytest.approx(np.median(noise) / np.median(scale_U), rel=1e-12),
     }
 
 
