@@ -3,7 +3,8 @@ r"""``python -m validation [--quick] [--out DIR] [--only V1,V3]``: run the exper
 The report (``index.md``) and its figures go to ``DIR`` (default: ``docs/validation/`` under the
 repository root, where the docs site renders it). The exit status is 0 when every claim holds and 1
 otherwise; the failing claims are printed. ``--quick`` (for CI, under two minutes) runs the same code
-with smaller samples, fewer configurations and fewer training steps.
+with smaller samples, fewer configurations and fewer training steps. V13, the ledger of the design documents'
+claims with a computed verdict each, runs by default and also writes its own page, ``DIR/v13.md``.
 
 The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark; V12, lm-eval
 with Qwen beside CausalQwen) take longer than the report's time budget or need an optional extra, so they run
@@ -36,6 +37,7 @@ EXPERIMENTS = {
     "V7": "validation.v7_gate",
     "V8": "validation.v8_learning",
     "V9": "validation.v9_comparison",
+    "V13": "validation.v13_claims",
 }
 
 STUDIES = {
