@@ -100,6 +100,39 @@ def greedy_agreement_row(start: TinyStart, drafts: TinyStart) -> LedgerRow:
     )
 
 
+def drafts_start_rows(start: TinyStart, drafts: TinyStart) -> list[LedgerRow]:
+    """The drafts' initial scale γ = 10 and threshold C = 100, against what the package starts from."""
+    scale_U = float(start.out.scale_U[start.positions].median())
+    out, model = drafts.out, drafts.model
+    tokens, _ = predict(out.loc_S, out.scale_S, out.loc_Y, model.ovr_threshold, model.config.num_token_id)
+    greedy = drafts.logits.argmax(-1)
+    agreement = float((tokens == greedy)[drafts.positions].double().mean())
+    largest_norm = model.action.classification_head.weight.detach().abs().sum(-1).argmax()  # the largest ‖W_k‖₁
+    largest_share = float((tokens == largest_norm)[drafts.positions].double().mean())
+    return [
+        LedgerRow(
+            where=f"{OVERVIEW} §4 step 2; {FOUNDATIONS} §6 step 2",
+            statement="scale_U starts at a large constant γ (such as 10): a wide, know-nothing prior over individuals.",
+            method="the median scale_U of the tiny model converted at the package's defaults.",
+            figures=f"median scale_U = {fmt(scale_U)} (abduction_scale_init = "
+            f"{fmt(start.model.config.abduction_scale_init)})",
+            verdict="holds"
+            if scale_U >= 10.0
+            else f"diverges from the draft: γ = {fmt(scale_U)} by default (decision D14, measured in V10); the drafts' "
+            "γ = 10 stays available by configuration",
+        ),
+        LedgerRow(
+            where=f"{OVERVIEW} §4 step 6 (recommended setting); {FOUNDATIONS} §6 step 5",
+            statement="The recommended C_OvR = 100 gives a good, sparse and stable starting point.",
+            method="the tiny model converted at the drafts' γ = 10, C = 100: how often argmax_k P_k is the base's "
+            "greedy token, and how often it is the class with the largest ‖W_k‖₁ (`inference.predict`).",
+            figures=f"agreement with Qwen's greedy token {fmt(agreement)}; the largest-norm class wins at "
+            f"{fmt(largest_share)} of the positions",
+            verdict="holds" if agreement >= 0.5 else "fails",
+        ),
+    ]
+
+
 def softmax_path_difference(start: TinyStart) -> float:
     """The largest difference between the softmax path (`inference.traditional_probabilities` on loc_S) and
     torch's softmax of the base's logits, over every position (float64)."""
@@ -266,4 +299,5 @@ def initialization_rows(start: TinyStart, drafts: TinyStart, quick: bool) -> lis
         value_prior_row(start, drafts),
         unclamped_scale_row(start.batch),
         noise_infusion_row(start, 5_000 if quick else 50_000),
+        *drafts_start_rows(start, drafts),
     ]
