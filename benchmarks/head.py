@@ -13,7 +13,7 @@ Variants, all on the same inputs (N positions, every one scored):
 * ``fused_sum``: ``reduction="sum"``, the training path of ``forward(labels=...)``: gradients formed
   during the forward pass (six products);
 * ``fused_eager``, ``fused_sum_eager``: the same with ``CAUSALQWEN_COMPILE=0``, each tile's elementwise math
-  as separate eager kernels (`causalqwen.kernels.compiled`; the compiled tile is the default).
+  as separate eager kernels (`causalqwen.kernels.tiles.compiled`; the compiled tile is the default).
 
 Times are medians of interleaved repeats in one process. Extra memory is measured for each variant in
 a process of its own: the peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs``) during
@@ -37,8 +37,8 @@ import sys
 import torch
 
 from causalqwen.action import ActionNetwork
-from causalqwen.kernels.compiled import COMPILE_ENV
 from causalqwen.kernels.fused import fused_ovr_classification_loss
+from causalqwen.kernels.tiles import COMPILE_ENV
 from causalqwen.losses import ovr_classification_loss
 
 from .common import (

@@ -55,10 +55,12 @@ def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold: Tensor, n
     r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8,
     D9), from the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold``
     is a
-    ``[]`` or ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). The survival function is
-    evaluated in the dtype and on the device of ``loc_S_num``."""
+    ``[]`` or ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). It is
+    $\exp(-a(-d, s))$ with the OvR loss's own tail kernel $a$ (`cauchy.tail_nll`), $d = \mathrm{loc} - C$, in the
+    dtype and on the device of ``loc_S_num``."""
     threshold_num = threshold[num_token_id] if threshold.dim() > 0 else threshold  # C_<NUM> []
-    return cauchy.sf(threshold_num.to(loc_S_num), loc_S_num, scale_S_num)  # [...]
+    diff, scale = torch.broadcast_tensors(loc_S_num - threshold_num.to(loc_S_num), scale_S_num)  # d = loc_S - C [...]
+    return torch.exp(-cauchy.tail_nll(-diff, scale))  # P = exp(-a(-d, s)) [...]
 
 
 def check_law(loc, scale, causal_size: int | None = None, names: tuple[str, str] = ("loc", "scale")) -> None:

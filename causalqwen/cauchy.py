@@ -76,6 +76,7 @@ __all__ = [
     "linear",
     "TailTerms",
     "tail_terms",
+    "TailNLL",
     "tail_nll",
     "kl_divergence",
 ]
@@ -626,8 +627,9 @@ def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool =
     return TailTerms(a, d_diff, d_scale)
 
 
-class _TailNLL(torch.autograd.Function):
-    """`tail_terms` as an autograd function: backward applies its analytic derivatives (differentiable again)."""
+class TailNLL(torch.autograd.Function):
+    r"""$-\log P(X > d)$ for $X \sim \mathrm{Cauchy}(0, s)$ (`tail_terms`), differentiable in ``diff`` and ``scale``:
+    backward applies the kernel's analytic derivatives (differentiable again). Called as `tail_nll`."""
 
     @staticmethod
     def forward(ctx, diff: Tensor, scale: Tensor) -> Tensor:
@@ -641,9 +643,9 @@ class _TailNLL(torch.autograd.Function):
         return grad * terms.d_diff, grad * terms.d_scale
 
 
-def tail_nll(diff: Tensor, scale: Tensor) -> Tensor:
-    r"""$-\log P(X > d)$ for $X \sim \mathrm{Cauchy}(0, s)$ (`tail_terms`), differentiable in ``diff`` and ``scale``."""
-    return _TailNLL.apply(diff, scale)
+tail_nll = TailNLL.apply
+r"""``tail_nll(diff, scale)``: $-\log P(X > d)$ for $X \sim \mathrm{Cauchy}(0, s)$ (`TailNLL`), ``diff`` and ``scale``
+of one shape."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import ModelOutput
 
 from .cauchy import validating, validation
-from .checks.doors import check_forward, position_ids_from_mask, refuse_meta
+from .checks.doors import open_door, position_ids_from_mask, refuse_meta
 from .decision import DecisionHead
 from .inference import (
     as_number,
@@ -131,7 +131,7 @@ def _check_left_padding(attention_mask, input_ids: Tensor) -> Tensor:
 def check_prompt(config, input_ids: Tensor, numeric_values, attention_mask) -> tuple[Tensor, int]:
     """The prompt's checks at both generation doors (`generate` and ``model.generate``): no empty prompt (named by
     its index), left padding, at most ``max_position_embeddings`` tokens, and the model's own checks of ids and
-    values (`doors.check_forward`). Returns the mask ``[B, S]`` (long) and the longest prompt's token count. While
+    values (`doors.open_door`). Returns the mask ``[B, S]`` (long) and the longest prompt's token count. While
     `causalqwen.cauchy.validating` is False the prompt is taken as checked: only the mask and the count are formed."""
     if not validating():
         mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).bool().long()  # [B, S]
@@ -150,7 +150,7 @@ def check_prompt(config, input_ids: Tensor, numeric_values, attention_mask) -> t
         raise ValueError(
             f"the prompt has {longest} tokens, more than max_position_embeddings={config.max_position_embeddings}"
         )
-    check_forward(config, input_ids, numeric_values, mask)  # the prompt, once: ids, values, <NUM> without values
+    open_door(config, input_ids, numeric_values, mask)  # the prompt, once: ids, values, <NUM> without values
     return mask, longest
 
 

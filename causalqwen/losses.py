@@ -48,7 +48,6 @@ __all__ = [
     "check_threshold",
     "gated_regression_loss",
     "literal_loss",
-    "loss_from_law_of_U",
     "next_token_targets",
     "ovr_classification_loss",
     "ovr_log_probability",
@@ -159,7 +158,11 @@ def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int
         check_threshold(threshold, loc_S.shape[-1])
         cauchy.check_arguments(threshold, loc_S, scale_S)
     scored = labels != ignore_index  # [...]
-    on, off = ovr_tail_nll(loc_S, scale_S, threshold)  # -log P_k, -log(1 - P_k) [..., V] each
+    diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C, s = scale_S [..., V]
+    on, off = (
+        cauchy.tail_nll(-diff, scale),
+        cauchy.tail_nll(diff, scale),
+    )  # -log P_k = a(-d, s), -log(1 - P_k) = a(d, s)
     target = labels.masked_fill(~scored, 0)  # any class index; these rows are zeroed below
     is_target = torch.arange(loc_S.shape[-1], device=labels.device) == target.unsqueeze(-1)  # [..., V] one-hot y
     loss = torch.where(is_target, on, off).sum(-1)  # [...]
@@ -427,28 +430,3 @@ def next_token_targets(
         next_values = F.pad(at_least_float32(numeric_targets[:, 1:]), (0, 1), value=0.0)  # [B, S]
     is_num = scored & (next_labels == num_token_id) if num_token_id is not None else torch.zeros_like(scored)
     return NextTokenTargets(scored, next_labels.masked_fill(~scored, ignore_index), next_values, is_num)
-
-
-def loss_from_law_of_U(head, loc_U: Tensor, scale_U: Tensor, targets: NextTokenTargets):
-    r"""The total loss of D8–D9 from the law of $U$ ``[B, S, C]`` under ``head`` (a `causalqwen.decision.DecisionHead`,
-    whose config and threshold it reads); returns the parts and the decisions of the ``<NUM>`` column ($\mathrm{loc}_Y$,
-    $\mathrm{scale}_Y$ ``[B, S]``).
-
-    The implementation is chosen on one line, ``LOSS_FUNCTIONS[config.loss_algorithm]``: ``literal`` scores the full
-    ``[B, S, V]`` decisions and autograd differentiates it (twice, if asked); ``fused`` never forms them
-    (`causalqwen.kernels.fused`, registered when the model is imported).
-    """
-    config = head.config
-    return LOSS_FUNCTIONS[config.loss_algorithm](
-        head,
-        loc_U,
-        scale_U,
-        targets.labels,
-        targets.values,
-        num_token_id=config.num_token_id,
-        threshold=head.ovr_threshold,
-        ignore_index=config.ignore_index,
-        regression_weight=config.regression_weight,
-        gate_alpha=config.gate_alpha,
-        detach_gate=config.detach_gate,
-    )

@@ -11,17 +11,15 @@ $$
 
 **Initialization equivalence.** With $W_{\mathrm{loc}} = I$, $b_{\mathrm{loc}} = 0$, $W_{\mathrm{cls}}$ = the base
 model's lm_head and $b_{\mathrm{cls}} = 0$, $\mathrm{loc}_{S,i} = W_{\mathrm{cls}} z_i$, which is exactly the base
-model's logit vector whenever no number is present ($\phi(0) = 0$). The scales are
-$\mathrm{scale}_{S_k} = (\gamma + |b_{\mathrm{noise}}|)\cdot\|W_{\mathrm{cls},k}\|_1$ (for a constant noise vector) and
-differ per class, so $\arg\max_k P_k$ need not be the base model's greedy token.
+model's logit vector whenever no number is present ($\phi(0) = 0$). The scales are $\mathrm{scale}_{S_k} = (\gamma +
+|b_{\mathrm{noise}}|)\cdot\|W_{\mathrm{cls},k}\|_1$ (for a constant noise vector) and differ per class, so $\arg\max_k
+P_k$ need not be the base model's greedy token.
 
-**One forward per job.** `CausalQwenForCausalLM.forward` is a straight line, as Qwen2's: the door (the checks and
-the positions, `causalqwen.checks.doors.open_door`), the law of $U$ (`CausalQwenModel.law_of_U`), the standard
-decisions (for the last ``logits_to_keep`` positions, transformers' keyword), and with ``labels`` the loss.
-transformers' generation loop runs this same forward for the law of $U$ alone (``return_decisions=False``, under
-``cauchy.validation(False)``: the prompt was checked at ``generate``'s door); the mode of a generation step is not the
-forward's business: the mixin forms the mode's scores from the last position's law of $U$
-(`causalqwen.integrations.generation_mixin`).
+**One forward per job.** `CausalQwenForCausalLM.forward` is a straight line, as Qwen2's: the door (the checks and the
+positions, `causalqwen.checks.doors.open_door`), the law of $U$ (`CausalQwenModel.law_of_U`), the standard decisions
+(for the last ``logits_to_keep`` positions, transformers' keyword), and with ``labels`` the loss. transformers'
+generation loop runs it for the law of $U$ alone (``return_decisions=False``, under ``cauchy.validation(False)``: the
+prompt was checked at ``generate``'s door); `causalqwen.integrations.generation_mixin` forms the mode's scores.
 """
 
 from __future__ import annotations
@@ -64,7 +62,7 @@ from .integrations.generation_mixin import CausalQwenGenerationMixin
 from .integrations.outputs import CausalQwenModelOutput, CausalQwenOutput
 from .integrations.trainer import signature_for_trainer
 from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
-from .losses import loss_from_law_of_U, next_token_targets
+from .losses import LOSS_FUNCTIONS, next_token_targets
 
 __all__ = ["CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
@@ -72,8 +70,7 @@ logger = logging.getLogger(__name__)
 
 
 def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The KV cache whichever name it came by (``cache=`` from transformers 5.24 on, ``past_key_values=`` before);
-    both at once is a ``TypeError``."""
+    """The KV cache by either name (``cache=`` from transformers 5.24, ``past_key_values=`` before); not both."""
     if cache is not None and past_key_values is not None:
         raise TypeError("pass the KV cache as cache= or as past_key_values=, not both")
     return cache if cache is not None else past_key_values
@@ -88,7 +85,7 @@ def _padded_attention_masks(model, inputs_embeds, attention_mask, cache, positio
     """Qwen2's attention masks (``{"full_attention": ...}``, and ``"sliding_attention"`` with sliding layers) for a
     batch with padding, built by transformers' own functions but without their look at whether the mask holds any
     padding (a host synchronisation per forward): the door has looked already, and hands a mask on only when it
-    does (`causalqwen.checks.doors.check_forward`), as generation does only for padded prompts."""
+    does (`causalqwen.checks.doors.open_door`), as generation does only for padded prompts."""
     arguments = dict(
         config=model.config,
         inputs_embeds=inputs_embeds,
@@ -188,7 +185,8 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         synchronisation, `causalqwen.checks.doors.open_door`) while `causalqwen.cauchy.validating`. With an
         ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that left padding does
         not shift them. The KV cache comes as ``cache`` (or, before transformers 5.24, ``past_key_values``)."""
-        cache = _one_cache(cache, past_key_values)
+        if past_key_values is not None:
+            cache = _one_cache(cache, past_key_values)
         check_keywords("forward", kwargs, _ABDUCE_ARGS)
         mask, position_ids = open_door(
             self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids, cache=cache
@@ -344,12 +342,14 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
         prompt at its door, and every later step's token and value are the model's own), and the forward makes no
         synchronisation.
         """
-        cache = _one_cache(cache, past_key_values)
+        if past_key_values is not None:
+            cache = _one_cache(cache, past_key_values)
         for name in _GENERATION_LOOP_ARGS:  # positions come from position_ids; the output always is a dict
             kwargs.pop(name, None)
         if "inputs_embeds" in kwargs and kwargs["inputs_embeds"] is None:  # peft's PeftModel passes it, always None
             del kwargs["inputs_embeds"]
-        check_keywords("forward", kwargs, _FORWARD_ARGS)
+        if kwargs:  # only transformers' output switches pass on to Qwen2
+            check_keywords("forward", kwargs, _FORWARD_ARGS)
         if return_decisions is None:
             return_decisions = labels is None
         mask, positions = open_door(
@@ -377,8 +377,20 @@ class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin
                 targets = next_token_targets(
                     labels, numeric_labels, window, self.config.ignore_index, self.config.num_token_id
                 )
-                # the literal loss returns the [B, S, V] decisions it scored, the fused one the <NUM> column alone
-                parts, decision = loss_from_law_of_U(self.action, loc_U, scale_U, targets)
+                config = self.config  # the loss, chosen on one line: "literal" returns the [B, S, V] decisions it
+                parts, decision = LOSS_FUNCTIONS[config.loss_algorithm](  # scored, "fused" the <NUM> column alone
+                    self.action,
+                    loc_U,
+                    scale_U,
+                    targets.labels,
+                    targets.values,
+                    num_token_id=config.num_token_id,
+                    threshold=self.action.ovr_threshold,
+                    ignore_index=config.ignore_index,
+                    regression_weight=config.regression_weight,
+                    gate_alpha=config.gate_alpha,
+                    detach_gate=config.detach_gate,
+                )
                 loss_fields = dict(
                     loss=parts.total,
                     cls_loss=parts.cls_loss_mean,

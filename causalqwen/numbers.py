@@ -306,28 +306,24 @@ def find_numbers(text: str) -> list[NumberMatch]:
     return find_numbers_before(text, len(text), len(text))
 
 
-def find_numbers_in(texts: list[str]) -> list[list[NumberMatch]]:
-    """``[find_numbers(text) for text in texts]`` for checked texts, each distinct number valued once
-    (`_numbers_of`)."""
-    return _numbers_of([(text, len(text), len(text)) for text in texts])
-
-
 def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
     """The numbers of ``text[:endpos]`` that start before ``stop``: when ``endpos`` is a cut place (or
     ``len(text)``) and ``stop <= endpos``, the numbers of the whole text that start before ``stop``.
 
     Far from ``stop``, ``endpos`` only bounds what a match may read; positions from ``stop`` on are never
     tried: a match is tried at each place where one can start (`_MATCH_START`), as ``finditer`` would."""
-    return _numbers_of([(text, stop, endpos)])[0]
+    return find_numbers_in([text], [(stop, endpos)])[0]
 
 
-def _numbers_of(spans: list[tuple[str, int, int]]) -> list[list[NumberMatch]]:
-    """For each ``(text, stop, endpos)``, the numbers of ``text[:endpos]`` that start before ``stop``: the matches
-    of the number alternative of `NUMBER_REGEX` (the identifiers skipped) whose value rules hold. Each distinct
-    number text is valued once, for every text together (`_values_of`): its groups depend on its text alone."""
+def find_numbers_in(texts: list[str], bounds: list[tuple[int, int]] | None = None) -> list[list[NumberMatch]]:
+    """``[find_numbers(text) for text in texts]`` for checked texts; with ``bounds``, one ``(stop, endpos)`` per text,
+    the numbers of ``text[:endpos]`` that start before ``stop`` (`find_numbers_before`). A number is a match of the
+    number alternative of `NUMBER_REGEX` (the identifiers skipped) whose value rules hold; each distinct number text
+    is valued once, for every text together (`_values_of`): its groups depend on its text alone."""
     groups_of: dict[str, tuple] = {}  # number text -> its `_GROUP_INDICES` groups
     matched: list[list[tuple[int, int, str]]] = []  # per text: (start, end, number text) of each match
-    for text, stop, endpos in spans:
+    for index, text in enumerate(texts):
+        stop, endpos = (len(text), len(text)) if bounds is None else bounds[index]
         found = []
         matched.append(found)
         if _ASCII_DIGIT.search(text, 0, endpos) is None:  # every number has one (a skipped identifier may not)
@@ -364,7 +360,12 @@ def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
     `nearest_float32_many`); a value that overflows or reaches the bottom of float32's range is decided by the
     whole rule (`_value_of_groups`). Rule V2 tests only digit runs long enough to break it, rule V3 sets the sign.
     """
-    literals = [_unsigned_literal(groups[2], groups[3] or groups[4], groups[5]) for groups in groups_of.values()]
+    # each literal without sign or group commas, "1,000.5" -> "1000.5" (`_unsigned_literal`, written out in this loop
+    # over every distinct number)
+    literals = [
+        (integer or "0").replace(",", "") + (fraction or fraction_only or "") + (exponent or "")
+        for _, _, integer, fraction, fraction_only, exponent in groups_of.values()
+    ]
     if len(literals) < _TOGETHER:  # below, numpy costs more than it saves
         magnitudes = [nearest_float32(literal) for literal in literals]
     else:

@@ -1,5 +1,5 @@
-"""The compiled tile (causalqwen.kernels.compiled): equal to the literal tile, the fallback with one warning, the
-switch.
+"""The compiled tile (`causalqwen.kernels.tiles.compiled`): equal to the literal tile, the fallback with one
+warning, the switch.
 
 Oracles: the literal function `tiles.tile_elementwise` run eagerly (the specification of the compiled code), and
 float64 evaluation of the same kernel for the size of the rounding differences. The fused loss's own equality
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from causalqwen.kernels import tiles
-from causalqwen.kernels.compiled import COMPILE_ENV, compile_enabled, compiled
 from causalqwen.kernels.fused import fused_ovr_classification_loss
+from causalqwen.kernels.tiles import COMPILE_ENV, compile_enabled, compiled
 
 
 def _tile(rows, classes, seed=0, dtype=torch.float32):

@@ -27,7 +27,7 @@ from torch import Tensor
 from ..cauchy import validating
 from .values import first_index
 
-__all__ = ["check_forward", "check_keywords", "refuse_meta", "open_door", "position_ids_from_mask", "PASSED_TO_QWEN2"]
+__all__ = ["check_keywords", "refuse_meta", "open_door", "position_ids_from_mask", "PASSED_TO_QWEN2"]
 
 # Keywords that forward/abduce hand on to Qwen2Model; everything else is refused by name.
 PASSED_TO_QWEN2 = ("output_attentions", "output_hidden_states")
@@ -106,26 +106,6 @@ def _like_input_ids(name: str, tensor, input_ids: Tensor, required: Required | N
             )
 
         required.append((~underflow, to_zero))
-
-
-def _check_ids(config, input_ids, required: Required) -> None:
-    if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-        raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got {input_ids.dtype}"
-        )
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
-    if input_ids.numel() == 0:
-        raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
-    vocab_size = config.vocab_size
-    required.append(
-        (
-            (input_ids >= 0) & (input_ids < vocab_size),
-            lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})"),
-        )
-    )
 
 
 def _check_values(config, input_ids, numeric_values, required: Required) -> None:
@@ -251,55 +231,6 @@ def _check_labels(
         )
 
 
-def check_forward(
-    config,
-    input_ids,
-    numeric_values=None,
-    attention_mask=None,
-    past_length: int = 0,
-    position_ids=None,
-    *,
-    labels=None,
-    numeric_labels=None,
-    threshold=None,
-) -> Tensor | None:
-    """Check a forward's inputs with at most one host synchronisation; return the attention mask to hand on
-    to Qwen2 (None when it is all ones, which Qwen2 would otherwise check itself)."""
-    refuse_meta(
-        input_ids=input_ids,
-        numeric_values=numeric_values,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        labels=labels,
-        numeric_labels=numeric_labels,
-    )
-    required: Required = []
-    if labels is not None and isinstance(input_ids, Tensor):  # in the order the checks were always made
-        _like_input_ids("labels", labels, input_ids)
-        if numeric_labels is not None:
-            _like_input_ids("numeric_labels", numeric_labels, input_ids, required)
-    _check_ids(config, input_ids, required)
-    _check_values(config, input_ids, numeric_values, required)
-    _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, required)
-    if labels is not None:
-        _check_labels(
-            config,
-            input_ids,
-            labels,
-            numeric_labels,
-            numeric_values=numeric_values,
-            attention_mask=attention_mask,
-            threshold=threshold,
-            required=required,
-        )
-    all_ones = [(attention_mask == 1).all()] if attention_mask is not None else []
-    flags = torch.stack([ok.all() for ok, _ in required] + all_ones).tolist()  # the one host synchronisation
-    for flag, (_, error) in zip(flags, required):
-        if not flag:
-            raise error()  # the first failed check, in the order they were required
-    return None if attention_mask is None or flags[-1] else attention_mask
-
-
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     r"""The position of every token counting real tokens only, ``[B, S]`` from the mask ``[B, S]``:
     $p_{b,s} = \max(0, \sum_{s' \le s} m_{b,s'} - 1)$, so that left padding does not shift a row's positions
@@ -319,25 +250,59 @@ def open_door(
     numeric_labels=None,
     threshold=None,
 ) -> tuple[Tensor | None, Tensor | None]:
-    """A forward's preamble: `check_forward` (one host synchronisation) with the cache's length, then the positions
-    of the new tokens from the mask when none are given. Returns ``(mask for Qwen2, position_ids)``: the mask is
-    None when it is all ones, the positions None when Qwen2 may count them itself (no mask). While
-    `causalqwen.cauchy.validating` is False (inputs a caller has checked already) the checks and their
+    """A forward's preamble: check every input with at most one host synchronisation, then form the positions of the
+    new tokens from the mask when none are given. Returns ``(mask for Qwen2, position_ids)``: the mask is None when it
+    is all ones (which Qwen2 would otherwise check itself), the positions None when Qwen2 may count them itself (no
+    mask). While `causalqwen.cauchy.validating` is False (inputs a caller has checked already) the checks and their
     synchronisation are skipped and the mask is kept as given."""
     mask = attention_mask
     if validating():
-        past_length = cache.get_seq_length() if cache is not None else 0
-        mask = check_forward(
-            config,
-            input_ids,
-            numeric_values,
-            attention_mask,
-            past_length,
-            position_ids,
+        refuse_meta(
+            input_ids=input_ids,
+            numeric_values=numeric_values,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
             labels=labels,
             numeric_labels=numeric_labels,
-            threshold=threshold,
         )
+        required: Required = []
+        if labels is not None and isinstance(input_ids, Tensor):  # in the order the checks were always made
+            _like_input_ids("labels", labels, input_ids)
+            if numeric_labels is not None:
+                _like_input_ids("numeric_labels", numeric_labels, input_ids, required)
+        if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+            raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(
+                f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got {input_ids.dtype}"
+            )
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
+        if input_ids.numel() == 0:
+            raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
+        vocab_size = config.vocab_size
+        in_vocabulary = (input_ids >= 0) & (input_ids < vocab_size)
+        required.append((in_vocabulary, lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")))
+        _check_values(config, input_ids, numeric_values, required)
+        past_length = cache.get_seq_length() if cache is not None else 0
+        _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, required)
+        if labels is not None:
+            _check_labels(
+                config,
+                input_ids,
+                labels,
+                numeric_labels,
+                numeric_values=numeric_values,
+                attention_mask=attention_mask,
+                threshold=threshold,
+                required=required,
+            )
+        all_ones = [(attention_mask == 1).all()] if attention_mask is not None else []
+        flags = torch.stack([ok.all() for ok, _ in required] + all_ones).tolist()  # the one host synchronisation
+        for flag, (_, error) in zip(flags, required):
+            if not flag:
+                raise error()  # the first failed check, in the order they were required
+        mask = None if attention_mask is None or flags[-1] else attention_mask
     if position_ids is None and mask is not None:
         position_ids = position_ids_from_mask(mask)[:, -input_ids.shape[1] :]  # [B, S]
     return mask, position_ids

@@ -153,7 +153,12 @@ def check_call_arguments(
         raise ValueError("padding='max_length' needs max_length")
     if truncation and max_length is None:
         raise ValueError("truncation=True needs max_length")
-    for index, text in enumerate(texts):
+    try:  # every text valid Unicode and short enough to encode whole, looked at once; the culprit named if not
+        "".join(texts).encode("utf-8")
+        fine = max_length is not None or max(map(len, texts)) <= MAX_TEXT_CHARS
+    except UnicodeEncodeError:
+        fine = False
+    for index, text in enumerate(() if fine else texts):
         try:
             check_text(text, max_length)
         except ValueError as error:

@@ -5,7 +5,7 @@ Every function here either returns its input in canonical form or raises a ``Val
 package (a public function, ``forward``, ``generate``, the tokenizer, the CLI); internal calls trust
 their callers and check nothing. A check that needs a value from the device (``bool(tensor)``) costs a
 host synchronisation, so the model's ``forward`` folds all of its data checks into one transfer
-(`causalqwen.checks.doors.check_forward`) and only looks for the culprit once that transfer says something is wrong.
+(`causalqwen.checks.doors.open_door`) and only looks for the culprit once that transfer says something is wrong.
 """
 
 from __future__ import annotations

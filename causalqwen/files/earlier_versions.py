@@ -37,7 +37,8 @@ import warnings
 # old module -> new module (both absolute); where the old module was split, its other parts are in `SPLIT_PARTS`
 OLD_PATHS = {
     "causalqwen.fused": "causalqwen.kernels.fused",
-    "causalqwen.compiled": "causalqwen.kernels.compiled",
+    "causalqwen.compiled": "causalqwen.kernels.tiles",
+    "causalqwen.kernels.compiled": "causalqwen.kernels.tiles",
     "causalqwen.checkpoint": "causalqwen.files.checkpoint",
     "causalqwen.loading": "causalqwen.files.loading",
     "causalqwen.rundir": "causalqwen.files.rundir",

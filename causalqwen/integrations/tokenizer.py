@@ -182,7 +182,10 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         (`causalqwen.tokenization.bounded_prefix`, grown while a prefix gives too few)."""
         if max_length is None:
             if sum(map(len, texts)) < CHUNK_CHARACTERS:  # a small batch: one call of the wrapped tokenizer
-                return self._encode_whole(texts, find_numbers_in(texts))
+                plan = EncodingPlan(
+                    self._hf_tokenizer, texts, find_numbers_in(texts), self._num_token, self._num_token_id
+                )
+                return plan.rows(plan.encode())
             return self._encode_chunks(texts, None)
         budget = 16 * max_length + 64  # characters; most tokens are far shorter
         plans: list[tuple[int, list[NumberMatch], bool]] = []
@@ -193,7 +196,8 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
             while end < len(text) and len(rows[index].input_ids) <= max_length + (0 if exact else UNSAFE_CUT_MARGIN):
                 grown *= 4
                 end, found, exact = bounded_prefix(text, grown)
-                rows[index] = self._encode_whole([text[:end]], [found])[0]
+                plan = EncodingPlan(self._hf_tokenizer, [text[:end]], [found], self._num_token, self._num_token_id)
+                rows[index] = plan.rows(plan.encode())[0]
         return [first_tokens(row, max_length, self._num_token_id) for row in rows]
 
     def _encode_chunks(self, texts: list[str], budget: int | None, plans: list | None = None) -> list[EncodedRow]:
@@ -207,7 +211,10 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         encoded one by one are not encoded again (`EncodingPlan`). Each text's row is the one it has alone."""
         chunks = chunks_of(texts, CHUNK_CHARACTERS)
         if len(chunks) <= 1:
-            return self._encode_whole(*texts_to_encode(texts, budget, plans))
+            plan = EncodingPlan(
+                self._hf_tokenizer, *texts_to_encode(texts, budget, plans), self._num_token, self._num_token_id
+            )
+            return plan.rows(plan.encode())
         rows: list[EncodedRow] = []
         # Python's cyclic garbage collector is paused meanwhile (if it runs): the rows are hundreds of thousands of
         # lists and tuples, none in a cycle, that its passes would traverse again and again (a third of the time
@@ -232,12 +239,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
             if collecting:
                 gc.enable()
         return rows
-
-    def _encode_whole(self, texts: list[str], found: list[list[NumberMatch]]) -> list[EncodedRow]:
-        """Encode every text, given its numbers: the text between them by the wrapped tokenizer, in one call
-        (`EncodingPlan`), and each number's value at its ``<NUM>`` (`causalqwen.tokenization.encoded_row`)."""
-        plan = EncodingPlan(self._hf_tokenizer, texts, found, self._num_token, self._num_token_id)
-        return plan.rows(plan.encode())
 
     def __call__(
         self,
@@ -303,20 +304,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
                         f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
                     )
             rows = [first_tokens(row, max_length, self._num_token_id) for row in rows]
-        encoding = self._pad(rows, padding, max_length, padding_side, return_tensors)
-        if not return_attention_mask:
-            del encoding["attention_mask"]
-        if len(rows) == 1:  # a text encoded alone (a prompt): how its numbers were written, for a streamer
-            self._number_texts_seen.remember(
-                encoding["input_ids"][0], encoding["numeric_values"][0], encoding.number_texts[0]
-            )
-        if one_text and return_tensors is None:  # one text as lists: its row, flat
-            return NumericEncoding({key: rows[0] for key, rows in encoding.items()}, encoding.number_texts[0])
-        return encoding
-
-    def _pad(self, rows: list[EncodedRow], padding, max_length, padding_side: str, return_tensors) -> NumericEncoding:
-        """The rows padded to the width ``padding`` gives (`padded_lists`), as ``return_tensors`` asks; the pad id
-        is needed only when a row is shorter than that width."""
+        # the rows padded to the width `padding` gives; the pad id is needed only when a row is shorter than that
         lengths = [len(row.input_ids) for row in rows]
         if padding is False:
             if len(set(lengths)) > 1 and return_tensors is not None:
@@ -325,10 +313,8 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
                     "return_tensors=None for lists of different lengths)"
                 )
             width = None
-        elif padding == "max_length":
-            width = max_length
         else:
-            width = max(lengths)
+            width = max_length if padding == "max_length" else max(lengths)
         padded = width is not None and any(length < width for length in lengths)
         pad_token_id = self._hf_tokenizer.pad_token_id if padded else 0
         if pad_token_id is None:
@@ -339,7 +325,16 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         data = padded_lists(
             [row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_token_id, padding_side
         )
-        return NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
+        encoding = NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
+        if not return_attention_mask:
+            del encoding["attention_mask"]
+        if len(rows) == 1:  # a text encoded alone (a prompt): how its numbers were written, for a streamer
+            self._number_texts_seen.remember(
+                encoding["input_ids"][0], encoding["numeric_values"][0], encoding.number_texts[0]
+            )
+        if one_text and return_tensors is None:  # one text as lists: its row, flat
+            return NumericEncoding({key: rows[0] for key, rows in encoding.items()}, encoding.number_texts[0])
+        return encoding
 
 
 class EncodingPlan:

@@ -5,25 +5,60 @@ A tile is ``Tiling.rows`` scored rows by ``Tiling.classes`` classes of the liter
 ($\mathrm{loc}_S - C = \mathrm{loc}_{U} W_b^\top + b_b - C_b$, $\mathrm{scale}_S = \mathrm{scale}_{U'} |W_b|^\top$,
 floored at
 ``scale_eps``), scored by the tail kernel `cauchy.tail_terms` (`tile_elementwise`, compiled into one loop by
-`causalqwen.kernels.compiled`). `fused_pass` walks every tile once and returns the per-row loss and, for the inputs
+`compiled`). `fused_pass` walks every tile once and returns the per-row loss and, for the inputs
 flagged in ``need``, the gradients of $\sum_n w_n L_n$, formed by hand: the kernel's derivatives pushed through the
 two matrix products. The derivation is in `causalqwen.kernels.fused`'s docstring and docs/losses.md.
+
+## The compiled tile
+
+A literal function, compiled with ``torch.compile`` where that works, the function itself
+otherwise.
+
+The tiled head (`causalqwen.kernels.fused`) spends most of a tile's time outside its two matrix products in about
+twenty elementwise passes (``atan``, ``log``, ``log1p``, ``where``, divisions), each a kernel of its own that
+reads and writes the whole tile. Compiled by inductor (its C++ backend on CPU, Triton on CUDA), they become
+one loop over the tile. The literal function stays the readable specification and the fallback:
+
+* `compiled` (function) returns a callable that runs ``torch.compile(function, dynamic=True)`` and, if
+  compiling or running the compiled code fails (no C++ compiler, an unsupported platform), warns once with the
+  reason and runs the literal function from then on;
+* inside a region that is itself being compiled (``torch.compile`` of a whole training step), the literal
+  function is called, so that the outer compilation sees through it;
+* under a Python tensor mode (a ``TorchDispatchMode`` or a ``TorchFunctionMode``, other than the one
+  ``with torch.device(...)`` installs: tracers, counters, fake tensors), the literal function is called too:
+  the mode is there to see the operations, and compiling beneath it is fragile (torch 2.13 can fail to
+  recompile under a function mode after compiling under a dispatch mode);
+* the environment variable ``CAUSALQWEN_COMPILE=0`` (read at each call) turns compilation off: the literal
+  function runs everywhere, for debugging or for a comparison.
+
+The compiled code computes the same formulas with the same operations in the same precision; it may round
+differently (fused multiply-adds, vectorised ``atan``/``log``), so it equals the literal code to a few ulp,
+not bit for bit (``tests/test_compiled.py`` measures it).
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._device import DeviceContext
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from .. import cauchy
 from ..action import noise_infused_scale
 from ..checks.values import check_positive_int
-from .compiled import compiled
 
 __all__ = [
+    "COMPILE_ENV",
+    "compile_enabled",
+    "compiled",
     "FUSED_CHUNK_SIZE",
     "FUSED_CUDA_CHUNK_SIZE",
     "FUSED_CUDA_VOCAB_CHUNK_SIZE",
@@ -37,6 +72,54 @@ __all__ = [
     "tile_elementwise",
     "tile_elementwise_compiled",
 ]
+
+COMPILE_ENV = "CAUSALQWEN_COMPILE"
+
+
+def _tensor_mode_active() -> bool:
+    """Whether a Python dispatch mode, or a function mode other than ``torch.device``'s, is active."""
+    if _get_current_dispatch_mode_stack():
+        return True
+    return any(not isinstance(mode, DeviceContext) for mode in _get_current_function_mode_stack())
+
+
+def compile_enabled() -> bool:
+    """False when ``CAUSALQWEN_COMPILE`` is set to ``0``, ``false``, ``no`` or ``off`` (any case)."""
+    return os.environ.get(COMPILE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class _Compiled:
+    """``function``, compiled on first use; the literal function where compilation is off or has failed."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+        self.failure: str | None = None  # why compilation failed, once it has
+        self._compiled = None
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args, **kwargs):
+        if self.failure is not None or not compile_enabled() or torch.compiler.is_compiling() or _tensor_mode_active():
+            return self.function(*args, **kwargs)
+        if self._compiled is None:
+            self._compiled = torch.compile(self.function, dynamic=True)
+        try:
+            return self._compiled(*args, **kwargs)
+        except Exception as error:  # inductor raises many types (no compiler, unsupported op, codegen errors)
+            self.failure = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            warnings.warn(
+                f"causalqwen: torch.compile of {self.function.__qualname__} failed ({self.failure}); running the "
+                f"literal (eager) code from now on. Set {COMPILE_ENV}=0 to skip the attempt.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return self.function(*args, **kwargs)
+
+
+def compiled(function: Callable) -> Callable:
+    """``function`` compiled with ``torch.compile(dynamic=True)`` on first use, falling back to ``function`` itself
+    (one ``RuntimeWarning`` naming the reason) where that fails; see the module docstring."""
+    return _Compiled(function)
+
 
 FUSED_CHUNK_SIZE = 512  # rows per tile on the CPU; measured by `python -m benchmarks head` (and `--tune`)
 FUSED_VOCAB_CHUNK_SIZE = 1024  # classes per tile on the CPU; measured likewise
@@ -109,7 +192,7 @@ def tile_elementwise(diff: Tensor, scale_raw: Tensor, scale_eps: float, value: b
     ``[c, b]``.
 
     This literal function is the specification; the tile runs `tile_elementwise_compiled`, the same function
-    compiled into one loop (`causalqwen.kernels.compiled`), or this one where compilation is off or unavailable.
+    compiled into one loop (`compiled`), or this one where compilation is off or unavailable.
     """
     terms = cauchy.tail_terms(diff, scale_raw.clamp_min(scale_eps), value=value, grads=grads)
     row_sums = terms.value.sum(-1) if value else None  # [c]
