@@ -155,6 +155,12 @@ class CausalQwenConfig(Qwen2Config):
             saved config without the field means). A record of the conversion: a model built from a config uses
             ``ovr_threshold`` whatever the rule.
         ovr_threshold_quantile: the quantile of ``"top_logit_quantile"`` (0.5).
+        ovr_threshold_per_class: one threshold per class, a ``[V]`` tensor saved with the weights (off).
+        learnable_threshold: train the threshold (off). A trained $C_k$ is the bias $b_{\mathrm{cls},k}$ under another
+            name: every OvR quantity reads $\mathrm{loc}_{S_k} - C_k = W_k \cdot u + (b_{\mathrm{cls},k} - C_k)$, so
+            no OvR probability, decision or loss is reachable with it that the bias does not reach. It changes the
+            optimisation (two parameters step one sum) and what reads $\mathrm{loc}_S$ without $C$: the
+            ``traditional`` mode's softmax and ``logits`` (docs: losses.md, "OvR probability").
         regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
         gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
         detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
