@@ -32,7 +32,7 @@ from .domain_b import domain_b_records
 from .domains import pretrained_starting_point
 from .v9_comparison import BATCH, SEED, causal_model
 
-SETTINGS = dict(steps=150, train_texts=1600, eval_texts=80, learning_rate=1e-2, eval_every=25, draws=32)
+SETTINGS = dict(steps=150, train_texts=1600, eval_texts=80, learning_rate=1e-2, eval_every=25, draws=32, seed=SEED)
 NOISE_KEYS = (
     "dist/noise_scale_mean",
     "dist/noise_scale_median",
@@ -76,7 +76,7 @@ def run(settings: dict) -> str:
     started = time.perf_counter()
     torch.set_num_threads(1)
     base, _, tokenizer = pretrained_starting_point()
-    model = causal_model(base, tokenizer)
+    model = causal_model(base, tokenizer, seed=settings["seed"])
     texts = [record.text for record in domain_b_records(settings["train_texts"], SEED)]
     held_out = [record.text for record in domain_b_records(settings["eval_texts"], SEED + 1)]
     batch = collate(TextDataset(held_out, tokenizer, max_length=64).items, tokenizer.pad_token_id)
@@ -91,7 +91,7 @@ def run(settings: dict) -> str:
         log_every=settings["eval_every"],
         eval_every=settings["eval_every"],
         save_every=10**9,
-        seed=SEED,
+        seed=settings["seed"],
     )
     history = train(model, TextDataset(texts, tokenizer, max_length=64), config, batch, progress=False)
     model.eval()
@@ -137,8 +137,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=SETTINGS["steps"], help="training steps")
     parser.add_argument("--draws", type=int, default=SETTINGS["draws"], help="causal draws per position")
+    parser.add_argument(
+        "--seed", type=int, default=SETTINGS["seed"], help="the new parameters' draw and the batch order"
+    )
     arguments = parser.parse_args(argv)
-    print(run(SETTINGS | {"steps": arguments.steps, "draws": arguments.draws}))
+    print(run(SETTINGS | {"steps": arguments.steps, "draws": arguments.draws, "seed": arguments.seed}))
 
 
 if __name__ == "__main__":
