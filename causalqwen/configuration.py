@@ -145,22 +145,16 @@ class CausalQwenConfig(Qwen2Config):
             start at $U \sim \mathrm{Cauchy}(z, \gamma)$.
         abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
         noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
-        ovr_threshold: the OvR threshold $C_k$, shared or, with ``ovr_threshold_per_class``, a vector of $V$
-            thresholds initialised to this value; a parameter when ``learnable_threshold``. `from_qwen` computes it
-            from the base by ``ovr_threshold_init``; without a base it starts at 0.0, what ``"top_two_midpoint"``
-            gives for a base whose logits are all zero (a saved config without the field means the drafts' 100.0).
-        ovr_threshold_init: the rule by which `from_qwen` computes ``ovr_threshold`` from its base
-            (`causalqwen.initialization`): ``"top_two_midpoint"`` (the default: the median midpoint of the base's
-            two largest logits on a calibration batch), ``"top_logit_quantile"`` or ``"fixed"`` (as given; what a
-            saved config without the field means). A record of the conversion: a model built from a config uses
-            ``ovr_threshold`` whatever the rule.
+        ovr_threshold: the OvR threshold $C_k$, shared or, with ``ovr_threshold_per_class``, a vector of $V$ thresholds
+            initialised to this value. `from_qwen` computes it by ``ovr_threshold_init``; without a base it is 0.0, the
+            rule's value for all-zero logits (a saved config without the field means the drafts' 100.0).
+        learnable_threshold: make $C$ a parameter (off): the bias $b_{\mathrm{cls}}$ under another name, so it changes
+            no OvR quantity, only the optimisation and what reads $\mathrm{loc}_S$ alone (``traditional``'s softmax).
+        ovr_threshold_init: how `from_qwen` computes ``ovr_threshold`` (`causalqwen.initialization`):
+            ``"top_two_midpoint"`` (the default: the median midpoint of the base's two largest logits on a calibration
+            batch), ``"top_logit_quantile"`` or ``"fixed"`` (as given; what a saved config without the field means). A
+            record of the conversion: whatever the rule, a model uses ``ovr_threshold``.
         ovr_threshold_quantile: the quantile of ``"top_logit_quantile"`` (0.5).
-        ovr_threshold_per_class: one threshold per class, a ``[V]`` tensor saved with the weights (off).
-        learnable_threshold: train the threshold (off). A trained $C_k$ is the bias $b_{\mathrm{cls},k}$ under another
-            name: every OvR quantity reads $\mathrm{loc}_{S_k} - C_k = W_k \cdot u + (b_{\mathrm{cls},k} - C_k)$, so
-            no OvR probability, decision or loss is reachable with it that the bias does not reach. It changes the
-            optimisation (two parameters step one sum) and what reads $\mathrm{loc}_S$ without $C$: the
-            ``traditional`` mode's softmax and ``logits`` (docs: losses.md, "OvR probability").
         regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
         gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
         detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
