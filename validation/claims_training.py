@@ -1,5 +1,5 @@
-r"""Ledger rows that need a few seconds of training (V13): the traditional mode after OvR training, and the OvR
-probability sum under standard and causal inference before and after.
+r"""Ledger rows that need a few seconds of training (V13): learned per-class thresholds, the traditional mode after
+OvR training, and the OvR probability sum under standard and causal inference before and after.
 
 The tiny model is trained by the package's own loop (`causalqwen.train`, preset ``"all"``, the literal loss) on
 synthetic sentences, and measured on held-out ones. Every probability below is formed from the model's laws by
@@ -19,7 +19,7 @@ from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.metrics import next_token_valid_mask, ovr_prob_sum_median
 from causalqwen.training import TrainingConfig
 
-from .claims_ledger import FOUNDATIONS, OVERVIEW, LedgerRow
+from .claims_ledger import FORWARD, FOUNDATIONS, OVERVIEW, LedgerRow
 from .claims_parameters import LITERAL
 from .common import check, fmt
 
@@ -71,10 +71,8 @@ class Snapshot:
         return np.array(sums)
 
 
-def _trained(steps: int, batch: dict, draws: int) -> tuple[Snapshot, Snapshot]:
-    model, tokenizer, _ = build_tiny_causal_lm(seed=TRAIN_SEED, init_seed=TRAIN_SEED, **LITERAL)
-    before = Snapshot(model, batch, draws)
-    config = TrainingConfig(
+def _training_config(steps: int) -> TrainingConfig:
+    return TrainingConfig(
         steps=steps,
         batch_size=8,
         learning_rate=LEARNING_RATE,
@@ -85,8 +83,45 @@ def _trained(steps: int, batch: dict, draws: int) -> tuple[Snapshot, Snapshot]:
         log_every=steps,
         seed=TRAIN_SEED,
     )
-    train(model.train(), TextDataset(synthetic_texts(64, seed=1), tokenizer, max_length=64), config, progress=False)
+
+
+def _training_set(tokenizer) -> TextDataset:
+    return TextDataset(synthetic_texts(64, seed=1), tokenizer, max_length=64)
+
+
+def _trained(steps: int, batch: dict, draws: int) -> tuple[Snapshot, Snapshot]:
+    model, tokenizer, _ = build_tiny_causal_lm(seed=TRAIN_SEED, init_seed=TRAIN_SEED, **LITERAL)
+    before = Snapshot(model, batch, draws)
+    train(model.train(), _training_set(tokenizer), _training_config(steps), progress=False)
     return before, Snapshot(model.eval(), batch, draws)
+
+
+def learned_threshold_row(steps: int) -> LedgerRow:
+    """Per-class learnable thresholds trained with the rest: does C_k end lower for the tokens that are frequent
+    targets? Spearman's rank correlation (SciPy) of the change of C_k with the token's count as a target."""
+    settings = {"ovr_threshold_per_class": True, "learnable_threshold": True}
+    model, tokenizer, _ = build_tiny_causal_lm(seed=TRAIN_SEED, init_seed=TRAIN_SEED, **settings, **LITERAL)
+    start = model.action.ovr_threshold.detach().clone()  # [V]
+    train_set = _training_set(tokenizer)
+    train(model.train(), train_set, _training_config(steps), progress=False)
+    change = (model.action.ovr_threshold.detach() - start).double().numpy()  # [V]
+    targets = torch.cat([item["input_ids"][1:] for item in train_set.items])  # every next-token target
+    counts = torch.bincount(targets, minlength=len(change)).numpy()  # [V]
+    seen = counts > 0
+    correlation = stats.spearmanr(counts[seen], change[seen])
+    frequent = np.argsort(-counts)[:20]
+    lower = correlation.statistic < 0 and correlation.pvalue < 0.01
+    return LedgerRow(
+        where=f"{OVERVIEW} §4 step 6 (future extension); {FORWARD} §5.1 (design outlook)",
+        statement="A learned per-class threshold ends lower for frequent tokens and higher for rare ones.",
+        method=f"the tiny model with learnable per-class thresholds, trained {steps} steps like the rows below; "
+        "Spearman's rank correlation (scipy.stats.spearmanr) of the change of C_k with the token's count as a "
+        f"target in the training set, over the {int(seen.sum())} tokens that occur.",
+        figures=f"Spearman ρ = {fmt(float(correlation.statistic))} (p = {fmt(float(correlation.pvalue))}); median "
+        f"change of C_k: {fmt(float(np.median(change[frequent])))} for the 20 most frequent tokens, "
+        f"{fmt(float(np.median(change[~seen])))} for tokens that never occur",
+        verdict="holds" if lower else "fails",
+    )
 
 
 def traditional_row(start_difference: float, before: Snapshot, after: Snapshot, steps: int) -> LedgerRow:
@@ -157,4 +192,8 @@ def training_rows(batch: dict, start_difference: float, quick: bool) -> list[Led
     initialization (`claims_initialization.softmax_path_difference`)."""
     steps, draws = (20, 4) if quick else (60, 16)
     before, after = _trained(steps, batch, draws)
-    return [traditional_row(start_difference, before, after, steps), ovr_sum_row(before, after, steps)]
+    return [
+        learned_threshold_row(steps),
+        traditional_row(start_difference, before, after, steps),
+        ovr_sum_row(before, after, steps),
+    ]

@@ -20,8 +20,8 @@ the allowed kinds, and that wherever the package computes the same quantity as t
 
 **Not measured here** (left to the studies that train): whether the gate learns classification before regression
 (the gate study); whether $|b_{\mathrm{noise}}|$ shrinks as $U$ explains more (the noise study); the calibration
-signals on the pretrained base (the calibration study); whether a learned threshold ends lower for frequent tokens;
-whether the shared modes give more consistent sequences than top-k/top-p at matched diversity.
+signals on the pretrained base (the calibration study); whether the shared modes give more consistent sequences
+than top-k/top-p at matched diversity.
 """
 
 from __future__ import annotations
