@@ -44,6 +44,7 @@ STUDIES = {
     "V10": "validation.v10_defaults",
     "V11": "validation.v11_arithmetic",
     "V12": "validation.v12_lm_eval",
+    "GATE": "validation.gate_study",
 }
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"
