@@ -19,7 +19,7 @@ from causalqwen import cauchy
 from causalqwen.inference import traditional_probabilities
 from causalqwen.losses import ovr_log_probability
 
-from .claims_ledger import FORWARD, FOUNDATIONS, INFERENCE, OVERVIEW, LedgerRow
+from .claims_ledger import DECISIONS, FORWARD, FOUNDATIONS, INFERENCE, OVERVIEW, LedgerRow
 from .common import check, fmt
 
 __all__ = [
@@ -231,7 +231,7 @@ def unclamped_t_row() -> LedgerRow:
     package, _ = ovr_log_probability(torch.tensor([t], dtype=torch.float64), torch.ones(1, dtype=torch.float64), 0.0)
     clamped = float(mpmath.log(mpmath.mpf(1) / 2 + mpmath.atan(mpmath.mpf(-1e6)) / mpmath.pi))  # the drafts' clamp
     return LedgerRow(
-        where=f"{INFERENCE} §6.1",
+        where=f"{INFERENCE} §6.1; decision {DECISIONS['D10']}",
         statement="Clamping t = (x − loc)/scale to [−10⁶, 10⁶] avoids numerical problems of arctan in the Cauchy CDF.",
         method="log P at t = −10⁸ by mpmath, by the package (float64), and with the drafts' clamp applied.",
         figures=f"log P: exact {fmt(oracle)}, package {fmt(float(package[0]))}, with the clamp {fmt(clamped)} "
@@ -262,7 +262,7 @@ def top_p_row(draws: int) -> LedgerRow:
     toy = traditional_probabilities(torch.log(torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64)), top_p=top_p)
     larger = float((package_kept > draft_kept).double().mean())
     return LedgerRow(
-        where=f"{INFERENCE} §3.3",
+        where=f"{INFERENCE} §3.3; decision {DECISIONS['D21']}",
         statement="Top-p keeps the most probable tokens whose cumulative mass is at most p (at least one).",
         method=f"{draws} random 20-class distributions (torch seed {MC_SEED}), p = {top_p}: kept-set sizes of the "
         "drafts' rule (cumulative mass ≤ p), of `inference.traditional_probabilities`, and of transformers' "

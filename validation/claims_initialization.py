@@ -18,7 +18,7 @@ from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import predict, traditional_probabilities
 from causalqwen.metrics import next_token_valid_mask
 
-from .claims_ledger import FORWARD, FOUNDATIONS, OVERVIEW, LedgerRow
+from .claims_ledger import DECISIONS, FORWARD, FOUNDATIONS, OVERVIEW, LedgerRow
 from .common import check, fmt
 
 __all__ = ["TinyStart", "initialization_rows", "softmax_path_difference", "DRAFT_SETTINGS"]
@@ -111,7 +111,7 @@ def drafts_start_rows(start: TinyStart, drafts: TinyStart) -> list[LedgerRow]:
     largest_share = float((tokens == largest_norm)[drafts.positions].double().mean())
     return [
         LedgerRow(
-            where=f"{OVERVIEW} §4 step 2; {FOUNDATIONS} §6 step 2",
+            where=f"{OVERVIEW} §4 step 2; {FOUNDATIONS} §6 step 2; decision {DECISIONS['D14']}",
             statement="scale_U starts at a large constant γ (such as 10): a wide, know-nothing prior over individuals.",
             method="the median scale_U of the tiny model converted at the package's defaults.",
             figures=f"median scale_U = {fmt(scale_U)} (abduction_scale_init = "
@@ -122,7 +122,7 @@ def drafts_start_rows(start: TinyStart, drafts: TinyStart) -> list[LedgerRow]:
             "γ = 10 stays available by configuration",
         ),
         LedgerRow(
-            where=f"{OVERVIEW} §4 step 6 (recommended setting); {FOUNDATIONS} §6 step 5",
+            where=f"{OVERVIEW} §4 step 6 (recommended setting); {FOUNDATIONS} §6 step 5; decision {DECISIONS['D14']}",
             statement="The recommended C_OvR = 100 gives a good, sparse and stable starting point.",
             method="the tiny model converted at the drafts' γ = 10, C = 100: how often argmax_k P_k is the base's "
             "greedy token, and how often it is the class with the largest ‖W_k‖₁ (`inference.predict`).",
@@ -200,7 +200,7 @@ def unit_direction_row() -> LedgerRow:
     size = model.config.hidden_size
     low, high = np.sqrt(stats.chi2.ppf([0.05, 0.95], size) / size)  # 90% range of ‖N(0, I/H)‖ = sqrt(χ²_H / H)
     return LedgerRow(
-        where=f"{OVERVIEW} §4 step 1 (the author's comment); {FORWARD} §1.3",
+        where=f"{OVERVIEW} §4 step 1 (the author's comment); {FORWARD} §1.3; decision {DECISIONS['D22']}",
         statement="The author asks for a plain initialization of w_num (a random vector scaled by 1/√H) instead "
         "of a normalised unit vector.",
         method="‖w_num‖ of the converted tiny model for 5 initialization seeds.",
@@ -242,7 +242,7 @@ def unclamped_scale_row(batch: dict) -> LedgerRow:
     used = oracle > 0  # the base's unused rows are 0 and meet the lower clamp instead
     relative = float(((measured - oracle).abs() / oracle)[used].max())
     return LedgerRow(
-        where=f"{FOUNDATIONS} §4.4",
+        where=f"{FOUNDATIONS} §4.4; decision {DECISIONS['D20']}",
         statement="Scales are clipped to [ε, max_scale] to prevent exploding gradients.",
         method=f"the tiny model converted with γ = {fmt(gamma)}: scale_S against the float64 closed form "
         "(γ + |b_noise|)·‖W_k‖₁ with no upper clip.",

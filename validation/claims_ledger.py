@@ -21,6 +21,7 @@ __all__ = [
     "FORWARD",
     "INFERENCE",
     "LedgerRow",
+    "DECISIONS",
     "is_allowed_verdict",
     "ledger_table",
     "verdict_counts",
@@ -34,6 +35,19 @@ FOUNDATIONS = "math_foundations_v1"
 OVERVIEW = "math_overview_reviewed"
 FORWARD = "forward_pass"
 INFERENCE = "inference"
+
+
+# The project's decisions that record where the code departs from the drafts (docs/decisions.md), as links from a
+# page in docs/validation/.
+DECISIONS = {
+    "D10": "[D10](../decisions.md#d10-numerical-safety)",
+    "D14": "[D14](../decisions.md#d14-initial-scale-and-threshold)",
+    "D18": "[D18](../decisions.md#d18-the-exogenous-noise-its-name-its-sign-and-its-kink)",
+    "D19": "[D19](../decisions.md#d19-a-learnable-threshold-is-the-bias-under-another-name)",
+    "D20": "[D20](../decisions.md#d20-scales-are-clamped-below-only)",
+    "D21": "[D21](../decisions.md#d21-top-p-keeps-the-token-that-crosses-p)",
+    "D22": "[D22](../decisions.md#d22-w_num-starts-as-a-unit-vector)",
+}
 
 
 @dataclass

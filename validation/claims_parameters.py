@@ -16,7 +16,7 @@ from scipy import stats
 from causalqwen.app.tiny import build_tiny_causal_lm
 
 from .claims_initialization import TinyStart
-from .claims_ledger import FORWARD, FOUNDATIONS, OVERVIEW, LedgerRow
+from .claims_ledger import DECISIONS, FORWARD, FOUNDATIONS, OVERVIEW, LedgerRow
 from .common import fmt
 
 __all__ = ["parameter_rows", "ovr_probabilities", "REGIME_THRESHOLDS", "LITERAL"]
@@ -63,7 +63,7 @@ def noise_sign_row(batch: dict) -> LedgerRow:
     with torch.no_grad():
         difference = max(difference, abs(float(_loss(model, batch)) - float(_loss(flipped, batch))))
     return LedgerRow(
-        where=f"{OVERVIEW} §2.4 (and the author's comment on b_noise); {FORWARD} §4.2",
+        where=f"{OVERVIEW} §2.4 (and the author's comment on b_noise); {FORWARD} §4.2; decision {DECISIONS['D18']}",
         statement="b_noise is a learnable parameter of the exogenous noise ε ~ Cauchy(0, |b_noise|).",
         method="the tiny model with b_noise of mixed signs, and a copy with every sign flipped: the largest "
         "difference of loc_S, scale_S, loc_Y, scale_Y and the loss on a batch.",
@@ -90,7 +90,7 @@ def noise_kink_row(batch: dict) -> LedgerRow:
             slopes.append((float(_loss(moved, batch)) - float(loss)) / step)
     kink = slopes[0] != 0.0 and slopes[0] == slopes[1]
     return LedgerRow(
-        where=f"{OVERVIEW} §4 step 5",
+        where=f"{OVERVIEW} §4 step 5; decision {DECISIONS['D18']}",
         statement="b_noise starts at 0, and the noise's influence is then learned during training.",
         method="the tiny model converted with noise_init = 0: autograd's gradient of the loss in b_noise, and the "
         f"one-sided slopes (L(±h) − L(0))/h, h = {fmt(step)}, along its first component (float32 forward).",
@@ -119,7 +119,8 @@ def threshold_reparameterisation_row(batch: dict) -> LedgerRow:
         (torch.softmax(first.loc_S.double(), -1) - torch.softmax(second.loc_S.double(), -1)).abs().max()
     )
     return LedgerRow(
-        where=f"{OVERVIEW} §4 step 6 (the author's comment, future extension); {FORWARD} §5.1 (design outlook)",
+        where=f"{OVERVIEW} §4 step 6 (the author's comment, future extension); {FORWARD} §5.1 (design outlook); "
+        f"decision {DECISIONS['D19']}",
         statement="A learnable per-class threshold C_k lets the model learn each token's activation difficulty "
         "(lower for frequent tokens), something it cannot do otherwise.",
         method=f"two tiny models: per-class thresholds raised by offsets δ_k ~ N(0, 1) (seed {OFFSET_SEED}), and "
@@ -135,7 +136,7 @@ def threshold_start_row() -> LedgerRow:
     threshold = model.action.ovr_threshold.detach().double()  # [V]
     spread = float(threshold.max() - threshold.min())
     return LedgerRow(
-        where=f"{OVERVIEW} §4 step 6 (vector form)",
+        where=f"{OVERVIEW} §4 step 6 (vector form); decision {DECISIONS['D19']}",
         statement="Per-class thresholds start at C_k = C_OvR + ε_k with small random ε_k.",
         method="the per-class threshold vector of the tiny model converted with ovr_threshold_per_class.",
         figures=f"{len(threshold)} thresholds, max − min = {fmt(spread)} (all at C = {fmt(float(threshold[0]))})",
