@@ -28,6 +28,16 @@ The token distribution $q$ (``token_probability``):
 
 Both are distributions over the same vocabulary as Qwen's softmax, so sums of terms are log-probabilities of
 the same text and compare with Qwen's in nats and in bits per byte.
+
+The evaluation perplexity in bits per byte (`bits_per_byte`) of texts $x^{(1)}, \dots, x^{(n)}$ is
+
+$$
+\mathrm{bpb} = \frac{-\sum_t \log_2 P(x^{(t)})}{\sum_t \lvert x^{(t)} \rvert_{\mathrm{UTF\text{-}8}}},
+$$
+
+each text scored whole by `score_text` and measured in UTF-8 bytes: a unit that does not depend on the tokenizer,
+so CausalQwen (a number is one ``<NUM>`` and its interval) and Qwen (a number is digit tokens) compare on the same
+texts.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ from .writing import resolution_exponent
 __all__ = [
     "TOKEN_PROBABILITIES",
     "SequenceScore",
+    "bits_per_byte",
     "token_log_probabilities",
     "number_log_probability",
     "score_continuation",
@@ -342,3 +353,26 @@ def _prefix_id(tokenizer) -> int:
             "the tokenizer has neither an eos nor a pad token to stand before a text scored from its start"
         )
     return prefix
+
+
+def bits_per_byte(model, tokenizer, texts, token_probability: str = "ovr", max_length: int | None = None) -> float:
+    r"""$-\sum_t \log_2 P(\text{texts}_t)$ over the number of UTF-8 bytes of the texts: each text scored whole by
+    `score_text` (the first token conditioned on end-of-text, numbers as written), in windows of ``max_length``.
+
+    Raises:
+        ValueError: ``texts`` is not a non-empty list or tuple of non-empty strings, a text is not UTF-8 (a lone
+            surrogate), or an unknown ``token_probability``.
+    """
+    check_token_probability(token_probability)
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
+        raise ValueError(f"texts must be a non-empty list of str, got {type(texts).__name__}")
+    total_bytes = 0
+    for index, text in enumerate(texts):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"texts[{index}] must be a non-empty str, got {text!r}")
+        try:
+            total_bytes += len(text.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            raise ValueError(f"texts[{index}] is not UTF-8 text: {error.reason} at character {error.start}") from None
+    log_likelihood = sum(score_text(model, tokenizer, text, token_probability, max_length) for text in texts)  # nats
+    return -log_likelihood / math.log(2) / total_bytes

@@ -20,6 +20,7 @@ token $\hat k_i = \arg\max_k P_{k,i}$, value $\hat y_i = \mathrm{loc}_{Y_i}$.
 | ``ovr_causal_draws`` | $D$, the individuals $u_{i,d} = \mathrm{loc}_{U_i} + \mathrm{scale}_{U_i} \odot \tan(\pi(\varepsilon_{i,d} - \tfrac12))$ per position |
 | ``noise_scale_mean``, ``noise_scale_median`` | mean, median of $\lvert b_{\mathrm{noise}}\rvert$ over its $C$ components |
 | ``noise_scale_over_U_scale`` | median $\lvert b_{\mathrm{noise}}\rvert$ over median $\mathrm{scale}_U$ (all components, real tokens) |
+| ``bits_per_byte``, ``bytes`` | $-\sum_t \log_2 P(\text{text}_t)$ over the UTF-8 bytes of held-out texts (`evaluate_texts`), and that count |
 
 Counts (``num_predicted``, ``num_targets``, ``reg_count``, ``tokens``) are reported beside the rates,
 so that a 0 that means "undefined" can be told from a measured 0. No metric is ever NaN.
@@ -40,6 +41,7 @@ from torch import Tensor
 
 from . import cauchy
 from .inference import draw_uniform
+from .likelihood import bits_per_byte
 from .losses import next_token_targets, ovr_probability
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "causal_ovr_sums",
     "DEFAULT_CAUSAL_DRAWS",
     "evaluate_batch",
+    "evaluate_texts",
     "noise_statistics",
     "next_token_valid_mask",
     "ovr_prob_sum_median",
@@ -367,6 +370,15 @@ def _label_pair(labels, outputs) -> tuple:
         "TrainerMetrics needs the batches' labels: Trainer's label names must be [\"labels\"] (the "
         'default) or ["labels", "numeric_labels"]; got ' + f"{type(labels).__name__}"
     )
+
+
+@torch.no_grad()
+def evaluate_texts(model, tokenizer, texts, token_probability: str = "ovr") -> dict[str, float]:
+    r"""The evaluation perplexity of held-out ``texts`` in bits per byte, from the likelihood of decision D16
+    (`causalqwen.likelihood.bits_per_byte`: every text scored whole, numbers as written), and their UTF-8 bytes.
+    Logged as ``eval/bits_per_byte`` and ``eval/bytes`` (`with_log_prefixes`)."""
+    value = bits_per_byte(model, tokenizer, texts, token_probability)  # checks texts
+    return {"bits_per_byte": value, "bytes": float(sum(len(text.encode("utf-8")) for text in texts))}
 
 
 def with_log_prefixes(metrics: dict[str, float]) -> dict[str, float]:
