@@ -608,7 +608,8 @@ def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool =
     bounded even where $F(-t)$ is tiny. In float32
     the value is finite while $|t| < 2^{149}$ (where $r$ underflows to 0). ``scale`` must be $> 0$; no check is
     made here (the callers clamp at ``scale_eps``). Second derivatives taken through `tail_nll` (the literal
-    path's Hessian) are exact everywhere except at $d = 0$ exactly, where this branchwise form is not smooth.
+    path's Hessian) are exact everywhere except exactly at $d = 0$ and $|d| = s$ (the branch points of this form:
+    there autograd differentiates ``abs``, ``minimum`` and ``maximum`` at a tie and returns 0, not $a''$).
     """
     size = diff.abs()
     far = size > scale  # |t| > 1
