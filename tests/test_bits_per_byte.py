@@ -127,3 +127,23 @@ def test_an_unknown_token_probability_is_refused_by_name(tiny):
     model, tokenizer, _ = tiny
     with pytest.raises(ValueError, match=r'token_probability must be "ovr" or "softmax", got \'logits\''):
         bits_per_byte(model, tokenizer, TEXTS, token_probability="logits")
+
+
+def test_a_training_run_logs_eval_bits_per_byte_of_its_held_out_texts(tiny):
+    """`train` with ``eval_texts``: the eval record holds ``eval/bits_per_byte``, that of the trained model."""
+    import copy
+
+    from causalqwen import train
+    from causalqwen.files.data import TextDataset, collate, synthetic_texts
+    from causalqwen.training import TrainingConfig
+
+    _, tokenizer, _ = tiny
+    model = copy.deepcopy(tiny[0])
+    data = TextDataset(synthetic_texts(4, seed=0), tokenizer, max_length=32)
+    held_out = synthetic_texts(2, seed=1)
+    batch = collate(TextDataset(held_out, tokenizer, max_length=32).items, tokenizer.pad_token_id)
+    config = TrainingConfig(steps=1, batch_size=4, learning_rate=1e-3, warmup_steps=0, eval_every=1, log_every=1)
+    (record,) = train(model, data, config, batch, eval_texts=(tokenizer, held_out), progress=False)
+    assert record["eval/bits_per_byte"] == pytest.approx(bits_per_byte(model, tokenizer, held_out), rel=1e-9)
+    assert record["eval/bytes"] == _bytes(held_out)
+    assert record["eval/bits_per_byte"] != pytest.approx(bits_per_byte(tiny[0], tokenizer, held_out), rel=1e-9)

@@ -334,6 +334,7 @@ def train_command(args) -> int:
             train_set,
             config,
             eval_batch=eval_batch,
+            eval_texts=(tokenizer, eval_texts) if eval_texts is not None else None,
             out_dir=run_dir if writer else args.out,
             resume=args.resume,
             allow_changed_settings=args.allow_changed_settings,

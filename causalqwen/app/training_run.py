@@ -32,7 +32,7 @@ from ..files.data import TextDataset, collate
 from ..files.rundir import RunDirectory
 from ..files.training_state import load_training_state
 from ..kernels.mixed_precision import autocast_in, check_trainable_dtypes, float32_master_weights
-from ..metrics import evaluate_batch, training_metrics, with_log_prefixes
+from ..metrics import evaluate_batch, evaluate_texts, training_metrics, with_log_prefixes
 from ..training import (
     TrainingConfig,
     TrainingState,
@@ -82,10 +82,13 @@ def train(
     progress: bool = True,
     allow_changed_settings: bool = False,
     print_eval: bool = False,
+    eval_texts: tuple | None = None,
 ) -> list[dict]:
     """Train ``model`` in place; return the history (one dict of metrics per logged step).
 
-    ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics. With
+    ``eval_batch`` is a collated held-out batch for the ``eval/*``/``dist/*`` metrics; ``eval_texts``, a pair
+    ``(tokenizer, texts)`` of the held-out texts, adds ``eval/bits_per_byte`` beside them (`evaluate_texts`: each
+    text scored whole, numbers as written). With
     ``out_dir`` the run writes ``metrics.jsonl`` and checkpoints there (rank 0 only); the directory is
     claimed first (`causalqwen.files.rundir`: a new or empty directory, or a previous run with ``resume``
     or ``overwrite``; locked while the run lasts), unless a claimed `RunDirectory` is passed.
@@ -124,7 +127,7 @@ def train(
                 allow_changed_settings=allow_changed_settings,
             )
             state.autocast_dtype = autocast_dtype
-            return _steps(state, train_dataset, eval_batch, out_dir, progress, print_eval)
+            return _steps(state, train_dataset, eval_batch, out_dir, progress, print_eval, eval_texts=eval_texts)
     finally:
         if owned:
             run_dir.release()
@@ -224,7 +227,9 @@ def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSa
     return sampler, loader
 
 
-def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: bool, print_eval: bool) -> list[dict]:
+def _steps(
+    state: TrainingState, train_dataset, eval_batch, out_dir, progress: bool, print_eval: bool, *, eval_texts=None
+) -> list[dict]:
     """The optimisation steps from ``state.step`` on (the numbered list in the module docstring), then the model
     in eval mode; returns the history."""
     model, config = state.model, state.config
@@ -258,7 +263,7 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
             state.step += 1
 
             with autocast_in(state.autocast_dtype, device):
-                record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None)
+                record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None, eval_texts=eval_texts)
             if record:
                 state.history.append(record)
                 if log:
@@ -283,7 +288,7 @@ def _steps(state: TrainingState, train_dataset, eval_batch, out_dir, progress: b
     return state.history
 
 
-def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
+def _step_record(state: TrainingState, out, grad_norm, eval_batch, *, eval_texts=None) -> dict:
     """The metrics logged after step ``state.step``: the ``train/*`` ones (and the bound's) every ``log_every``
     steps, the ``eval/*``/``dist/*`` ones on ``eval_batch`` every ``eval_every`` steps, both at the last step;
     ``{}`` when neither is due."""
@@ -299,6 +304,8 @@ def _step_record(state: TrainingState, out, grad_norm, eval_batch) -> dict:
     if eval_batch is not None and (step % config.eval_every == 0 or step == config.steps):
         model.eval()
         metrics = evaluate_batch(model, eval_batch, generator=state.eval_generator)
+        if eval_texts is not None:
+            metrics |= evaluate_texts(model, *eval_texts)
         model.train()
         record |= with_log_prefixes(metrics)
     if record:
