@@ -1,11 +1,10 @@
 r"""Configuration: `CausalQwenConfig`, a `Qwen2Config` plus the CausalQwen hyper-parameters, checked once.
 
-Every field is checked once, when a config is made or loaded, so the modules built from it trust it: the kinds
-of the Qwen2 backbone's fields by transformers' ``@strict`` (huggingface_hub's type validation of the annotations:
-an int where a float belongs, a bool where an int belongs, a string anywhere is refused, the field named), the
-kinds of CausalQwen's own fields here (a bool is a JSON boolean, an int an integer, a real a finite number: a
-``TypeError`` naming the field), and in ``__post_init__`` every range, the backbone's sizes and rotary parameters,
-and the fields a saved file must name.
+Every field is checked once, when a config is made, loaded or updated (`CausalQwenConfig.update`), so the modules
+built from it trust it: the kinds of the Qwen2 backbone's fields by transformers' ``@strict`` (huggingface_hub's
+type validation: an int where a float belongs, a bool where an int belongs, a string anywhere is refused), the kinds
+of CausalQwen's own fields here (a bool is a JSON boolean, an int an integer, a real a finite number: a ``TypeError``
+naming the field), and in ``__post_init__`` every range, the backbone's sizes and rotary parameters.
 
 One set of defaults: ``CausalQwenConfig()`` starts where `CausalQwenForCausalLM.from_qwen` does, at the
 calibrated initialization (`causalqwen.initialization.DEFAULT_INIT`: $\gamma = 0.1$ and the threshold rule
@@ -51,10 +50,9 @@ logger = logging.getLogger(__name__)
 # gives an infinite loss), so such a setting is refused when the config is made or loaded.
 SETTING_LIMIT = 1e30
 
-# The kinds of CausalQwen's own fields. They are annotated as text (``from __future__ import annotations``), which
-# @strict does not check, so that a wrong kind is a TypeError naming the field in these words; the Qwen2 backbone's
-# fields carry real annotations, and @strict's type validation refuses a wrong kind before __post_init__ runs (an
-# int where a float belongs, a bool where an int belongs, a string anywhere). Only their values are checked here.
+# The kinds of CausalQwen's own fields, annotated as text (``from __future__ import annotations``), which @strict does
+# not check, so that a wrong kind is a TypeError naming the field in these words; the Qwen2 backbone's fields carry
+# real annotations, whose kinds @strict refuses before __post_init__ runs. Only their values are checked here.
 _FIELD_KINDS = {
     "num_token_id": "int",
     "causal_size": "int",
@@ -92,8 +90,7 @@ def _rope_types() -> list[str]:
 
 
 def _checked_dtype(name: str, value):
-    """``value`` (a config's ``dtype`` or ``torch_dtype``) as a floating-point dtype name, or None (``"auto"``
-    too: nothing recorded); anything else is a ``ValueError`` naming the field and the accepted names."""
+    """A ``dtype`` or ``torch_dtype`` as a float dtype name, or None (``"auto"`` too); else a ValueError naming it."""
     if value is None or (isinstance(value, str) and value == "auto"):
         return None
     text = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
@@ -103,8 +100,7 @@ def _checked_dtype(name: str, value):
 
 
 def _checked_field(name: str, value, kind: str):
-    """``value`` as a Python bool / int / finite float, or a ``TypeError`` naming the field (never a cast
-    of a string: ``"false"`` is not a boolean)."""
+    """``value`` as a Python bool / int / finite float, or a ``TypeError`` naming the field (a string is never cast)."""
     if kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"config field {name} must be true or false (a JSON boolean), got {value!r}")
@@ -121,8 +117,7 @@ def _checked_field(name: str, value, kind: str):
 
 
 def _check_ranges(config, ranges: dict) -> None:
-    """Each ``name: (rule, allowed)`` of ``ranges``: a ``ValueError`` naming the field unless ``rule(value)``; a
-    number that is not finite is named as such."""
+    """Each ``name: (rule, allowed)``: a ``ValueError`` naming the field unless ``rule(value)`` (or not finite)."""
     for name, (rule, allowed) in ranges.items():
         value = getattr(config, name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -216,6 +211,11 @@ class CausalQwenConfig(Qwen2Config):
         self._check_backbone()
         super().__post_init__(**kwargs)
         self._check_rope()
+
+    def update(self, config_dict: dict) -> None:
+        """`PreTrainedConfig.update` once a config made with it passes every check; else its error, naming the field."""
+        checked = type(self)(**(self.to_dict() | dict(config_dict)))
+        super().update({key: getattr(checked, key) for key in config_dict})
 
     def _check_own_fields(self) -> None:
         """CausalQwen's fields: their kinds (`_FIELD_KINDS`), the choices, the defaults that follow from other

@@ -23,6 +23,18 @@ $$\mu \leftarrow \max\big(0,\ \mu + \eta_\mu\, (\bar D - \varepsilon)\big),$$
 so $\mu$ grows while the bound is exceeded and decays back to 0 once it holds with room to spare. A fixed
 penalty is the special case $\eta_\mu = 0$ with a starting $\mu$.
 
+The multiplier alone does not hold the bound at a small $\gamma$: Adam moves each weight by about its learning rate
+whatever the size of the gradient, and at $\gamma = 0.1$ one such step of $\mathrm{loc}_U$ costs more than a small
+$\varepsilon$ (the divergence of a move $\Delta$ is $\log(1 + \Delta^2/4\gamma^2)$ per component). So after each
+optimizer step the bound also *projects*: when $\bar D$ of the step's batch, measured with the new parameters,
+exceeds $\varepsilon$, the parameters that move $U$ are pulled back along the segment to their base values,
+
+$$\theta \leftarrow \theta_{\mathrm{base}} + t\,(\theta - \theta_{\mathrm{base}}),$$
+
+with the largest $t \in [0, 1]$ that keeps $\bar D \le \varepsilon$ ($\bar D = 0$ at $t = 0$), found by
+`PROJECTION_HALVINGS` halvings of the interval below or above the first guess
+$t_0 = \sqrt{\varepsilon / \bar D(1)}$. After every step the batch just trained on is within the bound.
+
 Where the base law comes from depends on what is trained (`BaseLawOfU`):
 
 * abduction network alone (preset ``abduction``): a frozen copy of the base abduction network applied to the
@@ -52,7 +64,19 @@ from torch import Tensor, nn
 from .cauchy import kl_divergence, validation
 from .losses import at_least_float32
 
-__all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "adapters_disabled", "dual_ascent"]
+__all__ = ["u_divergence", "BaseLawOfU", "DivergenceBound", "adapters_disabled", "dual_ascent", "PROJECTION_HALVINGS"]
+
+PROJECTION_HALVINGS = 10  # halvings in the projection's search for t: within 1/1024 of its interval
+
+
+def check_bound_setting(name: str, value, *, positive: bool) -> float:
+    """``value`` as a float: a finite number, > 0 when ``positive``, else >= 0; a ValueError naming ``name``."""
+    wanted = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number {wanted}, got {value!r}")
+    if (positive and not value > 0) or value < 0:
+        raise ValueError(f"{name} must be a finite number {wanted}, got {value!r}")
+    return float(value)
 
 
 def u_divergence(
@@ -168,6 +192,10 @@ class BaseLawOfU:
             self._hook.remove()
             self._hook = None
 
+    def captured_features(self) -> Tensor | None:
+        """The features $z$ kept by the last `capturing_features` (kind ``abduction``; None for the others)."""
+        return self._z
+
     @torch.no_grad()
     def law(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The base's ``(loc_U, scale_U)`` ``[B, S, C]`` on ``batch`` (after the fine-tuned forward, for
@@ -190,6 +218,46 @@ class BaseLawOfU:
             out = _causal_lm(self.model).model(**inputs)
         return out.loc_U, out.scale_U
 
+    def fine_tuned_law(self, batch: dict, features: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The model's own ``(loc_U, scale_U)`` ``[B, S, C]`` on ``batch`` as its parameters are now, without a graph:
+        for ``abduction`` its abduction network on the ``features`` captured with ``batch``, else its forward pass."""
+        with torch.no_grad():
+            if self.kind == "abduction":
+                return _causal_lm(self.model).model.abduction(features)
+            inputs = {k: batch[k] for k in ("input_ids", "numeric_values", "attention_mask") if k in batch}
+            out = _causal_lm(self.model).model(**inputs)
+            return out.loc_U, out.scale_U
+
+    def moving_parameters(self) -> list[tuple[Tensor, Tensor | None]]:
+        """``(trained parameter, its base value)`` for every trainable parameter that moves $U$; None stands for a
+        base value of zero (a LoRA ``B`` matrix: scaling it by $t$ scales the adapter's update $BA$ by $t$).
+
+        ``abduction``: the abduction network; ``embedding_and_abduction``: the numerical embedding and the
+        abduction network; ``backbone``: the whole `CausalQwenModel`; ``adapters``: every LoRA ``B`` and the trained
+        copies of the numerical embedding and the abduction network (the head moves no $U$ and is left alone)."""
+        if self.kind == "adapters":
+            named = dict(self.model.named_parameters())
+            pairs = []
+            for name, parameter in named.items():
+                if not parameter.requires_grad:
+                    continue
+                if ".lora_B." in name:
+                    pairs.append((parameter, None))
+                elif ".modules_to_save." in name and (".abduction." in name or ".numerical_embedding." in name):
+                    original = name.replace(".modules_to_save.default.", ".original_module.")
+                    pairs.append((parameter, named[original]))
+            return pairs
+        inner = _causal_lm(self.model).model
+        live = {
+            "abduction": inner.abduction,
+            "embedding_and_abduction": nn.ModuleDict(
+                {"numerical_embedding": inner.numerical_embedding, "abduction": inner.abduction}
+            ),
+            "backbone": inner,
+        }[self.kind]
+        frozen = dict(self.frozen.named_parameters())
+        return [(parameter, frozen[name]) for name, parameter in live.named_parameters() if parameter.requires_grad]
+
     def state_dict(self) -> dict[str, Tensor]:
         """The frozen reference's tensors (empty for ``adapters``: the base lives in the model itself)."""
         return {} if self.frozen is None else {k: v.detach().cpu() for k, v in self.frozen.state_dict().items()}
@@ -209,7 +277,8 @@ PRESET_REFERENCE = {
 
 
 class DivergenceBound:
-    r"""$\bar D(U, U_{\mathrm{base}}) \le \varepsilon$ during fine-tuning, by a Lagrange multiplier (module docstring).
+    r"""$\bar D(U, U_{\mathrm{base}}) \le \varepsilon$ during fine-tuning, by a Lagrange multiplier and a projection
+    (module docstring).
 
     Use, per optimisation step::
 
@@ -217,24 +286,23 @@ class DivergenceBound:
             out = model(**batch)
         loss = out.loss + bound.penalty(out, batch)      # L + mu * D
         loss.backward(); optimizer.step()
-        bound.step()                                      # mu <- max(0, mu + eta (D - eps))
+        bound.step()                                      # project if D > eps; mu <- max(0, mu + eta (D - eps))
 
-    ``max_divergence`` is $\varepsilon$ (nats, per position, summed over the $C$ components); ``dual_lr`` is
+    ``max_divergence`` is $\varepsilon$ (nats, per position, summed over the $C$ components; > 0); ``dual_lr`` is
     $\eta_\mu$; ``multiplier`` the starting $\mu$. ``preset`` picks the base reference (`PRESET_REFERENCE`).
     """
 
     def __init__(self, model, max_divergence: float, preset: str, dual_lr: float = 1.0, multiplier: float = 0.0):
-        for name, value in (("max_divergence", max_divergence), ("dual_lr", dual_lr), ("multiplier", multiplier)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        self.max_divergence = check_bound_setting("max_divergence", max_divergence, positive=True)
+        self.dual_lr = check_bound_setting("dual_lr", dual_lr, positive=False)
+        self.multiplier = check_bound_setting("multiplier", multiplier, positive=False)
         if preset not in PRESET_REFERENCE:
             raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_REFERENCE)}")
-        self.max_divergence = float(max_divergence)
-        self.dual_lr = float(dual_lr)
-        self.multiplier = float(multiplier)
         self.base = BaseLawOfU(model, PRESET_REFERENCE[preset])
         self.last_divergence: float | None = None
+        self.last_projection: float = 1.0  # the t of the last step's projection (1: the step was within the bound)
         self._pending: list[Tensor] = []  # the divergence of each batch since the last step (gradient accumulation)
+        self._batches: list[tuple] = []  # each such batch, its captured features, its base law: for the projection
 
     def capturing_features(self):
         return self.base.capturing_features()
@@ -242,9 +310,13 @@ class DivergenceBound:
     def divergence(self, out, batch: dict) -> tuple[Tensor, Tensor]:
         """``(sum, count)`` of the per-position divergence over the real positions of ``batch`` (`u_divergence`)."""
         base_loc_U, base_scale_U = self.base.law(batch)
+        return self._divergence_from(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch)
+
+    @staticmethod
+    def _divergence_from(loc_U, scale_U, base_loc_U, base_scale_U, batch) -> tuple[Tensor, Tensor]:
         # not checked: both laws come from abduction networks, whose scales are clamped at scale_eps > 0
         with validation(False):
-            return u_divergence(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"))
+            return u_divergence(loc_U, scale_U, base_loc_U, base_scale_U, batch.get("attention_mask"))
 
     def penalty(self, out, batch: dict) -> Tensor:
         r"""$\mu\, \bar D$ for the loss (differentiable in the fine-tuned law); $\bar D$ is kept for `step`.
@@ -253,33 +325,97 @@ class DivergenceBound:
         sums are all-reduced and this process contributes $W \mu \sum^{(r)} / N$, so that DDP's average of the
         gradients is the one-process gradient (as `causalqwen.training.globally_normalized_loss` does for $L$).
         """
-        total, count = self.divergence(out, batch)
+        base_loc_U, base_scale_U = self.base.law(batch)
+        self._batches.append((batch, self.base.captured_features(), base_loc_U, base_scale_U))
+        total, count = self._divergence_from(out.loc_U, out.scale_U, base_loc_U, base_scale_U, batch)
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        global_total, global_count = total.detach(), count
-        if world > 1:
-            sums = torch.stack([total.detach().double(), count.double()])
-            dist.all_reduce(sums)
-            global_total, global_count = sums[0], sums[1]
-        global_count = global_count.clamp_min(1)
+        global_total, global_count = _global_sums(total.detach(), count)
         self._pending.append(global_total / global_count)
         return self.multiplier * world * total / global_count.to(total.dtype)
 
+    def current_divergence(self) -> float:
+        r"""$\bar D$ of the batches `penalty` saw since the last step, with the parameters as they are now."""
+        total, count = 0.0, 0
+        for batch, features, base_loc_U, base_scale_U in self._batches:
+            loc_U, scale_U = self.base.fine_tuned_law(batch, features)
+            batch_total, batch_count = self._divergence_from(loc_U, scale_U, base_loc_U, base_scale_U, batch)
+            total, count = total + batch_total.double(), count + batch_count
+        global_total, global_count = _global_sums(total, count)
+        return float(global_total / global_count)
+
+    @torch.no_grad()
+    def project(self) -> float:
+        r"""After an optimizer step: when $\bar D$ of the step's batches exceeds $\varepsilon$, the parameters that
+        move $U$ go back along the segment to their base values, $\theta_{\mathrm{base}} + t(\theta -
+        \theta_{\mathrm{base}})$, with the largest $t$ that keeps $\bar D \le \varepsilon$: the first guess
+        $\sqrt{\varepsilon / \bar D(1)}$, then `PROJECTION_HALVINGS` halvings of the interval below or above it;
+        returns $t$ (1 when the step was within the bound)."""
+        if not self._batches:
+            raise RuntimeError("no divergence measured yet: call penalty() before project()")
+        stepped = self.current_divergence()
+        if stepped <= self.max_divergence:
+            return 1.0
+        pairs = self.base.moving_parameters()
+        # First guess: a move of loc_U alone costs log(1 + t^2 a) >= t^2 log(1 + a) per component, so that
+        # t = sqrt(eps / D(1)) is the most it allows; the search starts between 0 and there (or there and 1).
+        guess = math.sqrt(self.max_divergence / stepped)
+        _move_towards_base(pairs, guess)
+        low, high, now = (
+            (guess, 1.0, guess) if self.current_divergence() <= self.max_divergence else (0.0, guess, guess)
+        )
+        for _ in range(PROJECTION_HALVINGS):  # D(low) <= eps < D(high); the parameters sit at t = now
+            middle = (low + high) / 2
+            _move_towards_base(pairs, middle / now)
+            now = middle
+            if self.current_divergence() <= self.max_divergence:
+                low = middle
+            else:
+                high = middle
+        _move_towards_base(pairs, low / now)
+        return low
+
     def step(self, divergence: float | None = None) -> float:
-        """The dual-ascent step on ``divergence``, by default the mean divergence of the batches that `penalty` saw
-        since the last step (several with gradient accumulation); returns the new $\\mu$."""
+        """After the optimizer step: the projection (`project`, on the batches `penalty` saw since the last step),
+        then the dual-ascent step on ``divergence``, by default the mean divergence that `penalty` measured on those
+        batches (several with gradient accumulation); returns the new $\\mu$."""
         if divergence is None:
             if not self._pending:
                 raise RuntimeError("no divergence measured yet: call penalty() before step()")
             divergence = float(torch.stack(self._pending).mean())
-        self._pending = []
+        self.last_projection = self.project() if self._batches else 1.0
+        self._pending, self._batches = [], []
         self.last_divergence = divergence
         self.multiplier = dual_ascent(self.multiplier, divergence, self.max_divergence, self.dual_lr)
         return self.multiplier
 
     def metrics(self) -> dict[str, float]:
-        """What the training loop logs: ``constraint/u_divergence``, ``constraint/multiplier`` and the bound."""
+        """What the training loop logs: ``constraint/u_divergence``, ``constraint/multiplier``, the bound and
+        ``constraint/projection`` (the last step's $t$; 1 when the step stayed within the bound)."""
         return {
             "constraint/u_divergence": self.last_divergence,
             "constraint/multiplier": self.multiplier,
             "constraint/max_u_divergence": self.max_divergence,
+            "constraint/projection": self.last_projection,
         }
+
+
+def _global_sums(total: Tensor, count) -> tuple[Tensor, Tensor]:
+    """``(sum, count)`` added up over the DDP processes (as they are with one); the count at least 1."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        sums = torch.stack([total.double(), torch.as_tensor(count, device=total.device).double()])
+        dist.all_reduce(sums)
+        total, count = sums[0], sums[1]
+    return total, torch.as_tensor(count, device=total.device).clamp_min(1)
+
+
+def _move_towards_base(pairs: list[tuple[Tensor, Tensor | None]], factor: float) -> None:
+    r"""$\theta \leftarrow \theta_{\mathrm{base}} + f\,(\theta - \theta_{\mathrm{base}})$ in place for each pair
+    (base None: zero); $f = 0$ puts the base value itself."""
+    for parameter, base in pairs:
+        if base is None:
+            parameter.mul_(factor)
+        elif factor == 0.0:
+            parameter.copy_(base)
+        else:
+            base = base.to(parameter.dtype)
+            parameter.copy_(base + factor * (parameter - base))

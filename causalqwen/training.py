@@ -132,10 +132,8 @@ class TrainingConfig:
         """The bound's settings and the warm-up ratio (which excludes ``warmup_steps``), stored as Python floats."""
         if self.max_u_divergence is not None:
             value = as_number(self.max_u_divergence)
-            if value is None or not math.isfinite(value) or value < 0:
-                raise ValueError(
-                    f"max_u_divergence must be a finite number >= 0 or None, got {self.max_u_divergence!r}"
-                )
+            if value is None or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"max_u_divergence must be a finite number > 0 or None, got {self.max_u_divergence!r}")
             self.max_u_divergence = value
         value = as_number(self.divergence_dual_lr)
         if value is None or not math.isfinite(value) or value < 0:

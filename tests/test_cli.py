@@ -465,7 +465,7 @@ def test_train_lora_with_a_divergence_bound(qwen_dir, tmp_path, capsys):
         cli.main(
             ["train", "--base", qwen_dir, "--data", data, "--out", str(tmp_path / "r"), "--max-u-divergence", "-1"]
         )
-    assert "max_u_divergence must be a finite number >= 0" in capsys.readouterr().err
+    assert "max_u_divergence must be a finite number > 0" in capsys.readouterr().err
 
 
 def test_convert_initialization_options(qwen_dir, tmp_path, capsys):

@@ -290,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="EPS",
         help="hold the mean KL divergence of the law of U from the starting model's at or below EPS "
-        "(nats per position, summed over U's components), by a Lagrange multiplier (default: no bound)",
+        "(nats per position, summed over U's components; EPS > 0), by a Lagrange multiplier and a projection "
+        "after each step (default: no bound)",
     )
     tr.add_argument(
         "--divergence-dual-lr",

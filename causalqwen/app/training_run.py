@@ -257,8 +257,9 @@ def _steps(
                 )
             state.optimizer.step()
             state.scheduler.step()
-            if state.bound is not None:
-                state.bound.step()
+            if state.bound is not None:  # the projection runs the model forward for presets other than abduction
+                with autocast_in(state.autocast_dtype, device):
+                    state.bound.step()
             state.optimizer.zero_grad(set_to_none=True)
             state.step += 1
 
