@@ -62,7 +62,7 @@ def half_way_step(steps: list[int], values: list[float], higher_is_better: bool)
     return float(steps[-1])
 
 
-def one_run(base, tokenizer, data: dict, settings: dict, alpha: float, detach: bool, weight: float, seed: int):
+def one_run(base, tokenizer, data: dict, settings: dict, *, alpha: float, detach: bool, weight: float, seed: int):
     """Train one arm and return its end-of-run metrics and its order of learning."""
     torch.manual_seed(seed)
     model = CausalQwenForCausalLM.from_qwen(
@@ -132,7 +132,8 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
     for weight in settings["weights"]:
         for alpha, detach in settings["arms"]:
             results[(alpha, detach, weight)] = [
-                one_run(base, tokenizer, data, settings, alpha, detach, weight, seed) for seed in settings["seeds"]
+                one_run(base, tokenizer, data, settings, alpha=alpha, detach=detach, weight=weight, seed=seed)
+                for seed in settings["seeds"]
             ]
     rows = []
     for (alpha, detach, weight), runs in results.items():
