@@ -3,8 +3,11 @@
 The step is the training loop's (`causalqwen.training.loss_and_gradients`, then AdamW and the bound's dual step).
 The bound adds, per preset: ``causal`` / ``abduction`` -- the frozen copy of the starting abduction network on
 the captured features (two ``[H, H]`` products per position) and the KL; ``all`` -- a forward pass of the frozen
-starting model; ``lora`` -- a forward pass of the same model with its adapters disabled. Times are medians of
-interleaved repeats (`benchmarks.common.interleaved_medians`), with and without the bound side by side.
+starting model; ``lora`` -- a forward pass of the same model with its adapters disabled. After the step, the
+bound's projection measures the step's batch again: one more pass of the abduction network (``abduction``) or of the
+model (the others), and about 11 more on a step that leaves the bound (the learning rate here is tiny: none do).
+Times are medians of interleaved repeats (`benchmarks.common.interleaved_medians`), with and without the bound side
+by side.
 """
 
 from __future__ import annotations
