@@ -152,7 +152,7 @@ class CausalQwenConfig(Qwen2Config):
         ovr_threshold_quantile: the quantile of ``"top_logit_quantile"`` (0.5).
         regression_weight: $\lambda$ in $L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg}}$ (1.0).
         gate_alpha: $\alpha$ of the regression gate (0.0: the gate is $P_{\langle NUM\rangle}$ alone).
-        detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (off, as specified).
+        detach_gate: stop the gradient through the gate's $P_{\langle NUM\rangle}$ (on: measured, decision D24).
         scale_eps: lower clamp for every scale before it divides (1e-6).
         ignore_index: label value that is not scored (-100).
         loss_algorithm: ``"fused"`` (the default: the tiled head + loss of `causalqwen.kernels.fused`, never forming
@@ -192,7 +192,7 @@ class CausalQwenConfig(Qwen2Config):
     learnable_threshold: bool = False
     regression_weight: float = 1.0
     gate_alpha: float = 0.0
-    detach_gate: bool = False
+    detach_gate: bool = True
     scale_eps: float = 1e-6
     ignore_index: int = -100
     loss_algorithm: str = "fused"
@@ -362,8 +362,8 @@ class CausalQwenConfig(Qwen2Config):
         checking that ``config_dict``, a saved config, names every field of `FIELDS_A_FILE_MUST_NAME` (a keyword
         argument may supply one). A ``ValueError`` names the missing fields; ``from_pretrained`` adds the file.
 
-        A field of `INITIALIZATION_FIELDS` that ``config_dict`` leaves out means the drafts' value
-        (`causalqwen.initialization.DRAFT_INIT`), the class default of the versions that wrote such a file."""
+        A field of `INITIALIZATION_FIELDS` that ``config_dict`` leaves out means the drafts' value (`DRAFT_INIT`),
+        and a missing ``detach_gate`` False: the class defaults of the versions that wrote such a file."""
         if isinstance(config_dict, dict):
             missing = [
                 " or ".join(names)
@@ -376,7 +376,7 @@ class CausalQwenConfig(Qwen2Config):
                     "CausalQwen config must name the <NUM> id and the sizes of the model's tensors; a default "
                     "would describe another model"
                 )
-            config_dict = {**DRAFT_INIT, **config_dict}
+            config_dict = {**DRAFT_INIT, "detach_gate": False, **config_dict}
         return super().from_dict(config_dict, **kwargs)
 
     @classmethod
@@ -483,9 +483,9 @@ _BASE_RECORDS = ("model_type", "architectures", "transformers_version", "_name_o
 
 def config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
     """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size.
-    Until a rule computes it, the threshold is the class default (0.0)."""
+    Until a rule computes it, the threshold is the class default (0.0); ``detach_gate`` too is the class default."""
     settings = {k: v for k, v in base_config.to_dict().items() if k not in _BASE_RECORDS}
-    settings["ovr_threshold"] = CausalQwenConfig.ovr_threshold
+    settings |= {"ovr_threshold": CausalQwenConfig.ovr_threshold, "detach_gate": CausalQwenConfig.detach_gate}
     settings.update(overrides)
     settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
     if settings["num_token_id"] == base_config.vocab_size:

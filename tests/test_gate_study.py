@@ -54,5 +54,5 @@ def test_the_quick_study_writes_its_page_with_every_arm(tmp_path, capsys):
     assert page.startswith("# GATE · The regression gate, measured")
     for alpha, detach in gate_study.QUICK["arms"]:
         assert f"| α = {alpha:g}" + (", detached" if detach else "") + " | 0.1 |" in page
-    assert "## The design's gate against α = 1" in page and "- λ = 0.1: text_accuracy: " in page
+    assert "## The design's gate against α = 1" in page and "- λ = 0.1, α = 0 against α = 1: text_accuracy: " in page
     assert "Classification reached half its gain before regression in" in page

@@ -17,6 +17,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from causalqwen import CausalQwenConfig
+
 from .arithmetic_problems import DATA_PATH, Problem, exact_causal, exact_qwen, scores
 from .common import check, fmt, save_figure, table
 from .v9_comparison import OVERRIDES
@@ -269,7 +271,7 @@ def _training_text(measured: dict) -> str:
         f"{fmt(float(ntl_values[:10].mean()), 4)}, last 10 {fmt(float(ntl_values[-10:].mean()), 4)}); CausalQwen "
         f"{fmt(_last_logged(history, 'train/total_loss'), 4)} at the last logged step (its own loss; not comparable "
         "in value), of which the gated regression part, before its weight λ = "
-        f"{fmt(OVERRIDES['regression_weight'])}, "
+        f"{fmt(OVERRIDES.get('regression_weight', CausalQwenConfig.regression_weight))}, "
         f"{fmt(_last_logged(history, 'train/reg_loss_effective'), 4)}."
     )
 

@@ -15,8 +15,8 @@ base makes that row likely where a number comes; see V3).
 
 **Method.** The set-up of ``causalqwen demo`` (`causalqwen.app.demo`): the embedded tiny base, preset
 ``all`` (the random backbone must learn too), AdamW with linear warm-up and cosine decay, gradient
-clipping, and the demo's overrides of ``gate_alpha`` and ``regression_weight`` (V7 shows why the gate
-needs $\alpha > 0$), training sentences drawn with seed 0 and held-out sentences
+clipping, and the config's loss settings (the design's gate, detached, $\lambda = 1$: decision D24), training
+sentences drawn with seed 0 and held-out sentences
 with seed 1. The run is shorter than the demo's (see the settings): the full run uses the demo's
 learning rate, the quick run a higher one so that it learns in fewer steps. The held-out metrics
 (`causalqwen.metrics.evaluate_batch`: accuracy, ``<NUM>`` precision / recall / $F_1$, regression
