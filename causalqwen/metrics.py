@@ -50,6 +50,7 @@ __all__ = [
     "classification_metrics",
     "distribution_stats",
     "causal_ovr_sums",
+    "draws_generator",
     "DEFAULT_CAUSAL_DRAWS",
     "evaluate_batch",
     "evaluate_texts",
@@ -159,6 +160,16 @@ def noise_statistics(noise_scale: Tensor, scale_U: Tensor) -> dict[str, float]:
     }
 
 
+def draws_generator(causal_draws, seed, generator: torch.Generator | None) -> torch.Generator:
+    """The generator of the causal draws: ``generator``, or one seeded with ``seed``; ``causal_draws`` (an int >= 1)
+    and ``seed`` (an int in [0, 2**63)) are checked here, a ``ValueError`` naming the one that is wrong."""
+    if isinstance(causal_draws, bool) or not isinstance(causal_draws, int) or causal_draws < 1:
+        raise ValueError(f"causal_draws must be an int >= 1, got {causal_draws!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed must be an int from 0 to 2**63 - 1, got {seed!r}")
+    return torch.Generator().manual_seed(seed) if generator is None else generator
+
+
 @torch.no_grad()
 def causal_ovr_sums(
     head, loc_U: Tensor, scale_U: Tensor, draws: int, generator: torch.Generator | None = None, rows: int | None = None
@@ -237,12 +248,13 @@ def evaluate_batch(
     ``max_decision_elements`` values. The result does not depend on that chunking, the causal draws included
     (`causal_ovr_sums`).
     """
-    for name, value, lowest in (("max_decision_elements", max_decision_elements, 1), ("causal_draws", causal_draws, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-            raise ValueError(f"{name} must be an int >= {lowest}, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"seed must be an int from 0 to 2**63 - 1, got {seed!r}")
-    generator = torch.Generator().manual_seed(seed) if generator is None else generator
+    if (
+        isinstance(max_decision_elements, bool)
+        or not isinstance(max_decision_elements, int)
+        or max_decision_elements < 1
+    ):
+        raise ValueError(f"max_decision_elements must be an int >= 1, got {max_decision_elements!r}")
+    generator = draws_generator(causal_draws, seed, generator)
     config, head = model.config, model.action
     law = model.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
     targets = head.next_token_targets(batch["labels"], batch["numeric_values"], batch["attention_mask"])
@@ -315,12 +327,8 @@ class TrainerMetrics:
         causal_draws: int = DEFAULT_CAUSAL_DRAWS,
         seed: int = 0,
     ):
-        if isinstance(causal_draws, bool) or not isinstance(causal_draws, int) or causal_draws < 1:
-            raise ValueError(f"causal_draws must be an int >= 1, got {causal_draws!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-            raise ValueError(f"seed must be an int from 0 to 2**63 - 1, got {seed!r}")
         self.model = model
-        self.generator = torch.Generator().manual_seed(seed) if generator is None else generator
+        self.generator = draws_generator(causal_draws, seed, generator)
         self.max_decision_elements = max_decision_elements
         self.causal_draws = causal_draws
 
