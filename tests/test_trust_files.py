@@ -11,6 +11,7 @@
   names its ``<NUM>`` id and sizes.
 """
 
+import codecs
 import json
 import math
 import os
@@ -208,6 +209,36 @@ def test_open_for_writing_refuses_links_and_stays_inside_its_root(tmp_path):
     with open_for_writing(root / "plain.txt", "a") as handle:
         handle.write("!")
     assert (root / "plain.txt").read_text() == "second!"
+
+
+class _Interrupted(codecs.IncrementalEncoder):
+    """An encoder whose construction is a Ctrl-C: the moment inside ``open`` after the descriptor has an owner."""
+
+    def __init__(self, errors="strict"):
+        raise KeyboardInterrupt
+
+
+def _interrupting_codec(name):
+    return codecs.CodecInfo(codecs.utf_8_encode, codecs.utf_8_decode, incrementalencoder=_Interrupted, name=name)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/self/fd")
+def test_a_ctrl_c_while_a_file_is_being_opened_stays_a_ctrl_c_and_closes_the_file_once(tmp_path):
+    # A Ctrl-C that lands while the text layer is built used to close the descriptor twice: the second
+    # close was an OSError (EBADF) that replaced the KeyboardInterrupt, and `causalqwen train` exited 2, not 130.
+    codecs.register(_interrupting_codec)
+    try:
+        before = _open_descriptors()
+        for mode in ("w", "a"):
+            with pytest.raises(KeyboardInterrupt):
+                open_for_writing(tmp_path / "metrics.jsonl", mode, encoding="interrupting_codec")
+        assert _open_descriptors() == before
+    finally:
+        codecs.unregister(_interrupting_codec)
 
 
 def test_the_demo_plots_are_never_written_through_a_link(tmp_path):

@@ -144,8 +144,8 @@ def remove_old_checkpoints(out_dir: str, keep: int | None) -> list[str]:
 
 def _sha256(path: str) -> str:
     """SHA-256 of the regular file ``path``, opened without following a link."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(descriptor, "rb") as handle:
+    no_link = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    with open(path, "rb", opener=lambda name, _flags: os.open(name, no_link)) as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 

@@ -148,26 +148,54 @@ def open_for_writing(path, mode: str = "w", *, root=None, encoding: str | None =
     _check_directories(path, root)
     check_not_link(path)
     flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC | (os.O_APPEND if mode[0] == "a" else 0)
+
+    def checked_descriptor(name, _flags) -> int:
+        descriptor = _open_no_link(name, flags)
+        try:
+            _check_existing_file(name, os.fstat(descriptor))
+            if mode[0] == "w":
+                os.ftruncate(descriptor, 0)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return descriptor
+
+    return _open_with(path, mode, encoding, checked_descriptor)
+
+
+def _open_no_link(path: str, flags: int, permissions: int = 0o666) -> int:
+    """``os.open(path, flags)``, flags including ``O_NOFOLLOW``: a link in the path's place (planted, perhaps,
+    between a check and the open) is an ``OSError`` naming it, and so is a FIFO (opened ``O_NONBLOCK``)."""
     try:
-        descriptor = os.open(path, flags, 0o666)
+        return os.open(path, flags, permissions)
     except OSError as error:
-        if error.errno == errno.ELOOP or os.path.islink(path):  # a link planted between the check and the open
+        if error.errno == errno.ELOOP or os.path.islink(path):
             raise _link_error(path) from None
         if error.errno == errno.ENXIO:  # a FIFO without a reader
             raise OSError(f"{path!r} exists and is not a regular file; causalqwen writes only regular files") from None
         raise
-    try:
-        _check_existing_file(path, os.fstat(descriptor))
-        if mode[0] == "w":
-            os.ftruncate(descriptor, 0)
-        if _NONBLOCK and hasattr(os, "set_blocking"):
-            os.set_blocking(descriptor, True)
-        if mode.endswith("b"):
-            return os.fdopen(descriptor, mode)
-        return os.fdopen(descriptor, mode, encoding=encoding)
-    except BaseException:
-        os.close(descriptor)
-        raise
+
+
+def _open_with(path: str, mode: str, encoding: str | None, opener):
+    """The built-in ``open`` with ``opener`` returning the checked descriptor, back in blocking mode.
+
+    ``open`` owns the descriptor from the moment the opener returns it and closes it itself if building the file
+    object fails; a Ctrl-C anywhere on the way is therefore a ``KeyboardInterrupt`` and the descriptor is closed
+    exactly once (closing it again ourselves would be an ``EBADF`` ``OSError`` replacing the interrupt)."""
+
+    def blocking(name, flags) -> int:
+        descriptor = opener(name, flags)
+        try:
+            if _NONBLOCK and hasattr(os, "set_blocking"):
+                os.set_blocking(descriptor, True)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return descriptor
+
+    if mode.endswith("b"):
+        return open(path, mode, opener=blocking)
+    return open(path, mode, encoding=encoding, opener=blocking)
 
 
 def check_write_targets(directory, patterns=("*",), *, root=None) -> None:
@@ -335,18 +363,18 @@ class RunDirectory:
     def _lock(path: str):
         lock_path = os.path.join(path, LOCK)
         check_not_link(lock_path)
-        try:  # read and write, created if missing, never through a link (the module docstring)
-            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
-        except OSError as error:
-            if error.errno == errno.ELOOP or os.path.islink(lock_path):
-                raise _link_error(lock_path) from None
-            raise
-        try:
-            _check_existing_file(lock_path, os.fstat(descriptor))
-            handle = os.fdopen(descriptor, "r+", encoding="utf-8")
-        except BaseException:
-            os.close(descriptor)
-            raise
+        flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC
+
+        def checked_descriptor(name, _flags) -> int:  # read and write, created if missing, never through a link
+            descriptor = _open_no_link(name, flags, 0o644)
+            try:
+                _check_existing_file(name, os.fstat(descriptor))
+            except BaseException:
+                os.close(descriptor)
+                raise
+            return descriptor
+
+        handle = _open_with(lock_path, "r+", "utf-8", checked_descriptor)
         if fcntl is None:
             return handle
         try:
