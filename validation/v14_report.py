@@ -256,7 +256,7 @@ def _panel(axis, measured: dict, data) -> None:
         predicted = _predictions(measured, arm)[data.key]
         axis.plot(data.x_test[order], predicted[order], color=COLORS[arm], lw=1.2, label=_label(arm))
     axis.set_title(f"{data.function}, {data.condition}", fontsize=9)
-    axis.set_ylim(-14, 14)
+    axis.set_ylim(-14, max(14.0, float(data.y_train.max()) + 4))  # answers beyond the frame are cut
 
 
 def lift_figure(measured: dict, out_dir) -> str:
@@ -268,8 +268,10 @@ def lift_figure(measured: dict, out_dir) -> str:
     for row, condition in enumerate(CONDITIONS):
         for column, function in enumerate(functions):
             _panel(axes[row][column], measured, by_key[(function, condition, sim)])
-    axes[0][0].legend(fontsize=6, loc="lower left")
-    figure.suptitle(f"LIFT test inputs against the answers (simulation {sim}; y axis cut at ±14)", fontsize=10)
+    axes[0][0].legend(*axes[1][0].get_legend_handles_labels(), fontsize=6, loc="lower right")  # the empty corner
+    figure.suptitle(
+        f"LIFT test inputs against the answers (simulation {sim}; answers beyond the frame cut)", fontsize=10
+    )
     return save_figure(figure, out_dir, "v14_lift.png")
 
 
