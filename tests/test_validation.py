@@ -223,13 +223,13 @@ def test_a_study_writes_its_own_page_and_leaves_the_report_alone(tmp_path, monke
     with pytest.raises(SystemExit):
         runner.main(["--only", "V99", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert "choose from V1" in err and "V10, V11, V12, GATE" in err
+    assert "choose from V1" in err and "V10, V11, V12, GATE, V14, V15" in err
 
 
 def test_studies_are_not_part_of_the_default_run():
     import validation.__main__ as runner
 
-    assert set(runner.STUDIES) == {"V10", "V11", "V12", "GATE"} and not set(runner.STUDIES) & set(runner.EXPERIMENTS)
+    assert set(runner.STUDIES) == {"V10", "V11", "V12", "GATE", "V14", "V15"} and not set(runner.STUDIES) & set(runner.EXPERIMENTS)
 
 
 def test_v10_decision_statistics_equal_scipy_on_the_models_own_forward():

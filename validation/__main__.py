@@ -7,9 +7,10 @@ with smaller samples, fewer configurations and fewer training steps. V13, the le
 claims with a computed verdict each, runs by default and also writes its own page, ``DIR/v13.md``.
 
 The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark; V12, lm-eval
-with Qwen beside CausalQwen) take longer than the report's time budget or need an optional extra, so they run
-only when named (``--only V10``) and each writes its own page, ``DIR/v10.md``, ``DIR/v11.md`` or ``DIR/v12.md``,
-next to the report.
+with Qwen beside CausalQwen; GATE, the regression gate measured; V14, LIFT's regression from text, clean and with
+outliers; V15, LLMTime's series forecast as text) take longer than the report's time budget or need an optional
+extra, so they run only when named (``--only V10``) and each writes its own page, ``DIR/v10.md``, ``DIR/v11.md``,
+..., next to the report.
 
 All experiments run with one torch thread: the models are tiny, so a second thread only adds
 contention on a shared machine, and one thread keeps every number reproducible bit for bit on a
@@ -45,6 +46,8 @@ STUDIES = {
     "V11": "validation.v11_arithmetic",
     "V12": "validation.v12_lm_eval",
     "GATE": "validation.gate_study",
+    "V14": "validation.v14_lift",
+    "V15": "validation.v15_llmtime",
 }
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"
