@@ -188,3 +188,13 @@ def test_quick_run_end_to_end(tmp_path):
     assert "Goal: CausalQwen's mean scaled MAE below Qwen-with-digits'" in text and "not re-run" in text
     assert all((tmp_path / figure).is_file() for figure in result.figures)
     assert not math.isnan(float(result.claims[1].measured))
+
+
+def test_off_scale_share_by_hand():
+    from validation.v15_report import off_scale_share
+
+    train = np.array([0.0, 10.0])  # scaled: (3, 13) / 12.9, min 0.2326, max 1.0078
+    scaler = fit_scaler(train)
+    low, high = 3 / 12.9 / 5, 13 / 12.9 * 5
+    paths = np.array([[low * 0.99, low * 1.01, 1.0], [high * 0.99, high * 1.01, 0.5]])
+    assert off_scale_share({"scaler": scaler, "train": train, "qwen": {"paths": paths}}) == pytest.approx(2 / 6)
