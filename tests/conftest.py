@@ -60,3 +60,12 @@ def killed_after_first_save():
                 yield
 
     return killed
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests, as ``python -m validation`` runs the studies; restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

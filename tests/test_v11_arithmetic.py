@@ -18,13 +18,7 @@ from validation.arithmetic_problems import (
 from validation.make_arithmetic_data import COUNTS, answer_is_one_number
 from validation.v11_arithmetic import NumberTokenLossTerm, causal_answers
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the studies run with one thread
 
 
 @pytest.fixture(scope="module")

@@ -27,13 +27,7 @@ from validation.lift_data import (
 )
 from validation.v14_lift import causal_predictions, run
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the studies run with one thread
 
 
 # The first three rows of LIFT's shipped test files, regression/accuracy/data_1/<function>_n_250_p_1_int_0_(-10.csv

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from scipy import stats
 
 from causalqwen.app.tiny import build_tiny_base
@@ -33,13 +32,7 @@ from validation.llmtime_series import (
     split,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the studies run with one thread
 
 
 # ---- the data, against the Darts CSV files and LLMTime's split ----
