@@ -265,3 +265,45 @@ def test_v10_decision_statistics_equal_scipy_on_the_models_own_forward():
     assert result["traditional_accuracy"] == pytest.approx(np.mean(correct))
     # torch's median of an even count is the lower middle value
     assert result["median_sum_p"] == pytest.approx(np.sort(sums)[(len(sums) - 1) // 2], rel=1e-4)
+
+
+def test_a_run_removes_only_the_figures_its_earlier_pages_reference(tmp_path, monkeypatch):
+    """Before running V1, the runner removes the figures that the earlier report's V1 section shows (a figure the
+    new run may not rewrite); a file of the user's with a similar name, another experiment's figure and a
+    reference that leaves the directory are not touched."""
+    import types
+
+    import torch
+
+    import validation.__main__ as runner
+    from validation.common import ExperimentResult, check
+
+    experiment = types.ModuleType("validation_test_figures")
+    experiment.__doc__ = "An experiment\n\nIt draws."
+
+    def run(quick, out_dir):
+        (out_dir / "v1_new.png").write_bytes(b"png")
+        return ExperimentResult(
+            name="V1", title="An experiment", claims=[check("one", 1.0, ">=", 1.0)], body="", figures=["v1_new.png"]
+        )
+
+    experiment.run = run
+    monkeypatch.setitem(sys.modules, "validation_test_figures", experiment)
+    monkeypatch.setitem(runner.EXPERIMENTS, "V1", "validation_test_figures")
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(b"outside")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.md").write_text(
+        "![V1: v1_old.png](v1_old.png)\n![V2: v2_old.png](v2_old.png)\n![V1: ../outside.png](../outside.png)\n",
+        encoding="utf-8",
+    )
+    for name in ("v1_old.png", "v2_old.png", "v1_mine.png"):
+        (out / name).write_bytes(b"png")
+    threads = torch.get_num_threads()
+    try:
+        assert runner.main(["--quick", "--only", "V1", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(path.name for path in out.glob("*.png")) == ["v1_mine.png", "v1_new.png", "v2_old.png"]
+    assert outside.read_bytes() == b"outside"

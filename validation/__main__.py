@@ -23,6 +23,7 @@ import argparse
 import importlib
 import importlib.util
 import platform
+import re
 import sys
 import time
 import traceback
@@ -118,12 +119,28 @@ def _import_once() -> None:
     transformers_logging.disable_progress_bar()
 
 
+def _figures_shown_before(out_dir: Path, names: list[str]) -> list[Path]:
+    """The figures that the pages of an earlier run in ``out_dir`` show for the experiments ``names``: the files
+    of the report's (``index.md``) and each study's page (``v10.md``, ...) image links written as
+    ``![V1: v1_closure_qq.png](v1_closure_qq.png)``, regular files directly in ``out_dir``. Only these are removed
+    before the run; nothing else in the directory is touched (a file of the user's, another experiment's figure, a
+    link, a name that leads out of the directory)."""
+    shown = set()
+    for page in [out_dir / "index.md", *(out_dir / f"{name.lower()}.md" for name in names)]:
+        if not page.is_file() or page.is_symlink():
+            continue
+        text = page.read_text(encoding="utf-8", errors="replace")
+        for name in names:
+            shown.update(re.findall(rf"!\[{re.escape(name)}: [^\]]*\]\(([\w.-]+\.png)\)", text))
+    paths = [out_dir / figure for figure in sorted(shown)]
+    return [path for path in paths if path.is_file() and not path.is_symlink()]
+
+
 def _run_experiments(names: list[str], quick: bool, out_dir: Path) -> list:
     """Run each named experiment (a crash is a failed experiment, reported like one), timing each."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in names:  # figures of an earlier run of these experiments that this run may not rewrite
-        for old in out_dir.glob(f"{name.lower()}_*.png"):
-            old.unlink()
+    for old in _figures_shown_before(out_dir, names):  # figures of an earlier run that this run may not rewrite
+        old.unlink()
     results = []
     for name in names:
         module_name = EXPERIMENTS.get(name) or STUDIES[name]
