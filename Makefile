@@ -49,7 +49,7 @@ demo: setup
 test: setup-dev docs chromium
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The full validation run (34 s on a 2-core CPU): rewrites the report docs/validation/ that the site renders.
+# The full validation run (about 15 minutes on a 2-core CPU, most of it V9): rewrites the report docs/validation/ that the site renders.
 validation: setup-dev
 	$(BIN)/python -m validation
 
