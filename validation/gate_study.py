@@ -62,13 +62,11 @@ def half_way_step(steps: list[int], values: list[float], higher_is_better: bool)
     return float(steps[-1])
 
 
-def one_run(base, tokenizer, data: dict, settings: dict, *, alpha: float, detach: bool, weight: float, seed: int):
-    """Train one arm and return its end-of-run metrics and its order of learning."""
-    torch.manual_seed(seed)
-    model = CausalQwenForCausalLM.from_qwen(
-        base, num_token_id=tokenizer.num_token_id, gate_alpha=alpha, detach_gate=detach, regression_weight=weight
-    )
-    config = TrainingConfig(
+def harness_config(settings: dict, seed: int) -> TrainingConfig:
+    """How the studies on V9's harness (this one and `validation.noise_study`) train: preset ``causal``,
+    ``settings``' steps and learning rate, 10% warm-up, batch `BATCH`, an evaluation every ``eval_every`` steps,
+    no checkpoint."""
+    return TrainingConfig(
         steps=settings["steps"],
         batch_size=BATCH,
         learning_rate=settings["learning_rate"],
@@ -79,6 +77,15 @@ def one_run(base, tokenizer, data: dict, settings: dict, *, alpha: float, detach
         save_every=10**9,
         seed=seed,
     )
+
+
+def one_run(base, tokenizer, data: dict, settings: dict, *, alpha: float, detach: bool, weight: float, seed: int):
+    """Train one arm and return its end-of-run metrics and its order of learning."""
+    torch.manual_seed(seed)
+    model = CausalQwenForCausalLM.from_qwen(
+        base, num_token_id=tokenizer.num_token_id, gate_alpha=alpha, detach_gate=detach, regression_weight=weight
+    )
+    config = harness_config(settings, seed)
     model.eval()
     start = with_log_prefixes(evaluate_batch(model, data["batch"]))
     history = train(model, data["train"], config, data["batch"], progress=False)

@@ -25,12 +25,12 @@ import torch
 from causalqwen import train
 from causalqwen.files.data import TextDataset, collate
 from causalqwen.metrics import evaluate_batch, with_log_prefixes
-from causalqwen.training import TrainingConfig
 
 from .common import table
 from .domain_b import domain_b_records
 from .domains import pretrained_starting_point
-from .v9_comparison import BATCH, SEED, causal_model
+from .gate_study import harness_config
+from .v9_comparison import SEED, causal_model
 
 SETTINGS = dict(steps=150, train_texts=1600, eval_texts=80, learning_rate=1e-2, eval_every=25, draws=32, seed=SEED)
 NOISE_KEYS = (
@@ -82,17 +82,7 @@ def run(settings: dict) -> str:
     batch = collate(TextDataset(held_out, tokenizer, max_length=64).items, tokenizer.pad_token_id)
     sums = [calibration_row("before training", model, batch, settings["draws"])]
     initial = with_log_prefixes(evaluate_batch(model, batch, causal_draws=settings["draws"]))
-    config = TrainingConfig(
-        steps=settings["steps"],
-        batch_size=BATCH,
-        learning_rate=settings["learning_rate"],
-        warmup_steps=max(1, settings["steps"] // 10),
-        preset="causal",
-        log_every=settings["eval_every"],
-        eval_every=settings["eval_every"],
-        save_every=10**9,
-        seed=settings["seed"],
-    )
+    config = harness_config(settings, settings["seed"])
     history = train(model, TextDataset(texts, tokenizer, max_length=64), config, batch, progress=False)
     model.eval()
     sums.append(calibration_row(f"after {settings['steps']} steps", model, batch, settings["draws"]))
