@@ -148,44 +148,34 @@ def open_for_writing(path, mode: str = "w", *, root=None, encoding: str | None =
     _check_directories(path, root)
     check_not_link(path)
     flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC | (os.O_APPEND if mode[0] == "a" else 0)
-
-    def checked_descriptor(name, _flags) -> int:
-        descriptor = _open_no_link(name, flags)
-        try:
-            _check_existing_file(name, os.fstat(descriptor))
-            if mode[0] == "w":
-                os.ftruncate(descriptor, 0)
-        except BaseException:
-            os.close(descriptor)
-            raise
-        return descriptor
-
-    return _open_with(path, mode, encoding, checked_descriptor)
+    return _open_checked(path, mode, flags, 0o666, encoding)
 
 
-def _open_no_link(path: str, flags: int, permissions: int = 0o666) -> int:
-    """``os.open(path, flags)``, flags including ``O_NOFOLLOW``: a link in the path's place (planted, perhaps,
-    between a check and the open) is an ``OSError`` naming it, and so is a FIFO (opened ``O_NONBLOCK``)."""
-    try:
-        return os.open(path, flags, permissions)
-    except OSError as error:
-        if error.errno == errno.ELOOP or os.path.islink(path):
-            raise _link_error(path) from None
-        if error.errno == errno.ENXIO:  # a FIFO without a reader
-            raise OSError(f"{path!r} exists and is not a regular file; causalqwen writes only regular files") from None
-        raise
-
-
-def _open_with(path: str, mode: str, encoding: str | None, opener):
-    """The built-in ``open`` with ``opener`` returning the checked descriptor, back in blocking mode.
+def _open_checked(path: str, mode: str, flags: int, permissions: int, encoding: str | None):
+    """The built-in ``open`` of ``path`` in ``mode``, its descriptor made by ``os.open(path, flags, permissions)``
+    (flags with ``O_NOFOLLOW`` and ``O_NONBLOCK``): a link in the path's place (planted, perhaps, between a check and
+    the open) or a FIFO is an ``OSError`` naming it, an existing file must pass `_check_existing_file`, then it is
+    truncated (``mode`` ``"w..."``) and put back in blocking mode.
 
     ``open`` owns the descriptor from the moment the opener returns it and closes it itself if building the file
     object fails; a Ctrl-C anywhere on the way is therefore a ``KeyboardInterrupt`` and the descriptor is closed
     exactly once (closing it again ourselves would be an ``EBADF`` ``OSError`` replacing the interrupt)."""
 
-    def blocking(name, flags) -> int:
-        descriptor = opener(name, flags)
+    def opener(name, _flags) -> int:
         try:
+            descriptor = os.open(name, flags, permissions)
+        except OSError as error:
+            if error.errno == errno.ELOOP or os.path.islink(name):
+                raise _link_error(name) from None
+            if error.errno == errno.ENXIO:  # a FIFO without a reader
+                raise OSError(
+                    f"{name!r} exists and is not a regular file; causalqwen writes only regular files"
+                ) from None
+            raise
+        try:
+            _check_existing_file(name, os.fstat(descriptor))
+            if mode[0] == "w":
+                os.ftruncate(descriptor, 0)
             if _NONBLOCK and hasattr(os, "set_blocking"):
                 os.set_blocking(descriptor, True)
         except BaseException:
@@ -194,8 +184,8 @@ def _open_with(path: str, mode: str, encoding: str | None, opener):
         return descriptor
 
     if mode.endswith("b"):
-        return open(path, mode, opener=blocking)
-    return open(path, mode, encoding=encoding, opener=blocking)
+        return open(path, mode, opener=opener)
+    return open(path, mode, encoding=encoding, opener=opener)
 
 
 def check_write_targets(directory, patterns=("*",), *, root=None) -> None:
@@ -363,18 +353,9 @@ class RunDirectory:
     def _lock(path: str):
         lock_path = os.path.join(path, LOCK)
         check_not_link(lock_path)
+        # read and write, created if missing, never through a link (the module docstring)
         flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC
-
-        def checked_descriptor(name, _flags) -> int:  # read and write, created if missing, never through a link
-            descriptor = _open_no_link(name, flags, 0o644)
-            try:
-                _check_existing_file(name, os.fstat(descriptor))
-            except BaseException:
-                os.close(descriptor)
-                raise
-            return descriptor
-
-        handle = _open_with(lock_path, "r+", "utf-8", checked_descriptor)
+        handle = _open_checked(lock_path, "r+", flags, 0o644, "utf-8")
         if fcntl is None:
             return handle
         try:
