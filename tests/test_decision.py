@@ -65,7 +65,7 @@ def _numpy(head):
         array(head.classification_head.weight),
         array(head.classification_head.bias),
         array(head.regression_head.weight)[0],
-        float(head.regression_head.bias),
+        head.regression_head.bias.item(),
         array(head.b_noise.abs()),
         np.broadcast_to(thresholds, (V,)),
     )

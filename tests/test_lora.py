@@ -547,12 +547,8 @@ def test_peft_s_own_get_peft_model_and_save_pretrained_record_the_absolute_base(
 def test_a_recorded_base_that_cannot_be_found_offline_is_named(tiny, saved, tmp_path, monkeypatch):
     from peft import AutoPeftModelForCausalLM
 
-    from causalqwen.integrations.lora_base import (
-        adapter_base,
-        load_base,
-        portable_base,
-        record_base,
-    )
+    from causalqwen.app.commands import load_base
+    from causalqwen.integrations.lora_base import adapter_base, portable_base, record_base
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)  # no directory Qwen/Qwen2.5-0.5B here: a hub id stays a hub id
