@@ -85,6 +85,22 @@ class DecisionHead(ActionNetwork):
         if hasattr(self, "ovr_threshold"):  # not yet while ActionNetwork.__init__ runs
             nn.init.constant_(self.ovr_threshold, self.config.ovr_threshold)
 
+    @torch.no_grad()
+    def resize_thresholds(self, num_classes: int) -> None:
+        """A per-class threshold ``[V]`` follows the number of classes (`causalqwen.integrations.vocabulary`): the
+        classes kept keep theirs, new ones start at ``config.ovr_threshold``; a shared one is left as it is. A
+        learnable one stays a parameter, on its device and in its dtype."""
+        old = self.ovr_threshold
+        if old.dim() == 0 or old.shape[0] == num_classes:
+            return
+        new = torch.full((num_classes,), self.config.ovr_threshold, dtype=old.dtype, device=old.device)  # [V']
+        kept = min(num_classes, old.shape[0])
+        new[:kept] = old[:kept]
+        if isinstance(old, nn.Parameter):
+            self.ovr_threshold = nn.Parameter(new, requires_grad=old.requires_grad)
+        else:
+            self.ovr_threshold = new  # a registered buffer stays one
+
     @property
     def num_token_id(self) -> int:
         return self.config.num_token_id

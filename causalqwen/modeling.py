@@ -61,6 +61,7 @@ from .integrations.auto import save_with_auto_classes
 from .integrations.generation_mixin import CausalQwenGenerationMixin
 from .integrations.outputs import CausalQwenModelOutput, CausalQwenOutput
 from .integrations.trainer import signature_for_trainer
+from .integrations.vocabulary import VocabularyResizing
 from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
 from .losses import LOSS_FUNCTIONS, next_token_targets
 
@@ -234,13 +235,12 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         )
 
 
-class CausalQwenForCausalLM(CausalQwenPreTrainedModel, CausalQwenGenerationMixin):
+class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, CausalQwenGenerationMixin):
     """CausalQwen: `CausalQwenModel` (the law of $U$) and the `DecisionHead` (decisions and loss).
 
-    Attributes: ``model`` (the `CausalQwenModel`, a `Qwen2Model`), ``action`` (the `DecisionHead`, an
-    `ActionNetwork`), and for reading convenience ``numerical_embedding``, ``abduction`` and
-    ``ovr_threshold``, which belong to those two.
-    """
+    Attributes: ``model`` (the `CausalQwenModel`, a `Qwen2Model`), ``action`` (the `DecisionHead`, an `ActionNetwork`,
+    whose classes follow ``resize_token_embeddings``: `VocabularyResizing`), and for reading convenience
+    ``numerical_embedding``, ``abduction`` and ``ovr_threshold``, which belong to those two."""
 
     # The loss is a mean over this batch's scored positions and ignores Trainer's num_items_in_batch, so
     # Trainer must divide by the gradient-accumulation steps itself (and not pass that keyword).
