@@ -34,6 +34,7 @@ from transformers.modeling_outputs import ModelOutput
 
 from .cauchy import validating, validation
 from .checks.doors import open_door, position_ids_from_mask, refuse_meta
+from .checks.values import first_index
 from .decision import DecisionHead
 from .inference import (
     as_number,
@@ -53,6 +54,7 @@ __all__ = [
     "check_prompt",
     "check_generator",
     "check_length",
+    "check_generated_values",
     "mode_draws",
     "widened_values",
 ]
@@ -174,6 +176,24 @@ def check_length(config, longest: int, new_tokens: int, max_length: int | None =
     raise ValueError(
         f"prompt ({longest} tokens) + {new_tokens} new tokens (up to max_length={max_length}) exceeds "
         f"max_position_embeddings={limit}; lower max_length"
+    )
+
+
+def check_generated_values(values: Tensor, prompt_width: int, dtype: torch.dtype) -> None:
+    r"""A ``ValueError`` after the loop when a generated value is not finite: $\mathrm{loc}_Y$ at a ``<NUM>`` beyond
+    the range of the model's ``dtype`` (float16 ends at 65504), which the later steps then read as input, as no
+    forward would take it. One host synchronisation, made while `causalqwen.cauchy.validating`; ``values``
+    ``[B, S + T]``, the new ones after ``prompt_width``."""
+    bad = ~torch.isfinite(values[:, prompt_width:])  # [B, T]
+    if not bool(bad.any()):
+        return
+    row, step = first_index(bad)
+    name = str(dtype).removeprefix("torch.")
+    advice = "generate in float32 or bfloat16" if dtype == torch.float16 else "check the regression head's weights"
+    raise ValueError(
+        f"generation made a value that is not finite ({values[row, prompt_width + step].item()}) at row {row}, new "
+        f"token {step}: loc_Y overflowed the model's {name} (largest finite value {torch.finfo(dtype).max:.6g}), "
+        f"and the later steps read it as input; {advice}"
     )
 
 
@@ -307,6 +327,8 @@ def generate(
     rule = _Rule(mode, draws, sampling, new_tokens, eos_ids, pad_token_id, use_cache, output_decision_inputs)
     with torch.no_grad(), validation(False):  # every step's inputs are the checked prompt and the model's own
         sequences, values, mask, trace = _loop(model, input_ids, widened_values(numeric_values, input_ids), mask, rule)
+    if validating():
+        check_generated_values(values, input_ids.shape[1], model.dtype)
     traced = {}
     if output_decision_inputs and trace:
         names = ("loc_U", "scale_U", "decision_loc", "decision_scale")

@@ -173,6 +173,9 @@ def test_the_logits_field(tiny):
     "kwargs, error, match",
     [
         ({"mode": "causal", "do_sample": True}, ValueError, "do_sample applies to mode='traditional'"),
+        ({"mode": "standard", "temperature": 0.5}, ValueError, r"^temperature apply to mode='traditional' only"),
+        ({"mode": "causal", "top_k": 3, "top_p": 0.5}, ValueError, r"^top_k, top_p apply to mode='traditional' only"),
+        ({"mode": "shared_noise", "min_p": 0.1}, ValueError, r"^min_p apply to mode='traditional' only"),
         ({"mode": "greedy"}, ValueError, "mode must be one of"),
         ({"numeric_values": None}, ValueError, r"input_ids hold <NUM> \(id \d+\) but no numeric_values"),
         ({"num_beams": 2}, ValueError, "num_beams > 1 is not supported"),
@@ -189,6 +192,17 @@ def test_generate_refuses_bad_arguments(tiny, kwargs, error, match):
     arguments = {"numeric_values": batch["numeric_values"], "max_new_tokens": 2} | kwargs
     with pytest.raises(error, match=match):
         model.generate(batch["input_ids"], **arguments)
+
+
+def test_sampling_arguments_at_their_neutral_values_change_nothing_in_the_other_modes(tiny):
+    """As the reference loop, a mode that draws inside the model takes the sampling arguments at the values that
+    change nothing (temperature 1, top_k 0, top_p 1), and gives what it gives without them."""
+    model, tokenizer, _ = tiny
+    batch = tokenizer(["a price of 5 yuan"])
+    arguments = {"numeric_values": batch["numeric_values"], "max_new_tokens": 3, "mode": "standard"}
+    expected = model.generate(batch["input_ids"], **arguments)
+    neutral = model.generate(batch["input_ids"], **arguments, temperature=1.0, top_k=0, top_p=1.0)
+    assert torch.equal(neutral, expected)
 
 
 def test_the_stock_text_generation_pipeline_runs_the_decision_modes(tiny):

@@ -94,6 +94,26 @@ def test_generated_numbers_are_written_alike_alone_and_in_a_padded_batch(tiny):
         assert text.startswith(prompt) and sum(value != 0 for value in tokenizer.encode(text[len(prompt) :])[1]) == 3
 
 
+def test_a_record_is_its_prompts_own_whatever_the_batch_size(tiny):
+    """A batch left-pads the shorter prompts for generation; each record keeps its own tokens only: the ids and the
+    values of the prompt alone, then the new ones (the values to float32 rounding, which the padding moves)."""
+    model, numbers, tokenizer = tiny
+    prompts = ["The price is 12.50 dollars and", "x 1", "Costs: 1.25 and 3.75 and 9.99 and"]
+    for chosen in (model, numbers):
+        pipe = _pipe(chosen, tokenizer)
+        alone = [pipe(prompt, max_new_tokens=4, return_tensors=True)[0] for prompt in prompts]
+        batched = [rows[0] for rows in pipe(prompts, max_new_tokens=4, batch_size=3, return_tensors=True)]
+        texts = [rows[0]["generated_text"] for rows in pipe(prompts, max_new_tokens=4, batch_size=3)]
+        for prompt, one, row, text in zip(prompts, alone, batched, texts):
+            prompt_ids, prompt_values = tokenizer.encode(prompt)
+            assert row["generated_token_ids"] == one["generated_token_ids"]
+            assert row["generated_token_ids"][: len(prompt_ids)] == prompt_ids
+            assert len(row["numeric_values"]) == len(prompt_ids) + 4
+            assert row["numeric_values"][: len(prompt_ids)] == prompt_values
+            np.testing.assert_allclose(row["numeric_values"], one["numeric_values"], rtol=1e-5)
+            assert text.startswith(prompt)
+
+
 def test_the_parents_options(tiny):
     """return_full_text=False, return_tensors=True, a prefix, a stop sequence and batching behave as in
     transformers' own pipeline; a batch of two gives what each prompt gives alone (left padding)."""

@@ -609,3 +609,30 @@ def test_decoding_a_negative_id_says_mark_does_not_apply(tiny):
         )
         assert 'pass out_of_vocab="mark"' not in message
     assert tokenizer.decode([size + 2], [0.0], out_of_vocab="mark") == f"<unk:{size + 2}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# A generated value beyond the model's dtype
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loop", ["model.generate", "causalqwen.generate"])
+def test_a_generated_value_that_overflows_is_an_error_not_the_next_steps_input(tiny, models, loop):
+    """A regression head whose loc_Y overflows float32 (3e38 + 1e37-scaled weights): the value beside the generated
+    <NUM> is inf, which no forward would take as input, so neither loop returns it as if it were a number."""
+    _, tokenizer = tiny
+    model = copy.deepcopy(models["numbers"])
+    with torch.no_grad():
+        model.action.regression_head.bias.fill_(3e38)
+        model.action.regression_head.weight.mul_(1e37)
+    prompt = tokenizer(["The population is 1,400,000 and"])
+    arguments = dict(mode="causal", max_new_tokens=4, generator=torch.Generator().manual_seed(0))
+    message = (
+        r"generation made a value that is not finite \((-?inf|nan)\) at row 0, new token \d: loc_Y overflowed the "
+        r"model's float32 \(largest finite value 3\.40282e\+38\), and the later steps read it as input"
+    )
+    with pytest.raises(ValueError, match=message):
+        if loop == "model.generate":
+            model.generate(**prompt, **arguments)
+        else:
+            generate(model, prompt["input_ids"], prompt["numeric_values"], prompt["attention_mask"], **arguments)

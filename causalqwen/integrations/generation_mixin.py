@@ -46,6 +46,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from ..cauchy import validating, validation
 from ..checks.doors import refuse_meta
 from ..generation import (
+    check_generated_values,
     check_generator,
     check_length,
     check_prompt,
@@ -123,6 +124,34 @@ class _ShiftedTemperatureWarper(TemperatureLogitsWarper):
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         return tempered_scores(scores, self.temperature)  # [B, V], <= 0
+
+
+# transformers' sampling arguments and the value at which each changes nothing (None: not given)
+_SAMPLING_NEUTRAL = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+
+
+def _refuse_sampling_outside_traditional(mode: str, kwargs: dict) -> None:
+    """``do_sample`` and the sampling arguments given to ``generate`` belong to ``traditional``; the other modes draw
+    inside the model (from ``generator``), so a sampling argument there would be ignored: refused by name, as the
+    reference loop refuses them. Values stored on a generation config (a base's) are not the caller's and pass."""
+    if mode == "traditional":
+        return
+    given = [
+        name for name, neutral in _SAMPLING_NEUTRAL.items() if kwargs.get(name) is not None and kwargs[name] != neutral
+    ]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} apply to mode='traditional' only (with do_sample=True); mode={mode!r} does not "
+            "sample from a categorical distribution: it draws inside the model (pass generator= for its draws)"
+        )
 
 
 def _refuse_unsupported(kwargs: dict, config) -> None:
@@ -210,6 +239,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
                 f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
                 "(pass generator= for its draws)"
             )
+        _refuse_sampling_outside_traditional(mode, kwargs)
         _refuse_unsupported(kwargs, config)
         check_generator(generator)
         if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
@@ -242,6 +272,8 @@ class CausalQwenGenerationMixin(GenerationMixin):
             output = super().generate(input_ids, generation_config=generation_config, generation_state=state, **kwargs)
         sequences = output if isinstance(output, Tensor) else output.sequences
         state.catch_up(sequences)
+        if validating():
+            check_generated_values(state.values, input_ids.shape[1], self.dtype)
         if isinstance(output, Tensor):
             return output
         return CausalQwenGenerateOutput(**output, numeric_values=state.values)

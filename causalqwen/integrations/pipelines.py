@@ -120,6 +120,7 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         generate_kwargs = {**generate_kwargs, "numeric_values": numeric_values, "return_dict_in_generate": True}
         model_outputs = super()._forward(model_inputs, **generate_kwargs)  # numeric_values: [B, n, S + T]
         model_outputs["number_texts"] = number_texts
+        model_outputs["prompt_mask"] = model_inputs.get("attention_mask")  # [B, S]: 0 where a batch padded a prompt
         return model_outputs
 
     def postprocess(
@@ -146,6 +147,12 @@ class NumericTextGenerationPipeline(TextGenerationPipeline):
         number_texts = model_outputs["number_texts"]
         input_ids = model_outputs["input_ids"]
         prompt_length = 0 if input_ids is None else input_ids.shape[-1]
+        mask = model_outputs.get("prompt_mask")  # [1, S]
+        if mask is not None and not bool(mask.all()):  # a prompt padded in a batch: its record drops the padding,
+            real = mask[0].bool().tolist() + [True] * (len(sequences[0]) - prompt_length)  # as if it ran alone
+            sequences = [[i for i, keep in zip(ids, real) if keep] for ids in sequences]
+            values = [[v for v, keep in zip(row, real) if keep] for row in values]
+            prompt_length = int(mask.sum())
         skip = True if skip_special_tokens is None else skip_special_tokens
         records = []
         for ids, row_values in zip(sequences, values):
