@@ -655,6 +655,22 @@ def test_divergence_dual_lr_without_the_bound_is_refused(qwen_dir, tmp_path, dat
 
 
 @pytest.mark.parametrize(
+    "options, named",
+    [
+        (["--lora-rank", "4"], "--lora-rank apply"),
+        (["--lora-alpha", "0"], "--lora-alpha apply"),
+        (["--lora-rank", "8", "--lora-alpha", "16"], "--lora-rank and --lora-alpha apply"),
+    ],
+)
+def test_lora_options_with_another_preset_are_refused_not_ignored(qwen_dir, tmp_path, data, capsys, options, named):
+    out = tmp_path / "run"
+    args = ["train", "--base", qwen_dir, "--data", data, "--out", str(out), "--steps", "1", "--preset", "causal"]
+    line = _fails(capsys, args + options)
+    assert f"{named} to --preset lora only (the preset is 'causal')" in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
     "argv, start",
     [
         (["convert", "--base", "no_such_base_dir", "--out", "out"], "causalqwen convert: error: model directory"),

@@ -183,10 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--lora-rank",
         type=integer(1),
-        default=8,
-        help="preset lora: the adapters' rank, at most the base's hidden size (default: %(default)s)",
+        help="preset lora only: the adapters' rank, at most the base's hidden size (default: add_lora's, 8)",
     )
-    tr.add_argument("--lora-alpha", type=float, default=16.0, help="preset lora: LoRA's alpha (default: %(default)s)")
+    tr.add_argument("--lora-alpha", type=float, help="preset lora only: LoRA's alpha (default: add_lora's, 16)")
     tr.add_argument("--steps", type=COUNT, default=1000, help="optimizer steps (default: %(default)s)")
     tr.add_argument("--batch-size", type=COUNT, default=8, help="texts per step and process (default: %(default)s)")
     tr.add_argument(

@@ -383,6 +383,10 @@ def _training_config(args):
         raise ValueError("--allow-changed-settings applies to --resume only")
     if args.divergence_dual_lr is not None and args.max_u_divergence is None:
         raise ValueError("--divergence-dual-lr applies to --max-u-divergence only")
+    lora = {"--lora-rank": args.lora_rank, "--lora-alpha": args.lora_alpha}
+    given = [option for option, value in lora.items() if value is not None]
+    if given and config.preset != "lora":
+        raise ValueError(f"{' and '.join(given)} apply to --preset lora only (the preset is {config.preset!r})")
     return config
 
 
@@ -404,12 +408,13 @@ def _model_to_train(args, preset: str):
     if preset == "lora":
         from ..integrations.lora import add_lora
 
-        if args.lora_rank > model.config.hidden_size:  # before peft allocates [rank, hidden] matrices
-            raise ValueError(
+        if args.lora_rank is not None and args.lora_rank > model.config.hidden_size:  # before peft allocates
+            raise ValueError(  # [rank, hidden] matrices
                 f"--lora-rank {args.lora_rank} exceeds the base's hidden size {model.config.hidden_size}: the rank "
                 "of a LoRA update is at most the smaller dimension of its layer"
             )
-        model = add_lora(model, rank=args.lora_rank, alpha=args.lora_alpha)
+        options = {"rank": args.lora_rank, "alpha": args.lora_alpha}
+        model = add_lora(model, **{name: value for name, value in options.items() if value is not None})
     if torch.cuda.is_available():  # one device per process, chosen before NCCL builds its communicator
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
