@@ -131,3 +131,24 @@ def test_shrinking_keeps_the_first_classes_and_never_drops_the_number_token():
     with torch.no_grad():
         after = model(**encoding, return_decisions=True).loc_S  # [B, S, num + 1]
     assert torch.equal(after, before[..., : num + 1])
+
+
+def test_a_head_that_lora_wraps_is_not_resized_behind_its_copies_back():
+    """add_lora trains a copy of the decision head (peft's modules_to_save); a resize would replace the wrapper's
+    attribute and leave the copy the forward uses at the old size, with config.vocab_size admitting labels it has no
+    class for. Refused before anything changes; after merge_and_unload the merged head resizes."""
+    from causalqwen.integrations.lora import add_lora
+
+    model, tokenizer = _tiny()
+    old_size = model.config.vocab_size
+    wrapped = add_lora(model)
+    shapes = {name: tuple(p.shape) for name, p in wrapped.named_parameters()}
+    with pytest.raises(ValueError, match="resize before add_lora, or after merge_and_unload"):
+        wrapped.resize_token_embeddings(old_size + ADDED)
+    assert {name: tuple(p.shape) for name, p in wrapped.named_parameters()} == shapes
+    assert model.config.vocab_size == old_size
+    merged = wrapped.merge_and_unload()
+    merged.resize_token_embeddings(old_size + ADDED)
+    encoding = tokenizer(TEXTS)
+    with torch.no_grad():
+        assert merged(**encoding, return_decisions=True).loc_S.shape[-1] == old_size + ADDED

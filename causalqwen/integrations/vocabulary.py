@@ -8,12 +8,15 @@ the rows kept keep their values; with ``mean_resizing`` (transformers' default) 
 mean and covariance and new biases are the old biases' mean, otherwise they are initialised as Qwen2 initialises a
 linear layer. A per-class threshold follows (`causalqwen.decision.DecisionHead.resize_thresholds`): the classes kept
 keep theirs, new ones start at ``config.ovr_threshold``. ``config.vocab_size`` becomes the new size, so the model's
-door accepts the new ids and labels. ``<NUM>`` must stay a class.
+door accepts the new ids and labels. ``<NUM>`` must stay a class, and the head must not be wrapped by peft's LoRA
+(`causalqwen.integrations.lora.add_lora` trains copies of it that a resize would not reach): resize first.
 """
 
 from __future__ import annotations
 
 from torch import nn
+
+from ..decision import DecisionHead
 
 __all__ = ["VocabularyResizing"]
 
@@ -34,6 +37,11 @@ class VocabularyResizing:
         """transformers' ``resize_token_embeddings``, with the decision head's classes resized beside the token
         embedding (see the module). Returns the token embedding, as transformers' does."""
         num_token_id = self.config.num_token_id
+        if not isinstance(self.action, DecisionHead):  # peft's ModulesToSaveWrapper (add_lora trains a copy of it)
+            raise ValueError(
+                "resize_token_embeddings cannot reach the decision head once LoRA adapters wrap it (peft keeps its "
+                "own copies of the head in modules_to_save): resize before add_lora, or after merge_and_unload()"
+            )
         if new_num_tokens is not None:
             if isinstance(new_num_tokens, bool) or not isinstance(new_num_tokens, int):
                 raise TypeError(f"new_num_tokens must be an int or None, got {type(new_num_tokens).__name__}")
