@@ -138,12 +138,18 @@ _SAMPLING_NEUTRAL = {
 }
 
 
-def _refuse_sampling_outside_traditional(mode: str, kwargs: dict) -> None:
-    """``do_sample`` and the sampling arguments given to ``generate`` belong to ``traditional``; the other modes draw
-    inside the model (from ``generator``), so a sampling argument there would be ignored: refused by name, as the
-    reference loop refuses them. Values stored on a generation config (a base's) are not the caller's and pass."""
+def _refuse_sampling_outside_traditional(mode: str, kwargs: dict, config) -> None:
+    """``do_sample`` (given or set on the generation ``config``) and the sampling arguments given to ``generate``
+    belong to ``traditional``; the other modes draw inside the model (from ``generator``), so a sampling argument
+    there would be ignored: refused by name, as the reference loop refuses them. Sampling values stored on a
+    generation config (a base's) are not the caller's and pass."""
     if mode == "traditional":
         return
+    if kwargs.get("do_sample", getattr(config, "do_sample", False)):
+        raise ValueError(
+            f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
+            "(pass generator= for its draws)"
+        )
     given = [
         name for name, neutral in _SAMPLING_NEUTRAL.items() if kwargs.get(name) is not None and kwargs[name] != neutral
     ]
@@ -234,12 +240,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
         mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-        if mode != "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
-            raise ValueError(
-                f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
-                "(pass generator= for its draws)"
-            )
-        _refuse_sampling_outside_traditional(mode, kwargs)
+        _refuse_sampling_outside_traditional(mode, kwargs, config)
         _refuse_unsupported(kwargs, config)
         check_generator(generator)
         if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
