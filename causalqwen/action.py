@@ -51,15 +51,15 @@ def noise_infused_scale(scale_U: Tensor, noise_scale: Tensor) -> Tensor:
     return scale_U + noise_scale  # [..., C] + [C]
 
 
-def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold: Tensor, num_token_id: int) -> Tensor:
+def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold, num_token_id: int) -> Tensor:
     r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8,
     D9), from the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold``
-    is a
-    ``[]`` or ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). It is
+    is a number, a ``[]`` or a ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). It is
     $\exp(-a(-d, s))$ with the OvR loss's own tail kernel $a$ (`cauchy.tail_nll`), $d = \mathrm{loc} - C$, in the
-    dtype and on the device of ``loc_S_num``."""
-    threshold_num = threshold[num_token_id] if threshold.dim() > 0 else threshold  # C_<NUM> []
-    diff, scale = torch.broadcast_tensors(loc_S_num - threshold_num.to(loc_S_num), scale_S_num)  # d = loc_S - C [...]
+    dtype and on the device of ``loc_S_num`` (a number or a 0-d tensor enters as a scalar, as in every formula)."""
+    per_class = isinstance(threshold, Tensor) and threshold.dim() > 0
+    threshold_num = threshold[num_token_id] if per_class else threshold  # C_<NUM>, a number or []
+    diff, scale = torch.broadcast_tensors(loc_S_num - threshold_num, scale_S_num)  # d = loc_S - C [...]
     return torch.exp(-cauchy.tail_nll(-diff, scale))  # P = exp(-a(-d, s)) [...]
 
 

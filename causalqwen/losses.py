@@ -105,12 +105,6 @@ def at_least_float32(t: Tensor) -> Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-def as_threshold(threshold) -> Tensor:
-    """A threshold given as a number becomes a 0-d float64 tensor on the CPU, which torch treats as a scalar beside
-    tensors of every device and dtype (as it treats the number); a tensor is returned as it is."""
-    return threshold if isinstance(threshold, Tensor) else torch.tensor(float(threshold), dtype=torch.float64)
-
-
 # ---- the OvR probabilities and the two per-position losses ----
 
 
@@ -251,7 +245,7 @@ def total_from_classification(
     scored: Tensor,
     *,
     num_token_id: int,
-    threshold: Tensor,
+    threshold,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
     detach_gate: bool = False,
@@ -334,7 +328,6 @@ def total_loss(
         cauchy.check_scale(scale_Y)
         if scale_Y.shape != labels.shape:
             raise ValueError(f"scale_Y shape {tuple(scale_Y.shape)} must equal labels shape {tuple(labels.shape)}")
-    threshold = as_threshold(threshold)  # [] or [V]
     scored = labels != ignore_index  # [...]
     if attention_mask is not None:
         scored = scored & attention_mask.bool()

@@ -5,7 +5,7 @@ reference, docs/path.md), and at most `MAX_FILES_FUSED` files with the default, 
 Functions are counted as a profiler sees them (``sys.setprofile``): each distinct function, method or property of
 ``causalqwen/`` entered at least once; comprehensions and lambdas are part of the function that holds them.
 
-The limits are a ratchet, set at what the path takes now: 12 files and 48 functions with the literal loss (16 and
+The limits are a ratchet, set at what the path takes now: 12 files and 47 functions with the literal loss (16 and
 77 before the redesign), 14 files with the fused one (18 before). The goal for the literal path is 40 functions;
 lower the limits as the path gets there, never raise them."""
 
@@ -19,7 +19,7 @@ import pytest
 import causalqwen
 from causalqwen.app.tiny import build_tiny_causal_lm
 
-MAX_FILES, MAX_FUNCTIONS = 12, 48
+MAX_FILES, MAX_FUNCTIONS = 12, 47
 MAX_FILES_FUSED = 14
 TEXT = "A cup of coffee costs 3.5 dollars, and 12 cups cost 42 dollars."
 PACKAGE = Path(causalqwen.__file__).resolve().parent

@@ -36,7 +36,6 @@ from ..decision import STANDARD_TOKEN_FUNCTIONS
 from ..losses import (
     LOSS_FUNCTIONS,
     LossParts,
-    as_threshold,
     at_least_float32,
     check_labels,
     check_loss_inputs,
@@ -46,6 +45,13 @@ from ..losses import (
 from .tiles import HeadInputs, Tiling, autocast_gemm_dtype, default_tiling, fused_pass, ovr_argmax
 
 __all__ = ["fused_loss", "fused_ovr_classification_loss", "fused_standard_token", "tiled_ovr_loss"]
+
+
+def as_threshold(threshold) -> Tensor:
+    """The threshold as the tiles take it, a tensor: a number becomes a 0-d float64 tensor on the CPU, which torch
+    treats as a scalar beside tensors of every device and dtype (as it treats the number); a tensor is returned as it
+    is."""
+    return threshold if isinstance(threshold, Tensor) else torch.tensor(float(threshold), dtype=torch.float64)
 
 
 def _first_order_only(backward):
@@ -248,7 +254,6 @@ def fused_loss(
             gate_alpha=gate_alpha,
         )
     tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
-    threshold = as_threshold(threshold)  # [] or [V]
     scored = labels != ignore_index  # [...]
     if attention_mask is not None:
         scored = scored & attention_mask.bool()
@@ -258,7 +263,12 @@ def fused_loss(
     loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in num_decision)  # [..., 1] x2, [...] x2
     C = loc_U.shape[-1]
     inputs = HeadInputs(
-        loc_U.reshape(-1, C), scale_U.reshape(-1, C), head.weight, head.bias, action.noise_scale, threshold
+        loc_U.reshape(-1, C),
+        scale_U.reshape(-1, C),
+        head.weight,
+        head.bias,
+        action.noise_scale,
+        as_threshold(threshold),
     )
     cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
     num_law = ActionOutput(loc_S_num[..., 0], scale_S_num[..., 0], loc_Y, scale_Y)  # [...] each
