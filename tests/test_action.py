@@ -239,7 +239,7 @@ def test_check_law_takes_c_from_loc_when_not_given():
 
 
 @pytest.mark.parametrize(
-    "threshold", [torch.tensor(2.5, dtype=torch.float64), torch.tensor(-1.0), torch.linspace(-3.0, 3.0, 7)]
+    "threshold", [torch.tensor(2.5, dtype=torch.float64), torch.tensor(-1.0), torch.linspace(-3.0, 3.0, 7), 0.75]
 )
 def test_num_probability_is_the_cauchy_survival_function_at_the_num_threshold(threshold):
     g = torch.Generator().manual_seed(3)
@@ -248,7 +248,7 @@ def test_num_probability_is_the_cauchy_survival_function_at_the_num_threshold(th
         torch.rand(4, 5, generator=g, dtype=torch.float64),
     )
     num = 4
-    c = float(threshold[num]) if threshold.dim() else float(threshold)
+    c = float(threshold[num]) if isinstance(threshold, torch.Tensor) and threshold.dim() else float(threshold)
     expected = stats.cauchy.sf(c, loc=loc.numpy(), scale=scale.numpy() + 0.1)
     got = num_probability(loc, scale + 0.1, threshold, num)
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, atol=0)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from causalqwen import losses
+from causalqwen import cauchy, losses
 from causalqwen.kernels.fused import fused_loss
 
 NUM = 2  # the <NUM> class in the small examples below
@@ -541,6 +541,27 @@ def test_the_loss_interface_has_one_signature_and_every_name_a_config_may_choose
             (p.name, p.kind, p.default) for p in reference
         ], name
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[len(reference) :]), name
+
+
+def test_a_threshold_given_as_a_number_is_the_0d_tensor_of_it_also_unchecked():
+    """The model's forward runs the losses under ``cauchy.validation(False)``, where nothing converts a threshold: a
+    Python number must give what the 0-d tensor and the constant ``[V]`` tensor of it give (every part, bit for bit
+    in float64)."""
+    g = torch.Generator().manual_seed(5)
+    action = _action(3, 4, g)
+    loc_U, scale_U = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.rand(2, 5, 3, dtype=torch.float64)
+    labels = torch.tensor([[0, NUM, 1, IGNORE, 3], [NUM, NUM, 2, 0, IGNORE]])
+    targets = torch.randn(2, 5, generator=g, dtype=torch.float64)
+    results = []
+    for threshold in (0.3, torch.tensor(0.3, dtype=torch.float64), torch.full((4,), 0.3, dtype=torch.float64)):
+        with cauchy.validation(False):
+            parts, _ = losses.literal_loss(
+                action, loc_U, scale_U, labels, targets, num_token_id=NUM, threshold=threshold
+            )
+        results.append(parts)
+    for parts in results[1:]:
+        for got, expected in zip(parts, results[0]):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("threshold", [1.0, torch.tensor(1.0, dtype=torch.float64), torch.linspace(-1.0, 2.0, 4)])
