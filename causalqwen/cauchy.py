@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import numbers
 from collections.abc import Iterator
 from functools import reduce
 from typing import NamedTuple
@@ -130,14 +131,14 @@ def validation(enabled: bool) -> Iterator[None]:
 def _as_float_tensors(*values, names: tuple[str, ...]) -> list[Tensor]:
     """Turn numbers and tensors into tensors of one common floating dtype (torch promotion rules)."""
     for value, name in zip(values, names):
-        if not isinstance(value, (Tensor, float, int)) or isinstance(value, bool):
-            raise TypeError(f"{name} must be a torch.Tensor or a Python number, got {type(value).__name__}")
+        if not isinstance(value, (Tensor, numbers.Real)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a torch.Tensor or a real number, got {type(value).__name__}")
     dtypes = [v.dtype for v in values if isinstance(v, Tensor)]
     dtype = reduce(torch.promote_types, dtypes) if dtypes else torch.get_default_dtype()
     if not dtype.is_floating_point:
         dtype = torch.get_default_dtype()
     device = next((v.device for v in values if isinstance(v, Tensor)), None)
-    return [torch.as_tensor(v, dtype=dtype, device=device) for v in values]
+    return [torch.as_tensor(v if isinstance(v, Tensor) else float(v), dtype=dtype, device=device) for v in values]
 
 
 def check_arguments(x, loc, scale, names=("x", "loc", "scale")) -> list[Tensor]:
@@ -402,17 +403,18 @@ def log_cdf(x, loc, scale) -> Tensor:
 def icdf(p, loc, scale) -> Tensor:
     r"""Quantile function $F^{-1}(p) = \mu + \gamma \tan\big(\pi(p - \tfrac12)\big)$, $p \in [0, 1]$.
 
-    Written as $-\gamma\cot(\pi p)$ for $p < \tfrac14$ and $\gamma\cot(\pi(1 - p))$ for $p > \tfrac34$, so
-    that a small $p$ is not rounded away in $p - \tfrac12$. $F^{-1}(0) = -\infty$, $F^{-1}(1) = +\infty$.
+    Written as $-\gamma/\tan(\pi p)$ for $p < \tfrac14$ and $\gamma/\tan(\pi(1 - p))$ for $p > \tfrac34$, so
+    that a small $p$ is not rounded away in $p - \tfrac12$, and as a quotient, so that $\cot(\pi p)$ does not
+    overflow where $\gamma\cot(\pi p)$ is finite (a subnormal $p$ beside a small $\gamma$).
+    $F^{-1}(0) = -\infty$, $F^{-1}(1) = +\infty$.
     """
     p, loc, scale = _prepare(p, loc, scale, names=("p", "loc", "scale"))
     if validating() and not bool(((p >= 0) & (p <= 1)).all()):
         raise ValueError("p must lie in [0, 1] everywhere (it is a probability)")
-    lower = -1.0 / torch.tan(math.pi * p)
-    upper = 1.0 / torch.tan(math.pi * (1.0 - p))
-    middle = torch.tan(math.pi * (p - 0.5))
-    z = torch.where(p < 0.25, lower, torch.where(p > 0.75, upper, middle))
-    return loc + scale * z
+    lower = -scale / torch.tan(math.pi * p)  # -gamma cot(pi p)
+    upper = scale / torch.tan(math.pi * (1.0 - p))  # gamma cot(pi (1 - p))
+    middle = scale * torch.tan(math.pi * (p - 0.5))
+    return loc + torch.where(p < 0.25, lower, torch.where(p > 0.75, upper, middle))
 
 
 def log_interval_prob(low, high, loc, scale) -> Tensor:
@@ -432,7 +434,7 @@ def log_interval_prob(low, high, loc, scale) -> Tensor:
     keeps full relative precision too. An evaluation quantity: no gradient is defined.
 
     Raises:
-        TypeError: an argument is not a tensor or a Python number.
+        TypeError: an argument is not a tensor or a real number.
         ValueError: (naming the argument) ``low``, ``high`` or ``loc`` is NaN, ``loc`` is infinite, ``scale`` is
             not a finite number $> 0$; the shapes do not broadcast; or ``low < high`` fails somewhere. These
             checks run while `validating` (the module's switch).

@@ -222,7 +222,7 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
                 f"loc_Y shape {tuple(loc_Y.shape)} must equal loc_S shape without its last dim "
                 f"{tuple(loc_S.shape[:-1])}"
             )
-        check_threshold(threshold, num_classes)
+        check_threshold(threshold, num_classes, loc_S.dtype)
         cauchy.check_scale(scale_S)
     token_ids = predicted_token(loc_S, scale_S, threshold)  # [...]
     return token_ids, predicted_value(token_ids, loc_Y, num_token_id)
@@ -314,7 +314,7 @@ def traditional_probabilities(
         if normalize == "ovr":
             if scale_S is None or threshold is None:
                 raise ValueError('normalize="ovr" needs scale_S and threshold (the OvR probabilities P_k)')
-            check_threshold(threshold, loc_S.shape[-1])
+            check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
             cauchy.check_scale(scale_S)
     if normalize == "softmax":
         scores = loc_S  # [..., V]

@@ -63,9 +63,10 @@ LOSS_ALGORITHMS = ("fused", "literal")  # the names a config may choose; "fused"
 # ---- the checks of the rules this module owns ----
 
 
-def check_threshold(threshold, num_classes: int) -> None:
+def check_threshold(threshold, num_classes: int, dtype: torch.dtype | None = None) -> None:
     """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0
-    or 1)."""
+    or 1); a number must also be finite in ``dtype``, the floating type the formula computes in (``1e39`` is ±inf in
+    float32)."""
     if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
         raise ValueError(
             f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
@@ -79,6 +80,11 @@ def check_threshold(threshold, num_classes: int) -> None:
         raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
     if not finite:
         raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
+    if not isinstance(threshold, Tensor) and dtype is not None and abs(threshold) > torch.finfo(dtype).max:
+        raise ValueError(
+            f"threshold={threshold!r} is beyond the range of {dtype}, the type the OvR probabilities are computed in "
+            "(it would be ±inf there)"
+        )
 
 
 def check_labels(labels: Tensor, num_classes: int, ignore_index: int) -> None:
@@ -114,7 +120,7 @@ def ovr_probability(loc_S, scale_S, threshold) -> Tensor:
     ``threshold`` is a number, a 0-d tensor, or a per-class tensor of shape ``[V]``. Same shape as ``loc_S``.
     """
     if cauchy.validating():
-        check_threshold(threshold, loc_S.shape[-1])
+        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
     return cauchy.sf(threshold, loc_S, scale_S)
 
 
@@ -130,7 +136,7 @@ def ovr_log_probability(loc_S, scale_S, threshold) -> tuple[Tensor, Tensor]:
     r"""$(\log P_k,\ \log(1 - P_k))$ computed without cancellation: $(-a(-d, s),\ -a(d, s))$ with the tail
     kernel $a$ (`cauchy.tail_terms`), $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$."""
     if cauchy.validating():
-        check_threshold(threshold, loc_S.shape[-1])
+        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
         cauchy.check_arguments(threshold, loc_S, scale_S)
     on, off = ovr_tail_nll(loc_S, scale_S, threshold)
     return -on, -off
@@ -149,7 +155,7 @@ def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int
                 f"{tuple(loc_S.shape[:-1])}"
             )
         check_labels(labels, loc_S.shape[-1], ignore_index)
-        check_threshold(threshold, loc_S.shape[-1])
+        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
         cauchy.check_arguments(threshold, loc_S, scale_S)
     scored = labels != ignore_index  # [...]
     diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C, s = scale_S [..., V]
@@ -175,6 +181,11 @@ def gated_regression_loss(loc_Y, scale_Y, targets, p_num, num_mask, alpha: float
     if cauchy.validating():
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha (gate_alpha) must lie in [0, 1], got {alpha}")
+        for name, tensor in (("p_num", p_num), ("num_mask", num_mask)):
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if not bool(((p_num >= 0) & (p_num <= 1)).all()):
+            raise ValueError("p_num (the gate's P_<NUM>) must lie in [0, 1] everywhere: it is a probability")
         cauchy.check_scale(scale_Y)
         num_mask = as_bool_mask(num_mask, "num_mask")
     gated = (alpha + (1.0 - alpha) * p_num) * cauchy.nll(targets, loc_Y, scale_Y)  # [...]
@@ -212,14 +223,15 @@ def check_loss_inputs(
     gate_alpha: float = 0.0,
 ) -> None:
     r"""The checks of a total loss's arguments besides the laws: every tensor in ``shapes`` (and ``attention_mask``)
-    of the shape of ``labels``, $C$ finite, the ``<NUM>`` id a class, $\lambda \ge 0$ finite, $\alpha \in [0, 1]$,
+    of the shape of ``labels``, $C$ finite (also in float32, the least the losses compute in), the ``<NUM>`` id a
+    class, $\lambda \ge 0$ finite, $\alpha \in [0, 1]$,
     finite ``numeric_targets`` and labels that are classes or ``ignore_index``."""
     if attention_mask is not None:
         shapes = {**shapes, "attention_mask": attention_mask.shape}
     for name, shape in shapes.items():
         if shape != labels.shape:
             raise ValueError(f"{name} shape {tuple(shape)} must equal labels shape {tuple(labels.shape)}")
-    check_threshold(threshold, num_classes)
+    check_threshold(threshold, num_classes, torch.float32)
     if not 0 <= num_token_id < num_classes:
         raise ValueError(f"num_token_id={num_token_id} is not a class index in [0, {num_classes})")
     if not (math.isfinite(float(regression_weight)) and float(regression_weight) >= 0):

@@ -99,6 +99,25 @@ def test_icdf_small_p_keeps_precision():
     assert cauchy.icdf(torch.tensor(0.5), 3.0, 2.0).item() == 3.0
 
 
+@pytest.mark.parametrize(
+    "dtype, p, scale, rtol",
+    [
+        (torch.float32, 1e-40, 1e-10, 1e-4),  # cot(pi p) = 3e39 is beyond float32; gamma cot(pi p) = 3e29 is not
+        (torch.float64, 1e-310, 1e-300, 1e-12),
+        (torch.float32, 1e-38, 1e-30, 1e-6),
+    ],
+)
+def test_icdf_is_finite_where_the_quantile_is_although_cot_overflows(dtype, p, scale, rtol):
+    r"""A subnormal p beside a small scale: $F^{-1}(p) = \mu - \gamma\cot(\pi p)$ is finite while $\cot(\pi p)$
+    alone overflows; the quotient $-\gamma/\tan(\pi p)$ keeps it finite (oracle: mpmath at 400 digits, so
+    that p survives p - 1/2, at the inputs as stored)."""
+    p_t, scale_t = torch.tensor(p, dtype=dtype), torch.tensor(scale, dtype=dtype)
+    with mp.workdps(400):
+        expected = float(mp.mpf(scale_t.item()) * mp.tan(mp.pi * (mp.mpf(p_t.item()) - mp.mpf(1) / 2)))
+    got = cauchy.icdf(p_t, torch.tensor(0.0, dtype=dtype), scale_t).item()
+    assert math.isfinite(got) and got == pytest.approx(expected, rel=rtol)
+
+
 # ---------------------------------------------------------------------------------------------
 # Far tails against mpmath
 # ---------------------------------------------------------------------------------------------

@@ -153,6 +153,33 @@ def test_gated_regression_loss_against_scipy(alpha):
         np.testing.assert_allclose(loss.numpy(), num_mask.numpy() * nll, rtol=1e-12)
 
 
+def test_gated_regression_loss_refuses_a_gate_that_is_not_a_probability_and_a_mask_that_is_not_a_tensor():
+    y, scale = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"p_num \(the gate's P_<NUM>\) must lie in \[0, 1\]"):
+        losses.gated_regression_loss(y, scale, y, torch.full((2,), 2.0, dtype=torch.float64), torch.tensor([1, 1]))
+    with pytest.raises(TypeError, match="num_mask must be a torch.Tensor, got list"):
+        losses.gated_regression_loss(y, scale, y, torch.ones(2, dtype=torch.float64), [1, 0])
+
+
+def test_a_threshold_number_beyond_the_working_type_is_refused_and_numpy_scalars_are_numbers():
+    """1e39 is finite as a Python number and ±inf in float32: refused by name rather than giving P = 0 and an
+    infinite loss (in float64 it is a threshold like any other, P = 3.18e-40 against SciPy). NumPy scalars are
+    real numbers, as for every other formula."""
+    loc, scale = torch.zeros(1, 3), torch.ones(1, 3)
+    with pytest.raises(ValueError, match=r"threshold=1e\+39 is beyond the range of torch.float32"):
+        losses.ovr_probability(loc, scale, 1e39)
+    with pytest.raises(ValueError, match=r"threshold=1e\+39 is beyond the range of torch.float32"):
+        losses.ovr_classification_loss(loc, scale, torch.tensor([0]), 1e39)
+    with pytest.raises(ValueError, match=r"threshold=70000.0 is beyond the range of torch.float16"):
+        losses.ovr_probability(loc.half(), scale.half(), 70000.0)
+    p = losses.ovr_probability(loc.double(), scale.double(), 1e39)
+    np.testing.assert_allclose(p.numpy(), stats.cauchy.sf(1e39), rtol=1e-12)
+    for number in (np.float32(1.5), np.int64(2), np.float64(-0.5)):
+        torch.testing.assert_close(
+            losses.ovr_probability(loc, scale, number), losses.ovr_probability(loc, scale, float(number))
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # Total loss and masks
 # ---------------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ def fused_ovr_classification_loss(
             raise ValueError(
                 f"bias must be [V] and noise_scale [C]; got {tuple(bias.shape)} and {tuple(noise_scale.shape)}"
             )
-        check_threshold(threshold, weight.shape[0])
+        check_threshold(threshold, weight.shape[0], torch.float32)
         if labels.shape != loc_U.shape[:1]:
             raise ValueError(f"labels shape {tuple(labels.shape)} must be [N] = {tuple(loc_U.shape[:1])}")
         check_labels(labels, weight.shape[0], ignore_index)
