@@ -608,10 +608,12 @@ def tail_terms(diff: Tensor, scale: Tensor, *, value: bool = True, grads: bool =
     with $\pi f(t) = 1/(1 + r^2)$ for $|t| \le 1$, $r^2/(1 + r^2)$ beyond, and
     $\pi t f(t) = \mathrm{sign}(t)\,r/(1 + r^2)$ on both sides; the ratio $z = r / (\pi F(-t) (1 + r^2))$ stays
     bounded even where $F(-t)$ is tiny. In float32
-    the value is finite while $|t| < 2^{149}$ (where $r$ underflows to 0). ``scale`` must be $> 0$; no check is
-    made here (the callers clamp at ``scale_eps``). Second derivatives taken through `tail_nll` (the literal
-    path's Hessian) are exact everywhere except exactly at $d = 0$ and $|d| = s$ (the branch points of this form:
-    there autograd differentiates ``abs``, ``minimum`` and ``maximum`` at a tie and returns 0, not $a''$).
+    the value is finite while $|t| < 2^{149}$ (where $r$ underflows to 0) and $d$ itself is finite (the callers form
+    $d = \mathrm{loc}_S - C$, which overflows only for $|\mathrm{loc}_S|, |C|$ near the largest float with opposite
+    signs); inside the model neither happens, as $s \ge$ ``scale_eps`` and $|C| \le 10^{30}$. ``scale`` must be
+    $> 0$; no check is made here (the callers clamp at ``scale_eps``). Second derivatives taken through `tail_nll`
+    (the literal path's Hessian) are exact everywhere except exactly at $d = 0$ and $|d| = s$ (the branch points of
+    this form: there autograd differentiates ``abs``, ``minimum`` and ``maximum`` at a tie and returns 0, not $a''$).
     """
     size = diff.abs()
     far = size > scale  # |t| > 1

@@ -20,7 +20,9 @@ regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``sca
 The threshold is always a tensor: a ``[V]`` buffer (``ovr_threshold_per_class``) or a parameter
 (``learnable_threshold``, ``[]`` or ``[V]``), saved with the weights; otherwise the config's number as a 0-d float64
 tensor on the CPU, which torch uses as a scalar beside tensors of any device and dtype (so it is exact, moves with
-no ``.to()`` and is not saved).
+no ``.to()`` and is not saved). A per-class or learnable threshold is cast with the weights, as every buffer and
+parameter is: after ``model.to(torch.bfloat16)`` its $C_k$ are bfloat16 numbers (0.773585 becomes 0.773438), where the
+shared one keeps the config's value.
 
 The rules themselves have one owner each, which the head calls: the decision laws and the noise infusion
 `causalqwen.action`, the OvR argmax, the value at ``<NUM>`` and every mode's decision input

@@ -136,3 +136,19 @@ def test_what_the_offsets_do_change_is_the_softmax_over_the_class_locations():
     out_t, _ = _forward(with_threshold, "literal")
     out_b, _ = _forward(with_bias, "literal")
     _close(out_t.loc_S.detach().softmax(-1), out_b.loc_S.detach().softmax(-1), "softmax under a shared shift")
+
+
+@pytest.mark.parametrize("per_class, learnable", [(True, False), (False, True), (True, True)])
+def test_a_threshold_held_with_the_weights_is_cast_with_them_and_the_shared_one_keeps_its_value(per_class, learnable):
+    """docs/losses.md: the shared threshold is a float64 scalar in a model of any dtype; a per-class or learnable one
+    is a buffer or parameter and ``model.to(torch.bfloat16)`` rounds it to bfloat16, like the bias beside it."""
+    held, _, _ = build_tiny_causal_lm(
+        seed=0, init_seed=0, ovr_threshold_per_class=per_class, learnable_threshold=learnable
+    )
+    shared, _, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    value = shared.config.ovr_threshold
+    held, shared = held.to(torch.bfloat16), shared.to(torch.bfloat16)
+    assert shared.action.ovr_threshold.dtype == torch.float64 and shared.action.ovr_threshold.item() == value
+    threshold = held.action.ovr_threshold
+    assert threshold.dtype == torch.bfloat16
+    assert bool((threshold == torch.tensor(value).to(torch.bfloat16)).all()) and threshold.flatten()[0].item() != value
