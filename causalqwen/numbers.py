@@ -193,8 +193,8 @@ NUMBER_REGEX = regex.compile(
             (?P<fraction> \.[0-9]++ )?+
           | (?<! \. ) (?P<fraction_only> \.[0-9]++ )
         )
-        (?P<exponent> [eE][+\-]?[0-9]++ )?
-        (?! [0-9] | \.[0-9]
+        (?P<exponent> [eE][+\-]?[0-9]++ )?+
+        (?! [0-9] | \.[0-9] | _[0-9A-Za-z]
           | [A-Za-z]++ [0-9] [0-9A-Za-z]*+ (?! [0-9A-Za-z_] )
           | (?(exponent) (?<= [eE][0-9]++ ) [0-9a-fA-F]++ (?! [0-9A-Za-z_] ) | (?!) ) )
     )

@@ -99,6 +99,13 @@ GRAMMAR_TABLE = [
     ("1, 000", [(N, 1.0), (T, ", 000")]),
     ("1,2,3", [(N, 1.0), (T, ","), (N, 2.0), (T, ","), (N, 3.0)]),
     ("-1,500.25", [(N, -1500.25)]),
+    # "_" and a letter or digit after a number: an identifier (digit groups of code, names), never a shorter number
+    ("1_000", [(T, "1_000")]),
+    ("pi = 3.14_15", [(T, "pi = 3.14_15")]),
+    ("1e3_x", [(T, "1e3_x")]),
+    ("run 2020_report", [(T, "run 2020_report")]),
+    ("-1,000_000", [(T, "-1,000_000")]),
+    ("5_ and 5 _x", [(N, 5.0), (T, "_ and "), (N, 5.0), (T, " _x")]),
     # leading zeros: identifiers
     ("0", [(N, 0.0)]),
     ("-0", [(N, -0.0)]),
