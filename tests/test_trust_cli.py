@@ -695,3 +695,15 @@ def test_every_command_line_error_is_one_line_that_names_the_command(tmp_path, m
     assert exited.value.code == 2 and captured.out == ""
     assert captured.err.count("\n") == 1 and captured.err.startswith(start), captured.err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_walkthrough_refuses_an_empty_text_before_it_prints_anything(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["walkthrough", "--text", ""])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and captured.out == ""
+    assert (
+        captured.err.strip()
+        .splitlines()[-1]
+        .endswith("argument --text: must hold at least one character (an empty text has no token to read)")
+    )

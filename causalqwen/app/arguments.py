@@ -9,7 +9,7 @@ import re
 
 from ..training import SEED_MAX
 
-__all__ = ["INT64_MAX", "integer", "SEED", "COUNT", "path_text", "number_resolution"]
+__all__ = ["INT64_MAX", "integer", "SEED", "COUNT", "path_text", "input_text", "number_resolution"]
 
 # Integer options. A count goes into torch and C code as a 64-bit integer; a seed seeds torch, Python and numpy,
 # whose seeds are 32-bit. Values beyond these are refused by argparse, naming the option and the range. The
@@ -58,6 +58,14 @@ def path_text(text: str) -> str:
     """An argparse ``type`` for a file, directory or hub id: anything but an empty (or blank) string."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must name a file, directory or hub id, got {text!r}")
+    return text
+
+
+def input_text(text: str) -> str:
+    """An argparse ``type`` for a text the model reads (``walkthrough --text``): anything but an empty string, which
+    has no token (a blank one has: spaces are tokens)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must hold at least one character (an empty text has no token to read)")
     return text
 
 

@@ -23,7 +23,7 @@ import sys
 
 from ..inference import MODES
 from ..training import DEFAULT_WARMUP_RATIO
-from .arguments import COUNT, SEED, integer, number_resolution, path_text
+from .arguments import COUNT, SEED, input_text, integer, number_resolution, path_text
 from .commands import (
     DEFAULT_SAVE_TOTAL_LIMIT,
     DEFAULT_TEXT,
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     walk, gen, demo, tr, conv = (
         sub.add_parser(name, help=summary, description=description) for name, (summary, description) in COMMANDS.items()
     )
-    walk.add_argument("--text", default=DEFAULT_TEXT, help="input text (default: %(default)r)")
+    walk.add_argument("--text", type=input_text, default=DEFAULT_TEXT, help="input text (default: %(default)r)")
     walk.add_argument(
         "--seed",
         type=SEED,
