@@ -692,7 +692,9 @@ class _ScaleDivergence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         scale_p, scale_q = ctx.saved_tensors
-        t = (scale_p * 0.5 - scale_q * 0.5) / (scale_p * 0.5 + scale_q * 0.5)
+        large = torch.maximum(scale_p, scale_q)
+        delta = (large - torch.minimum(scale_p, scale_q)) / large  # 1 - r, which neither overflows nor is 0/0
+        t = torch.where(scale_p >= scale_q, delta, -delta) / (2.0 - delta)  # (1 - r) / (1 + r), signed
         return grad * t / scale_p, -grad * t / scale_q
 
 

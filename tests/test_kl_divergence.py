@@ -416,10 +416,12 @@ def test_gradient_matches_mpmath_diff_at_extreme_points(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gradient_is_zero_at_p_equals_q_and_finite_at_extreme_ratios(dtype):
     big = torch.finfo(dtype).max / 4
+    least = float(torch.finfo(dtype).smallest_normal) * float(torch.finfo(dtype).eps)  # the smallest subnormal
     cases = [
         (0.0, 1.0, 0.0, 1.0),
         (1e30, 1e-30, 1e30, 1e-30),
         (-big, big, -big, big),
+        (0.0, least, 0.0, least),  # half of it rounds to 0: (1 - r) / (1 + r) must not be formed from halves
         (0.0, 1e-30, 0.0, 1e30),
         (-big, 1.0, big, 1.0),
     ]
@@ -427,7 +429,7 @@ def test_gradient_is_zero_at_p_equals_q_and_finite_at_extreme_ratios(dtype):
     assert bool(torch.isfinite(value).all())
     for grad in grads:
         assert bool(torch.isfinite(grad).all())
-        assert bool((grad[:3] == 0).all())  # the minimum at p == q
+        assert bool((grad[:4] == 0).all())  # the minimum at p == q
 
 
 # ---------------------------------------------------------------------------------------------
