@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from causalqwen import cauchy, losses
+from causalqwen import losses
+from causalqwen.cauchy import validation
 from causalqwen.kernels.fused import fused_loss
 
 NUM = 2  # the <NUM> class in the small examples below
@@ -581,7 +582,7 @@ def test_a_threshold_given_as_a_number_is_the_0d_tensor_of_it_also_unchecked():
     targets = torch.randn(2, 5, generator=g, dtype=torch.float64)
     results = []
     for threshold in (0.3, torch.tensor(0.3, dtype=torch.float64), torch.full((4,), 0.3, dtype=torch.float64)):
-        with cauchy.validation(False):
+        with validation(False):
             parts, _ = losses.literal_loss(
                 action, loc_U, scale_U, labels, targets, num_token_id=NUM, threshold=threshold
             )
