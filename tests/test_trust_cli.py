@@ -349,6 +349,12 @@ def test_a_model_directory_without_a_tokenizer_is_named(qwen_dir, tmp_path, caps
         f"cannot load a tokenizer from {str(target)!r}: the directory holds no tokenizer file (tokenizer.json, "
         "vocab.json or tokenizer.model)"
     ) in line, line
+    # the library's door says the same: transformers would build a tokenizer of one token from the config alone,
+    # and from_qwen would have taken its length, 1, for the <NUM> id (an ordinary token of the base)
+    from causalqwen import CausalQwenForCausalLM
+
+    with pytest.raises(ValueError, match=r"holds no tokenizer file .*from_qwen reads the <NUM> id"):
+        CausalQwenForCausalLM.from_qwen(target)
 
 
 # ---------------------------------------------------------------------------------------------

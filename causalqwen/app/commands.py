@@ -100,7 +100,6 @@ def walkthrough(text: str = DEFAULT_TEXT, seed: int = 0) -> int:
 
 
 TINY = "tiny"
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")  # one of them makes a tokenizer directory
 SOURCE_HELP = (
     "A name with no '/' must be an existing directory (else it fails at once); a hub id has the form "
     "owner/name and is read from the local Hugging Face cache or downloaded (HF_HUB_OFFLINE=1: the cache only)"
@@ -127,6 +126,7 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
     from transformers import AutoConfig
 
     from ..files.checkpoint import check_local_source
+    from ..files.loading import check_tokenizer_directory
     from ..integrations.tokenizer import NumericTokenizer
     from ..modeling import CausalQwenConfig, CausalQwenForCausalLM
     from .tiny import build_tiny_causal_lm
@@ -142,12 +142,7 @@ def load_model_and_tokenizer(model: str = TINY, seed: int = 0, init: dict | None
         check_local_source(model, "model")
     except OSError as error:
         raise ValueError(str(error)) from None
-    if os.path.isdir(model) and not any(os.path.isfile(os.path.join(model, name)) for name in TOKENIZER_FILES):
-        raise ValueError(  # transformers would build an empty tokenizer from the config alone
-            f"cannot load a tokenizer from {model!r}: the directory holds no tokenizer file "
-            f"({', '.join(TOKENIZER_FILES[:-1])} or {TOKENIZER_FILES[-1]}); "
-            "causalqwen reads it from the model's directory"
-        )
+    check_tokenizer_directory(model)
     try:
         config = AutoConfig.from_pretrained(model)
     except OSError as error:

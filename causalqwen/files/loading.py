@@ -34,6 +34,8 @@ __all__ = [
     "strict_from_pretrained",
     "check_qwen_base",
     "num_token_id_from_tokenizer",
+    "VOCABULARY_FILES",
+    "check_tokenizer_directory",
     "load_config",
     "check_generation_mode",
     "saved_generation_mode",
@@ -200,8 +202,29 @@ def check_qwen_base(path, base_config) -> None:
         raise OSError(_refusal(str(path), "Qwen2ForCausalLM", problems))
 
 
+# The files that hold a vocabulary; one of them makes a directory a tokenizer's. Without any, transformers builds
+# an empty tokenizer from the config alone (its one token <|endoftext|>), whose length would pass for a vocabulary.
+VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model")
+
+
+def check_tokenizer_directory(path, reads: str = "causalqwen reads it from the model's directory") -> None:
+    """A ``ValueError`` when ``path`` is a directory without any of `VOCABULARY_FILES` (a hub id is left to the hub);
+    ``reads`` says why a tokenizer is needed there."""
+    path = os.fspath(path)
+    if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in VOCABULARY_FILES):
+        raise ValueError(
+            f"cannot load a tokenizer from {path!r}: the directory holds no tokenizer file "
+            f"({', '.join(VOCABULARY_FILES[:-1])} or {VOCABULARY_FILES[-1]}); {reads}"
+        )
+
+
 def num_token_id_from_tokenizer(path) -> int:
     """The ``<NUM>`` id of the tokenizer saved at ``path``: its own if it has one, else ``len(tokenizer)`` (D2)."""
+    check_tokenizer_directory(
+        path,
+        "from_qwen reads the <NUM> id from the base's tokenizer: save the tokenizer beside the weights, or give "
+        "num_token_id",
+    )
     tokenizer = AutoTokenizer.from_pretrained(path)
     vocab = tokenizer.get_vocab()
     return vocab["<NUM>"] if "<NUM>" in vocab else len(tokenizer)
