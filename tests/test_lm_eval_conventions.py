@@ -264,6 +264,26 @@ def test_the_values_lm_evals_command_line_passes_are_accepted(directories):
         CausalQwenLM.create_from_arg_string(f"pretrained={directories[1]}", {"batch_size": batch_size})
 
 
+def test_a_bfloat16_checkpoint_is_scored_in_float32_as_documented(directories, tmp_path):
+    """docs/lm_eval.md: requests are scored in float32 (``dtype`` changes nothing). A bfloat16 CausalQwen directory is
+    loaded in float32, so its loglikelihood is the float32 model's (scored directly with `causalqwen.likelihood` on
+    the same weights cast by hand; the bfloat16 model's is more than 1e-3 nats away)."""
+    from causalqwen.likelihood import score_continuation, split_context
+
+    source = CausalQwenLM(pretrained=str(directories[1]))
+    source.model.to(torch.bfloat16).save_pretrained(tmp_path)
+    source.tokenizer.save_pretrained(tmp_path)
+    for arguments in (f"pretrained={tmp_path}", f"pretrained={tmp_path},dtype=float32"):
+        model = CausalQwenLM.create_from_arg_string(arguments)
+        assert {parameter.dtype for parameter in model.model.parameters()} == {torch.float32}
+    pieces = split_context(source.tokenizer, "The price is", " 12.5 yuan.")
+    in_bfloat16 = score_continuation(source.model, *pieces).log_likelihood
+    expected = score_continuation(source.model.float(), *pieces).log_likelihood  # each bf16 weight is a float32
+    ((got, _),) = model.loglikelihood(_requests("loglikelihood", [("The price is", " 12.5 yuan.")]), disable_tqdm=True)
+    assert got == pytest.approx(expected, rel=1e-7, abs=0)
+    assert abs(in_bfloat16 - expected) > 1e-3, (in_bfloat16, expected)
+
+
 # ---- hostile requests: each error names its request ----
 
 

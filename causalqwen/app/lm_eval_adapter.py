@@ -245,7 +245,8 @@ class CausalQwenLM(LM):
         )
         self.seed = _check_seed(seed)
         self._device = _check_device(device)
-        self.model, self.tokenizer = load_model_and_tokenizer(pretrained, seed=self.seed)
+        # scored in float32 whatever the checkpoint holds (a bf16 Qwen2.5 too), as the docs promise
+        self.model, self.tokenizer = load_model_and_tokenizer(pretrained, seed=self.seed, dtype="float32")
         self.model.to(self.device).eval()
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self._warned_standard_sampling = False  # do_sample=True under the standard mode warns once per model
