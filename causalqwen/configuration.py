@@ -17,6 +17,7 @@ and loads with the drafts' value (`causalqwen.initialization.DRAFT_INIT`). `conv
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import logging
@@ -205,6 +206,7 @@ class CausalQwenConfig(Qwen2Config):
                 f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}"
             )
         self.dtype = _checked_dtype("dtype", self.dtype)
+        _refuse_misspelt_fields(kwargs, type(self))
         if "torch_dtype" in kwargs:
             kwargs["torch_dtype"] = _checked_dtype("torch_dtype", kwargs["torch_dtype"])
         self._check_own_fields()
@@ -438,6 +440,21 @@ def _config_fields() -> frozenset[str]:
     """The names `CausalQwenConfig` knows: its own and `Qwen2Config`'s arguments and serialized keys."""
     arguments = set(inspect.signature(CausalQwenConfig.__init__).parameters) - {"self", "kwargs"}
     return frozenset(arguments | set(CausalQwenConfig().to_dict()))
+
+
+def _refuse_misspelt_fields(extra: dict, config_class: type) -> None:
+    """A ``ValueError`` for a key beside the known fields that is a near spelling of one (``ovr_treshold``): kept, as
+    transformers keeps every extra key of a config, it would change nothing while its file seems to say otherwise.
+    Other extra keys (a newer library's, a user's own) are kept, as transformers keeps them, and so are the names
+    the config class itself has (``name_or_path``, which ``from_pretrained`` passes)."""
+    for key in extra:
+        if key not in _config_fields() and not hasattr(config_class, key):
+            close = difflib.get_close_matches(key, _config_fields(), n=1, cutoff=0.85)
+            if close:
+                raise ValueError(
+                    f"config field {key!r} is not a CausalQwenConfig field; did you mean {close[0]!r}? (a misspelt "
+                    "field would be kept beside the real one and change nothing)"
+                )
 
 
 def conversion_settings(overrides: dict, calibration) -> dict:

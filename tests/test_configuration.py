@@ -84,6 +84,11 @@ BAD_FIELDS = [
     (dict(num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
     (dict(dtype="bogus"), "dtype must be one of float16, bfloat16, float32, float64, \"auto\" or null, got 'bogus'"),
     (dict(dtype="int8"), 'dtype must be one of float16, bfloat16, float32, float64, "auto" or null'),
+    (
+        dict(ovr_treshold=5.0),
+        "config field 'ovr_treshold' is not a CausalQwenConfig field; did you mean 'ovr_threshold'?",
+    ),
+    (dict(abduction_scale_inti=1.0), "'abduction_scale_inti' is not a CausalQwenConfig field; did you mean"),
 ]
 
 
@@ -107,6 +112,17 @@ def test_the_backbone_checks_apply_to_a_config_made_in_code():
         CausalQwenConfig(num_token_id=0, rope_theta=-5.0, rope_parameters=None)  # the legacy spelling too
     with pytest.raises(ValueError, match=r"^config field dtype must be one of .* got torch\.int8$"):
         CausalQwenConfig(num_token_id=0, dtype=torch.int8)
+
+
+def test_a_misspelt_field_is_refused_in_code_and_any_other_extra_key_is_kept_as_transformers_keeps_it(
+    saved_model, tmp_path
+):
+    """A near spelling of a field (difflib, cutoff 0.85) would be kept beside the real field and change nothing:
+    refused, naming the field meant. A key near no field (a user's note, a newer library's) is kept."""
+    with pytest.raises(ValueError, match=r"^config field 'num_token_ids' is not .*did you mean 'num_token_id'\?"):
+        CausalQwenConfig(num_token_ids=3)
+    config = CausalQwenConfig.from_pretrained(_edited(saved_model, tmp_path, dataset_note="prices, 2026"))
+    assert config.dataset_note == "prices, 2026"
 
 
 def test_sound_backbone_fields_still_load(saved_model, tmp_path):
