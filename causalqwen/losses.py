@@ -80,8 +80,9 @@ def check_threshold(threshold, num_classes: int, dtype: torch.dtype | None = Non
         raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
     if not finite:
         raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
-    floating = dtype is not None and dtype.is_floating_point  # integer decisions are computed in the default float
-    if not isinstance(threshold, Tensor) and floating and abs(threshold) > torch.finfo(dtype).max:
+    if dtype is not None and not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()  # integer decisions are computed in the default float
+    if not isinstance(threshold, Tensor) and dtype is not None and abs(threshold) > torch.finfo(dtype).max:
         raise ValueError(
             f"threshold={threshold!r} is beyond the range of {dtype}, the type the OvR probabilities are computed in "
             "(it would be ±inf there)"
