@@ -30,9 +30,10 @@ import torch
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, Qwen2Config
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .abduction import ABDUCTION_TYPES
-from .initialization import DEFAULT_INIT, DRAFT_INIT, check_threshold_init
+from .initialization import DRAFT_INIT, check_threshold_init, threshold_rule_settings
 from .losses import LOSS_ALGORITHMS
 
 __all__ = [
@@ -82,12 +83,6 @@ def _activation_names() -> list[str]:
     from transformers.activations import ACT2FN
 
     return sorted(ACT2FN)
-
-
-def _rope_types() -> list[str]:
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    return ["default", *sorted(ROPE_INIT_FUNCTIONS)]
 
 
 def _checked_dtype(name: str, value):
@@ -337,7 +332,7 @@ class CausalQwenConfig(Qwen2Config):
             if not isinstance(parameters, dict):
                 raise ValueError(f"config field {where} must be an object, got {parameters!r}")
             rope_type = parameters.get("rope_type")
-            if not isinstance(rope_type, str) or rope_type not in (types := _rope_types()):
+            if not isinstance(rope_type, str) or rope_type not in (types := ["default", *sorted(ROPE_INIT_FUNCTIONS)]):
                 raise ValueError(f"config field {where}.rope_type must be one of {', '.join(types)}, got {rope_type!r}")
             theta = parameters.get("rope_theta")
             if (
@@ -443,54 +438,22 @@ def _config_fields() -> frozenset[str]:
 
 
 def _refuse_misspelt_fields(extra: dict, config_class: type) -> None:
-    """A ``ValueError`` for a key beside the known fields that is a near spelling of one (``ovr_treshold``): kept, as
-    transformers keeps every extra key of a config, it would change nothing while its file seems to say otherwise.
-    Other extra keys (a newer library's, a user's own) are kept, as transformers keeps them, and so are the names
-    the config class itself has (``name_or_path``, which ``from_pretrained`` passes)."""
-    for key in extra:
-        if key not in _config_fields() and not hasattr(config_class, key):
-            close = difflib.get_close_matches(key, _config_fields(), n=1, cutoff=0.85)
-            if close:
-                raise ValueError(
-                    f"config field {key!r} is not a CausalQwenConfig field; did you mean {close[0]!r}? (a misspelt "
-                    "field would be kept beside the real one and change nothing)"
-                )
+    """An extra key that is a near spelling of a field (``ovr_treshold``) would be kept and change nothing: a
+    ``ValueError``. Other extra keys are kept, as transformers keeps them, and so are the class's own names."""
+    for key in [key for key in extra if key not in _config_fields()]:  # none: no call (the fields' own config)
+        close = difflib.get_close_matches(key, _config_fields(), n=1, cutoff=0.85)
+        if close and not hasattr(config_class, key):
+            raise ValueError(f"config field {key!r} is not a CausalQwenConfig field; did you mean {close[0]!r}?")
 
 
 def conversion_settings(overrides: dict, calibration) -> dict:
-    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` over `DEFAULT_INIT`.
-    An unknown field is a ``ValueError``; an ``ovr_threshold`` given alone means the rule ``"fixed"``; a threshold
-    with another rule, or a calibration batch without a rule, is a ``ValueError``."""
+    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` over the calibrated defaults,
+    with the threshold's rule settled (`causalqwen.initialization.threshold_rule_settings`). An unknown field is a
+    ``ValueError``."""
     unknown = sorted(set(overrides) - _config_fields())
     if unknown:
         raise ValueError(f"from_qwen: {', '.join(map(repr, unknown))} is not a CausalQwenConfig field")
-    settings = dict(DEFAULT_INIT)
-    if "ovr_threshold" in overrides:
-        settings["ovr_threshold_init"] = "fixed"
-    settings.update(overrides)
-    rule = settings["ovr_threshold_init"]
-    check_threshold_init(rule, settings.get("ovr_threshold_quantile", 0.5))
-    if rule != "fixed" and "ovr_threshold" in overrides:
-        raise ValueError(
-            f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
-            f"ovr_threshold_init={rule!r} computes it from the base; pass one of them"
-        )
-    if rule == "fixed" and "ovr_threshold" not in overrides:
-        raise ValueError(
-            'from_qwen: ovr_threshold_init="fixed" takes the threshold as given: pass ovr_threshold '
-            "too (the drafts' value is 100.0, causalqwen.initialization.DRAFT_INIT)"
-        )
-    if "ovr_threshold_quantile" in overrides and rule != "top_logit_quantile":
-        raise ValueError(
-            f'from_qwen: ovr_threshold_quantile is read by the rule "top_logit_quantile" only; '
-            f"ovr_threshold_init is {rule!r}"
-        )
-    if rule == "fixed" and calibration is not None:
-        raise ValueError(
-            "from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
-            "is fixed here; drop calibration or choose a rule"
-        )
-    return settings
+    return threshold_rule_settings(overrides, calibration)
 
 
 # What a conversion does not take from the base's config: the records of the base's own file and class, and the

@@ -61,6 +61,7 @@ __all__ = [
     "CALIBRATION_LENGTH",
     "CALIBRATION_SEED",
     "check_threshold_init",
+    "threshold_rule_settings",
     "threshold_from_logits",
     "sample_calibration_batch",
     "calibration_logits",
@@ -91,6 +92,39 @@ def check_threshold_init(rule, quantile) -> None:
         or not 0 < quantile < 1
     ):
         raise ValueError(f"config field ovr_threshold_quantile must be a number in (0, 1), got {quantile!r}")
+
+
+def threshold_rule_settings(overrides: dict, calibration) -> dict:
+    """``overrides`` over `DEFAULT_INIT`, the threshold's rule settled: an ``ovr_threshold`` given alone means the rule
+    ``"fixed"``; a threshold with another rule, a quantile without its rule, or a calibration batch without a rule is a
+    ``ValueError``."""
+    settings = dict(DEFAULT_INIT)
+    if "ovr_threshold" in overrides:
+        settings["ovr_threshold_init"] = "fixed"
+    settings.update(overrides)
+    rule = settings["ovr_threshold_init"]
+    check_threshold_init(rule, settings.get("ovr_threshold_quantile", 0.5))
+    if rule != "fixed" and "ovr_threshold" in overrides:
+        raise ValueError(
+            f"from_qwen: ovr_threshold={overrides['ovr_threshold']!r} fixes the threshold, "
+            f"ovr_threshold_init={rule!r} computes it from the base; pass one of them"
+        )
+    if rule == "fixed" and "ovr_threshold" not in overrides:
+        raise ValueError(
+            'from_qwen: ovr_threshold_init="fixed" takes the threshold as given: pass ovr_threshold '
+            "too (the drafts' value is 100.0, causalqwen.initialization.DRAFT_INIT)"
+        )
+    if "ovr_threshold_quantile" in overrides and rule != "top_logit_quantile":
+        raise ValueError(
+            f'from_qwen: ovr_threshold_quantile is read by the rule "top_logit_quantile" only; '
+            f"ovr_threshold_init is {rule!r}"
+        )
+    if rule == "fixed" and calibration is not None:
+        raise ValueError(
+            "from_qwen: calibration is read by a threshold rule (ovr_threshold_init), and the threshold "
+            "is fixed here; drop calibration or choose a rule"
+        )
+    return settings
 
 
 def threshold_from_logits(logits: Tensor, rule: str, quantile: float = 0.5) -> float:
