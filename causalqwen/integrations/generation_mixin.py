@@ -138,14 +138,14 @@ _SAMPLING_NEUTRAL = {
 }
 
 
-def _refuse_sampling_outside_traditional(mode: str, kwargs: dict, config) -> None:
-    """``do_sample`` (given or set on the generation ``config``) and the sampling arguments given to ``generate``
+def _refuse_sampling_outside_traditional(mode: str, do_sample: bool, kwargs: dict) -> None:
+    """``do_sample`` (given or set on the generation config) and the sampling arguments given to ``generate``
     belong to ``traditional``; the other modes draw inside the model (from ``generator``), so a sampling argument
     there would be ignored: refused by name, as the reference loop refuses them. Sampling values stored on a
     generation config (a base's) are not the caller's and pass."""
     if mode == "traditional":
         return
-    if kwargs.get("do_sample", getattr(config, "do_sample", False)):
+    if do_sample:
         raise ValueError(
             f"do_sample applies to mode='traditional'; mode={mode!r} draws inside the model "
             "(pass generator= for its draws)"
@@ -240,10 +240,11 @@ class CausalQwenGenerationMixin(GenerationMixin):
         mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-        _refuse_sampling_outside_traditional(mode, kwargs, config)
+        do_sample = kwargs.get("do_sample", getattr(config, "do_sample", False))  # given, else the config's
+        _refuse_sampling_outside_traditional(mode, do_sample, kwargs)
         _refuse_unsupported(kwargs, config)
         check_generator(generator)
-        if mode == "traditional" and kwargs.get("do_sample", getattr(config, "do_sample", False)):
+        if mode == "traditional" and do_sample:
             temperature = kwargs.get("temperature", getattr(config, "temperature", None))
             if temperature is not None:
                 check_temperature(temperature)
