@@ -440,7 +440,7 @@ def _config_fields() -> frozenset[str]:
 def _refuse_misspelt_fields(extra: dict, config_class: type) -> None:
     """An extra key that is a near spelling of a field (``ovr_treshold``) would be kept and change nothing: a
     ``ValueError``. Other extra keys are kept, as transformers keeps them, and so are the class's own names."""
-    for key in [key for key in extra if key not in _config_fields()]:  # none: no call (the fields' own config)
+    for key in [key for key in extra if key not in _config_fields()]:  # an empty extra asks nothing (no recursion)
         close = difflib.get_close_matches(key, _config_fields(), n=1, cutoff=0.85)
         if close and not hasattr(config_class, key):
             raise ValueError(f"config field {key!r} is not a CausalQwenConfig field; did you mean {close[0]!r}?")
