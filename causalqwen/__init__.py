@@ -10,8 +10,9 @@ The top level follows the design, a number's path from text to loss, one module 
 5. ``action`` and ``decision``: exogenous noise and the linear map U -> (S_k, Y); the decision head that
    owns every decision and target.
 6. ``losses``: One-vs-Rest classification from the Cauchy CDF and the gated Cauchy NLL of the value.
-7. ``inference``: the five inference modes; ``generation``: the autoregressive loop; ``writing``: how a number
-   is written back (the resolution a literal states, a value at a resolution, the spaces around numbers).
+7. ``inference``: the five inference modes; ``regression``: the law of the number that follows a prompt, and how
+   answers fit their laws; ``generation``: the autoregressive loop; ``writing``: how a number is written back (the
+   resolution a literal states, a value at a resolution, the spaces around numbers).
 8. ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
    conversion, and the model (`CausalQwenModel`, `CausalQwenForCausalLM`).
 9. ``training``, ``divergence`` and ``metrics``: the training step, the bound on how far U moves, the
@@ -49,6 +50,9 @@ _HOMES = {
     "NumericTokenizer": "causalqwen.integrations.tokenizer",
     "NumericTextGenerationPipeline": "causalqwen.integrations.pipelines",
     "NumericTextStreamer": "causalqwen.integrations.streamer",
+    "NumberLaw": "causalqwen.regression",
+    "predict_number": "causalqwen.regression",
+    "PromptCompletion": "causalqwen.files.data",
     "TrainingConfig": "causalqwen.training",
     "load_abduction": "causalqwen.files.abduction_weights",
     "save_abduction": "causalqwen.files.abduction_weights",

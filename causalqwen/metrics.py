@@ -43,6 +43,7 @@ from . import cauchy
 from .inference import draw_uniform
 from .likelihood import bits_per_byte
 from .losses import next_token_targets, ovr_probability
+from .regression import answer_figures, answer_positions
 
 __all__ = [
     "training_metrics",
@@ -209,15 +210,16 @@ def position_statistics(
     decision tensor holds more than ``max_decision_elements`` values: the prediction, $\mathrm{loc}_Y$, and
     $\sum_k P_k$ under standard inference; with ``causal_draws`` $= D \ge 1$ the causal sums of `causal_ovr_sums`
     summarised per position: their mean, their standard deviation ($1/D$) and the mean of $\lvert\cdot - 1\rvert$
-    over the draws. Each ``[N]``."""
+    over the draws; and $\mathrm{scale}_Y$ for the answers' figures. Each ``[N]``."""
     rows = max(1, max_decision_elements // head.classification_head.weight.shape[0])
-    parts = {name: [] for name in ("predicted", "loc_Y", "sums")}
+    parts = {name: [] for name in ("predicted", "loc_Y", "scale_Y", "sums")}
     for start in range(0, loc_U.shape[0], rows):
         loc, scale = loc_U[start : start + rows], scale_U[start : start + rows]  # [n, C]
         with cauchy.validation(False):  # the model's own law of U
             decision = head(loc, scale)  # [n, V] x2, [n] x2
             parts["predicted"].append(head.predict(decision)[0])
             parts["loc_Y"].append(decision.loc_Y)
+            parts["scale_Y"].append(decision.scale_Y)
             parts["sums"].append(head.probabilities(decision).sum(-1))
     stats = {name: torch.cat(values) for name, values in parts.items()}
     if causal_draws > 0:
@@ -262,9 +264,19 @@ def evaluate_batch(
         head, law.loc_U[targets.scored], law.scale_U[targets.scored], generator, max_decision_elements, causal_draws
     )
     real = batch["attention_mask"].bool()  # [B, S]
-    return _metrics(config.num_token_id, stats, targets, law.loc_U[real], law.scale_U[real]) | _noise_and_draws(
-        head, law.scale_U[real], causal_draws
-    )
+    reads = answer_reading_positions(batch["labels"], batch["attention_mask"], config.num_token_id, head.ignore_index)
+    metrics = _metrics(config.num_token_id, stats, targets, law.loc_U[real], law.scale_U[real], reads)
+    return metrics | _noise_and_draws(head, law.scale_U[real], causal_draws)
+
+
+def answer_reading_positions(labels: Tensor, attention_mask: Tensor, num_token_id: int, ignore_index: int) -> Tensor:
+    """``[B, S]``, True at the position that reads each row's answer (`causalqwen.regression.answer_positions`,
+    one position before it)."""
+    answers = answer_positions(labels, attention_mask, num_token_id, ignore_index)  # [B]
+    reads = torch.zeros(labels.shape, dtype=torch.bool, device=labels.device)
+    rows = torch.nonzero(answers >= 0).squeeze(-1)
+    reads[rows, answers[rows] - 1] = True
+    return reads
 
 
 def _noise_and_draws(head, scale_U: Tensor, causal_draws: int) -> dict[str, float]:
@@ -272,9 +284,10 @@ def _noise_and_draws(head, scale_U: Tensor, causal_draws: int) -> dict[str, floa
     return noise_statistics(head.noise_scale, scale_U) | {"ovr_causal_draws": causal_draws}
 
 
-def _metrics(num_token_id: int, stats: dict, targets, loc_U: Tensor, scale_U: Tensor) -> dict[str, float]:
+def _metrics(num_token_id: int, stats: dict, targets, loc_U: Tensor, scale_U: Tensor, reads: Tensor) -> dict:
     """The metrics of D13 from `position_statistics` at the scored positions of ``targets`` (in order) and the
-    law of $U$ ``[N, C]`` at real tokens."""
+    law of $U$ ``[N, C]`` at real tokens; with answers (``reads`` ``[B, S]``: where they are read), their figures
+    (`causalqwen.regression.answer_figures`)."""
     labels = targets.labels[targets.scored]  # [N]
     everywhere = torch.ones_like(labels, dtype=torch.bool)
     metrics = classification_metrics(stats["predicted"], labels, everywhere, num_token_id)
@@ -285,11 +298,15 @@ def _metrics(num_token_id: int, stats: dict, targets, loc_U: Tensor, scale_U: Te
     metrics["ovr_prob_sum_median_causal"] = _median(stats["sums_causal"])
     metrics["ovr_prob_sum_causal_spread"] = _median(stats["sums_causal_spread"])
     metrics["ovr_prob_sum_causal_error"] = _median(stats["sums_causal_error"])
+    answers = reads[targets.scored]  # [N]: the scored positions that read an answer
+    if bool(answers.any()):
+        values = targets.values[targets.scored][answers]
+        metrics |= answer_figures(values, stats["loc_Y"][answers], stats["scale_Y"][answers])
     return metrics
 
 
 # the per-position columns `TrainerMetrics` keeps, in order (then the numeric label, loc_U, scale_U)
-PER_POSITION = ("predicted", "loc_Y", "sums", "sums_causal", "sums_causal_spread", "sums_causal_error")
+PER_POSITION = ("predicted", "loc_Y", "scale_Y", "sums", "sums_causal", "sums_causal_spread", "sums_causal_error")
 
 
 class TrainerMetrics:
@@ -305,17 +322,19 @@ class TrainerMetrics:
     scale_Y, numeric_labels)``, since `CausalQwenConfig.keys_to_ignore_at_inference` leaves out the losses, counts,
     cache and ``[B, S, V]`` decisions -- and its labels: ``labels`` (Trainer's label names are ``["labels"]``,
     `causalqwen.integrations.trainer`), or the pair ``(labels, numeric_labels)`` with
-    ``TrainingArguments(label_names=["labels", "numeric_labels"])``. It keeps per position ``[B, S, 7 + 2C]``: the
-    prediction, $\mathrm{loc}_Y$, the standard OvR sum and the three causal ones (mean, spread, error) at scored
-    positions (`position_statistics`), the numeric label, then $\mathrm{loc}_U$ and $\mathrm{scale}_U$, not the
-    ``[B, S, V]`` decisions. Trainer concatenates the batches (padding with -100), and `compute_metrics` forms the
-    metrics from them. On one batch they equal `evaluate_batch` with the same generator and ``causal_draws``;
+    ``TrainingArguments(label_names=["labels", "numeric_labels"])``. It keeps per position ``[B, S, 8 + 2C]``: the
+    prediction, $\mathrm{loc}_Y$, $\mathrm{scale}_Y$, the standard OvR sum and the three causal ones (mean, spread,
+    error) at scored positions (`position_statistics`), the numeric label, then $\mathrm{loc}_U$ and
+    $\mathrm{scale}_U$, not the ``[B, S, V]`` decisions. Trainer concatenates the batches (padding with -100), and
+    `compute_metrics` forms the metrics from them.
+    On one batch they equal `evaluate_batch` with the same generator and ``causal_draws``;
     without a generator, one seeded with ``seed`` is made once, and each evaluation draws on from it.
 
     Trainer hands over no attention mask, so the labels stand for it: a position is scored when the next
     position's label is not ``ignore_index`` (D9's rule for batches padded on the right with ignored labels, as
     `causalqwen.files.data.collate` makes them), and the statistics of $U$ pool the positions whose own label is not
-    ignored.
+    ignored. A row whose first label is ignored is a prompt–completion row, and its answer's figures are reported
+    (`causalqwen.regression.answer_positions`).
     """
 
     def __init__(
@@ -334,8 +353,9 @@ class TrainerMetrics:
 
     @torch.no_grad()
     def preprocess_logits_for_metrics(self, outputs, labels) -> Tensor:
-        r"""``[B, S, 7 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, OvR sum (standard; causal mean, spread,
-        error) at scored positions (0 elsewhere), the numeric label, then $\mathrm{loc}_U$, $\mathrm{scale}_U$."""
+        r"""``[B, S, 8 + 2C]`` from one batch: prediction, $\mathrm{loc}_Y$, $\mathrm{scale}_Y$, OvR sum (standard;
+        causal mean, spread, error) at scored positions (0 elsewhere), the numeric label, then $\mathrm{loc}_U$,
+        $\mathrm{scale}_U$."""
         loc_U, scale_U = outputs[0], outputs[1]  # [B, S, C] each
         labels, numeric_labels = _label_pair(labels, outputs)
         head = self.model.action
@@ -343,26 +363,31 @@ class TrainerMetrics:
         stats = position_statistics(
             head, loc_U[scored], scale_U[scored], self.generator, self.max_decision_elements, self.causal_draws
         )
-        per_position = torch.zeros(*scored.shape, 7, device=loc_U.device)  # [B, S, 7], float32: ids < 2^24 exact
-        per_position[scored, :6] = torch.stack([stats[name].float() for name in PER_POSITION], -1)
+        columns = len(PER_POSITION) + 1
+        per_position = torch.zeros(*scored.shape, columns, device=loc_U.device)  # [B, S, 8], float32: ids < 2^24 exact
+        per_position[scored, :-1] = torch.stack([stats[name].float() for name in PER_POSITION], -1)
         if numeric_labels is not None:
-            per_position[..., 6] = numeric_labels.float()
-        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 7 + 2C]
+            per_position[..., -1] = numeric_labels.float()
+        return torch.cat([per_position, loc_U.float(), scale_U.float()], dim=-1)  # [B, S, 8 + 2C]
 
     def compute_metrics(self, prediction) -> dict[str, float]:
         """The metrics of `evaluate_batch` from Trainer's ``EvalPrediction`` of the whole evaluation set."""
-        kept = torch.as_tensor(prediction.predictions)  # [N, S, 7 + 2C]
+        kept = torch.as_tensor(prediction.predictions)  # [N, S, 8 + 2C]
         label_ids = prediction.label_ids
         labels = torch.as_tensor(label_ids[0] if isinstance(label_ids, (tuple, list)) else label_ids)  # [N, S]
         head = self.model.action
-        targets = head.next_token_targets(labels, kept[..., 6], None)
+        columns = len(PER_POSITION) + 1  # the per-position statistics, then the numeric label
+        targets = head.next_token_targets(labels, kept[..., columns - 1], None)
         scored = targets.scored
         stats = {name: kept[..., column][scored] for column, name in enumerate(PER_POSITION)}
         stats["predicted"] = stats["predicted"].round().long()
-        causal_size = (kept.shape[-1] - 7) // 2
+        causal_size = (kept.shape[-1] - columns) // 2
         labelled = labels != head.ignore_index  # [N, S]
-        loc_U, scale_U = kept[..., 7 : 7 + causal_size][labelled], kept[..., 7 + causal_size :][labelled]
-        metrics = _metrics(head.num_token_id, stats, targets, loc_U, scale_U)
+        loc_U = kept[..., columns : columns + causal_size][labelled]  # [M, C]
+        scale_U = kept[..., columns + causal_size :][labelled]  # [M, C]
+        everywhere = torch.ones_like(labels)  # the labels stand for the mask (the class docstring)
+        reads = answer_reading_positions(labels, everywhere, head.num_token_id, head.ignore_index)
+        metrics = _metrics(head.num_token_id, stats, targets, loc_U, scale_U, reads)
         return metrics | _noise_and_draws(head, scale_U, self.causal_draws)
 
 

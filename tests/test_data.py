@@ -12,11 +12,14 @@ from causalqwen.files.data import (
     BAG_WEIGHTS,
     DRINK_PRICES,
     TEMPLATES,
+    PromptCompletion,
     TextDataset,
     collate,
+    prompt_completion_features,
     read_jsonl,
     synthetic_texts,
 )
+from causalqwen.integrations.collator import NumericDataCollator
 from causalqwen.numbers import find_numbers
 
 
@@ -110,7 +113,7 @@ def test_read_jsonl_returns_texts_and_their_lines(tmp_path):
         ('{"text": "ok"}\n{not json}\n', r"line 2: not valid JSON"),
         ('{"text": "ok"}\n{"body": "x"}\n', r'line 2: expected a JSON object with a string field "text"'),
         ('["text"]\n', r"line 1: expected a JSON object"),
-        ('{"text": 5}\n', r"line 1: expected a JSON object"),
+        ('{"text": 5}\n', r"line 1: the field 'text' must be a string, got int"),
         ("\n  \n", r"the dataset is empty"),
     ],
 )
@@ -130,3 +133,117 @@ def test_a_text_the_tokenizer_refuses_names_its_source(tmp_path, tokenizer):
         TextDataset([texts[0], "bad \ud800"], tokenizer, 64, sources)
     with pytest.raises(ValueError, match="the dataset is empty"):
         TextDataset([], tokenizer)
+
+
+# ---- the prompt-completion form ----
+
+
+def _rows(path, *records):
+    path.write_text("".join((json.dumps(r) if not isinstance(r, str) else r) + "\n" for r in records))
+    return path
+
+
+def test_read_jsonl_reads_prompt_completion_rows(tmp_path):
+    path = _rows(
+        tmp_path / "pairs.jsonl",
+        {"prompt": "x = 3, y = ", "completion": "7", "id": 1},
+        "",
+        {"prompt": "a", "completion": " b 2"},
+    )
+    rows, sources = read_jsonl(path)
+    assert rows == [PromptCompletion("x = 3, y = ", "7"), PromptCompletion("a", " b 2")]
+    assert sources == [f"{path}, line 1", f"{path}, line 3"]
+
+
+@pytest.mark.parametrize(
+    "records, message",
+    [
+        (
+            ({"prompt": "a", "completion": "1"}, {"text": "b"}),
+            r"line 2: a text row after a prompt-completion row \(line 1\)",
+        ),
+        (
+            ({"text": "b"}, {"prompt": "a", "completion": "1"}),
+            r"line 2: a prompt-completion row after a text row \(line 1\)",
+        ),
+        (({"prompt": "a"},), r"line 1: .*the field 'completion' is missing"),
+        (({"completion": "1"},), r"line 1: .*the field 'prompt' is missing"),
+        (({"prompt": "a", "completion": 1},), r"line 1: the field 'completion' must be a string, got int"),
+        (({"prompt": None, "completion": "1"},), r"line 1: the field 'prompt' must be a string, got NoneType"),
+        (({"prompt": "a", "completion": ""},), r"line 1: the completion is empty"),
+        (({"prompt": "", "completion": "1"},), r"line 1: the prompt is empty"),
+        (({"text": "a", "prompt": "b", "completion": "1"},), r"line 1: an object with both \"text\" and 'prompt'"),
+        (
+            ({"input": "a", "output": "1"},),
+            r"line 1: expected .*\"prompt\" and \"completion\"; got keys \['input', 'output'\]",
+        ),
+    ],
+)
+def test_malformed_prompt_completion_rows_are_named_by_line(tmp_path, records, message):
+    path = _rows(tmp_path / "bad.jsonl", *records)
+    with pytest.raises(ValueError, match=message):
+        read_jsonl(path)
+
+
+def test_a_prompt_completion_row_is_the_prompt_then_the_completion_scored_alone(tokenizer):
+    prompt, completion = "The price is 37 yuan. Again, the price is ", "37 yuan."
+    features = prompt_completion_features(tokenizer, prompt, completion)
+    prompt_ids, prompt_values = tokenizer.encode(prompt)
+    completion_ids, completion_values = tokenizer.encode(completion)
+    eos = tokenizer.eos_token_id
+    assert features["input_ids"] == prompt_ids + completion_ids + [eos]
+    assert features["numeric_values"] == prompt_values + completion_values + [0.0]
+    assert features["completion_mask"] == [0] * len(prompt_ids) + [1] * (len(completion_ids) + 1)
+
+    dataset = TextDataset([PromptCompletion(prompt, completion), "a 1"], tokenizer, 64)
+    batch = collate(dataset.items, tokenizer.pad_token_id)
+    n = len(features["input_ids"])
+    expected = [-100] * len(prompt_ids) + completion_ids + [eos]
+    assert batch["labels"][0, :n].tolist() == expected
+    text_ids = dataset[1]["input_ids"].tolist()  # the text row is scored at every token, -100 on its padding
+    assert batch["labels"][1].tolist() == text_ids + [-100] * (batch["labels"].shape[1] - len(text_ids))
+
+    # the Trainer path: features from a map, the collator turns completion_mask into the same labels
+    collated = NumericDataCollator(tokenizer)([features, prompt_completion_features(tokenizer, "b ", "2")])
+    assert collated["labels"][0].tolist() == expected and "completion_mask" not in collated
+    assert collated["labels"][1].tolist()[:3] == [-100] * len(tokenizer.encode("b ")[0]) + [tokenizer.num_token_id]
+
+
+def test_a_prompt_completion_row_longer_than_max_length_is_named_not_cut(tokenizer):
+    long_prompt = "The price is 37 yuan. " * 8
+    with pytest.raises(
+        ValueError, match=r"text 2: the prompt and completion take \d+ or more tokens, more than max_length = 16"
+    ):
+        TextDataset([PromptCompletion("a ", "1"), PromptCompletion(long_prompt, "37")], tokenizer, 16)
+    with pytest.raises(TypeError, match="completion must be a str, got int"):
+        prompt_completion_features(tokenizer, "a", 1)
+
+
+def test_the_losses_score_the_completion_alone():
+    """Oracle: the same row with every label kept, scored per position by the literal OvR loss and the gated Cauchy
+    NLL of `causalqwen.losses`; the completion-only loss is their mean over the completion's targets."""
+    from causalqwen.app.tiny import build_tiny_causal_lm
+    from causalqwen.losses import gated_regression_loss, ovr_classification_loss, ovr_probability
+
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    model, tokenizer = tiny.model, tiny.tokenizer
+    dataset = TextDataset([PromptCompletion("It costs 12 and then ", "13 and 14.")], tokenizer, 64)
+    batch = collate(dataset.items, tokenizer.pad_token_id)
+    with torch.no_grad():
+        out = model(**batch)
+        full = model(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])  # every decision
+    completion = dataset[0]["completion_mask"].bool()  # [S]
+    targets = batch["input_ids"][0, 1:]  # position i predicts token i + 1
+    scored = completion[1:]  # [S - 1]
+    loc_S, scale_S = full.loc_S[:, :-1], full.scale_S[:, :-1]
+    threshold = model.ovr_threshold
+    cls = ovr_classification_loss(loc_S, scale_S, targets[None], threshold)[0]  # [S - 1]
+    assert int(out.n_cls) == int(scored.sum()) == len(tokenizer.encode("13 and 14.")[0]) + 1
+    assert float(out.cls_loss) == pytest.approx(float(cls[scored].mean()), rel=1e-5)
+    num = tokenizer.num_token_id
+    is_num = (targets == num) & scored
+    assert int(out.n_reg) == 2  # 13 and 14; the prompt's 12 is context
+    p_num = ovr_probability(loc_S[..., num], scale_S[..., num], threshold)
+    values = batch["numeric_values"][:, 1:]
+    reg = gated_regression_loss(full.loc_Y[:, :-1], full.scale_Y[:, :-1], values, p_num, is_num[None])[0]
+    assert float(out.reg_loss) == pytest.approx(float(reg[is_num].sum() / is_num.sum()), rel=1e-5)

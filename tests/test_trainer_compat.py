@@ -483,3 +483,33 @@ def test_transformers_collators_over_datasets_map_train_and_the_model_sees_every
     )
     assert len(seen) == 2 and len(written) >= 8 and received == written
     assert all(values.dtype == torch.float32 for _, values in seen)
+
+
+def test_answer_figures_under_trainer_are_evaluate_batchs_and_read_each_prompts_last_token(tmp_path):
+    """Prompt-completion rows: `evaluate_batch` and `TrainerMetrics` (one batch and three) report the same answer
+    figures, and these are `answer_figures` of the laws that `predict_number` reads for each prompt alone."""
+    from causalqwen.files.data import PromptCompletion
+    from causalqwen.metrics import TrainerMetrics, evaluate_batch
+    from causalqwen.regression import answer_figures, predict_number
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    model.eval()
+    rows = [PromptCompletion(f"The price is {x} yuan. Again, the price is ", f"{x} yuan.") for x in (3, 17, 40, 88)]
+    rows += [PromptCompletion(f"One apple costs {p} yuan, so two apples cost ", f"{2 * p} yuan.") for p in (2, 9, 25)]
+    rows += [PromptCompletion("A week has ", "seven days.")]  # a completion without a number: no answer
+    data = TextDataset(rows, tokenizer, max_length=48)
+    expected = evaluate_batch(
+        model, collate(data.items, tokenizer.pad_token_id), generator=torch.Generator().manual_seed(0)
+    )
+    law = predict_number(model, tokenizer, [row.prompt for row in rows[:-1]])
+    answers = torch.tensor([float(row.completion.split(" ")[0]) for row in rows[:-1]])
+    oracle = answer_figures(answers, law.loc.double(), law.scale.double())
+    assert expected["answer_count"] == 7
+    for name, value in oracle.items():
+        assert expected[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+    for batch_size in (len(data), 3):
+        metrics = TrainerMetrics(model, torch.Generator().manual_seed(0))
+        result = _eval_trainer(tmp_path, model, data, tokenizer, metrics, batch_size).evaluate()
+        for name, value in expected.items():
+            if name.startswith(("answer", "reg_")):
+                assert result[f"eval_{name}"] == pytest.approx(value, rel=1e-5, abs=1e-6), (batch_size, name)

@@ -18,8 +18,10 @@ So the positions before a target number must predict ``<NUM>`` (scored by ``num_
 (scored by ``reg_mae``, ``reg_mdae``). Sentences use words of the tiny tokenizer's training corpus, so
 they tokenize into few pieces.
 
-**Real data** (`read_jsonl`): one JSON object per line with a string field ``"text"``. Both go
-through `NumericTokenizer`, and `TextDataset` turns texts into fixed-length training rows.
+**Real data** (`read_jsonl`): one JSON object per line, either a text, ``{"text": ...}``, scored at every
+token, or a prompt and its completion, ``{"prompt": ..., "completion": ...}`` (TRL's and transformers'
+convention), scored on the completion alone (`PromptCompletion`). Both go through `NumericTokenizer`, and
+`TextDataset` turns them into training rows.
 """  # noqa: E501 -- the table rows above: a Markdown table row is one line
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import json
 import os
 import random
 import sys
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import Dataset
@@ -36,7 +39,15 @@ from torch.utils.data import Dataset
 from ..float32 import format_number
 from ..tokenization import pad_rows
 
-__all__ = ["DRINK_PRICES", "synthetic_texts", "read_jsonl", "TextDataset", "collate"]
+__all__ = [
+    "DRINK_PRICES",
+    "PromptCompletion",
+    "synthetic_texts",
+    "read_jsonl",
+    "prompt_completion_features",
+    "TextDataset",
+    "collate",
+]
 
 DRINK_PRICES = {"tea": 1.5, "coffee": 2.5, "juice": 4.0, "water": 1.0}
 BAG_WEIGHTS = {"rice": 25.0, "flour": 10.0, "sugar": 5.0, "salt": 2.0}
@@ -133,19 +144,74 @@ def _json_object(pairs: list) -> dict:
     return record
 
 
-def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
-    r"""``(texts, sources)``: the ``"text"`` of every non-blank line of a JSONL file, and for each a
-    ``"PATH, line N"`` name that `TextDataset` uses in its errors.
+class PromptCompletion(NamedTuple):
+    """One training row in the prompt–completion form: the model reads ``prompt`` and learns ``completion``.
 
-    The file must be UTF-8 (a byte-order mark at its start is skipped). Lines end in ``\n``, ``\r\n`` or
-    a lone ``\r`` (files from old Mac tools), counted as an editor counts them; a blank line (spaces and tabs
-    only) is skipped, and the other fields of an object are ignored.
+    Both losses score the completion's tokens alone (and the EOS after it); the prompt's tokens, numbers
+    included, are context. Prompt and completion are encoded separately and joined, so the first completion
+    token is predicted at the prompt's last position, exactly where `causalqwen.regression.predict_number`
+    reads the law of the next number for a prompt given alone."""
+
+    prompt: str
+    completion: str
+
+
+# the keys of each form of a JSONL row
+TEXT_KEYS = ("text",)
+PROMPT_COMPLETION_KEYS = ("prompt", "completion")
+
+
+def _row(record, where: str) -> str | PromptCompletion:
+    """A parsed JSONL record as a text or a `PromptCompletion`, or a ``ValueError`` naming ``where`` and what is
+    wrong: not an object, neither form, both forms, a missing or non-string field, an empty prompt or completion."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got a JSON {type(record).__name__}")
+    has_text = "text" in record
+    has_pair = [key for key in PROMPT_COMPLETION_KEYS if key in record]
+    if has_text and has_pair:
+        raise ValueError(f'{where}: an object with both "text" and {has_pair[0]!r}; give one form per row')
+    if not has_text and not has_pair:
+        raise ValueError(
+            f'{where}: expected a JSON object with a string field "text", or "prompt" and "completion"; '
+            f"got keys {sorted(record)}"
+        )
+    keys = TEXT_KEYS if has_text else PROMPT_COMPLETION_KEYS
+    for key in keys:
+        if key not in record:
+            raise ValueError(f'{where}: "prompt" and "completion" go together; the field {key!r} is missing')
+        if not isinstance(record[key], str):
+            raise ValueError(f"{where}: the field {key!r} must be a string, got {type(record[key]).__name__}")
+    if has_text:
+        return record["text"]
+    for key in PROMPT_COMPLETION_KEYS:
+        if not record[key]:
+            raise ValueError(
+                f"{where}: the {key} is empty"
+                + (" (nothing to learn)" if key == "completion" else " (no position predicts the completion)")
+            )
+    return PromptCompletion(record["prompt"], record["completion"])
+
+
+def read_jsonl(path: str | os.PathLike) -> tuple[list[str] | list[PromptCompletion], list[str]]:
+    r"""``(rows, sources)``: the rows of a JSONL file, one per non-blank line, and for each a ``"PATH, line N"``
+    name that `TextDataset` uses in its errors.
+
+    A row is a JSON object in one of two forms, the same for every line of a file:
+
+    - ``{"text": "..."}``: a text, scored at every token; the row is the ``str``;
+    - ``{"prompt": "...", "completion": "..."}``: scored on the completion alone; the row is a
+      `PromptCompletion`. Neither string may be empty.
+
+    Other fields of an object are ignored. The file must be UTF-8 (a byte-order mark at its start is skipped).
+    Lines end in ``\n``, ``\r\n`` or a lone ``\r`` (files from old Mac tools), counted as an editor counts
+    them; a blank line (spaces and tabs only) is skipped.
 
     Raises ``OSError`` naming the file when it cannot be read (missing, a directory), and ``ValueError``
     naming the file, and the line where there is one, for: a UTF-16 or UTF-32 file; a NUL byte (a binary
     file); invalid UTF-8 (with the byte); a line that is not JSON (with the column), that nests deeper than
     Python's reader goes, holds an integer of more digits than Python converts or an object with a key
-    twice, or is not an object with a string ``"text"``; and a file with no text at all.
+    twice; an object of neither form or of both, a missing or non-string field, an empty prompt or
+    completion; a row of the other form than the file's first (both lines named); and a file with no row.
     """
     texts, sources = [], []
     try:
@@ -190,47 +256,98 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[str]]:
                 raise ValueError(f"{path}, line {number}: the JSON is nested too deeply to read") from None
             except _Unreadable as error:
                 raise ValueError(f"{path}, line {number}: {error}") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise ValueError(f'{path}, line {number}: expected a JSON object with a string field "text"')
-            texts.append(record["text"])
+            row = _row(record, f"{path}, line {number}")
+            if texts and isinstance(row, str) != isinstance(texts[0], str):
+                form, first = (
+                    ("a text", "a prompt-completion") if isinstance(row, str) else ("a prompt-completion", "a text")
+                )
+                raise ValueError(
+                    f"{path}, line {number}: {form} row after {first} row ({sources[0].rsplit(', ', 1)[1]}); "
+                    "one file holds rows of one form"
+                )
+            texts.append(row)
             sources.append(f"{path}, line {number}")
     if not texts:
-        raise ValueError(f"{path}: the dataset is empty (no line with a text)")
+        raise ValueError(f"{path}: the dataset is empty (no line with a row)")
     return texts, sources
 
 
-class TextDataset(Dataset):
-    """Texts encoded with ``tokenizer`` (a `causalqwen.NumericTokenizer`), each truncated to ``max_length`` tokens,
-    EOS appended.
+def prompt_completion_features(tokenizer, prompt: str, completion: str, max_length: int | None = None) -> dict:
+    """The features of one prompt–completion row, for `TextDataset` and for a ``datasets`` map under
+    `transformers.Trainer`: ``input_ids`` and ``numeric_values`` of the prompt, then of the completion, then EOS
+    (when the tokenizer has one), and ``completion_mask`` (TRL's name), 0 on the prompt and 1 on the rest.
+    `collate` and `causalqwen.integrations.collator.NumericDataCollator` turn it into ``labels`` with the prompt at
+    ``ignore_index``, so both losses score the completion alone.
 
-    An item is a dict of 1-D tensors ``input_ids`` (long), ``numeric_values`` (float32). Encoding
-    happens once, here, and reads only as much of a long text as ``max_length`` tokens need; a number
-    that does not fit float32 or a lone surrogate raises a ``ValueError`` naming the text
-    (``sources[i]``, e.g. ``"data.jsonl, line 7"``; by default ``"text i"``, counted from 1).
+    The two strings are encoded separately (`PromptCompletion` says why). A ``ValueError`` when either is not a
+    non-empty str, or when the row takes more than ``max_length`` tokens (a completion cut short would teach a
+    wrong answer: raise ``max_length`` or shorten the prompt)."""
+    for name, value in (("prompt", prompt), ("completion", completion)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if not value:
+            raise ValueError(f"the {name} is empty")
+    limit = None if max_length is None else max_length + 1  # one more token than allowed tells a row too long
+    prompt_ids, prompt_values = tokenizer.encode(prompt, limit)
+    completion_ids, completion_values = tokenizer.encode(completion, limit)
+    eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    ids = prompt_ids + completion_ids + eos
+    if max_length is not None and len(ids) > max_length:
+        raise ValueError(
+            f"the prompt and completion take {len(ids)} or more tokens, more than max_length = {max_length}: "
+            "raise max_length or shorten the prompt (a completion is never cut)"
+        )
+    return {
+        "input_ids": ids,
+        "numeric_values": prompt_values + completion_values + [0.0] * len(eos),
+        "completion_mask": [0] * len(prompt_ids) + [1] * (len(completion_ids) + len(eos)),
+    }
+
+
+class TextDataset(Dataset):
+    """Rows encoded with ``tokenizer`` (a `causalqwen.NumericTokenizer`), EOS appended: texts (``str``), each
+    truncated to ``max_length`` tokens, or `PromptCompletion` rows (`prompt_completion_features`), which must fit.
+
+    An item is a dict of 1-D tensors ``input_ids`` (long), ``numeric_values`` (float32), and for a prompt–completion
+    row ``completion_mask`` (long). Encoding happens once, here, and reads only as much of a long text as
+    ``max_length`` tokens need; a number that does not fit float32, a lone surrogate or a prompt–completion row
+    longer than ``max_length`` raises a ``ValueError`` naming the row (``sources[i]``, e.g.
+    ``"data.jsonl, line 7"``; by default ``"text i"``, counted from 1).
     """
 
-    def __init__(self, texts: list[str], tokenizer, max_length: int = 64, sources: list[str] | None = None):
+    def __init__(self, texts: list, tokenizer, max_length: int = 64, sources: list[str] | None = None):
         if not texts:
             raise ValueError("the dataset is empty: no texts to train on")
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
             raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
         self.pad_token_id = tokenizer.pad_token_id
         self.items = []
-        for index, text in enumerate(texts):
+        for index, row in enumerate(texts):
             try:
-                ids, values = tokenizer.encode(text, max_length)  # only a prefix of a long text is encoded
+                item = self._encoded(row, tokenizer, max_length)
             except ValueError as error:
                 name = sources[index] if sources is not None else f"text {index + 1}"
                 raise ValueError(f"{name}: {error}") from None
-            eos = tokenizer.eos_token_id
-            if eos is not None:
-                ids, values = ids + [eos], values + [0.0]
-            self.items.append(
-                {
-                    "input_ids": torch.tensor(ids[:max_length], dtype=torch.long),
-                    "numeric_values": torch.tensor(values[:max_length], dtype=torch.float32),
-                }
-            )
+            self.items.append(item)
+
+    @staticmethod
+    def _encoded(row, tokenizer, max_length: int) -> dict[str, torch.Tensor]:
+        """One row's item (the class docstring)."""
+        if isinstance(row, PromptCompletion):
+            features = prompt_completion_features(tokenizer, row.prompt, row.completion, max_length)
+            return {
+                "input_ids": torch.tensor(features["input_ids"], dtype=torch.long),
+                "numeric_values": torch.tensor(features["numeric_values"], dtype=torch.float32),
+                "completion_mask": torch.tensor(features["completion_mask"], dtype=torch.long),
+            }
+        ids, values = tokenizer.encode(row, max_length)  # only a prefix of a long text is encoded
+        eos = tokenizer.eos_token_id
+        if eos is not None:
+            ids, values = ids + [eos], values + [0.0]
+        return {
+            "input_ids": torch.tensor(ids[:max_length], dtype=torch.long),
+            "numeric_values": torch.tensor(values[:max_length], dtype=torch.float32),
+        }
 
     def __len__(self) -> int:
         return len(self.items)
@@ -241,8 +358,8 @@ class TextDataset(Dataset):
 
 def collate(items: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Right-pad a list of items into a batch with `causalqwen.tokenization.pad_rows`: ``input_ids``,
-    ``numeric_values``, ``attention_mask``, ``labels`` (= ``input_ids``, -100 at padding; the model shifts them
-    inside) and ``numeric_labels``
+    ``numeric_values``, ``attention_mask``, ``labels`` (= ``input_ids``, -100 at padding and, in a prompt–completion
+    row, on the prompt: its ``completion_mask`` is 0; the model shifts them inside) and ``numeric_labels``
     (= ``numeric_values``, what the model uses when none are given). Both label keys are there because
     `transformers.Trainer` takes every ``forward`` argument named ``*label*`` for a label, and computes an
     ``eval_loss`` only for batches that carry all of them."""
@@ -254,4 +371,8 @@ def collate(items: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str
         pad_token_id,
     )  # [B, S] each
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    for row, item in enumerate(items):
+        if "completion_mask" in item:  # a prompt-completion row: its prompt is context, not a target
+            prompt = item["completion_mask"] == 0  # [S_row]
+            labels[row, : len(prompt)] = labels[row, : len(prompt)].masked_fill(prompt, -100)
     return {**batch, "labels": labels, "numeric_labels": batch["numeric_values"].clone()}

@@ -3,9 +3,13 @@
 transformers' ``DataCollatorWithPadding`` pads what its tokenizer's ``pad`` knows; `NumericDataCollator` is the
 same recipe for rows of `causalqwen.integrations.tokenizer.NumericTokenizer`: each feature a dict with ``input_ids`` and
 ``numeric_values`` (lists, tensors or arrays, as ``tokenizer(text)`` or a ``datasets`` map gives them), and
-optionally ``attention_mask``, ``labels`` and ``numeric_labels``. It pads them to the
+optionally ``attention_mask``, ``labels``, ``numeric_labels`` and ``completion_mask`` (a prompt–completion row:
+`causalqwen.files.data.prompt_completion_features`). It pads them to the
 longest row (or a multiple of ``pad_to_multiple_of``): ids with the pad id, values with 0.0, the mask with 0,
 labels with -100 and numeric labels with 0.0, by `causalqwen.tokenization.padded_lists`.
+
+A feature with a ``completion_mask`` and no ``labels`` gets its ``input_ids`` as labels with ``label_pad_token_id``
+where the mask is 0 (the prompt), as TRL's completion-only loss does: both losses then score the completion alone.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ class NumericDataCollator:
             self.padding_side,
         )
         data["attention_mask"] = [self._padded(row["attention_mask"], 0, width) for row in rows]
-        if self.add_labels or any("labels" in row for row in rows):
+        if self.add_labels or any("labels" in row or "completion_mask" in row for row in rows):
             data["labels"] = [self._padded(self._labels(row), self.label_pad_token_id, width) for row in rows]
             if all("numeric_labels" in row for row in rows):
                 data["numeric_labels"] = [self._padded(row["numeric_labels"], 0.0, width) for row in rows]
@@ -88,13 +92,16 @@ class NumericDataCollator:
         return as_tensor_type(data, self.return_tensors)
 
     def _labels(self, row: dict) -> list[int]:
-        """A row's labels: its own, else (``add_labels``) its ids, -100 where its mask is 0."""
+        """A row's labels: its own, else its ids (with a ``completion_mask`` or ``add_labels``), -100 where its
+        attention mask or its completion mask is 0."""
         if "labels" in row:
             return row["labels"]
-        if not self.add_labels:
+        if not self.add_labels and "completion_mask" not in row:
             raise ValueError("some features have labels and some do not; give every feature labels, or none")
+        scored = row.get("completion_mask", row["attention_mask"])
         return [
-            token if keep else self.label_pad_token_id for token, keep in zip(row["input_ids"], row["attention_mask"])
+            token if keep and real else self.label_pad_token_id
+            for token, keep, real in zip(row["input_ids"], scored, row["attention_mask"])
         ]
 
     def _padded(self, row: list, fill, width: int) -> list:
@@ -128,7 +135,7 @@ def _feature_rows(feature: Mapping, index: int) -> dict[str, list]:
     if missing:
         raise ValueError(f"features[{index}] has no {' and no '.join(missing)} (keys: {', '.join(map(str, feature))})")
     rows = {}
-    for key in ("input_ids", "numeric_values", "attention_mask", "labels", "numeric_labels"):
+    for key in ("input_ids", "numeric_values", "attention_mask", "labels", "numeric_labels", "completion_mask"):
         if key in feature and feature[key] is not None:
             try:
                 rows[key] = _as_list(feature[key])

@@ -1,0 +1,196 @@
+r"""Regression from text: the Cauchy law of the number that follows a prompt, and how well answers fit their laws.
+
+At every position $i$ the decision head gives the law of the value of the next token, *should that token be*
+``<NUM>``: $Y_i \sim \mathrm{Cauchy}(\mathrm{loc}_{Y_i}, \mathrm{scale}_{Y_i})$ under standard inference (the
+exogenous noise infused), and $P_{\langle NUM\rangle, i} = P(S_{\langle NUM\rangle, i} > C)$, the OvR probability
+that ``<NUM>`` comes next (the gate of the regression loss).
+
+**The rule of which position is read.** The number that follows a prompt is read at the prompt's last real token
+(the last position whose ``attention_mask`` is 1, whatever the padding side). It is the position that scores the
+first completion token of a prompt–completion row in training (`causalqwen.files.data.PromptCompletion`), so what
+is trained is what is read.
+
+**Central intervals.** At level $q \in (0, 1)$ the central interval is
+$[F^{-1}(\tfrac{1-q}2), F^{-1}(\tfrac{1+q}2)] = \mathrm{loc} \mp \mathrm{scale}\,\tan(\tfrac{\pi q}2)$
+(`causalqwen.cauchy.icdf`): it holds the value with probability $q$ under the predicted law. Its width ratio
+between two levels is fixed by the law (90% against 50%: $\tan(0.45\pi)/\tan(0.25\pi) = 6.31$); `answer_figures`
+measures whether real answers agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from . import cauchy
+from .action import num_probability
+
+__all__ = [
+    "NumberLaw",
+    "answer_figures",
+    "answer_positions",
+    "check_levels",
+    "central_intervals",
+    "last_real_positions",
+    "next_number_law",
+    "predict_number",
+    "PIT_BINS",
+]
+
+PIT_BINS = 10  # the PIT histogram's bins of equal width on [0, 1]
+
+
+def check_levels(levels) -> tuple[float, ...]:
+    """``levels`` as a tuple of floats, each in the open interval (0, 1), or a ``ValueError`` / ``TypeError`` naming
+    the value."""
+    if isinstance(levels, (int, float)) or not isinstance(levels, Sequence) or isinstance(levels, str):
+        raise TypeError(f"levels must be a sequence of numbers in (0, 1), e.g. (0.5, 0.9), got {levels!r}")
+    if not levels:
+        raise ValueError("levels is empty: ask for at least one level, e.g. (0.5, 0.9)")
+    checked = []
+    for level in levels:
+        if isinstance(level, bool) or not isinstance(level, (int, float)):
+            raise TypeError(f"each level must be a number in (0, 1), got {level!r}")
+        if not 0.0 < float(level) < 1.0:  # NaN fails too
+            raise ValueError(f"each level must lie in the open interval (0, 1), got {level!r}")
+        checked.append(float(level))
+    return tuple(checked)
+
+
+def central_intervals(loc: Tensor, scale: Tensor, levels: tuple[float, ...]) -> tuple[Tensor, Tensor]:
+    r"""``(low, high)``, ``[..., L]`` each: the central interval of $\mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$
+    ``[...]`` at each of the ``L`` checked ``levels``."""
+    q = torch.tensor(levels, dtype=loc.dtype, device=loc.device)  # [L]
+    low = cauchy.icdf((1 - q) / 2, loc.unsqueeze(-1), scale.unsqueeze(-1))  # [..., L]
+    high = cauchy.icdf((1 + q) / 2, loc.unsqueeze(-1), scale.unsqueeze(-1))  # [..., L]
+    return low, high
+
+
+def last_real_positions(attention_mask: Tensor) -> Tensor:
+    """The index of each row's last real token, ``[B]``: the last position where ``attention_mask`` ``[B, S]`` is 1."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # [S]
+    return torch.where(attention_mask.bool(), positions, -1).amax(dim=1)  # [B]
+
+
+@dataclass
+class NumberLaw:
+    r"""The law of the number that follows each of ``B`` prompts.
+
+    Attributes:
+        loc, scale: ``[B]`` each, the law $Y \sim \mathrm{Cauchy}(\mathrm{loc}_Y, \mathrm{scale}_Y)$.
+        p_num: $P_{\langle NUM\rangle}$ ``[B]``, the OvR probability that the next token is ``<NUM>``.
+        levels: the ``L`` levels of the central intervals.
+        low, high: the central intervals ``[B, L]``, column $j$ at ``levels[j]``.
+    """
+
+    loc: Tensor
+    scale: Tensor
+    p_num: Tensor
+    levels: tuple[float, ...]
+    low: Tensor
+    high: Tensor
+
+    def interval(self, level: float) -> tuple[Tensor, Tensor]:
+        """``(low, high)`` ``[B]`` at one of the ``levels`` asked."""
+        if level not in self.levels:
+            raise ValueError(f"level {level!r} was not asked for; the levels are {self.levels}")
+        j = self.levels.index(level)
+        return self.low[:, j], self.high[:, j]
+
+
+@torch.no_grad()
+def next_number_law(
+    model,
+    input_ids: Tensor,
+    numeric_values: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    levels=(0.5, 0.9),
+) -> NumberLaw:
+    """The `NumberLaw` of the number that follows each prompt of an encoded batch ``[B, S]`` (either padding side),
+    read at its last real token (the module's rule), under standard inference."""
+    levels = check_levels(levels)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if not bool(attention_mask.bool().any(dim=1).all()):
+        raise ValueError("every prompt needs at least one real token (a row of attention_mask is all 0)")
+    law = model.abduce(input_ids, numeric_values, attention_mask)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)  # [B]
+    last = last_real_positions(attention_mask)  # [B]
+    head = model.action
+    decision = head(law.loc_U[rows, last], law.scale_U[rows, last])  # [B, V] x2, [B] x2
+    num = head.num_token_id
+    p_num = num_probability(decision.loc_S[:, num], decision.scale_S[:, num], head.ovr_threshold, num)  # [B]
+    low, high = central_intervals(decision.loc_Y, decision.scale_Y, levels)
+    return NumberLaw(decision.loc_Y, decision.scale_Y, p_num, levels, low, high)
+
+
+def predict_number(model, tokenizer, prompts: Sequence[str], levels=(0.5, 0.9)) -> NumberLaw:
+    """Regression from text in one call: the `NumberLaw` of the number that follows each of ``prompts``
+    (a list of str), encoded by ``tokenizer`` (a `causalqwen.NumericTokenizer`) and read by ``model`` at each
+    prompt's last token. ``levels``: the central intervals asked, each in (0, 1)."""
+    levels = check_levels(levels)
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
+        raise TypeError(f"prompts must be a non-empty list of str, got {type(prompts).__name__}")
+    for index, prompt in enumerate(prompts):
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"prompts[{index}] must be a non-empty str, got {prompt!r}")
+    device = next(model.parameters()).device
+    encoding = tokenizer(list(prompts), padding=True, return_tensors="pt")
+    return next_number_law(
+        model,
+        encoding["input_ids"].to(device),
+        encoding["numeric_values"].to(device),
+        encoding["attention_mask"].to(device),
+        levels,
+    )
+
+
+def answer_positions(labels: Tensor, attention_mask: Tensor, num_token_id: int, ignore_index: int = -100) -> Tensor:
+    """The position of each row's *answer*, ``[B]`` (-1 where a row has none): the first ``<NUM>`` its ``labels``
+    score, in a row whose first real token is not scored (a prompt–completion row, whose prompt is at
+    ``ignore_index``). Its law is read one position earlier (the next-token rule)."""
+    real = attention_mask.bool()  # [B, S]
+    first_real = torch.where(real, torch.arange(labels.shape[1], device=labels.device), labels.shape[1]).amin(dim=1)
+    rows = torch.arange(labels.shape[0], device=labels.device)
+    has_prompt = labels[rows, first_real.clamp(max=labels.shape[1] - 1)] == ignore_index  # [B]
+    is_answer = real & (labels == num_token_id)  # [B, S]
+    is_answer[:, 0] = False  # the first token has no position before it
+    positions = torch.arange(labels.shape[1], device=labels.device)
+    first = torch.where(is_answer, positions, labels.shape[1]).amin(dim=1)  # [B]
+    return torch.where(has_prompt & (first < labels.shape[1]), first, -1)
+
+
+def answer_figures(values: Tensor, loc: Tensor, scale: Tensor, levels=(0.5, 0.9)) -> dict[str, float]:
+    r"""How ``N`` answers ``values`` ``[N]`` fit their predicted laws $\mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$:
+
+    | name | definition |
+    |---|---|
+    | ``answer_count`` | $N$ |
+    | ``answer_mae``, ``answer_mdae`` | mean, median $\lvert \mathrm{loc} - y\rvert$ |
+    | ``answer_coverage_{q}`` | the share of answers inside the central interval at level $q$ (ideal: $q$) |
+    | ``answer_pit_{k}`` | the share of PIT values $F(y) $ in bin $[k/10, (k+1)/10)$ (ideal: 0.1 each) |
+    | ``answer_pit_ks`` | the Kolmogorov–Smirnov distance of the PIT values from the uniform law (ideal: 0) |
+
+    ``q`` is written as a percentage (``answer_coverage_50``). No answers: ``{"answer_count": 0}``."""
+    levels = check_levels(levels)
+    count = values.numel()
+    if count == 0:
+        return {"answer_count": 0}
+    values, loc, scale = values.double(), loc.double(), scale.double()
+    errors = (loc - values).abs()
+    figures = {"answer_count": count, "answer_mae": float(errors.mean()), "answer_mdae": float(errors.quantile(0.5))}
+    low, high = central_intervals(loc, scale, levels)  # [N, L]
+    inside = ((low <= values.unsqueeze(-1)) & (values.unsqueeze(-1) <= high)).double().mean(0)  # [L]
+    for level, share in zip(levels, inside.tolist()):
+        figures[f"answer_coverage_{100 * level:g}"] = share
+    pit = cauchy.cdf(values, loc, scale)  # [N]
+    bins = torch.clamp((pit * PIT_BINS).floor().long(), 0, PIT_BINS - 1)
+    for k, share in enumerate((torch.bincount(bins, minlength=PIT_BINS).double() / count).tolist()):
+        figures[f"answer_pit_{k}"] = share
+    ranked = pit.sort().values
+    grid = torch.arange(count + 1, dtype=torch.float64) / count
+    figures["answer_pit_ks"] = float(torch.maximum(grid[1:] - ranked, ranked - grid[:-1]).max())
+    return figures

@@ -1,0 +1,160 @@
+"""Regression from text (`causalqwen.regression`): the law of the number that follows a prompt, read at its last real
+token, and the figures of answers under their laws, against SciPy and against the model run on each prompt alone."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.regression import (
+    answer_figures,
+    answer_positions,
+    central_intervals,
+    check_levels,
+    last_real_positions,
+    next_number_law,
+    predict_number,
+)
+
+PROMPTS = [
+    "The price is 37 yuan. Again, the price is ",
+    "A cup of tea costs ",
+    "One apple costs 6 yuan, so two apples cost ",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_causal_lm(seed=0, init_seed=0)
+
+
+def test_central_intervals_are_scipys():
+    loc = torch.tensor([0.0, -3.5, 1e6], dtype=torch.float64)
+    scale = torch.tensor([1.0, 0.25, 3e3], dtype=torch.float64)
+    levels = (0.5, 0.8, 0.9, 0.95, 0.999)
+    low, high = central_intervals(loc, scale, levels)  # [3, 5]
+    for i in range(3):
+        for j, level in enumerate(levels):
+            expected = stats.cauchy.interval(level, loc=float(loc[i]), scale=float(scale[i]))
+            assert (float(low[i, j]), float(high[i, j])) == pytest.approx(expected, rel=1e-12)
+    ratio = (high[0, 2] - low[0, 2]) / (high[0, 0] - low[0, 0])  # 90% against 50%, the module docstring's 6.31
+    assert float(ratio) == pytest.approx(math.tan(0.45 * math.pi), rel=1e-12) and round(float(ratio), 2) == 6.31
+
+
+@pytest.mark.parametrize(
+    "levels, error, words",
+    [
+        ((0.0,), ValueError, "open interval"),
+        ((1.0,), ValueError, "open interval"),
+        ((0.5, 1.5), ValueError, "1.5"),
+        ((float("nan"),), ValueError, "nan"),
+        ((), ValueError, "empty"),
+        (0.9, TypeError, "sequence"),
+        ("0.9", TypeError, "sequence"),
+        ((True,), TypeError, "True"),
+        (("0.5",), TypeError, "'0.5'"),
+    ],
+)
+def test_levels_outside_the_open_unit_interval_are_named(levels, error, words):
+    with pytest.raises(error, match=words):
+        check_levels(levels)
+
+
+def test_last_real_positions_on_either_padding_side():
+    right = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    left = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1]])
+    assert last_real_positions(right).tolist() == [2, 3, 0]
+    assert last_real_positions(left).tolist() == [3, 3, 3]
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_a_batch_reads_what_each_prompt_alone_gives(tiny, padding_side):
+    """The oracle: the model's own forward on each prompt alone, its last position's loc_Y, scale_Y, and P_<NUM> by
+    SciPy's Cauchy survival function at the threshold."""
+    model, tokenizer = tiny.model, tiny.tokenizer
+    encoding = tokenizer(PROMPTS, padding=True, padding_side=padding_side, return_tensors="pt")
+    law = next_number_law(model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"])
+    threshold = float(model.ovr_threshold)
+    for i, prompt in enumerate(PROMPTS):
+        alone = tokenizer([prompt], return_tensors="pt")
+        with torch.no_grad():
+            out = model(alone["input_ids"], alone["numeric_values"], alone["attention_mask"])
+        num = tokenizer.num_token_id
+        assert float(law.loc[i]) == pytest.approx(float(out.loc_Y[0, -1]), abs=2e-5)
+        assert float(law.scale[i]) == pytest.approx(float(out.scale_Y[0, -1]), rel=2e-5)
+        p_num = stats.cauchy.sf(threshold, loc=float(out.loc_S[0, -1, num]), scale=float(out.scale_S[0, -1, num]))
+        assert float(law.p_num[i]) == pytest.approx(p_num, rel=1e-4)
+    assert law.levels == (0.5, 0.9) and law.low.shape == law.high.shape == (3, 2)
+
+
+def test_predict_number_is_the_encoded_batchs_law_and_its_intervals(tiny):
+    model, tokenizer = tiny.model, tiny.tokenizer
+    law = predict_number(model, tokenizer, PROMPTS, levels=(0.8, 0.95))
+    encoding = tokenizer(PROMPTS, padding=True, return_tensors="pt")
+    direct = next_number_law(model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"])
+    assert torch.equal(law.loc, direct.loc) and torch.equal(law.scale, direct.scale)
+    low, high = law.interval(0.95)
+    for i in range(len(PROMPTS)):
+        expected = stats.cauchy.interval(0.95, loc=float(law.loc[i]), scale=float(law.scale[i]))
+        assert (float(low[i]), float(high[i])) == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    with pytest.raises(ValueError, match="level 0.5 was not asked for"):
+        law.interval(0.5)
+
+
+@pytest.mark.parametrize(
+    "prompts, error, words",
+    [
+        ("one prompt", TypeError, "non-empty list of str"),
+        ([], TypeError, "non-empty list of str"),
+        (["fine", ""], ValueError, r"prompts\[1\]"),
+        (["fine", 3], ValueError, r"prompts\[1\]"),
+    ],
+)
+def test_bad_prompts_are_named(tiny, prompts, error, words):
+    with pytest.raises(error, match=words):
+        predict_number(tiny.model, tiny.tokenizer, prompts)
+
+
+def test_a_row_without_a_real_token_is_refused(tiny):
+    ids = torch.tensor([[5, 6], [5, 6]])
+    with pytest.raises(ValueError, match="at least one real token"):
+        next_number_law(tiny.model, ids, None, torch.tensor([[1, 1], [0, 0]]))
+
+
+def test_answer_positions_are_the_first_scored_number_of_a_prompt_completion_row():
+    NUM, X = 9, -100  # X: an ignored label
+    labels = torch.tensor(
+        [
+            [X, X, X, 4, 9, 5, 9],  # prompt, completion " <NUM> x <NUM>": the first <NUM> at 4
+            [1, 9, 3, 4, 9, X, X],  # a text row (its first token is scored): no answer
+            [X, X, X, 4, 5, 6, X],  # a completion without a number: no answer
+            [X, X, 9, 9, X, X, X],  # padded on the left below: the answer at 2
+        ]
+    )
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 6 + [0], [0, 1, 1, 1, 0, 0, 0]])
+    assert answer_positions(labels, mask, NUM).tolist() == [4, -1, -1, 2]
+
+
+def test_answer_figures_are_scipys():
+    rng = np.random.default_rng(0)
+    loc = torch.tensor(rng.normal(size=200))
+    scale = torch.tensor(rng.uniform(0.1, 2.0, size=200))
+    values = loc + scale * torch.tensor(rng.standard_cauchy(200)) * 0.5  # too narrow a spread: over-covered
+    figures = answer_figures(values, loc, scale, levels=(0.5, 0.9))
+    errors = np.abs(loc.numpy() - values.numpy())
+    assert figures["answer_count"] == 200
+    assert figures["answer_mae"] == pytest.approx(errors.mean(), rel=1e-12)
+    assert figures["answer_mdae"] == pytest.approx(np.median(errors), rel=1e-12)
+    for level in (0.5, 0.9):
+        low, high = stats.cauchy.interval(level, loc=loc.numpy(), scale=scale.numpy())
+        inside = np.mean((low <= values.numpy()) & (values.numpy() <= high))
+        assert figures[f"answer_coverage_{round(level * 100)}"] == pytest.approx(inside, abs=1e-12)
+    pit = stats.cauchy.cdf(values.numpy(), loc=loc.numpy(), scale=scale.numpy())
+    histogram = np.histogram(pit, bins=10, range=(0.0, 1.0))[0] / 200
+    assert [figures[f"answer_pit_{k}"] for k in range(10)] == pytest.approx(histogram.tolist(), abs=1e-12)
+    assert figures["answer_pit_ks"] == pytest.approx(stats.kstest(pit, "uniform").statistic, rel=1e-9)
+    assert figures["answer_coverage_50"] > 0.6  # the half-width spread is over-covered, as built
+    assert answer_figures(values[:0], loc[:0], scale[:0]) == {"answer_count": 0}
