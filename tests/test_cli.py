@@ -696,3 +696,25 @@ def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoint
             assert text == format(record[key], ".6g"), key
             assert float(text) == pytest.approx(record[key], rel=5e-6) or math.isnan(record[key]), key
     assert printed == [runs.eval_line(record["step"], record) for record in evals]
+
+
+def test_train_on_prompt_completion_rows_reports_the_answers_own_figures(qwen_dir, tokenizer, tmp_path, capsys):
+    """A run on {"prompt", "completion"} rows: the loss counts the completions alone (n_cls and n_reg match the
+    completions' tokens and numbers), and each eval line carries the answer's figures apart from the prompt's."""
+    import json
+
+    rows = [{"prompt": f"The price is {x} yuan. Again, the price is ", "completion": f"{x} yuan."} for x in range(1, 41)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text("".join(json.dumps(row) + "\n" for row in rows[:6]))
+    run = tmp_path / "run"
+    arguments = ["train", "--base", qwen_dir, "--data", str(data), "--eval-data", str(held_out), "--out", str(run)]
+    assert cli.main(arguments + ["--steps", "2", "--batch-size", "4", "--eval-every", "2", "--log-every", "1"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("eval step ")]
+    assert len(printed) == 1
+    values = dict(item.split("=", 1) for item in printed[0].partition(": ")[2].split(" "))
+    assert values["eval/answer_count"] == "6" and values["eval/reg_count"] == "6"  # the prompts' numbers are context
+    assert 0 <= float(values["eval/answer_coverage_50"]) <= float(values["eval/answer_coverage_90"]) <= 1
+    scored = sum(len(tokenizer.encode(row["completion"])[0]) + 1 for row in rows[:6])  # completion and EOS
+    assert values["eval/tokens"] == str(scored)

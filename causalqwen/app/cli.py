@@ -160,13 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Qwen2 checkpoint directory or hub id, or a saved CausalQwen. " + SOURCE_HELP + " (required)",
     )
     tr.add_argument(
-        "--data", required=True, type=path_text, help='training data: JSONL, one {"text": ...} per line (required)'
+        "--data",
+        required=True,
+        type=path_text,
+        help='training data: JSONL, one {"text": ...} per line (every token scored) or one {"prompt": ..., '
+        '"completion": ...} per line (the completion alone scored) (required)',
     )
     tr.add_argument(
         "--eval-data",
         type=path_text,
         help="held-out JSONL for the eval/* and dist/* metrics, printed and logged every --eval-every "
-        "steps (default: none)",
+        "steps; prompt-completion rows add the answer's own figures, eval/answer_* (default: none)",
     )
     tr.add_argument(
         "--out",

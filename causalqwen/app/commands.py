@@ -329,7 +329,7 @@ def train_command(args) -> int:
             train_set,
             config,
             eval_batch=eval_batch,
-            eval_texts=(tokenizer, eval_texts) if eval_texts is not None else None,
+            eval_texts=(tokenizer, [_as_text(row) for row in eval_texts]) if eval_texts is not None else None,
             out_dir=run_dir if writer else args.out,
             resume=args.resume,
             allow_changed_settings=args.allow_changed_settings,
@@ -350,6 +350,11 @@ def train_command(args) -> int:
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+def _as_text(row) -> str:
+    """A JSONL row as the text its bits per byte are measured on: a text, or a prompt and its completion joined."""
+    return row if isinstance(row, str) else row.prompt + row.completion
 
 
 def _training_config(args):
