@@ -703,7 +703,9 @@ def test_train_on_prompt_completion_rows_reports_the_answers_own_figures(qwen_di
     completions' tokens and numbers), and each eval line carries the answer's figures apart from the prompt's."""
     import json
 
-    rows = [{"prompt": f"The price is {x} yuan. Again, the price is ", "completion": f"{x} yuan."} for x in range(1, 41)]
+    rows = [
+        {"prompt": f"The price is {x} yuan. Again, the price is ", "completion": f"{x} yuan."} for x in range(1, 41)
+    ]
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     held_out = tmp_path / "held_out.jsonl"
