@@ -44,8 +44,11 @@ def encode_qwen_rows(tokenizer, texts: list[str], add_eos: bool = True) -> list[
     return [list(ids) + eos for ids in encoded]
 
 
-def collate_rows(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad rows into ``input_ids``, ``attention_mask`` and ``labels`` (= ids, -100 at padding)."""
+def collate_rows(
+    rows: list[list[int]], pad_token_id: int, prompt_lengths: list[int] | None = None
+) -> dict[str, torch.Tensor]:
+    """Right-pad rows into ``input_ids``, ``attention_mask`` and ``labels`` (= ids, -100 at padding and on the first
+    ``prompt_lengths[i]`` tokens of row ``i``, its prompt)."""
     width = max(len(row) for row in rows)
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -53,6 +56,8 @@ def collate_rows(rows: list[list[int]], pad_token_id: int) -> dict[str, torch.Te
         input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
         attention_mask[index, : len(row)] = 1
     labels = input_ids.masked_fill(attention_mask == 0, -100)
+    for index, length in enumerate(prompt_lengths or []):
+        labels[index, :length] = -100
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 

@@ -1,8 +1,8 @@
-r"""Qwen2 vs CausalQwen on domain B: the Qwen side, its three trainable variants and its fine-tuning loop.
+r"""Qwen2 vs CausalQwen on domain B: the Qwen side, its four trainable variants and its fine-tuning loop.
 
 **Fine-tuning the Qwen side** (`finetune_qwen`). Both models start from the same pretrained base
 (`validation.domains.pretrained_base`). The Qwen2 side keeps its softmax head and reads numbers as digit
-tokens; what it trains is one of three variants, built by `adapt_qwen` around a copy of the base
+tokens; what it trains is one of four variants, built by `adapt_qwen` around a copy of the base
 (the base itself is never changed):
 
 | variant | trainable | count (H hidden, V vocabulary rows) | matches CausalQwen preset |
@@ -10,6 +10,7 @@ tokens; what it trains is one of three variants, built by `adapt_qwen` around a 
 | ``"head"`` | an untied copy of lm_head ``[V, H]`` + a bias ``[V]`` (zero) + the residual adapter | $VH + V + 2H^2 + 2H$ | ``causal`` ($VH + V + 2H^2 + 2H + 3H + 1$) |
 | ``"adapter"`` | the residual adapter only (lm_head stays the base's, frozen) | $2H^2 + 2H$ | ``abduction`` ($2H^2 + 2H$) |
 | ``"lora"`` | peft LoRA (rank $r$) on q, k, v, o, gate, up, down of every layer + the ``"head"`` parameters | $VH + V + 2H^2 + 2H + r\sum(\text{in} + \text{out})$ | -- |
+| ``"all"`` | every weight: the backbone (embeddings included) + the ``"head"`` parameters | all | ``all`` |
 
 The residual adapter acts on the final hidden state (after the last norm, where lm_head and CausalQwen's
 abduction network read it): $z \mapsto z + W_2\,\mathrm{gelu}(W_1 z + b_1) + b_2$ with $W_1, W_2$ ``[H, H]``;
@@ -17,7 +18,8 @@ $W_1$ gets ``nn.Linear``'s default initialisation (seeded), $b_1 = 0$, $W_2 = 0$
 starts exactly at the base's logits ($W_2 = 0$, $b_2 = 0$, head bias 0, LoRA's $B = 0$).
 The loop is literal: AdamW (weight decay on matrices only), linear warm-up then cosine decay
 (``transformers.get_cosine_schedule_with_warmup``), gradient clipping at 1.0, next-token cross-entropy on
-every token (EOS appended, right padding with labels -100), batches by `validation.qwen_batches.batch_order`
+every token, or with ``prompts`` on the completion alone (the prompt's labels -100; EOS appended, right padding
+with labels -100), batches by `validation.qwen_batches.batch_order`
 (a function of the number of texts, batch size, steps and seed alone, the same for any model).
 
 The metrics both sides are scored with are `validation.comparison_eval`.
@@ -47,7 +49,7 @@ __all__ = [
     "count_trainable",
 ]
 
-VARIANTS = ("head", "adapter", "lora")
+VARIANTS = ("head", "adapter", "lora", "all")
 LORA_TARGETS = LORA_TARGET_MODULES  # the same seven projections as CausalQwen's adapters
 
 
@@ -131,7 +133,7 @@ def adapt_qwen(
             )
             backbone = inject_adapter_in_model(config, backbone)
     for name, parameter in backbone.named_parameters():
-        parameter.requires_grad_(variant == "lora" and "lora_" in name)
+        parameter.requires_grad_(variant == "all" or (variant == "lora" and "lora_" in name))
     head = nn.Linear(hidden, vocab, bias=variant != "adapter").to(base_head.dtype)
     with torch.no_grad():
         head.weight.copy_(base_head)
@@ -140,6 +142,20 @@ def adapt_qwen(
     head.requires_grad_(variant != "adapter")
     model = AdaptedQwen(backbone, adapter, head, variant, base.config)
     return model.eval()
+
+
+def prompt_token_counts(tokenizer, texts: list[str], prompts: list[str]) -> list[int]:
+    """The number of tokens of each prompt, checked to be the first tokens of its text."""
+    if len(prompts) != len(texts):
+        raise ValueError(f"{len(prompts)} prompts for {len(texts)} texts")
+    counts = []
+    for index, (prompt, text) in enumerate(zip(prompts, texts)):
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not text.startswith(prompt) or text_ids[: len(prompt_ids)] != prompt_ids:
+            raise ValueError(f"text {index}: its prompt {prompt!r} does not tokenize as the start of the text")
+        counts.append(len(prompt_ids))
+    return counts
 
 
 def finetune_qwen(
@@ -158,6 +174,7 @@ def finetune_qwen(
     warmup_steps: int | None = None,
     max_grad_norm: float = 1.0,
     extra_loss=None,
+    prompts: list[str] | None = None,
 ) -> tuple[AdaptedQwen, int]:
     """Fine-tune the ``variant`` of ``base`` on ``texts``: ``(model, n_trainable)``, the model in eval mode.
 
@@ -170,6 +187,9 @@ def finetune_qwen(
     ``extra_loss`` (optional): a callable ``(logits, labels) -> scalar tensor`` added to the cross-entropy of
     every step, with the model's ``logits`` ``[B, S, V]`` and the batch's ``labels`` ``[B, S]`` as they are
     (not shifted: position i predicts ``labels[i+1]``; -100 at padding). ``train_losses`` then holds the sum.
+
+    ``prompts`` (optional): for each text, its prompt, a prefix of it whose tokens are the first tokens of the text
+    (a ``ValueError`` otherwise); their labels are -100, so both losses score the completion alone.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
@@ -188,9 +208,10 @@ def finetune_qwen(
     warmup = warmup_steps if warmup_steps is not None else max(1, round(0.1 * steps))
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, steps)
     rows = encode_qwen_rows(tokenizer, texts)
+    prompt_lengths = prompt_token_counts(tokenizer, texts, prompts) if prompts is not None else [0] * len(rows)
     model.train()
     for indices in batch_order(len(rows), batch_size, steps, seed):
-        batch = collate_rows([rows[i] for i in indices], tokenizer.pad_token_id)
+        batch = collate_rows([rows[i] for i in indices], tokenizer.pad_token_id, [prompt_lengths[i] for i in indices])
         output = model(**batch)
         loss = output.loss
         if extra_loss is not None:
