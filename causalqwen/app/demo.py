@@ -27,7 +27,7 @@ from ..files.rundir import MARKER, RunDirectory, open_for_writing
 from ..inference import MODES
 from ..metrics import evaluate_batch, regression_metrics, with_log_prefixes
 from ..training import TrainingConfig
-from .training_run import train
+from .training_run import save_trained_model, train
 
 __all__ = ["DEMO_STEPS", "DEMO_THREADS", "run_demo"]
 
@@ -207,9 +207,7 @@ def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, star
         print(f"  {name:<28}{before_templates[name]:>12.3f}{after_templates[name]:>12.3f}")
     _print_samples(model, tokenizer)
 
-    model_dir = os.path.join(out_dir, "model")
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    [(_, model_dir)] = save_trained_model(out_dir, model, tokenizer)
     plots = _plots([{"step": 0, **before}] + history, out_dir)
     print(f"\nWrote {', '.join(plots)}, {os.path.join(out_dir, 'metrics.jsonl')} and the trained model to {model_dir}")
 

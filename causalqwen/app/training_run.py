@@ -31,6 +31,7 @@ from ..divergence import DivergenceBound
 from ..files.data import TextDataset, collate
 from ..files.rundir import RunDirectory
 from ..files.training_state import load_training_state
+from ..files.written_files import files_changed_since, files_state, record_checkpoint_files
 from ..kernels.mixed_precision import autocast_in, check_trainable_dtypes, float32_master_weights
 from ..metrics import evaluate_batch, evaluate_texts, training_metrics, with_log_prefixes
 from ..training import (
@@ -45,7 +46,7 @@ from ..training import (
 )
 from . import runs
 
-__all__ = ["check_training_inputs", "train", "TrainingDiverged"]
+__all__ = ["check_training_inputs", "train", "save_trained_model", "TrainingDiverged"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,29 @@ def train(
     finally:
         if owned:
             run_dir.release()
+
+
+def save_trained_model(out: str, model, tokenizer, *, lora: bool = False) -> list[tuple[str, str]]:
+    """``model/`` (model and tokenizer) in the run directory ``out``; for a LoRA run first the adapters
+    (``adapter/``), then the model with them merged in. Each directory ends with the record of the files this save
+    wrote (`causalqwen.files.written_files`), all that a later ``overwrite`` may remove from it. Returns ``(what,
+    path)`` of each directory written."""
+    from ..integrations.lora import merge_lora, save_lora
+
+    written = []
+    directories = (("LoRA adapters", "adapter"),) if lora else ()
+    for what, name in directories + (("trained model", "model"),):
+        directory = os.path.join(out, name)
+        before = files_state(directory)
+        if name == "adapter":
+            save_lora(model, directory)
+            model = merge_lora(model)
+        else:
+            model.save_pretrained(directory)
+            tokenizer.save_pretrained(directory)
+        record_checkpoint_files(directory, root=out, written=files_changed_since(directory, before))
+        written.append((what, directory))
+    return written
 
 
 def _start(
