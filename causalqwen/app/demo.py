@@ -120,12 +120,20 @@ def _plots(history: list[dict], out_dir: str) -> list[str]:
     return [loss_png, written(figure, "metrics.png")]
 
 
-def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int = 0, progress: bool = True) -> int:
+def run_demo(
+    out_dir: str = "artifacts/demo",
+    steps: int = DEMO_STEPS,
+    seed: int = 0,
+    progress: bool = True,
+    *,
+    threads: int = DEMO_THREADS,
+) -> int:
     """Run the demo; return the process exit code (0: it learned, 1: it did not).
 
     ``out_dir`` must be new, empty, or an earlier demo's directory, which is replaced (only the files a
     demo writes are removed, `causalqwen.files.rundir`); any other directory, a training run's above all, is
-    refused with a ``ValueError`` before anything is written.
+    refused with a ``ValueError`` before anything is written. torch runs on ``threads`` intra-op threads (`DEMO_THREADS`
+    by default), its setting restored at the end.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
@@ -134,13 +142,13 @@ def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int
     transformers_logging.disable_progress_bar()  # no "Writing model shards" bars in the demo's output
     started = time.perf_counter()
     previous_demo = os.path.isfile(os.path.join(out_dir, MARKER))  # claim() checks that it is a demo's
-    threads = torch.get_num_threads()
-    torch.set_num_threads(DEMO_THREADS)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         with RunDirectory.claim(out_dir, "demo", overwrite=previous_demo) as run_dir:
             return _run_demo(run_dir, steps, seed, progress, started)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
 
 
 def _print_samples(model, tokenizer) -> None:
