@@ -17,22 +17,23 @@ and loads with the drafts' value (`causalqwen.initialization.DRAFT_INIT`). `conv
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import inspect
+import json
 import logging
-import math
 import numbers
 import os
 
 import numpy as np
-import torch
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, Qwen2Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .abduction import ABDUCTION_TYPES
+from .checks.config_fields import check_integers_fit, check_ranges, checked_dtype, checked_field
 from .initialization import DRAFT_INIT, check_threshold_init, threshold_rule_settings
 from .losses import LOSS_ALGORITHMS
 
@@ -75,51 +76,11 @@ _FIELD_KINDS = {
 # Fields of `_FIELD_KINDS` that may be None (null in config.json).
 _NULLABLE_FIELDS = frozenset({"num_token_id", "causal_size", "abduction_mlp_size"})
 
-# The dtype names a config may hold (``null`` or ``"auto"``: none recorded).
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
 
 def _activation_names() -> list[str]:
     from transformers.activations import ACT2FN
 
     return sorted(ACT2FN)
-
-
-def _checked_dtype(name: str, value):
-    """A ``dtype`` or ``torch_dtype`` as a float dtype name, or None (``"auto"`` too); else a ValueError naming it."""
-    if value is None or (isinstance(value, str) and value == "auto"):
-        return None
-    text = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
-    if not isinstance(text, str) or text not in FLOAT_DTYPES:
-        raise ValueError(f'config field {name} must be one of {", ".join(FLOAT_DTYPES)}, "auto" or null, got {value!r}')
-    return text if isinstance(value, str) else value
-
-
-def _checked_field(name: str, value, kind: str):
-    """``value`` as a Python bool / int / finite float, or a ``TypeError`` naming the field (a string is never cast)."""
-    if kind == "bool":
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"config field {name} must be true or false (a JSON boolean), got {value!r}")
-        return bool(value)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"config field {name} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
-    if kind == "int":
-        if not isinstance(value, numbers.Integral):
-            raise TypeError(f"config field {name} must be an integer, got {value!r}")
-        return int(value)
-    if not math.isfinite(value):
-        raise ValueError(f"config field {name} must be finite, got {value!r}")
-    return float(value)
-
-
-def _check_ranges(config, ranges: dict) -> None:
-    """Each ``name: (rule, allowed)``: a ``ValueError`` naming the field unless ``rule(value)`` (or not finite)."""
-    for name, (rule, allowed) in ranges.items():
-        value = getattr(config, name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"config field {name} must be finite, got {value!r}")
-        if not rule(value):
-            raise ValueError(f"config field {name} must be a number {allowed}, got {value!r}")
 
 
 @strict
@@ -200,19 +161,49 @@ class CausalQwenConfig(Qwen2Config):
             raise ValueError(
                 f"config field loss_algorithm must be one of {', '.join(LOSS_ALGORITHMS)}, got {self.loss_algorithm!r}"
             )
-        self.dtype = _checked_dtype("dtype", self.dtype)
+        self.dtype = checked_dtype("dtype", self.dtype)
         _refuse_misspelt_fields(kwargs, type(self))
         if "torch_dtype" in kwargs:
-            kwargs["torch_dtype"] = _checked_dtype("torch_dtype", kwargs["torch_dtype"])
+            kwargs["torch_dtype"] = checked_dtype("torch_dtype", kwargs["torch_dtype"])
         self._check_own_fields()
         self._check_backbone()
         super().__post_init__(**kwargs)
         self._check_rope()
+        check_integers_fit({name: value for name, value in vars(self).items() if not name.startswith("_")})
+        object.__setattr__(self, "_fields_checked", True)  # from here on a field set is checked (`__setattr__`)
+
+    def __setattr__(self, name: str, value) -> None:
+        """A field set on a made config (``config.gate_alpha = 5.0``) passes the checks of a config made with it, and
+        takes the value they give (a ``TypeError`` or ``ValueError`` naming the field otherwise, the config unchanged):
+        the modules built from the config read it at every forward pass, and trust it."""
+        if self.__dict__.get("_fields_checked") and name in _dataclass_fields():
+            value = getattr(type(self)(**(self.to_dict() | {name: value})), name)
+        super().__setattr__(name, value)
+
+    def check_loads_back(self) -> None:
+        """A ``ValueError`` or ``TypeError`` unless ``config.json`` as `save_pretrained` writes it loads back (what
+        `from_pretrained` checks, `from_dict`): a save never writes a file its own loader refuses (a NaN put in place
+        into ``rope_parameters``, a config without ``num_token_id``)."""
+        try:
+            type(self).from_dict(json.loads(self.to_json_string()))
+        except (ValueError, TypeError, StrictDataclassError) as error:
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(f"save_pretrained: config.json would not load back: {' '.join(str(error).split())}") from None
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedConfig.save_pretrained`, after `check_loads_back` (nothing written if it fails)."""
+        self.check_loads_back()
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def update(self, config_dict: dict) -> None:
-        """`PreTrainedConfig.update` once a config made with it passes every check; else its error, naming the field."""
+        """`PreTrainedConfig.update` once a config made with it passes every check; else its error, naming the field.
+        The values are set together, as checked together (one by one, `__setattr__` would check each alone)."""
         checked = type(self)(**(self.to_dict() | dict(config_dict)))
-        super().update({key: getattr(checked, key) for key in config_dict})
+        object.__setattr__(self, "_fields_checked", False)
+        try:
+            super().update({key: getattr(checked, key) for key in config_dict})
+        finally:
+            object.__setattr__(self, "_fields_checked", True)
 
     def _check_own_fields(self) -> None:
         """CausalQwen's fields: their kinds (`_FIELD_KINDS`), the choices, the defaults that follow from other
@@ -222,7 +213,7 @@ class CausalQwenConfig(Qwen2Config):
             value = getattr(self, name)
             if value is None and name in _NULLABLE_FIELDS:
                 continue
-            setattr(self, name, _checked_field(name, value, kind))
+            setattr(self, name, checked_field(name, value, kind))
         if self.causal_size is None:
             self.causal_size = self.hidden_size
         check_threshold_init(self.ovr_threshold_init, self.ovr_threshold_quantile)
@@ -245,7 +236,7 @@ class CausalQwenConfig(Qwen2Config):
                 "the abduction network is initialised as the identity"
             )
         limit = SETTING_LIMIT
-        _check_ranges(
+        check_ranges(
             self,
             {
                 "abduction_scale_init": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
@@ -307,7 +298,7 @@ class CausalQwenConfig(Qwen2Config):
         if not isinstance(self.hidden_act, str) or self.hidden_act not in (names := _activation_names()):
             raise ValueError(f"config field hidden_act must be one of {', '.join(names)}, got {self.hidden_act!r}")
         limit = SETTING_LIMIT
-        _check_ranges(
+        check_ranges(
             self,
             {
                 "rms_norm_eps": (lambda v: 0 < v <= limit, f"in (0, {limit:g}]"),
@@ -338,8 +329,7 @@ class CausalQwenConfig(Qwen2Config):
             if (
                 isinstance(theta, (bool, np.bool_))
                 or not isinstance(theta, numbers.Real)
-                or not math.isfinite(theta)
-                or not 0 < theta <= SETTING_LIMIT
+                or not 0 < theta <= SETTING_LIMIT  # NaN and an integer beyond the float range too
             ):
                 raise ValueError(
                     f"config field {where}.rope_theta must be a finite number in (0, {SETTING_LIMIT:g}], got {theta!r}"
@@ -431,6 +421,12 @@ def _config_file(source, subfolder: str) -> str:
 
 
 @functools.cache
+def _dataclass_fields() -> frozenset[str]:
+    """The fields of `CausalQwenConfig` and of the transformers config classes under it: what `__setattr__` checks."""
+    return frozenset(field.name for field in dataclasses.fields(CausalQwenConfig))
+
+
+@functools.cache
 def _config_fields() -> frozenset[str]:
     """The names `CausalQwenConfig` knows: its own and `Qwen2Config`'s arguments and serialized keys."""
     arguments = set(inspect.signature(CausalQwenConfig.__init__).parameters) - {"self", "kwargs"}
@@ -441,6 +437,12 @@ def _refuse_misspelt_fields(extra: dict, config_class: type) -> None:
     """An extra key that is a near spelling of a field (``ovr_treshold``) would be kept and change nothing: a
     ``ValueError``. Other extra keys are kept, as transformers keeps them, and so are the class's own names."""
     for key in [key for key in extra if key not in _config_fields()]:  # an empty extra asks nothing (no recursion)
+        lower = {name.lower(): name for name in _config_fields()}
+        if key.lower() in lower:  # OVR_THRESHOLD: the names are case-sensitive, as in JSON and Python
+            raise ValueError(
+                f"config field {key!r} is not a CausalQwenConfig field (names are case-sensitive); did you mean "
+                f"{lower[key.lower()]!r}?"
+            )
         close = difflib.get_close_matches(key, _config_fields(), n=1, cutoff=0.85)
         if close and not hasattr(config_class, key):
             raise ValueError(f"config field {key!r} is not a CausalQwenConfig field; did you mean {close[0]!r}?")

@@ -625,7 +625,7 @@ def test_every_option_of_every_subcommand_has_help_that_shows_its_default(capsys
         with pytest.raises(SystemExit):
             cli.main([name, "--help"])  # every help text renders
         assert "(default: " in capsys.readouterr().out
-    assert checked == 51  # walkthrough 2, generate 10, demo 3, train 29, convert 7 options that are not required
+    assert checked == 55  # walkthrough 2, generate 11, demo 4, train 30, convert 8 options that are not required
 
 
 def test_a_short_train_run_reaches_its_learning_rate_keeps_the_newest_checkpoints_and_prints_each_eval(
@@ -720,3 +720,43 @@ def test_train_on_prompt_completion_rows_reports_the_answers_own_figures(qwen_di
     assert 0 <= float(values["eval/answer_coverage_50"]) <= float(values["eval/answer_coverage_90"]) <= 1
     scored = sum(len(tokenizer.encode(row["completion"])[0]) + 1 for row in rows[:6])  # completion and EOS
     assert values["eval/tokens"] == str(scored)
+
+
+@pytest.mark.parametrize("command", ["train", "demo", "convert", "generate"])
+def test_every_command_that_computes_says_how_threads_are_set(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--threads N intra-op threads of torch, at least 1 (default:" in help_text
+    if command != "demo":
+        assert "OMP_NUM_THREADS if set, else the CPUs this process may use less the machine's load" in help_text
+
+
+def test_the_default_thread_count_leaves_a_busy_machine_s_cores_to_their_load(monkeypatch):
+    """torch's default (a thread per core) beside another busy process on 2 cores ran 4.6 to 6.4 s a step, one
+    thread 0.28 s: the default is the CPUs this process may use less the load already on them, at least 1, and an
+    OMP_NUM_THREADS in the environment wins."""
+    from causalqwen.app import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    for load, expected in ((0.0, 2), (0.4, 2), (1.0, 1), (2.0, 1), (7.5, 1)):
+        monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
+        assert threads.default_threads() == expected, load
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.default_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="OMP_NUM_THREADS must be a positive integer, got 'two'"):
+        threads.default_threads()
+
+
+def test_threads_sets_torch_s_thread_count_and_refuses_zero(capsys):
+    before = torch.get_num_threads()
+    try:
+        assert cli.main(["generate", "--prompt", "x", "--max-new-tokens", "1", "--threads", "2"]) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["generate", "--prompt", "x", "--threads", "0"])
+    assert exited.value.code == 2 and "argument --threads: must be an integer from 1 to" in capsys.readouterr().err

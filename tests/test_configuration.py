@@ -125,6 +125,75 @@ def test_a_misspelt_field_is_refused_in_code_and_any_other_extra_key_is_kept_as_
     assert config.dataset_note == "prices, 2026"
 
 
+def test_a_field_in_another_letter_case_is_refused_naming_file_and_field(saved_model, tmp_path):
+    """OVR_THRESHOLD is no field (names are case-sensitive): it was kept as an extra key and the threshold loaded as
+    the file's other value, silently."""
+    target = _edited(saved_model, tmp_path, OVR_THRESHOLD=3.0)
+    message = (
+        r"config\.json: config field 'OVR_THRESHOLD' is not a CausalQwenConfig field .*did you mean 'ovr_threshold'"
+    )
+    with pytest.raises(ValueError, match=message):
+        CausalQwenConfig.from_pretrained(target)
+    with pytest.raises(ValueError, match="did you mean 'gate_alpha'"):
+        CausalQwenConfig(Gate_Alpha=0.5)
+
+
+@pytest.mark.parametrize(
+    "field, message",
+    [
+        ("abduction_scale_init", "abduction_scale_init must be a finite number, got an integer of 1329 bits"),
+        ("ignore_index", "ignore_index must be an integer within 64 bits"),
+        ("num_hidden_layers", "num_hidden_layers must be a positive integer"),
+        ("rope_theta", "rope_parameters.rope_theta must be a finite number"),
+    ],
+)
+def test_an_integer_of_401_digits_is_named_with_its_field_and_file(saved_model, tmp_path, field, message):
+    """A 401-digit integer has no float (an unnamed OverflowError) nor int64."""
+    fields = {"rope": {"rope_theta": 10**400}} if field == "rope_theta" else {field: 10**400}
+    target = _edited(saved_model, tmp_path, **fields)
+    with pytest.raises(ValueError, match=re.escape(f"{target / 'config.json'}: ") + ".*" + re.escape(message)):
+        CausalQwenConfig.from_pretrained(target)
+
+
+def test_a_field_set_after_construction_is_checked_before_the_model_uses_it():
+    """model.config.gate_alpha = 5.0 changed the loss (65.92 to 90.00) unchecked; the checks of a config made with the
+    value apply, the config keeps its value, and a sound value is taken as a config made with it takes it."""
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    model, batch = tiny.model, tiny.tokenizer(["The price is 12.5 yuan and 3 cups."])
+    loss = model(**batch, labels=batch["input_ids"]).loss
+    for field, value, error, message in [
+        ("gate_alpha", 5.0, ValueError, "gate_alpha must be a number in [0, 1], got 5.0"),
+        ("gate_alpha", math.nan, ValueError, "gate_alpha must be finite"),
+        ("ovr_threshold", 1e31, ValueError, "ovr_threshold must be a number in [-1e+30, 1e+30]"),
+        ("detach_gate", "yes", TypeError, "detach_gate must be true or false"),
+        ("num_token_id", 10**6, ValueError, "num_token_id (1000000) must lie in"),
+        ("loss_algorithm", "fast", ValueError, "loss_algorithm must be one of"),
+    ]:
+        with pytest.raises(error, match=re.escape(message)):
+            setattr(model.config, field, value)
+    assert model.config.gate_alpha == 0.0 and torch.equal(model(**batch, labels=batch["input_ids"]).loss, loss)
+    model.config.gate_alpha = 1  # an integer real is stored as a float, as a config made with it stores it
+    assert model.config.gate_alpha == 1.0 and isinstance(model.config.gate_alpha, float)
+    model.config.update({"gate_alpha": 0.5, "regression_weight": 2})  # fields set together are checked together
+    assert (model.config.gate_alpha, model.config.regression_weight) == (0.5, 2.0)
+
+
+def test_save_pretrained_never_writes_a_config_its_loader_refuses(tmp_path):
+    """A value changed in place (a NaN rotary base, set inside the dict where no assignment sees it) was written, and
+    from_pretrained then refused the file."""
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    tiny.model.config.rope_parameters["rope_theta"] = math.nan
+    for save, target in (
+        (tiny.model.save_pretrained, tmp_path / "model"),
+        (tiny.model.config.save_pretrained, tmp_path / "config"),
+    ):
+        with pytest.raises(ValueError, match=r"^save_pretrained: config\.json would not load back: .*rope_theta"):
+            save(target)
+        assert not target.exists() or not any(target.iterdir())
+    with pytest.raises(ValueError, match="num_token_id missing"):
+        CausalQwenConfig().save_pretrained(tmp_path / "no-num")
+
+
 def test_sound_backbone_fields_still_load(saved_model, tmp_path):
     target = _edited(
         saved_model,

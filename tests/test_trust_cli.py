@@ -516,6 +516,20 @@ def test_messages_name_the_command_line_flags(qwen_dir, tmp_path, data, capsys):
         RunDirectory.claim(run, "train", resume=True, overwrite=True)
 
 
+def test_a_resume_in_another_dtype_is_a_changed_setting(tmp_path, data, capsys, caplog):
+    """A bfloat16 run resumed with --dtype float32 trains on in another precision (it ended 7.5e-3 from the
+    uninterrupted run, silently): refused like any other changed setting, and named when allowed."""
+    run = tmp_path / "run"
+    args = ["train", "--base", "tiny", "--data", data, "--out", str(run), "--steps", "2", "--batch-size", "2"]
+    assert cli.main(args + ["--dtype", "bfloat16", "--save-every", "1"]) == 0
+    message = "the parameters' dtype (--dtype) is bfloat16 in the checkpoint, float32 now"
+    assert message in _fails(capsys, args + ["--resume", "--dtype", "float32"])
+    with caplog.at_level("WARNING"):
+        assert cli.main(args + ["--resume", "--dtype", "float32", "--allow-changed-settings"]) == 0
+    assert any(message in record.getMessage() for record in caplog.records)
+    assert cli.main(args + ["--resume", "--dtype", "bfloat16"]) == 0  # the run's own dtype resumes as before
+
+
 # ---------------------------------------------------------------------------------------------
 # 8. A mistyped local name fails at once, without the network
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer, load_abduction, save_abduction, train, training
-from causalqwen.app import runs
+from causalqwen.app import cli, runs
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.configuration import CausalQwenConfig
 from causalqwen.files.data import TextDataset, synthetic_texts
@@ -183,6 +183,32 @@ def test_a_hard_linked_metrics_file_is_refused(tiny, finished_run, tmp_path):
     with pytest.raises(OSError, match=r"metrics\.jsonl' has 2 hard links"):
         _resume(tiny[1], out)
     assert secret.read_text() == SECRET
+
+
+def test_overwrite_removes_only_what_the_run_recorded_and_names_what_it_keeps(tmp_path, caplog):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": f"item {i} costs {i}.5"}) + "\n" for i in range(4)))
+    out = tmp_path / "run"
+    args = ["train", "--base", "tiny", "--data", str(data), "--out", str(out), "--batch-size", "2", "--save-every", "1"]
+    assert cli.main(args + ["--steps", "3", "--save-total-limit", "0"]) == 0
+    (out / "model" / "notes.txt").write_text("mine")
+    (out / "checkpoint-best").mkdir()
+    (out / "checkpoint-best" / "model.safetensors").write_text("my own best model")
+    (out / "checkpoint-2" / "notes.txt").write_text("mine")
+    kept_checkpoint = sorted(os.listdir(out / "checkpoint-2"))
+    with caplog.at_level("WARNING"):
+        assert cli.main(args + ["--steps", "1", "--overwrite"]) == 0
+    assert (out / "model" / "notes.txt").read_text() == "mine"
+    assert (out / "checkpoint-best" / "model.safetensors").read_text() == "my own best model"
+    assert sorted(os.listdir(out / "checkpoint-2")) == kept_checkpoint  # kept whole, as save_total_limit keeps it
+    assert not (out / "checkpoint-3").exists()  # the run's own files only: removed
+    assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())["step"] == 1
+    CausalQwenForCausalLM.from_pretrained(out / "model")  # the new run's model, beside the user's notes
+    warning = " ".join(record.getMessage() for record in caplog.records if record.levelname == "WARNING")
+    for kept in ("model'", "notes.txt", "checkpoint-best'", "checkpoint-2'", "--overwrite kept"):
+        assert kept in warning, kept
+    recorded = json.loads((out / "model" / runs.CHECKPOINT_RECORD).read_text())["files"]
+    assert "notes.txt" not in recorded and "model.safetensors" in recorded  # a later overwrite keeps the notes too
 
 
 def test_open_for_writing_refuses_links_and_stays_inside_its_root(tmp_path):

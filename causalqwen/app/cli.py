@@ -37,6 +37,7 @@ from .commands import (
     train_command,
     walkthrough,
 )
+from .threads import THREADS_HELP, set_threads
 
 # The subcommands, in the order ``causalqwen --help`` lists them: name -> (one-line help, description).
 COMMANDS = {
@@ -196,8 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--learning-rate",
         type=float,
         default=1e-4,
-        help="AdamW's peak learning rate, reached after the warm-up, then cosine decay to 0 at --steps "
-        "(default: %(default)s)",
+        help="AdamW's peak learning rate, reached after the warm-up, then cosine decay to 0 at --steps; the "
+        "default suits a pretrained base: on the embedded random base (--base tiny), whose backbone learns from "
+        "scratch, use about 3e-3 with --preset all, as the demo does (default: %(default)s)",
     )
     tr.add_argument(
         "--weight-decay",
@@ -330,6 +332,16 @@ def build_parser() -> argparse.ArgumentParser:
         "in the checkpoint's dtype and the result is cast (default: %(default)s)",
     )
     add_init_arguments(conv)
+    for command in (gen, tr, conv):
+        command.add_argument("--threads", type=integer(1), default=None, metavar="N", help=THREADS_HELP)
+    demo.add_argument(
+        "--threads",
+        type=integer(1),
+        default=None,
+        metavar="N",
+        help="intra-op threads of torch, at least 1 (default: 1: the tiny model's kernels are too small for a second "
+        "thread to pay off, and beside a busy process spinning threads collapse)",
+    )
     return parser
 
 
@@ -376,9 +388,12 @@ def _run(parser: argparse.ArgumentParser, args) -> int:
     if args.command == "walkthrough":
         return walkthrough(args.text, args.seed)
     if args.command == "demo":
-        from .demo import DEMO_STEPS, run_demo
+        from .demo import DEMO_STEPS, DEMO_THREADS, run_demo
 
-        return run_demo(args.out, DEMO_STEPS if args.steps is None else args.steps, args.seed)
+        steps = DEMO_STEPS if args.steps is None else args.steps
+        return run_demo(args.out, steps, args.seed, threads=DEMO_THREADS if args.threads is None else args.threads)
+    if args.command in ("train", "convert", "generate"):
+        set_threads(args.threads)
     if args.command == "train":
         return train_command(args)
     if args.command == "convert":

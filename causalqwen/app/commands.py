@@ -303,7 +303,7 @@ def train_command(args) -> int:
 
     from ..files.data import TextDataset, collate, read_jsonl
     from ..files.rundir import RunDirectory
-    from .training_run import check_training_inputs, train
+    from .training_run import check_training_inputs, save_trained_model, train
 
     config = _training_config(args)
     # The data first: a bad file fails at once, not after a (possibly large) model has been loaded.
@@ -336,7 +336,8 @@ def train_command(args) -> int:
             print_eval=True,
         )
         if writer:
-            _save_trained_model(args.out, model, tokenizer, lora=config.preset == "lora")
+            for what, path in save_trained_model(args.out, model, tokenizer, lora=config.preset == "lora"):
+                print(f"{what} written to {path}")
     except KeyboardInterrupt:  # Ctrl-C: reported below, after the frames (and the progress bar) of train are gone
         interrupted = True
     finally:
@@ -422,20 +423,6 @@ def _model_to_train(args, preset: str):
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():  # launched by torchrun
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     return model, tokenizer
-
-
-def _save_trained_model(out: str, model, tokenizer, *, lora: bool) -> None:
-    """``model/`` (model and tokenizer) in ``out``; for a LoRA run first the adapters (``adapter/``), then the model
-    with them merged in."""
-    if lora:
-        from ..integrations.lora import merge_lora, save_lora
-
-        save_lora(model, os.path.join(out, "adapter"))
-        print(f"LoRA adapters written to {os.path.join(out, 'adapter')}")
-        model = merge_lora(model)
-    model.save_pretrained(os.path.join(out, "model"))
-    tokenizer.save_pretrained(os.path.join(out, "model"))
-    print(f"trained model written to {os.path.join(out, 'model')}")
 
 
 def _holds_causalqwen_model(directory: str) -> bool:

@@ -27,7 +27,7 @@ from ..files.rundir import MARKER, RunDirectory, open_for_writing
 from ..inference import MODES
 from ..metrics import evaluate_batch, regression_metrics, with_log_prefixes
 from ..training import TrainingConfig
-from .training_run import train
+from .training_run import save_trained_model, train
 
 __all__ = ["DEMO_STEPS", "DEMO_THREADS", "run_demo"]
 
@@ -120,12 +120,20 @@ def _plots(history: list[dict], out_dir: str) -> list[str]:
     return [loss_png, written(figure, "metrics.png")]
 
 
-def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int = 0, progress: bool = True) -> int:
+def run_demo(
+    out_dir: str = "artifacts/demo",
+    steps: int = DEMO_STEPS,
+    seed: int = 0,
+    progress: bool = True,
+    *,
+    threads: int = DEMO_THREADS,
+) -> int:
     """Run the demo; return the process exit code (0: it learned, 1: it did not).
 
     ``out_dir`` must be new, empty, or an earlier demo's directory, which is replaced (only the files a
     demo writes are removed, `causalqwen.files.rundir`); any other directory, a training run's above all, is
-    refused with a ``ValueError`` before anything is written.
+    refused with a ``ValueError`` before anything is written. torch runs on ``threads`` intra-op threads (`DEMO_THREADS`
+    by default), its setting restored at the end.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
@@ -134,13 +142,13 @@ def run_demo(out_dir: str = "artifacts/demo", steps: int = DEMO_STEPS, seed: int
     transformers_logging.disable_progress_bar()  # no "Writing model shards" bars in the demo's output
     started = time.perf_counter()
     previous_demo = os.path.isfile(os.path.join(out_dir, MARKER))  # claim() checks that it is a demo's
-    threads = torch.get_num_threads()
-    torch.set_num_threads(DEMO_THREADS)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         with RunDirectory.claim(out_dir, "demo", overwrite=previous_demo) as run_dir:
             return _run_demo(run_dir, steps, seed, progress, started)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
 
 
 def _print_samples(model, tokenizer) -> None:
@@ -207,9 +215,7 @@ def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, star
         print(f"  {name:<28}{before_templates[name]:>12.3f}{after_templates[name]:>12.3f}")
     _print_samples(model, tokenizer)
 
-    model_dir = os.path.join(out_dir, "model")
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    [(_, model_dir)] = save_trained_model(out_dir, model, tokenizer)
     plots = _plots([{"step": 0, **before}] + history, out_dir)
     print(f"\nWrote {', '.join(plots)}, {os.path.join(out_dir, 'metrics.jsonl')} and the trained model to {model_dir}")
 

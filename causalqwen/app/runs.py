@@ -64,6 +64,7 @@ __all__ = [
     "remove_checkpoint",
     "record_checkpoint_files",
     "fingerprint",
+    "parameter_dtypes",
     "run_settings",
     "settings_differences",
     "write_config_file",
@@ -111,13 +112,20 @@ def fingerprint(items) -> str:
     return digest.hexdigest()
 
 
-def run_settings(config, train_dataset, eval_batch) -> dict:
+def parameter_dtypes(model) -> list[str]:
+    """The dtypes of ``model``'s floating parameters as the run was given them (``["bfloat16"]`` for a bfloat16 run,
+    whose float32 master weights are the run's own), sorted names: what `run_settings` records of the precision."""
+    return sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+
+
+def run_settings(config, train_dataset, eval_batch, dtypes: list[str] | None = None) -> dict:
     """What a checkpoint records of its run (``config``: its `causalqwen.training.TrainingConfig`) and a resume
-    compares: the optimisation settings and the data."""
+    compares: the optimisation settings, the data and ``dtypes``, the `parameter_dtypes` it trains in."""
     return {
         "training": {k: v for k, v in dataclasses.asdict(config).items() if k not in LOGGING_SETTINGS},
         "train_data_sha256": fingerprint(train_dataset),
         "eval_data_sha256": fingerprint(eval_batch) if eval_batch is not None else None,
+        "parameter_dtypes": dtypes,
     }
 
 
@@ -135,6 +143,11 @@ def settings_differences(saved: dict, current: dict) -> list[str]:
             differences.append(
                 f"{what} differ (sha256 {str(saved.get(key))[:12]} in the checkpoint, {str(current[key])[:12]} now)"
             )
+    saved_dtypes, dtypes = saved.get("parameter_dtypes"), current.get("parameter_dtypes")
+    if saved_dtypes is not None and dtypes is not None and saved_dtypes != dtypes:  # a record before it had none
+        differences.append(
+            f"the parameters' dtype (--dtype) is {', '.join(saved_dtypes)} in the checkpoint, {', '.join(dtypes)} now"
+        )
     return differences
 
 

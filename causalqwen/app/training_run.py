@@ -31,6 +31,7 @@ from ..divergence import DivergenceBound
 from ..files.data import TextDataset, collate
 from ..files.rundir import RunDirectory
 from ..files.training_state import load_training_state
+from ..files.written_files import files_changed_since, files_state, record_checkpoint_files
 from ..kernels.mixed_precision import autocast_in, check_trainable_dtypes, float32_master_weights
 from ..metrics import evaluate_batch, evaluate_texts, training_metrics, with_log_prefixes
 from ..training import (
@@ -45,7 +46,7 @@ from ..training import (
 )
 from . import runs
 
-__all__ = ["check_training_inputs", "train", "TrainingDiverged"]
+__all__ = ["check_training_inputs", "train", "save_trained_model", "TrainingDiverged"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ def train(
     or ``overwrite``; locked while the run lasts), unless a claimed `RunDirectory` is passed.
 
     ``resume`` continues from the newest checkpoint and refuses one whose model config, training
-    settings (all of `TrainingConfig` but the logging intervals and ``report_to``) or data
-    (SHA-256 of the tokenized texts) differ from this run's, naming each difference;
+    settings (all of `TrainingConfig` but the logging intervals and ``report_to``), parameter dtypes (a bfloat16 run
+    resumed in float32) or data (SHA-256 of the tokenized texts) differ from this run's, naming each difference;
     ``allow_changed_settings`` continues anyway (the result is then no longer the uninterrupted run's). A resumed
     config that gives no warm-up takes the run's own (`causalqwen.app.runs.with_recorded_warmup`).
     ``print_eval`` prints a line of eval metrics each time they are computed (`causalqwen.app.runs.eval_line`).
@@ -115,6 +116,7 @@ def train(
     try:
         out_dir = os.fspath(out_dir) if out_dir is not None else None
         set_trainable(model, config.preset)
+        dtypes = runs.parameter_dtypes(model)  # as given: a bfloat16 run's float32 master weights are its own
         with float32_master_weights(model) as autocast_dtype:
             state = _start(
                 model,
@@ -122,6 +124,7 @@ def train(
                 config,
                 eval_batch,
                 out_dir,
+                dtypes=dtypes,
                 writes=run_dir is not None,
                 resume=resume,
                 allow_changed_settings=allow_changed_settings,
@@ -133,15 +136,48 @@ def train(
             run_dir.release()
 
 
+def save_trained_model(out: str, model, tokenizer, *, lora: bool = False) -> list[tuple[str, str]]:
+    """``model/`` (model and tokenizer) in the run directory ``out``; for a LoRA run first the adapters
+    (``adapter/``), then the model with them merged in. Each directory ends with the record of the files this save
+    wrote (`causalqwen.files.written_files`), all that a later ``overwrite`` may remove from it. Returns ``(what,
+    path)`` of each directory written."""
+    from ..integrations.lora import merge_lora, save_lora
+
+    written = []
+    directories = (("LoRA adapters", "adapter"),) if lora else ()
+    for what, name in directories + (("trained model", "model"),):
+        directory = os.path.join(out, name)
+        before = files_state(directory)
+        if name == "adapter":
+            save_lora(model, directory)
+            model = merge_lora(model)
+        else:
+            model.save_pretrained(directory)
+            tokenizer.save_pretrained(directory)
+        record_checkpoint_files(directory, root=out, written=files_changed_since(directory, before))
+        written.append((what, directory))
+    return written
+
+
 def _start(
-    model, train_dataset, config, eval_batch, out_dir, *, writes: bool, resume: bool, allow_changed_settings: bool
+    model,
+    train_dataset,
+    config,
+    eval_batch,
+    out_dir,
+    *,
+    dtypes: list[str],
+    writes: bool,
+    resume: bool,
+    allow_changed_settings: bool,
 ) -> TrainingState:
     """The state at the run's first step: seeds, trainable parameters, the bound, AdamW and its schedule, then
-    (``resume``) the newest checkpoint's. ``writes``: this process writes ``training_config.json``."""
+    (``resume``) the newest checkpoint's. ``dtypes``: the run's `causalqwen.app.runs.parameter_dtypes`, recorded
+    with its settings; ``writes``: this process writes ``training_config.json``."""
     checkpoint = runs.latest_checkpoint(out_dir) if (resume and out_dir) else None
     if resume and out_dir:  # a warm-up not given is the run's own
         config = runs.with_recorded_warmup(config, out_dir, checkpoint)
-    settings = runs.run_settings(config, train_dataset, eval_batch)
+    settings = runs.run_settings(config, train_dataset, eval_batch, dtypes)
     if writes and checkpoint is None:
         if resume and os.path.exists(os.path.join(out_dir, runs.CONFIG_FILE)):
             runs.check_config_file(out_dir, config, allow_changed_settings)

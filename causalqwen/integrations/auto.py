@@ -104,6 +104,7 @@ def save_with_auto_classes(model, save, save_directory, *args, **kwargs):
     """``save(save_directory, *args, **kwargs)`` (transformers' ``PreTrainedModel.save_pretrained`` of ``model``) with
     the config naming the classes (`MODEL_AUTO_MAP`, `CUSTOM_PIPELINES`) for the saved file only, `AUTO_MODULE`
     ``.py`` written beside it, no link written through, and a CausalQwen ``generation_config.mode`` kept."""
+    model.config.check_loads_back()  # before anything is written: a save never writes what its loader refuses
     if kwargs.get("is_main_process", True):
         check_write_targets(save_directory, MODEL_FILES)
     generation = getattr(model, "generation_config", None)
