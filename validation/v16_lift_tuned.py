@@ -53,7 +53,7 @@ import torch
 from .common import ExperimentResult, fmt, module_text
 from .lift_baselines import CLASSICAL, QUICK_METHODS, ROBUST
 from .lift_data import CONDITIONS, FUNCTIONS, LiftData, generate, prompt_text, rae, training_text
-from .v16_report import report_body, report_claims, report_headline, tuned_figure
+from .v16_report import flatness, report_body, report_claims, report_headline, tuned_figure
 
 __all__ = ["LEARNING_RATES", "STEPS", "run", "train_arm", "flatness"]
 
@@ -98,15 +98,6 @@ def _start_worker() -> None:
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     _STARTING_POINT = pretrained_starting_point()
-
-
-def flatness(losses) -> float:
-    """The mean training loss over the last 10% of the logged steps over the mean of the 10% before (1: flat)."""
-    losses = np.asarray(losses, dtype=np.float64)
-    tenth = max(1, len(losses) // 10)
-    if len(losses) < 2 * tenth:
-        return float("nan")
-    return float(losses[-tenth:].mean() / losses[-2 * tenth : -tenth].mean())
 
 
 def _completion(x: float, y: float) -> str:

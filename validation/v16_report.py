@@ -15,13 +15,22 @@ from .common import check, fmt, save_figure, table
 from .lift_baselines import LABELS
 from .lift_data import N_TEST, PUBLISHED, generate, lift_rae, rae
 
-__all__ = ["report_body", "report_claims", "report_headline", "tuned_figure"]
+__all__ = ["flatness", "report_body", "report_claims", "report_headline", "tuned_figure"]
 
 ARMS = ("CausalQwen", "Qwen digits", "Qwen digits + NTL")
 ROBUST_LINE = ("huber", "cauchy")
 MOONSHOT = ("linear", "quadratic", "exponential")
 FLAT = 0.9  # the median flatness ratio at least this: the loss no longer falls by a tenth over the last tenth
 COLORS = {"linear": "tab:blue", "quadratic": "tab:orange", "exponential": "tab:green", "cosine": "tab:red"}
+
+
+def flatness(losses) -> float:
+    """The mean training loss over the last 10% of the logged steps over the mean of the 10% before (1: flat)."""
+    losses = np.asarray(losses, dtype=np.float64)
+    tenth = max(1, len(losses) // 10)
+    if len(losses) < 2 * tenth:
+        return float("nan")
+    return float(losses[-tenth:].mean() / losses[-2 * tenth : -tenth].mean())
 
 
 def _predictions(measured: dict, arm: str) -> dict:
@@ -99,9 +108,7 @@ def _selection_table(measured: dict) -> str:
 
 
 def flatness_by_arm(measured: dict) -> dict:
-    """``{arm: array of the flatness ratios of its final runs}`` (`validation.v16_lift_tuned.flatness`)."""
-    from .v16_lift_tuned import flatness
-
+    """``{arm: array of the flatness ratios of its final runs}`` (`flatness`)."""
     return {arm: np.asarray([flatness(run["losses"]) for run in measured["runs"][arm].values()]) for arm in ARMS}
 
 
