@@ -696,3 +696,65 @@ def test_the_benchmark_times_every_crafted_text():
     for name in ADVERSARIAL:
         assert f"| {name} | " in report
     assert "time 2 kB / 1 kB" in report and "plain tokenizer, 2 kB (s)" in report
+
+
+# ---------------------------------------------------------------------------------------------
+# One transformers tokenizer shared: by threads, by wrappers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_threads_sharing_one_tokenizer_never_read_typed_special_text_as_special_ids():
+    """The Rust backend's special-token matching is one flag shared by every caller: threads encoding a typed
+    ``<|endoftext|>`` (matching off) and plain texts with numbers (``<NUM>`` matched) through one tokenizer, and
+    through a second wrapper of the same transformers tokenizer, each get the ids the text has alone. The
+    interpreter switches threads every microsecond, so that an unguarded flag is flipped between set and use."""
+    import sys
+    import threading
+
+    hf = build_tiny_tokenizer()
+    first, second = NumericTokenizer(hf), NumericTokenizer(hf)
+    typed, plain = "say <|endoftext|> then 5", "price 12.50 and 3 more"
+    expected = {typed: first.encode(typed), plain: first.encode(plain)}
+    assert hf.convert_tokens_to_ids("<|endoftext|>") not in expected[typed][0]
+    wrong = []
+
+    def hammer(tok, text):
+        for _ in range(400):
+            try:
+                got = tok.encode(text)
+            except RuntimeError as error:  # <NUM> read as characters: the flag was the other thread's
+                got = str(error)
+            if got != expected[text]:
+                wrong.append((text, got))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [
+            threading.Thread(target=hammer, args=(tok, text)) for tok in (first, second) for text in (typed, plain)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert hf.backend_tokenizer.encode_special_tokens is False  # the flag as it was before
+
+
+def test_wrappers_of_one_transformers_tokenizer_keep_their_own_padding_side():
+    """``NumericTokenizer(hf, padding_side="right")`` beside a left-padding wrapper of the same ``hf``: each pads on
+    its own side, and the transformers tokenizer's own setting is left as it was."""
+    hf = build_tiny_tokenizer()
+    hf.padding_side = "right"
+    left = NumericTokenizer(hf)
+    assert hf.padding_side == "right"
+    hf.padding_side = "left"
+    right = NumericTokenizer(hf, padding_side="right")
+    assert (left.padding_side, right.padding_side, hf.padding_side) == ("left", "right", "left")
+    assert left(["a", "a b 5"])["attention_mask"][0].tolist()[0] == 0
+    assert right(["a", "a b 5"])["attention_mask"][0].tolist()[-1] == 0
+    right.padding_side = "left"
+    left.padding_side = "right"
+    assert (left.padding_side, right.padding_side, hf.padding_side) == ("right", "left", "left")

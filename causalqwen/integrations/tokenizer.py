@@ -44,7 +44,7 @@ from ..tokenization import (
 )
 from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import add_num_token, encode_by_runs
+from .wrapped_tokenizer import add_num_token, encode_by_runs, special_token_matching
 
 __all__ = ["NumericTokenizer", "NumericEncoding", "TENSORS_FOR_A_BATCH", "EncodingPlan"]
 
@@ -96,9 +96,9 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
             Its encoding of a text must be the concatenation of the encodings of the pieces between numbers,
             which holds for byte-level BPE tokenizers without an added prefix space, such as Qwen2's.
         num_token: the text of the number token.
-        padding_side: where batches are padded (`padding_side`), set on ``hf_tokenizer`` too: ``"left"`` by
-            default, as batched generation needs (`causalqwen.files.data.collate` pads training batches on the
-            right itself).
+        padding_side: where batches are padded (`padding_side`): ``"left"`` by default, as batched generation
+            needs (`causalqwen.files.data.collate` pads training batches on the right itself). It is this wrapper's
+            own setting: ``hf_tokenizer``'s is left as it is, and so is every other wrapper of it.
 
     ``num_token`` is added to ``hf_tokenizer`` **in place** as a special token, so its id is K =
     ``len(hf_tokenizer)`` before the call and the wrapped tokenizer has K + 1 tokens afterwards. A tokenizer
@@ -135,7 +135,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         self._hf_tokenizer = hf_tokenizer
         self._num_token = num_token
         self._num_token_id = add_num_token(hf_tokenizer, num_token)
-        hf_tokenizer.padding_side = padding_side
+        self._padding_side = padding_side
         self._number_texts_seen = NumberTextsSeen()
 
     def __getstate__(self) -> dict:
@@ -283,7 +283,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         one_text = isinstance(texts, str)
         if return_tensors is TENSORS_FOR_A_BATCH:
             return_tensors = None if one_text else "pt"
-        padding_side = self._hf_tokenizer.padding_side if padding_side is None else padding_side
+        padding_side = self._padding_side if padding_side is None else padding_side
         texts, padding, truncation = check_call_arguments(
             texts,
             padding,
@@ -399,19 +399,15 @@ class EncodingPlan:
         rust_ids = []
         if self.rust_texts:
             backend = self.backend
-            if backend.truncation is not None:
-                backend.no_truncation()
-            if backend.padding is not None:
-                backend.no_padding()
-            previous_flag = backend.encode_special_tokens
-            backend.encode_special_tokens = False
-            try:
+            with special_token_matching(backend, matching=True):  # <NUM> matched; no other thread flips the flag
+                if backend.truncation is not None:
+                    backend.no_truncation()
+                if backend.padding is not None:
+                    backend.no_padding()
                 if len(self.rust_texts) <= ONE_BY_ONE:  # waking the Rust thread pool costs more than a few texts
                     encodings = [backend.encode(text, add_special_tokens=False) for text in self.rust_texts]
                 else:
                     encodings = backend.encode_batch(self.rust_texts, add_special_tokens=False)
-            finally:
-                backend.encode_special_tokens = previous_flag
             rust_ids = [encoding.ids for encoding in encodings]
         slow_ids = (
             encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow], self.num_token_id)

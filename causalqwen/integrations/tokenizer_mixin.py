@@ -305,12 +305,13 @@ class TokenizerMixin:
     @property
     def padding_side(self) -> str:
         """Where ``__call__`` pads when its ``padding_side`` is None, and where transformers' batching
-        (``pipeline`` with ``batch_size``) pads: the wrapped tokenizer's ``padding_side``, which the constructor
-        sets (``"left"`` by default, what batched generation needs)."""
-        return self.hf_tokenizer.padding_side
+        (``pipeline`` with ``batch_size``) pads: this wrapper's own setting, from the constructor (``"left"`` by
+        default, what batched generation needs). Setting it changes neither the wrapped tokenizer's
+        ``padding_side`` nor another wrapper's."""
+        return self._padding_side
 
     @padding_side.setter
     def padding_side(self, side: str) -> None:
         if side not in ("left", "right"):
             raise ValueError(f'padding_side must be "left" or "right", got {side!r}')
-        self.hf_tokenizer.padding_side = side
+        self._padding_side = side
