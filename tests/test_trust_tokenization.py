@@ -758,3 +758,28 @@ def test_wrappers_of_one_transformers_tokenizer_keep_their_own_padding_side():
     right.padding_side = "left"
     left.padding_side = "right"
     assert (left.padding_side, right.padding_side, hf.padding_side) == ("right", "left", "left")
+
+
+@pytest.mark.parametrize(
+    "plant, clash",
+    [
+        (lambda hf: hf.add_tokens(["<NUM>"]), "an ordinary token of the wrapped tokenizer"),
+        (lambda hf: hf.add_special_tokens({"pad_token": "<NUM>"}), "the wrapped tokenizer's pad_token"),
+    ],
+    ids=["ordinary entry", "pad token"],
+)
+def test_from_qwen_refuses_the_num_token_that_numeric_tokenizer_refuses(tmp_path, plant, clash):
+    """A base directory whose tokenizer holds ``<NUM>`` as another token (an ordinary vocabulary entry, its pad
+    token): `NumericTokenizer` refuses it, and so does ``from_qwen(dir)``, by the same check, naming the directory,
+    instead of taking that token's id as the number token."""
+    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.app.tiny import build_tiny_base
+
+    qwen, hf = build_tiny_base(seed=0)
+    plant(hf)
+    qwen.save_pretrained(tmp_path)
+    hf.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=f"num_token '<NUM>' is {clash}"):
+        NumericTokenizer(hf)
+    with pytest.raises(ValueError, match=f"num_token '<NUM>' is {clash} .*{regex.escape(str(tmp_path))}"):
+        CausalQwenForCausalLM.from_qwen(str(tmp_path))

@@ -21,7 +21,7 @@ import threading
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerBase
 
-from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
+from ..checks.tokenizer_door import check_num_token
 from ..tokenization import ids_between_numbers
 
 __all__ = ["add_num_token", "encode_by_runs", "decode_run", "special_token_matching"]
@@ -52,9 +52,7 @@ def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
     before); a ``ValueError`` naming the clash if it is another of its tokens
     (`causalqwen.checks.tokenizer_door.num_token_clash`: end of text, padding, a chat template's special token,
     an ordinary token), and nothing is added."""
-    clash = num_token_clash(hf_tokenizer, num_token)
-    if clash is not None:
-        raise ValueError(f"num_token {num_token!r} is {clash}: numbers would encode as that token; {NUM_TOKEN_FIX}")
+    check_num_token(hf_tokenizer, num_token)
     vocab = hf_tokenizer.get_vocab()
     if num_token in vocab:
         return vocab[num_token]
