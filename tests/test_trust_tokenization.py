@@ -783,3 +783,36 @@ def test_from_qwen_refuses_the_num_token_that_numeric_tokenizer_refuses(tmp_path
         NumericTokenizer(hf)
     with pytest.raises(ValueError, match=f"num_token '<NUM>' is {clash} .*{regex.escape(str(tmp_path))}"):
         CausalQwenForCausalLM.from_qwen(str(tmp_path))
+
+
+def test_loading_the_tokenizer_alone_prints_no_model_type_notice(tmp_path):
+    """A CausalQwen directory's tokenizer loaded in a process that imported the tokenizer alone: transformers reads
+    ``config.json`` to guess a tokenizer class and, not knowing ``causal_qwen`` there, would print "You are using a
+    model of type `causal_qwen` to instantiate a model of type ``"; nothing is printed, and transformers' other
+    warnings still are (its logging is not muted)."""
+    import subprocess
+    import sys
+
+    from causalqwen import CausalQwenConfig
+
+    tok = NumericTokenizer(build_tiny_tokenizer())
+    tok.save_pretrained(tmp_path)
+    CausalQwenConfig(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tok), num_token_id=tok.num_token_id
+    ).save_pretrained(tmp_path)
+    script = (
+        "import sys\n"
+        "from causalqwen.integrations.tokenizer import NumericTokenizer\n"
+        f"tok = NumericTokenizer.from_pretrained({str(tmp_path)!r})\n"
+        "assert 'causalqwen.configuration' not in sys.modules\n"
+        "from transformers.utils import logging\n"
+        "logging.get_logger('transformers.configuration_utils').warning('still heard')\n"
+        "print(tok.decode(*tok.encode('a 12.50')))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "a 12.5\n"
+    assert "model of type" not in run.stderr
+    assert "still heard" in run.stderr
