@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import regex
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -816,3 +817,23 @@ def test_loading_the_tokenizer_alone_prints_no_model_type_notice(tmp_path):
     assert run.stdout == "a 12.5\n"
     assert "model of type" not in run.stderr
     assert "still heard" in run.stderr
+
+
+def test_decoding_at_the_prompts_resolution_asks_for_the_prompts_texts(tokenizer):
+    """``number_resolution="prompt"`` without ``number_texts`` would write the prompt's own numbers as generated ones
+    (``12.50`` as ``12``): a ValueError naming ``number_texts``, in ``decode``, ``decode_continuation`` and
+    ``batch_decode``; with them (``[]`` for a row without numbers) the prompt is kept as written."""
+    enc = tokenizer(["It was 12.50 and", "no number here"])
+    ids, values = enc["input_ids"][0], enc["numeric_values"][0]
+    for call in (
+        lambda: tokenizer.batch_decode(enc["input_ids"], enc["numeric_values"], number_resolution="prompt"),
+        lambda: tokenizer.decode(ids, values, number_resolution="prompt"),
+        lambda: tokenizer.decode_continuation(ids, values, len(ids), number_resolution="prompt"),
+    ):
+        with pytest.raises(ValueError, match=r"number_resolution=\"prompt\" .* pass number_texts"):
+            call()
+    assert tokenizer.batch_decode(enc, number_resolution="prompt") == ["It was 12.50 and", "no number here"]
+    assert tokenizer.decode(ids, values, number_texts=["12.50"], number_resolution="prompt") == "It was 12.50 and"
+    row = enc["input_ids"][1][enc["attention_mask"][1].bool()]
+    assert tokenizer.decode(row, torch.zeros(len(row)), number_resolution="prompt") == "no number here"
+    assert tokenizer.decode(ids, values) == "It was 12.5 and"  # the values, losslessly: no resolution asked

@@ -31,7 +31,6 @@ from ..tokenization import (
     CHUNK_CHARACTERS,
     UNSAFE_CUT_MARGIN,
     EncodedRow,
-    NumberTextsSeen,
     as_tensor_type,
     bounded_prefix,
     chunks_of,
@@ -136,12 +135,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         self._num_token = num_token
         self._num_token_id = add_num_token(hf_tokenizer, num_token)
         self._padding_side = padding_side
-        self._number_texts_seen = NumberTextsSeen()
-
-    def __getstate__(self) -> dict:
-        """Pickled (``datasets`` hashes a mapped function with its tokenizer) without what the calls so far
-        encoded: a copy starts with an empty `number_texts_seen`, so the same tokenizer hashes the same."""
-        return self.__dict__ | {"_number_texts_seen": NumberTextsSeen()}
 
     # -- properties (loading, saving and the attributes transformers reads: `TokenizerMixin`) --
 
@@ -159,11 +152,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
     def num_token_id(self) -> int:
         """The id of the number token."""
         return self._num_token_id
-
-    @property
-    def number_texts_seen(self) -> NumberTextsSeen:
-        """How the numbers of the last texts this tokenizer encoded alone were written (`NumberTextsSeen`)."""
-        return self._number_texts_seen
 
     def __len__(self) -> int:
         """The number of tokens, ``<NUM>`` included (K + 1 for a tokenizer of K tokens)."""
@@ -328,10 +316,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         encoding = NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
         if not return_attention_mask:
             del encoding["attention_mask"]
-        if len(rows) == 1:  # a text encoded alone (a prompt): how its numbers were written, for a streamer
-            self._number_texts_seen.remember(
-                encoding["input_ids"][0], encoding["numeric_values"][0], encoding.number_texts[0]
-            )
         if one_text and return_tensors is None:  # one text as lists: its row, flat
             return NumericEncoding({key: rows[0] for key, rows in encoding.items()}, encoding.number_texts[0])
         return encoding
