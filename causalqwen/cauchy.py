@@ -507,7 +507,9 @@ def log_interval_prob_reduced(sign_low, log_distance_low, sign_high, log_distanc
     *Across the location* ($s_a < 0 < s_b$): $P = 1 - T$ with the two tail masses
     $T = \big(\arctan(\gamma/|d_a|) + \arctan(\gamma/|d_b|)\big)/\pi$, $\gamma/|d| = e^{\ell_\gamma - \ell}$ (0 at an
     infinite end). While $T < \tfrac12$, $\log P = \operatorname{log1p}(-T)$, accurate when $P$ is near 1;
-    otherwise $\log P = \log\big(\arctan|z_a| + \arctan|z_b|\big) - \log\pi$, a sum of two positive terms.
+    otherwise $\log P = \log\big(\arctan|z_a| + \arctan|z_b|\big) - \log\pi$, a sum of two positive terms, added
+    in logarithms ($\log\arctan|z| = \log|z|$ to within $z^2/3$ once $|z| < e^{-20}$): finite for an interval
+    however narrow around the location.
     """
     # On one side: the tangent t of the arctangent difference, from logarithms
     log_t = torch.where(
@@ -519,21 +521,26 @@ def log_interval_prob_reduced(sign_low, log_distance_low, sign_high, log_distanc
             log_width - log_scale - F.softplus(log_distance_low + log_distance_high - 2 * log_scale, threshold=40.0),
         ),
     )
-    one_side = torch.where(log_t < -20.0, log_t, torch.log(torch.atan(torch.exp(log_t)))) - LOG_PI  # atan(inf) = pi/2
-    # Across: one minus the two tails, or the two arctangents added
+    one_side = _log_atan_exp(log_t) - LOG_PI
+    # Across: one minus the two tails, or the two arctangents added (in logarithms: each |z| may be below float64's
+    # smallest number, an interval of width 10^-400 around the location)
     tails = (
         torch.atan(torch.exp(log_scale - log_distance_low)) + torch.atan(torch.exp(log_scale - log_distance_high))
     ) / math.pi
     across = torch.where(
         tails < 0.5,
         torch.log1p(-tails),
-        torch.log(
-            torch.atan(torch.exp(log_distance_low - log_scale)) + torch.atan(torch.exp(log_distance_high - log_scale))
-        )
+        torch.logaddexp(_log_atan_exp(log_distance_low - log_scale), _log_atan_exp(log_distance_high - log_scale))
         - LOG_PI,
     )
     sign_low, sign_high = torch.as_tensor(sign_low), torch.as_tensor(sign_high)
     return torch.where((sign_low < 0) & (sign_high > 0), across, one_side)
+
+
+def _log_atan_exp(log_x: Tensor) -> Tensor:
+    r"""$\log\arctan x$ from $\log x$, for any $x \ge 0$: $\log x$ itself once $x < e^{-20}$ (the error is $x^2/3$),
+    so an $x$ below float64's smallest number keeps its logarithm; $\log(\pi/2)$ at $x = \infty$."""
+    return torch.where(log_x < -20.0, log_x, torch.log(torch.atan(torch.exp(log_x))))
 
 
 def rsample(loc, scale, uniform) -> Tensor:

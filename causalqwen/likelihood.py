@@ -43,6 +43,7 @@ texts.
 from __future__ import annotations
 
 import math
+import numbers
 from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from typing import NamedTuple
 
@@ -323,12 +324,17 @@ def _decisions(out, model, token_probability: str) -> Tensor:
 def score_text(model, tokenizer, text: str, token_probability: str = "ovr", max_length: int | None = None) -> float:
     """$\\log P(\\text{text})$: every token scored, the first conditioned on the end-of-text token (as
     lm-eval's rolling log-likelihood does), in windows of at most ``max_length`` tokens (default: the model's
-    ``max_position_embeddings``), each window conditioned on as many tokens before it as fit."""
+    ``max_position_embeddings``), each window conditioned on as many tokens before it as fit.
+
+    Raises:
+        ValueError: ``text`` is not a non-empty str; ``max_length`` is not None or an int >= 2 (a window holds one
+            token of context and one scored).
+    """
     if not isinstance(text, str) or not text:
         raise ValueError("text must be a non-empty str")
+    max_length = _check_window(max_length, model)
     ids, values, texts = tokenizer.encode(text, return_number_texts=True)
     ids, values = [_prefix_id(tokenizer), *ids], [0.0, *values]
-    max_length = max_length or model.config.max_position_embeddings
     total, scored_to = 0.0, 1
     while scored_to < len(ids):
         end = min(len(ids), scored_to + max_length - 1)
@@ -342,6 +348,19 @@ def score_text(model, tokenizer, text: str, token_probability: str = "ovr", max_
         total += score.log_likelihood
         scored_to = end
     return total
+
+
+def _check_window(max_length, model) -> int:
+    """``max_length`` of `score_text` and `bits_per_byte`: None (the model's ``max_position_embeddings``) or an int
+    >= 2; anything else a ``ValueError`` naming it."""
+    if max_length is None:
+        return model.config.max_position_embeddings
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 2:
+        raise ValueError(
+            f"max_length must be None (the model's max_position_embeddings) or an int >= 2 (one token of context and "
+            f"one scored per window), got {max_length!r}"
+        )
+    return int(max_length)
 
 
 def _prefix_id(tokenizer) -> int:
@@ -361,9 +380,10 @@ def bits_per_byte(model, tokenizer, texts, token_probability: str = "ovr", max_l
 
     Raises:
         ValueError: ``texts`` is not a non-empty list or tuple of non-empty strings, a text is not UTF-8 (a lone
-            surrogate), or an unknown ``token_probability``.
+            surrogate), an unknown ``token_probability``, or ``max_length`` as `score_text` refuses it.
     """
     check_token_probability(token_probability)
+    _check_window(max_length, model)
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
         raise ValueError(f"texts must be a non-empty list of str, got {type(texts).__name__}")
     total_bytes = 0

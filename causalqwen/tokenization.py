@@ -35,8 +35,6 @@ only as a function on runs of text, so this section is plain Python, numpy and t
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -64,7 +62,6 @@ from .writing import (
 
 __all__ = [
     "EncodedRow",
-    "NumberTextsSeen",
     "runs_between",
     "ids_between_numbers",
     "encoded_row",
@@ -368,43 +365,3 @@ def decoded_pieces(
     if count < len(number_texts):
         raise ValueError(f"number_texts has {len(number_texts)} texts but the row has only {count} <NUM> tokens")
     return pieces, len(pieces) if split_piece is None else split_piece
-
-
-class NumberTextsSeen:
-    """How the numbers of the last `SIZE` texts with numbers that a tokenizer encoded alone (one str, or a list of
-    one) were written, found by the ids and values of their row: ``"12.50"`` where the values say 12.5 only.
-
-    ``model.generate(**tokenizer([prompt]), streamer=...)`` hands a streamer the prompt's ids and values, not its
-    text; `causalqwen.integrations.streamer.NumericTextStreamer` asks here how the prompt's numbers were written.
-    A row is known by a 16-byte digest of its ids (int64) and values (float32), so a long text costs its digest
-    alone; two texts with the same ids and values (``"12.5"`` and ``"12.50"``) share a row, and the one encoded
-    last is found.
-    """
-
-    SIZE = 16
-
-    def __init__(self):
-        self.texts_by_row: OrderedDict[bytes, list[str]] = OrderedDict()
-
-    def remember(self, input_ids, numeric_values, number_texts: list[str]) -> None:
-        """Keep the texts of one row's numbers (a row without numbers needs none: it decodes as written)."""
-        if not number_texts:
-            return
-        key = self.row_digest(input_ids, numeric_values)
-        self.texts_by_row[key] = list(number_texts)
-        self.texts_by_row.move_to_end(key)
-        if len(self.texts_by_row) > self.SIZE:
-            self.texts_by_row.popitem(last=False)
-
-    def find(self, input_ids, numeric_values) -> list[str] | None:
-        """The texts of the numbers of a row encoded lately, or None if no such row was."""
-        return self.texts_by_row.get(self.row_digest(input_ids, numeric_values))
-
-    @staticmethod
-    def row_digest(input_ids, numeric_values) -> bytes:
-        """A digest of a row's ids and values (lists, CPU tensors or arrays of one row)."""
-        ids = np.asarray(input_ids.cpu() if isinstance(input_ids, torch.Tensor) else input_ids, dtype=np.int64)
-        values = np.asarray(
-            numeric_values.cpu() if isinstance(numeric_values, torch.Tensor) else numeric_values, dtype=np.float32
-        )
-        return hashlib.blake2b(ids.tobytes() + b"|" + values.tobytes(), digest_size=16).digest()

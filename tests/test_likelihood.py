@@ -6,6 +6,7 @@ the real Qwen2 base for the ``softmax`` token term at initialization, SciPy's Ca
 """
 
 import math
+import re
 
 import mpmath
 import numpy as np
@@ -18,6 +19,7 @@ from scipy import stats
 from causalqwen import cauchy
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.likelihood import (
+    bits_per_byte,
     keep_last,
     number_log_probability,
     score_continuation,
@@ -278,3 +280,18 @@ def test_the_continuation_is_scored_as_its_own_tokens_across_any_boundary(tiny, 
     assert texts[len(texts) - len(expected_texts) :] == expected_texts
     assert ids[:start] == tokenizer.encode(context.rstrip())[0]
     assert len(score_continuation(model, ids, values, texts, start).terms) == len(expected_ids)
+
+
+@pytest.mark.parametrize("max_length", [0, 1, -3, 2.5, True, "8"])
+def test_score_text_names_a_max_length_that_is_no_window(tiny, max_length):
+    """``max_length`` is a window of at least one token of context and one scored: 0 is not the default, 1 would
+    never move on, -3 and 2.5 are not windows; each is a ValueError naming ``max_length``, in ``bits_per_byte``
+    too, before any text is scored."""
+    model, tokenizer, _ = tiny
+    with pytest.raises(
+        ValueError, match=f"max_length must be None .* or an int >= 2 .*got {re.escape(repr(max_length))}"
+    ):
+        score_text(model, tokenizer, "The price is 5 yuan", max_length=max_length)
+    with pytest.raises(ValueError, match="max_length must be None"):
+        bits_per_byte(model, tokenizer, ["The price is 5 yuan"], max_length=max_length)
+    assert math.isfinite(score_text(model, tokenizer, "The price is 5 yuan", max_length=2))

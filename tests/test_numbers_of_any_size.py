@@ -273,6 +273,27 @@ def test_a_literal_with_more_digits_than_float64_is_scored_as_written(literal, l
     assert value == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    "literal, loc, scale",
+    [
+        ("0." + "0" * 400, 0.0, 1.0),
+        ("0." + "0" * 400, 5e-324, 1.0),
+        ("1." + "0" * 400, 1.0, 1.0),
+        ("-2.5" + "0" * 500, -2.5, 1e-3),
+        ("1." + "0" * 200, 1.0, 1e200),
+        ("0." + "0" * 320, 0.0, 1e-10),
+        ("123.456" + "0" * 350, 123.456, 1e-5),
+    ],
+)
+def test_a_literal_finer_than_float64_at_its_location_is_scored_exactly(literal, loc, scale):
+    """The location on (or within float64's reach of) a literal whose interval is narrower than float64's smallest
+    number, beside the scale: both ends' distances to the location, over the scale, underflow float64 (the interval
+    holds the location, so the mass is the two arctangents added), and the score is still finite and mpmath's."""
+    value = number_log_probability(literal, loc, scale).item()
+    assert math.isfinite(value)
+    assert value == pytest.approx(_mp_number_log_probability(literal, loc, scale), rel=1e-12)
+
+
 @st.composite
 def scored_literals(draw):
     """``(literal, loc, scale)``: a literal of 1-400 digits whose value is a normal float32 magnitude, and a Cauchy law
@@ -305,6 +326,9 @@ def test_a_zero_of_any_resolution_is_scored_or_named():
     log_density = -math.log(math.pi * 3.0 * (1 + (2.0 / 3.0) ** 2))
     assert number_log_probability("0e-999999999", 2.0, 3.0).item() == pytest.approx(
         -999999999 * math.log(10) + log_density, rel=1e-15
+    )
+    assert number_log_probability("0e-999999999", 0.0, 3.0).item() == pytest.approx(  # on the location
+        -999999999 * math.log(10) - math.log(math.pi * 3.0), rel=1e-15
     )
     with pytest.raises(ValueError, match="'0e99999999999999999999' states the resolution 10\\^99999999999999999999"):
         number_log_probability("0e99999999999999999999", 2.0, 3.0)

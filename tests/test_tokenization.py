@@ -561,8 +561,8 @@ def test_the_attributes_transformers_reads(tokenizer):
     """Trainer reads model_input_names and pad_token_id; pipeline batching reads and sets padding_side."""
     assert tokenizer.model_input_names[0] == "input_ids" and set(tokenizer.model_input_names) == set(tokenizer(["a"]))
     side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    assert tokenizer.hf_tokenizer.padding_side == "left"
+    tokenizer.padding_side = "right"
+    assert tokenizer.padding_side == "right" and tokenizer(["a", "a b"])["attention_mask"][0, -1] == 0
     tokenizer.padding_side = side
     with pytest.raises(ValueError, match='padding_side must be "left" or "right"'):
         tokenizer.padding_side = "middle"

@@ -401,7 +401,9 @@ def test_the_streamer_writes_the_generated_numbers_as_decode_and_the_pipeline(ti
     assert record["generated_text"] == STREAM_PROMPT + streamed
     # by default: at the prompt's resolution, the same text from the streamer and the pipeline
     cents = _collecting_streamer(tok, skip_prompt=True)
-    model.generate(**enc, streamer=cents, generator=torch.Generator().manual_seed(1), **kwargs)
+    model.generate(
+        **enc, number_texts=enc.number_texts, streamer=cents, generator=torch.Generator().manual_seed(1), **kwargs
+    )
     record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), **kwargs)[0]
     assert record["generated_text"] == STREAM_PROMPT + "".join(cents.parts)
     marks = re.compile(r"<unk:\d+>")  # an untrained model's reserved rows, written with their ids
@@ -410,7 +412,13 @@ def test_the_streamer_writes_the_generated_numbers_as_decode_and_the_pipeline(ti
     # printed to stdout by default, the prompt first as it was written ("12.50"); reusable for the next call
     printing = NumericTextStreamer(tok)
     for _ in range(2):
-        again = model.generate(**enc, streamer=printing, generator=torch.Generator().manual_seed(1), **kwargs)
+        again = model.generate(
+            **enc,
+            number_texts=enc.number_texts,
+            streamer=printing,
+            generator=torch.Generator().manual_seed(1),
+            **kwargs,
+        )
         assert torch.equal(again, out.sequences)
         printed = capsys.readouterr().out
         assert printed == STREAM_PROMPT + "".join(cents.parts) + "\n"
@@ -606,11 +614,14 @@ def test_the_encoding_is_rebuilt_from_a_plain_mapping_and_copied_with_its_texts(
 # ---------------------------------------------------------------------------------------------
 
 
-def _printed_by_the_streamer(model, tok, enc, capsys, **streamer_kwargs):
+def _printed_by_the_streamer(model, tok, enc, capsys, generate_texts=None, **streamer_kwargs):
+    """What a `NumericTextStreamer` built with ``streamer_kwargs`` prints, ``generate_texts`` given to ``generate`` as
+    its ``number_texts``."""
     from causalqwen.integrations.streamer import NumericTextStreamer
 
     out = model.generate(
         **enc,
+        number_texts=generate_texts,
         streamer=NumericTextStreamer(tok, **streamer_kwargs),
         max_new_tokens=4,
         logits_processor=_forcing(model, 2, 0),
@@ -634,50 +645,72 @@ def test_the_streamer_writes_the_prompt_as_it_was_written(tiny, capsys):
     ]
     assert any(character.isdigit() for character in continuation)  # a number was generated
     for enc in (tok([prompt]), tok(prompt, return_tensors="pt")):
-        printed, _ = _printed_by_the_streamer(model, tok, enc, capsys)
+        printed, _ = _printed_by_the_streamer(model, tok, enc, capsys, enc.number_texts)
+        assert printed == prompt + continuation + "\n"
+        printed, _ = _printed_by_the_streamer(model, tok, enc, capsys, None, number_texts=enc.number_texts[0])
         assert printed == prompt + continuation + "\n"
 
 
-def test_the_streamer_without_the_prompts_texts_writes_its_values_and_takes_them_when_given(tiny, capsys):
-    """A prompt the tokenizer did not encode (ids and values built by hand): its numbers in their shortest text;
-    ``number_texts`` given to the streamer: those. ``number_resolution=None``: every float32 digit."""
+def test_the_streamer_without_the_prompts_texts_asks_for_them_at_the_prompts_resolution(tiny, capsys):
+    """A prompt whose numbers' texts are not given (ids and values alone: 12.50 and 12.5 are one value): at
+    ``number_resolution="prompt"`` (the default) a ValueError naming ``number_texts``, before anything is printed;
+    with ``number_resolution=None`` its numbers in their shortest text; ``number_texts`` given to the streamer or to
+    ``generate``: those."""
     model, tok = tiny
     ids, values = tok.encode("It was 12.50 and")
     by_hand = {"input_ids": torch.tensor([ids]), "numeric_values": torch.tensor([values])}
-    by_hand["numeric_values"][0, ids.index(tok.num_token_id)] = 7.0  # not the row the tokenizer encoded
-    printed, out = _printed_by_the_streamer(model, tok, by_hand, capsys)
+    by_hand["numeric_values"][0, ids.index(tok.num_token_id)] = 7.0
+    with pytest.raises(ValueError, match="pass number_texts=enc.number_texts to generate"):
+        _printed_by_the_streamer(model, tok, by_hand, capsys)
+    assert capsys.readouterr().out == ""
+    printed, out = _printed_by_the_streamer(model, tok, by_hand, capsys, number_resolution=None)
     assert printed.startswith("It was 7 and")
-    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, number_texts=["7.000"])
-    assert printed.startswith("It was 7.000 and")
     _, continuation = tok.decode_continuation(
-        out.sequences[0], out.numeric_values[0], len(ids), out_of_vocab="mark", number_texts=["7.000"]
+        out.sequences[0],
+        out.numeric_values[0],
+        len(ids),
+        out_of_vocab="mark",
+        number_texts=["7.000"],
+        number_resolution="prompt",
     )
-    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, number_texts=["7.000"], number_resolution=None)
+    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, [["7.000"]])
+    assert printed == "It was 7.000 and" + continuation + "\n"
+    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, None, number_texts=["7.000"])
     assert printed == "It was 7.000 and" + continuation + "\n"
 
 
-def test_the_tokenizer_keeps_the_texts_of_its_last_single_texts_and_pickles_without_them():
-    """`NumberTextsSeen`: the last SIZE texts with numbers encoded alone, found by their ids and values; the latest of
-    two texts with the same ids and values wins; a copy of the tokenizer starts empty."""
-    import copy
+def test_one_prompts_writing_never_decides_anothers(tiny, capsys):
+    """ "It was 12.50 and" and "It was 12.5 and" have the same ids and values. Each prompt is streamed as it was
+    written, its generated numbers at its own resolution (0.01 after "12.50", 0.1 after "12.5"), whatever was
+    encoded in between: the texts travel with the call (``generate``'s ``number_texts``), not in a memory of the
+    tokenizer's recent calls."""
+    model, tok = tiny
+    cents, tenths = tok(["It was 12.50 and"]), tok(["It was 12.5 and"])
+    assert torch.equal(cents["input_ids"], tenths["input_ids"])
+    assert torch.equal(cents["numeric_values"], tenths["numeric_values"])
+    from causalqwen.numbers import find_numbers
 
-    from causalqwen.app.tiny import build_tiny_tokenizer
-
-    tok = NumericTokenizer(build_tiny_tokenizer())
-    seen = tok.number_texts_seen
-    first = tok(["It was 12.50 and"])
-    assert seen.find(first["input_ids"][0], first["numeric_values"][0]) == ["12.50"]
-    assert seen.find(first["input_ids"][0].tolist(), first["numeric_values"][0].tolist()) == ["12.50"]
-    tok("It was 12.5 and")  # the same ids and values, written otherwise: the latest wins
-    assert seen.find(first["input_ids"][0], first["numeric_values"][0]) == ["12.5"]
-    tok(["a 1", "b 2"])  # a batch is not kept
-    assert seen.find(*tok.encode("a 1")) is None
-    for index in range(seen.SIZE):
-        tok(f"row {index + 1}")
-    assert seen.find(first["input_ids"][0], first["numeric_values"][0]) is None  # the oldest went
-    assert seen.find(*tok.encode(f"row {seen.SIZE}")) == [str(seen.SIZE)]
-    assert len(seen.texts_by_row) == seen.SIZE
-    assert copy.deepcopy(tok).number_texts_seen.texts_by_row == {}
+    width = cents["input_ids"].shape[1]
+    printed = {}
+    for enc, decimals in ((cents, 2), (tenths, 1), (cents, 2)):
+        text, out = _printed_by_the_streamer(model, tok, enc, capsys, enc.number_texts)
+        prompt, continuation = tok.decode_continuation(
+            out.sequences[0],
+            out.numeric_values[0],
+            enc["input_ids"].shape[1],
+            out_of_vocab="mark",
+            number_texts=enc.number_texts[0],
+            number_resolution="prompt",
+        )
+        assert text == prompt + continuation + "\n"
+        printed[enc.number_texts[0][0]] = text
+        assert tok.batch_decode(out, out_of_vocab="mark", number_resolution="prompt")[0] == prompt + continuation
+        new_ids, new_values = out.sequences[0, width:], out.numeric_values[0, width:]
+        generated = new_values[new_ids == model.config.num_token_id].tolist()
+        written = [number.text for number in find_numbers(re.sub(r"<unk:\d+>", " ", continuation))]
+        assert generated and written == [written_by_the_prompt_rule(v, prompt_decimals=decimals) for v in generated]
+    assert printed["12.50"].startswith("It was 12.50 and") and printed["12.5"].startswith("It was 12.5 and")
+    assert not hasattr(tok, "number_texts_seen")
 
 
 @pytest.mark.parametrize("pair", ["b 6", ["b 6"]])
@@ -687,3 +720,42 @@ def test_a_text_pair_in_transformers_positional_form_is_named(pair):
     tok = NumericTokenizer(build_tiny_tokenizer())
     with pytest.raises(ValueError, match=r"padding must be one of .*text pairs, transformers' text_pair, are not"):
         tok("a 5", pair)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"number_resolution": 0.5}, ValueError, "number_resolution"),
+        ({"number_resolution": "prompts"}, ValueError, "number_resolution"),
+        ({"out_of_vocab": "skip"}, ValueError, "out_of_vocab"),
+        ({"skip_special_tokens": "yes"}, TypeError, "skip_special_tokens"),
+        ({"skip_prompt": 1}, TypeError, "skip_prompt"),
+        ({"number_texts": "12.50"}, TypeError, "number_texts"),
+        ({"number_texts": [12.5]}, TypeError, "number_texts"),
+        ({"numbers_texts": ["12.50"]}, TypeError, "numbers_texts"),
+    ],
+)
+def test_the_streamers_arguments_are_checked_when_it_is_built(tiny, kwargs, error, match):
+    """A streamer argument that could not work is named when the streamer is built, before any prompt is run."""
+    from causalqwen.integrations.streamer import NumericTextStreamer
+
+    _, tok = tiny
+    with pytest.raises(error, match=match):
+        NumericTextStreamer(tok, **kwargs)
+
+
+def test_generate_checks_the_number_texts_it_carries(tiny):
+    """``generate``'s ``number_texts``: one list of str per row, as many as the row's <NUM>; the output carries them,
+    so ``batch_decode(out)`` writes the prompts as given."""
+    model, tok = tiny
+    enc = tok(["It was 12.50 and", "no number"], padding_side="left")
+    for bad, error, match in (
+        ([["12.50"]], ValueError, r"one list of str per prompt row \(2\)"),
+        (["12.50", []], TypeError, r"number_texts\[0\] must be a list of str"),
+        ([["12.50", "3"], []], ValueError, r"number_texts\[0\] holds 2 texts but row 0 of input_ids holds 1 <NUM>"),
+    ):
+        with pytest.raises(error, match=match):
+            model.generate(**enc, number_texts=bad, max_new_tokens=1)
+    out = model.generate(**enc, number_texts=enc.number_texts, max_new_tokens=2, return_dict_in_generate=True)
+    assert out.number_texts == [["12.50"], []]
+    assert tok.batch_decode(out, out_of_vocab="mark", number_resolution="prompt")[0].startswith("It was 12.50 and")

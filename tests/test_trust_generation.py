@@ -374,6 +374,28 @@ def test_a_num_label_over_a_word_needs_its_value(tiny):
     assert float(model(**batch, labels=batch["input_ids"]).n_reg) == 1  # the <NUM> input carries its value
 
 
+def test_a_numeric_label_beside_a_word_label_is_named(tiny):
+    """A value in ``numeric_labels`` where the label is a word is never a target: an error naming its position, as
+    the same mistake in ``numeric_values`` is (D4); where the label is ignored (a masked prompt) or padded, the
+    value is not read and passes."""
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])  # the last token <NUM>
+    labels = batch["input_ids"].clone()
+    numeric_labels = batch["numeric_values"].clone()
+    numeric_labels[0, 2] = 12.5  # beside the label " is"
+    with pytest.raises(
+        ValueError, match=r"numeric_labels must be 0 wherever labels is not <NUM> .*12\.5 at position \[0, 2\]"
+    ):
+        model(**batch, labels=labels, numeric_labels=numeric_labels)
+    labels[0, 2] = model.config.ignore_index  # the same value where the label is ignored: not read
+    ignored = model(**batch, labels=labels, numeric_labels=numeric_labels)
+    assert float(ignored.n_reg) == 1
+    padded = tokenizer(["The total is 5", "a"], padding_side="right")
+    values = padded["numeric_values"].clone()
+    values[1, -1] = 3.0  # a padded position: never scored
+    model(**padded, labels=padded["input_ids"], numeric_labels=values)
+
+
 @pytest.mark.parametrize("name", ["numeric_values", "numeric_labels"])
 @pytest.mark.parametrize(
     "value, pattern",

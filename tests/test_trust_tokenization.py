@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import regex
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -696,3 +697,143 @@ def test_the_benchmark_times_every_crafted_text():
     for name in ADVERSARIAL:
         assert f"| {name} | " in report
     assert "time 2 kB / 1 kB" in report and "plain tokenizer, 2 kB (s)" in report
+
+
+# ---------------------------------------------------------------------------------------------
+# One transformers tokenizer shared: by threads, by wrappers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_threads_sharing_one_tokenizer_never_read_typed_special_text_as_special_ids():
+    """The Rust backend's special-token matching is one flag shared by every caller: threads encoding a typed
+    ``<|endoftext|>`` (matching off) and plain texts with numbers (``<NUM>`` matched) through one tokenizer, and
+    through a second wrapper of the same transformers tokenizer, each get the ids the text has alone. The
+    interpreter switches threads every microsecond, so that an unguarded flag is flipped between set and use."""
+    import sys
+    import threading
+
+    hf = build_tiny_tokenizer()
+    first, second = NumericTokenizer(hf), NumericTokenizer(hf)
+    typed, plain = "say <|endoftext|> then 5", "price 12.50 and 3 more"
+    expected = {typed: first.encode(typed), plain: first.encode(plain)}
+    assert hf.convert_tokens_to_ids("<|endoftext|>") not in expected[typed][0]
+    wrong = []
+
+    def hammer(tok, text):
+        for _ in range(400):
+            try:
+                got = tok.encode(text)
+            except RuntimeError as error:  # <NUM> read as characters: the flag was the other thread's
+                got = str(error)
+            if got != expected[text]:
+                wrong.append((text, got))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [
+            threading.Thread(target=hammer, args=(tok, text)) for tok in (first, second) for text in (typed, plain)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert hf.backend_tokenizer.encode_special_tokens is False  # the flag as it was before
+
+
+def test_wrappers_of_one_transformers_tokenizer_keep_their_own_padding_side():
+    """``NumericTokenizer(hf, padding_side="right")`` beside a left-padding wrapper of the same ``hf``: each pads on
+    its own side, and the transformers tokenizer's own setting is left as it was."""
+    hf = build_tiny_tokenizer()
+    hf.padding_side = "right"
+    left = NumericTokenizer(hf)
+    assert hf.padding_side == "right"
+    hf.padding_side = "left"
+    right = NumericTokenizer(hf, padding_side="right")
+    assert (left.padding_side, right.padding_side, hf.padding_side) == ("left", "right", "left")
+    assert left(["a", "a b 5"])["attention_mask"][0].tolist()[0] == 0
+    assert right(["a", "a b 5"])["attention_mask"][0].tolist()[-1] == 0
+    right.padding_side = "left"
+    left.padding_side = "right"
+    assert (left.padding_side, right.padding_side, hf.padding_side) == ("right", "left", "left")
+
+
+@pytest.mark.parametrize(
+    "plant, clash",
+    [
+        (lambda hf: hf.add_tokens(["<NUM>"]), "an ordinary token of the wrapped tokenizer"),
+        (lambda hf: hf.add_special_tokens({"pad_token": "<NUM>"}), "the wrapped tokenizer's pad_token"),
+    ],
+    ids=["ordinary entry", "pad token"],
+)
+def test_from_qwen_refuses_the_num_token_that_numeric_tokenizer_refuses(tmp_path, plant, clash):
+    """A base directory whose tokenizer holds ``<NUM>`` as another token (an ordinary vocabulary entry, its pad
+    token): `NumericTokenizer` refuses it, and so does ``from_qwen(dir)``, by the same check, naming the directory,
+    instead of taking that token's id as the number token."""
+    from causalqwen import CausalQwenForCausalLM
+    from causalqwen.app.tiny import build_tiny_base
+
+    qwen, hf = build_tiny_base(seed=0)
+    plant(hf)
+    qwen.save_pretrained(tmp_path)
+    hf.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=f"num_token '<NUM>' is {clash}"):
+        NumericTokenizer(hf)
+    with pytest.raises(ValueError, match=f"num_token '<NUM>' is {clash} .*{regex.escape(str(tmp_path))}"):
+        CausalQwenForCausalLM.from_qwen(str(tmp_path))
+
+
+def test_loading_the_tokenizer_alone_prints_no_model_type_notice(tmp_path):
+    """A CausalQwen directory's tokenizer loaded in a process that imported the tokenizer alone: transformers reads
+    ``config.json`` to guess a tokenizer class and, not knowing ``causal_qwen`` there, would print "You are using a
+    model of type `causal_qwen` to instantiate a model of type ``"; nothing is printed, and transformers' other
+    warnings still are (its logging is not muted)."""
+    import subprocess
+    import sys
+
+    from causalqwen import CausalQwenConfig
+
+    tok = NumericTokenizer(build_tiny_tokenizer())
+    tok.save_pretrained(tmp_path)
+    CausalQwenConfig(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tok), num_token_id=tok.num_token_id
+    ).save_pretrained(tmp_path)
+    script = (
+        "import sys\n"
+        "from causalqwen.integrations.tokenizer import NumericTokenizer\n"
+        f"tok = NumericTokenizer.from_pretrained({str(tmp_path)!r})\n"
+        "assert 'causalqwen.configuration' not in sys.modules\n"
+        "from transformers.utils import logging\n"
+        "logging.get_logger('transformers.configuration_utils').warning('still heard')\n"
+        "print(tok.decode(*tok.encode('a 12.50')))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "a 12.5\n"
+    assert "model of type" not in run.stderr
+    assert "still heard" in run.stderr
+
+
+def test_decoding_at_the_prompts_resolution_asks_for_the_prompts_texts(tokenizer):
+    """``number_resolution="prompt"`` without ``number_texts`` would write the prompt's own numbers as generated ones
+    (``12.50`` as ``12``): a ValueError naming ``number_texts``, in ``decode``, ``decode_continuation`` and
+    ``batch_decode``; with them (``[]`` for a row without numbers) the prompt is kept as written."""
+    enc = tokenizer(["It was 12.50 and", "no number here"])
+    ids, values = enc["input_ids"][0], enc["numeric_values"][0]
+    for call in (
+        lambda: tokenizer.batch_decode(enc["input_ids"], enc["numeric_values"], number_resolution="prompt"),
+        lambda: tokenizer.decode(ids, values, number_resolution="prompt"),
+        lambda: tokenizer.decode_continuation(ids, values, len(ids), number_resolution="prompt"),
+    ):
+        with pytest.raises(ValueError, match=r"number_resolution=\"prompt\" .* pass number_texts"):
+            call()
+    assert tokenizer.batch_decode(enc, number_resolution="prompt") == ["It was 12.50 and", "no number here"]
+    assert tokenizer.decode(ids, values, number_texts=["12.50"], number_resolution="prompt") == "It was 12.50 and"
+    row = enc["input_ids"][1][enc["attention_mask"][1].bool()]
+    assert tokenizer.decode(row, torch.zeros(len(row)), number_resolution="prompt") == "no number here"
+    assert tokenizer.decode(ids, values) == "It was 12.5 and"  # the values, losslessly: no resolution asked

@@ -198,6 +198,21 @@ def _check_labels(
             ),
         )
     )
+    if numeric_labels is not None:  # a value is the target of a <NUM> label only, as a value is a <NUM> token's (D4)
+        num = config.num_token_id
+        stray = (numeric_labels != 0) & (labels != num) & (labels != config.ignore_index)
+        if attention_mask is not None:  # a padded target is never scored
+            stray = stray & attention_mask[:, -input_ids.shape[1] :].bool()
+
+        def stray_label():
+            b, s = first_index(stray)
+            return ValueError(
+                f"numeric_labels must be 0 wherever labels is not <NUM> (id {num}) or ignore_index; found "
+                f"{numeric_labels[b, s].item()} at position [{b}, {s}] whose label is {labels[b, s].item()}: the value "
+                "would be ignored (put the value where the label is <NUM>)"
+            )
+
+        required.append((~stray, stray_label))
     if numeric_labels is None:  # a <NUM> target takes its value from numeric_values at the same position
         num = config.num_token_id
         unvalued = scored & (next_labels == num) & (input_ids[:, 1:] != num)

@@ -73,6 +73,18 @@ NUM_TOKEN_FIX = (
 )
 
 
+def check_num_token(hf_tokenizer, num_token: str, where: str = "") -> None:
+    """The one check of a number token against the tokenizer that is to hold it, for `NumericTokenizer` and for
+    ``from_qwen``, which reads the ``<NUM>`` id from a base's tokenizer: a ``ValueError`` naming the clash
+    (`num_token_clash`) and, where given, ``where`` the tokenizer came from."""
+    clash = num_token_clash(hf_tokenizer, num_token)
+    if clash is not None:
+        source = f" (the tokenizer of {where!r})" if where else ""
+        raise ValueError(
+            f"num_token {num_token!r} is {clash}{source}: numbers would encode as that token; {NUM_TOKEN_FIX}"
+        )
+
+
 def check_text(text, max_length: int | None = None) -> None:
     """A ``TypeError`` unless ``text`` is a str; a ``ValueError`` naming the character if it holds a lone
     surrogate (a str that is not Unicode text: it has no UTF-8 encoding, and the tokenizer would fail), or if it

@@ -19,6 +19,7 @@ from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 
+from ..checks.tokenizer_door import check_num_token
 from .checkpoint import (
     check_local_source,
     check_sizes_against_headers,
@@ -219,12 +220,15 @@ def check_tokenizer_directory(path, reads: str = "causalqwen reads it from the m
 
 
 def num_token_id_from_tokenizer(path) -> int:
-    """The ``<NUM>`` id of the tokenizer saved at ``path``: its own if it has one, else ``len(tokenizer)`` (D2)."""
+    """The ``<NUM>`` id of the tokenizer saved at ``path``: its own if it has one, else ``len(tokenizer)`` (D2). A
+    ``<NUM>`` that `NumericTokenizer` would refuse (an ordinary vocabulary entry, the end of text, ...) is a
+    ``ValueError`` naming the directory, by the same check (`causalqwen.checks.tokenizer_door.check_num_token`)."""
     check_tokenizer_directory(
         path,
         "from_qwen reads the <NUM> id from the base's tokenizer: save the tokenizer beside the weights, or give "
         "num_token_id",
     )
     tokenizer = AutoTokenizer.from_pretrained(path)
+    check_num_token(tokenizer, "<NUM>", where=os.fspath(path))
     vocab = tokenizer.get_vocab()
     return vocab["<NUM>"] if "<NUM>" in vocab else len(tokenizer)

@@ -61,17 +61,20 @@ __all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationM
 @dataclass
 class CausalQwenGenerateOutput(GenerateDecoderOnlyOutput):
     r"""transformers' `GenerateDecoderOnlyOutput` plus ``numeric_values`` ``[B, S + T]``: the prompt's values,
-    then $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere."""
+    then $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere; and ``number_texts``, the prompts'
+    numbers as written, as given to ``generate`` (None if not), which ``tokenizer.batch_decode(out)`` reads."""
 
     numeric_values: torch.FloatTensor | None = None
+    number_texts: list | None = None
 
 
 class GenerationState:
     """What travels between the steps of transformers' generation loop besides the ids: the mode, its
     draws, the values beside every token so far, and the last step's $\\mathrm{loc}_Y$ ``[B]``."""
 
-    def __init__(self, mode: str, values: Tensor, draws: dict, num_token_id: int):
+    def __init__(self, mode: str, values: Tensor, draws: dict, num_token_id: int, number_texts: list | None = None):
         self.mode = mode
+        self.number_texts = number_texts  # the prompts' numbers as written (generate's number_texts), or None
         self.values = values  # [B, S + t]
         self.draws = draws  # uniform, noise, generator (causalqwen.generation.mode_draws)
         self.num_token_id = num_token_id
@@ -188,6 +191,27 @@ def _refuse_unsupported(kwargs: dict, config) -> None:
         )
 
 
+def _check_number_texts(number_texts, input_ids: Tensor, num_token_id: int) -> None:
+    """``generate``'s ``number_texts``: None, or one list of str per row of ``input_ids``, as many as the row's
+    ``<NUM>`` (each text is checked against its value where it is written, by the tokenizer's decoding)."""
+    if number_texts is None:
+        return
+    if not isinstance(number_texts, (list, tuple)) or len(number_texts) != input_ids.shape[0]:
+        raise ValueError(
+            f"number_texts must be one list of str per prompt row ({input_ids.shape[0]}), as the encoding's "
+            f"number_texts: pass number_texts=enc.number_texts; got {number_texts!r:.80}"
+        )
+    counts = (input_ids == num_token_id).sum(dim=1).tolist()
+    for row, (texts, count) in enumerate(zip(number_texts, counts)):
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
+            raise TypeError(f"number_texts[{row}] must be a list of str, got {texts!r:.80}")
+        if len(texts) != count:
+            raise ValueError(
+                f"number_texts[{row}] holds {len(texts)} texts but row {row} of input_ids holds {count} <NUM>: "
+                "pass the number_texts of the encoding these ids came from"
+            )
+
+
 class CausalQwenGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
 
@@ -201,14 +225,19 @@ class CausalQwenGenerationMixin(GenerationMixin):
         generator: torch.Generator | None = None,
         uniform: Tensor | None = None,
         noise: Tensor | None = None,
+        number_texts: list | None = None,
         **kwargs,
     ):
         r"""transformers' `generate` with CausalQwen's ``mode`` (default: ``generation_config.mode``, else
         ``"standard"``), ``numeric_values`` beside the prompt ids (required where they hold ``<NUM>``),
-        ``generator`` for the draws of ``causal`` and the shared modes, and ``uniform`` / ``noise`` to fix
-        the shared modes' draws. Every other argument is transformers' own (``max_new_tokens``,
-        ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``, ``stopping_criteria``,
-        ``streamer``, ``return_dict_in_generate``, ...); sampling applies to ``traditional`` only.
+        ``generator`` for the draws of ``causal`` and the shared modes, ``uniform`` / ``noise`` to fix
+        the shared modes' draws, and ``number_texts``, the prompts' numbers as written (the encoding's
+        ``number_texts``: one list of str per row, as many as the row's ``<NUM>``), which travel to a
+        ``streamer`` and to the output, so that the prompts are written as given
+        (``model.generate(**enc, number_texts=enc.number_texts, ...)``). Every other argument is transformers'
+        own (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``eos_token_id``,
+        ``stopping_criteria``, ``streamer``, ``return_dict_in_generate``, ...); sampling applies to ``traditional``
+        only.
 
         As in the reference loop, ``temperature`` (with ``do_sample=True``) is any finite number > 0, and the
         division by it is `inference.tempered_scores` (transformers' own would give NaN for a tiny one), so a
@@ -255,6 +284,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
                 "tokenizer's numeric_values, or every number would silently become 0"
             )
         mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
+        _check_number_texts(number_texts, input_ids, num_token_id)
         if kwargs.get("attention_mask") is None:  # as in the reference loop: every token is real (transformers
             kwargs["attention_mask"] = mask  # would otherwise take a pad id inside a prompt for padding)
         new_tokens, max_length = _new_tokens(kwargs, config, input_ids.shape[1])
@@ -264,7 +294,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
             numeric_values if numeric_values is not None else torch.zeros(input_ids.shape), input_ids
         )
         draws = mode_draws(self, input_ids, mode, uniform=uniform, noise=noise, generator=generator)
-        state = GenerationState(mode, values, draws, num_token_id)
+        state = GenerationState(mode, values, draws, num_token_id, number_texts)
         if mode != "traditional":  # traditional's scores are the class locations: no |W_cls| product
             state.abs_weight = self.action.classification_head.weight.abs()  # [V, C], once per call
         streamer = kwargs.get("streamer")
@@ -278,7 +308,7 @@ class CausalQwenGenerationMixin(GenerationMixin):
             check_generated_values(state.values, input_ids.shape[1], self.dtype)
         if isinstance(output, Tensor):
             return output
-        return CausalQwenGenerateOutput(**output, numeric_values=state.values)
+        return CausalQwenGenerateOutput(**output, numeric_values=state.values, number_texts=number_texts)
 
     def _get_logits_processor(self, *args, **kwargs):
         """transformers' logits processors, its temperature warper shifted by the row maximum first (the same

@@ -14,10 +14,13 @@ rest. So the streamed continuation is the continuation `NumericTextGenerationPip
 (``return_full_text=False``): ``tokenizer.decode(out.sequences[0, S:], out.numeric_values[0, S:])`` of the same
 call -- and, where the first generated number or digit would run into the prompt's last number, a space in front,
 so that the prompt then the stream reads every number back. With ``skip_prompt=False`` the prompt is written first,
-its numbers as they were written: the texts given as ``number_texts``, else those the tokenizer kept when it
-encoded the prompt (`causalqwen.tokenization.NumberTextsSeen`: ``"12.50"``, where the values
-say 12.5), else the shortest text of each value. Generated numbers are written at ``number_resolution="prompt"``
-by default (`causalqwen.writing`), as the pipeline and ``causalqwen generate`` write them.
+its numbers as they were written (``"12.50"``, where the values say 12.5). How they were written travels explicitly,
+never from a memory of earlier calls: ``model.generate(**enc, number_texts=enc.number_texts, streamer=...)`` (the
+`GenerationState` carries them), or ``NumericTextStreamer(tokenizer, number_texts=enc.number_texts[0])``. Generated
+numbers are written at ``number_resolution="prompt"`` by default (`causalqwen.writing`), as the pipeline and
+``causalqwen generate`` write them, which needs those texts where the prompt holds a number (a ``ValueError`` before
+the first step otherwise); with ``number_resolution=None`` or a power of ten a prompt given without them is written
+from its values (``"12.5"``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from transformers import TextStreamer
 
 from ..float32 import format_number
+from ..writing import check_resolution
 
 __all__ = ["NumericTextStreamer"]
 
@@ -42,10 +46,12 @@ class NumericTextStreamer(TextStreamer):
         **decode_kwargs: passed to ``decode_continuation``: ``skip_special_tokens``, ``out_of_vocab`` (default here
             ``"mark"``: an untrained model's reserved row is written ``<unk:ID>`` instead of failing mid-stream, as
             the pipeline does), ``number_resolution`` (default here ``"prompt"``, as the pipeline; None writes every
-            float32 digit), ``number_texts`` (the prompt's numbers as written; by default those the tokenizer kept).
+            float32 digit), ``number_texts`` (the prompt's numbers as written, a list of str: ``enc.number_texts[0]``;
+            else those given to ``generate``).
 
-    Batch size 1 only, as transformers' `TextStreamer` (a ValueError otherwise). Override `on_finalized_text` to
-    send the text elsewhere than stdout.
+    Every argument is checked here, when the streamer is built (a ``TypeError`` or ``ValueError`` naming it), not
+    once ``generate`` has started. Batch size 1 only, as transformers' `TextStreamer` (a ValueError otherwise).
+    Override `on_finalized_text` to send the text elsewhere than stdout.
     """
 
     def __init__(self, tokenizer, skip_prompt: bool = False, **decode_kwargs):
@@ -54,7 +60,7 @@ class NumericTextStreamer(TextStreamer):
                 f"NumericTextStreamer needs a NumericTokenizer (with decode_continuation), got "
                 f"{type(tokenizer).__name__}"
             )
-        self.given_number_texts = decode_kwargs.pop("number_texts", None)
+        self.given_number_texts = _checked_arguments(skip_prompt, decode_kwargs)
         super().__init__(
             tokenizer,
             skip_prompt=skip_prompt,
@@ -120,15 +126,22 @@ class NumericTextStreamer(TextStreamer):
         return held + [value]
 
     def number_texts_of_prompt(self, ids: list[int], values: list[float]) -> list[str]:
-        """How the prompt's numbers were written: the ``number_texts`` given, else those the tokenizer kept when it
-        encoded these ids and values, else the shortest text of each value (then ``"12.5"`` for ``"12.50"``)."""
+        """How the prompt's numbers were written: the ``number_texts`` given to the streamer, else those given to
+        ``generate`` (the state's); without either, a ``ValueError`` at ``number_resolution="prompt"`` for a prompt
+        that holds a number, else the shortest text of each value (``"12.5"`` for ``"12.50"``)."""
         if self.given_number_texts is not None:
             return list(self.given_number_texts)
-        seen = getattr(self.tokenizer, "number_texts_seen", None)
-        found = seen.find(ids, values) if seen is not None else None
-        if found is not None:
-            return found
-        return [format_number(value) for token, value in zip(ids, values) if token == self.state.num_token_id]
+        if self.state.number_texts is not None:
+            return list(self.state.number_texts[0])
+        numbers = [format_number(value) for token, value in zip(ids, values) if token == self.state.num_token_id]
+        if numbers and self.decode_kwargs["number_resolution"] == "prompt":
+            raise ValueError(
+                "NumericTextStreamer writes generated numbers at the resolution of the prompt's numbers as they "
+                "were written, which the ids and values do not say (12.50 and 12.5 are one value): pass "
+                "number_texts=enc.number_texts to generate, or number_texts=enc.number_texts[0] to the streamer "
+                "(or number_resolution=None)"
+            )
+        return numbers
 
     def texts(self) -> tuple[str, str]:
         """``(prompt, continuation)`` of everything so far, as `NumericTokenizer.decode_continuation` writes them."""
@@ -139,6 +152,39 @@ class NumericTextStreamer(TextStreamer):
             number_texts=self.prompt_number_texts,
             **self.decode_kwargs,
         )
+
+
+_DECODE_ARGUMENTS = ("skip_special_tokens", "out_of_vocab", "number_resolution", "number_texts")
+
+
+def _checked_arguments(skip_prompt, decode_kwargs: dict) -> list[str] | None:
+    """The streamer's arguments, checked when it is built: ``skip_prompt`` and ``skip_special_tokens`` bools,
+    ``out_of_vocab`` ``"raise"`` or ``"mark"``, ``number_resolution`` as `causalqwen.writing.check_resolution` takes
+    it, no other keyword; returns ``number_texts`` (None, or a list of str), taken out of ``decode_kwargs``."""
+    unknown = sorted(set(decode_kwargs) - set(_DECODE_ARGUMENTS))
+    if unknown:
+        raise TypeError(
+            f"NumericTextStreamer got unexpected keyword argument(s) {unknown}; it takes {_DECODE_ARGUMENTS}"
+        )
+    for name, value in (
+        ("skip_prompt", skip_prompt),
+        ("skip_special_tokens", decode_kwargs.get("skip_special_tokens")),
+    ):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {value!r}")
+    if decode_kwargs.get("out_of_vocab", "mark") not in ("raise", "mark"):
+        raise ValueError(f'out_of_vocab must be "raise" or "mark", got {decode_kwargs["out_of_vocab"]!r}')
+    if "number_resolution" in decode_kwargs:
+        check_resolution(decode_kwargs["number_resolution"])
+    number_texts = decode_kwargs.pop("number_texts", None)
+    if number_texts is not None and (
+        not isinstance(number_texts, (list, tuple)) or not all(isinstance(text, str) for text in number_texts)
+    ):
+        raise TypeError(
+            f"number_texts must be a list of str, the prompt's numbers as written (enc.number_texts[0]), got "
+            f"{number_texts!r:.80}"
+        )
+    return number_texts
 
 
 def last_whitespace(text: str) -> int:

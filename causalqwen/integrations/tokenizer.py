@@ -31,7 +31,6 @@ from ..tokenization import (
     CHUNK_CHARACTERS,
     UNSAFE_CUT_MARGIN,
     EncodedRow,
-    NumberTextsSeen,
     as_tensor_type,
     bounded_prefix,
     chunks_of,
@@ -44,7 +43,7 @@ from ..tokenization import (
 )
 from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import add_num_token, encode_by_runs
+from .wrapped_tokenizer import add_num_token, encode_by_runs, special_token_matching
 
 __all__ = ["NumericTokenizer", "NumericEncoding", "TENSORS_FOR_A_BATCH", "EncodingPlan"]
 
@@ -96,9 +95,9 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
             Its encoding of a text must be the concatenation of the encodings of the pieces between numbers,
             which holds for byte-level BPE tokenizers without an added prefix space, such as Qwen2's.
         num_token: the text of the number token.
-        padding_side: where batches are padded (`padding_side`), set on ``hf_tokenizer`` too: ``"left"`` by
-            default, as batched generation needs (`causalqwen.files.data.collate` pads training batches on the
-            right itself).
+        padding_side: where batches are padded (`padding_side`): ``"left"`` by default, as batched generation
+            needs (`causalqwen.files.data.collate` pads training batches on the right itself). It is this wrapper's
+            own setting: ``hf_tokenizer``'s is left as it is, and so is every other wrapper of it.
 
     ``num_token`` is added to ``hf_tokenizer`` **in place** as a special token, so its id is K =
     ``len(hf_tokenizer)`` before the call and the wrapped tokenizer has K + 1 tokens afterwards. A tokenizer
@@ -135,13 +134,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         self._hf_tokenizer = hf_tokenizer
         self._num_token = num_token
         self._num_token_id = add_num_token(hf_tokenizer, num_token)
-        hf_tokenizer.padding_side = padding_side
-        self._number_texts_seen = NumberTextsSeen()
-
-    def __getstate__(self) -> dict:
-        """Pickled (``datasets`` hashes a mapped function with its tokenizer) without what the calls so far
-        encoded: a copy starts with an empty `number_texts_seen`, so the same tokenizer hashes the same."""
-        return self.__dict__ | {"_number_texts_seen": NumberTextsSeen()}
+        self._padding_side = padding_side
 
     # -- properties (loading, saving and the attributes transformers reads: `TokenizerMixin`) --
 
@@ -159,11 +152,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
     def num_token_id(self) -> int:
         """The id of the number token."""
         return self._num_token_id
-
-    @property
-    def number_texts_seen(self) -> NumberTextsSeen:
-        """How the numbers of the last texts this tokenizer encoded alone were written (`NumberTextsSeen`)."""
-        return self._number_texts_seen
 
     def __len__(self) -> int:
         """The number of tokens, ``<NUM>`` included (K + 1 for a tokenizer of K tokens)."""
@@ -283,7 +271,7 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         one_text = isinstance(texts, str)
         if return_tensors is TENSORS_FOR_A_BATCH:
             return_tensors = None if one_text else "pt"
-        padding_side = self._hf_tokenizer.padding_side if padding_side is None else padding_side
+        padding_side = self._padding_side if padding_side is None else padding_side
         texts, padding, truncation = check_call_arguments(
             texts,
             padding,
@@ -328,10 +316,6 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         encoding = NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
         if not return_attention_mask:
             del encoding["attention_mask"]
-        if len(rows) == 1:  # a text encoded alone (a prompt): how its numbers were written, for a streamer
-            self._number_texts_seen.remember(
-                encoding["input_ids"][0], encoding["numeric_values"][0], encoding.number_texts[0]
-            )
         if one_text and return_tensors is None:  # one text as lists: its row, flat
             return NumericEncoding({key: rows[0] for key, rows in encoding.items()}, encoding.number_texts[0])
         return encoding
@@ -399,19 +383,15 @@ class EncodingPlan:
         rust_ids = []
         if self.rust_texts:
             backend = self.backend
-            if backend.truncation is not None:
-                backend.no_truncation()
-            if backend.padding is not None:
-                backend.no_padding()
-            previous_flag = backend.encode_special_tokens
-            backend.encode_special_tokens = False
-            try:
+            with special_token_matching(backend, matching=True):  # <NUM> matched; no other thread flips the flag
+                if backend.truncation is not None:
+                    backend.no_truncation()
+                if backend.padding is not None:
+                    backend.no_padding()
                 if len(self.rust_texts) <= ONE_BY_ONE:  # waking the Rust thread pool costs more than a few texts
                     encodings = [backend.encode(text, add_special_tokens=False) for text in self.rust_texts]
                 else:
                     encodings = backend.encode_batch(self.rust_texts, add_special_tokens=False)
-            finally:
-                backend.encode_special_tokens = previous_flag
             rust_ids = [encoding.ids for encoding in encodings]
         slow_ids = (
             encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow], self.num_token_id)

@@ -69,14 +69,19 @@ class DecodingMixin:
                 read as the value at its position (for a batch, one such list per row).
             number_resolution: how a generated number is written (`causalqwen.writing`): None, its shortest
                 float32 text (``2.5007427``); a power of ten, the value rounded to it in the text only (``0.01``:
-                ``2.50``); ``"prompt"``, the finest of the ``number_texts``' finest resolution, the unit and three
-                significant digits of the value (`causalqwen.writing.resolution_for`: ``2.50``).
+                ``2.50``); ``"prompt"`` (decision D17), the finer of the ``number_texts``' finest resolution (the
+                unit when they are empty) and two significant digits of the value, ``h = min(h_prompt,
+                10 ** (floor(log10(|v|)) - 1))`` (`causalqwen.writing.resolution_for`: ``2.50`` after
+                ``12.50``, ``2.5`` after ``7 days``). ``"prompt"`` needs ``number_texts`` where the row holds a
+                ``<NUM>`` (``[]`` for a prompt without numbers): without them the prompt's own numbers would be
+                rewritten at a resolution guessed from their values (``12.50`` as ``12``).
 
         Raises:
             TypeError: wrong element types.
             ValueError: the lengths differ, an id is negative or (with ``out_of_vocab="raise"``)
-                at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, or ``number_texts`` has
-                more texts than there are ``<NUM>`` or a text that does not read as its value.
+                at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, ``number_texts`` has
+                more texts than there are ``<NUM>`` or a text that does not read as its value, or
+                ``number_resolution="prompt"`` comes without ``number_texts`` for a row that holds a ``<NUM>``.
         """
         if numeric_values is None and number_texts is not None:
             raise TypeError("number_texts needs numeric_values: pass the values beside the ids")
@@ -97,6 +102,7 @@ class DecodingMixin:
         ids, values, surfaces = check_decode_arguments(
             input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts, size=len(self)
         )
+        self._check_prompt_texts(ids, numeric_values, number_texts, number_resolution)
         pieces, _ = self._pieces(
             ids,
             values if numeric_values is not None else None,
@@ -134,10 +140,23 @@ class DecodingMixin:
             input_ids, numeric_values, skip_special_tokens, out_of_vocab, number_texts, size=len(self)
         )
         prompt_length = check_prompt_length(prompt_length, len(ids))
+        self._check_prompt_texts(ids, numeric_values, number_texts, number_resolution)
         pieces, split = self._pieces(
             ids, values, surfaces, skip_special_tokens, split=prompt_length, resolution=number_resolution
         )
         return join_at_split(pieces, split)
+
+    def _check_prompt_texts(self, ids: list[int], numeric_values, number_texts, resolution) -> None:
+        """``number_resolution="prompt"`` writes generated numbers at the resolution of the prompt's numbers as they
+        were written: a ``ValueError`` where a row with a ``<NUM>`` comes without ``number_texts``, whose numbers
+        would otherwise all be written as generated ones, the prompt's own rewritten (``12.50`` as ``12``)."""
+        if resolution == "prompt" and number_texts is None and numeric_values is not None and self._num_token_id in ids:
+            raise ValueError(
+                'number_resolution="prompt" writes generated numbers at the resolution of the prompt\'s numbers as '
+                "they were written, and keeps those as written: pass number_texts (the encoding's number_texts, "
+                "[] for a prompt without numbers), or number_resolution=None (the shortest text of every value) or "
+                "a power of ten"
+            )
 
     def _pieces(
         self,

@@ -14,6 +14,8 @@ The directory is the wrapped tokenizer's own (``tokenizer.json``, ``tokenizer_co
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Mapping
 
@@ -33,6 +35,34 @@ from .chat_template import apply_chat_template
 from .collator import NumericDataCollator
 
 __all__ = ["TokenizerMixin"]
+
+
+# the model type of a CausalQwen config.json (`causalqwen.configuration.CausalQwenConfig.model_type`), not imported:
+# the tokenizer loads without the model's modules
+_MODEL_TYPE = "causal_qwen"
+
+
+class _ModelTypeNotice(logging.Filter):
+    """Drops transformers' notice that a CausalQwen ``config.json`` is read as a plain config."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"model of type `{_MODEL_TYPE}`" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _no_model_type_notice():
+    """Inside this block, transformers' configuration logger drops its notice "You are using a model of type
+    `causal_qwen` to instantiate a model of type ``" and nothing else. ``AutoTokenizer`` reads a directory's
+    ``config.json`` only to guess the tokenizer class (``tokenizer_config.json`` names it); where the CausalQwen
+    config class is not registered (the tokenizer loaded alone) it reads the file as a plain config and gives that
+    notice, which says nothing about the tokenizer."""
+    config_logger = logging.getLogger("transformers.configuration_utils")
+    notice = _ModelTypeNotice()
+    config_logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        config_logger.removeFilter(notice)
 
 
 class TokenizerMixin:
@@ -110,7 +140,8 @@ class TokenizerMixin:
             check_local_source(path, "tokenizer")  # a missing local path never falls through to the hub
         kwargs.pop("trust_remote_code", None)  # the wrapped tokenizer is transformers' own class: no remote code
         try:
-            hf_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
+            with _no_model_type_notice():
+                hf_tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
         except Exception as error:  # noqa: BLE001 -- the loaders raise many types, the Rust one a bare Exception
             raise OSError(f"cannot load a tokenizer from {where!r}: {' '.join(str(error).split())}") from error
         recorded = getattr(hf_tokenizer, "num_token", None)  # transformers keeps a *_token entry as a special token
@@ -305,12 +336,13 @@ class TokenizerMixin:
     @property
     def padding_side(self) -> str:
         """Where ``__call__`` pads when its ``padding_side`` is None, and where transformers' batching
-        (``pipeline`` with ``batch_size``) pads: the wrapped tokenizer's ``padding_side``, which the constructor
-        sets (``"left"`` by default, what batched generation needs)."""
-        return self.hf_tokenizer.padding_side
+        (``pipeline`` with ``batch_size``) pads: this wrapper's own setting, from the constructor (``"left"`` by
+        default, what batched generation needs). Setting it changes neither the wrapped tokenizer's
+        ``padding_side`` nor another wrapper's."""
+        return self._padding_side
 
     @padding_side.setter
     def padding_side(self, side: str) -> None:
         if side not in ("left", "right"):
             raise ValueError(f'padding_side must be "left" or "right", got {side!r}')
-        self.hf_tokenizer.padding_side = side
+        self._padding_side = side

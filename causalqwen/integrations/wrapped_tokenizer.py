@@ -4,6 +4,10 @@
 things of it: to hold ``<NUM>`` as a special added token (`add_num_token`), to encode the runs of text
 between numbers with its special-token matching off, and to decode a run of ordinary ids (`decode_run`).
 `encode_by_runs` is the reference encoding: every run between numbers encoded on its own, ``<NUM>`` put between.
+
+Special-token matching is a flag of the Rust backend (``encode_special_tokens``), shared by every wrapper of one
+transformers tokenizer and every thread that encodes with it: each call here sets it and encodes under
+`special_token_matching`, one lock for all, so one thread's flag never decides another's encoding.
 `causalqwen.integrations.tokenizer.EncodingPlan` gives the same ids in fewer calls of the Rust tokenizer, and takes
 this path for a text that holds a special token's text. The runs between numbers and the ids put together from
 theirs are the section's (`causalqwen.tokenization.runs_between`, `ids_between_numbers`).
@@ -11,13 +15,35 @@ theirs are the section's (`causalqwen.tokenization.runs_between`, `ids_between_n
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerBase
 
-from ..checks.tokenizer_door import NUM_TOKEN_FIX, num_token_clash
+from ..checks.tokenizer_door import check_num_token
 from ..tokenization import ids_between_numbers
 
-__all__ = ["add_num_token", "encode_by_runs", "decode_run"]
+__all__ = ["add_num_token", "encode_by_runs", "decode_run", "special_token_matching"]
+
+# held while a Rust backend's encode_special_tokens flag is set and used (re-entrant: a holder may call again)
+_FLAG_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def special_token_matching(backend, matching: bool):
+    """Encode with ``backend`` (a Rust ``tokenizers.Tokenizer``, or None for a slow tokenizer) inside this block with
+    its special-token matching on or off (``encode_special_tokens = not matching``), the flag put back afterwards.
+    The block holds one lock shared by all backends: another thread's block cannot change the flag meanwhile."""
+    with _FLAG_LOCK:
+        previous = getattr(backend, "encode_special_tokens", None)
+        if previous is not None:
+            backend.encode_special_tokens = not matching
+        try:
+            yield
+        finally:
+            if previous is not None and backend.encode_special_tokens != previous:
+                backend.encode_special_tokens = previous
 
 
 def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
@@ -26,9 +52,7 @@ def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
     before); a ``ValueError`` naming the clash if it is another of its tokens
     (`causalqwen.checks.tokenizer_door.num_token_clash`: end of text, padding, a chat template's special token,
     an ordinary token), and nothing is added."""
-    clash = num_token_clash(hf_tokenizer, num_token)
-    if clash is not None:
-        raise ValueError(f"num_token {num_token!r} is {clash}: numbers would encode as that token; {NUM_TOKEN_FIX}")
+    check_num_token(hf_tokenizer, num_token)
     vocab = hf_tokenizer.get_vocab()
     if num_token in vocab:
         return vocab[num_token]
@@ -60,14 +84,10 @@ def _encode_text_runs(hf_tokenizer: PreTrainedTokenizerBase, runs: list[str]) ->
     """Token ids of each text run, with no special tokens added and none recognised in the text."""
     if not runs:
         return []
-    backend = getattr(hf_tokenizer, "backend_tokenizer", None)
-    previous_flag = getattr(backend, "encode_special_tokens", None)
-    try:
+    # The fast tokenizer sets the flag on its Rust backend for split_special_tokens and leaves it set: the block puts
+    # it back, and no other thread encodes with that backend meanwhile.
+    with special_token_matching(getattr(hf_tokenizer, "backend_tokenizer", None), matching=False):
         encoded = hf_tokenizer(runs, add_special_tokens=False, split_special_tokens=True)
-    finally:
-        # The fast tokenizer leaves the flag set on its Rust backend; put it back as it was.
-        if previous_flag is not None and backend.encode_special_tokens != previous_flag:
-            backend.encode_special_tokens = previous_flag
     return [list(ids) for ids in encoded["input_ids"]]
 
 
