@@ -36,6 +36,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from wall_clock import budget
 
 pytestmark = pytest.mark.docs
 
@@ -189,6 +190,7 @@ class Visit:
         self.blocked: list[str] = []
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
+        self.page.set_default_timeout(budget(30) * 1000)  # Playwright's own 30 s, scaled to the machine's load
         self.errors: list[str] = []
         self.page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
         self.page.on(
@@ -212,7 +214,7 @@ class Visit:
         self.errors.clear()
         self.page.goto(url, wait_until="load")
         try:
-            self.page.wait_for_function(RENDERING_SETTLED, timeout=settle_seconds * 1000)
+            self.page.wait_for_function(RENDERING_SETTLED, timeout=budget(settle_seconds) * 1000)
         except Exception as error:  # a diagram or formula that never renders is reported below
             self.errors.append(f"rendering did not settle within {settle_seconds} s: {type(error).__name__}")
         self.page.wait_for_timeout(50)  # let a deferred KaTeX error surface as a page error
@@ -342,12 +344,12 @@ def test_search_serves_english_and_chinese(site_url, browser, query, expected_pa
         # Material searches on key events (a CJK string arrives as text input, so a key press follows
         # it), and the index is built in a web worker: a query entered before it is ready is entered
         # again until results appear or 60 s pass.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + budget(60)
         while True:
             box.fill(query)
             box.press("End")
             try:
-                visit.page.wait_for_selector(".md-search-result__item", timeout=3_000)
+                visit.page.wait_for_selector(".md-search-result__item", timeout=budget(3) * 1000)
                 break
             except Exception:
                 if time.monotonic() > deadline:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from wall_clock import budget
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
@@ -57,7 +58,7 @@ def wheel(tmp_path_factory) -> Path:
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "dist"), str(sources)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=budget(300),
         stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -86,14 +87,14 @@ def test_the_wheel_holds_the_package_and_nothing_else_of_the_repository(wheel):
 def fresh_environment(directory: Path, wheel: Path | None) -> Path:
     """A virtual environment in ``directory`` with this environment's site-packages on its path (a plain ``.pth``
     line) and the wheel, if one is given, installed; returns its Python."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=budget(300))
     python = directory / ("Scripts" if os.name == "nt" else "bin") / ("python.exe" if os.name == "nt" else "python")
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=budget(60),
     ).stdout.strip()
     Path(purelib, "dependencies_of_the_test_run.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8"
@@ -115,7 +116,7 @@ def fresh_environment(directory: Path, wheel: Path | None) -> Path:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=budget(300),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return python
@@ -150,7 +151,7 @@ def run_outside(python: Path, tmp_path: Path, *arguments: str) -> subprocess.Com
         text=True,
         env=env,
         cwd=outside,
-        timeout=300,
+        timeout=budget(300),
         stdin=subprocess.DEVNULL,
     )
 
