@@ -5,7 +5,8 @@ not on the Python package index), checked from the outside.
   no tests, validation, benchmarks or docs;
 - installed into a fresh virtual environment, it is the package that a saved directory's ``causalqwen_auto.py``
   imports: ``AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)``, run from a directory outside
-  the repository, gives the same next-token locations as the model that saved the directory.
+  the repository, gives the same next-token locations as the model that saved the directory;
+- ``make test`` builds the docs site and installs chromium only where the run selects the docs browser test.
 
 The fresh environment gets the dependencies (torch, transformers, ...) from the environment running the tests,
 through a ``.pth`` line naming its site-packages: a plain path line, so that environment's own ``.pth`` files,
@@ -192,3 +193,33 @@ def test_without_the_package_the_saved_directory_says_how_to_install_it(tmp_path
     module = (tmp_path / "saved" / "causalqwen_auto.py").read_text(encoding="utf-8")
     assert "not on the Python package index" in module and "from a clone of its repository" in module
     assert "python -m build --wheel" in module
+
+
+@pytest.mark.parametrize(
+    ("selection", "sets_up"),
+    [('-m "not docs" tests/test_tiny.py tests/test_docs_site.py', False), ("tests/test_docs_site.py", True)],
+)
+def test_make_test_sets_up_the_docs_browser_test_only_where_the_run_selects_it(selection, sets_up):
+    """``make test PYTEST_ARGS='-m "not docs"'`` neither builds the site nor installs chromium; a run that selects the
+    browser test does both first (``make -n``: the commands make would run, the selection asked of pytest)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    outer_make = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")  # when the suite itself runs under make test
+    env = {key: value for key, value in os.environ.items() if key not in outer_make}
+    run = subprocess.run(
+        ["make", "-n", "test", f"BIN={os.path.dirname(sys.executable)}", f"PYTEST_ARGS={selection}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=budget(120),
+    )
+    assert run.returncode == 0, run.stderr
+    planned = run.stdout
+    assert ("mkdocs build" in planned) is sets_up and ("apt-get install" in planned) is sets_up, planned
+    assert ("npm ci" in planned) <= sets_up, planned
+    said = [
+        line for line in planned.splitlines() if line.startswith("make test: the docs browser test is not selected")
+    ]
+    assert bool(said) is not sets_up, planned
+    assert f"-m pytest -n 2 {selection}" in planned.splitlines()[-1], planned
