@@ -114,7 +114,30 @@ INSPECT_PAGE = r"""
   const brokenImages = [...document.querySelectorAll("article img")]
     .filter(img => !img.complete || img.naturalWidth === 0)
     .map(img => img.getAttribute("src"));
+  // formulas against the content column: a display formula wider than its box (after katex-init.js drew it
+  // smaller, down to its floor) and whether that box scrolls with the hidden edge marked; any formula whose right
+  // edge passes the column's without a box that scrolls it into view (cut)
+  const annotation = el => (el.querySelector("annotation")?.textContent || "").trim().slice(0, 60);
+  const wideFormulas = [...document.querySelectorAll("article div.arithmatex")]
+    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => ({ tex: annotation(el), over: el.scrollWidth - el.clientWidth,
+                  scale: parseFloat(el.querySelector(".katex-display .katex")?.dataset.scale || "1"),
+                  scrolls: ["auto", "scroll"].includes(getComputedStyle(el).overflowX),
+                  marked: getComputedStyle(el).backgroundImage.includes("gradient") }));
+  const article = document.querySelector("article");
+  const columnRight = article ? article.getBoundingClientRect().right : Infinity;
+  const scrolled = el => {
+    for (let box = el.parentElement; box && box !== article; box = box.parentElement) {
+      if (["auto", "scroll"].includes(getComputedStyle(box).overflowX)) return true;
+    }
+    return false;
+  };
+  const cutFormulas = [...document.querySelectorAll("article .katex")]
+    .filter(el => el.getBoundingClientRect().right > columnRight + 1 && !scrolled(el))
+    .map(el => annotation(el));
   return {
+    wideFormulas,
+    cutFormulas,
     formulas: formulas.length,
     images: document.querySelectorAll("article img").length,
     brokenImages,
@@ -235,6 +258,11 @@ def _problems(report: dict) -> list[str]:
         problems.append(f"{report['preMermaid']} pre.mermaid block(s) left unrendered")
     problems += [f"diagram not rendered: {d['why']}" for d in report["diagrams"] if not d["ok"]]
     problems += [f"image not loaded: {src}" for src in report["brokenImages"]]
+    problems += [f"formula cut at the column's edge: {tex}" for tex in report["cutFormulas"]]
+    problems += [
+        f"display formula {wide['over']} px wider than the column at scale {wide['scale']}: {wide['tex']}"
+        for wide in report["wideFormulas"]
+    ]
     return problems
 
 
@@ -294,6 +322,22 @@ def _served_with(visit: Visit, site_url: str, insert_html: str, settle_seconds: 
     url = site_url + "__broken__/"
     visit.context.route(url, lambda route: route.fulfill(status=200, content_type="text/html", body=broken))
     return visit.open(url, settle_seconds)
+
+
+def test_a_formula_wider_than_a_narrow_column_scrolls_with_its_hidden_edge_marked(site_url, browser):
+    """At 600 px the Cauchy API page's longest formulas do not fit even at the smallest scale katex-init.js draws
+    them at: each scrolls sideways in its own box, with the edge that hides the rest marked, and none is cut. (At
+    1280 px every formula of the site fits its column: `test_every_page_renders_offline`.)"""
+    visit = Visit(browser)
+    try:
+        visit.page.set_viewport_size({"width": 600, "height": 900})
+        report = visit.open(site_url + "api/cauchy/")
+    finally:
+        visit.close()
+    wide = report["wideFormulas"]
+    assert wide, "no formula is wider than a 600 px column: test a narrower one"
+    assert all(item["scrolls"] and item["marked"] and item["scale"] == 0.75 for item in wide), wide
+    assert report["cutFormulas"] == [] and report["errors"] == [], report
 
 
 def test_broken_formula_is_caught(site_url, browser):
