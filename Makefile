@@ -11,7 +11,8 @@ BIN     = $(VENV)/bin
 # several GB of CUDA packages from the registry. Override with `make TORCH_SPEC=torch ...` elsewhere.
 TORCH_SPEC ?= torch==2.13.0
 HYPOTHESIS_PROFILE ?= ci
-# The suite runs on two workers (pytest-xdist): 8 to 12 minutes on 2 cores against 12.8 serially. `make test
+# The suite runs on two workers (pytest-xdist): 8 to 12 minutes on 2 quiet cores against about 13 serially
+# (longer on a busy machine: the tests' waits scale with its load, tests/wall_clock.py). `make test
 # PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=

@@ -515,3 +515,24 @@ def test_a_budget_is_its_quiet_seconds_times_the_load_or_the_given_factor(monkey
     assert wall_clock.budget(5) == 20  # four runnable jobs per core: four times the time
     monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.0, 1.0))
     assert wall_clock.budget(5) == 5  # a quiet machine: the quiet budget, never less
+
+
+def test_the_docs_give_the_demo_one_measured_time():
+    """README.md and the docs pages that time ``causalqwen demo`` give the same quiet-machine figure, and no other
+    current figure (minutes, "about N s") for it."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    quiet, vague = {}, []
+    for page in pages:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for sentence in re.split(r"(?<=\.)\s", text):
+            if "demo" not in sentence:
+                continue
+            quiet.update(
+                {f"{page.name}: {m.group(0)}": m.group(1) for m in re.finditer(r"(\d+) s on a quiet", sentence)}
+            )
+            if re.search(r"about (a|two|\d+) minutes?|demo itself took (?!\d+ s on a quiet)", sentence):
+                vague.append(f"{page.name}: {sentence[:120]}")
+    assert len(quiet) >= 3 and len(set(quiet.values())) == 1, quiet
+    assert vague == [], vague
