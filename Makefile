@@ -1,7 +1,8 @@
 # Two entry points, each of which sets up the virtual environment on its own:
 #   make demo   -- install and run the main job
-#   make test   -- install with the dev extras, build the docs site and run the whole test suite
-#                  (including the browser test of the site, which needs Debian's chromium)
+#   make test   -- install with the dev extras and run the whole test suite; where the run selects the
+#                  browser test of the docs site (`-m docs`, part of the full run), build the site and
+#                  install Debian's chromium for it first
 # and `make docs`, which builds the site alone (`mkdocs build --strict` into site/).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +11,8 @@ BIN     = $(VENV)/bin
 # several GB of CUDA packages from the registry. Override with `make TORCH_SPEC=torch ...` elsewhere.
 TORCH_SPEC ?= torch==2.13.0
 HYPOTHESIS_PROFILE ?= ci
-# The suite runs on two workers (pytest-xdist): 8 to 12 minutes on 2 cores against 12.8 serially. `make test
+# The suite runs on two workers (pytest-xdist): 8 to 12 minutes on 2 quiet cores against about 13 serially
+# (longer on a busy machine: the tests' waits scale with its load, tests/wall_clock.py). `make test
 # PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
@@ -49,7 +51,14 @@ chromium:
 demo: setup
 	$(BIN)/causalqwen demo
 
-test: setup-dev docs chromium
+# Whether the run selects the docs browser test is pytest's own answer (its collection of the run, with
+# PYTEST_ARGS): `make test PYTEST_ARGS='-m "not docs"'` or a run of other test files neither builds the site
+# nor installs chromium.
+DOCS_TEST_SELECTED = $(BIN)/python -m pytest --collect-only -q $(PYTEST_ARGS) 2>/dev/null | grep -q "test_docs_site.py::"
+
+test: setup-dev
+	@if $(DOCS_TEST_SELECTED); then $(MAKE) --no-print-directory docs chromium; \
+	else echo "make test: the docs browser test is not selected; the site is not built, chromium not installed"; fi
 	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The full validation run (about 15 minutes on a 2-core CPU, most of it V9): rewrites the report docs/validation/ that the site renders.

@@ -26,14 +26,18 @@ versions wrote), ``integrations`` (transformers' tokenizer and Auto classes, ``m
 the Trainer, peft's LoRA, lm-eval) and ``app`` (training runs, the command line, the demo, the embedded tiny base).
 
 This namespace is the table of contents of what a user needs; each name is imported when it is first used
-(PEP 562), so ``import causalqwen.cauchy`` costs what importing torch costs.
+(PEP 562), so ``import causalqwen.cauchy`` costs what importing torch costs. ``import causalqwen`` registers the
+classes with transformers' ``AutoConfig``, ``AutoModel`` and ``AutoModelForCausalLM`` by name
+(`causalqwen.integrations.auto_registration`): the model is imported when an Auto class first asks for it.
 """
 
 import importlib
 
 from .files import earlier_versions
+from .integrations import auto_registration
 
 earlier_versions.install()  # import sites of earlier versions (saved directories, scripts) keep working
+auto_registration.install()  # AutoConfig, AutoModel, AutoModelForCausalLM know causal_qwen, by name
 
 __version__ = "0.1.0"
 

@@ -29,7 +29,7 @@ import os
 import numpy as np
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoConfig, Qwen2Config
+from transformers import Qwen2Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .abduction import ABDUCTION_TYPES
@@ -477,6 +477,3 @@ def config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenCon
             base_config.vocab_size,
         )
     return CausalQwenConfig.from_dict(settings)
-
-
-AutoConfig.register(CausalQwenConfig.model_type, CausalQwenConfig, exist_ok=True)

@@ -8,10 +8,12 @@ numerical embedding $\phi$; for every other token the value is 0.0. The text is 
 One step, for a batch of rows:
 
 $$
-(\mathrm{loc}_{U_t}, \mathrm{scale}_{U_t}) = \mathrm{abduce}(x_{\le t}, v_{\le t})
-\;\to\; U'_t \text{ (the mode, D11)}
-\;\to\; (S_t, Y_t) = \mathrm{action}(U'_t)
-\;\to\; (x_{t+1}, v_{t+1}) = \big(\arg\max_k P_{k,t},\ \mathrm{loc}_{Y_t}\,[x_{t+1} = \langle NUM\rangle]\big).
+\begin{aligned}
+(\mathrm{loc}_{U_t}, \mathrm{scale}_{U_t}) &= \mathrm{abduce}(x_{\le t}, v_{\le t})
+\;\to\; U'_t \text{ (the mode, D11)}, \\
+(S_t, Y_t) &= \mathrm{action}(U'_t), \\
+(x_{t+1}, v_{t+1}) &= \big(\arg\max_k P_{k,t},\ \mathrm{loc}_{Y_t}\,[x_{t+1} = \langle NUM\rangle]\big).
+\end{aligned}
 $$
 
 ``shared_individual`` draws $\varepsilon \in (0,1)^C$ and ``shared_noise`` draws

@@ -32,8 +32,6 @@ import torch
 from tqdm.auto import tqdm
 from transformers import (
     AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
     Qwen2ForCausalLM,
     Qwen2Model,
 )
@@ -495,6 +493,3 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
 
 # what transformers.Trainer reads for its label names: numeric_labels is optional, labels alone are required
 CausalQwenForCausalLM.forward.__signature__ = signature_for_trainer(CausalQwenForCausalLM.forward)
-
-AutoModel.register(CausalQwenConfig, CausalQwenModel, exist_ok=True)
-AutoModelForCausalLM.register(CausalQwenConfig, CausalQwenForCausalLM, exist_ok=True)

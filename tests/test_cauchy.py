@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from wall_clock import budget
 
 from causalqwen import cauchy
 
@@ -671,11 +672,11 @@ def test_a_validation_block_belongs_to_its_own_thread():
         with cauchy.validation(False):
             seen.append(cauchy.validating())
             inside.set()
-            release.wait(timeout=30)
+            release.wait(timeout=budget(30))
 
     thread = threading.Thread(target=trusted_caller)
     thread.start()
-    assert inside.wait(timeout=30)
+    assert inside.wait(timeout=budget(30))
     try:
         assert cauchy.validating() is True
         with pytest.raises(ValueError, match="scale must be > 0"):

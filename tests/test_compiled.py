@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import torch
+from wall_clock import budget
 
 from causalqwen.kernels import tiles
 from causalqwen.kernels.fused import fused_ovr_classification_loss
@@ -176,6 +177,8 @@ def test_without_a_compiler_the_tile_runs_eagerly_after_one_warning(tmp_path):
     import sys
 
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), CAUSALQWEN_COMPILE="1")
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=budget(300)
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["1", "True"]

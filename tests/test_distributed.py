@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
+from wall_clock import budget
 
 from causalqwen.app.tiny import save_tiny_base
 from causalqwen.files.data import synthetic_texts
@@ -76,7 +77,7 @@ def test_two_process_ddp_equals_one_process(tmp_path, backend):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=budget(300),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     single_run = subprocess.run(
@@ -84,7 +85,7 @@ def test_two_process_ddp_equals_one_process(tmp_path, backend):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=budget(300),
     )
     assert single_run.returncode == 0, single_run.stderr[-3000:]
 

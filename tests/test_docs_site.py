@@ -36,6 +36,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from wall_clock import budget
 
 pytestmark = pytest.mark.docs
 
@@ -113,7 +114,30 @@ INSPECT_PAGE = r"""
   const brokenImages = [...document.querySelectorAll("article img")]
     .filter(img => !img.complete || img.naturalWidth === 0)
     .map(img => img.getAttribute("src"));
+  // formulas against the content column: a display formula wider than its box (after katex-init.js drew it
+  // smaller, down to its floor) and whether that box scrolls with the hidden edge marked; any formula whose right
+  // edge passes the column's without a box that scrolls it into view (cut)
+  const annotation = el => (el.querySelector("annotation")?.textContent || "").trim().slice(0, 60);
+  const wideFormulas = [...document.querySelectorAll("article div.arithmatex")]
+    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => ({ tex: annotation(el), over: el.scrollWidth - el.clientWidth,
+                  scale: parseFloat(el.querySelector(".katex-display .katex")?.dataset.scale || "1"),
+                  scrolls: ["auto", "scroll"].includes(getComputedStyle(el).overflowX),
+                  marked: getComputedStyle(el).backgroundImage.includes("gradient") }));
+  const article = document.querySelector("article");
+  const columnRight = article ? article.getBoundingClientRect().right : Infinity;
+  const scrolled = el => {
+    for (let box = el.parentElement; box && box !== article; box = box.parentElement) {
+      if (["auto", "scroll"].includes(getComputedStyle(box).overflowX)) return true;
+    }
+    return false;
+  };
+  const cutFormulas = [...document.querySelectorAll("article .katex")]
+    .filter(el => el.getBoundingClientRect().right > columnRight + 1 && !scrolled(el))
+    .map(el => annotation(el));
   return {
+    wideFormulas,
+    cutFormulas,
     formulas: formulas.length,
     images: document.querySelectorAll("article img").length,
     brokenImages,
@@ -189,6 +213,7 @@ class Visit:
         self.blocked: list[str] = []
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
+        self.page.set_default_timeout(budget(30) * 1000)  # Playwright's own 30 s, scaled to the machine's load
         self.errors: list[str] = []
         self.page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
         self.page.on(
@@ -212,7 +237,7 @@ class Visit:
         self.errors.clear()
         self.page.goto(url, wait_until="load")
         try:
-            self.page.wait_for_function(RENDERING_SETTLED, timeout=settle_seconds * 1000)
+            self.page.wait_for_function(RENDERING_SETTLED, timeout=budget(settle_seconds) * 1000)
         except Exception as error:  # a diagram or formula that never renders is reported below
             self.errors.append(f"rendering did not settle within {settle_seconds} s: {type(error).__name__}")
         self.page.wait_for_timeout(50)  # let a deferred KaTeX error surface as a page error
@@ -233,6 +258,11 @@ def _problems(report: dict) -> list[str]:
         problems.append(f"{report['preMermaid']} pre.mermaid block(s) left unrendered")
     problems += [f"diagram not rendered: {d['why']}" for d in report["diagrams"] if not d["ok"]]
     problems += [f"image not loaded: {src}" for src in report["brokenImages"]]
+    problems += [f"formula cut at the column's edge: {tex}" for tex in report["cutFormulas"]]
+    problems += [
+        f"display formula {wide['over']} px wider than the column at scale {wide['scale']}: {wide['tex']}"
+        for wide in report["wideFormulas"]
+    ]
     return problems
 
 
@@ -294,6 +324,22 @@ def _served_with(visit: Visit, site_url: str, insert_html: str, settle_seconds: 
     return visit.open(url, settle_seconds)
 
 
+def test_a_formula_wider_than_a_narrow_column_scrolls_with_its_hidden_edge_marked(site_url, browser):
+    """At 600 px the Cauchy API page's longest formulas do not fit even at the smallest scale katex-init.js draws
+    them at: each scrolls sideways in its own box, with the edge that hides the rest marked, and none is cut. (At
+    1280 px every formula of the site fits its column: `test_every_page_renders_offline`.)"""
+    visit = Visit(browser)
+    try:
+        visit.page.set_viewport_size({"width": 600, "height": 900})
+        report = visit.open(site_url + "api/cauchy/")
+    finally:
+        visit.close()
+    wide = report["wideFormulas"]
+    assert wide, "no formula is wider than a 600 px column: test a narrower one"
+    assert all(item["scrolls"] and item["marked"] and item["scale"] == 0.75 for item in wide), wide
+    assert report["cutFormulas"] == [] and report["errors"] == [], report
+
+
 def test_broken_formula_is_caught(site_url, browser):
     visit = Visit(browser)
     try:
@@ -342,12 +388,12 @@ def test_search_serves_english_and_chinese(site_url, browser, query, expected_pa
         # Material searches on key events (a CJK string arrives as text input, so a key press follows
         # it), and the index is built in a web worker: a query entered before it is ready is entered
         # again until results appear or 60 s pass.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + budget(60)
         while True:
             box.fill(query)
             box.press("End")
             try:
-                visit.page.wait_for_selector(".md-search-result__item", timeout=3_000)
+                visit.page.wait_for_selector(".md-search-result__item", timeout=budget(3) * 1000)
                 break
             except Exception:
                 if time.monotonic() > deadline:

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from wall_clock import budget
 
 from causalqwen import cauchy, generate
 from causalqwen.app.tiny import build_tiny_causal_lm
@@ -152,7 +153,7 @@ def test_the_log_step_stays_within_the_training_steps_memory():
         [sys.executable, "-c", _MEMORY_SCRIPT],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=budget(300),
         env=os.environ | {"OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from fsdp_worker import run_training
 from safetensors.torch import load_file
+from wall_clock import budget
 
 from causalqwen.app.tiny import build_tiny_causal_lm
 
@@ -54,7 +55,7 @@ def run_two_processes(out_dir: Path) -> None:
         for rank in range(WORLD)
     ]
     try:
-        outputs = [process.communicate(timeout=120)[0] for process in processes]
+        outputs = [process.communicate(timeout=budget(120))[0] for process in processes]
     finally:
         for process in processes:
             if process.poll() is None:

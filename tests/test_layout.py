@@ -15,7 +15,9 @@ The rules, read from the source with `ast` (nothing is imported to measure it):
   and none among the sections and sub-packages of ``causalqwen`` with each sub-package one node;
 - the math sections (`LEAF_SECTIONS`) import only the standard library, torch, numpy, regex and each other, and
   importing one of them in a fresh interpreter loads no transformers, peft, safetensors or huggingface_hub;
-- every section module has its own test file, ``tests/test_<module>.py``.
+- every section module has its own test file, ``tests/test_<module>.py``;
+- no test waits on the wall clock for a fixed number of seconds: every timeout, deadline and elapsed-time bound
+  in ``tests/`` is a ``wall_clock.budget``, scaled to the machine's load.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from wall_clock import budget
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("causalqwen", "validation", "benchmarks")
@@ -313,10 +316,12 @@ def test_importing_a_math_section_loads_no_transformers_peft_safetensors_or_hub(
         "mine = sorted(m for m in sys.modules if m.startswith('causalqwen.') and m.count('.') > 1)\n"
         "print(heavy, mine)\n"
     )
-    run = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=budget(300))
     assert run.returncode == 0, run.stderr
-    # the only sub-package module loaded is the compatibility table that `import causalqwen` installs (stdlib only)
-    assert run.stdout.strip() == "[] ['causalqwen.files.earlier_versions']", run.stdout
+    # the only sub-package modules loaded are the two that `import causalqwen` installs (stdlib only): the
+    # compatibility table and the Auto classes' names
+    want = "[] ['causalqwen.files.earlier_versions', 'causalqwen.integrations.auto_registration']"
+    assert run.stdout.strip() == want, run.stdout
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -362,7 +367,7 @@ def test_an_old_path_split_in_two_gives_the_names_of_both_and_still_runs_with_py
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=budget(120),
     )
     assert run.returncode == 0, run.stderr
     assert "usage: causalqwen convert" in run.stdout and "moved to causalqwen.app.cli" in run.stderr
@@ -436,3 +441,100 @@ def test_no_text_file_holds_a_control_character():
                 line = data[: match.start()].count(b"\n") + 1
                 found.append(f"{name}:{line}: U+{match.group()[0]:04X}")
     assert not found, found
+
+
+CLOCKS = {"perf_counter", "monotonic", "time"}
+
+
+def reads_a_clock(node: ast.AST) -> bool:
+    return any(
+        isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in CLOCKS
+        for inner in ast.walk(node)
+    )
+
+
+def is_fixed_number(node: ast.AST) -> bool:
+    """A number written in the source (or arithmetic of such numbers): no `wall_clock.budget` call scales it."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.BinOp):
+        return is_fixed_number(node.left) and is_fixed_number(node.right)
+    return False
+
+
+def fixed_waits(tree: ast.Module) -> list[int]:
+    """Lines that wait on the wall clock for a fixed number of seconds: a ``timeout=`` keyword, a clock reading
+    plus a number (a deadline), a clock difference compared with a number."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "timeout" and is_fixed_number(node.value):
+            lines.append(node.value.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and reads_a_clock(node):
+            if is_fixed_number(node.left) or is_fixed_number(node.right):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Compare) and reads_a_clock(node.left):
+            if any(is_fixed_number(side) for side in node.comparators):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+TEST_FILES = sorted((ROOT / "tests").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=[path.name for path in TEST_FILES])
+def test_every_wall_clock_wait_of_the_tests_scales_with_the_machines_load(path):
+    """A test never fails a correct build on a busy machine for a fixed number of seconds: every timeout, deadline
+    and elapsed-time bound is a `wall_clock.budget` (its quiet-machine seconds times the load per core)."""
+    assert fixed_waits(parsed(path)) == [], f"{path.name}: fixed wall-clock waits; use wall_clock.budget"
+
+
+def test_the_wait_check_finds_each_kind_of_fixed_wait():
+    source = (
+        "subprocess.run(args, timeout=300)\n"
+        "deadline = time.monotonic() + 60\n"
+        "assert time.perf_counter() - started < 5\n"
+        "subprocess.run(args, timeout=budget(300))\n"
+        "deadline = time.monotonic() + budget(60)\n"
+        "assert time.perf_counter() - started < budget(5)\n"
+        "while time.monotonic() < deadline: time.sleep(0.1)\n"
+    )
+    assert fixed_waits(ast.parse(source)) == [1, 2, 3]
+
+
+def test_a_budget_is_its_quiet_seconds_times_the_load_or_the_given_factor(monkeypatch):
+    import os
+
+    import wall_clock
+
+    monkeypatch.setenv(wall_clock.SLOWDOWN_VARIABLE, "3")
+    assert wall_clock.budget(2) == 6
+    monkeypatch.setenv(wall_clock.SLOWDOWN_VARIABLE, "0.5")
+    with pytest.raises(ValueError, match="CAUSALQWEN_TEST_SLOWDOWN='0.5': expected a factor of at least 1"):
+        wall_clock.budget(2)
+    monkeypatch.delenv(wall_clock.SLOWDOWN_VARIABLE)
+    monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 1.0, 1.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert wall_clock.budget(5) == 20  # four runnable jobs per core: four times the time
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.0, 1.0))
+    assert wall_clock.budget(5) == 5  # a quiet machine: the quiet budget, never less
+
+
+def test_the_docs_give_the_demo_one_measured_time():
+    """README.md and the docs pages that time ``causalqwen demo`` give the same quiet-machine figure, and no other
+    current figure (minutes, "about N s") for it."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    quiet, vague = {}, []
+    for page in pages:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for sentence in re.split(r"(?<=\.)\s", text):
+            if "demo" not in sentence:
+                continue
+            quiet.update(
+                {f"{page.name}: {m.group(0)}": m.group(1) for m in re.finditer(r"(\d+) s on a quiet", sentence)}
+            )
+            if re.search(r"about (a|two|\d+) minutes?|demo itself took (?!\d+ s on a quiet)", sentence):
+                vague.append(f"{page.name}: {sentence[:120]}")
+    assert len(quiet) >= 3 and len(set(quiet.values())) == 1, quiet
+    assert vague == [], vague

@@ -14,6 +14,7 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen2Model,
 )
+from wall_clock import budget
 
 from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel, cauchy
 from causalqwen.checks.doors import position_ids_from_mask
@@ -559,7 +560,12 @@ print("RESULT", json.dumps([type(config).__name__, type(model).__name__, type(ba
 """
     env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=budget(300),
+        stdin=subprocess.DEVNULL,
     )  # transformers asks on stdin before it refuses
     assert result.returncode == 0, result.stderr[-3000:]
     (

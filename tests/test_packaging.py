@@ -5,7 +5,8 @@ not on the Python package index), checked from the outside.
   no tests, validation, benchmarks or docs;
 - installed into a fresh virtual environment, it is the package that a saved directory's ``causalqwen_auto.py``
   imports: ``AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)``, run from a directory outside
-  the repository, gives the same next-token locations as the model that saved the directory.
+  the repository, gives the same next-token locations as the model that saved the directory;
+- ``make test`` builds the docs site and installs chromium only where the run selects the docs browser test.
 
 The fresh environment gets the dependencies (torch, transformers, ...) from the environment running the tests,
 through a ``.pth`` line naming its site-packages: a plain path line, so that environment's own ``.pth`` files,
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from wall_clock import budget
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
@@ -57,7 +59,7 @@ def wheel(tmp_path_factory) -> Path:
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "dist"), str(sources)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=budget(300),
         stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -86,14 +88,14 @@ def test_the_wheel_holds_the_package_and_nothing_else_of_the_repository(wheel):
 def fresh_environment(directory: Path, wheel: Path | None) -> Path:
     """A virtual environment in ``directory`` with this environment's site-packages on its path (a plain ``.pth``
     line) and the wheel, if one is given, installed; returns its Python."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=budget(300))
     python = directory / ("Scripts" if os.name == "nt" else "bin") / ("python.exe" if os.name == "nt" else "python")
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=budget(60),
     ).stdout.strip()
     Path(purelib, "dependencies_of_the_test_run.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8"
@@ -115,7 +117,7 @@ def fresh_environment(directory: Path, wheel: Path | None) -> Path:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=budget(300),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return python
@@ -150,7 +152,7 @@ def run_outside(python: Path, tmp_path: Path, *arguments: str) -> subprocess.Com
         text=True,
         env=env,
         cwd=outside,
-        timeout=300,
+        timeout=budget(300),
         stdin=subprocess.DEVNULL,
     )
 
@@ -191,3 +193,33 @@ def test_without_the_package_the_saved_directory_says_how_to_install_it(tmp_path
     module = (tmp_path / "saved" / "causalqwen_auto.py").read_text(encoding="utf-8")
     assert "not on the Python package index" in module and "from a clone of its repository" in module
     assert "python -m build --wheel" in module
+
+
+@pytest.mark.parametrize(
+    ("selection", "sets_up"),
+    [('-m "not docs" tests/test_tiny.py tests/test_docs_site.py', False), ("tests/test_docs_site.py", True)],
+)
+def test_make_test_sets_up_the_docs_browser_test_only_where_the_run_selects_it(selection, sets_up):
+    """``make test PYTEST_ARGS='-m "not docs"'`` neither builds the site nor installs chromium; a run that selects the
+    browser test does both first (``make -n``: the commands make would run, the selection asked of pytest)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    outer_make = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")  # when the suite itself runs under make test
+    env = {key: value for key, value in os.environ.items() if key not in outer_make}
+    run = subprocess.run(
+        ["make", "-n", "test", f"BIN={os.path.dirname(sys.executable)}", f"PYTEST_ARGS={selection}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=budget(120),
+    )
+    assert run.returncode == 0, run.stderr
+    planned = run.stdout
+    assert ("mkdocs build" in planned) is sets_up and ("apt-get install" in planned) is sets_up, planned
+    assert ("npm ci" in planned) <= sets_up, planned
+    said = [
+        line for line in planned.splitlines() if line.startswith("make test: the docs browser test is not selected")
+    ]
+    assert bool(said) is not sets_up, planned
+    assert f"-m pytest -n 2 {selection}" in planned.splitlines()[-1], planned

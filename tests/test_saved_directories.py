@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from wall_clock import budget
 
 SAVED = Path(__file__).parent / "data" / "saved_directories"
 DIRECTORIES = ["main_41679d3", "main_3b621fe"]
@@ -227,7 +228,7 @@ def run_fresh(arguments: list[str], work: Path) -> subprocess.CompletedProcess:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=budget(600),
     )
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+from wall_clock import budget
 
 from causalqwen import NumericTokenizer
 from causalqwen.app.tiny import (
@@ -54,7 +55,7 @@ def test_tokenizer_is_deterministic():
 def test_tokenizer_builds_quickly():
     start = time.perf_counter()
     build_tiny_tokenizer()
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < budget(1.0)  # 16 ms on a quiet machine
 
 
 def test_tokenizer_uses_qwen2_normalizer_and_pre_tokenizer():

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wall_clock import budget
 
 from validation.common import Claim, ExperimentResult, check, fmt, table, write_report
 
@@ -16,7 +17,7 @@ EXPERIMENTS = [*(f"V{i}" for i in range(1, 9)), "V13"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _run_validation(out_dir: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
+def _run_validation(out_dir: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "validation", *args, "--out", str(out_dir)],
         cwd=REPO,
@@ -46,7 +47,7 @@ def _check_report(out_dir: Path) -> str:
 
 
 def test_quick_run_passes_every_claim_and_writes_the_report(tmp_path):
-    result = _run_validation(tmp_path, "--quick", timeout=300)
+    result = _run_validation(tmp_path, "--quick", timeout=budget(1200))  # 124 s on a quiet machine
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "all claims hold" in result.stdout
     report = _check_report(tmp_path)
@@ -59,7 +60,7 @@ def test_quick_run_passes_every_claim_and_writes_the_report(tmp_path):
     reason="the full run takes a few minutes; set CAUSALQWEN_FULL_VALIDATION=1 to run it",
 )
 def test_full_run_passes_every_claim(tmp_path):
-    result = _run_validation(tmp_path, timeout=900)
+    result = _run_validation(tmp_path, timeout=budget(6000))  # 582 s on a quiet machine
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     _check_report(tmp_path)
 

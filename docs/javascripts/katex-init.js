@@ -34,6 +34,39 @@ function renderNavigationMath(root, failures) {
   }
 }
 
+// A display formula wider than the content column is drawn smaller until it fits, down to MIN_FORMULA_SCALE of
+// its size; one wider still stays at that scale and scrolls sideways (extra.css marks the edges it hides).
+// Fitted again once the fonts have loaded (the widths are the browser's), and when the window's width changes.
+const MIN_FORMULA_SCALE = 0.75;
+
+function fitDisplayFormulas(root) {
+  for (const element of root.querySelectorAll("div.arithmatex")) {
+    const box = element.querySelector(".katex-display");
+    const formula = box && box.querySelector(".katex");
+    if (!formula) continue;
+    formula.style.fontSize = "";
+    const style = getComputedStyle(box);
+    const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+    const needed = element.scrollWidth - padding;
+    const available = element.clientWidth - padding;
+    if (needed <= available + 1) continue;
+    const scale = Math.max(MIN_FORMULA_SCALE, available / needed);
+    formula.style.fontSize = `${parseFloat(getComputedStyle(formula).fontSize) * scale}px`;
+    formula.dataset.scale = scale.toFixed(3);
+  }
+}
+
+let fitRequested = false;
+document.fonts.ready.then(() => fitDisplayFormulas(document.body));
+window.addEventListener("resize", () => {
+  if (fitRequested) return;
+  fitRequested = true;
+  requestAnimationFrame(() => {
+    fitRequested = false;
+    fitDisplayFormulas(document.body);
+  });
+});
+
 document$.subscribe(({ body }) => {
   const failures = [];
   for (const element of body.querySelectorAll(".arithmatex")) {
@@ -48,6 +81,7 @@ document$.subscribe(({ body }) => {
     }
   }
   renderNavigationMath(body, failures);
+  fitDisplayFormulas(body);
   if (failures.length > 0) {
     throw new Error(`KaTeX could not render ${failures.length} formula(s): ${failures.join(" | ")}`);
   }
