@@ -14,11 +14,13 @@ is trained is what is read.
 $[F^{-1}(\tfrac{1-q}2), F^{-1}(\tfrac{1+q}2)] = \mathrm{loc} \mp \mathrm{scale}\,\tan(\tfrac{\pi q}2)$
 (`causalqwen.cauchy.icdf`): it holds the value with probability $q$ under the predicted law. Its width ratio
 between two levels is fixed by the law (90% against 50%: $\tan(0.45\pi)/\tan(0.25\pi) = 6.31$); `answer_figures`
-measures whether real answers agree.
+measures whether real answers agree, and `conformal_factors`, beyond the design, mends their widths on a held-out
+split.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +36,7 @@ __all__ = [
     "answer_positions",
     "check_levels",
     "central_intervals",
+    "conformal_factors",
     "last_real_positions",
     "next_number_law",
     "predict_number",
@@ -194,3 +197,34 @@ def answer_figures(values: Tensor, loc: Tensor, scale: Tensor, levels=(0.5, 0.9)
     grid = torch.arange(count + 1, dtype=torch.float64) / count
     figures["answer_pit_ks"] = float(torch.maximum(grid[1:] - ranked, ranked - grid[:-1]).max())
     return figures
+
+
+# ---- beyond the design: split-conformal widths ----
+
+
+def conformal_factors(values: Tensor, loc: Tensor, scale: Tensor, levels=(0.5, 0.9)) -> dict[float, float]:
+    r"""Post-hoc calibration on a held-out split, **beyond the design**: for each level $q$ the factor $f_q$ by which
+    to widen (or narrow) the central Cauchy interval, so that $\mathrm{loc} \mp f_q\,\mathrm{scale}\,\tan(\pi q/2)$
+    covers a new answer with probability at least $q$ (split conformal prediction, exchangeable answers).
+
+    With the $n$ standardized residuals $r_i = \lvert y_i - \mathrm{loc}_i\rvert / \mathrm{scale}_i$ of the
+    calibration split ``values``, ``loc``, ``scale`` ``[n]``, $f_q = r_{(k)} / \tan(\pi q/2)$ with $r_{(k)}$ the
+    $k$-th smallest and $k = \lceil (n + 1) q\rceil$. A ``ValueError`` for an empty split, or one too small for a
+    level ($k > n$: at least $q/(1-q)$ answers are needed)."""
+    levels = check_levels(levels)
+    count = values.numel()
+    if count == 0:
+        raise ValueError("the calibration split is empty: conformal factors need held-out answers")
+    residuals = ((values.double() - loc.double()).abs() / scale.double()).sort().values  # [n]
+    factors = {}
+    for level in levels:
+        k = math.ceil((count + 1) * level)
+        if k > count:
+            needed = count + 1
+            while math.ceil((needed + 1) * level) > needed:  # the smallest split with k <= n
+                needed += 1
+            raise ValueError(
+                f"a calibration split of {count} answers is too small for level {level}: it needs at least {needed}"
+            )
+        factors[level] = float(residuals[k - 1]) / math.tan(math.pi * level / 2)
+    return factors

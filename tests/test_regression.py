@@ -158,3 +158,41 @@ def test_answer_figures_are_scipys():
     assert figures["answer_pit_ks"] == pytest.approx(stats.kstest(pit, "uniform").statistic, rel=1e-9)
     assert figures["answer_coverage_50"] > 0.6  # the half-width spread is over-covered, as built
     assert answer_figures(values[:0], loc[:0], scale[:0]) == {"answer_count": 0}
+
+
+def test_conformal_factors_give_nominal_coverage_to_residuals_of_another_shape():
+    """Monte Carlo, fixed seed: answers whose errors are Gaussian (lighter tails than the predicted Cauchy laws, the
+    shape the issue measured: over-covered at 90%, under-covered at 50%); factors from 2000 calibration answers give
+    20000 fresh ones their nominal coverage within 0.02, where the raw intervals miss it by more than 0.1."""
+    from causalqwen.regression import conformal_factors
+
+    rng = np.random.default_rng(0)
+
+    def draw(n):
+        loc = torch.tensor(rng.normal(size=n))
+        scale = torch.tensor(rng.uniform(0.5, 2.0, size=n))
+        return loc + scale * torch.tensor(rng.normal(size=n)) * 2.0, loc, scale
+
+    levels = (0.5, 0.8, 0.9, 0.95)
+    factors = conformal_factors(*draw(2000), levels=levels)
+    values, loc, scale = draw(20000)
+    raw = answer_figures(values, loc, scale, levels)
+    mended = answer_figures(values, loc, scale * torch.tensor([factors[q] for q in levels]).mean(), levels)
+    for q in levels:
+        half = scale * factors[q] * math.tan(math.pi * q / 2)
+        coverage = float(((values - loc).abs() <= half).double().mean())
+        assert abs(coverage - q) < 0.02, (q, coverage)
+    assert abs(raw["answer_coverage_50"] - 0.5) > 0.1 and abs(raw["answer_coverage_90"] - 0.9) > 0.05
+    assert mended["answer_count"] == 20000
+
+
+def test_conformal_factors_refuse_a_split_that_cannot_support_them():
+    from causalqwen.regression import conformal_factors
+
+    one = torch.ones(1)
+    with pytest.raises(ValueError, match="calibration split is empty"):
+        conformal_factors(one[:0], one[:0], one[:0])
+    with pytest.raises(ValueError, match="8 answers is too small for level 0.9: it needs at least 9"):
+        conformal_factors(torch.zeros(8), torch.zeros(8), torch.ones(8), levels=(0.5, 0.9))
+    with pytest.raises(ValueError, match="open interval"):
+        conformal_factors(torch.zeros(8), torch.zeros(8), torch.ones(8), levels=(1.0,))

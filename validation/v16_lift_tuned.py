@@ -24,6 +24,11 @@ matched pairing stays as the second table, on [its own page](v14.md).
   standard mode); Qwen's greedy continuation read by the number grammar, an unparseable answer replaced by the mean
   of the training targets (LIFT's own rule).
 
+**Intervals.** CausalQwen also predicts a law, so its central intervals are scored where the answers are noisy
+observations, as the law is about: LIFT's validation split (the test targets are noiseless), each data set's 50
+points halved. On the second halves the raw central Cauchy intervals' coverage, and the coverage after split-conformal
+factors fitted on the first halves (`causalqwen.regression.conformal_factors`, beyond the design).
+
 | arm | reads $x$ as | answers with |
 |---|---|---|
 | CausalQwen | one ``<NUM>`` with its value | $\mathrm{loc}_Y$, the location of the Cauchy law of the next number |
@@ -129,14 +134,17 @@ def _causal_run(data: LiftData, learning_rate: float, steps: int) -> dict:
     history = train(model, TextDataset(rows, tokenizer, max_length=64), config, progress=False)
     model.eval()
 
-    def answers(x_values) -> np.ndarray:
+    def laws(x_values) -> tuple[np.ndarray, np.ndarray]:
         encoding = tokenizer([prompt_text(x) for x in x_values], padding=True, return_tensors="pt")
         law = next_number_law(model, encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"])
-        return law.loc.double().numpy()
+        return law.loc.double().numpy(), law.scale.double().numpy()
 
+    (valid, valid_scale), (predicted, scale) = laws(data.x_valid), laws(data.x_test)
     return {
-        "valid": answers(data.x_valid),
-        "predicted": answers(data.x_test),
+        "valid": valid,
+        "valid_scale": valid_scale,
+        "predicted": predicted,
+        "scale": scale,
         "unparseable": 0,
         "losses": [record["train/total_loss"] for record in history if "train/total_loss" in record],
         "steps": max(record["step"] for record in history),

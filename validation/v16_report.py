@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
+
+from causalqwen.regression import conformal_factors
 
 from .common import check, fmt, save_figure, table
 from .lift_baselines import LABELS
@@ -20,6 +23,7 @@ __all__ = ["flatness", "report_body", "report_claims", "report_headline", "tuned
 ARMS = ("CausalQwen", "Qwen digits", "Qwen digits + NTL")
 ROBUST_LINE = ("huber", "cauchy")
 MOONSHOT = ("linear", "quadratic", "exponential")
+LEVELS = (0.5, 0.8, 0.9, 0.95)  # the central intervals scored
 FLAT = 0.9  # the median flatness ratio at least this: the loss no longer falls by a tenth over the last tenth
 COLORS = {"linear": "tab:blue", "quadratic": "tab:orange", "exponential": "tab:green", "cosine": "tab:red"}
 
@@ -126,6 +130,37 @@ def _flatness_table(measured: dict) -> str:
     return table(["arm", "median", "smallest", "largest"], rows)
 
 
+def coverage(measured: dict) -> dict:
+    """``{condition: (raw, mended)}``, each ``{level: share}``: how often CausalQwen's central intervals at `LEVELS`
+    hold the answers of the second half of every validation split of the condition (pooled); raw, and widened by the
+    conformal factors fitted on the first half of the same split."""
+    out = {}
+    for condition in measured["settings"]["conditions"]:
+        hits = {"raw": {q: [] for q in LEVELS}, "mended": {q: [] for q in LEVELS}}
+        for data in (d for d in measured["datasets"] if d.condition == condition):
+            run = measured["runs"]["CausalQwen"][data.key]
+            y, loc, scale = (
+                torch.tensor(np.asarray(v, dtype=np.float64)) for v in (data.y_valid, run["valid"], run["valid_scale"])
+            )
+            half = len(y) // 2
+            factors = conformal_factors(y[:half], loc[:half], scale[:half], LEVELS)
+            error = (y[half:] - loc[half:]).abs()  # [n - half]
+            for q in LEVELS:
+                width = scale[half:] * np.tan(np.pi * q / 2)
+                hits["raw"][q] += (error <= width).tolist()
+                hits["mended"][q] += (error <= factors[q] * width).tolist()
+        out[condition] = tuple({q: float(np.mean(hits[kind][q])) for q in LEVELS} for kind in ("raw", "mended"))
+    return out
+
+
+def _coverage_table(measured: dict) -> str:
+    rows = []
+    for condition, (raw, mended) in coverage(measured).items():
+        rows.append([f"{condition}, raw Cauchy"] + [fmt(raw[q], 3) for q in LEVELS])
+        rows.append([f"{condition}, conformal (beyond the design)"] + [fmt(mended[q], 3) for q in LEVELS])
+    return table(["CausalQwen's intervals"] + [f"coverage at {round(100 * q)}%" for q in LEVELS], rows)
+
+
 def _goals(measured: dict) -> list[str]:
     functions = measured["settings"]["functions"]
     conditions = measured["settings"]["conditions"]
@@ -162,6 +197,13 @@ def _goals(measured: dict) -> list[str]:
                 + ", ".join(f"{f} {fmt(r, 3)}" for f, r in ratios.items())
                 + "."
             )
+    for condition, (raw, mended) in coverage(measured).items():
+        off = {q: abs(mended[q] - q) for q in (0.5, 0.9)}
+        lines.append(
+            f"- **Goal** (with the conformal factors, coverage within 0.05 of nominal at 50% and 90%; {condition}): "
+            f"{'met' if max(off.values()) <= 0.05 else 'not met'}: {fmt(mended[0.5], 3)} and {fmt(mended[0.9], 3)} "
+            f"(raw Cauchy intervals: {fmt(raw[0.5], 3)} and {fmt(raw[0.9], 3)})."
+        )
     return lines
 
 
@@ -211,6 +253,10 @@ def report_body(text: str, measured: dict) -> str:
         "bold):",
         "",
         _selection_table(measured),
+        "",
+        "**Intervals** (second halves of the validation splits, pooled; nominal coverage in the header):",
+        "",
+        _coverage_table(measured),
         "",
         "**Steps to a flat loss**: the flatness ratio (mean training loss over the last 10% of steps over the 10% "
         "before; 1 is flat) of every final run; the figure shows the curves of simulation 1 with outliers.",
