@@ -230,7 +230,7 @@ def test_a_study_writes_its_own_page_and_leaves_the_report_alone(tmp_path, monke
 def test_studies_are_not_part_of_the_default_run():
     import validation.__main__ as runner
 
-    assert set(runner.STUDIES) == {"V10", "V11", "V12", "GATE", "V14", "V15"} and not set(runner.STUDIES) & set(
+    assert set(runner.STUDIES) == {"V10", "V11", "V12", "GATE", "V14", "V15", "V16"} and not set(runner.STUDIES) & set(
         runner.EXPERIMENTS
     )
 
@@ -308,3 +308,19 @@ def test_a_run_removes_only_the_figures_its_earlier_pages_reference(tmp_path, mo
         torch.set_num_threads(threads)
     assert sorted(path.name for path in out.glob("*.png")) == ["v1_mine.png", "v1_new.png", "v2_old.png"]
     assert outside.read_bytes() == b"outside"
+
+
+def test_the_command_line_names_a_file_for_out_an_empty_name_and_runs_a_name_once(tmp_path, capsys, monkeypatch):
+    import validation.__main__ as runner
+
+    a_file = tmp_path / "report.md"
+    a_file.write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        runner.main(["--only", "V1", "--out", str(a_file)])
+    assert exit_info.value.code == 2 and "is a file: give a directory" in capsys.readouterr().err
+    assert a_file.read_text() == "mine"
+    with pytest.raises(SystemExit):
+        runner.main(["--only", "V1,", "--out", str(tmp_path)])
+    assert "'V1,' holds an empty name" in capsys.readouterr().err
+    args, names = runner._chosen_names(["--only", "v1,V1, v3", "--out", str(tmp_path)])
+    assert names == ["V1", "V3"]
