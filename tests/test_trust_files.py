@@ -898,3 +898,16 @@ def test_an_allowed_new_learning_rate_and_weight_decay_apply_and_the_result_resu
     assert [g["weight_decay"] for g in record["optimizer_param_groups"]] == [0.05, 0.0]
     # the checkpoint this wrote agrees with the settings it records: it resumes (here: nothing left to do)
     _resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)
+
+
+def test_an_optimizer_tensor_beyond_the_parameters_is_named_with_their_count_in_words():
+    import torch
+
+    from causalqwen.files.training_state import _optimizer_state
+
+    one = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
+    _, problems = _optimizer_state({"optimizer.3.exp_avg": torch.zeros(2)}, one)
+    assert problems == ["optimizer.3.exp_avg names no parameter of the optimizer (it has 1 parameter)"]
+    two = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))])
+    _, problems = _optimizer_state({"optimizer.3.exp_avg": torch.zeros(2)}, two)
+    assert problems == ["optimizer.3.exp_avg names no parameter of the optimizer (it has 2 parameters)"]

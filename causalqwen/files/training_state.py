@@ -241,7 +241,8 @@ def _optimizer_state(tensors: dict, optimizer) -> tuple[dict, list[str]]:
             continue
         parts = key.split(".")
         if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(params):
-            problems.append(f"{key} names no parameter of the optimizer ({len(params)} parameters)")
+            count = f"{len(params)} parameter" + ("" if len(params) == 1 else "s")
+            problems.append(f"{key} names no parameter of the optimizer (it has {count})")
             continue
         index, name = int(parts[1]), parts[2]
         wanted = () if name == "step" else tuple(params[index].shape)
