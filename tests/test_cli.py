@@ -760,3 +760,25 @@ def test_threads_sets_torch_s_thread_count_and_refuses_zero(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["generate", "--prompt", "x", "--threads", "0"])
     assert exited.value.code == 2 and "argument --threads: must be an integer from 1 to" in capsys.readouterr().err
+
+
+def test_the_demos_samples_write_numbers_as_generate_does(capsys):
+    """Each sample line is the prompt as given, then numbers at its resolution (D17), as ``causalqwen generate``
+    writes them, not every float32 digit (an untrained model's values have seven or more)."""
+    import ast
+
+    from causalqwen.app import demo
+    from causalqwen.app.tiny import build_tiny_causal_lm
+    from causalqwen.numbers import find_numbers
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    demo._print_samples(model, tokenizer)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(lines) == 5
+    for line in lines:
+        text = ast.literal_eval(line.split(None, 1)[1])
+        assert text.startswith(demo.PROMPTS[0])
+        continuation = text[len(demo.PROMPTS[0]) :]
+        for number in find_numbers(continuation):
+            digits = continuation[number.start : number.end].lstrip("-").replace(".", "").lstrip("0")
+            assert len(digits) <= 3, (line, continuation[number.start : number.end])

@@ -217,6 +217,13 @@ def generate_text(
         use_cache=use_cache,
         **sampling,
     )
+    return written_texts(tokenizer, prompts, batch, out, number_resolution)
+
+
+def written_texts(tokenizer, prompts: list[str], batch, out, number_resolution="prompt") -> list[str]:
+    """Each prompt exactly as given, then its generated continuation (``out`` of `causalqwen.generate` on the
+    left-padded encoding ``batch`` of ``prompts``), its numbers written at ``number_resolution``: the one way the
+    command line writes what it generated (``causalqwen generate`` and the demo's samples)."""
     texts = []
     for row, prompt in enumerate(prompts):
         kept = out.attention_mask[row].bool()  # the prompt's padding and what follows an EOS are dropped

@@ -152,8 +152,10 @@ def run_demo(
 
 
 def _print_samples(model, tokenizer) -> None:
-    """One generated sample of the first prompt per inference mode (seed 1)."""
+    """One generated sample of the first prompt per inference mode (seed 1), written as ``causalqwen generate`` writes
+    it (the prompt as given, the generated numbers at its resolution)."""
     from ..generation import generate
+    from .commands import written_texts
 
     print("\nOne sample per inference mode (seed 1):")
     batch = tokenizer(PROMPTS[:1], padding_side="left")
@@ -167,7 +169,7 @@ def _print_samples(model, tokenizer) -> None:
             max_new_tokens=12,
             generator=torch.Generator().manual_seed(1),
         )
-        print(f"  {mode:<18} {tokenizer.decode(out.sequences[0], out.numeric_values[0], out_of_vocab='mark')!r}")
+        print(f"  {mode:<18} {written_texts(tokenizer, PROMPTS[:1], batch, out)[0]!r}")
 
 
 def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, started: float) -> int:
