@@ -772,6 +772,8 @@ def test_the_demos_samples_write_numbers_as_generate_does(capsys):
     from causalqwen.numbers import find_numbers
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    with torch.no_grad():  # every mode's next token is <NUM>: the samples are numbers, whatever the model's values
+        model.action.classification_head.bias[tokenizer.num_token_id] += 1e4
     demo._print_samples(model, tokenizer)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert len(lines) == 5
@@ -779,6 +781,7 @@ def test_the_demos_samples_write_numbers_as_generate_does(capsys):
         text = ast.literal_eval(line.split(None, 1)[1])
         assert text.startswith(demo.PROMPTS[0])
         continuation = text[len(demo.PROMPTS[0]) :]
+        assert len(find_numbers(continuation)) >= 6, line
         for number in find_numbers(continuation):
             digits = continuation[number.start : number.end].lstrip("-").replace(".", "").lstrip("0")
             assert len(digits) <= 3, (line, continuation[number.start : number.end])
