@@ -537,3 +537,19 @@ def test_a_run_recorded_before_warmup_ratio_existed_resumes_unchanged(tokenizer,
         assert torch.equal(a, b), name
     saved = json.loads((tmp_path / "b" / "checkpoint-7" / "trainer_state.json").read_text())["settings"]["training"]
     assert (saved["warmup_steps"], saved["warmup_ratio"]) == (50, None)
+
+
+def test_the_progress_bar_says_when_it_evaluates(capsys):
+    """The held-out metrics pause the steps: the bar is redrawn as "evaluating" before them, "training" after."""
+    from causalqwen.app.tiny import build_tiny_causal_lm
+    from causalqwen.app.training_run import train
+    from causalqwen.files.data import TextDataset, collate, synthetic_texts
+    from causalqwen.training import TrainingConfig
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    data = TextDataset(synthetic_texts(16, seed=0), tokenizer, max_length=24)
+    held_out = collate(TextDataset(synthetic_texts(4, seed=1), tokenizer, max_length=24).items, tokenizer.pad_token_id)
+    config = TrainingConfig(steps=2, batch_size=8, learning_rate=1e-3, eval_every=1, log_every=1)
+    train(model, data, config, eval_batch=held_out, progress=True)
+    bar = capsys.readouterr().err
+    assert bar.count("evaluating:") >= 2 and "training:" in bar

@@ -299,8 +299,13 @@ def _steps(
             state.optimizer.zero_grad(set_to_none=True)
             state.step += 1
 
+            evaluating = eval_batch is not None and (state.step % config.eval_every == 0 or state.step == config.steps)
+            if evaluating:  # the held-out metrics take a while: the bar says so rather than stand still
+                bar.set_description("evaluating", refresh=True)
             with autocast_in(state.autocast_dtype, device):
                 record = _step_record(state, out, grad_norm, eval_batch if rank == 0 else None, eval_texts=eval_texts)
+            if evaluating:
+                bar.set_description("training", refresh=False)
             if record:
                 state.history.append(record)
                 if log:
