@@ -22,6 +22,7 @@ import regex
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wall_clock import budget
 
 from causalqwen import NumericTokenizer, tokenization
 from causalqwen.app.tiny import build_tiny_tokenizer
@@ -811,7 +812,11 @@ def test_loading_the_tokenizer_alone_prints_no_model_type_notice(tmp_path):
         "print(tok.decode(*tok.encode('a 12.50')))\n"
     )
     run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=budget(300),
+        cwd=Path(__file__).parent.parent,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "a 12.5\n"
