@@ -21,9 +21,11 @@ split.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -34,6 +36,7 @@ __all__ = [
     "NumberLaw",
     "answer_figures",
     "answer_positions",
+    "check_answers",
     "check_levels",
     "central_intervals",
     "conformal_factors",
@@ -48,14 +51,19 @@ PIT_BINS = 10  # the PIT histogram's bins of equal width on [0, 1]
 
 def check_levels(levels) -> tuple[float, ...]:
     """``levels`` as a tuple of floats, each in the open interval (0, 1), or a ``ValueError`` / ``TypeError`` naming
-    the value."""
-    if isinstance(levels, (int, float)) or not isinstance(levels, Sequence) or isinstance(levels, str):
+    the value. A level is any real number (a Python, NumPy or 0-d torch number); ``levels`` a sequence of them, or a
+    1-D array or tensor."""
+    if isinstance(levels, (Tensor, np.ndarray)) and levels.ndim == 1:
+        levels = levels.tolist()
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
         raise TypeError(f"levels must be a sequence of numbers in (0, 1), e.g. (0.5, 0.9), got {levels!r}")
     if not levels:
         raise ValueError("levels is empty: ask for at least one level, e.g. (0.5, 0.9)")
     checked = []
     for level in levels:
-        if isinstance(level, bool) or not isinstance(level, (int, float)):
+        if isinstance(level, Tensor) and level.ndim == 0 and level.is_floating_point():
+            level = level.item()
+        if isinstance(level, (bool, np.bool_)) or not isinstance(level, numbers.Real):
             raise TypeError(f"each level must be a number in (0, 1), got {level!r}")
         if not 0.0 < float(level) < 1.0:  # NaN fails too
             raise ValueError(f"each level must lie in the open interval (0, 1), got {level!r}")
@@ -64,12 +72,29 @@ def check_levels(levels) -> tuple[float, ...]:
 
 
 def central_intervals(loc: Tensor, scale: Tensor, levels: tuple[float, ...]) -> tuple[Tensor, Tensor]:
-    r"""``(low, high)``, ``[..., L]`` each: the central interval of $\mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$
-    ``[...]`` at each of the ``L`` checked ``levels``."""
-    q = torch.tensor(levels, dtype=loc.dtype, device=loc.device)  # [L]
-    low = cauchy.icdf((1 - q) / 2, loc.unsqueeze(-1), scale.unsqueeze(-1))  # [..., L]
-    high = cauchy.icdf((1 + q) / 2, loc.unsqueeze(-1), scale.unsqueeze(-1))  # [..., L]
-    return low, high
+    r"""``(low, high)``, ``[..., L]`` each, in float64: the central interval of
+    $\mathrm{Cauchy}(\mathrm{loc}, \mathrm{scale})$ ``[...]`` at each of the ``L`` checked ``levels``. The level and
+    the quantile are computed in float64 whatever the law's dtype: rounded to bfloat16, 0.99 is 0.9883, and rounded
+    to float32, $(1 + q)/2$ is 1 for $q = 1 - 10^{-8}$."""
+    loc, scale = loc.double().unsqueeze(-1), scale.double().unsqueeze(-1)  # [..., 1]
+    q = torch.tensor(levels, dtype=torch.float64, device=loc.device)  # [L]
+    return cauchy.icdf((1 - q) / 2, loc, scale), cauchy.icdf((1 + q) / 2, loc, scale)  # [..., L] each
+
+
+def check_answers(values: Tensor, loc: Tensor, scale: Tensor) -> None:
+    """``values``, ``loc``, ``scale``: tensors of one shape ``[N]``, the answers and locations finite, the scales
+    positive and finite; else a ``TypeError`` / ``ValueError`` naming the argument."""
+    for name, tensor in (("values", values), ("loc", loc), ("scale", scale)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [N], got {type(tensor).__name__}")
+        if tensor.shape != values.shape or tensor.ndim != 1:
+            raise ValueError(
+                f"values, loc and scale must share one shape [N]; got {[tuple(t.shape) for t in (values, loc, scale)]}"
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{name} holds a NaN or an infinity")
+    if not bool((scale > 0).all()):
+        raise ValueError("scale must be > 0 everywhere: it is a Cauchy scale")
 
 
 def last_real_positions(attention_mask: Tensor) -> Tensor:
@@ -115,8 +140,13 @@ def next_number_law(
     """The `NumberLaw` of the number that follows each prompt of an encoded batch ``[B, S]`` (either padding side),
     read at its last real token (the module's rule), under standard inference."""
     levels = check_levels(levels)
+    if not isinstance(input_ids, Tensor) or input_ids.ndim != 2:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a [B, S] tensor of prompts, got {shape}")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
+    if not isinstance(attention_mask, Tensor) or attention_mask.shape != input_ids.shape:
+        raise ValueError("attention_mask must be a tensor of the shape of input_ids [B, S]")
     if not bool(attention_mask.bool().any(dim=1).all()):
         raise ValueError("every prompt needs at least one real token (a row of attention_mask is all 0)")
     law = model.abduce(input_ids, numeric_values, attention_mask)
@@ -140,6 +170,11 @@ def predict_number(model, tokenizer, prompts: Sequence[str], levels=(0.5, 0.9)) 
     for index, prompt in enumerate(prompts):
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(f"prompts[{index}] must be a non-empty str, got {prompt!r}")
+    if tokenizer.num_token_id != model.config.num_token_id:
+        raise ValueError(
+            f"the tokenizer's <NUM> id {tokenizer.num_token_id} is not the model's {model.config.num_token_id}: "
+            "pass the tokenizer saved with the model"
+        )
     device = next(model.parameters()).device
     encoding = tokenizer(list(prompts), padding=True, return_tensors="pt")
     return next_number_law(
@@ -179,6 +214,7 @@ def answer_figures(values: Tensor, loc: Tensor, scale: Tensor, levels=(0.5, 0.9)
 
     ``q`` is written as a percentage (``answer_coverage_50``). No answers: ``{"answer_count": 0}``."""
     levels = check_levels(levels)
+    check_answers(values, loc, scale)
     count = values.numel()
     if count == 0:
         return {"answer_count": 0}
@@ -212,6 +248,7 @@ def conformal_factors(values: Tensor, loc: Tensor, scale: Tensor, levels=(0.5, 0
     $k$-th smallest and $k = \lceil (n + 1) q\rceil$. A ``ValueError`` for an empty split, or one too small for a
     level ($k > n$: at least $q/(1-q)$ answers are needed)."""
     levels = check_levels(levels)
+    check_answers(values, loc, scale)
     count = values.numel()
     if count == 0:
         raise ValueError("the calibration split is empty: conformal factors need held-out answers")

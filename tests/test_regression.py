@@ -196,3 +196,55 @@ def test_conformal_factors_refuse_a_split_that_cannot_support_them():
         conformal_factors(torch.zeros(8), torch.zeros(8), torch.ones(8), levels=(0.5, 0.9))
     with pytest.raises(ValueError, match="open interval"):
         conformal_factors(torch.zeros(8), torch.zeros(8), torch.ones(8), levels=(1.0,))
+
+
+def test_intervals_are_computed_in_float64_whatever_the_laws_dtype():
+    """bfloat16 rounds 0.99 to 0.9883 and float32 rounds (1 + q)/2 to 1 for q = 1 - 1e-8: the level and the quantile
+    are float64, against SciPy."""
+    loc, scale = torch.tensor([1.5]), torch.tensor([2.0])
+    for dtype in (torch.bfloat16, torch.float32):
+        low, high = central_intervals(loc.to(dtype), scale.to(dtype), (0.99, 1 - 1e-8))
+        assert low.dtype == high.dtype == torch.float64
+        for j, level in enumerate((0.99, 1 - 1e-8)):
+            expected = stats.cauchy.interval(level, loc=1.5, scale=2.0)
+            assert (float(low[0, j]), float(high[0, j])) == pytest.approx(expected, rel=1e-9)
+
+
+def test_levels_take_any_real_number_and_one_dimensional_arrays():
+    assert check_levels((np.float32(0.5), np.float64(0.9), torch.tensor(0.8))) == pytest.approx((0.5, 0.9, 0.8))
+    assert check_levels(np.array([0.5, 0.9])) == (0.5, 0.9) and check_levels(
+        torch.tensor([0.5, 0.9], dtype=torch.float64)
+    ) == (0.5, 0.9)
+    with pytest.raises(TypeError, match="each level must be a number"):
+        check_levels((np.bool_(True),))
+
+
+@pytest.mark.parametrize(
+    "values, loc, scale, words",
+    [
+        (torch.zeros(3), torch.zeros(2), torch.ones(3), "share one shape"),
+        (torch.zeros(3), torch.zeros(3), -torch.ones(3), "scale must be > 0"),
+        (torch.tensor([0.0, float("nan"), 1.0]), torch.zeros(3), torch.ones(3), "values holds a NaN"),
+        ([0.0, 1.0], torch.zeros(2), torch.ones(2), "values must be a torch.Tensor"),
+        (torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), "one shape \\[N\\]"),
+    ],
+)
+def test_answers_and_calibration_splits_are_checked_at_the_door(values, loc, scale, words):
+    from causalqwen.regression import conformal_factors
+
+    for function in (answer_figures, conformal_factors):
+        with pytest.raises((ValueError, TypeError), match=words):
+            function(values, loc, scale)
+
+
+def test_prompts_of_the_wrong_shape_and_a_foreign_tokenizer_are_named(tiny):
+    with pytest.raises(ValueError, match=r"input_ids must be a \[B, S\] tensor of prompts, got \(3,\)"):
+        next_number_law(tiny.model, torch.tensor([5, 6, 7]))
+    with pytest.raises(ValueError, match="attention_mask must be a tensor of the shape of input_ids"):
+        next_number_law(tiny.model, torch.tensor([[5, 6, 7]]), None, torch.ones(1, 2))
+
+    class Foreign:
+        num_token_id = 3
+
+    with pytest.raises(ValueError, match="the tokenizer's <NUM> id 3 is not the model's"):
+        predict_number(tiny.model, Foreign(), ["x = "])
