@@ -247,3 +247,22 @@ def test_the_losses_score_the_completion_alone():
     values = batch["numeric_values"][:, 1:]
     reg = gated_regression_loss(full.loc_Y[:, :-1], full.scale_Y[:, :-1], values, p_num, is_num[None])[0]
     assert float(out.reg_loss) == pytest.approx(float(reg[is_num].sum() / is_num.sum()), rel=1e-5)
+
+
+def test_prompt_completion_rows_refuse_what_would_train_a_sequence_no_text_gives(tokenizer):
+    with pytest.raises(ValueError, match="the prompt ends with a number and the completion starts with one"):
+        prompt_completion_features(tokenizer, "x = 3", "5")
+    for bad in (-5, 2.5, True, 1):
+        with pytest.raises(ValueError, match=f"max_length must be an int >= 2 or None, got {bad!r}"):
+            prompt_completion_features(tokenizer, "x = ", "5", bad)
+    with pytest.raises(TypeError, match="text 2: a row is a str or a PromptCompletion, got dict"):
+        TextDataset(["a 1", {"prompt": "a", "completion": "1"}], tokenizer, 16)
+
+
+def test_the_collator_refuses_labels_beside_a_completion_mask_and_a_mask_other_than_0_and_1(tokenizer):
+    features = prompt_completion_features(tokenizer, "x = ", "5")
+    with pytest.raises(ValueError, match=r"features\[0\] has both labels and a completion_mask"):
+        NumericDataCollator(tokenizer)([features | {"labels": features["input_ids"]}])
+    halves = features | {"completion_mask": [0.5] * len(features["input_ids"])}
+    with pytest.raises(ValueError, match=r"features\[0\]\['completion_mask'\] must hold 0 \(prompt\) and 1"):
+        NumericDataCollator(tokenizer)([halves])

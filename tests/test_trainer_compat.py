@@ -301,7 +301,8 @@ def test_trainer_finds_labels_alone_and_forward_still_takes_numeric_labels():
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     model.eval()
     batch = collate(plain_rows(tokenizer, count=2), tokenizer.pad_token_id)
-    moved = batch["numeric_values"] * 3 + 1
+    is_num = batch["labels"] == tokenizer.num_token_id  # a numeric label stands beside a <NUM> label only
+    moved = torch.where(is_num, batch["numeric_values"] * 3 + 1, 0.0)
     with torch.no_grad():
         positional = model(batch["input_ids"], batch["numeric_values"], batch["attention_mask"], batch["labels"], moved)
         keyword = model(**{**batch, "numeric_labels": moved})

@@ -287,9 +287,18 @@ def prompt_completion_features(tokenizer, prompt: str, completion: str, max_leng
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         if not value:
             raise ValueError(f"the {name} is empty")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
+        raise ValueError(f"max_length must be an int >= 2 or None, got {max_length!r}")
     limit = None if max_length is None else max_length + 1  # one more token than allowed tells a row too long
     prompt_ids, prompt_values = tokenizer.encode(prompt, limit)
     completion_ids, completion_values = tokenizer.encode(completion, limit)
+    num = tokenizer.num_token_id
+    if prompt_ids and completion_ids and prompt_ids[-1] == num and completion_ids[0] == num:
+        raise ValueError(
+            f"the prompt ends with a number and the completion starts with one ({prompt[-12:]!r} + "
+            f"{completion[:12]!r}): joined, they are one number in text but two <NUM> here; end the prompt with a "
+            "space or a separator"
+        )
     eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     ids = prompt_ids + completion_ids + eos
     if max_length is not None and len(ids) > max_length:
@@ -325,9 +334,9 @@ class TextDataset(Dataset):
         for index, row in enumerate(texts):
             try:
                 item = self._encoded(row, tokenizer, max_length)
-            except ValueError as error:
+            except (ValueError, TypeError) as error:
                 name = sources[index] if sources is not None else f"text {index + 1}"
-                raise ValueError(f"{name}: {error}") from None
+                raise type(error)(f"{name}: {error}") from None
             self.items.append(item)
 
     @staticmethod
@@ -340,6 +349,8 @@ class TextDataset(Dataset):
                 "numeric_values": torch.tensor(features["numeric_values"], dtype=torch.float32),
                 "completion_mask": torch.tensor(features["completion_mask"], dtype=torch.long),
             }
+        if not isinstance(row, str):
+            raise TypeError(f"a row is a str or a PromptCompletion, got {type(row).__name__}")
         ids, values = tokenizer.encode(row, max_length)  # only a prefix of a long text is encoded
         eos = tokenizer.eos_token_id
         if eos is not None:

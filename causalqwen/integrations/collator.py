@@ -142,6 +142,13 @@ def _feature_rows(feature: Mapping, index: int) -> dict[str, list]:
             except ValueError as error:
                 raise ValueError(f"features[{index}][{key!r}] {error}") from None
     rows.setdefault("attention_mask", [1] * len(rows["input_ids"]))
+    if "completion_mask" in rows:
+        if "labels" in rows:
+            raise ValueError(
+                f"features[{index}] has both labels and a completion_mask: give one (the mask makes the labels)"
+            )
+        if any(keep not in (0, 1) for keep in rows["completion_mask"]):
+            raise ValueError(f"features[{index}]['completion_mask'] must hold 0 (prompt) and 1 (completion) only")
     for key, row in rows.items():
         if len(row) != len(rows["input_ids"]):
             raise ValueError(f"features[{index}][{key!r}] has length {len(row)} but input_ids {len(rows['input_ids'])}")
