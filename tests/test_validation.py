@@ -324,3 +324,12 @@ def test_the_command_line_names_a_file_for_out_an_empty_name_and_runs_a_name_onc
     assert "'V1,' holds an empty name" in capsys.readouterr().err
     args, names = runner._chosen_names(["--only", "v1,V1, v3", "--out", str(tmp_path)])
     assert names == ["V1", "V3"]
+    with pytest.raises(SystemExit):
+        runner.main(["--only", "V1", "--out", str(a_file / "sub")])
+    assert "is a file; give a directory" in capsys.readouterr().err
+    report = runner.DEFAULT_OUT / "index.md"
+    before = report.read_bytes()
+    with pytest.raises(SystemExit):
+        runner.main(["--quick", "--only", "V1"])  # the committed report is all nine experiments' or none's
+    assert "would replace the report" in capsys.readouterr().err and report.read_bytes() == before
+    assert runner._chosen_names(["--only", "V16"])[1] == ["V16"]  # a study writes its own page

@@ -91,14 +91,18 @@ def robustness_markdown() -> str:
 
 def _chosen_names(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     """The parsed arguments and the experiments to run, each once, in the order given (names in any letter case; an
-    unknown or empty name, or an ``--out`` that is a file, is a usage error)."""
+    unknown or empty name, an ``--out`` that is or lies under a file, or a partial report in place of the committed
+    one, is a usage error). Studies alone (``--only V16``) write their own pages beside the report."""
     parser = argparse.ArgumentParser(prog="python -m validation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller samples and fewer steps (CI, under two minutes)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
     parser.add_argument("--only", default=None, help="comma-separated experiments to run, e.g. V1,V3 (default: all)")
     args = parser.parse_args(argv)
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out {str(args.out)!r} is a file: give a directory (it is created if missing)")
+    existing = next(path for path in (args.out, *args.out.absolute().parents) if path.exists())
+    if not existing.is_dir():
+        parser.error(
+            f"--out {str(args.out)!r}: {str(existing)!r} is a file; give a directory (it is created if missing)"
+        )
     names = list(EXPERIMENTS) if args.only is None else [name.strip().upper() for name in args.only.split(",")]
     if "" in names:
         parser.error(f"--only {args.only!r} holds an empty name: separate the names by single commas, e.g. V1,V3")
@@ -106,6 +110,12 @@ def _chosen_names(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]
     unknown = [name for name in names if name not in EXPERIMENTS and name not in STUDIES]
     if unknown:
         parser.error(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join([*EXPERIMENTS, *STUDIES])}")
+    partial = [name for name in names if name in EXPERIMENTS]
+    if partial and set(partial) != set(EXPERIMENTS) and args.out.absolute() == DEFAULT_OUT.absolute():
+        parser.error(
+            f"--only {','.join(partial)} would replace the report {DEFAULT_OUT / 'index.md'} (all of "
+            f"{', '.join(EXPERIMENTS)}) with {len(partial)} experiment(s): give --out DIR for a partial report"
+        )
     return args, names
 
 
