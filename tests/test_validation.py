@@ -317,7 +317,7 @@ def test_the_command_line_names_a_file_for_out_an_empty_name_and_runs_a_name_onc
     a_file.write_text("mine")
     with pytest.raises(SystemExit) as exit_info:
         runner.main(["--only", "V1", "--out", str(a_file)])
-    assert exit_info.value.code == 2 and "is a file: give a directory" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "is a file; give a directory" in capsys.readouterr().err
     assert a_file.read_text() == "mine"
     with pytest.raises(SystemExit):
         runner.main(["--only", "V1,", "--out", str(tmp_path)])
