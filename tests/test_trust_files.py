@@ -911,3 +911,20 @@ def test_an_optimizer_tensor_beyond_the_parameters_is_named_with_their_count_in_
     two = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))])
     _, problems = _optimizer_state({"optimizer.3.exp_avg": torch.zeros(2)}, two)
     assert problems == ["optimizer.3.exp_avg names no parameter of the optimizer (it has 2 parameters)"]
+
+
+def test_an_overwrite_whose_run_would_write_a_kept_checkpoint_stops_before_its_first_step(tmp_path, capsys):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": f"item {i} costs {i}.5"}) + "\n" for i in range(4)))
+    out = tmp_path / "run"
+    args = ["train", "--base", "tiny", "--data", str(data), "--out", str(out), "--batch-size", "2", "--save-every", "1"]
+    assert cli.main(args + ["--steps", "2", "--save-total-limit", "0"]) == 0
+    (out / "checkpoint-2" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args + ["--steps", "2", "--overwrite"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "already holds checkpoint-2, which this run would write" in err
+    assert (out / "checkpoint-2" / "notes.txt").read_text() == "mine"
+    assert not (out / "checkpoint-1").exists() and not (out / "metrics.jsonl").exists()  # no step was taken

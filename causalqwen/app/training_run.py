@@ -200,7 +200,21 @@ def _start(
         logger.info("resumed from %s at step %d", checkpoint, state.step)
         if allow_changed_settings and writes:
             runs.write_config_file(out_dir, config)
+    if writes:
+        _check_checkpoint_names_free(out_dir, config, state.step)
     return state
+
+
+def _check_checkpoint_names_free(out_dir: str, config: TrainingConfig, step: int) -> None:
+    """A ``ValueError`` before the first step when a ``checkpoint-N`` the run will write is already there (a directory
+    that ``--overwrite`` kept because the run had not recorded writing it): the run would fail at step N."""
+    planned = [n for n in range(step + 1, config.steps + 1) if n % config.save_every == 0 or n == config.steps]
+    taken = [f"checkpoint-{n}" for n in planned if os.path.lexists(os.path.join(out_dir, f"checkpoint-{n}"))]
+    if taken:
+        raise ValueError(
+            f"{out_dir} already holds {', '.join(taken)}, which this run would write (kept: the run did not record "
+            "writing what is there); move it away, or choose another --out"
+        )
 
 
 def _resume(path: str, state: TrainingState, allow_changed_settings: bool) -> None:
