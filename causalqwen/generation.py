@@ -81,6 +81,9 @@ class GenerationOutput(ModelOutput):
             ``[B, T, C]`` (only with ``output_decision_inputs=True``; for ``traditional``, the
             standard one).
         decision_scale: its scale, ``[B, T, C]`` (same condition).
+        prompt_length: the prompts' width $S$: the first $S$ positions of each row are its prompt (with its
+            padding), where ``tokenizer.batch_decode(out, number_texts=...)`` tells the prompt's ``<NUM>`` (which
+            ``number_texts`` name) from the generated ones.
     """
 
     sequences: torch.LongTensor | None = None
@@ -90,6 +93,7 @@ class GenerationOutput(ModelOutput):
     scale_U: torch.FloatTensor | None = None
     decision_loc: torch.FloatTensor | None = None
     decision_scale: torch.FloatTensor | None = None
+    prompt_length: int | None = None
 
 
 def _token_ids(value, name: str, vocab_size: int) -> list[int]:
@@ -335,7 +339,9 @@ def generate(
     if output_decision_inputs and trace:
         names = ("loc_U", "scale_U", "decision_loc", "decision_scale")
         traced = {name: torch.stack(parts, dim=1) for name, parts in zip(names, zip(*trace))}  # [B, T, C] each
-    return GenerationOutput(sequences=sequences, numeric_values=values, attention_mask=mask, **traced)
+    return GenerationOutput(
+        sequences=sequences, numeric_values=values, attention_mask=mask, prompt_length=input_ids.shape[1], **traced
+    )
 
 
 def _check_model(model) -> None:

@@ -61,6 +61,7 @@ from .writing import (
 )
 
 __all__ = [
+    "check_number_text_count",
     "EncodedRow",
     "runs_between",
     "ids_between_numbers",
@@ -305,6 +306,26 @@ def checked_number_text(surface: str, value: float, index: int, position: int) -
     return surface
 
 
+def check_number_text_count(given: int, ids, num_token_id: int, prompt_length: int | None) -> None:
+    """``number_texts`` name the prompt's ``<NUM>`` tokens, one text each: ``given`` must equal the count of
+    ``<NUM>`` among the first ``prompt_length`` of ``ids``. Fewer would write the prompt's later numbers as generated
+    ones (``3%`` as ``3.00%``), more would take generated numbers for the prompt's. With ``prompt_length`` None
+    (`decode` of a row, whose prompt end it is not told) no more texts than the row's ``<NUM>``."""
+    ids = ids.tolist() if isinstance(ids, (torch.Tensor, np.ndarray)) else list(ids)
+    if prompt_length is None:
+        held = ids.count(num_token_id)
+        if given > held:
+            raise ValueError(f"number_texts holds {given} texts but the row holds only {held} <NUM> tokens")
+        return
+    needed = ids[:prompt_length].count(num_token_id)
+    if given != needed:
+        raise ValueError(
+            f"number_texts holds {given} texts but the prompt (its first {prompt_length} ids) holds {needed} <NUM> "
+            "tokens: they name exactly the prompt's numbers as written; pass the number_texts of the encoding the "
+            "prompt came from"
+        )
+
+
 def decoded_pieces(
     ids: list[int],
     values: list[float] | None,
@@ -321,7 +342,8 @@ def decoded_pieces(
 
     Every run of ordinary ids becomes one piece, ``decode_run(run)`` (`TEXT_PIECE`; a run that crosses ``split``
     is decoded as two runs); an id at or beyond ``size`` (a model's reserved row) is written ``<unk:ID>``. The
-    k-th ``<NUM>`` is ``number_texts[k]`` while there are texts (`WRITTEN_NUMBER`, checked to read as its value),
+    k-th ``<NUM>`` is ``number_texts[k]`` while there are texts (`WRITTEN_NUMBER`, checked to read as its value; their
+    count is checked by `check_number_text_count`),
     then the value written at ``resolution`` (`GENERATED_NUMBER`: None, its shortest float32 text; a power of
     ten; ``"prompt"``, the resolution `causalqwen.writing.resolution_for` gives after the ``number_texts``);
     with ``values`` None (plain ids) every ``<NUM>`` is the text ``num_token``.
@@ -362,6 +384,5 @@ def decoded_pieces(
         count += 1
     if run:
         pieces.append((decode_run(run), TEXT_PIECE))
-    if count < len(number_texts):
-        raise ValueError(f"number_texts has {len(number_texts)} texts but the row has only {count} <NUM> tokens")
+    check_number_text_count(len(number_texts), ids, num_token_id, prompt_length=None)
     return pieces, len(pieces) if split_piece is None else split_piece

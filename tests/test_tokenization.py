@@ -668,7 +668,7 @@ def test_the_section_refuses_a_run_encoder_that_loses_the_num_id():
     [
         (["7"], r"number_texts\[0\] = '7' reads as 7, but numeric_values\[1\] holds 2\.5; leave number_texts out"),
         (["2.5x"], r"number_texts\[0\] = '2\.5x' is not a number of the grammar"),
-        (["2.5", "1", "9"], r"number_texts has 3 texts but the row has only 2 <NUM> tokens"),
+        (["2.5", "1", "9"], r"number_texts holds 3 texts but the row holds only 2 <NUM> tokens"),
     ],
 )
 def test_the_section_checks_each_number_text_against_its_value(surfaces, match):

@@ -823,7 +823,11 @@ def test_generate_checks_the_number_texts_it_carries(tiny):
     for bad, error, match in (
         ([["12.50"]], ValueError, r"one list of str per prompt row \(2\)"),
         (["12.50", []], TypeError, r"number_texts\[0\] must be a list of str"),
-        ([["12.50", "3"], []], ValueError, r"number_texts\[0\] holds 2 texts but row 0 of input_ids holds 1 <NUM>"),
+        (
+            [["12.50", "3"], []],
+            ValueError,
+            r"row 0: number_texts holds 2 texts but the prompt \(its first 7 ids\) holds 1 <NUM>",
+        ),
     ):
         with pytest.raises(error, match=match):
             model.generate(**enc, number_texts=bad, max_new_tokens=1)

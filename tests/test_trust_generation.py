@@ -98,6 +98,69 @@ def test_a_prompt_ending_in_a_date_like_run_keeps_its_numbers_as_written(tiny):
     ) == ("from 2020-2021", " -2022")
 
 
+_PRICE = "The price is 12.50 yuan, up 3% from"  # two numbers: 12.50 and 3
+
+
+def test_number_texts_name_exactly_the_prompts_numbers_at_every_door(tiny, models):
+    """Too few texts would write the prompt's later numbers as generated ones (12.50 as 12, 3% as 3.00%), too many
+    would take a generated number for the prompt's: both are refused wherever the prompt's end is known, naming the
+    row, the count given and the count needed; the streamer refuses them as the prompt arrives, before any step."""
+    _, tokenizer = tiny
+    model = models["numbers"]
+    from causalqwen import NumericTextStreamer
+
+    enc = tokenizer([_PRICE], return_tensors="pt")
+    width = enc["input_ids"].shape[1]
+    out = model.generate(**enc, max_new_tokens=3, return_dict_in_generate=True)
+    loop = generate(model, enc["input_ids"], enc["numeric_values"], enc["attention_mask"], max_new_tokens=3)
+    first_generated = format_number(float(out.numeric_values[0, width]))  # reads as the first generated value
+    assert tokenizer.batch_decode(out, number_texts=enc.number_texts, number_resolution="prompt")[0].startswith(
+        "The price is 12.50 yuan, up 3% from "
+    )
+    steps = []
+    hook = model.register_forward_hook(lambda *_: steps.append(1))
+    for texts in ([], ["12.50"], ["12.50", "3", first_generated]):
+        needed = rf"holds {len(texts)} texts but the prompt \(its first {width} ids\) holds 2 <NUM>"
+        for output in (out, loop):
+            with pytest.raises(ValueError, match="row 0: number_texts " + needed):
+                tokenizer.batch_decode(output, number_texts=[texts], number_resolution="prompt")
+        with pytest.raises(ValueError, match="number_texts " + needed):
+            tokenizer.decode_continuation(
+                out.sequences[0], out.numeric_values[0], width, number_texts=texts, number_resolution="prompt"
+            )
+        with pytest.raises(ValueError, match="row 0: number_texts " + needed):
+            model.generate(**enc, number_texts=[texts], max_new_tokens=1)
+        for skip_prompt in (False, True):
+            with pytest.raises(ValueError, match="row 0: number_texts " + needed):
+                model.generate(**enc, streamer=NumericTextStreamer(tokenizer, skip_prompt, number_texts=texts))
+    hook.remove()
+    assert steps == []  # every refusal came before the model's first step
+
+
+@pytest.mark.parametrize(
+    "texts, error, pattern",
+    [
+        (["abc", "3"], ValueError, r"number_texts\[0\] = 'abc' is not a number text"),
+        (["12.50", "3 4"], ValueError, r"number_texts\[1\] = '3 4' is not a number text"),
+        (["12.50", "12345678901"], ValueError, r"number_texts\[1\] = '12345678901' is not a number text"),
+        (["12.50", 3], TypeError, r"number_texts\[1\] must be a str, got int 3"),
+        ("12.50", TypeError, r"number_texts must be a list of str.*got '12.50'"),
+    ],
+)
+def test_a_number_text_is_one_number_of_the_grammar_at_every_door(tiny, texts, error, pattern):
+    """One check wherever number_texts enter: the streamer when it is built, generate before it starts, decode."""
+    model, tokenizer = tiny
+    from causalqwen import NumericTextStreamer
+
+    enc = tokenizer([_PRICE], return_tensors="pt")
+    with pytest.raises(error, match=pattern):
+        NumericTextStreamer(tokenizer, number_texts=texts)
+    with pytest.raises(error, match=pattern.replace("number_texts", r"number_texts\[0\]", 1)):
+        model.generate(**enc, number_texts=[texts], max_new_tokens=1)
+    with pytest.raises(error, match=pattern):
+        tokenizer.decode(enc["input_ids"][0], enc["numeric_values"][0], number_texts=texts)
+
+
 # Token ids the model can produce: ordinary text, digits, special tokens, <NUM> with any float32 value, and the
 # reserved rows of the head beyond the tokenizer.
 _FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)

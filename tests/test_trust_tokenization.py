@@ -842,3 +842,16 @@ def test_decoding_at_the_prompts_resolution_asks_for_the_prompts_texts(tokenizer
     row = enc["input_ids"][1][enc["attention_mask"][1].bool()]
     assert tokenizer.decode(row, torch.zeros(len(row)), number_resolution="prompt") == "no number here"
     assert tokenizer.decode(ids, values) == "It was 12.5 and"  # the values, losslessly: no resolution asked
+
+
+def test_an_encodings_number_texts_name_exactly_its_numbers():
+    """Every row of an encoding is a prompt: texts for only some of its numbers would write the rest from the values
+    (12.50 then 3.0 as 3, the text's 3.0 lost), so fewer or more than the row's <NUM> are refused, naming the row."""
+    tokenizer = NumericTokenizer(build_tiny_tokenizer())
+    encoding = tokenizer(["a 1", "up 12.50 from 3.0"])
+    assert tokenizer.batch_decode(encoding) == ["a 1", "up 12.50 from 3.0"]
+    for texts in (["12.50"], ["12.50", "3.0", "3.0"]):
+        with pytest.raises(
+            ValueError, match=rf"row 1: number_texts holds {len(texts)} texts but the prompt .* holds 2"
+        ):
+            tokenizer.batch_decode(encoding, number_texts=[["1"], texts])

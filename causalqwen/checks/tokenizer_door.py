@@ -17,7 +17,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..tokenization import RETURN_TENSORS
+from ..numbers import parse_number
+from ..tokenization import RETURN_TENSORS, check_number_text_count
 
 __all__ = [
     "MAX_TEXT_CHARS",
@@ -28,6 +29,8 @@ __all__ = [
     "check_call_arguments",
     "check_decode_arguments",
     "check_prompt_length",
+    "checked_number_texts",
+    "check_number_text_count",
     "is_batch",
     "is_empty",
     "batch_rows",
@@ -220,7 +223,7 @@ def check_decode_arguments(
         raise ValueError(f'out_of_vocab must be "raise" or "mark", got {out_of_vocab!r}')
     if not isinstance(skip_special_tokens, bool):
         raise TypeError(f"skip_special_tokens must be a bool, got {type(skip_special_tokens).__name__}")
-    surfaces = _as_text_list(number_texts)
+    surfaces = [] if number_texts is None else checked_number_texts(number_texts)
     for position, token_id in enumerate(ids):
         if token_id < 0:  # no model predicts a negative id: out_of_vocab="mark" cannot write it either
             raise ValueError(
@@ -266,16 +269,20 @@ def is_empty(input_ids) -> bool:
 
 
 def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:
-    """``batch_decode``'s door: one ``(ids, values, mask or None, number_texts or None)`` per row, from an
-    encoding or a generation output (``input_ids`` alone, its ``number_texts`` attribute used unless given), or
-    from ``input_ids`` and ``numeric_values`` [B, S] as tensors, arrays or lists of rows."""
-    mask = None
+    """``batch_decode``'s door: one ``(ids, values, mask or None, number_texts or None, prompt_length or None)`` per
+    row, from an encoding or a generation output (``input_ids`` alone, its ``number_texts`` attribute used unless
+    given), or from ``input_ids`` and ``numeric_values`` [B, S] as tensors, arrays or lists of rows.
+    ``prompt_length``: how many of the row's first ids are the prompt -- the whole row of an encoding, a generation
+    output's ``prompt_length``, None for bare ids and values (where the prompt ends is not said)."""
+    mask, prompt_length, whole_prompt = None, None, False
     if isinstance(input_ids, Mapping):
         if numeric_values is not None:
             raise TypeError("pass the encoding alone, or input_ids and numeric_values, not both")
         encoding = input_ids
         input_ids, numeric_values, mask = _unpack_encoding(encoding)
         number_texts = getattr(encoding, "number_texts", None) if number_texts is None else number_texts
+        prompt_length = encoding.get("prompt_length")  # a generation output's prompt width S
+        whole_prompt = "input_ids" in encoding and hasattr(encoding, "number_texts")  # the tokenizer's: all prompt
     id_rows = _as_rows(input_ids, "input_ids")
     # plain ids (no values): each <NUM> is written as the number token itself
     value_rows = [None] * len(id_rows) if numeric_values is None else _as_rows(numeric_values, "numeric_values")
@@ -287,7 +294,8 @@ def batch_rows(input_ids, numeric_values, number_texts) -> list[tuple]:
             + (f" and attention_mask {len(mask_rows)}" if mask is not None else "")
             + "; they must match"
         )
-    return list(zip(id_rows, value_rows, mask_rows, text_rows))
+    prompt_lengths = [len(ids) if whole_prompt else prompt_length for ids in id_rows]
+    return list(zip(id_rows, value_rows, mask_rows, text_rows, prompt_lengths))
 
 
 def kept_positions(ids, values, mask) -> tuple[list, list | None]:
@@ -374,15 +382,23 @@ def _as_value_list(data, name: str) -> list[float]:
     return values
 
 
-def _as_text_list(number_texts) -> list[str]:
-    """``number_texts`` of one row: None (no surface texts) or a list/tuple of str."""
-    if number_texts is None:
-        return []
+def checked_number_texts(number_texts, name: str = "number_texts") -> list[str]:
+    """The texts of one prompt's numbers as written (an encoding's ``number_texts[b]``): a list or tuple of str, each
+    one that the numeric grammar reads as exactly one number (`causalqwen.numbers.parse_number`, the rule the
+    tokenizer found it by), else a ``TypeError`` or ``ValueError`` naming ``name``, the index and the value. The one
+    check of ``number_texts`` wherever they enter: ``decode``, ``generate`` and `NumericTextStreamer`."""
     if not isinstance(number_texts, (list, tuple)):
-        raise TypeError(f"number_texts must be a list of str, got {type(number_texts).__name__}")
+        raise TypeError(f"{name} must be a list of str, the prompt's numbers as written, got {number_texts!r:.80}")
     for index, text in enumerate(number_texts):
         if not isinstance(text, str):
-            raise TypeError(f"number_texts[{index}] must be a str, got {type(text).__name__}")
+            raise TypeError(f"{name}[{index}] must be a str, got {type(text).__name__} {text!r:.80}")
+        try:
+            parse_number(text)
+        except ValueError as error:
+            raise ValueError(
+                f"{name}[{index}] = {text!r:.80} is not a number text: each is one number of the prompt as written "
+                f"({error})"
+            ) from None
     return list(number_texts)
 
 

@@ -45,6 +45,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..cauchy import validating, validation
 from ..checks.doors import refuse_meta
+from ..checks.tokenizer_door import check_number_text_count, checked_number_texts
 from ..generation import (
     check_generated_values,
     check_generator,
@@ -62,10 +63,13 @@ __all__ = ["GenerationState", "CausalQwenGenerateOutput", "CausalQwenGenerationM
 class CausalQwenGenerateOutput(GenerateDecoderOnlyOutput):
     r"""transformers' `GenerateDecoderOnlyOutput` plus ``numeric_values`` ``[B, S + T]``: the prompt's values,
     then $\mathrm{loc}_Y$ at every generated ``<NUM>`` and 0.0 elsewhere; and ``number_texts``, the prompts'
-    numbers as written, as given to ``generate`` (None if not), which ``tokenizer.batch_decode(out)`` reads."""
+    numbers as written, as given to ``generate`` (None if not), which ``tokenizer.batch_decode(out)`` reads; and
+    ``prompt_length``, the prompts' width $S$, where ``batch_decode`` tells the prompts' ``<NUM>`` (which
+    ``number_texts`` name) from the generated ones."""
 
     numeric_values: torch.FloatTensor | None = None
     number_texts: list | None = None
+    prompt_length: int | None = None
 
 
 class GenerationState:
@@ -192,8 +196,9 @@ def _refuse_unsupported(kwargs: dict, config) -> None:
 
 
 def _check_number_texts(number_texts, input_ids: Tensor, num_token_id: int) -> None:
-    """``generate``'s ``number_texts``: None, or one list of str per row of ``input_ids``, as many as the row's
-    ``<NUM>`` (each text is checked against its value where it is written, by the tokenizer's decoding)."""
+    """``generate``'s ``number_texts``: None, or one list per row of ``input_ids`` naming exactly the row's ``<NUM>``,
+    each text one number of the grammar (`causalqwen.checks.tokenizer_door.checked_number_texts`; each is checked
+    against its value where it is written, by the tokenizer's decoding)."""
     if number_texts is None:
         return
     if not isinstance(number_texts, (list, tuple)) or len(number_texts) != input_ids.shape[0]:
@@ -201,15 +206,12 @@ def _check_number_texts(number_texts, input_ids: Tensor, num_token_id: int) -> N
             f"number_texts must be one list of str per prompt row ({input_ids.shape[0]}), as the encoding's "
             f"number_texts: pass number_texts=enc.number_texts; got {number_texts!r:.80}"
         )
-    counts = (input_ids == num_token_id).sum(dim=1).tolist()
-    for row, (texts, count) in enumerate(zip(number_texts, counts)):
-        if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
-            raise TypeError(f"number_texts[{row}] must be a list of str, got {texts!r:.80}")
-        if len(texts) != count:
-            raise ValueError(
-                f"number_texts[{row}] holds {len(texts)} texts but row {row} of input_ids holds {count} <NUM>: "
-                "pass the number_texts of the encoding these ids came from"
-            )
+    for row, texts in enumerate(number_texts):
+        given = len(checked_number_texts(texts, f"number_texts[{row}]"))
+        try:
+            check_number_text_count(given, input_ids[row], num_token_id, prompt_length=input_ids.shape[1])
+        except ValueError as error:
+            raise ValueError(f"row {row}: {error}") from None
 
 
 class CausalQwenGenerationMixin(GenerationMixin):
@@ -308,7 +310,9 @@ class CausalQwenGenerationMixin(GenerationMixin):
             check_generated_values(state.values, input_ids.shape[1], self.dtype)
         if isinstance(output, Tensor):
             return output
-        return CausalQwenGenerateOutput(**output, numeric_values=state.values, number_texts=number_texts)
+        return CausalQwenGenerateOutput(
+            **output, numeric_values=state.values, number_texts=number_texts, prompt_length=input_ids.shape[1]
+        )
 
     def _get_logits_processor(self, *args, **kwargs):
         """transformers' logits processors, its temperature warper shifted by the row maximum first (the same

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 from transformers import TextStreamer
 
+from ..checks.tokenizer_door import check_number_text_count, checked_number_texts
 from ..float32 import format_number
 from ..writing import check_resolution
 
@@ -47,7 +48,8 @@ class NumericTextStreamer(TextStreamer):
             ``"mark"``: an untrained model's reserved row is written ``<unk:ID>`` instead of failing mid-stream, as
             the pipeline does), ``number_resolution`` (default here ``"prompt"``, as the pipeline; None writes every
             float32 digit), ``number_texts`` (the prompt's numbers as written, a list of str: ``enc.number_texts[0]``;
-            else those given to ``generate``).
+            else those given to ``generate``; each one number of the grammar, and exactly one per ``<NUM>`` of the
+            prompt, refused as the prompt arrives otherwise).
 
     Every argument is checked here, when the streamer is built (a ``TypeError`` or ``ValueError`` naming it), not
     once ``generate`` has started. Batch size 1 only, as transformers' `TextStreamer` (a ValueError otherwise).
@@ -129,10 +131,15 @@ class NumericTextStreamer(TextStreamer):
         """How the prompt's numbers were written: the ``number_texts`` given to the streamer, else those given to
         ``generate`` (the state's); without either, a ``ValueError`` at ``number_resolution="prompt"`` for a prompt
         that holds a number, else the shortest text of each value (``"12.5"`` for ``"12.50"``)."""
-        if self.given_number_texts is not None:
-            return list(self.given_number_texts)
-        if self.state.number_texts is not None:
-            return list(self.state.number_texts[0])
+        texts = self.given_number_texts
+        if texts is None and self.state.number_texts is not None:
+            texts = self.state.number_texts[0]
+        if texts is not None:
+            try:  # refused here, as the prompt arrives, before the first step: too few would rewrite its numbers
+                check_number_text_count(len(texts), ids, self.state.num_token_id, prompt_length=len(ids))
+            except ValueError as error:
+                raise ValueError(f"row 0: {error}") from None
+            return list(texts)
         numbers = [format_number(value) for token, value in zip(ids, values) if token == self.state.num_token_id]
         if numbers and self.decode_kwargs["number_resolution"] == "prompt":
             raise ValueError(
@@ -160,7 +167,8 @@ _DECODE_ARGUMENTS = ("skip_special_tokens", "out_of_vocab", "number_resolution",
 def _checked_arguments(skip_prompt, decode_kwargs: dict) -> list[str] | None:
     """The streamer's arguments, checked when it is built: ``skip_prompt`` and ``skip_special_tokens`` bools,
     ``out_of_vocab`` ``"raise"`` or ``"mark"``, ``number_resolution`` as `causalqwen.writing.check_resolution` takes
-    it, no other keyword; returns ``number_texts`` (None, or a list of str), taken out of ``decode_kwargs``."""
+    it, no other keyword; returns ``number_texts`` (None, or a list of number texts,
+    `causalqwen.checks.tokenizer_door.checked_number_texts`), taken out of ``decode_kwargs``."""
     unknown = sorted(set(decode_kwargs) - set(_DECODE_ARGUMENTS))
     if unknown:
         raise TypeError(
@@ -177,14 +185,7 @@ def _checked_arguments(skip_prompt, decode_kwargs: dict) -> list[str] | None:
     if "number_resolution" in decode_kwargs:
         check_resolution(decode_kwargs["number_resolution"])
     number_texts = decode_kwargs.pop("number_texts", None)
-    if number_texts is not None and (
-        not isinstance(number_texts, (list, tuple)) or not all(isinstance(text, str) for text in number_texts)
-    ):
-        raise TypeError(
-            f"number_texts must be a list of str, the prompt's numbers as written (enc.number_texts[0]), got "
-            f"{number_texts!r:.80}"
-        )
-    return number_texts
+    return None if number_texts is None else checked_number_texts(number_texts)
 
 
 def last_whitespace(text: str) -> int:

@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from ..checks.tokenizer_door import (
     batch_rows,
     check_decode_arguments,
+    check_number_text_count,
     check_prompt_length,
+    checked_number_texts,
     is_batch,
     is_empty,
     kept_positions,
@@ -65,8 +67,10 @@ class DecodingMixin:
             out_of_vocab: what to do with an id at or beyond ``len(self)`` -- one of the model's
                 reserved rows, which an untrained model can predict: ``"raise"`` (default) or
                 ``"mark"``, which writes it as ``<unk:ID>``.
-            number_texts: the surface texts of the first ``<NUM>`` positions, a list of str; each must
-                read as the value at its position (for a batch, one such list per row).
+            number_texts: the surface texts of the first ``<NUM>`` positions, a list of str; each must be one
+                number of the grammar that reads as the value at its position (for a batch, one such list per
+                row). Where the prompt's end is known (`decode_continuation`'s ``prompt_length``, `batch_decode` of
+                an encoding or a generation output) they name exactly the prompt's ``<NUM>``, one text each.
             number_resolution: how a generated number is written (`causalqwen.writing`): None, its shortest
                 float32 text (``2.5007427``); a power of ten, the value rounded to it in the text only (``0.01``:
                 ``2.50``); ``"prompt"`` (decision D17), the finer of the ``number_texts``' finest resolution (the
@@ -80,7 +84,8 @@ class DecodingMixin:
             TypeError: wrong element types.
             ValueError: the lengths differ, an id is negative or (with ``out_of_vocab="raise"``)
                 at least ``len(self)``, a ``<NUM>`` value is NaN or infinite, ``number_texts`` has
-                more texts than there are ``<NUM>`` or a text that does not read as its value, or
+                more texts than there are ``<NUM>`` (other than the prompt's ``<NUM>``, where its end is known)
+                or a text that is not one number or does not read as its value, or
                 ``number_resolution="prompt"`` comes without ``number_texts`` for a row that holds a ``<NUM>``.
         """
         if numeric_values is None and number_texts is not None:
@@ -141,6 +146,8 @@ class DecodingMixin:
         )
         prompt_length = check_prompt_length(prompt_length, len(ids))
         self._check_prompt_texts(ids, numeric_values, number_texts, number_resolution)
+        if number_texts is not None:  # they name exactly the prompt's <NUM>: too few would rewrite its later numbers
+            check_number_text_count(len(surfaces), ids, self._num_token_id, prompt_length)
         pieces, split = self._pieces(
             ids, values, surfaces, skip_special_tokens, split=prompt_length, resolution=number_resolution
         )
@@ -233,8 +240,15 @@ class DecodingMixin:
                 f"got a str in {number_texts!r:.80}"
             )
         texts = []
-        for row, (ids, values, keep, surfaces) in enumerate(batch_rows(input_ids, numeric_values, number_texts)):
+        for row, (ids, values, keep, surfaces, prompt_length) in enumerate(
+            batch_rows(input_ids, numeric_values, number_texts)
+        ):
             try:
+                if surfaces is not None and prompt_length is not None:  # where the prompt ends is known: its texts
+                    given = len(checked_number_texts(surfaces))  # name exactly its <NUM>
+                    check_number_text_count(
+                        given, ids, self._num_token_id, check_prompt_length(prompt_length, len(ids))
+                    )
                 if keep is not None:
                     ids, values = kept_positions(ids, values, keep)
                 texts.append(

@@ -217,7 +217,8 @@ class TokenizerMixin:
         ``input_ids`` and ``numeric_values`` (``attention_mask``, ``labels`` -- padded with -100 -- and
         ``numeric_labels`` where present), by `causalqwen.integrations.collator.NumericDataCollator`;
         ``padding_side`` defaults to `padding_side`. ``padding=False`` is refused (transformers' ``pad`` then
-        returns the rows as they are: use them so)."""
+        returns the rows as they are: use them so). Its ``number_texts`` are None: features do not say how their
+        numbers were written."""
         if isinstance(encoded_inputs, Mapping):  # a dict of lists (a batch), as transformers' pad takes too
             keys = list(encoded_inputs)
             encoded_inputs = [dict(zip(keys, values)) for values in zip(*(encoded_inputs[key] for key in keys))]
@@ -235,7 +236,7 @@ class TokenizerMixin:
         batch = collator(encoded_inputs)
         if return_attention_mask is False:
             del batch["attention_mask"]
-        return self.encoding_class(batch, [[] for _ in encoded_inputs])
+        return self.encoding_class(batch, None)  # features carry no number texts: how their numbers were written
 
     # -- special tokens and vocabulary, as the wrapped tokenizer has them (None where it has none) --
 
