@@ -789,9 +789,10 @@ def test_from_qwen_refuses_the_num_token_that_numeric_tokenizer_refuses(tmp_path
 
 def test_loading_the_tokenizer_alone_prints_no_model_type_notice(tmp_path):
     """A CausalQwen directory's tokenizer loaded in a process that imported the tokenizer alone: transformers reads
-    ``config.json`` to guess a tokenizer class and, not knowing ``causal_qwen`` there, would print "You are using a
-    model of type `causal_qwen` to instantiate a model of type ``"; nothing is printed, and transformers' other
-    warnings still are (its logging is not muted)."""
+    ``config.json`` to guess a tokenizer class and, where it did not know ``causal_qwen``, printed "You are using a
+    model of type `causal_qwen` to instantiate a model of type ``" (``import causalqwen`` now registers the name, and
+    the tokenizer's own filter stays for a transformers that reads the file before the registration); nothing is
+    printed, and transformers' other warnings still are (its logging is not muted)."""
     import subprocess
     import sys
 
@@ -806,7 +807,6 @@ def test_loading_the_tokenizer_alone_prints_no_model_type_notice(tmp_path):
         "import sys\n"
         "from causalqwen.integrations.tokenizer import NumericTokenizer\n"
         f"tok = NumericTokenizer.from_pretrained({str(tmp_path)!r})\n"
-        "assert 'causalqwen.configuration' not in sys.modules\n"
         "from transformers.utils import logging\n"
         "logging.get_logger('transformers.configuration_utils').warning('still heard')\n"
         "print(tok.decode(*tok.encode('a 12.50')))\n"
