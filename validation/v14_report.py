@@ -17,7 +17,7 @@ from .common import check, fmt, save_figure, table
 from .lift_baselines import CLASSICAL, LABELS
 from .lift_data import CONDITIONS, N_TEST, PUBLISHED, PUBLISHED_SOURCE, lift_rae, rae
 
-__all__ = ["LM_ARMS", "SMOOTH", "scores", "report_body", "report_claims", "report_headline", "lift_figure"]
+__all__ = ["LM_ARMS", "SMOOTH", "cell", "scores", "report_body", "report_claims", "report_headline", "lift_figure"]
 
 LM_ARMS = ("CausalQwen", "Qwen digits", "Qwen digits + NTL")
 SMOOTH = ("linear", "quadratic", "exponential", "cosine")
@@ -49,7 +49,7 @@ def scores(measured: dict, arm: str, metric=rae) -> dict:
     return {cell: np.asarray(values) for cell, values in out.items()}
 
 
-def _cell(values: np.ndarray) -> str:
+def cell(values: np.ndarray) -> str:
     if len(values) < 2:
         return fmt(float(values.mean()), 3)
     return f"{fmt(float(values.mean()), 3)} ± {fmt(float(values.std(ddof=1)), 2)}"
@@ -57,7 +57,7 @@ def _cell(values: np.ndarray) -> str:
 
 def _rae_table(measured: dict, condition: str, all_scores: dict) -> str:
     functions = measured["settings"]["functions"]
-    rows = [[_label(arm)] + [_cell(all_scores[arm][(f, condition)]) for f in functions] for arm in _arms(measured)]
+    rows = [[_label(arm)] + [cell(all_scores[arm][(f, condition)]) for f in functions] for arm in _arms(measured)]
     for column, name in (("gpt3", "LIFT/GPT-3 ada"), ("gptj", "LIFT/GPT-J")):
         rows.append(
             [f"*{name}, published, not re-run (LIFT RAE)*"]
@@ -70,7 +70,7 @@ def _lift_rae_table(measured: dict, lift_scores: dict) -> str:
     functions = measured["settings"]["functions"]
     rows = []
     for condition in CONDITIONS:
-        rows += [[condition, arm] + [_cell(lift_scores[arm][(f, condition)]) for f in functions] for arm in LM_ARMS]
+        rows += [[condition, arm] + [cell(lift_scores[arm][(f, condition)]) for f in functions] for arm in LM_ARMS]
         rows += [
             [condition, f"*{name} (published)*"] + [fmt(PUBLISHED[condition][f][column], 3) for f in functions]
             for column, name in (("gpt3", "LIFT/GPT-3"), ("gptj", "LIFT/GPT-J"))

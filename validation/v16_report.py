@@ -17,6 +17,7 @@ from causalqwen.regression import conformal_factors
 from .common import check, fmt, save_figure, table
 from .lift_baselines import LABELS
 from .lift_data import N_TEST, PUBLISHED, generate, lift_rae, rae
+from .v14_report import _predictions, cell, scores
 
 __all__ = ["flatness", "report_body", "report_claims", "report_headline", "tuned_figure"]
 
@@ -37,31 +38,11 @@ def flatness(losses) -> float:
     return float(losses[-tenth:].mean() / losses[-2 * tenth : -tenth].mean())
 
 
-def _predictions(measured: dict, arm: str) -> dict:
-    if arm in ARMS:
-        return {key: run["predicted"] for key, run in measured["runs"][arm].items()}
-    return measured["baselines"][arm]
-
-
-def _scores(measured: dict, arm: str, metric=rae) -> dict:
-    """``{(function, condition): array of the metric over the simulations}``."""
-    predictions, out = _predictions(measured, arm), {}
-    for data in measured["datasets"]:
-        out.setdefault((data.function, data.condition), []).append(metric(predictions[data.key], data.y_test))
-    return {cell: np.asarray(values) for cell, values in out.items()}
-
-
-def _cell(values: np.ndarray) -> str:
-    if len(values) < 2:
-        return fmt(float(values.mean()), 3)
-    return f"{fmt(float(values.mean()), 3)} ± {fmt(float(values.std(ddof=1)), 2)}"
-
-
 def _robust(measured: dict, metric) -> dict | None:
     """The robust polynomial: per cell the better of Huber and Cauchy (by mean), or None without them."""
     if not all(method in measured["settings"]["methods"] for method in ROBUST_LINE):
         return None
-    both = [_scores(measured, method, metric) for method in ROBUST_LINE]
+    both = [scores(measured, method, metric) for method in ROBUST_LINE]
     return {cell: min((s[cell] for s in both), key=lambda v: float(v.mean())) for cell in both[0]}
 
 
@@ -69,12 +50,12 @@ def _lift_table(measured: dict, condition: str) -> str:
     functions = measured["settings"]["functions"]
     rows = []
     for arm in ARMS:
-        scores = _scores(measured, arm, lift_rae)
-        rows.append([f"{arm} (tuned, all weights)"] + [_cell(scores[(f, condition)]) for f in functions])
+        arm_scores = scores(measured, arm, lift_rae)
+        rows.append([f"{arm} (tuned, all weights)"] + [cell(arm_scores[(f, condition)]) for f in functions])
     robust = _robust(measured, lift_rae)
     if robust is not None:
         rows.append(
-            ["robust polynomial (better of Huber, Cauchy; re-run)"] + [_cell(robust[(f, condition)]) for f in functions]
+            ["robust polynomial (better of Huber, Cauchy; re-run)"] + [cell(robust[(f, condition)]) for f in functions]
         )
     for column, name in (
         ("gptj", "LIFT/GPT-J (published)"),
@@ -89,8 +70,8 @@ def _rae_table(measured: dict, condition: str) -> str:
     functions = measured["settings"]["functions"]
     rows = []
     for arm in ARMS + tuple(measured["settings"]["methods"]):
-        scores = _scores(measured, arm)
-        rows.append([LABELS.get(arm, arm)] + [_cell(scores[(f, condition)]) for f in functions])
+        arm_scores = scores(measured, arm)
+        rows.append([LABELS.get(arm, arm)] + [cell(arm_scores[(f, condition)]) for f in functions])
     return table(["RAE, " + condition] + list(functions), rows)
 
 
@@ -165,7 +146,7 @@ def _goals(measured: dict) -> list[str]:
     functions = measured["settings"]["functions"]
     conditions = measured["settings"]["conditions"]
     lines = []
-    causal, qwen = _scores(measured, "CausalQwen"), _scores(measured, "Qwen digits")
+    causal, qwen = scores(measured, "CausalQwen"), scores(measured, "Qwen digits")
     cells = [(f, c) for c in conditions for f in functions]
     below_qwen = [cell for cell in cells if causal[cell].mean() < qwen[cell].mean()]
     lines.append(
@@ -179,7 +160,7 @@ def _goals(measured: dict) -> list[str]:
         + "."
     )
     if "outliers" in conditions:
-        lift = _scores(measured, "CausalQwen", lift_rae)
+        lift = scores(measured, "CausalQwen", lift_rae)
         below = [f for f in functions if lift[(f, "outliers")].mean() < PUBLISHED["outliers"][f]["gptj"]]
         lines.append(
             "- **Goal** (with outliers, CausalQwen's LIFT RAE below the published LIFT/GPT-J on at least 4 of 6 "
@@ -211,11 +192,11 @@ def _where_it_loses(measured: dict) -> list[str]:
     """Every cell where CausalQwen is not the best language model, or is above the published LIFT/GPT-J."""
     lines = []
     functions, conditions = measured["settings"]["functions"], measured["settings"]["conditions"]
-    scores = {arm: _scores(measured, arm) for arm in ARMS}
-    lift = _scores(measured, "CausalQwen", lift_rae)
+    per_arm = {arm: scores(measured, arm) for arm in ARMS}
+    lift = scores(measured, "CausalQwen", lift_rae)
     for condition in conditions:
         for f in functions:
-            means = {arm: float(scores[arm][(f, condition)].mean()) for arm in ARMS}
+            means = {arm: float(per_arm[arm][(f, condition)].mean()) for arm in ARMS}
             best = min(means, key=means.get)
             gptj = PUBLISHED[condition][f]["gptj"]
             causal = float(lift[(f, condition)].mean())
@@ -316,7 +297,7 @@ def report_headline(measured: dict) -> str:
     parts = []
     for condition in measured["settings"]["conditions"]:
         means = {
-            arm: np.mean([_scores(measured, arm, lift_rae)[(f, condition)].mean() for f in functions]) for arm in ARMS
+            arm: np.mean([scores(measured, arm, lift_rae)[(f, condition)].mean() for f in functions]) for arm in ARMS
         }
         parts.append(f"{condition}: " + ", ".join(f"{arm} {fmt(float(v), 3)}" for arm, v in means.items()))
     return "mean LIFT RAE over the functions, tuned: " + "; ".join(parts)
