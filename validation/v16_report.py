@@ -26,7 +26,14 @@ ROBUST_LINE = ("huber", "cauchy")
 MOONSHOT = ("linear", "quadratic", "exponential")
 LEVELS = (0.5, 0.8, 0.9, 0.95)  # the central intervals scored
 FLAT = 0.9  # the median flatness ratio at least this: the loss no longer falls by a tenth over the last tenth
-COLORS = {"linear": "tab:blue", "quadratic": "tab:orange", "exponential": "tab:green", "cosine": "tab:red"}
+COLORS = {
+    "linear": "tab:blue",
+    "quadratic": "tab:orange",
+    "exponential": "tab:green",
+    "cosine": "tab:red",
+    "l1norm": "tab:purple",
+    "piecewise": "tab:brown",
+}
 
 
 def flatness(losses) -> float:
