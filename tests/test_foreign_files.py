@@ -228,24 +228,17 @@ def test_remove_checkpoint_refuses_a_link_or_a_file_and_leaves_it(three_checkpoi
     assert (run / "checkpoint-1" / "model.safetensors").is_file()
 
 
-def test_a_directory_of_someone_else_at_the_step_being_saved_stops_the_run_without_deleting_it(tokenizer, tmp_path):
+def test_a_directory_of_someone_else_at_a_step_to_be_saved_stops_the_run_before_its_first_step(tokenizer, tmp_path):
     run = tmp_path / "run"
     claimed = RunDirectory.claim(run, "train")
     (run / "checkpoint-2").mkdir()  # not written by the run: no record
     (run / "checkpoint-2" / "notes.txt").write_text(NOTE)
     try:
-        with pytest.raises(
-            OSError,
-            match=r"checkpoint-2' holds notes.txt, which this run did not write.*step 2 "
-            "cannot be written: move that directory away and resume",
-        ):
+        with pytest.raises(ValueError, match=r"already holds checkpoint-2, which this run would write"):
             train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=claimed, progress=False)
     finally:
         claimed.release()
-    assert (run / "checkpoint-2" / "notes.txt").read_text() == NOTE and _checkpoints(run) == [
-        "checkpoint-1",
-        "checkpoint-2",
-    ]
+    assert (run / "checkpoint-2" / "notes.txt").read_text() == NOTE and _checkpoints(run) == ["checkpoint-2"]
     assert not (run / "checkpoint-2.partial").exists()
 
 

@@ -17,7 +17,17 @@ from .common import check, fmt, save_figure, table
 from .lift_baselines import CLASSICAL, LABELS
 from .lift_data import CONDITIONS, N_TEST, PUBLISHED, PUBLISHED_SOURCE, lift_rae, rae
 
-__all__ = ["LM_ARMS", "SMOOTH", "cell", "scores", "report_body", "report_claims", "report_headline", "lift_figure"]
+__all__ = [
+    "LM_ARMS",
+    "SMOOTH",
+    "cell",
+    "predictions",
+    "scores",
+    "report_body",
+    "report_claims",
+    "report_headline",
+    "lift_figure",
+]
 
 LM_ARMS = ("CausalQwen", "Qwen digits", "Qwen digits + NTL")
 SMOOTH = ("linear", "quadratic", "exponential", "cosine")
@@ -34,7 +44,7 @@ def _label(arm: str) -> str:
     return LABELS.get(arm, arm)
 
 
-def _predictions(measured: dict, arm: str) -> dict:
+def predictions(measured: dict, arm: str) -> dict:
     if arm in LM_ARMS:
         return {key: run["predicted"] for key, run in measured["runs"][arm].items()}
     return measured["baselines"][arm]
@@ -42,11 +52,11 @@ def _predictions(measured: dict, arm: str) -> dict:
 
 def scores(measured: dict, arm: str, metric=rae) -> dict:
     """``{(function, condition): array of the metric over the simulations}`` for one arm."""
-    predictions = _predictions(measured, arm)
+    answers = predictions(measured, arm)
     out: dict = {}
     for data in measured["datasets"]:
-        out.setdefault((data.function, data.condition), []).append(metric(predictions[data.key], data.y_test))
-    return {cell: np.asarray(values) for cell, values in out.items()}
+        out.setdefault((data.function, data.condition), []).append(metric(answers[data.key], data.y_test))
+    return {key: np.asarray(values) for key, values in out.items()}
 
 
 def cell(values: np.ndarray) -> str:
@@ -186,7 +196,7 @@ def report_claims(measured: dict) -> list:
     unscored = sum(
         len(p) != N_TEST or not np.isfinite(p).all()
         for arm in _arms(measured)
-        for p in (_predictions(measured, arm).get(k, np.array([])) for k in keys)
+        for p in (predictions(measured, arm).get(k, np.array([])) for k in keys)
     )
     _, worst = _reproduction(measured, scores_all(measured, lift_rae))
     return [
@@ -253,7 +263,7 @@ def _panel(axis, measured: dict, data) -> None:
         axis.scatter(data.x_train[-4:], data.y_train[-4:], s=25, color="red", marker="x", label="outliers")
     axis.plot(data.x_test[order], data.y_test[order], color="gray", lw=3, alpha=0.5, label="truth")
     for arm in LM_ARMS + (("huber",) if "huber" in measured["settings"]["methods"] else ()):
-        predicted = _predictions(measured, arm)[data.key]
+        predicted = predictions(measured, arm)[data.key]
         axis.plot(data.x_test[order], predicted[order], color=COLORS[arm], lw=1.2, label=_label(arm))
     axis.set_title(f"{data.function}, {data.condition}", fontsize=9)
     axis.set_ylim(-14, max(14.0, float(data.y_train.max()) + 4))  # answers beyond the frame are cut

@@ -17,7 +17,7 @@ from causalqwen.regression import conformal_factors
 from .common import check, fmt, save_figure, table
 from .lift_baselines import LABELS
 from .lift_data import N_TEST, PUBLISHED, generate, lift_rae, rae
-from .v14_report import _predictions, cell, scores
+from .v14_report import cell, predictions, scores
 
 __all__ = ["flatness", "report_body", "report_claims", "report_headline", "tuned_figure"]
 
@@ -263,7 +263,7 @@ def report_claims(measured: dict) -> list:
     unscored = sum(
         len(p) != N_TEST or not np.isfinite(p).all()
         for arm in ARMS + tuple(settings["methods"])
-        for p in (_predictions(measured, arm).get(k, np.array([])) for k in keys)
+        for p in (predictions(measured, arm).get(k, np.array([])) for k in keys)
     )
     ratios = np.concatenate(list(flatness_by_arm(measured).values()))
     claims = [

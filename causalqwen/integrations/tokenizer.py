@@ -43,7 +43,7 @@ from ..tokenization import (
 )
 from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import add_num_token, encode_by_runs, special_token_matching
+from .wrapped_tokenizer import SPECIAL_TOKEN_FLAG_LOCK, add_num_token, encode_by_runs
 
 __all__ = ["NumericTokenizer", "NumericEncoding", "TENSORS_FOR_A_BATCH", "EncodingPlan"]
 
@@ -383,15 +383,20 @@ class EncodingPlan:
         rust_ids = []
         if self.rust_texts:
             backend = self.backend
-            with special_token_matching(backend, matching=True):  # <NUM> matched; no other thread flips the flag
-                if backend.truncation is not None:
-                    backend.no_truncation()
-                if backend.padding is not None:
-                    backend.no_padding()
-                if len(self.rust_texts) <= ONE_BY_ONE:  # waking the Rust thread pool costs more than a few texts
-                    encodings = [backend.encode(text, add_special_tokens=False) for text in self.rust_texts]
-                else:
-                    encodings = backend.encode_batch(self.rust_texts, add_special_tokens=False)
+            with SPECIAL_TOKEN_FLAG_LOCK:  # special_token_matching's lock, taken here without a call: no other thread
+                previous = backend.encode_special_tokens  # flips the flag while <NUM> is matched
+                backend.encode_special_tokens = False
+                try:
+                    if backend.truncation is not None:
+                        backend.no_truncation()
+                    if backend.padding is not None:
+                        backend.no_padding()
+                    if len(self.rust_texts) <= ONE_BY_ONE:  # waking the Rust thread pool costs more than a few texts
+                        encodings = [backend.encode(text, add_special_tokens=False) for text in self.rust_texts]
+                    else:
+                        encodings = backend.encode_batch(self.rust_texts, add_special_tokens=False)
+                finally:
+                    backend.encode_special_tokens = previous
             rust_ids = [encoding.ids for encoding in encodings]
         slow_ids = (
             encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow], self.num_token_id)

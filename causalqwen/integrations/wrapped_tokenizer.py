@@ -24,10 +24,10 @@ from transformers import PreTrainedTokenizerBase
 from ..checks.tokenizer_door import check_num_token
 from ..tokenization import ids_between_numbers
 
-__all__ = ["add_num_token", "encode_by_runs", "decode_run", "special_token_matching"]
+__all__ = ["add_num_token", "encode_by_runs", "decode_run", "special_token_matching", "SPECIAL_TOKEN_FLAG_LOCK"]
 
 # held while a Rust backend's encode_special_tokens flag is set and used (re-entrant: a holder may call again)
-_FLAG_LOCK = threading.RLock()
+SPECIAL_TOKEN_FLAG_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -35,7 +35,7 @@ def special_token_matching(backend, matching: bool):
     """Encode with ``backend`` (a Rust ``tokenizers.Tokenizer``, or None for a slow tokenizer) inside this block with
     its special-token matching on or off (``encode_special_tokens = not matching``), the flag put back afterwards.
     The block holds one lock shared by all backends: another thread's block cannot change the flag meanwhile."""
-    with _FLAG_LOCK:
+    with SPECIAL_TOKEN_FLAG_LOCK:
         previous = getattr(backend, "encode_special_tokens", None)
         if previous is not None:
             backend.encode_special_tokens = not matching
