@@ -209,7 +209,7 @@ def answer_figures(values: Tensor, loc: Tensor, scale: Tensor, levels=(0.5, 0.9)
     | ``answer_count`` | $N$ |
     | ``answer_mae``, ``answer_mdae`` | mean, median $\lvert \mathrm{loc} - y\rvert$ |
     | ``answer_coverage_{q}`` | the share of answers inside the central interval at level $q$ (ideal: $q$) |
-    | ``answer_pit_{k}`` | the share of PIT values $F(y) $ in bin $[k/10, (k+1)/10)$ (ideal: 0.1 each) |
+    | ``answer_pit_{k}`` | the share of PIT values $F(y)$ in bin $[k/10, (k+1)/10)$ (ideal: 0.1 each) |
     | ``answer_pit_ks`` | the Kolmogorov–Smirnov distance of the PIT values from the uniform law (ideal: 0) |
 
     ``q`` is written as a percentage (``answer_coverage_50``). No answers: ``{"answer_count": 0}``."""
