@@ -2,6 +2,7 @@
 shipped files, the RAE against hand computation, the robust baselines, CausalQwen's answer, bad input, and the quick
 run end to end."""
 
+import json
 import math
 
 import numpy as np
@@ -208,3 +209,21 @@ def test_quick_run_end_to_end(tmp_path):
         assert (tmp_path / figure).stat().st_size > 0
     page = write_study(result, [("quick", "yes")], tmp_path)
     assert page.name == "v14.md" and "LIFT" in page.read_text()
+    saved = json.loads((tmp_path / "v14_predictions.json").read_text())
+    key = "linear/outliers/1"
+    assert len(saved["arms"]["CausalQwen"][key]["predicted"]) == 100 and saved["arms"]["CausalQwen"][key]["steps"] == 20
+    assert saved["datasets"][key]["y_test"] == generate("linear", 1, "outliers").y_test.tolist()
+    assert set(saved["baselines"]) >= {"poly", "huber"}
+
+
+def test_functions_and_simulations_are_chosen_by_argument_and_checked(tmp_path):
+    from validation.v14_lift import QUICK
+    from validation.v14_report import chosen_settings
+
+    assert chosen_settings(QUICK, {"functions": ("cosine",)})["functions"] == ("cosine",)
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['function'\]"):
+        run(True, tmp_path, function=("cosine",))
+    with pytest.raises(ValueError, match="unknown function 'sine'"):
+        run(True, tmp_path, functions=("sine",))
+    with pytest.raises(ValueError, match="unknown condition 'noisy'"):
+        chosen_settings({"functions": ("linear",), "conditions": ("clean",)}, {"conditions": ("noisy",)})

@@ -66,7 +66,15 @@ from .lift_data import CONDITIONS, FUNCTIONS, LiftData, generate, prompt_text, t
 from .qwen_finetuning import finetune_qwen
 from .v9_comparison import BATCH, SEED, train_causal
 from .v11_arithmetic import NumberTokenLossTerm
-from .v14_report import LM_ARMS, lift_figure, report_body, report_claims, report_headline
+from .v14_report import (
+    LM_ARMS,
+    chosen_settings,
+    lift_figure,
+    report_body,
+    report_claims,
+    report_headline,
+    save_predictions,
+)
 
 QUICK = {"functions": ("linear", "exponential"), "sims": (1,), "steps": 20, "lr": 1e-2, "methods": QUICK_METHODS}
 FULL = {"functions": FUNCTIONS, "sims": (1, 2, 3), "steps": 200, "lr": 1e-2, "methods": CLASSICAL + ROBUST}
@@ -186,8 +194,10 @@ def _language_models(datasets: list[LiftData], settings: dict, starting_point) -
     return runs, seconds
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    settings = {**(QUICK if quick else FULL), "dual_lr": 1.0}  # dual_lr: read by train_causal, no bound is set
+def run(quick: bool, out_dir: Path, **choices) -> ExperimentResult:
+    """The study (`FULL`, or `QUICK`), with any setting replaced by ``choices`` (``functions=("cosine",)``,
+    ``sims=(1,)``, ``steps=400``); the raw answers go to ``v14_predictions.json`` beside the page."""
+    settings = {**chosen_settings(QUICK if quick else FULL, choices), "dual_lr": 1.0}  # dual_lr: no bound is set
     started = time.perf_counter()
     datasets = [
         generate(function, sim, condition)
@@ -214,6 +224,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
         "seconds": seconds,
         "elapsed": time.perf_counter() - started,
     }
+    save_predictions(measured, Path(out_dir) / "v14_predictions.json")
     title, text = module_text(__name__)
     return ExperimentResult(
         name="V14",

@@ -10,12 +10,15 @@ stage and the ``elapsed`` time.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .common import check, fmt, save_figure, table
 from .lift_baselines import CLASSICAL, LABELS
-from .lift_data import CONDITIONS, N_TEST, PUBLISHED, PUBLISHED_SOURCE, lift_rae, rae
+from .lift_data import CONDITIONS, FUNCTIONS, N_TEST, PUBLISHED, PUBLISHED_SOURCE, lift_rae, rae
 
 __all__ = [
     "LM_ARMS",
@@ -316,3 +319,49 @@ def report_body(text: str, measured: dict) -> str:
             f"Timings (one torch thread each): {timings}; the whole experiment {fmt(measured['elapsed'], 3)} s.",
         ]
     )
+
+
+def chosen_settings(defaults: dict, choices: dict) -> dict:
+    """A LIFT study's settings: ``defaults`` (its full or quick settings) with any of them replaced by ``choices``
+    (``functions=("cosine",)``); an unknown setting, an unknown function or condition is a ``ValueError`` naming it."""
+    unknown = set(choices) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown setting(s) {sorted(unknown)}; the settings are {sorted(defaults)}")
+    settings = {**defaults, **choices}
+    for function in settings["functions"]:
+        if function not in FUNCTIONS:
+            raise ValueError(f"unknown function {function!r}; LIFT's are {', '.join(FUNCTIONS)}")
+    for condition in settings.get("conditions", CONDITIONS):
+        if condition not in CONDITIONS:
+            raise ValueError(f"unknown condition {condition!r}; LIFT's are {', '.join(CONDITIONS)}")
+    return settings
+
+
+RUN_FIELDS = ("learning_rate", "steps", "unparseable", "trainable", "losses")  # written beside the answers when known
+
+
+def save_predictions(measured: dict, path) -> Path:
+    """The raw answers of a LIFT study as JSON at ``path``: per data set (``function/condition/sim``) the test inputs
+    and targets; per language-model arm and data set the test answers and what the run records of `RUN_FIELDS`; per
+    tabular method its test answers."""
+    record = {
+        "datasets": {
+            "/".join(map(str, data.key)): {"x_test": data.x_test.tolist(), "y_test": data.y_test.tolist()}
+            for data in measured["datasets"]
+        },
+        "arms": {
+            arm: {
+                "/".join(map(str, key)): {"predicted": np.asarray(run["predicted"]).tolist()}
+                | {field: np.asarray(run[field]).tolist() for field in RUN_FIELDS if field in run}
+                for key, run in runs.items()
+            }
+            for arm, runs in measured["runs"].items()
+        },
+        "baselines": {
+            method: {"/".join(map(str, key)): np.asarray(answers).tolist() for key, answers in by_key.items()}
+            for method, by_key in measured["baselines"].items()
+        },
+    }
+    path = Path(path)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    return path

@@ -47,7 +47,6 @@ within 2× of the robust polynomial (the better of Huber and Cauchy) on linear, 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import multiprocessing
 import time
 from pathlib import Path
@@ -58,6 +57,7 @@ import torch
 from .common import ExperimentResult, fmt, module_text
 from .lift_baselines import CLASSICAL, QUICK_METHODS, ROBUST
 from .lift_data import CONDITIONS, FUNCTIONS, LiftData, generate, prompt_text, rae, training_text
+from .v14_report import chosen_settings, save_predictions
 from .v16_report import flatness, report_body, report_claims, report_headline, tuned_figure
 
 __all__ = ["LEARNING_RATES", "STEPS", "run", "train_arm", "flatness"]
@@ -286,45 +286,9 @@ def measure(settings: dict) -> dict:
     }
 
 
-def save_predictions(measured: dict, path: Path) -> Path:
-    """The raw answers of every run as JSON: per arm and data set the test predictions, the learning rate, the
-    steps and the training losses; per tabular method its test predictions; the test inputs and targets."""
-    record = {
-        "datasets": {
-            "/".join(map(str, data.key)): {"x_test": data.x_test.tolist(), "y_test": data.y_test.tolist()}
-            for data in measured["datasets"]
-        },
-        "arms": {
-            arm: {
-                "/".join(map(str, key)): {
-                    "predicted": np.asarray(run["predicted"]).tolist(),
-                    "learning_rate": run["learning_rate"],
-                    "steps": run["steps"],
-                    "losses": [float(v) for v in run["losses"]],
-                    "unparseable": run["unparseable"],
-                }
-                for key, run in runs.items()
-            }
-            for arm, runs in measured["runs"].items()
-        },
-        "baselines": {
-            method: {"/".join(map(str, key)): np.asarray(p).tolist() for key, p in predictions.items()}
-            for method, predictions in measured["baselines"].items()
-        },
-    }
-    path.write_text(json.dumps(record), encoding="utf-8")
-    return path
-
-
 def run(quick: bool, out_dir: Path, **choices) -> ExperimentResult:
     """The study (`FULL`, or `QUICK`), with any setting replaced by ``choices`` (``functions=("cosine",)``)."""
-    unknown = set(choices) - set(FULL)
-    if unknown:
-        raise ValueError(f"unknown setting(s) {sorted(unknown)}; the settings are {sorted(FULL)}")
-    settings = {**(QUICK if quick else FULL), **choices}
-    for function in settings["functions"]:
-        if function not in FUNCTIONS:
-            raise ValueError(f"unknown function {function!r}; LIFT's are {', '.join(FUNCTIONS)}")
+    settings = chosen_settings(QUICK if quick else FULL, choices)
     measured = measure(settings)
     out_dir = Path(out_dir)
     save_predictions(measured, out_dir / "v16_predictions.json")
