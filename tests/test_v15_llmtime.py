@@ -181,6 +181,21 @@ def test_quick_run_end_to_end(tmp_path):
     assert "Goal: CausalQwen's mean scaled MAE below Qwen-with-digits'" in text and "not re-run" in text
     assert all((tmp_path / figure).is_file() for figure in result.figures)
     assert not math.isnan(float(result.claims[1].measured))
+    import json
+
+    saved = json.loads((tmp_path / "v15_predictions.json").read_text())["AusBeer"]
+    assert len(saved["forecasts"]["CausalQwen"]) == len(saved["test"]) == len(saved["causal_law_scaled"]["scale"])
+    assert set(saved["forecasts"]) >= {"CausalQwen", "Qwen digits", "ARIMA", "seasonal naive"}
+
+
+def test_series_are_chosen_by_argument_and_checked(tmp_path):
+    from validation.v15_llmtime import chosen_settings, run
+
+    assert chosen_settings(True, {"series": ("Wine",), "steps": 5})["series"] == ("Wine",)
+    with pytest.raises(ValueError, match="unknown series 'Bitcoin'"):
+        run(True, tmp_path, series=("Bitcoin",))
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['serie'\]"):
+        run(True, tmp_path, serie=("Wine",))
 
 
 def test_off_scale_share_by_hand():

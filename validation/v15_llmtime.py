@@ -54,6 +54,7 @@ to be fair and correct.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -163,12 +164,46 @@ def _one_series(name: str, bases: tuple, settings: dict) -> dict:
     }
 
 
-def run(quick: bool, out_dir: Path) -> ExperimentResult:
-    settings = QUICK if quick else FULL
+def chosen_settings(quick: bool, choices: dict) -> dict:
+    """`QUICK` or `FULL` with any setting replaced by ``choices`` (``series=("Wine",)``, ``steps=400``); an unknown
+    setting or series is a ``ValueError`` naming it."""
+    defaults = QUICK if quick else FULL
+    unknown = set(choices) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown setting(s) {sorted(unknown)}; the settings are {sorted(defaults)}")
+    settings = {**defaults, **choices}
+    for name in settings["series"]:
+        if name not in SERIES:
+            raise ValueError(f"unknown series {name!r}; V15's are {', '.join(SERIES)}")
+    return settings
+
+
+def save_predictions(measured: dict, path: Path) -> Path:
+    """The raw forecasts as JSON at ``path``: per series its training and test parts (original units), every arm's
+    forecast of the test part, and CausalQwen's one-step laws along its path (scaled units: ``loc``, ``scale``)."""
+    record = {
+        name: {
+            "train": np.asarray(one["train"]).tolist(),
+            "test": np.asarray(one["test"]).tolist(),
+            "forecasts": {arm: np.asarray(values).tolist() for arm, values in one["forecasts"].items()},
+            "causal_law_scaled": {key: np.asarray(one["causal"][key]).tolist() for key in ("loc", "scale")},
+        }
+        for name, one in measured.items()
+    }
+    path = Path(path)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    return path
+
+
+def run(quick: bool, out_dir: Path, **choices) -> ExperimentResult:
+    """The study (`FULL`, or `QUICK`), with any setting replaced by ``choices`` (`chosen_settings`); the raw
+    forecasts go to ``v15_predictions.json`` beside the page."""
+    settings = chosen_settings(quick, choices)
     started = time.perf_counter()
     bases = pretrained_starting_point()
     measured = {name: _one_series(name, bases, settings) for name in settings["series"]}
     elapsed = time.perf_counter() - started
+    save_predictions(measured, Path(out_dir) / "v15_predictions.json")
     figure_name = forecast_figure(measured, out_dir)
     title, text = module_text(__name__)
     grid = settings["arima_grid"]
