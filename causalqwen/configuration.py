@@ -34,6 +34,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .abduction import ABDUCTION_TYPES
 from .checks.config_fields import check_integers_fit, check_ranges, checked_dtype, checked_field
+from .embedding import encoding_periods
 from .initialization import DRAFT_INIT, check_threshold_init, threshold_rule_settings
 from .losses import LOSS_ALGORITHMS
 
@@ -96,6 +97,11 @@ class CausalQwenConfig(Qwen2Config):
             plus a residual MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both
             start at $U \sim \mathrm{Cauchy}(z, \gamma)$.
         abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
+        number_encoding: how a value enters the embedding (`causalqwen.embedding`): ``"log"`` (the default, the
+            design's $\phi$) or ``"log_fourier"`` ($\phi$ plus sinusoids of $v$ whose weights start at zero;
+            beyond the design, decision D26).
+        number_periods: the periods $T_j$ of ``"log_fourier"`` (default: FoNE's decimal periods
+            $10^{-2}, \dots, 10^{4}$; ``None`` for ``"log"``).
         noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).
         ovr_threshold: the OvR threshold $C_k$, shared or, with ``ovr_threshold_per_class``, a vector of $V$ thresholds
             initialised to this value. `from_qwen` computes it by ``ovr_threshold_init``; without a base it is 0.0, the
@@ -141,6 +147,8 @@ class CausalQwenConfig(Qwen2Config):
     abduction_scale_init: float = 0.1
     abduction_type: str = "linear"
     abduction_mlp_size: int | None = None
+    number_encoding: str = "log"
+    number_periods: list[float] | None = None
     noise_init: float = 0.1
     ovr_threshold: float = 0.0
     ovr_threshold_init: str = "top_two_midpoint"
@@ -230,6 +238,7 @@ class CausalQwenConfig(Qwen2Config):
             )
         if self.abduction_mlp_size is not None and not (1 <= self.abduction_mlp_size <= SETTING_LIMIT):
             raise ValueError(f"config field abduction_mlp_size must be a positive int, got {self.abduction_mlp_size!r}")
+        self.number_periods = encoding_periods(self.number_encoding, self.number_periods, SETTING_LIMIT)
         if self.causal_size != self.hidden_size:
             raise ValueError(
                 f"causal_size ({self.causal_size}) must equal hidden_size ({self.hidden_size}): "

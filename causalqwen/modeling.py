@@ -164,7 +164,7 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
 
     def __init__(self, config: CausalQwenConfig):
         super().__init__(config)
-        self.numerical_embedding = NumericalEmbedding(config.hidden_size)
+        self.numerical_embedding = NumericalEmbedding(config.hidden_size, config.number_periods)
         self.abduction = build_abduction(config)
         self.post_init()
 

@@ -48,7 +48,7 @@ def _label(arm: str) -> str:
 
 
 def predictions(measured: dict, arm: str) -> dict:
-    if arm in LM_ARMS:
+    if arm in measured["runs"]:  # a language model's runs; a tabular method's answers otherwise
         return {key: run["predicted"] for key, run in measured["runs"][arm].items()}
     return measured["baselines"][arm]
 

@@ -63,6 +63,13 @@ from .v16_report import flatness, report_body, report_claims, report_headline, t
 __all__ = ["LEARNING_RATES", "STEPS", "run", "train_arm", "flatness"]
 
 ARMS = ("CausalQwen", "Qwen digits", "Qwen digits + NTL")
+# CausalQwen's arms by the conversion settings they add (`causalqwen.embedding`: the number encodings, V17)
+BINARY_PERIODS = tuple(2.0**j for j in range(-3, 7))
+CAUSAL_ARMS = {
+    "CausalQwen": {},
+    "CausalQwen, log_fourier 10^j": {"number_encoding": "log_fourier"},
+    "CausalQwen, log_fourier 2^j": {"number_encoding": "log_fourier", "number_periods": list(BINARY_PERIODS)},
+}
 LEARNING_RATES = (3e-4, 1e-3, 3e-3)
 STEPS = 800
 BATCH = 16
@@ -70,6 +77,7 @@ SEED = 0
 LOG_EVERY = 10  # CausalQwen's training loss is logged every LOG_EVERY steps (Qwen's every step)
 MAX_NEW_TOKENS = 12  # the longest answer, "-123.456@", is 9 tokens of the tiny tokenizer
 FULL = {
+    "arms": ARMS,
     "functions": FUNCTIONS,
     "conditions": CONDITIONS,
     "sims": (1, 2, 3),
@@ -79,6 +87,7 @@ FULL = {
     "workers": 2,
 }
 QUICK = {
+    "arms": ARMS,
     "functions": ("linear",),
     "conditions": ("outliers",),
     "sims": (1,),
@@ -109,7 +118,7 @@ def _completion(x: float, y: float) -> str:
     return training_text(x, y)[len(prompt_text(x)) :]
 
 
-def _causal_run(data: LiftData, learning_rate: float, steps: int) -> dict:
+def _causal_run(data: LiftData, learning_rate: float, steps: int, init: dict) -> dict:
     from causalqwen.app.training_run import train
     from causalqwen.files.data import PromptCompletion, TextDataset
     from causalqwen.regression import next_number_law
@@ -118,7 +127,7 @@ def _causal_run(data: LiftData, learning_rate: float, steps: int) -> dict:
     from .v9_comparison import causal_model
 
     base, _, tokenizer = _STARTING_POINT
-    model = causal_model(base, tokenizer, seed=SEED)
+    model = causal_model(base, tokenizer, seed=SEED, **init)
     rows = [PromptCompletion(prompt_text(x), _completion(x, y)) for x, y in zip(data.x_train, data.y_train)]
     config = TrainingConfig(
         steps=steps,
@@ -200,12 +209,12 @@ def _qwen_run(data: LiftData, learning_rate: float, steps: int, ntl: bool) -> di
 def train_arm(arm: str, function: str, condition: str, sim: int, learning_rate: float, steps: int) -> dict:
     """One language-model arm trained on one LIFT data set (in a worker process started by `_start_worker`): its
     answers on the validation and test splits, training losses, steps, trainable values and seconds."""
-    if arm not in ARMS:
-        raise ValueError(f"arm must be one of {', '.join(ARMS)}, got {arm!r}")
+    if arm not in ARMS + tuple(CAUSAL_ARMS):
+        raise ValueError(f"arm must be one of {', '.join(ARMS + tuple(CAUSAL_ARMS))}, got {arm!r}")
     clock = time.perf_counter()
     data = generate(function, sim, condition)
-    if arm == "CausalQwen":
-        result = _causal_run(data, learning_rate, steps)
+    if arm in CAUSAL_ARMS:
+        result = _causal_run(data, learning_rate, steps, CAUSAL_ARMS[arm])
     else:
         result = _qwen_run(data, learning_rate, steps, ntl=arm.endswith("NTL"))
     return result | {"learning_rate": learning_rate, "seconds": time.perf_counter() - clock}
@@ -222,13 +231,13 @@ def _selection(pool, settings: dict) -> tuple[dict, dict]:
     condition, sim = SELECTION if SELECTION[0] in settings["conditions"] else (settings["conditions"][0], 1)
     pending = {
         (arm, function, rate): pool.submit(train_arm, arm, function, condition, sim, rate, settings["steps"])
-        for arm in ARMS
+        for arm in settings["arms"]
         for function in settings["functions"]
         for rate in settings["learning_rates"]
     }
     grid = {key: future.result() for key, future in pending.items()}
     chosen = {}
-    for arm in ARMS:
+    for arm in settings["arms"]:
         for function in settings["functions"]:
             valid_y = generate(function, sim, condition).y_valid
             scores = {rate: rae(grid[(arm, function, rate)]["valid"], valid_y) for rate in settings["learning_rates"]}
@@ -239,8 +248,8 @@ def _selection(pool, settings: dict) -> tuple[dict, dict]:
 def _final_runs(pool, settings: dict, chosen: dict, grid: dict) -> dict:
     """``{arm: {data key: run}}`` at the chosen rates, the selection runs reused where they are the same run."""
     selected = SELECTION if SELECTION[0] in settings["conditions"] else (settings["conditions"][0], 1)
-    pending, runs = {}, {arm: {} for arm in ARMS}
-    for arm in ARMS:
+    pending, runs = {}, {arm: {} for arm in settings["arms"]}
+    for arm in settings["arms"]:
         for function in settings["functions"]:
             rate = chosen[(arm, function)]
             for condition in settings["conditions"]:
