@@ -31,6 +31,7 @@ from torch import Tensor
 
 from . import cauchy
 from .action import num_probability
+from .inference import check_mode, decision_input
 
 __all__ = [
     "NumberLaw",
@@ -43,7 +44,9 @@ __all__ = [
     "last_real_positions",
     "next_number_law",
     "predict_number",
+    "sampled_next_numbers",
     "PIT_BINS",
+    "SAMPLED_MODES",
 ]
 
 PIT_BINS = 10  # the PIT histogram's bins of equal width on [0, 1]
@@ -158,6 +161,36 @@ def next_number_law(
     p_num = num_probability(decision.loc_S[:, num], decision.scale_S[:, num], head.ovr_threshold, num)  # [B]
     low, high = central_intervals(decision.loc_Y, decision.scale_Y, levels)
     return NumberLaw(decision.loc_Y, decision.scale_Y, p_num, levels, low, high)
+
+
+SAMPLED_MODES = ("standard", "causal", "shared_individual")  # the modes whose value is loc_Y of their decision input
+
+
+@torch.no_grad()
+def sampled_next_numbers(
+    model, input_ids: Tensor, numeric_values: Tensor, attention_mask: Tensor, mode: str, *, uniform=None, generator=None
+) -> Tensor:
+    r"""The value of the number that follows each prompt under the inference ``mode`` (decision D11), read at the
+    prompt's last real token: ``[B]``.
+
+    In ``causal`` and ``shared_individual`` the individual is drawn, $u = \mathrm{loc}_U + \mathrm{scale}_U \odot
+    \tan(\pi(\varepsilon - \tfrac12))$, and the value is $\mathrm{loc}_Y(u) = \vec w_{\mathrm{reg}} \cdot u +
+    b_{\mathrm{reg}}$, the median of $Y$ for that individual (the exogenous noise stays a law), so over
+    $\varepsilon$ it is distributed $\mathrm{Cauchy}(\vec w_{\mathrm{reg}} \cdot \mathrm{loc}_U + b_{\mathrm{reg}},\
+    |\vec w_{\mathrm{reg}}| \cdot \mathrm{scale}_U)$ (the closure, tested by Monte Carlo). One call is one step:
+    the two modes differ in the ``uniform`` $\varepsilon$ ``[B, C]`` a caller passes along a path, a fresh draw at
+    every step (``causal``; omitted, it is drawn from ``generator``) or one draw for every step of the path
+    (``shared_individual``). ``standard`` gives $\mathrm{loc}_Y$ of the standard law (`next_number_law`)."""
+    mode = check_mode(mode, SAMPLED_MODES)
+    if mode == "shared_individual" and uniform is None:
+        raise ValueError("shared_individual needs its one draw: pass uniform=, the [B, C] epsilon reused at every step")
+    law = model.abduce(input_ids, numeric_values, attention_mask)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)  # [B]
+    last = last_real_positions(attention_mask)  # [B]
+    loc_U, scale_U = law.loc_U[rows, last], law.scale_U[rows, last]  # [B, C] each
+    head = model.action
+    loc, _ = decision_input(mode, loc_U, scale_U, head.noise_scale, uniform=uniform, generator=generator)  # [B, C]
+    return head.locations(loc)[1]  # [B]
 
 
 def predict_number(model, tokenizer, prompts: Sequence[str], levels=(0.5, 0.9)) -> NumberLaw:

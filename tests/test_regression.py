@@ -17,6 +17,7 @@ from causalqwen.regression import (
     last_real_positions,
     next_number_law,
     predict_number,
+    sampled_next_numbers,
 )
 
 PROMPTS = [
@@ -248,3 +249,53 @@ def test_prompts_of_the_wrong_shape_and_a_foreign_tokenizer_are_named(tiny):
 
     with pytest.raises(ValueError, match="the tokenizer's <NUM> id 3 is not the model's"):
         predict_number(tiny.model, Foreign(), ["x = "])
+
+
+# ---- values under the sampled modes (sampled_next_numbers) ----
+
+
+def _prompts(tiny, n):
+    encoding = tiny.tokenizer(["The series reads 0.25, 0.5, 0.75, "] * n, return_tensors="pt")
+    return encoding["input_ids"], encoding["numeric_values"], encoding["attention_mask"]
+
+
+def test_standard_mode_gives_the_laws_location_and_a_central_draw_gives_it_too(tiny):
+    ids, values, mask = _prompts(tiny, 2)
+    law = next_number_law(tiny.model, ids, values, mask)
+    standard = sampled_next_numbers(tiny.model, ids, values, mask, "standard")
+    assert torch.equal(standard, law.loc)
+    half = torch.full((2, tiny.model.config.causal_size), 0.5)  # tan(pi (0.5 - 1/2)) = 0: the individual is loc_U
+    for mode in ("causal", "shared_individual"):
+        torch.testing.assert_close(sampled_next_numbers(tiny.model, ids, values, mask, mode, uniform=half), law.loc)
+
+
+def test_causal_values_follow_the_closure_of_the_individuals_law(tiny):
+    """Monte Carlo: 4000 draws of loc_Y(u), u ~ Cauchy(loc_U, scale_U), against SciPy's Cauchy with the closure's
+    location w . loc_U + b and scale |w| . scale_U, formed here in float64 from the weights."""
+    n = 4000
+    ids, values, mask = _prompts(tiny, n)
+    generator = torch.Generator().manual_seed(11)
+    drawn = sampled_next_numbers(tiny.model, ids[:n], values[:n], mask[:n], "causal", generator=generator)
+    law = tiny.model.abduce(ids[:1], values[:1], mask[:1])
+    loc_U, scale_U = law.loc_U[0, -1].detach().double(), law.scale_U[0, -1].detach().double()  # [C]
+    w = tiny.model.action.regression_head.weight[0].detach().double()
+    b = tiny.model.action.regression_head.bias[0].detach().double()
+    location, spread = float(w @ loc_U + b), float(w.abs() @ scale_U)
+    result = stats.kstest(drawn.double().numpy(), stats.cauchy(location, spread).cdf)
+    assert result.pvalue > 0.01, (result, location, spread)
+    assert len(set(drawn.tolist())) == n  # a fresh draw per row
+
+
+@pytest.mark.parametrize(
+    "mode, kwargs, error, words",
+    [
+        ("shared_noise", {}, ValueError, "unknown inference mode 'shared_noise'; valid modes are: standard, causal"),
+        ("traditional", {}, ValueError, "unknown inference mode 'traditional'"),
+        ("shared_individual", {}, ValueError, "shared_individual needs its one draw: pass uniform="),
+        ("causal", {"uniform": torch.full((2, 64), 1.5)}, ValueError, "uniform"),
+    ],
+)
+def test_sampled_values_refuse_a_mode_without_them_and_a_bad_draw(tiny, mode, kwargs, error, words):
+    ids, values, mask = _prompts(tiny, 2)
+    with pytest.raises(error, match=words):
+        sampled_next_numbers(tiny.model, ids, values, mask, mode, **kwargs)

@@ -9,8 +9,9 @@ claims with a computed verdict each, runs by default and also writes its own pag
 The studies (`STUDIES`: V10, the design's free parameters; V11, an outside arithmetic benchmark; V12, lm-eval
 with Qwen beside CausalQwen; GATE, the regression gate measured; V14, LIFT's regression from text, clean and with
 outliers; V15, LLMTime's series forecast as text; V16, LIFT with every language model at its tuned best; V17, the
-number encodings on LIFT) take longer than the report's time budget or need an optional extra, so they run only when
-named (``--only V10``) and each writes its own page, ``DIR/v10.md``, ``DIR/v11.md``, ..., next to the report.
+number encodings on LIFT; V18, LLMTime at CausalQwen's best) take longer than the report's time budget or need an
+optional extra, so they run only when named (``--only V10``) and each writes its own page, ``DIR/v10.md``,
+``DIR/v11.md``, ..., next to the report.
 
 All experiments run with one torch thread: the models are tiny, so a second thread only adds
 contention on a shared machine, and one thread keeps every number reproducible bit for bit on a
@@ -51,6 +52,7 @@ STUDIES = {
     "V15": "validation.v15_llmtime",
     "V16": "validation.v16_lift_tuned",
     "V17": "validation.v17_number_encoding",
+    "V18": "validation.v18_llmtime_tuned",
 }
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "validation"
