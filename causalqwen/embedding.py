@@ -9,7 +9,7 @@ with a learnable direction $\vec w_{\mathrm{num}} \in \mathbb R^H$, initialised 
 Since $\phi(0) = 0$, positions without a number keep their plain token embedding, and the
 logarithm compresses any float32 magnitude (up to $3.4\cdot10^{38}$) to at most $\ln(3.4\cdot10^{38}) \approx 88.7$.
 
-**Periodic features (opt-in, beyond the design; decision D26).** One direction puts every number on one line, so a
+**Periodic features (opt-in, beyond the design; decision D27).** One direction puts every number on one line, so a
 function of $v$ that repeats or breaks (a cosine, a piecewise rule) must be unfolded by the backbone. With periods
 $T_1, \dots, T_J$ (config ``number_encoding="log_fourier"``, ``number_periods``) the embedding adds, as FoNE does,
 sinusoids of $v$:

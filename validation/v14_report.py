@@ -347,7 +347,9 @@ def chosen_settings(defaults: dict, choices: dict) -> dict:
     return settings
 
 
-RUN_FIELDS = ("learning_rate", "steps", "unparseable", "trainable", "losses")  # written beside the answers when known
+# written beside the answers when known; CausalQwen's runs carry the scales of their laws, on the test and validation
+# splits, and their validation answers (what V13 scores the intervals on)
+RUN_FIELDS = ("learning_rate", "steps", "unparseable", "trainable", "losses", "scale", "valid", "valid_scale")
 
 
 def save_predictions(measured: dict, path) -> Path:
@@ -356,7 +358,12 @@ def save_predictions(measured: dict, path) -> Path:
     tabular method its test answers."""
     record = {
         "datasets": {
-            "/".join(map(str, data.key)): {"x_test": data.x_test.tolist(), "y_test": data.y_test.tolist()}
+            "/".join(map(str, data.key)): {
+                "x_test": data.x_test.tolist(),
+                "y_test": data.y_test.tolist(),
+                "x_valid": data.x_valid.tolist(),
+                "y_valid": data.y_valid.tolist(),
+            }
             for data in measured["datasets"]
         },
         "arms": {

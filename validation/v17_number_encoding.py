@@ -5,7 +5,7 @@ w_{\mathrm{num}}$. At its tuned best (V16) CausalQwen learns linear, quadratic, 
 LIFT/GPT-J, but cosine and piecewise stay near the RAE of predicting the mean. Is that the encoding: must the
 backbone unfold a function that repeats or breaks from one log-scaled coordinate? Here CausalQwen is trained the same
 way with the opt-in periodic features of `causalqwen.embedding` (config ``number_encoding="log_fourier"``, beyond the
-design, decision D26), which add sinusoids of $v$ at fixed periods whose weights start at zero, so every arm starts
+design, decision D27), which add sinusoids of $v$ at fixed periods whose weights start at zero, so every arm starts
 exactly where the design does.
 
 | arm | $\phi(v)$ | periods $T_j$ |
