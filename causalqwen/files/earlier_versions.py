@@ -5,7 +5,7 @@ file of an earlier version is (decision D26).
 
 - module paths a saved directory's ``causalqwen_auto.py`` imports, which transformers runs with
   ``trust_remote_code=True``. Directories saved before the sub-packages (41679d3 and earlier) import
-  ``causalqwen.pipelines``: that path is a real module of three lines, ``causalqwen/pipelines.py``, which imports the
+  ``causalqwen.pipelines``: that path is a real module of four statements, ``causalqwen/pipelines.py``, which imports the
   pipeline from `causalqwen.integrations.pipelines` and warns. Directories saved from 2065471 to b514a92 import
   ``NumericTokenizer`` from `causalqwen.tokenization`, which it left for the transformers wing: the section's
   ``__getattr__`` answers the names of `MOVED_NAMES` through `moved_name` when one is read. Directories saved since
