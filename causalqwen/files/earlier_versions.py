@@ -5,13 +5,13 @@ file of an earlier version is (decision D26).
 
 - module paths a saved directory's ``causalqwen_auto.py`` imports, which transformers runs with
   ``trust_remote_code=True``. Directories saved before the sub-packages (41679d3 and earlier) import
-  ``causalqwen.pipelines``: that path is a real module of four statements, ``causalqwen/pipelines.py``, which imports the
-  pipeline from `causalqwen.integrations.pipelines` and warns. Directories saved from 2065471 to b514a92 import
+  ``causalqwen.pipelines``: ``causalqwen/pipelines.py`` is a real module of four statements, which imports the
+  pipeline from `causalqwen.integrations.pipelines` and warns. Directories saved from 2065471 until b514a92 import
   ``NumericTokenizer`` from `causalqwen.tokenization`, which it left for the transformers wing: the section's
-  ``__getattr__`` answers the names of `MOVED_NAMES` through `moved_name` when one is read. Directories saved since
-  import only from the top-level ``causalqwen`` namespace (`causalqwen.integrations.auto`), so a later move of a
-  module cannot break them. No other old path is kept: the other module paths of the unpublished 0.1.0 were never
-  written into a saved file.
+  ``__getattr__`` answers the names of `MOVED_NAMES` through `moved_name` when one is read. Directories saved from
+  b514a92 on import only from the top-level ``causalqwen`` namespace (`causalqwen.integrations.auto`), so a later
+  move of a module cannot break them. No other old path is kept: the other module paths of the unpublished 0.1.0
+  were never written into a saved file.
 - `LEGACY_KEYS`: weight names of checkpoints written before the model was split into `CausalQwenModel` and its
   head, renamed on the way in (`causalqwen.files.loading`).
 - a config saved while the drafts' scale and threshold were the class defaults leaves those fields out: each one
