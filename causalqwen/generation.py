@@ -21,10 +21,11 @@ $\varepsilon_n \in \mathbb{R}^C$ once per row before the first step and reuse th
 ``causal`` draws a fresh $\varepsilon$ per row and step; ``traditional`` samples the token from
 `traditional_probabilities`. The prompt's keys and values are kept in the model's key/value cache
 (``model.new_key_value_cache()``, transformers' ``DynamicCache``, made by the transformers wing:
-`causalqwen.integrations.generation_mixin`), so each new step runs the stack on one token per row. This module
-imports torch and the sections alone. Prompts are left-padded;
-positions count real tokens only. A row stops after its EOS token and is then filled with the pad
+`causalqwen.integrations.generation_mixin`), so each new step runs the stack on one token per row. Prompts are
+left-padded; positions count real tokens only. A row stops after its EOS token and is then filled with the pad
 token (value 0.0, attention mask 0); generation stops early when every row has stopped.
+
+This module imports torch, the sections and the doors' checks alone (no transformers).
 """
 
 from __future__ import annotations
@@ -100,22 +101,26 @@ class GenerationOutput(Mapping):
     decision_scale: torch.FloatTensor | None = None
     prompt_length: int | None = None
 
+    def set_fields(self) -> list[str]:
+        """The names of the fields that are set (not None), in order: the mapping's keys."""
+        return [field.name for field in fields(self) if getattr(self, field.name) is not None]
+
     def to_tuple(self) -> tuple:
         """The values of the fields that are set, in order."""
-        return tuple(self[name] for name in self)
+        return tuple(getattr(self, name) for name in self.set_fields())
 
     def __getitem__(self, key):
         if isinstance(key, str):
-            if key not in list(self):
+            if key not in self.set_fields():
                 raise KeyError(key)
             return getattr(self, key)
         return self.to_tuple()[key]  # a position or a slice among the fields that are set
 
     def __iter__(self):
-        return iter([field.name for field in fields(self) if getattr(self, field.name) is not None])
+        return iter(self.set_fields())
 
     def __len__(self) -> int:
-        return len(list(iter(self)))
+        return len(self.set_fields())
 
 
 def _token_ids(value, name: str, vocab_size: int) -> list[int]:
