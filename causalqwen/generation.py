@@ -19,20 +19,22 @@ $$
 ``shared_individual`` draws $\varepsilon \in (0,1)^C$ and ``shared_noise`` draws
 $\varepsilon_n \in \mathbb{R}^C$ once per row before the first step and reuse them at every step;
 ``causal`` draws a fresh $\varepsilon$ per row and step; ``traditional`` samples the token from
-`traditional_probabilities`. The prompt's keys and values are kept in a transformers
-``DynamicCache``, so each new step runs the stack on one token per row. Prompts are left-padded;
-positions count real tokens only. A row stops after its EOS token and is then filled with the pad
+`traditional_probabilities`. The prompt's keys and values are kept in the model's key/value cache
+(``model.new_key_value_cache()``, transformers' ``DynamicCache``, made by the transformers wing:
+`causalqwen.integrations.generation_mixin`), so each new step runs the stack on one token per row. Prompts are
+left-padded; positions count real tokens only. A row stops after its EOS token and is then filled with the pad
 token (value 0.0, attention mask 0); generation stops early when every row has stopped.
+
+This module imports torch, the sections and the doors' checks alone (no transformers).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
-from transformers.cache_utils import DynamicCache
-from transformers.modeling_outputs import ModelOutput
 
 from .cauchy import validating, validation
 from .checks.doors import open_door, position_ids_from_mask, refuse_meta
@@ -63,8 +65,12 @@ __all__ = [
 
 
 @dataclass
-class GenerationOutput(ModelOutput):
+class GenerationOutput(Mapping):
     r"""Result of `generate`; prompts included, left padding kept.
+
+    Read by attribute (``out.sequences``) or as a mapping of the fields that are set, in order (``out["sequences"]``,
+    ``dict(out)``, ``tokenizer.batch_decode(out)``), and by position among them (``out[0]``, `to_tuple`), as
+    transformers' ``ModelOutput`` is read.
 
     Attributes:
         sequences: token ids ``[B, S + T]`` (prompt, then $T \le$ ``max_new_tokens`` generated steps).
@@ -94,6 +100,27 @@ class GenerationOutput(ModelOutput):
     decision_loc: torch.FloatTensor | None = None
     decision_scale: torch.FloatTensor | None = None
     prompt_length: int | None = None
+
+    def set_fields(self) -> list[str]:
+        """The names of the fields that are set (not None), in order: the mapping's keys."""
+        return [field.name for field in fields(self) if getattr(self, field.name) is not None]
+
+    def to_tuple(self) -> tuple:
+        """The values of the fields that are set, in order."""
+        return tuple(getattr(self, name) for name in self.set_fields())
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self.set_fields():
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]  # a position or a slice among the fields that are set
+
+    def __iter__(self):
+        return iter(self.set_fields())
+
+    def __len__(self) -> int:
+        return len(self.set_fields())
 
 
 def _token_ids(value, name: str, vocab_size: int) -> list[int]:
@@ -304,7 +331,7 @@ def generate(
         top_p: the ``traditional`` mode's nucleus cut.
         normalize: the ``traditional`` mode's normalization of the class scores.
         eos_token_id: id or ids that end a row (default: ``model.config.eos_token_id``).
-        use_cache: keep a ``DynamicCache`` (True) or rerun the whole sequence at every step (False,
+        use_cache: keep the model's key/value cache (True) or rerun the whole sequence at every step (False,
             the reference the cache is tested against).
         pad_token_id: fills a row after its EOS (default: ``model.config.pad_token_id``, else the first EOS id).
         uniform: fixes $\varepsilon$ of ``shared_individual``, ``[B, C]`` or ``[C]`` in (0, 1).
@@ -378,7 +405,7 @@ def _loop(model, sequences: Tensor, values: Tensor, mask: Tensor, rule: _Rule):
     head = model.action
     eos = torch.tensor(rule.eos_ids, dtype=sequences.dtype, device=sequences.device)
     unfinished = torch.ones(sequences.shape[0], dtype=torch.bool, device=sequences.device)  # [B]
-    cache = DynamicCache(config=model.config) if rule.use_cache else None
+    cache = model.new_key_value_cache() if rule.use_cache else None  # filled step by step by the stack
     # |W_cls| [V, C], formed once, not per step; traditional sampling from softmax(loc_S / T) never needs it
     needs_scales = rule.mode != "traditional" or rule.sampling[3] == "ovr"
     abs_weight = head.classification_head.weight.abs() if needs_scales else None

@@ -20,13 +20,13 @@ resume bit for bit, the output directory -- is `causalqwen.train` (`causalqwen.a
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import torch
 import torch.distributed as dist
-from transformers import get_cosine_schedule_with_warmup
 
 from .checks.values import TrainingDiverged
 from .divergence import DivergenceBound
@@ -41,6 +41,8 @@ __all__ = [
     "check_preset",
     "set_trainable",
     "parameter_groups",
+    "warmup_cosine_factor",
+    "warmup_cosine_schedule",
     "optimizer_and_schedule",
     "distributed_rank",
     "distributed_world_size",
@@ -225,11 +227,31 @@ class TrainingState:
     history: list[dict] = field(default_factory=list)  # one dict of metrics per logged step
 
 
+def warmup_cosine_factor(step: int, *, warmup: int, steps: int) -> float:
+    r"""The learning rate's factor after ``step`` scheduler steps: $t / w$ during the $w$ warm-up steps, then
+    $\frac12 (1 + \cos(\pi (t - w) / (T - w)))$, down to 0 at $T$ = ``steps`` (and 0 after it). The closed form
+    of transformers' ``get_cosine_schedule_with_warmup``, term by term."""
+    if step < warmup:
+        return float(step) / float(max(1, warmup))
+    progress = float(step - warmup) / float(max(1, steps - warmup))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def warmup_cosine_schedule(
+    optimizer: torch.optim.Optimizer, warmup: int, steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """``warmup`` steps of linear warm-up, then cosine decay to 0 at ``steps`` (`warmup_cosine_factor`), as a
+    ``LambdaLR``. Its factor is a ``functools.partial``, as transformers' is, so that its ``state_dict`` is the one a
+    checkpoint of transformers' schedule holds."""
+    factor = functools.partial(warmup_cosine_factor, warmup=warmup, steps=steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def optimizer_and_schedule(model, config: TrainingConfig):
     """AdamW on `parameter_groups` and its schedule: `TrainingConfig.num_warmup_steps` of linear warm-up, then
-    cosine decay to 0 at ``steps``."""
+    cosine decay to 0 at ``steps`` (`warmup_cosine_schedule`)."""
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.learning_rate)
-    return optimizer, get_cosine_schedule_with_warmup(optimizer, config.num_warmup_steps, config.steps)
+    return optimizer, warmup_cosine_schedule(optimizer, config.num_warmup_steps, config.steps)
 
 
 def distributed_rank() -> int:

@@ -219,6 +219,35 @@ def test_model_generate_method_and_float64(tiny):
     assert out.sequences.shape[1] == batch["input_ids"].shape[1] + 4
 
 
+def test_the_output_reads_as_transformers_model_output_reads(tiny):
+    """`GenerationOutput` (torch alone) is read as a ``ModelOutput`` of the same fields is: by attribute, as a mapping
+    of the fields that are set, in order, by position among them, and decoded whole by ``batch_decode``."""
+    from collections.abc import Mapping
+    from dataclasses import field, fields, make_dataclass
+
+    from transformers.utils import ModelOutput
+
+    from causalqwen.generation import GenerationOutput
+
+    names = [f.name for f in fields(GenerationOutput)]
+    reference = make_dataclass("Reference", [(n, object, field(default=None)) for n in names], bases=(ModelOutput,))
+    _, model, numeric = tiny
+    batch = _batch(numeric)
+    for trace in (False, True):
+        out = _run(model, batch, max_new_tokens=3, output_decision_inputs=trace)
+        theirs = reference(**{name: getattr(out, name) for name in names})
+        assert isinstance(out, Mapping) and list(out) == list(theirs.keys()) and len(out) == len(theirs)
+        assert all(out[key] is theirs[key] for key in theirs.keys())
+        assert all(a is b for a, b in zip(out.to_tuple(), theirs.to_tuple(), strict=True))
+        assert out[0] is theirs[0] and out[1:3] == theirs[1:3] and out[-1] == theirs[-1]
+        assert ("loc_U" in out) == ("loc_U" in theirs) == trace
+    with pytest.raises(KeyError):
+        out = _run(model, batch, max_new_tokens=1)
+        out["loc_U"]  # not set: as a ModelOutput, a KeyError
+    texts = numeric.batch_decode(out, number_texts=batch.number_texts)
+    assert texts == numeric.batch_decode(out.sequences, out.numeric_values, number_texts=batch.number_texts)
+
+
 def test_generation_rejects_bad_input(tiny):
     _, model, numeric = tiny
     batch = _batch(numeric)

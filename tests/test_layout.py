@@ -3,7 +3,8 @@ above them, and the code stays small and literal.
 
 The rules, read from the source with `ast` (nothing is imported to measure it):
 
-- the top level of ``causalqwen/`` is exactly `SECTIONS` plus the sub-packages `SUBPACKAGES`;
+- the top level of ``causalqwen/`` is exactly `SECTIONS` plus the sub-packages `SUBPACKAGES` (and `EARLIER_PATHS`, the
+  module paths that directories saved by earlier versions import);
 - every module opens with a docstring that says what it is;
 - no module is longer than 500 lines (``cauchy``, one cohesive toolkit in named sections, may be);
 - no function body holds more than 50 logical lines (lines on which a statement starts), its docstring excluded
@@ -13,8 +14,15 @@ The rules, read from the source with `ast` (nothing is imported to measure it):
 - no module imports another's private (``_underscored``) name, or reads one through a module;
 - no import cycle among the modules of ``causalqwen``, ``validation`` or ``benchmarks``, deferred imports included,
   and none among the sections and sub-packages of ``causalqwen`` with each sub-package one node;
-- the math sections (`LEAF_SECTIONS`) import only the standard library, torch, numpy, regex and each other, and
-  importing one of them in a fresh interpreter loads no transformers, peft, safetensors or huggingface_hub;
+- the math sections (`LEAF_SECTIONS`) import only the standard library, torch, numpy, regex and each other;
+- every section is torch-only: none imports (at module level or inside a function, by ``import`` or by
+  ``importlib.import_module``) transformers, peft, accelerate, tqdm, safetensors, huggingface_hub or lm_eval, nor
+  the sub-packages that build on them (`INFRASTRUCTURE`); only the transformers adapter (`TRANSFORMERS_ADAPTER`:
+  the config, the initialization and the model) builds on transformers. ``checks``, the doors' input checks, is
+  torch-only itself, and sections may use it. Importing every section but the adapter in a fresh interpreter loads
+  none of those packages;
+- ``import causalqwen`` loads nothing of earlier versions (`causalqwen.files.earlier_versions`) and puts no import
+  hook of its own on ``sys.meta_path`` (the Auto classes' name registration aside);
 - every section module has its own test file, ``tests/test_<module>.py``;
 - no test waits on the wall clock for a fixed number of seconds: every timeout, deadline and elapsed-time bound
   in ``tests/`` is a ``wall_clock.budget``, scaled to the machine's load.
@@ -57,6 +65,17 @@ SECTIONS = (
     "likelihood",
 )
 SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
+# Module paths of earlier versions that saved directories' causalqwen_auto.py import: a real module of a few lines
+# each (causalqwen.files.earlier_versions says which versions wrote them).
+EARLIER_PATHS = ("pipelines",)
+# The sections that are the transformers model: its config (a Qwen2Config), the conversion's initialization, the model.
+TRANSFORMERS_ADAPTER = ("configuration", "initialization", "modeling")
+# What no other section imports: the libraries of the transformers wing, and the sub-packages built on them.
+WING_LIBRARIES = ("transformers", "peft", "accelerate", "tqdm", "safetensors", "huggingface_hub", "lm_eval")
+INFRASTRUCTURE = ("kernels", "files", "integrations", "app")
+# The one import of history by a section: tokenization answers the names that left it (NumericTokenizer, which
+# saved directories import from it) through causalqwen.files.earlier_versions, loaded only when one is read.
+HISTORY_DOORS = {("tokenization", "causalqwen.files.earlier_versions")}
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 50
@@ -142,7 +161,7 @@ def imported_modules(path: Path, tree: ast.Module) -> set[str]:
 def test_the_top_level_is_the_design_sections_and_the_infrastructure_sub_packages():
     entries = {path.stem for path in (ROOT / "causalqwen").glob("*.py")} - {"__init__"}
     packages = {path.name for path in (ROOT / "causalqwen").iterdir() if (path / "__init__.py").exists()}
-    assert entries == set(SECTIONS)
+    assert entries == set(SECTIONS) | set(EARLIER_PATHS)
     assert packages == set(SUBPACKAGES)
     table_of_contents = importlib.import_module("causalqwen").__doc__
     for name in SECTIONS + SUBPACKAGES:
@@ -302,26 +321,141 @@ def test_a_math_section_imports_only_the_standard_library_torch_numpy_regex_and_
     assert inside <= set(SECTIONS), f"{section} imports {sorted(inside - set(SECTIONS))}"
 
 
-def test_importing_a_math_section_loads_no_transformers_peft_safetensors_or_hub():
-    """In a fresh interpreter, as a user would: ``import causalqwen.<section>`` for each math section."""
+def wing_imports(path: Path, tree: ast.Module) -> list[str]:
+    """What ``path`` imports of the transformers wing (`WING_LIBRARIES`, `INFRASTRUCTURE`), anywhere in it, by an
+    ``import`` statement or by ``importlib.import_module`` of a written name: ``"name (line n)"`` each."""
+    name = module_name(path)
+    package = name.split(".")[:-1]
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            module = base if node.level else node.module
+            targets = [module] if node.module else [f"{module}.{alias.name}" for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            targets = [node.args[0].value]
+        for target in targets:
+            parts = target.split(".")
+            wing = parts[0] in WING_LIBRARIES or (
+                parts[0] == "causalqwen" and parts[1:2] and parts[1] in INFRASTRUCTURE
+            )
+            if wing and (path.stem, target) not in HISTORY_DOORS:
+                found.append(f"{target} (line {node.lineno})")
+    return found
+
+
+# Every top-level module but the transformers adapter, the earlier versions' paths and the table of contents
+# (causalqwen/__init__.py, which registers the Auto classes' names).
+TORCH_ONLY_SECTIONS = sorted(
+    path.stem
+    for path in (ROOT / "causalqwen").glob("*.py")
+    if path.stem not in ("__init__", *TRANSFORMERS_ADAPTER, *EARLIER_PATHS)
+)
+
+
+@pytest.mark.parametrize("section", TORCH_ONLY_SECTIONS)
+def test_a_section_is_torch_only(section):
+    """Every section but the transformers adapter imports none of the wing's libraries and sub-packages, at module
+    level or inside a function."""
+    path = ROOT / "causalqwen" / f"{section}.py"
+    found = wing_imports(path, parsed(path))
+    assert found == [], (
+        f"causalqwen/{section}.py is a torch-only section but imports {', '.join(found)}: move what needs it into "
+        f"the transformers wing (causalqwen/integrations), or name the module in TRANSFORMERS_ADAPTER"
+    )
+
+
+def test_the_torch_only_rule_names_each_wing_import_it_finds(tmp_path):
+    """The rule reads imports at module level, inside functions, relative ones and ``importlib.import_module``."""
+    source = (
+        "from transformers.cache_utils import DynamicCache\n"
+        "from .files import loading\n"
+        "def f():\n"
+        "    from .integrations.outputs import CausalQwenOutput\n"
+        "    import importlib\n"
+        "    return importlib.import_module('peft')\n"
+        "from .checks.values import first_index\n"
+    )
+    path = ROOT / "causalqwen" / "generation.py"
+    found = wing_imports(path, ast.parse(source))
+    assert found == [
+        "transformers.cache_utils (line 1)",
+        "causalqwen.files (line 2)",
+        "causalqwen.integrations.outputs (line 4)",
+        "peft (line 6)",
+    ]
+
+
+def test_the_doors_checks_are_torch_only():
+    """``checks``, which sections use at their doors, imports only the standard library, torch, numpy, regex and the
+    sections."""
+    import sys
+
+    for path in python_files("causalqwen/checks"):
+        tree = parsed(path)
+        outside = {name for name in external_imports(tree) if name not in sys.stdlib_module_names} - LEAF_EXTERNAL
+        inside = {package_node(target) for target in imported_modules(path, tree)} - {None, "checks/"}
+        assert outside == set() and inside <= set(SECTIONS), (path.name, sorted(outside), sorted(inside))
+
+
+# torch itself loads tqdm (torch.hub): the rest of the wing's libraries, which only the wing loads
+LOADED_BY_THE_WING_ALONE = tuple(name for name in WING_LIBRARIES if name != "tqdm")
+
+
+def test_importing_every_torch_only_section_loads_no_transformers_peft_safetensors_or_hub():
+    """In a fresh interpreter, as a user would: ``import causalqwen.<section>`` for each section but the adapter."""
     import subprocess
     import sys
 
     program = (
         "import sys\n"
-        f"for name in {list(LEAF_SECTIONS)!r}:\n"
+        f"for name in {TORCH_ONLY_SECTIONS!r}:\n"
         "    __import__('causalqwen.' + name)\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('transformers', 'peft', 'safetensors', 'huggingface_hub', 'accelerate', 'lm_eval'))\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {LOADED_BY_THE_WING_ALONE!r})\n"
         "mine = sorted(m for m in sys.modules if m.startswith('causalqwen.') and m.count('.') > 1)\n"
         "print(heavy, mine)\n"
     )
     run = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=budget(300))
     assert run.returncode == 0, run.stderr
-    # the only sub-package modules loaded are the two that `import causalqwen` installs (stdlib only): the
-    # compatibility table and the Auto classes' names
-    want = "[] ['causalqwen.files.earlier_versions', 'causalqwen.integrations.auto_registration']"
+    # the only sub-package modules loaded: the doors' checks (torch-only) and the Auto classes' names, which
+    # `import causalqwen` installs (standard library only)
+    want = "[] ['causalqwen.checks.doors', 'causalqwen.checks.values', 'causalqwen.integrations.auto_registration']"
     assert run.stdout.strip() == want, run.stdout
+
+
+def test_import_causalqwen_loads_no_earlier_version_and_installs_no_hook_of_its_own():
+    """``import causalqwen`` in a fresh interpreter: `causalqwen.files.earlier_versions` stays unloaded, and the one
+    finder it adds to ``sys.meta_path`` is the Auto classes' name registration; reading an old name loads it."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, warnings\n"
+        "before = list(sys.meta_path)\n"
+        "import causalqwen\n"
+        "added = [type(f).__module__ + '.' + type(f).__name__ for f in sys.meta_path if f not in before]\n"
+        "print(added, 'causalqwen.files.earlier_versions' in sys.modules)\n"
+        "import causalqwen.tokenization\n"
+        "print('causalqwen.files.earlier_versions' in sys.modules)\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "from causalqwen.tokenization import NumericTokenizer\n"
+        "print('causalqwen.files.earlier_versions' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=budget(300))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:3] == [
+        "['causalqwen.integrations.auto_registration.AutoModulesFinder'] False",
+        "False",
+        "True",
+    ], run.stdout
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -334,61 +468,35 @@ def test_every_section_has_its_own_test_file(section):
 
 
 EARLIER = importlib.import_module("causalqwen.files.earlier_versions")
-OLD_PATHS = EARLIER.OLD_PATHS
 
 
-@pytest.mark.parametrize("old", sorted(OLD_PATHS))
-def test_an_old_import_path_is_an_alias_that_warns(old):
-    new = importlib.import_module(OLD_PATHS[old])
+@pytest.mark.parametrize("old", EARLIER_PATHS)
+def test_an_earlier_path_is_a_module_of_its_imports_that_warns(old):
+    """``causalqwen.pipelines``: the names of its module now (the same objects), with the warning naming it; the file
+    is a docstring, its imports, ``__all__`` and the warning."""
     import sys
 
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=OLD_PATHS[old].replace(".", r"\.")):
-        alias = importlib.import_module(old)
-    public = [name for name in vars(new) if not name.startswith("_")]
-    assert public and all(getattr(alias, name) is getattr(new, name) for name in public)
-
-
-def test_an_old_path_split_in_two_gives_the_names_of_both_and_still_runs_with_python_m(tmp_path):
-    """``causalqwen.cli`` became ``causalqwen.app.cli`` and ``causalqwen.app.commands``: the old path serves the names
-    of both (docs once imported ``load_model_and_tokenizer`` from it), and ``python -m causalqwen.cli`` (torchrun's
-    form) runs the command line, with the warning."""
-    import subprocess
-    import sys
-
-    from causalqwen.app import cli, commands
-
-    sys.modules.pop("causalqwen.cli", None)
-    with pytest.warns(DeprecationWarning):
-        old = importlib.import_module("causalqwen.cli")
-    assert old.load_model_and_tokenizer is commands.load_model_and_tokenizer and old.main is cli.main
-    run = subprocess.run(
-        [sys.executable, "-W", "always", "-m", "causalqwen.cli", "convert", "--help"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=budget(120),
-    )
-    assert run.returncode == 0, run.stderr
-    assert "usage: causalqwen convert" in run.stdout and "moved to causalqwen.app.cli" in run.stderr
+    sys.modules.pop(f"causalqwen.{old}", None)
+    with pytest.warns(DeprecationWarning, match=rf"causalqwen\.{old} moved to causalqwen\.integrations\.{old}"):
+        alias = importlib.import_module(f"causalqwen.{old}")
+    new = importlib.import_module(f"causalqwen.integrations.{old}")
+    assert alias.__all__ and all(getattr(alias, name) is getattr(new, name) for name in alias.__all__)
+    body = parsed(ROOT / "causalqwen" / f"{old}.py").body[1:]
+    kinds = {type(node).__name__ for node in body}
+    assert kinds <= {"ImportFrom", "Assign", "Expr"} and len(body) <= 5, kinds
 
 
 def test_a_name_that_left_a_module_is_answered_by_the_compatibility_table_alone():
     """Each name of `MOVED_NAMES` is not in its old module's source, and reading it through the old module gives the
-    new module's object, with the warning naming the new path."""
+    new module's object, with the warning naming the new path; any other name is an ``AttributeError``."""
     for old_module, names in EARLIER.MOVED_NAMES.items():
         module = importlib.import_module(old_module)
         for name, new_module in names.items():
             assert name not in vars(module), f"{old_module} still holds {name}"
             with pytest.warns(DeprecationWarning, match=new_module.replace(".", r"\.")):
                 assert getattr(module, name) is getattr(importlib.import_module(new_module), name)
-
-
-def test_the_old_paths_name_no_module_that_still_exists():
-    for old, new in OLD_PATHS.items():
-        relative = Path(*old.split("."))
-        assert not (ROOT / relative.with_suffix(".py")).exists() and not (ROOT / relative).is_dir(), old
-        assert importlib.util.find_spec(new) is not None, new
+        with pytest.raises(AttributeError, match="NoSuchName"):
+            module.NoSuchName  # noqa: B018
 
 
 def test_a_directory_saved_before_the_move_loads_through_transformers(tmp_path):

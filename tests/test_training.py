@@ -31,6 +31,8 @@ from causalqwen.training import (
     optimizer_and_schedule,
     parameter_groups,
     set_trainable,
+    warmup_cosine_factor,
+    warmup_cosine_schedule,
 )
 
 
@@ -408,6 +410,25 @@ def test_the_command_lines_warmup_ratio_gives_the_steps_its_help_promises():
         )
         assert commands._training_config(args).num_warmup_steps == warmup, (ratio, steps)
     assert 0.07 * 100 > 7 and 0.57 * 100 < 57  # float64 products on both sides of the exact one
+
+
+def test_the_schedule_is_transformers_warm_up_cosine_step_by_step_and_saves_the_same_state():
+    """`warmup_cosine_schedule` (torch alone) gives, at every step, the rates of transformers'
+    ``get_cosine_schedule_with_warmup`` exactly, past the last step too, and a ``state_dict`` equal to its."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    for warmup, steps in ((0, 1), (1, 4), (3, 7), (10, 10), (5, 3), (100, 1000), (7, 100)):
+        ours_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
+        theirs_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
+        ours = warmup_cosine_schedule(ours_optimizer, warmup, steps)
+        theirs = get_cosine_schedule_with_warmup(theirs_optimizer, warmup, steps)
+        for step in range(steps + 3):
+            assert ours.get_last_lr() == theirs.get_last_lr(), (warmup, steps, step)
+            assert warmup_cosine_factor(step, warmup=warmup, steps=steps) == theirs.lr_lambdas[0](step)
+            for optimizer, schedule in ((ours_optimizer, ours), (theirs_optimizer, theirs)):
+                optimizer.step()
+                schedule.step()
+        assert ours.state_dict() == theirs.state_dict()
 
 
 def cosine_with_warmup(step, warmup, steps, peak):

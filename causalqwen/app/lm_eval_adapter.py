@@ -304,50 +304,9 @@ class CausalQwenLM(LM):
 
     def _generate(self, context: str, settings: dict) -> str:
         """One ``generate_until`` request."""
-        try:
-            kwargs = normalize_gen_kwargs(settings, DEFAULT_MAX_GEN_TOKS)
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"generation_kwargs {settings!r}: {error}") from error
-        unread = sorted(set(kwargs) - set(GENERATION_KWARGS))
-        if unread:
-            raise ValueError(
-                f"generation_kwargs {unread} are not read by the causalqwen model; it reads until, "
-                "max_gen_toks (or max_new_tokens, max_tokens, max_completion_tokens), do_sample, "
-                "temperature, top_k and top_p"
-            )
-        until = kwargs["until"]
-        if not all(isinstance(stop, str) for stop in until):
-            raise TypeError(f"generation_kwargs until must be a str or a list of str, got {settings.get('until')!r}")
-        max_new = kwargs["max_gen_toks"]
-        if max_new < 1:
-            raise ValueError(f"max_gen_toks must be at least 1, got {max_new}")
-        do_sample = kwargs["do_sample"]
-        if not isinstance(do_sample, bool):
-            raise TypeError(f"generation_kwargs do_sample must be True or False, got {do_sample!r}")
-        sampling = {}
-        if not do_sample:
-            generator = torch.Generator(device=self.device).manual_seed(self.seed)
-            if self.mode == "traditional":
-                sampling = {"top_k": 1}
-        elif self.mode == "standard":
-            generator = self.generator  # unused: the standard mode decides without a draw
-            if not self._warned_standard_sampling:
-                warnings.warn(
-                    "generation_kwargs do_sample=True asks for samples, but mode='standard' decides without "
-                    "a draw, so every repeat of a request is the same text; for samples pass model_args "
-                    f"mode= one of {', '.join(SAMPLING_MODES)}",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                self._warned_standard_sampling = True
-        else:
-            generator = self.generator
-            if self.mode == "traditional":
-                sampling = {
-                    "temperature": kwargs["temperature"],
-                    "top_k": kwargs.get("top_k", 0),
-                    "top_p": kwargs.get("top_p", 1.0),
-                }
+        kwargs = _generation_settings(settings)
+        generator, sampling = self._draws(kwargs)
+        until, max_new = kwargs["until"], kwargs["max_gen_toks"]
         ids, values, texts = self._prompt(context, max_new)
         input_ids = torch.tensor([ids], device=self.device)  # [1, S]
         out = generate(
@@ -372,6 +331,36 @@ class CausalQwenLM(LM):
         )
         return cut_at_stop(text, until)
 
+    def _draws(self, kwargs: dict) -> tuple[torch.Generator, dict]:
+        """The generator of a request's draws and ``traditional``'s sampling settings, by ``do_sample`` (see
+        `generate_until`)."""
+        do_sample = kwargs["do_sample"]
+        sampling = {}
+        if not do_sample:
+            generator = torch.Generator(device=self.device).manual_seed(self.seed)
+            if self.mode == "traditional":
+                sampling = {"top_k": 1}
+        elif self.mode == "standard":
+            generator = self.generator  # unused: the standard mode decides without a draw
+            if not self._warned_standard_sampling:
+                warnings.warn(
+                    "generation_kwargs do_sample=True asks for samples, but mode='standard' decides without "
+                    "a draw, so every repeat of a request is the same text; for samples pass model_args "
+                    f"mode= one of {', '.join(SAMPLING_MODES)}",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                self._warned_standard_sampling = True
+        else:
+            generator = self.generator
+            if self.mode == "traditional":
+                sampling = {
+                    "temperature": kwargs["temperature"],
+                    "top_k": kwargs.get("top_k", 0),
+                    "top_p": kwargs.get("top_p", 1.0),
+                }
+        return generator, sampling
+
     def _prompt(self, context: str, max_new: int) -> tuple[list[int], list[float], list[str]]:
         """The context's ids, values and number texts, its first tokens cut so that ``max_new`` more fit the model's
         positions; an empty context is the end-of-text token."""
@@ -386,6 +375,30 @@ class CausalQwenLM(LM):
             )
         ids, values, texts, _ = keep_last(ids, values, texts, len(ids), room, self.tokenizer.num_token_id)
         return ids, values, texts
+
+
+def _generation_settings(settings: dict) -> dict:
+    """A ``generate_until`` request's generation kwargs, read through lm-eval's ``normalize_gen_kwargs`` and checked:
+    only those the model reads, ``until`` a list of str, ``max_gen_toks`` at least 1, ``do_sample`` a bool."""
+    try:
+        kwargs = normalize_gen_kwargs(settings, DEFAULT_MAX_GEN_TOKS)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"generation_kwargs {settings!r}: {error}") from error
+    unread = sorted(set(kwargs) - set(GENERATION_KWARGS))
+    if unread:
+        raise ValueError(
+            f"generation_kwargs {unread} are not read by the causalqwen model; it reads until, "
+            "max_gen_toks (or max_new_tokens, max_tokens, max_completion_tokens), do_sample, "
+            "temperature, top_k and top_p"
+        )
+    until = kwargs["until"]
+    if not all(isinstance(stop, str) for stop in until):
+        raise TypeError(f"generation_kwargs until must be a str or a list of str, got {settings.get('until')!r}")
+    if kwargs["max_gen_toks"] < 1:
+        raise ValueError(f"max_gen_toks must be at least 1, got {kwargs['max_gen_toks']}")
+    if not isinstance(kwargs["do_sample"], bool):
+        raise TypeError(f"generation_kwargs do_sample must be True or False, got {kwargs['do_sample']!r}")
+    return kwargs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformers import GenerationMixin, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicCache
 from transformers.generation.logits_process import TemperatureLogitsWarper
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
@@ -214,6 +215,34 @@ def _check_number_texts(number_texts, input_ids: Tensor, num_token_id: int) -> N
             raise ValueError(f"row {row}: {error}") from None
 
 
+def _checked_mode(mode, config, generator, input_ids, numeric_values, kwargs: dict) -> str:
+    """`CausalQwenGenerationMixin.generate`'s call, checked before the prompt: ``input_ids`` a ``[B, S]`` tensor on a
+    real device, no ``labels``, the mode (given, else the generation config's, else ``"standard"``), sampling for
+    ``traditional`` alone, no option that would drop the values or draws, the generator and the temperature.
+    Returns the mode."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        raise TypeError("generate needs input_ids, a [B, S] tensor of token ids")
+    refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=kwargs.get("attention_mask"))
+    for name in ("labels", "numeric_labels"):
+        if name in kwargs:  # transformers would hand it to every forward, which would then score a loss
+            raise TypeError(
+                f"generate() does not take {name}: it continues the prompt and scores nothing; "
+                "call the model itself with labels to compute a loss"
+            )
+    mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    do_sample = kwargs.get("do_sample", getattr(config, "do_sample", False))  # given, else the config's
+    _refuse_sampling_outside_traditional(mode, do_sample, kwargs)
+    _refuse_unsupported(kwargs, config)
+    check_generator(generator)
+    if mode == "traditional" and do_sample:
+        temperature = kwargs.get("temperature", getattr(config, "temperature", None))
+        if temperature is not None:
+            check_temperature(temperature)
+    return mode
+
+
 class CausalQwenGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the mode and the values of CausalQwen threaded through (see the module)."""
 
@@ -258,45 +287,14 @@ class CausalQwenGenerationMixin(GenerationMixin):
         ``tokenizer.batch_decode(out.sequences, out.numeric_values)``).
         """
         input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            raise TypeError("generate needs input_ids, a [B, S] tensor of token ids")
-        refuse_meta(input_ids=input_ids, numeric_values=numeric_values, attention_mask=kwargs.get("attention_mask"))
-        for name in ("labels", "numeric_labels"):
-            if name in kwargs:  # transformers would hand it to every forward, which would then score a loss
-                raise TypeError(
-                    f"generate() does not take {name}: it continues the prompt and scores nothing; "
-                    "call the model itself with labels to compute a loss"
-                )
         config = generation_config if generation_config is not None else self.generation_config
-        mode = mode if mode is not None else getattr(config, "mode", None) or "standard"
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-        do_sample = kwargs.get("do_sample", getattr(config, "do_sample", False))  # given, else the config's
-        _refuse_sampling_outside_traditional(mode, do_sample, kwargs)
-        _refuse_unsupported(kwargs, config)
-        check_generator(generator)
-        if mode == "traditional" and do_sample:
-            temperature = kwargs.get("temperature", getattr(config, "temperature", None))
-            if temperature is not None:
-                check_temperature(temperature)
-        num_token_id = self.config.num_token_id
-        if validating() and numeric_values is None and bool((input_ids == num_token_id).any()):
-            raise ValueError(
-                f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
-                "tokenizer's numeric_values, or every number would silently become 0"
-            )
-        mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
-        _check_number_texts(number_texts, input_ids, num_token_id)
-        if kwargs.get("attention_mask") is None:  # as in the reference loop: every token is real (transformers
-            kwargs["attention_mask"] = mask  # would otherwise take a pad id inside a prompt for padding)
-        new_tokens, max_length = _new_tokens(kwargs, config, input_ids.shape[1])
-        if new_tokens is not None:  # refused now, not after generating up to the last position
-            check_length(self.config, longest, new_tokens, max_length)
+        mode = _checked_mode(mode, config, generator, input_ids, numeric_values, kwargs)
+        self._check_prompt(input_ids, numeric_values, number_texts, config, kwargs)
         values = widened_values(
             numeric_values if numeric_values is not None else torch.zeros(input_ids.shape), input_ids
         )
         draws = mode_draws(self, input_ids, mode, uniform=uniform, noise=noise, generator=generator)
-        state = GenerationState(mode, values, draws, num_token_id, number_texts)
+        state = GenerationState(mode, values, draws, self.config.num_token_id, number_texts)
         if mode != "traditional":  # traditional's scores are the class locations: no |W_cls| product
             state.abs_weight = self.action.classification_head.weight.abs()  # [V, C], once per call
         streamer = kwargs.get("streamer")
@@ -313,6 +311,29 @@ class CausalQwenGenerationMixin(GenerationMixin):
         return CausalQwenGenerateOutput(
             **output, numeric_values=state.values, number_texts=number_texts, prompt_length=input_ids.shape[1]
         )
+
+    def _check_prompt(self, input_ids: Tensor, numeric_values, number_texts, config, kwargs: dict) -> None:
+        """`generate`'s prompt, checked at its door: ``<NUM>`` with values, the prompt's own checks
+        (`causalqwen.generation.check_prompt`), ``number_texts``, and the length; a missing ``attention_mask`` is
+        set in ``kwargs`` to the prompt's (every token real, as in the reference loop)."""
+        num_token_id = self.config.num_token_id
+        if validating() and numeric_values is None and bool((input_ids == num_token_id).any()):
+            raise ValueError(
+                f"input_ids hold <NUM> (id {num_token_id}) but no numeric_values were given: pass the "
+                "tokenizer's numeric_values, or every number would silently become 0"
+            )
+        mask, longest = check_prompt(self.config, input_ids, numeric_values, kwargs.get("attention_mask"))
+        _check_number_texts(number_texts, input_ids, num_token_id)
+        if kwargs.get("attention_mask") is None:  # as in the reference loop: every token is real (transformers
+            kwargs["attention_mask"] = mask  # would otherwise take a pad id inside a prompt for padding)
+        new_tokens, max_length = _new_tokens(kwargs, config, input_ids.shape[1])
+        if new_tokens is not None:  # refused now, not after generating up to the last position
+            check_length(self.config, longest, new_tokens, max_length)
+
+    def new_key_value_cache(self) -> DynamicCache:
+        """An empty key/value cache of the Qwen2 stack (transformers' ``DynamicCache``), which `causalqwen.generate`'s
+        loop fills step by step: the loop is torch's, the cache transformers'."""
+        return DynamicCache(config=self.config)
 
     def _get_logits_processor(self, *args, **kwargs):
         """transformers' logits processors, its temperature warper shifted by the row maximum first (the same
