@@ -211,7 +211,7 @@ def total_from_classification(
     threshold,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
 ) -> LossParts:
     r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ (``cls_loss_sum``;
     the
@@ -249,12 +249,12 @@ def total_loss(
     numeric_targets: Tensor,
     *,
     num_token_id: int,
-    threshold=100.0,
+    threshold,
     attention_mask: Tensor | None = None,
     ignore_index: int = -100,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
 ) -> LossParts:
     r"""$L = \bar L_{\mathrm{cls}} + \lambda\, L_{\mathrm{reg,eff}}$ with the masks of decisions D8–D9.
 
@@ -271,8 +271,10 @@ def total_loss(
     Inputs are aligned (position $i$ is scored against ``labels[i]``); ``attention_mask`` (optional,
     0/1, same shape as ``labels``) switches positions off. ``threshold`` is a number or a ``[V]``
     tensor. The gate's $P_{\langle NUM\rangle}$ uses the ``<NUM>`` column only; with
-    ``detach_gate`` it carries no gradient. This is the literal path, from the full ``[..., V]``
-    decisions (in at least float32).
+    ``detach_gate`` it carries no gradient. ``threshold`` and ``detach_gate`` have no default: the config's
+    ``ovr_threshold`` and ``detach_gate`` are the one set of defaults (the drafts' $C = 100$ is
+    `causalqwen.initialization.DRAFT_INIT`'s). This is the literal path, from the full ``[..., V]`` decisions (in at
+    least float32).
     """
     if cauchy.validating():
         check_loss_inputs(
@@ -326,12 +328,12 @@ def literal_loss(
     numeric_targets: Tensor,
     *,
     num_token_id: int,
-    threshold=100.0,
+    threshold,
     attention_mask: Tensor | None = None,
     ignore_index: int = -100,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
 ) -> tuple[LossParts, ActionOutput]:
     r"""The total loss from the law of $U$ ``[..., C]`` and the `ActionNetwork` ``action``: its standard decisions
     ``action(loc_U, scale_U)`` ``[..., V]`` and `total_loss` on them. Returns the loss parts and the decisions.
