@@ -230,11 +230,11 @@ def fused_loss(
     registered as ``LOSS_FUNCTIONS["fused"]``.
 
     The classification part is `tiled_ovr_loss` (``reduction="sum"``) over the scored positions; the gate's
-    $P_{\langle NUM\rangle}$ and the regression come from the action restricted to the ``<NUM>`` class,
-    and both end in `losses.total_from_classification`, as the literal loss does. Returns the loss
-    parts (``cls_loss`` is None) and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``,
-    ``scale_Y`` ``[...]``). Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size``
-    and ``vocab_chunk_size`` set the tiles (`default_tiling`).
+    $P_{\langle NUM\rangle}$ and the regression come from the action restricted to the ``<NUM>`` class, and both
+    end in `losses.total_from_classification`, as the literal loss does. Returns the loss parts (``cls_loss`` is
+    None) and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``).
+    Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size`` and ``vocab_chunk_size``
+    set the tiles (`default_tiling`).
     """
     settings = dict(regression_weight=regression_weight, gate_alpha=gate_alpha)
     if cauchy.validating():
@@ -255,7 +255,9 @@ def fused_loss(
     if attention_mask is not None:
         scored = scored & attention_mask.bool()
     loc_U, scale_U = at_least_float32(loc_U), at_least_float32(scale_U)  # [..., C] each
-    num_decision = _num_decision(action, loc_U, scale_U, num_token_id)  # [..., 1] x2, [...] x2
+    # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
+    dtype = action.classification_head.weight.dtype
+    num_decision = action(loc_U.to(dtype), scale_U.to(dtype), classes=[num_token_id])  # [..., 1] x2, [...] x2
     inputs = _head_inputs(action, loc_U, scale_U, threshold)  # [N, C] rows
     cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
     loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in num_decision)
@@ -273,13 +275,6 @@ def fused_loss(
         **settings,
     )
     return parts, num_decision
-
-
-def _num_decision(action, loc_U: Tensor, scale_U: Tensor, num_token_id: int) -> ActionOutput:
-    """The action restricted to the ``<NUM>`` class, in the action's own dtype (as the literal path forms it):
-    ``loc_S``, ``scale_S`` ``[..., 1]``, ``loc_Y``, ``scale_Y`` ``[...]``."""
-    dtype = action.classification_head.weight.dtype
-    return action(loc_U.to(dtype), scale_U.to(dtype), classes=[num_token_id])
 
 
 def _head_inputs(action, loc_U: Tensor, scale_U: Tensor, threshold) -> HeadInputs:
