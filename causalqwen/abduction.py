@@ -55,9 +55,11 @@ class AbductionNetwork(nn.Module):
 
     Parameters are named as in the formulas: ``W_loc`` ``[C, H]``, ``b_loc`` ``[C]``, ``W_scale`` ``[C, H]``,
     ``b_scale`` ``[C]``. ``scale_U`` is clamped below at ``scale_eps`` (decision D10), so it can always divide.
+    ``scale_init`` is $\gamma$ and has no default here: the config's ``abduction_scale_init`` (0.1) is the one
+    default (`build_abduction`), the drafts' 10.0 is `causalqwen.initialization.DRAFT_INIT`'s.
     """
 
-    def __init__(self, hidden_size: int, causal_size: int, scale_init: float = 10.0, scale_eps: float = 1e-6):
+    def __init__(self, hidden_size: int, causal_size: int, scale_init: float, scale_eps: float = 1e-6):
         super().__init__()
         self._create(hidden_size, causal_size, scale_init, scale_eps)
         self.reset_parameters()
@@ -109,7 +111,7 @@ class MLPAbductionNetwork(AbductionNetwork):
         self,
         hidden_size: int,
         causal_size: int,
-        scale_init: float = 10.0,
+        scale_init: float,
         scale_eps: float = 1e-6,
         mlp_size: int | None = None,
     ):

@@ -19,13 +19,27 @@ component.
 A zero ``b_noise`` is possible but never learns: $\partial|b|/\partial b = 0$ at $b = 0$ in PyTorch.
 
 One owner each: `noise_infused_scale` (standard noise infusion), `check_law` (the check of a law handed to the
-decision path), `num_probability` (the gate's $P_{\langle NUM\rangle}$, read by the losses). `ActionNetwork` has
-one name per map: ``forward`` (from the law of $U$, noise infused), ``decide`` (from a given decision input) and
-``locations`` (the locations alone). Each checks its law while `causalqwen.cauchy.validating`.
+decision path). `ActionNetwork` has one name per map: ``forward`` (from the law of $U$, noise infused), ``decide``
+(from a given decision input) and ``locations`` (the locations alone). Each checks its law while
+`causalqwen.cauchy.validating`.
+
+**One-vs-Rest (decision D8).** Class $k$ is "on" when its score clears its threshold $C_k$:
+
+$$P_k = P(S_k > C_k) = \tfrac12 + \tfrac1\pi \arctan\frac{\mathrm{loc}_{S_k} - C_k}{\mathrm{scale}_{S_k}}.$$
+
+Every OvR quantity is formed here, once, and read by the losses, the decision head, the inference modes and the
+regression: `ovr_probability` ($P_k$, the Cauchy survival function at $C_k$), `ovr_tail_nll`
+($-\log P_k$ and $-\log(1 - P_k)$ from the one tail kernel, in log space with no ``eps``),
+`ovr_log_probability` (their negatives, checked), `ovr_token` (the decision $\arg\max_k P_k$, taken over
+$\log P_k$) and `num_probability` (the ``<NUM>`` gate $P_{\langle NUM\rangle}$ of the regression loss).
+`causalqwen.kernels.tiles` forms the same kernel tile by tile and is tested equal to these
+(``tests/test_fused_loss.py``).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import NamedTuple
 
 import torch
@@ -38,8 +52,13 @@ __all__ = [
     "ActionNetwork",
     "ActionOutput",
     "check_law",
+    "check_threshold",
     "noise_infused_scale",
     "num_probability",
+    "ovr_log_probability",
+    "ovr_probability",
+    "ovr_tail_nll",
+    "ovr_token",
 ]
 
 
@@ -49,18 +68,6 @@ def noise_infused_scale(scale_U: Tensor, noise_scale: Tensor) -> Tensor:
     $\mathrm{loc}_U$).
     ``scale_U`` ``[..., C]``, ``noise_scale`` $= |b_{\mathrm{noise}}|$ ``[C]``; returns ``[..., C]``."""
     return scale_U + noise_scale  # [..., C] + [C]
-
-
-def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold, num_token_id: int) -> Tensor:
-    r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8,
-    D9), from the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold``
-    is a number, a ``[]`` or a ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). It is
-    $\exp(-a(-d, s))$ with the OvR loss's own tail kernel $a$ (`cauchy.tail_nll`), $d = \mathrm{loc} - C$, in the
-    dtype and on the device of ``loc_S_num`` (a number or a 0-d tensor enters as a scalar, as in every formula)."""
-    per_class = isinstance(threshold, Tensor) and threshold.dim() > 0
-    threshold_num = threshold[num_token_id] if per_class else threshold  # C_<NUM>, a number or []
-    diff, scale = torch.broadcast_tensors(loc_S_num - threshold_num, scale_S_num)  # d = loc_S - C [...]
-    return torch.exp(-cauchy.tail_nll(-diff, scale))  # P = exp(-a(-d, s)) [...]
 
 
 def check_law(loc, scale, causal_size: int | None = None, names: tuple[str, str] = ("loc", "scale")) -> None:
@@ -170,3 +177,82 @@ class ActionNetwork(nn.Module):
         loc_S = F.linear(loc, self.classification_head.weight, self.classification_head.bias)  # [..., V]
         loc_Y = F.linear(loc, self.regression_head.weight, self.regression_head.bias).squeeze(-1)  # [...]
         return loc_S, loc_Y
+
+
+# ---- One-vs-Rest: P_k, its logs, the decision and the <NUM> gate ----
+
+
+def check_threshold(threshold, num_classes: int, dtype: torch.dtype | None = None) -> None:
+    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0
+    or 1); a number must also be finite in ``dtype``, the floating type the formula computes in (``1e39`` is ±inf in
+    float32)."""
+    if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
+        raise ValueError(
+            f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
+            f"got {tuple(threshold.shape)}"
+        )
+    if isinstance(threshold, Tensor):
+        finite = bool(torch.isfinite(threshold).all())
+    elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
+        finite = math.isfinite(threshold)
+    else:
+        raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
+    if not finite:
+        raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
+    if dtype is not None and not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()  # integer decisions are computed in the default float
+    if not isinstance(threshold, Tensor) and dtype is not None and abs(threshold) > torch.finfo(dtype).max:
+        raise ValueError(
+            f"threshold={threshold!r} is beyond the range of {dtype}, the type the OvR probabilities are computed in "
+            "(it would be ±inf there)"
+        )
+
+
+def ovr_probability(loc_S, scale_S, threshold) -> Tensor:
+    r"""One-vs-Rest probability $P_k = P(S_k > C_k)$, the Cauchy survival function at the threshold (`cauchy.sf`).
+
+    ``threshold`` is a number, a 0-d tensor, or a per-class tensor of shape ``[V]``. Same shape as ``loc_S``.
+    """
+    if cauchy.validating():
+        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
+    return cauchy.sf(threshold, loc_S, scale_S)
+
+
+def ovr_tail_nll(loc_S: Tensor, scale_S: Tensor, threshold, *, off: bool = True) -> tuple[Tensor, Tensor | None]:
+    r"""$(-\log P_k,\ -\log(1 - P_k)) = (a(-d, s),\ a(d, s))$ with the tail kernel $a$ (`cauchy.tail_nll`),
+    $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$; both ``[..., V]`` (the second only with ``off``), in the dtype
+    of ``loc_S``. The one place $d$ meets the kernel; the inputs' checks are its callers'."""
+    diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C, s = scale_S [..., V]
+    return cauchy.tail_nll(-diff, scale), (cauchy.tail_nll(diff, scale) if off else None)
+
+
+def ovr_log_probability(loc_S, scale_S, threshold) -> tuple[Tensor, Tensor]:
+    r"""$(\log P_k,\ \log(1 - P_k))$ computed without cancellation: the negatives of `ovr_tail_nll`, after checking
+    the arguments while `causalqwen.cauchy.validating`."""
+    if cauchy.validating():
+        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
+        cauchy.check_arguments(threshold, loc_S, scale_S)
+    on, off = ovr_tail_nll(loc_S, scale_S, threshold)
+    return -on, -off
+
+
+def ovr_token(loc_S: Tensor, scale_S: Tensor, threshold) -> Tensor:
+    r"""The decision $\hat k = \arg\max_k P_k$ on inputs already checked; ``[..., V]`` in, ``[...]`` (long) out.
+
+    The argmax is taken over $\log P_k$ (`ovr_tail_nll`), which is monotone in $P_k$ but keeps classes apart where
+    $P_k$ itself rounds to 1. Ties go to the lower class id.
+    """
+    neg_log_p, _ = ovr_tail_nll(loc_S, scale_S, threshold, off=False)  # -log P_k [..., V]
+    return neg_log_p.argmin(dim=-1)  # argmax_k log P_k [...]
+
+
+def num_probability(loc_S_num: Tensor, scale_S_num: Tensor, threshold, num_token_id: int) -> Tensor:
+    r"""The gate's $P_{\langle NUM\rangle} = P(S_{\langle NUM\rangle} > C_{\langle NUM\rangle})$ (decisions D8,
+    D9), from the ``<NUM>`` column of the class law alone, ``loc_S_num`` and ``scale_S_num`` ``[...]``; ``threshold``
+    is a number, a ``[]`` or a ``[V]`` tensor (then $C_{\langle NUM\rangle}$ = ``threshold[num_token_id]``). It is
+    $\exp(-a(-d, s))$ with the OvR loss's own kernel (`ovr_tail_nll`), in the dtype and on the device of
+    ``loc_S_num``."""
+    per_class = isinstance(threshold, Tensor) and threshold.dim() > 0
+    threshold_num = threshold[num_token_id] if per_class else threshold  # C_<NUM>, a number or []
+    neg_log_p, _ = ovr_tail_nll(loc_S_num, scale_S_num, threshold_num, off=False)  # -log P_<NUM> [...]
+    return torch.exp(-neg_log_p)  # [...]

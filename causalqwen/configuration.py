@@ -7,8 +7,8 @@ of CausalQwen's own fields here (a bool is a JSON boolean, an int an integer, a 
 naming the field), and in ``__post_init__`` every range, the backbone's sizes and rotary parameters.
 
 One set of defaults: ``CausalQwenConfig()`` starts where `CausalQwenForCausalLM.from_qwen` does, at the
-calibrated initialization (`causalqwen.initialization.DEFAULT_INIT`: $\gamma = 0.1$ and the threshold rule
-``"top_two_midpoint"``); without a base there are no logits to calibrate on, so $C$ starts at 0.0, what the rule
+calibrated initialization ($\gamma = 0.1$ and the threshold rule ``"top_two_midpoint"``, the class defaults, which
+a conversion reads from here); without a base there are no logits to calibrate on, so $C$ starts at 0.0, what the rule
 gives for a base whose logits are all zero. A saved config names its scale and threshold (`INITIALIZATION_FIELDS`,
 which every save writes); a config file that leaves one out was written when the class defaults were the drafts',
 and loads with the drafts' value (`causalqwen.initialization.DRAFT_INIT`). `conversion_settings` and
@@ -91,8 +91,8 @@ class CausalQwenConfig(Qwen2Config):
     Attributes:
         num_token_id: id of the ``<NUM>`` token (``len(tokenizer)`` before it was added).
         causal_size: dimension $C$ of $U$; must equal ``hidden_size`` (defaults to it).
-        abduction_scale_init: $\gamma$, the initial ``scale_U`` (0.1, as `from_qwen` starts,
-            `causalqwen.initialization.DEFAULT_INIT`; a saved config without the field means the drafts' 10.0).
+        abduction_scale_init: $\gamma$, the initial ``scale_U`` (0.1, as `from_qwen` starts; a saved config without
+            the field means the drafts' 10.0, `causalqwen.initialization.DRAFT_INIT`).
         abduction_type: the abduction architecture, ``"linear"`` (the identity map, the default) or ``"mlp"`` (that
             plus a residual MLP whose output weights start at zero, `causalqwen.abduction.MLPAbductionNetwork`); both
             start at $U \sim \mathrm{Cauchy}(z, \gamma)$.
@@ -458,13 +458,13 @@ def _refuse_misspelt_fields(extra: dict, config_class: type) -> None:
 
 
 def conversion_settings(overrides: dict, calibration) -> dict:
-    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` over the calibrated defaults,
-    with the threshold's rule settled (`causalqwen.initialization.threshold_rule_settings`). An unknown field is a
+    """The settings of a conversion (`CausalQwenForCausalLM.from_qwen`): ``overrides`` with the threshold's rule
+    settled, by default the class's (`causalqwen.initialization.threshold_rule_settings`). An unknown field is a
     ``ValueError``."""
     unknown = sorted(set(overrides) - _config_fields())
     if unknown:
         raise ValueError(f"from_qwen: {', '.join(map(repr, unknown))} is not a CausalQwenConfig field")
-    return threshold_rule_settings(overrides, calibration)
+    return threshold_rule_settings(overrides, calibration, CausalQwenConfig.ovr_threshold_init)
 
 
 # What a conversion does not take from the base's config: the records of the base's own file and class, and the
@@ -473,10 +473,11 @@ _BASE_RECORDS = ("model_type", "architectures", "transformers_version", "_name_o
 
 
 def config_from_base(base_config: Qwen2Config, overrides: dict) -> CausalQwenConfig:
-    """The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size.
-    Until a rule computes it, the threshold is the class default (0.0); ``detach_gate`` too is the class default."""
+    r"""The base's settings with ``overrides``; one more row for ``<NUM>`` when its id is the base's vocab_size.
+    The fields a file may leave out for the drafts' values (`INITIALIZATION_FIELDS`, ``detach_gate``) start at the
+    class defaults, unless overridden: $\gamma$, the rule and the threshold (0.0 until a rule computes it)."""
     settings = {k: v for k, v in base_config.to_dict().items() if k not in _BASE_RECORDS}
-    settings |= {"ovr_threshold": CausalQwenConfig.ovr_threshold, "detach_gate": CausalQwenConfig.detach_gate}
+    settings |= {name: getattr(CausalQwenConfig, name) for name in (*INITIALIZATION_FIELDS, "detach_gate")}
     settings.update(overrides)
     settings["tie_word_embeddings"] = False  # W_cls is its own copy of lm_head
     if settings["num_token_id"] == base_config.vocab_size:

@@ -24,11 +24,11 @@ no ``.to()`` and is not saved). A per-class or learnable threshold is cast with 
 parameter is: after ``model.to(torch.bfloat16)`` its $C_k$ are bfloat16 numbers (0.773585 becomes 0.773438), where the
 shared one keeps the config's value.
 
-The rules themselves have one owner each, which the head calls: the decision laws and the noise infusion
-`causalqwen.action`, the OvR argmax, the value at ``<NUM>`` and every mode's decision input
-`causalqwen.inference`, the loss `causalqwen.losses` (and the implementations registered in its
-`LOSS_FUNCTIONS`). They check their inputs while `causalqwen.cauchy.validating`; the model runs the head under
-``cauchy.validation(False)`` once its door has checked.
+The rules themselves have one owner each, which the head calls: the decision laws, the noise infusion and every
+OvR quantity ($P_k$, its logs, the argmax, the ``<NUM>`` gate) `causalqwen.action`, the value at ``<NUM>`` and
+every mode's decision input `causalqwen.inference`, the loss `causalqwen.losses` (and the implementations
+registered in its `LOSS_FUNCTIONS`). They check their inputs while `causalqwen.cauchy.validating`; the model runs
+the head under ``cauchy.validation(False)`` once its door has checked.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from . import cauchy, inference
-from .action import ActionNetwork, ActionOutput
-from .losses import NextTokenTargets, next_token_targets, ovr_tail_nll
+from . import inference
+from .action import ActionNetwork, ActionOutput, ovr_log_probability, ovr_probability, ovr_tail_nll, ovr_token
+from .losses import NextTokenTargets, next_token_targets
 
 __all__ = ["STANDARD_TOKEN_FUNCTIONS", "Choice", "DecisionHead"]
 
@@ -114,18 +114,17 @@ class DecisionHead(ActionNetwork):
     # ---- probabilities and prediction ----
 
     def log_probabilities(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
-        r"""$(\log P_k, \log(1 - P_k))$, ``[..., V]`` each, from the tail kernel."""
-        on, off = ovr_tail_nll(decision.loc_S, decision.scale_S, self.ovr_threshold)
-        return -on, -off
+        r"""$(\log P_k, \log(1 - P_k))$, ``[..., V]`` each (`action.ovr_log_probability`)."""
+        return ovr_log_probability(decision.loc_S, decision.scale_S, self.ovr_threshold)
 
     def probabilities(self, decision: ActionOutput) -> Tensor:
-        r"""$P_k = P(S_k > C_k)$, ``[..., V]``, in the dtype of ``decision.loc_S``."""
-        return cauchy.sf(self.ovr_threshold.to(decision.loc_S), decision.loc_S, decision.scale_S)
+        r"""$P_k = P(S_k > C_k)$ (`action.ovr_probability`), ``[..., V]``, in the dtype of ``decision.loc_S``."""
+        return ovr_probability(decision.loc_S, decision.scale_S, self.ovr_threshold.to(decision.loc_S))
 
     def predict(self, decision: ActionOutput) -> tuple[Tensor, Tensor]:
-        r"""$\hat k = \arg\max_k P_k$ (`inference.predicted_token`) and its value, $\mathrm{loc}_Y$ at ``<NUM>`` and 0.0
+        r"""$\hat k = \arg\max_k P_k$ (`action.ovr_token`) and its value, $\mathrm{loc}_Y$ at ``<NUM>`` and 0.0
         elsewhere (`inference.predicted_value`); ``[...]`` each."""
-        token = inference.predicted_token(decision.loc_S, decision.scale_S, self.ovr_threshold)  # [...]
+        token = ovr_token(decision.loc_S, decision.scale_S, self.ovr_threshold)  # [...]
         return token, inference.predicted_value(token, decision.loc_Y, self.num_token_id)
 
     def standard_token(self, loc_U: Tensor, scale_U: Tensor) -> Tensor:

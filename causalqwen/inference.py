@@ -4,13 +4,13 @@ Four of the modes differ in one thing only: the *decision input* $U'$ that the l
 receives. Everything downstream is the same closed-form Cauchy algebra
 (`ActionNetwork.decide`), followed by the OvR argmax (`predict`).
 
-This module owns the rules of D11 once: the decision input of each mode (`decision_input`), the OvR argmax
-(`predicted_token`; `causalqwen.kernels.tiles.ovr_argmax` is its tiled fast path for the standard decision,
-tested equal to it), the value beside a token (`predicted_value`) and the traditional sampling distribution
-(`traditional_probabilities`). Each function has one name and checks its arguments while
-`causalqwen.cauchy.validating` (the package's one switch); `DecisionHead` calls them under
-``cauchy.validation(False)`` on inputs the model's door has checked, and the two ``predicted_*`` functions check
-nothing (their callers have).
+This module owns the rules of D11 once: the decision input of each mode (`decision_input`), the value beside a
+token (`predicted_value`), the checked prediction (`predict`) and the traditional sampling distribution
+(`traditional_probabilities`). The OvR argmax itself is `action.ovr_token`, where every OvR quantity is formed
+(`causalqwen.kernels.tiles.ovr_argmax` is its tiled fast path for the standard decision, tested equal to it).
+Each function has one name and checks its arguments while `causalqwen.cauchy.validating` (the package's one
+switch); `DecisionHead` calls them under ``cauchy.validation(False)`` on inputs the model's door has checked, and
+`predicted_value` checks nothing (its callers have).
 
 | mode | decision input $U'$ | randomness |
 |---|---|---|
@@ -40,8 +40,8 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .action import check_law, noise_infused_scale
-from .losses import at_least_float32, check_threshold, ovr_tail_nll
+from .action import check_law, check_threshold, noise_infused_scale, ovr_tail_nll, ovr_token
+from .losses import at_least_float32
 
 __all__ = [
     "DECISION_MODES",
@@ -58,7 +58,6 @@ __all__ = [
     "draw_standard_cauchy",
     "draw_uniform",
     "predict",
-    "predicted_token",
     "predicted_value",
     "sample_token",
     "tempered_scores",
@@ -187,24 +186,13 @@ def decision_input(
     return shifted, scale_U
 
 
-def predicted_token(loc_S: Tensor, scale_S: Tensor, threshold) -> Tensor:
-    r"""$\hat k = \arg\max_k P_k$, $P_k = P(S_k > C_k)$, on inputs already checked; ``[..., V]`` in, ``[...]``
-    (long) out.
-
-    The argmax is taken over $\log P_k$ (the Cauchy log survival function at $C_k$, `losses.ovr_tail_nll`), which is
-    monotone in $P_k$ but keeps classes apart where $P_k$ itself rounds to 1. Ties go to the lower class id.
-    """
-    neg_log_p, _ = ovr_tail_nll(loc_S, scale_S, threshold, off=False)  # -log P_k [..., V]
-    return neg_log_p.argmin(dim=-1)  # argmax_k log P_k [...]
-
-
 def predicted_value(token: Tensor, loc_Y: Tensor, num_token_id: int) -> Tensor:
     r"""The value beside a token, $\hat y = \mathrm{loc}_Y$ where it is ``<NUM>`` and 0.0 elsewhere; ``[...]`` each."""
     return torch.where(token == num_token_id, loc_Y, torch.zeros_like(loc_Y))  # [...]
 
 
 def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_id: int) -> tuple[Tensor, Tensor]:
-    r"""Token $\hat k = \arg\max_k P_k$ (`predicted_token`) and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>``, 0.0
+    r"""Token $\hat k = \arg\max_k P_k$ (`action.ovr_token`) and value $\hat y = \mathrm{loc}_Y$ at ``<NUM>``, 0.0
     elsewhere (`predicted_value`), after checking every argument while `causalqwen.cauchy.validating`.
 
     Shapes: ``loc_S``, ``scale_S`` ``[..., V]``, ``loc_Y`` ``[...]``; returns ``[...]`` (long) and ``[...]``.
@@ -224,7 +212,7 @@ def predict(loc_S: Tensor, scale_S: Tensor, loc_Y: Tensor, threshold, num_token_
             )
         check_threshold(threshold, num_classes, loc_S.dtype)
         cauchy.check_scale(scale_S)
-    token_ids = predicted_token(loc_S, scale_S, threshold)  # [...]
+    token_ids = ovr_token(loc_S, scale_S, threshold)  # [...]
     return token_ids, predicted_value(token_ids, loc_Y, num_token_id)
 
 

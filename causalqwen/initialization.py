@@ -36,9 +36,10 @@ shown as transformers shows its own: ``transformers.utils.logging.disable_progre
 ``save_pretrained``; ``progress=False`` turns off this one.
 
 The drafts' values, $\gamma = 10$ and $C = 100$ (`DRAFT_INIT`), stay available by configuration; V10 in the
-validation report measures why they are not the default. The calibrated values (`DEFAULT_INIT`) are also
-`causalqwen.CausalQwenConfig`'s class defaults; a config made without a base has no logits to calibrate on and
-starts at $C = 0$, what ``"top_two_midpoint"`` gives for a base whose logits are all zero.
+validation report measures why they are not the default. The calibrated values, $\gamma = 0.1$ and the rule
+``"top_two_midpoint"``, are `causalqwen.CausalQwenConfig`'s class defaults and live there alone (a conversion
+reads them from the class); a config made without a base has no logits to calibrate on and starts at $C = 0$,
+what ``"top_two_midpoint"`` gives for a base whose logits are all zero.
 """  # noqa: E501 -- the table rows above: a Markdown table row is one line
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from transformers.utils import logging as transformers_logging
 __all__ = [
     "copy_base_weights",
     "THRESHOLD_INITS",
-    "DEFAULT_INIT",
     "DRAFT_INIT",
     "CALIBRATION_SEQUENCES",
     "CALIBRATION_LENGTH",
@@ -70,10 +70,8 @@ __all__ = [
 
 THRESHOLD_INITS = ("top_two_midpoint", "top_logit_quantile", "fixed")
 
-# The calibrated initialization, decided from V10: from_qwen's defaults and CausalQwenConfig's class defaults.
-DEFAULT_INIT = {"abduction_scale_init": 0.1, "ovr_threshold_init": "top_two_midpoint"}
 # The design drafts' values: reachable as from_qwen(base, **DRAFT_INIT), and what a saved config without these
-# fields means.
+# fields means. The calibrated ones (decided from V10) are CausalQwenConfig's class defaults.
 DRAFT_INIT = {"abduction_scale_init": 10.0, "ovr_threshold": 100.0, "ovr_threshold_init": "fixed"}
 
 CALIBRATION_SEQUENCES = 8  # sequences the base samples when no calibration batch is given
@@ -94,14 +92,12 @@ def check_threshold_init(rule, quantile) -> None:
         raise ValueError(f"config field ovr_threshold_quantile must be a number in (0, 1), got {quantile!r}")
 
 
-def threshold_rule_settings(overrides: dict, calibration) -> dict:
-    """``overrides`` over `DEFAULT_INIT`, the threshold's rule settled: an ``ovr_threshold`` given alone means the rule
-    ``"fixed"``; a threshold with another rule, a quantile without its rule, or a calibration batch without a rule is a
-    ``ValueError``."""
-    settings = dict(DEFAULT_INIT)
-    if "ovr_threshold" in overrides:
-        settings["ovr_threshold_init"] = "fixed"
-    settings.update(overrides)
+def threshold_rule_settings(overrides: dict, calibration, default_rule: str) -> dict:
+    """``overrides`` with the threshold's rule settled: the rule given, else ``"fixed"`` for an ``ovr_threshold``
+    given alone, else ``default_rule`` (the config's class default). A threshold with another rule, a quantile
+    without its rule, or a calibration batch without a rule is a ``ValueError``."""
+    settings = dict(overrides)
+    settings.setdefault("ovr_threshold_init", "fixed" if "ovr_threshold" in overrides else default_rule)
     rule = settings["ovr_threshold_init"]
     check_threshold_init(rule, settings.get("ovr_threshold_quantile", 0.5))
     if rule != "fixed" and "ovr_threshold" in overrides:

@@ -21,7 +21,7 @@ The token distribution $q$ (``token_probability``):
 
 * ``"ovr"`` (default): $q_k = P_k / \sum_j P_j$, the One-vs-Rest probabilities $P_k = P(S_k > C_k)$ the model
   is trained on and decides by, normalised over the vocabulary; computed as $\log P_k -
-  \operatorname{logsumexp}_j \log P_j$ from the stable tails (`causalqwen.losses.ovr_log_probability`).
+  \operatorname{logsumexp}_j \log P_j$ from the stable tails (`causalqwen.action.ovr_log_probability`).
 * ``"softmax"``: $q = \mathrm{softmax}(\mathrm{loc}_S)$, the ``traditional`` mode's distribution. At
   initialization $\mathrm{loc}_S$ equals Qwen's logits, so on text without numbers this equals Qwen's own
   log-likelihood (the test against the real Qwen2); it ignores the scales, which are the model's uncertainty.
@@ -51,7 +51,7 @@ import torch
 from torch import Tensor
 
 from . import cauchy
-from .losses import ovr_log_probability
+from .action import ovr_log_probability, ovr_token
 from .numbers import find_numbers, shown_literal
 from .writing import resolution_exponent
 
@@ -314,11 +314,9 @@ def score_continuation(
 def _decisions(out, model, token_probability: str) -> Tensor:
     """The token each position decides, ``[S-1]``: the standard mode's OvR argmax, or the argmax of
     $\\mathrm{loc}_S$ for ``"softmax"``."""
-    from .inference import predicted_token
-
     if token_probability == "softmax":
         return out.loc_S[0, :-1].argmax(-1)
-    return predicted_token(out.loc_S[0, :-1], out.scale_S[0, :-1], model.ovr_threshold)
+    return ovr_token(out.loc_S[0, :-1], out.scale_S[0, :-1], model.ovr_threshold)
 
 
 def score_text(model, tokenizer, text: str, token_probability: str = "ovr", max_length: int | None = None) -> float:

@@ -9,6 +9,9 @@ Each class is a separate binary decision, so the classification loss is a sum of
 cross-entropies, evaluated entirely in log space with the one tail kernel `cauchy.tail_terms`
 (decision D8; no ``eps`` inside a logarithm):
 $-\log(1 - P_k) = a(d_k, s_k)$ and $-\log P_k = a(-d_k, s_k)$ with $d_k = \mathrm{loc}_{S_k} - C_k$.
+$P_k$, its logs and the gate's $P_{\langle NUM\rangle}$ are formed once, in `causalqwen.action` (`ovr_probability`,
+`ovr_log_probability`, `ovr_tail_nll`, `num_probability`); the names ``ovr_probability`` and
+``ovr_log_probability`` are importable from here too.
 
 The next-token shift, which position is scored against which label, is `next_token_targets`; the functions before it
 take labels already aligned with positions.
@@ -25,7 +28,6 @@ implementation). All have the signature of `literal_loss`, the eager reference r
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -34,7 +36,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import cauchy
-from .action import ActionOutput, num_probability
+from .action import (
+    ActionOutput,
+    check_threshold,
+    num_probability,
+    ovr_log_probability,
+    ovr_probability,
+    ovr_tail_nll,
+)
 
 __all__ = [
     "LOSS_ALGORITHMS",
@@ -45,14 +54,12 @@ __all__ = [
     "at_least_float32",
     "check_labels",
     "check_loss_inputs",
-    "check_threshold",
     "gated_regression_loss",
     "literal_loss",
     "next_token_targets",
     "ovr_classification_loss",
     "ovr_log_probability",
     "ovr_probability",
-    "ovr_tail_nll",
     "total_from_classification",
     "total_loss",
 ]
@@ -61,32 +68,6 @@ LOSS_ALGORITHMS = ("fused", "literal")  # the names a config may choose; "fused"
 
 
 # ---- the checks of the rules this module owns ----
-
-
-def check_threshold(threshold, num_classes: int, dtype: torch.dtype | None = None) -> None:
-    """A threshold is a finite number, a 0-d tensor or a ``[V]`` tensor (a NaN or ±inf $C_k$ makes every $P_k$ NaN, 0
-    or 1); a number must also be finite in ``dtype``, the floating type the formula computes in (``1e39`` is ±inf in
-    float32)."""
-    if isinstance(threshold, Tensor) and threshold.dim() > 0 and threshold.shape != (num_classes,):
-        raise ValueError(
-            f"a per-class threshold must have shape ({num_classes},) to match the {num_classes} classes, "
-            f"got {tuple(threshold.shape)}"
-        )
-    if isinstance(threshold, Tensor):
-        finite = bool(torch.isfinite(threshold).all())
-    elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
-        finite = math.isfinite(threshold)
-    else:
-        raise TypeError(f"threshold must be a real number or a tensor, got {type(threshold).__name__}")
-    if not finite:
-        raise ValueError("threshold (the OvR threshold C_k) must be finite: found NaN or ±inf")
-    if dtype is not None and not dtype.is_floating_point:
-        dtype = torch.get_default_dtype()  # integer decisions are computed in the default float
-    if not isinstance(threshold, Tensor) and dtype is not None and abs(threshold) > torch.finfo(dtype).max:
-        raise ValueError(
-            f"threshold={threshold!r} is beyond the range of {dtype}, the type the OvR probabilities are computed in "
-            "(it would be ±inf there)"
-        )
 
 
 def check_labels(labels: Tensor, num_classes: int, ignore_index: int) -> None:
@@ -113,35 +94,7 @@ def at_least_float32(t: Tensor) -> Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-# ---- the OvR probabilities and the two per-position losses ----
-
-
-def ovr_probability(loc_S, scale_S, threshold) -> Tensor:
-    r"""One-vs-Rest probability $P_k = P(S_k > C_k)$, the Cauchy survival function at the threshold.
-
-    ``threshold`` is a number, a 0-d tensor, or a per-class tensor of shape ``[V]``. Same shape as ``loc_S``.
-    """
-    if cauchy.validating():
-        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
-    return cauchy.sf(threshold, loc_S, scale_S)
-
-
-def ovr_tail_nll(loc_S: Tensor, scale_S: Tensor, threshold, *, off: bool = True) -> tuple[Tensor, Tensor | None]:
-    r"""$(-\log P_k,\ -\log(1 - P_k)) = (a(-d, s),\ a(d, s))$ with the tail kernel $a$ (`cauchy.tail_nll`),
-    $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$; both ``[..., V]`` (the second only with ``off``). The inputs'
-    checks are its callers' (`ovr_log_probability`, `ovr_classification_loss`)."""
-    diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C
-    return cauchy.tail_nll(-diff, scale), (cauchy.tail_nll(diff, scale) if off else None)
-
-
-def ovr_log_probability(loc_S, scale_S, threshold) -> tuple[Tensor, Tensor]:
-    r"""$(\log P_k,\ \log(1 - P_k))$ computed without cancellation: $(-a(-d, s),\ -a(d, s))$ with the tail
-    kernel $a$ (`cauchy.tail_terms`), $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$."""
-    if cauchy.validating():
-        check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
-        cauchy.check_arguments(threshold, loc_S, scale_S)
-    on, off = ovr_tail_nll(loc_S, scale_S, threshold)
-    return -on, -off
+# ---- the two per-position losses ----
 
 
 def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int = -100) -> Tensor:
@@ -160,11 +113,7 @@ def ovr_classification_loss(loc_S, scale_S, labels, threshold, ignore_index: int
         check_threshold(threshold, loc_S.shape[-1], loc_S.dtype)
         cauchy.check_arguments(threshold, loc_S, scale_S)
     scored = labels != ignore_index  # [...]
-    diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C, s = scale_S [..., V]
-    on, off = (
-        cauchy.tail_nll(-diff, scale),
-        cauchy.tail_nll(diff, scale),
-    )  # -log P_k = a(-d, s), -log(1 - P_k) = a(d, s)
+    on, off = ovr_tail_nll(loc_S, scale_S, threshold)  # -log P_k, -log(1 - P_k) [..., V]
     target = labels.masked_fill(~scored, 0)  # any class index; these rows are zeroed below
     is_target = torch.arange(loc_S.shape[-1], device=labels.device) == target.unsqueeze(-1)  # [..., V] one-hot y
     loss = torch.where(is_target, on, off).sum(-1)  # [...]
@@ -262,7 +211,7 @@ def total_from_classification(
     threshold,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
 ) -> LossParts:
     r"""$L = \bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ from $\sum_i L_{\mathrm{cls},i}$ (``cls_loss_sum``;
     the
@@ -300,12 +249,12 @@ def total_loss(
     numeric_targets: Tensor,
     *,
     num_token_id: int,
-    threshold=100.0,
+    threshold,
     attention_mask: Tensor | None = None,
     ignore_index: int = -100,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
 ) -> LossParts:
     r"""$L = \bar L_{\mathrm{cls}} + \lambda\, L_{\mathrm{reg,eff}}$ with the masks of decisions D8–D9.
 
@@ -322,8 +271,10 @@ def total_loss(
     Inputs are aligned (position $i$ is scored against ``labels[i]``); ``attention_mask`` (optional,
     0/1, same shape as ``labels``) switches positions off. ``threshold`` is a number or a ``[V]``
     tensor. The gate's $P_{\langle NUM\rangle}$ uses the ``<NUM>`` column only; with
-    ``detach_gate`` it carries no gradient. This is the literal path, from the full ``[..., V]``
-    decisions (in at least float32).
+    ``detach_gate`` it carries no gradient. ``threshold`` and ``detach_gate`` have no default: the config's
+    ``ovr_threshold`` and ``detach_gate`` are the one set of defaults (the drafts' $C = 100$ is
+    `causalqwen.initialization.DRAFT_INIT`'s). This is the literal path, from the full ``[..., V]`` decisions (in at
+    least float32).
     """
     if cauchy.validating():
         check_loss_inputs(
@@ -377,12 +328,12 @@ def literal_loss(
     numeric_targets: Tensor,
     *,
     num_token_id: int,
-    threshold=100.0,
+    threshold,
     attention_mask: Tensor | None = None,
     ignore_index: int = -100,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
 ) -> tuple[LossParts, ActionOutput]:
     r"""The total loss from the law of $U$ ``[..., C]`` and the `ActionNetwork` ``action``: its standard decisions
     ``action(loc_U, scale_U)`` ``[..., V]`` and `total_loss` on them. Returns the loss parts and the decisions.

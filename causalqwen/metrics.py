@@ -40,9 +40,10 @@ import torch
 from torch import Tensor
 
 from . import cauchy
+from .action import ovr_probability
 from .inference import draw_uniform
 from .likelihood import bits_per_byte
-from .losses import next_token_targets, ovr_probability
+from .losses import next_token_targets
 from .regression import answer_figures, answer_positions
 
 __all__ = [

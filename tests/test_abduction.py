@@ -64,7 +64,7 @@ def test_abduction_scale_is_clamped_at_scale_eps():
 
 def test_abduction_requires_causal_size_equal_hidden_size():
     with pytest.raises(ValueError, match=r"causal_size \(8\) must equal hidden_size \(16\)"):
-        AbductionNetwork(16, 8)
+        AbductionNetwork(16, 8, scale_init=0.1)
 
 
 def _softplus64_of(x):

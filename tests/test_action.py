@@ -269,3 +269,53 @@ def test_a_negative_scale_is_refused_while_validating_and_not_looked_at_under_va
         out = net.decide(loc, bad)  # the floor at scale_eps is all that happens
     floored = net.decide(loc, torch.zeros_like(bad))  # a zero scale is a (degenerate) law: floored alike
     assert all(torch.equal(a, b) for a, b in zip(out, floored))
+
+
+# ---- One-vs-Rest: every OvR quantity has one home ----
+
+# The Cauchy functions that turn a class law and its threshold into P_k or one of its logs.
+OVR_FORMULAS = {"sf", "cdf", "log_sf", "log_cdf", "tail_nll", "tail_terms"}
+
+
+def _ovr_formula_calls() -> set[tuple[str, str]]:
+    """(section, function) of every call ``cauchy.<formula>(...)`` of `OVR_FORMULAS` in the sections of the package
+    (``causalqwen/*.py`` but ``cauchy`` itself)."""
+    import ast
+    from pathlib import Path
+
+    import causalqwen
+
+    calls = set()
+    for path in sorted(Path(causalqwen.__file__).parent.glob("*.py")):
+        if path.stem in ("__init__", "cauchy"):
+            continue
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "cauchy"
+                    and node.func.attr in OVR_FORMULAS
+                ):
+                    calls.add((path.stem, function.name))
+    return calls - {("regression", "answer_figures")}  # the PIT of answers under the law of Y: no threshold
+
+
+def test_every_ovr_quantity_is_formed_in_action_alone():
+    """P_k (the Cauchy survival function at C_k), -log P_k and -log(1 - P_k) (the tail kernel at d = loc_S - C) are
+    formed in two functions of `causalqwen.action`, and nowhere else among the sections: the losses, the decision
+    head, inference, the regression's gate, the metrics and the likelihood call action's functions (the same objects,
+    also where another module's name for them is public). The tiles of the fused path apply the same kernel tile by
+    tile and are tested equal to these (tests/test_fused_loss.py)."""
+    from causalqwen import action, decision, inference, likelihood, losses, metrics, regression
+
+    assert _ovr_formula_calls() == {("action", "ovr_probability"), ("action", "ovr_tail_nll")}
+    assert losses.ovr_probability is metrics.ovr_probability is action.ovr_probability
+    assert losses.ovr_log_probability is likelihood.ovr_log_probability is action.ovr_log_probability
+    assert losses.ovr_tail_nll is inference.ovr_tail_nll is decision.ovr_tail_nll is action.ovr_tail_nll
+    assert inference.ovr_token is decision.ovr_token is likelihood.ovr_token is action.ovr_token
+    assert losses.num_probability is regression.num_probability is action.num_probability
+    assert losses.check_threshold is inference.check_threshold is action.check_threshold

@@ -520,3 +520,86 @@ def test_a_null_or_foreign_scale_or_threshold_in_a_file_is_refused_naming_file_a
     with pytest.raises(error, match=re.escape(message)) as caught:
         CausalQwenConfig.from_pretrained(path)
     assert str(caught.value).startswith(str(path / "config.json"))
+
+
+# ---- one set of defaults: no section signature holds a default the config does not ----
+
+# A parameter name of a section's function or class, mapped to the config field it is the value of. Where the
+# function names it as the field does, the field's own name is here too.
+PARAMETER_FIELDS = {
+    "scale_init": "abduction_scale_init",
+    "abduction_scale_init": "abduction_scale_init",
+    "abduction_type": "abduction_type",
+    "mlp_size": "abduction_mlp_size",
+    "abduction_mlp_size": "abduction_mlp_size",
+    "noise_init": "noise_init",
+    "threshold": "ovr_threshold",
+    "ovr_threshold": "ovr_threshold",
+    "rule": "ovr_threshold_init",
+    "ovr_threshold_init": "ovr_threshold_init",
+    "quantile": "ovr_threshold_quantile",
+    "ovr_threshold_quantile": "ovr_threshold_quantile",
+    "ovr_threshold_per_class": "ovr_threshold_per_class",
+    "learnable_threshold": "learnable_threshold",
+    "regression_weight": "regression_weight",
+    "alpha": "gate_alpha",
+    "gate_alpha": "gate_alpha",
+    "detach_gate": "detach_gate",
+    "scale_eps": "scale_eps",
+    "ignore_index": "ignore_index",
+    "num_token_id": "num_token_id",
+    "causal_size": "causal_size",
+    "loss_algorithm": "loss_algorithm",
+}
+
+
+def _sections() -> list[str]:
+    """The design's sections (``causalqwen/*.py``) and the kernels, the fast paths of the loss."""
+    from pathlib import Path
+
+    import causalqwen
+
+    root = Path(causalqwen.__file__).parent
+    sections = [f"causalqwen.{path.stem}" for path in sorted(root.glob("*.py")) if path.stem != "__init__"]
+    return sections + [f"causalqwen.kernels.{path.stem}" for path in sorted((root / "kernels").glob("[!_]*.py"))]
+
+
+def _public_signatures(module):
+    """(qualified name, signature) of every public function and class a module defines, and of each class's
+    ``__init__`` and public methods."""
+    import inspect
+
+    for name, value in vars(module).items():
+        if name.startswith("_") or getattr(value, "__module__", None) != module.__name__:
+            continue
+        if inspect.isfunction(value):
+            yield name, inspect.signature(value)
+        elif inspect.isclass(value) and value is not CausalQwenConfig:
+            members = {"__init__": vars(value)["__init__"]} if "__init__" in vars(value) else {}
+            members |= {k: v for k, v in vars(value).items() if not k.startswith("_")}
+            for member, function in members.items():
+                function = getattr(function, "__func__", function)  # a classmethod's or staticmethod's function
+                if inspect.isfunction(function):
+                    yield f"{name}.{member}", inspect.signature(function)
+
+
+def test_no_section_signature_holds_a_default_the_config_does_not():
+    """A section's function or class that takes a config field's value (`PARAMETER_FIELDS`) either has no default for
+    it or has the config's class default: the drafts' values live in `causalqwen.initialization.DRAFT_INIT` alone,
+    and a signature never starts somewhere else than a config (``AbductionNetwork(scale_init=10.0)`` beside
+    ``abduction_scale_init = 0.1`` did). ``None`` (an argument left out) is not a value."""
+    import importlib
+    import inspect
+
+    differing = []
+    for section in _sections():
+        for name, signature in _public_signatures(importlib.import_module(section)):
+            for parameter in signature.parameters.values():
+                field = PARAMETER_FIELDS.get(parameter.name)
+                default = parameter.default
+                if field is None or default is inspect.Parameter.empty or default is None:
+                    continue
+                expected = getattr(CausalQwenConfig, field)
+                if type(default) is not type(expected) or default != expected:
+                    differing.append(f"{section}.{name}({parameter.name}={default!r}), config.{field} = {expected!r}")
+    assert differing == []

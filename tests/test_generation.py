@@ -295,9 +295,9 @@ def test_generation_rejects_bad_input(tiny):
 @given(rows=st.lists(st.integers(1, 8), min_size=1, max_size=3), seed=st.integers(0, 2**31 - 1))
 def test_standard_generation_is_the_argmax_of_the_forward_decisions(tiny, rows, seed):
     """One step of the standard mode chooses $\\arg\\max_k P_k$ of the decision the model's forward gives at each
-    prompt's last token (`inference.predicted_token`), and its value is $\\mathrm{loc}_Y$ there when that is
+    prompt's last token (`action.ovr_token`), and its value is $\\mathrm{loc}_Y$ there when that is
     ``<NUM>``, else 0; the same token whatever the row's left padding."""
-    from causalqwen.inference import predicted_token
+    from causalqwen.action import ovr_token
 
     _, model, _ = tiny
     g = torch.Generator().manual_seed(seed)
@@ -309,7 +309,7 @@ def test_standard_generation_is_the_argmax_of_the_forward_decisions(tiny, rows, 
     for row, n in enumerate(rows):
         with torch.no_grad():
             alone = model(ids[row : row + 1, width - n :])  # the row without its padding
-        expected = predicted_token(alone.loc_S[0, -1], alone.scale_S[0, -1], model.ovr_threshold)
+        expected = ovr_token(alone.loc_S[0, -1], alone.scale_S[0, -1], model.ovr_threshold)
         assert int(out.sequences[row, -1]) == int(expected)
         value = float(alone.loc_Y[0, -1]) if int(expected) == model.config.num_token_id else 0.0
         assert float(out.numeric_values[row, -1]) == pytest.approx(value, rel=1e-5, abs=1e-6)

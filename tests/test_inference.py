@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from causalqwen import cauchy
-from causalqwen.action import ActionNetwork
+from causalqwen.action import ActionNetwork, ovr_token
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.inference import (
     DECISION_MODES,
@@ -20,7 +20,6 @@ from causalqwen.inference import (
     draw_standard_cauchy,
     draw_uniform,
     predict,
-    predicted_token,
     predicted_value,
     sample_token,
     traditional_probabilities,
@@ -246,7 +245,7 @@ def test_the_law_of_U_is_checked_at_the_door(loc_U, scale_U, noise_scale, error,
 
 
 @given(seed=st.integers(0, 10_000), num_token_id=st.integers(0, V - 1))
-def test_predicted_token_and_value_are_the_literal_argmax_and_loc_Y_at_num(seed, num_token_id):
+def test_ovr_token_and_predicted_value_are_the_literal_argmax_and_loc_Y_at_num(seed, num_token_id):
     """The trusted pieces of `predict`, one row at a time: argmax_k P_k (SciPy), and loc_Y where it is <NUM>."""
     g = torch.Generator().manual_seed(seed)
     loc_S = torch.randn(9, V, generator=g, dtype=torch.float64) * 10
@@ -257,7 +256,7 @@ def test_predicted_token_and_value_are_the_literal_argmax_and_loc_Y_at_num(seed,
     probabilities = stats.cauchy.sf(threshold.numpy(), loc=loc_S.numpy(), scale=scale_S.numpy())
     top_two = np.sort(probabilities, axis=-1)[:, -2:]
     assume(np.all(top_two[:, 1] - top_two[:, 0] > 1e-12 * top_two[:, 1]))
-    token = predicted_token(loc_S, scale_S, threshold)
+    token = ovr_token(loc_S, scale_S, threshold)
     value = predicted_value(token, loc_Y, num_token_id)
     for row in range(9):
         best = int(np.argmax(probabilities[row]))

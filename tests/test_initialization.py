@@ -17,7 +17,6 @@ from scipy import stats
 from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
 from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
 from causalqwen.initialization import (
-    DEFAULT_INIT,
     DRAFT_INIT,
     THRESHOLD_INITS,
     calibration_logits,
@@ -78,8 +77,8 @@ def test_the_sampler_records_the_logits_of_a_full_qwen2_forward_and_leaves_the_g
 def test_from_qwen_defaults_are_the_calibrated_ones_and_the_threshold_is_the_rule_on_the_bases_own_text():
     tiny = build_tiny_causal_lm(seed=0, init_seed=0)
     config = tiny.model.config
-    assert config.abduction_scale_init == DEFAULT_INIT["abduction_scale_init"] == 0.1
-    assert config.ovr_threshold_init == "top_two_midpoint"
+    assert config.abduction_scale_init == CausalQwenConfig.abduction_scale_init == 0.1
+    assert config.ovr_threshold_init == CausalQwenConfig.ovr_threshold_init == "top_two_midpoint"
     _, logits = sample_calibration_batch(tiny.qwen, vocab_limit=tiny.tokenizer.num_token_id)
     top = np.sort(logits.double().numpy(), axis=1)[:, -2:]
     middle = (top[:, 0] + top[:, 1]) / 2
@@ -170,11 +169,26 @@ def test_a_calibration_batch_of_numbers_only_is_refused():
         )
 
 
+def test_the_calibrated_values_are_the_configs_alone_and_the_drafts_are_draft_init():
+    """One set of defaults: `causalqwen.initialization` holds no table of config values but the drafts' (`DRAFT_INIT`,
+    every value unlike the config's); the calibrated ones are `CausalQwenConfig`'s class defaults, which a conversion
+    reads (a table repeating them, as ``DEFAULT_INIT`` did, is a second set)."""
+    import causalqwen.initialization as initialization
+
+    fields = set(CausalQwenConfig().to_dict())
+    tables = {
+        name: value
+        for name, value in vars(initialization).items()
+        if isinstance(value, dict) and value and set(value) <= fields
+    }
+    assert tables == {"DRAFT_INIT": DRAFT_INIT}
+    assert all(value != getattr(CausalQwenConfig, name) for name, value in DRAFT_INIT.items())
+
+
 def test_a_config_refuses_an_unknown_rule_and_starts_where_from_qwen_does():
     with pytest.raises(ValueError, match="ovr_threshold_init"):
         CausalQwenConfig(num_token_id=3, ovr_threshold_init="median")
     config = CausalQwenConfig(num_token_id=3)
-    assert {name: getattr(config, name) for name in DEFAULT_INIT} == DEFAULT_INIT
     assert (config.abduction_scale_init, config.ovr_threshold_init, config.ovr_threshold) == (
         0.1,
         "top_two_midpoint",

@@ -193,7 +193,16 @@ def test_mask_truth_table():
     labels = torch.tensor([[y for _, y in combos]])
     loc_S, scale_S, loc_Y, scale_Y, targets, _ = _random_head(3, shape=(1, len(combos)))
     parts = losses.total_loss(
-        loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=0.0, attention_mask=mask
+        loc_S,
+        scale_S,
+        loc_Y,
+        scale_Y,
+        labels,
+        targets,
+        num_token_id=NUM,
+        threshold=0.0,
+        attention_mask=mask,
+        detach_gate=False,
     )
     expected_valid = [m == 1 and y != IGNORE for m, y in combos]
     expected_num = [m == 1 and y == NUM for m, y in combos]
@@ -223,6 +232,7 @@ def test_total_loss_is_the_documented_combination():
         threshold=0.5,
         regression_weight=0.7,
         gate_alpha=0.3,
+        detach_gate=False,
     )
     cls_sum, n_cls, reg_sum, n_reg = 0.0, 0, 0.0, 0
     for b, s in itertools.product(range(2), range(5)):
@@ -245,7 +255,9 @@ def test_total_loss_is_the_documented_combination():
 def test_total_loss_unchanged_by_padding(pad_left, pad_right, seed):
     loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(seed, shape=(1, 6))
     labels[0, 2] = NUM
-    base = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=1.0)
+    base = losses.total_loss(
+        loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, threshold=1.0, detach_gate=False
+    )
 
     g = torch.Generator().manual_seed(seed + 1)
 
@@ -266,6 +278,7 @@ def test_total_loss_unchanged_by_padding(pad_left, pad_right, seed):
         num_token_id=NUM,
         threshold=1.0,
         attention_mask=pad(torch.ones_like(labels), lambda s: torch.zeros(s, dtype=torch.long)),
+        detach_gate=False,
     )
     torch.testing.assert_close(padded.total, base.total, rtol=1e-12, atol=0)
     assert padded.n_cls == base.n_cls and padded.n_reg == base.n_reg
@@ -297,6 +310,7 @@ def test_positions_not_scored_never_change_the_loss_or_its_gradient(data):
     settings = dict(
         num_token_id=NUM,
         threshold=data.draw(st.floats(-3, 3)),
+        detach_gate=False,
         attention_mask=mask,
         gate_alpha=data.draw(st.sampled_from([0.0, 0.4])),
         regression_weight=0.7,
@@ -397,7 +411,9 @@ def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(da
 def test_all_ignored_batch_gives_zero_loss_and_finite_zero_gradients():
     loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(6)
     tensors = [t.requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y)]
-    parts = losses.total_loss(*tensors, torch.full_like(labels, IGNORE), targets, num_token_id=NUM, threshold=100.0)
+    parts = losses.total_loss(
+        *tensors, torch.full_like(labels, IGNORE), targets, num_token_id=NUM, threshold=100.0, detach_gate=False
+    )
     parts.total.backward()
     assert parts.total.item() == 0.0
     for t in tensors:
@@ -411,7 +427,9 @@ def test_total_loss_gradcheck_float64():
     labels[1, 1] = IGNORE
 
     def fn(a, b, c, d):
-        return losses.total_loss(a, b, c, d, labels, targets, num_token_id=NUM, threshold=0.3, gate_alpha=0.2).total
+        return losses.total_loss(
+            a, b, c, d, labels, targets, num_token_id=NUM, threshold=0.3, gate_alpha=0.2, detach_gate=False
+        ).total
 
     inputs = tuple(t.clone().requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y))
     assert torch.autograd.gradcheck(fn, inputs)
@@ -485,7 +503,9 @@ def test_extreme_locations_and_minimal_scales_stay_finite_and_accurate_in_float3
     results = {}
     for dtype in (torch.float32, torch.float64):
         leaves = [t.to(dtype, copy=True).requires_grad_() for t in (loc_S, scale_S, loc_Y, scale_Y)]
-        parts = losses.total_loss(*leaves, labels, targets.to(dtype), num_token_id=NUM, threshold=100.0)
+        parts = losses.total_loss(
+            *leaves, labels, targets.to(dtype), num_token_id=NUM, threshold=100.0, detach_gate=False
+        )
         results[dtype] = parts, torch.autograd.grad(parts.total, leaves)
     cls, reg, total = _mp_total_loss(
         *(t.double().numpy() for t in (loc_S, scale_S, loc_Y, scale_Y)), labels.numpy(), targets.double().numpy(), 100.0
@@ -506,7 +526,7 @@ def test_extreme_locations_and_minimal_scales_stay_finite_and_accurate_in_float3
 
 def test_bad_inputs_raise_clear_errors():
     loc_S, scale_S, loc_Y, scale_Y, targets, labels = _random_head(10)
-    kwargs = dict(num_token_id=NUM, threshold=1.0)
+    kwargs = dict(num_token_id=NUM, threshold=1.0, detach_gate=False)
     bad_labels = labels.clone()
     bad_labels[0, 0] = 4
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\)"):
@@ -543,14 +563,26 @@ def test_the_checks_run_while_validating_and_not_under_validation_false():
         losses.ovr_probability(loc_S, scale_S, nan_threshold)
     with pytest.raises(ValueError, match="numeric_targets must be finite"):
         losses.total_loss(
-            loc_S, scale_S, loc_Y, scale_Y, labels, targets.masked_fill(labels == 0, math.inf), num_token_id=NUM
+            loc_S,
+            scale_S,
+            loc_Y,
+            scale_Y,
+            labels,
+            targets.masked_fill(labels == 0, math.inf),
+            num_token_id=NUM,
+            detach_gate=False,
+            threshold=100.0,
         )
     with cauchy.validation(False):
         assert bool(losses.ovr_probability(loc_S, scale_S, nan_threshold).isnan().all())
-        parts = losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM)
+        parts = losses.total_loss(
+            loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, detach_gate=False, threshold=100.0
+        )
     torch.testing.assert_close(
         parts.total,
-        losses.total_loss(loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM).total,
+        losses.total_loss(
+            loc_S, scale_S, loc_Y, scale_Y, labels, targets, num_token_id=NUM, detach_gate=False, threshold=100.0
+        ).total,
         rtol=0,
         atol=0,
     )
@@ -584,7 +616,7 @@ def test_a_threshold_given_as_a_number_is_the_0d_tensor_of_it_also_unchecked():
     for threshold in (0.3, torch.tensor(0.3, dtype=torch.float64), torch.full((4,), 0.3, dtype=torch.float64)):
         with validation(False):
             parts, _ = losses.literal_loss(
-                action, loc_U, scale_U, labels, targets, num_token_id=NUM, threshold=threshold
+                action, loc_U, scale_U, labels, targets, num_token_id=NUM, threshold=threshold, detach_gate=False
             )
         results.append(parts)
     for parts in results[1:]:
@@ -605,7 +637,15 @@ def test_the_literal_loss_is_total_loss_on_the_action_s_decisions(threshold):
     labels = torch.tensor([[0, NUM, 1, IGNORE, 3], [NUM, NUM, 2, 0, IGNORE]])
     targets = torch.randn(2, 5, generator=g, dtype=torch.float64)
     parts, decision = losses.literal_loss(
-        action, loc_U, scale_U, labels, targets, num_token_id=NUM, threshold=threshold, regression_weight=0.5
+        action,
+        loc_U,
+        scale_U,
+        labels,
+        targets,
+        num_token_id=NUM,
+        threshold=threshold,
+        regression_weight=0.5,
+        detach_gate=False,
     )
     loc_S, scale_S = decision.loc_S.detach().numpy(), decision.scale_S.detach().numpy()
     loc_Y, scale_Y = decision.loc_Y.detach().numpy(), decision.scale_Y.detach().numpy()

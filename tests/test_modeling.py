@@ -138,6 +138,7 @@ def test_forward_loss_applies_the_shift_and_pair_mask():
         threshold=1.0,
         gate_alpha=0.3,
         attention_mask=mask[:, :-1] * mask[:, 1:],
+        detach_gate=False,
     )
     assert parts.n_cls.item() == 7 + (7 - 2) - 1 and parts.n_reg.item() == 3
     for return_decisions in (False, True):  # the fused path (the default with labels) and the literal one

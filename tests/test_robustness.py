@@ -192,7 +192,14 @@ def test_a_non_finite_numeric_target_anywhere_is_an_error_not_a_nan_gradient():
     targets = torch.tensor([[1.0, math.inf, 0.0]])
     with pytest.raises(ValueError, match=r"numeric_targets must be finite: found inf at position \[0, 1\]"):
         fused_loss(
-            action, torch.zeros(1, 3, 4), torch.ones(1, 3, 4), torch.tensor([[3, 1, 2]]), targets, num_token_id=3
+            action,
+            torch.zeros(1, 3, 4),
+            torch.ones(1, 3, 4),
+            torch.tensor([[3, 1, 2]]),
+            targets,
+            num_token_id=3,
+            detach_gate=False,
+            threshold=100.0,
         )
 
 

@@ -54,6 +54,8 @@ def _total_loss(**overrides):
         labels=torch.tensor([3, 1]),
         numeric_targets=torch.tensor([2.5, 0.0]),
         num_token_id=3,
+        threshold=100.0,
+        detach_gate=False,
     )
     arguments.update(overrides)
     return total_loss(**arguments)

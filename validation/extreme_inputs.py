@@ -235,7 +235,7 @@ class _LossDraw:
 
     @property
     def settings(self) -> dict:
-        return dict(num_token_id=_LOSS_NUM_ID, attention_mask=self.mask)
+        return dict(num_token_id=_LOSS_NUM_ID, attention_mask=self.mask, detach_gate=False)
 
     def extreme(self, shape) -> torch.Tensor:
         return _extreme_tensor(shape, self.case.loc_magnitudes, self.generator)

@@ -52,11 +52,10 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from causalqwen import CausalQwenForCausalLM
+from causalqwen import CausalQwenConfig, CausalQwenForCausalLM
 from causalqwen.files.data import TextDataset, collate
 from causalqwen.inference import predict
 from causalqwen.initialization import (
-    DEFAULT_INIT,
     DRAFT_INIT,
     initial_threshold,
     sample_calibration_batch,
@@ -84,6 +83,8 @@ QWEN25_05B_SHAPE = dict(
     rms_norm_eps=1e-6,
 )
 BIG_BASE_INPUT = (4, 32)  # random ids the 0.5B-shape base is evaluated on
+# D14's initialization, the config's class defaults (as the report names them)
+D14_INIT = {name: getattr(CausalQwenConfig, name) for name in ("abduction_scale_init", "ovr_threshold_init")}
 
 
 @dataclass
@@ -219,7 +220,7 @@ def big_base_agreement(quick: bool) -> dict:
         ids = torch.randint(0, shape["vocab_size"], BIG_BASE_INPUT)
     num_token_id = shape["vocab_size"] - 1  # as if the tokenizer's <NUM> took the last row
     _, calibration = sample_calibration_batch(base, vocab_limit=num_token_id)
-    rule_threshold = initial_threshold(base, DEFAULT_INIT["ovr_threshold_init"], num_token_id=num_token_id)
+    rule_threshold = initial_threshold(base, CausalQwenConfig.ovr_threshold_init, num_token_id=num_token_id)
     logits = base(input_ids=ids).logits.float()  # [B, S, V]: loc_S of the conversion (V3)
     norms = base.get_output_embeddings().weight.detach().abs().sum(dim=-1).float()  # ||W_k||_1 [V]
     result = {
@@ -227,7 +228,8 @@ def big_base_agreement(quick: bool) -> dict:
         "rule_C": rule_threshold,
         "top_logit_median": float(calibration.max(dim=-1).values.median()),
     }
-    scale = (DEFAULT_INIT["abduction_scale_init"] + OVERRIDES.get("noise_init", 0.1)) * norms  # [V]
+    gamma, beta = CausalQwenConfig.abduction_scale_init, OVERRIDES.get("noise_init", CausalQwenConfig.noise_init)
+    scale = (gamma + beta) * norms  # [V]
     greedy = logits.argmax(dim=-1)
     for name, threshold in (("rule", rule_threshold), ("C = 10", 10.0), ("C = 100", 100.0)):
         tokens, _ = predict(logits, scale.expand_as(logits), logits[..., 0], threshold, num_token_id)
@@ -294,7 +296,7 @@ def run(quick: bool, out_dir: Path) -> ExperimentResult:
             "held-out domain-B and domain-A "
             f"texts, CausalQwen `causal` with "
             + ", ".join(f"{k} = {fmt(v)}" for k, v in OVERRIDES.items())
-            + f"; D14 = {DEFAULT_INIT}; drafts = {DRAFT_INIT}; finalist seeds "
+            + f"; D14 = {D14_INIT}; drafts = {DRAFT_INIT}; finalist seeds "
             + ("0" if quick else f"{SEED}, {SEED + 1}, {SEED + 2}")
         ),
     )

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import cauchy
-from ..action import ActionOutput, check_law
+from ..action import ActionOutput, check_law, check_threshold
 from ..decision import STANDARD_TOKEN_FUNCTIONS
 from ..losses import (
     LOSS_FUNCTIONS,
@@ -39,7 +39,6 @@ from ..losses import (
     at_least_float32,
     check_labels,
     check_loss_inputs,
-    check_threshold,
     total_from_classification,
 )
 from .tiles import HeadInputs, Tiling, autocast_gemm_dtype, default_tiling, fused_pass, ovr_argmax
@@ -218,40 +217,38 @@ def fused_loss(
     numeric_targets: Tensor,
     *,
     num_token_id: int,
-    threshold=100.0,
+    threshold,
     attention_mask: Tensor | None = None,
     ignore_index: int = -100,
     regression_weight: float = 1.0,
     gate_alpha: float = 0.0,
-    detach_gate: bool = False,
+    detach_gate: bool,
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
 ) -> tuple[LossParts, ActionOutput]:
     r"""`losses.literal_loss` from the law of $U$ and the `ActionNetwork` ``action``, never forming ``[..., V]``:
-        registered as ``LOSS_FUNCTIONS["fused"]``.
+    registered as ``LOSS_FUNCTIONS["fused"]``.
 
-        The classification part is `tiled_ovr_loss` (``reduction="sum"``) over the scored positions; the gate's
-        $P_{\langle NUM
-    angle}$ and the regression come from the action restricted to the ``<NUM>`` class, and both end
-        in `losses.total_from_classification`, as the literal loss does. Returns the loss parts (``cls_loss`` is None)
-        and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``).
-        Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size`` and ``vocab_chunk_size``
-        set the tiles (`default_tiling`).
+    The classification part is `tiled_ovr_loss` (``reduction="sum"``) over the scored positions; the gate's
+    $P_{\langle NUM\rangle}$ and the regression come from the action restricted to the ``<NUM>`` class, and both
+    end in `losses.total_from_classification`, as the literal loss does. Returns the loss parts (``cls_loss`` is
+    None) and that restricted action output (``loc_S``, ``scale_S`` ``[..., 1]``; ``loc_Y``, ``scale_Y`` ``[...]``).
+    Shapes: ``loc_U``, ``scale_U`` ``[..., C]``, everything else ``[...]``. ``chunk_size`` and ``vocab_chunk_size``
+    set the tiles (`default_tiling`).
     """
-    head = action.classification_head
+    settings = dict(regression_weight=regression_weight, gate_alpha=gate_alpha)
     if cauchy.validating():
         check_law(loc_U, scale_U, action.causal_size, ("loc_U", "scale_U"))
         check_loss_inputs(
             labels,
             numeric_targets,
-            head.weight.shape[0],
+            action.classification_head.weight.shape[0],
             shapes={"loc_Y": loc_U.shape[:-1], "numeric_targets": numeric_targets.shape},
             num_token_id=num_token_id,
             threshold=threshold,
             attention_mask=attention_mask,
             ignore_index=ignore_index,
-            regression_weight=regression_weight,
-            gate_alpha=gate_alpha,
+            **settings,
         )
     tiling = default_tiling(loc_U.device, action.scale_eps, chunk_size, vocab_chunk_size)
     scored = labels != ignore_index  # [...]
@@ -259,18 +256,11 @@ def fused_loss(
         scored = scored & attention_mask.bool()
     loc_U, scale_U = at_least_float32(loc_U), at_least_float32(scale_U)  # [..., C] each
     # the <NUM> column in the action's own dtype (as the literal path forms it), scored in >= float32
-    num_decision = action(loc_U.to(head.weight.dtype), scale_U.to(head.weight.dtype), classes=[num_token_id])
-    loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in num_decision)  # [..., 1] x2, [...] x2
-    C = loc_U.shape[-1]
-    inputs = HeadInputs(
-        loc_U.reshape(-1, C),
-        scale_U.reshape(-1, C),
-        head.weight,
-        head.bias,
-        action.noise_scale,
-        as_threshold(threshold),
-    )
+    dtype = action.classification_head.weight.dtype
+    num_decision = action(loc_U.to(dtype), scale_U.to(dtype), classes=[num_token_id])  # [..., 1] x2, [...] x2
+    inputs = _head_inputs(action, loc_U, scale_U, threshold)  # [N, C] rows
     cls_loss_sum = tiled_ovr_loss(inputs, labels.reshape(-1), scored.reshape(-1), tiling, reduction="sum")
+    loc_S_num, scale_S_num, loc_Y, scale_Y = (at_least_float32(t) for t in num_decision)
     num_law = ActionOutput(loc_S_num[..., 0], scale_S_num[..., 0], loc_Y, scale_Y)  # [...] each
     parts = total_from_classification(
         cls_loss_sum,
@@ -281,11 +271,23 @@ def fused_loss(
         scored,
         num_token_id=num_token_id,
         threshold=threshold,
-        regression_weight=regression_weight,
-        gate_alpha=gate_alpha,
         detach_gate=detach_gate,
+        **settings,
     )
     return parts, num_decision
+
+
+def _head_inputs(action, loc_U: Tensor, scale_U: Tensor, threshold) -> HeadInputs:
+    """The tiles' inputs: the law of $U$ as ``[N, C]`` rows and the action's weights, bias, noise and threshold."""
+    head, C = action.classification_head, loc_U.shape[-1]
+    return HeadInputs(
+        loc_U.reshape(-1, C),
+        scale_U.reshape(-1, C),
+        head.weight,
+        head.bias,
+        action.noise_scale,
+        as_threshold(threshold),
+    )
 
 
 def fused_standard_token(head, loc_U: Tensor, scale_U: Tensor) -> Tensor:

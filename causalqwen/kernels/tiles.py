@@ -3,11 +3,13 @@ all of them with the analytic gradients, and the tiled argmax of standard infere
 
 A tile is ``Tiling.rows`` scored rows by ``Tiling.classes`` classes of the literal decisions
 ($\mathrm{loc}_S - C = \mathrm{loc}_{U} W_b^\top + b_b - C_b$, $\mathrm{scale}_S = \mathrm{scale}_{U'} |W_b|^\top$,
-floored at
-``scale_eps``), scored by the tail kernel `cauchy.tail_terms` (`tile_elementwise`, compiled into one loop by
-`compiled`). `fused_pass` walks every tile once and returns the per-row loss and, for the inputs
-flagged in ``need``, the gradients of $\sum_n w_n L_n$, formed by hand: the kernel's derivatives pushed through the
-two matrix products. The derivation is in `causalqwen.kernels.fused`'s docstring and docs/losses.md.
+floored at ``scale_eps``), scored by the tail kernel `cauchy.tail_terms` (`tile_elementwise`, compiled into one
+loop by `compiled`): the kernel of `causalqwen.action.ovr_tail_nll`, where the literal path forms $-\log P_k$ and
+$-\log(1 - P_k)$, applied to a tile (the loss and its gradients are tested equal to the literal path's, and
+`ovr_argmax` to `action.ovr_token`, in ``tests/test_fused_loss.py``). `fused_pass` walks every tile once and
+returns the per-row loss and, for the inputs flagged in ``need``, the gradients of $\sum_n w_n L_n$, formed by
+hand: the kernel's derivatives pushed through the two matrix products. The derivation is in
+`causalqwen.kernels.fused`'s docstring and docs/losses.md.
 
 ## The compiled tile
 
@@ -392,7 +394,8 @@ def _input_grads(inputs: HeadInputs, rows: Tensor, grads: HeadInputs, floored: T
 @torch.no_grad()
 def ovr_argmax(loc_U: Tensor, scale_U: Tensor, inputs: HeadInputs, tiling: Tiling) -> Tensor:
     r"""$\arg\max_k \log P_k$ for each row of the law of $U$ ``[N, C]`` under standard inference, tile by tile:
-    `DecisionHead.predict`'s token, with no ``[N, V]`` tensor beyond one tile. Ties go to the lower class id."""
+    `action.ovr_token` of the standard decisions (`DecisionHead.predict`'s token), with no ``[N, V]`` tensor beyond
+    one tile. Ties go to the lower class id."""
     dtype = torch.promote_types(inputs.weight.dtype, torch.float32)
     gemm = autocast_gemm_dtype(loc_U.device.type, dtype) or dtype
     with torch.autocast(loc_U.device.type, enabled=False):
