@@ -18,11 +18,18 @@ def test_help_lists_the_subcommands(capsys):
     assert "walkthrough" in capsys.readouterr().out
 
 
-def test_console_module_runs_help():
-    result = subprocess.run(
-        [sys.executable, "-m", "causalqwen.app.cli", "--help"], capture_output=True, text=True, check=True
-    )
+@pytest.mark.parametrize("module", ["causalqwen.app.cli", "causalqwen.cli"])
+def test_console_module_runs_help(module):
+    """Both module paths run the command line: its home and the path the API contract names."""
+    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True)
     assert "usage: causalqwen" in result.stdout
+
+
+def test_the_lm_eval_adapter_answers_by_the_contracts_path_too():
+    from causalqwen.app import lm_eval_adapter
+    from causalqwen.integrations import lm_eval_adapter as contract_path
+
+    assert contract_path.CausalQwenLM is lm_eval_adapter.CausalQwenLM and contract_path.main is lm_eval_adapter.main
 
 
 def test_walkthrough_runs_the_forward_pass_and_checks_equivalence(capsys):

@@ -68,6 +68,10 @@ SUBPACKAGES = ("kernels", "files", "integrations", "checks", "app")
 # Module paths of earlier versions that saved directories' causalqwen_auto.py import: a real module of a few lines
 # each (causalqwen.files.earlier_versions says which versions wrote them).
 EARLIER_PATHS = ("pipelines",)
+# Module paths the API contract names that run something kept elsewhere (``python -m causalqwen.cli``): a top-level
+# one, and one inside a sub-package whose home is above it (not an edge of the package graph: nothing imports it).
+CONTRACT_PATHS = ("cli",)
+CONTRACT_ALIASES = ("causalqwen/cli.py", "causalqwen/integrations/lm_eval_adapter.py")
 # The sections that are the transformers model: its config (a Qwen2Config), the conversion's initialization, the model.
 TRANSFORMERS_ADAPTER = ("configuration", "initialization", "modeling")
 # What no other section imports: the libraries of the transformers wing, and the sub-packages built on them.
@@ -161,7 +165,7 @@ def imported_modules(path: Path, tree: ast.Module) -> set[str]:
 def test_the_top_level_is_the_design_sections_and_the_infrastructure_sub_packages():
     entries = {path.stem for path in (ROOT / "causalqwen").glob("*.py")} - {"__init__"}
     packages = {path.name for path in (ROOT / "causalqwen").iterdir() if (path / "__init__.py").exists()}
-    assert entries == set(SECTIONS) | set(EARLIER_PATHS)
+    assert entries == set(SECTIONS) | set(EARLIER_PATHS) | set(CONTRACT_PATHS)
     assert packages == set(SUBPACKAGES)
     table_of_contents = importlib.import_module("causalqwen").__doc__
     for name in SECTIONS + SUBPACKAGES:
@@ -272,7 +276,7 @@ def package_graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for path in python_files("causalqwen"):
         source = package_node(module_name(path))
-        if source is None:
+        if source is None or path.relative_to(ROOT).as_posix() in CONTRACT_ALIASES:
             continue
         targets = {package_node(target) for target in imported_modules(path, parsed(path))}
         edges.setdefault(source, set()).update(target for target in targets if target not in (None, source))
@@ -357,7 +361,7 @@ def wing_imports(path: Path, tree: ast.Module) -> list[str]:
 TORCH_ONLY_SECTIONS = sorted(
     path.stem
     for path in (ROOT / "causalqwen").glob("*.py")
-    if path.stem not in ("__init__", *TRANSFORMERS_ADAPTER, *EARLIER_PATHS)
+    if path.stem not in ("__init__", *TRANSFORMERS_ADAPTER, *EARLIER_PATHS, *CONTRACT_PATHS)
 )
 
 
@@ -484,6 +488,18 @@ def test_an_earlier_path_is_a_module_of_its_imports_that_warns(old):
     body = parsed(ROOT / "causalqwen" / f"{old}.py").body[1:]
     kinds = {type(node).__name__ for node in body}
     assert kinds <= {"ImportFrom", "Assign", "Expr"} and len(body) <= 5, kinds
+
+
+@pytest.mark.parametrize("alias", CONTRACT_ALIASES)
+def test_a_contract_path_is_its_imports_and_a_main_and_nothing_imports_it(alias):
+    """``python -m causalqwen.cli`` and ``python -m causalqwen.integrations.lm_eval_adapter`` (api.md): a docstring,
+    imports, ``__all__`` and the ``__main__`` guard; no module of the package imports them."""
+    body = parsed(ROOT / alias).body[1:]
+    assert {type(node).__name__ for node in body} <= {"Import", "ImportFrom", "Assign", "If"}, alias
+    dotted = alias.removesuffix(".py").replace("/", ".")
+    for path in python_files("causalqwen"):
+        if path.relative_to(ROOT).as_posix() != alias:
+            assert dotted not in set(imported_modules(path, parsed(path))), f"{path} imports {dotted}"
 
 
 def test_a_name_that_left_a_module_is_answered_by_the_compatibility_table_alone():

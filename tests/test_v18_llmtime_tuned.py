@@ -31,7 +31,7 @@ def test_a_history_grown_a_value_at_a_time_is_what_the_tokenizer_writes():
     assert ids[0].tolist().count(tiny.tokenizer.num_token_id) == 3
     assert numbers[0][ids[0] == tiny.tokenizer.num_token_id].tolist() == [0.5, 1.25, -3.0]
     paths = {
-        m: sampled_paths(tiny.model, encoder, [0.5, 1.25, -3.0], 4, 8, m, 6, 0)
+        m: sampled_paths(tiny.model, encoder, [0.5, 1.25, -3.0], 4, max_context=8, mode=m, paths=6, seed=0)
         for m in ("standard", "causal", "shared_individual")
     }
     assert paths["standard"].shape == (1, 4) and paths["causal"].shape == (6, 4)

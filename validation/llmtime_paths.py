@@ -68,7 +68,9 @@ class Encoder:
 
 
 @torch.no_grad()
-def sampled_paths(model, encoder: Encoder, history, horizon: int, max_context: int, mode: str, paths: int, seed: int):
+def sampled_paths(
+    model, encoder: Encoder, history, horizon: int, *, max_context: int, mode: str, paths: int, seed: int
+):
     """``[paths, horizon]`` values: each path extends ``history`` by the value read under ``mode`` at every step
     (`causalqwen.regression.sampled_next_numbers`), quantised as the text writes it, the prompt the last
     ``max_context`` values. ``shared_individual`` draws each path's $\\varepsilon$ once, ``causal`` at every step."""

@@ -139,7 +139,9 @@ def select(name: str, kind: str, learning_rate: float, settings: dict) -> dict:
     model, losses = _trained(forward(fit), settings, learning_rate)
     encoder = Encoder(_STARTING_POINT[2])
     context = settings["max_context"]
-    path = sampled_paths(model, encoder, forward(fit), len(valid), context, "standard", 1, SEED)[0]
+    path = sampled_paths(
+        model, encoder, forward(fit), len(valid), max_context=context, mode="standard", paths=1, seed=SEED
+    )[0]
     loc, scale = one_step_laws(model, encoder, forward(train_part), cut, context)
     return {
         "score": scaled_mae(valid, inverse(path)),
@@ -164,7 +166,16 @@ def forecast(name: str, kind: str, learning_rate: float, settings: dict) -> dict
     context = settings["max_context"]
     paths = {
         mode: inverse(
-            sampled_paths(model, encoder, forward(train_part), len(test), context, mode, settings["paths"], SEED)
+            sampled_paths(
+                model,
+                encoder,
+                forward(train_part),
+                len(test),
+                max_context=context,
+                mode=mode,
+                paths=settings["paths"],
+                seed=SEED,
+            )
         )
         for mode in MODES
     }
