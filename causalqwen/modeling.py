@@ -60,8 +60,7 @@ from .integrations.generation_mixin import CausalQwenGenerationMixin
 from .integrations.outputs import CausalQwenModelOutput, CausalQwenOutput
 from .integrations.trainer import signature_for_trainer
 from .integrations.vocabulary import VocabularyResizing
-from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
-from .losses import LOSS_FUNCTIONS, next_token_targets
+from .losses import loss_function, next_token_targets
 
 __all__ = ["CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
 
@@ -376,7 +375,7 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
                     labels, numeric_labels, window, self.config.ignore_index, self.config.num_token_id
                 )
                 config = self.config  # the loss, chosen on one line: "literal" returns the [B, S, V] decisions it
-                parts, decision = LOSS_FUNCTIONS[config.loss_algorithm](  # scored, "fused" the <NUM> column alone
+                parts, decision = loss_function(config.loss_algorithm)(  # scored, "fused" the <NUM> column alone
                     self.action,
                     loc_U,
                     scale_U,
