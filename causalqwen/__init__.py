@@ -13,14 +13,15 @@ The top level follows the design, a number's path from text to loss, one module 
 7. ``inference``: the five inference modes; ``regression``: the law of the number that follows a prompt, and how
    answers fit their laws; ``generation``: the autoregressive loop; ``writing``: how a number is written back (the
    resolution a literal states, a value at a resolution, the spaces around numbers).
-8. ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
-   conversion, and the model (`CausalQwenModel`, `CausalQwenForCausalLM`).
+8. ``model``: the model in the design's order, embedding -> backbone -> abduction -> action -> loss, around any
+   backbone; ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
+   conversion, and the model on transformers' Qwen2 (`CausalQwenModel`, `CausalQwenForCausalLM`).
 9. ``training``, ``divergence`` and ``metrics``: the training step, the bound on how far U moves, the
    evaluation metrics; ``likelihood``: the probability of a text, numbers scored as written.
 
 The sections import only the standard library, torch, numpy, regex and each other (``configuration``,
 ``initialization`` and ``modeling`` build on transformers' Qwen2 as well). The infrastructure sits above them in
-sub-packages: ``kernels`` (the tiled and compiled head + loss, registered beside the literal one), ``checks``
+sub-packages: ``kernels`` (the tiled and compiled head + loss, named beside the literal one), ``checks``
 (the input checks at the public doors), ``files`` (checkpoints, bases, run directories, datasets, what earlier
 versions wrote), ``integrations`` (transformers' tokenizer and Auto classes, ``model.generate``, the pipeline,
 the Trainer, peft's LoRA, lm-eval) and ``app`` (training runs, the command line, the demo, the embedded tiny base).
