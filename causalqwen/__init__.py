@@ -14,8 +14,9 @@ The top level follows the design, a number's path from text to loss, one module 
    answers fit their laws; ``generation``: the autoregressive loop, `generate` (the key/value cache it fills is the
    model's, ``model.new_key_value_cache()``); ``writing``: how a number is written back (the resolution a literal
    states, a value at a resolution, the spaces around numbers).
-8. ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
-   conversion, and the model (`CausalQwenModel`, `CausalQwenForCausalLM`).
+8. ``model``: the model in the design's order, embedding -> backbone -> abduction -> action -> loss, around any
+   backbone; ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
+   conversion, and the model on transformers' Qwen2 (`CausalQwenModel`, `CausalQwenForCausalLM`).
 9. ``training``, ``divergence`` and ``metrics``: the training step and its schedule (linear warm-up, then cosine
    decay), the bound on how far U moves, the evaluation metrics; ``likelihood``: the probability of a text, numbers
    scored as written.
@@ -23,14 +24,15 @@ The top level follows the design, a number's path from text to loss, one module 
 Every section is torch-only: it imports the standard library, torch, numpy, regex, the other sections and the doors'
 input checks (``checks``, torch-only too), and nothing of transformers, peft, accelerate, tqdm or safetensors. The
 transformers adapter is three sections, named as such: ``configuration`` (a ``Qwen2Config``), ``initialization`` (the
-conversion of a Qwen2 base) and ``modeling`` (a ``Qwen2PreTrainedModel``). The rest of the transformers wing and the
-infrastructure sit above the sections in sub-packages: ``kernels`` (the tiled and compiled head + loss, registered
-beside the literal one), ``checks`` (the input checks at the public doors), ``files`` (checkpoints, bases, run
-directories, datasets; ``files.earlier_versions``, what earlier versions wrote, loaded when one of their files is
-read), ``integrations`` (transformers' tokenizer and Auto classes, ``model.generate`` and its key/value cache in
-``integrations.generation_mixin``, the pipeline, the Trainer, peft's LoRA) and ``app`` (training runs, the command
-line, the demo, lm-eval, the embedded tiny base). ``pipelines`` is the one module path of an earlier version that
-saved directories import (decision D26).
+conversion of a Qwen2 base) and ``modeling`` (a ``Qwen2PreTrainedModel``, a thin adapter around ``model``). The rest
+of the transformers wing and the infrastructure sit above the sections in sub-packages: ``kernels`` (the tiled and
+compiled head + loss, named beside the literal one), ``checks`` (the input checks at the public doors), ``files``
+(checkpoints, bases, run directories, datasets; ``files.earlier_versions``, what earlier versions wrote, loaded when
+one of their files is read), ``integrations`` (transformers' tokenizer and Auto classes, Qwen2's cache names and
+masks, ``model.generate`` and its key/value cache in ``integrations.generation_mixin``, the pipeline, the Trainer,
+peft's LoRA) and ``app`` (training runs, the command line, the demo, lm-eval, the embedded tiny base). ``pipelines``
+is the one module path of an earlier version that saved directories import (decision D26), and ``cli`` the command
+line by the path the API contract names.
 
 This namespace is the table of contents of what a user needs; each name is imported when it is first used
 (PEP 562), so ``import causalqwen.cauchy`` costs what importing torch costs. ``import causalqwen`` registers the

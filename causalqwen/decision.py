@@ -26,13 +26,15 @@ shared one keeps the config's value.
 
 The rules themselves have one owner each, which the head calls: the decision laws, the noise infusion and every
 OvR quantity ($P_k$, its logs, the argmax, the ``<NUM>`` gate) `causalqwen.action`, the value at ``<NUM>`` and
-every mode's decision input `causalqwen.inference`, the loss `causalqwen.losses` (and the implementations
-registered in its `LOSS_FUNCTIONS`). They check their inputs while `causalqwen.cauchy.validating`; the model runs
-the head under ``cauchy.validation(False)`` once its door has checked.
+every mode's decision input `causalqwen.inference`, the loss `causalqwen.losses` (and the implementations its
+`LOSS_FUNCTIONS` name). They check their inputs while `causalqwen.cauchy.validating`; the model runs the head under
+``cauchy.validation(False)`` once its door has checked.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -43,7 +45,7 @@ from . import inference
 from .action import ActionNetwork, ActionOutput, ovr_log_probability, ovr_probability, ovr_tail_nll, ovr_token
 from .losses import NextTokenTargets, next_token_targets
 
-__all__ = ["STANDARD_TOKEN_FUNCTIONS", "Choice", "DecisionHead"]
+__all__ = ["STANDARD_TOKEN_FUNCTIONS", "Choice", "DecisionHead", "standard_token_function"]
 
 
 class Choice(NamedTuple):
@@ -61,8 +63,18 @@ def literal_standard_token(head: DecisionHead, loc_U: Tensor, scale_U: Tensor) -
     return head.predict(head(loc_U, scale_U))[0]  # [...]
 
 
-# ``standard_token``'s implementations by ``config.loss_algorithm``: "fused" is registered by causalqwen.kernels
-STANDARD_TOKEN_FUNCTIONS: dict[str, Callable[..., Tensor]] = {"literal": literal_standard_token}
+# ``standard_token``'s implementations by ``config.loss_algorithm``, each where it lives, imported on first use
+STANDARD_TOKEN_FUNCTIONS = {
+    "fused": "causalqwen.kernels.fused:fused_standard_token",
+    "literal": "causalqwen.decision:literal_standard_token",
+}
+
+
+@functools.cache
+def standard_token_function(name: str) -> Callable[..., Tensor]:
+    """The implementation ``name`` of `STANDARD_TOKEN_FUNCTIONS`, imported on its first use."""
+    module, function = STANDARD_TOKEN_FUNCTIONS[name].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 class DecisionHead(ActionNetwork):
@@ -131,7 +143,7 @@ class DecisionHead(ActionNetwork):
         r"""`predict`'s token under standard inference from the law of $U$ ``[N, C]``, by ``config.loss_algorithm``
         (`STANDARD_TOKEN_FUNCTIONS`): ``literal`` forms the ``[N, V]`` decisions, ``fused`` takes the argmax tile by
         tile (`causalqwen.kernels.tiles.ovr_argmax`), for the vocabulary sizes where they would not fit."""
-        return STANDARD_TOKEN_FUNCTIONS[self.config.loss_algorithm](self, loc_U, scale_U)  # [N]
+        return standard_token_function(self.config.loss_algorithm)(self, loc_U, scale_U)  # [N]
 
     # ---- one step of generation, in a mode ----
 

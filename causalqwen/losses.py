@@ -20,13 +20,17 @@ switch); the model's forward calls them under ``cauchy.validation(False)`` once 
 
 **The loss interface.** The model computes its loss from the law of $U$ with one of the functions in
 `LOSS_FUNCTIONS`, chosen on one line by ``config.loss_algorithm`` (as transformers chooses an attention
-implementation). All have the signature of `literal_loss`, the eager reference registered here as
-``"literal"``: the action network's decisions ``[..., V]`` and `total_loss` on them, differentiated by autograd.
-`causalqwen.kernels.fused` registers ``"fused"``: the same loss, tile by tile, never forming ``[..., V]``.
+implementation). The registry names where each algorithm lives, and `loss_function` imports it on first use (so
+importing a module registers nothing, and the fused kernels load only when a fused loss runs). All have the signature
+of `literal_loss`, the eager reference: the action network's decisions ``[..., V]`` and `total_loss` on them,
+differentiated by autograd. ``"fused"`` (`causalqwen.kernels.fused.fused_loss`) is the same loss, tile by tile, never
+forming ``[..., V]``.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -56,6 +60,7 @@ __all__ = [
     "check_loss_inputs",
     "gated_regression_loss",
     "literal_loss",
+    "loss_function",
     "next_token_targets",
     "ovr_classification_loss",
     "ovr_log_probability",
@@ -64,7 +69,10 @@ __all__ = [
     "total_loss",
 ]
 
-LOSS_ALGORITHMS = ("fused", "literal")  # the names a config may choose; "fused" is registered by causalqwen.kernels
+# The loss algorithms by name (``config.loss_algorithm``), each as the place it lives, "module:function"; each is
+# imported when `loss_function` first asks for it.
+LOSS_FUNCTIONS = {"fused": "causalqwen.kernels.fused:fused_loss", "literal": "causalqwen.losses:literal_loss"}
+LOSS_ALGORITHMS = tuple(LOSS_FUNCTIONS)  # the names a config may choose
 
 
 # ---- the checks of the rules this module owns ----
@@ -338,7 +346,7 @@ def literal_loss(
     r"""The total loss from the law of $U$ ``[..., C]`` and the `ActionNetwork` ``action``: its standard decisions
     ``action(loc_U, scale_U)`` ``[..., V]`` and `total_loss` on them. Returns the loss parts and the decisions.
 
-    This is the eager reference of `LOSS_FUNCTIONS` (``"literal"``); every other entry has this signature and
+    This is the eager reference of `LOSS_FUNCTIONS` (``"literal"``); every other algorithm has this signature and
     returns the same parts (``cls_loss`` may be None) and, where it does not form ``[..., V]``, the decisions at
     the ``<NUM>`` column alone (``loc_S``, ``scale_S`` ``[..., 1]``)."""
     decision = action(loc_U, scale_U)  # [..., V] x2, [...] x2
@@ -357,7 +365,14 @@ def literal_loss(
     return parts, decision
 
 
-LOSS_FUNCTIONS: dict[str, Callable[..., tuple[LossParts, ActionOutput]]] = {"literal": literal_loss}
+@functools.cache
+def loss_function(name: str) -> Callable[..., tuple[LossParts, ActionOutput]]:
+    """The loss algorithm ``name`` of `LOSS_FUNCTIONS`, imported from where it lives on its first use; an unknown
+    name is a ``ValueError`` naming it."""
+    if name not in LOSS_FUNCTIONS:
+        raise ValueError(f"loss_algorithm must be one of {', '.join(LOSS_FUNCTIONS)}, got {name!r}")
+    module, function = LOSS_FUNCTIONS[name].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 class NextTokenTargets(NamedTuple):

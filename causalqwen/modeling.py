@@ -1,4 +1,5 @@
-r"""CausalQwen on the `transformers` Qwen2 stack: `CausalQwenModel` (the law of $U$) and `CausalQwenForCausalLM`.
+r"""CausalQwen on the `transformers` Qwen2 stack: the core model (`causalqwen.model`) with Qwen2 as its backbone, as
+`CausalQwenModel` (the law of $U$) and `CausalQwenForCausalLM` (decisions and loss).
 
 The forward pass, position by position:
 
@@ -15,18 +16,20 @@ model's logit vector whenever no number is present ($\phi(0) = 0$). The scales a
 |b_{\mathrm{noise}}|)\cdot\|W_{\mathrm{cls},k}\|_1$ (for a constant noise vector) and differ per class, so $\arg\max_k
 P_k$ need not be the base model's greedy token.
 
-**One forward per job.** `CausalQwenForCausalLM.forward` is a straight line, as Qwen2's: the door (the checks and the
-positions, `causalqwen.checks.doors.open_door`), the law of $U$ (`CausalQwenModel.law_of_U`), the standard decisions
-(for the last ``logits_to_keep`` positions, transformers' keyword), and with ``labels`` the loss. transformers'
-generation loop runs it for the law of $U$ alone (``return_decisions=False``, under ``cauchy.validation(False)``: the
-prompt was checked at ``generate``'s door); `causalqwen.integrations.generation_mixin` forms the mode's scores.
+**One forward per job.** `CausalQwenForCausalLM.forward` is a straight line: the door (the checks and the positions,
+`causalqwen.checks.doors.open_door`), then the core model (`causalqwen.model.CausalLM`: embedding, backbone, abduction,
+action, loss, in the design's order) with the Qwen2 stack as its backbone (`Qwen2Backbone`). transformers' generation
+loop runs it for the law of $U$ alone (``return_decisions=False``, under ``cauchy.validation(False)``: the prompt was
+checked at ``generate``'s door); `causalqwen.integrations.generation_mixin` forms the mode's scores. What transformers
+callers add (the cache's older name, the generation loop's and peft's keywords, Qwen2's masks for a padded batch,
+`Trainer`'s label names) is sorted in the wing, `causalqwen.integrations.qwen2` and `causalqwen.integrations.trainer`.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
@@ -36,12 +39,11 @@ from transformers import (
     Qwen2Model,
 )
 from transformers.cache_utils import Cache
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 from transformers.utils import logging as transformers_logging
 
 from .abduction import AbductionNetwork, build_abduction
-from .action import ActionNetwork, ActionOutput
+from .action import ActionNetwork
 from .cauchy import validation
 from .checks.doors import check_keywords, open_door
 from .configuration import CausalQwenConfig, config_from_base, conversion_settings
@@ -58,59 +60,56 @@ from .initialization import copy_base_weights, initial_threshold
 from .integrations.auto import save_with_auto_classes
 from .integrations.generation_mixin import CausalQwenGenerationMixin
 from .integrations.outputs import CausalQwenModelOutput, CausalQwenOutput
-from .integrations.trainer import signature_for_trainer
+from .integrations.qwen2 import ABDUCE_ARGS, MASKS_WITHOUT_A_LOOK, forward_keywords, one_cache, padded_masks
+from .integrations.trainer import labels_for_trainer
 from .integrations.vocabulary import VocabularyResizing
-from .kernels import fused  # noqa: F401  registers the fused loss and argmax (config.loss_algorithm = "fused")
-from .losses import LOSS_FUNCTIONS, next_token_targets
+from .model import CausalLM
 
-__all__ = ["CausalQwenModel", "CausalQwenForCausalLM", "CausalQwenOutput", "CausalQwenModelOutput"]
+__all__ = [
+    "CausalQwenModel",
+    "CausalQwenForCausalLM",
+    "CausalQwenOutput",
+    "CausalQwenModelOutput",
+    "Qwen2Backbone",
+]
 
 logger = logging.getLogger(__name__)
 
 
-def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The KV cache by either name (``cache=`` from transformers 5.24, ``past_key_values=`` before); not both."""
-    if cache is not None and past_key_values is not None:
-        raise TypeError("pass the KV cache as cache= or as past_key_values=, not both")
-    return cache if cache is not None else past_key_values
+@dataclass
+class Qwen2Backbone:
+    """The Qwen2 stack as the core model's backbone for one forward: embeddings ``[B, S, H]`` to features
+    ``[B, S, H]``, under that forward's mask, positions and KV cache, by transformers' own ``Qwen2Model.forward``.
+    Qwen2's other outputs (the cache, the hidden states and attentions a switch asked for) are kept in ``outputs``.
 
+    A mask here is taken to hold padding (the door drops one of all ones), so Qwen2 gets its attention masks built
+    without its look at whether they could be dropped (`causalqwen.integrations.qwen2.padded_masks`): either way
+    Qwen2 makes no host synchronisation."""
 
-# Whether transformers lets a caller build Qwen2's attention masks without its look at whether they could be dropped
-# (``allow_is_causal_skip``, with the cache named ``cache``: transformers 5.24 on); without it Qwen2 gets the 2D mask.
-_MASKS_WITHOUT_A_LOOK = {"allow_is_causal_skip", "cache"} <= set(inspect.signature(create_causal_mask).parameters)
+    model: Qwen2Model
+    attention_mask: torch.Tensor | None = None  # [B, cached + S], holding padding
+    position_ids: torch.LongTensor | None = None  # [B, S]
+    cache: Cache | None = None
+    use_cache: bool | None = None
+    switches: dict = field(default_factory=dict)  # transformers' output switches (output_hidden_states, ...)
+    outputs: dict = field(default_factory=dict)  # set by the call: the cache, hidden states, attentions
 
-
-def _padded_attention_masks(model, inputs_embeds, attention_mask, cache, position_ids) -> dict:
-    """Qwen2's attention masks (``{"full_attention": ...}``, and ``"sliding_attention"`` with sliding layers) for a
-    batch with padding, built by transformers' own functions but without their look at whether the mask holds any
-    padding (a host synchronisation per forward): the door has looked already, and hands a mask on only when it
-    does (`causalqwen.checks.doors.open_door`), as generation does only for padded prompts."""
-    arguments = dict(
-        config=model.config,
-        inputs_embeds=inputs_embeds,
-        attention_mask=attention_mask,
-        cache=cache,
-        position_ids=position_ids,
-        allow_is_causal_skip=False,
-    )
-    masks = {"full_attention": create_causal_mask(**arguments)}
-    if model.has_sliding_layers:
-        masks["sliding_attention"] = create_sliding_window_causal_mask(**arguments)
-    return masks
-
-
-_ABDUCE_ARGS = (
-    "input_ids",
-    "numeric_values",
-    "attention_mask",
-    "position_ids",
-    "cache",
-    "past_key_values",
-    "use_cache",
-)
-_FORWARD_ARGS = _ABDUCE_ARGS + ("labels", "numeric_labels", "return_decisions", "logits_to_keep")
-# what transformers' generation loop passes besides (cache_position before transformers 5.24)
-_GENERATION_LOOP_ARGS = ("cache_position", "return_dict")
+    def __call__(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        mask = self.attention_mask
+        if mask is not None and MASKS_WITHOUT_A_LOOK:
+            mask = padded_masks(self.model, inputs_embeds, mask, self.cache, self.position_ids)
+        out = Qwen2Model.forward(
+            self.model,
+            inputs_embeds=inputs_embeds,
+            attention_mask=mask,
+            position_ids=self.position_ids,
+            use_cache=self.use_cache,
+            **{CACHE_NAME: self.cache},
+            **self.switches,
+        )
+        self.outputs = {CACHE_NAME: getattr(out, CACHE_NAME), "hidden_states": out.hidden_states}
+        self.outputs["attentions"] = out.attentions
+        return out.last_hidden_state  # [B, S, H]
 
 
 class CausalQwenPreTrainedModel(Qwen2PreTrainedModel):
@@ -185,8 +184,8 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         ``attention_mask`` and no ``position_ids``, positions count real tokens only, so that left padding does
         not shift them. The KV cache comes as ``cache`` (or, before transformers 5.24, ``past_key_values``)."""
         if past_key_values is not None:
-            cache = _one_cache(cache, past_key_values)
-        check_keywords("forward", kwargs, _ABDUCE_ARGS)
+            cache = one_cache(cache, past_key_values)
+        check_keywords("forward", kwargs, ABDUCE_ARGS)
         mask, position_ids = open_door(
             self.config, input_ids, numeric_values, attention_mask, position_ids=position_ids, cache=cache
         )
@@ -205,36 +204,19 @@ class CausalQwenModel(CausalQwenPreTrainedModel, Qwen2Model):
         use_cache=None,
         **kwargs,
     ) -> CausalQwenModelOutput:
-        """`forward` on inputs already checked (and positions already formed): no check, no synchronisation. A mask
-        given here is taken to hold padding (the door drops one of all ones), so Qwen2 gets its attention masks
-        built, without looking whether they could be dropped (`_padded_attention_masks`)."""
-        inputs_embeds = self.embed_tokens(input_ids)  # [B, S, H]
-        if numeric_values is not None:
-            inputs_embeds = inputs_embeds + self.numerical_embedding(numeric_values)  # phi(0) = 0 elsewhere
-        if attention_mask is not None and _MASKS_WITHOUT_A_LOOK:  # a mask here holds padding
-            attention_mask = _padded_attention_masks(self, inputs_embeds, attention_mask, cache, position_ids)
-        features = Qwen2Model.forward(
-            self,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=use_cache,
-            **{CACHE_NAME: cache},
-            **kwargs,
-        )
-        loc_U, scale_U = self.abduction(features.last_hidden_state)  # [B, S, C] each
-        return CausalQwenModelOutput(
-            loc_U=loc_U,
-            scale_U=scale_U,
-            last_hidden_state=features.last_hidden_state,
-            **{CACHE_NAME: getattr(features, CACHE_NAME)},
-            hidden_states=features.hidden_states,
-            attentions=features.attentions,
-        )
+        """`forward` on inputs already checked (and positions already formed): no check, no synchronisation. The core
+        model's first half (`causalqwen.model.CausalLM.law_of_U`) with the Qwen2 stack as its backbone; a mask given
+        here is taken to hold padding (`Qwen2Backbone`)."""
+        qwen2 = Qwen2Backbone(self, attention_mask, position_ids, cache, use_cache, kwargs)
+        core = CausalLM(self.embed_tokens, self.numerical_embedding, qwen2, self.abduction)
+        loc_U, scale_U, z = core.law_of_U(input_ids, numeric_values)  # [B, S, C] x2, [B, S, H]
+        return CausalQwenModelOutput(loc_U=loc_U, scale_U=scale_U, last_hidden_state=z, **qwen2.outputs)
 
 
+@labels_for_trainer  # Trainer reads forward's label names: numeric_labels is optional, labels alone are required
 class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, CausalQwenGenerationMixin):
-    """CausalQwen: `CausalQwenModel` (the law of $U$) and the `DecisionHead` (decisions and loss).
+    """CausalQwen: `CausalQwenModel` (the law of $U$) and the `DecisionHead` (decisions and loss), run in the design's
+    order by the core model (`causalqwen.model.CausalLM`).
 
     Attributes: ``model`` (the `CausalQwenModel`, a `Qwen2Model`), ``action`` (the `DecisionHead`, an `ActionNetwork`,
     whose classes follow ``resize_token_embeddings``: `VocabularyResizing`), and for reading convenience
@@ -286,7 +268,7 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
     ) -> CausalQwenModelOutput:
         r"""The first half of the forward pass, `CausalQwenModel.forward`: the law of $U$ ``[B, S, C]`` and the
         Qwen2 outputs. The inference modes (`causalqwen.inference`) start from here."""
-        check_keywords("abduce", kwargs, _ABDUCE_ARGS)
+        check_keywords("abduce", kwargs, ABDUCE_ARGS)
         return self.model(
             input_ids,
             numeric_values,
@@ -340,16 +322,10 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
         prompt at its door, and every later step's token and value are the model's own), and the forward makes no
         synchronisation.
         """
-        if past_key_values is not None:
-            cache = _one_cache(cache, past_key_values)
-        for name in _GENERATION_LOOP_ARGS:  # positions come from position_ids; the output always is a dict
-            kwargs.pop(name, None)
-        if "inputs_embeds" in kwargs and kwargs["inputs_embeds"] is None:  # peft's PeftModel passes it, always None
-            del kwargs["inputs_embeds"]
-        if kwargs:  # only transformers' output switches pass on to Qwen2
-            check_keywords("forward", kwargs, _FORWARD_ARGS)
-        if return_decisions is None:
-            return_decisions = labels is None
+        if past_key_values is not None:  # the KV cache's name before transformers 5.24
+            cache = one_cache(cache, past_key_values)
+        if kwargs:  # transformers' output switches pass on to Qwen2; generate's and peft's extras are dropped
+            kwargs = forward_keywords(kwargs)
         mask, positions = open_door(
             self.config,
             input_ids,
@@ -362,66 +338,19 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
             threshold=self.action.ovr_threshold,
         )
         with validation(False):  # checked at the door: nothing below looks at the inputs again
-            law = self.model.law_of_U(
-                input_ids, numeric_values, mask, position_ids=positions, cache=cache, use_cache=use_cache, **kwargs
+            qwen2 = Qwen2Backbone(self.model, mask, positions, cache, use_cache, kwargs)
+            inner = self.model
+            core = CausalLM(inner.embed_tokens, inner.numerical_embedding, qwen2, inner.abduction, self.action)
+            out = core.forward(
+                input_ids,
+                numeric_values,
+                labels=labels,
+                numeric_labels=numeric_labels,
+                attention_mask=attention_mask,
+                return_decisions=return_decisions,
+                logits_to_keep=logits_to_keep,
             )
-            loc_U, scale_U = law.loc_U, law.scale_U  # [B, S, C] each
-
-            fields = dict(loc_U=loc_U, scale_U=scale_U)
-            decision = None
-            if labels is not None:
-                window = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None
-                numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
-                targets = next_token_targets(
-                    labels, numeric_labels, window, self.config.ignore_index, self.config.num_token_id
-                )
-                config = self.config  # the loss, chosen on one line: "literal" returns the [B, S, V] decisions it
-                parts, decision = LOSS_FUNCTIONS[config.loss_algorithm](  # scored, "fused" the <NUM> column alone
-                    self.action,
-                    loc_U,
-                    scale_U,
-                    targets.labels,
-                    targets.values,
-                    num_token_id=config.num_token_id,
-                    threshold=self.action.ovr_threshold,
-                    ignore_index=config.ignore_index,
-                    regression_weight=config.regression_weight,
-                    gate_alpha=config.gate_alpha,
-                    detach_gate=config.detach_gate,
-                )
-                loss_fields = dict(
-                    loss=parts.total,
-                    cls_loss=parts.cls_loss_mean,
-                    reg_loss=parts.reg_loss_effective,
-                    n_cls=parts.n_cls,
-                    n_reg=parts.n_reg,
-                    loc_Y=decision.loc_Y,  # [B, S]
-                    scale_Y=decision.scale_Y,  # [B, S]
-                    targets=targets,
-                    numeric_labels=numeric_labels,
-                )
-            if return_decisions:
-                kept = slice(-logits_to_keep, None)  # every position when 0
-                if decision is not None and decision.loc_S.shape[-1] == self.config.vocab_size:
-                    if logits_to_keep:  # the ones the loss scored (themselves: their gradients are the loss's)
-                        decision = ActionOutput(*(tensor[:, kept] for tensor in decision))
-                else:
-                    decision = self.action(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
-                fields |= dict(
-                    loc_S=decision.loc_S,
-                    scale_S=decision.scale_S,
-                    loc_Y=decision.loc_Y,
-                    scale_Y=decision.scale_Y,
-                    logits=decision.loc_S,
-                )
-            if labels is not None:
-                fields |= loss_fields
-        return CausalQwenOutput(
-            **fields,
-            **{CACHE_NAME: getattr(law, CACHE_NAME)},
-            hidden_states=law.hidden_states,
-            attentions=law.attentions,
-        )
+        return CausalQwenOutput(**out._asdict(), logits=out.loc_S, **qwen2.outputs)  # logits: transformers' name
 
     # ---- construction from a Qwen2 base ----
 
@@ -489,7 +418,3 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
             copy_base_weights(base, model)
             stages.update()
         return model
-
-
-# what transformers.Trainer reads for its label names: numeric_labels is optional, labels alone are required
-CausalQwenForCausalLM.forward.__signature__ = signature_for_trainer(CausalQwenForCausalLM.forward)

@@ -162,8 +162,6 @@ def test_predict_is_the_argmax_of_scipy_probabilities_and_loc_Y_at_num(seed, per
 
 @pytest.mark.parametrize("algorithm", ["fused", "literal"])
 def test_standard_token_is_predict_of_the_standard_decision_under_either_algorithm(algorithm):
-    import causalqwen.kernels.fused  # noqa: F401  registers "fused"
-
     head = _head(per_class=True).float()
     head.config.loss_algorithm = algorithm
     loc_U, scale_U = (t.float() for t in _law(40, seed=4))

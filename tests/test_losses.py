@@ -384,7 +384,7 @@ def test_the_fused_total_equals_the_literal_total_in_value_and_every_gradient(da
         detach_gate=data.draw(st.booleans()),
     )
     leaves = [loc_U, scale_U, threshold, *action.parameters()]
-    literal, decision = losses.LOSS_FUNCTIONS["literal"](action, loc_U, scale_U, labels, targets, **settings)
+    literal, decision = losses.loss_function("literal")(action, loc_U, scale_U, labels, targets, **settings)
     assert decision.loc_S.shape == (B, S, V)
     literal_grads = torch.autograd.grad(literal.total, leaves, allow_unused=True)
     fused, num_decision = fused_loss(
@@ -589,18 +589,52 @@ def test_the_checks_run_while_validating_and_not_under_validation_false():
 
 
 def test_the_loss_interface_has_one_signature_and_every_name_a_config_may_choose():
-    """`LOSS_FUNCTIONS` holds every `LOSS_ALGORITHMS` name once `causalqwen.kernels.fused` is imported; each takes
+    """`LOSS_FUNCTIONS` names where every `LOSS_ALGORITHMS` name lives, and `loss_function` finds it there; each takes
     `literal_loss`'s parameters, in its order and kinds (the fused one adds its tile sizes as keywords)."""
     import inspect
 
     assert set(losses.LOSS_FUNCTIONS) == set(losses.LOSS_ALGORITHMS) == {"literal", "fused"}
+    assert losses.loss_function("literal") is losses.literal_loss and losses.loss_function("fused") is fused_loss
     reference = list(inspect.signature(losses.literal_loss).parameters.values())
-    for name, function in losses.LOSS_FUNCTIONS.items():
+    for name in losses.LOSS_ALGORITHMS:
+        function = losses.loss_function(name)
         parameters = list(inspect.signature(function).parameters.values())
         assert [(p.name, p.kind, p.default) for p in parameters[: len(reference)]] == [
             (p.name, p.kind, p.default) for p in reference
         ], name
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[len(reference) :]), name
+
+
+def test_an_unknown_loss_algorithm_is_named():
+    with pytest.raises(ValueError, match="loss_algorithm must be one of fused, literal, got 'fast'"):
+        losses.loss_function("fast")
+
+
+def test_a_loss_algorithm_is_imported_on_its_first_use_and_not_before():
+    """No import registers anything: in a fresh interpreter, importing the model leaves the fused kernels unloaded
+    (nothing names them until a config asks), the literal forward does not load them, and the first fused forward
+    does."""
+    import subprocess
+    import sys
+
+    from wall_clock import budget
+
+    program = (
+        "import sys, causalqwen.modeling\n"
+        "from causalqwen.app.tiny import build_tiny_causal_lm\n"
+        "loaded = lambda: 'causalqwen.kernels.fused' in sys.modules\n"
+        "model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0, loss_algorithm='literal')\n"
+        "steps = [loaded()]\n"
+        "encoding = tokenizer('It costs 3.5 dollars.', return_tensors='pt')\n"
+        "model(**encoding, labels=encoding['input_ids'])\n"
+        "steps.append(loaded())\n"
+        "model.config.loss_algorithm = 'fused'\n"
+        "model(**encoding, labels=encoding['input_ids'])\n"
+        "print(steps + [loaded()])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=budget(300))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[False, False, True]"
 
 
 def test_a_threshold_given_as_a_number_is_the_0d_tensor_of_it_also_unchecked():

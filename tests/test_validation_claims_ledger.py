@@ -130,3 +130,45 @@ def test_ledger_runs_by_default():
 )
 def test_allowed_verdicts(verdict, allowed):
     assert is_allowed_verdict(verdict) is allowed
+
+
+# ---- the intervals' row, on answers whose law is known ----
+
+
+def _write_answers(directory, spread: float, seed: int = 0):
+    """Studies' files whose answers are drawn from Cauchy(loc, spread * scale): calibrated when ``spread`` is 1."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    loc, scale = rng.normal(size=8000), rng.uniform(0.5, 2.0, size=8000)
+    values = loc + spread * scale * rng.standard_cauchy(size=8000)
+    lift = {
+        "datasets": {"f/c/1": {"y_valid": values[:4000].tolist()}},
+        "arms": {"CausalQwen": {"f/c/1": {"valid": loc[:4000].tolist(), "valid_scale": scale[:4000].tolist()}}},
+    }
+    series = {
+        "S": {"test": values[4000:].tolist(), "one_step": {"loc": loc[4000:].tolist(), "scale": scale[4000:].tolist()}}
+    }
+    (directory / "v17_predictions.json").write_text(json.dumps(lift))
+    (directory / "v18_predictions.json").write_text(json.dumps(series))
+
+
+def test_the_interval_row_holds_on_calibrated_answers_and_fails_on_answers_three_times_wider(tmp_path):
+    from validation.claims_intervals import interval_rows
+
+    _write_answers(tmp_path, spread=1.0)
+    (row,) = interval_rows(tmp_path)
+    assert row.verdict == "holds", row.figures
+    assert all(claim.passed for claim in row.claims)
+    _write_answers(tmp_path, spread=3.0)
+    (row,) = interval_rows(tmp_path)
+    assert row.verdict == "fails" and "50% → " in row.figures
+
+
+def test_the_interval_row_names_a_missing_file_and_its_study(tmp_path):
+    from validation.claims_intervals import interval_rows
+
+    with pytest.raises(
+        FileNotFoundError, match=r"v17_predictions.json is missing: run python -m validation --only V17"
+    ):
+        interval_rows(tmp_path)

@@ -6,7 +6,7 @@ beyond it nor so small that float32 makes them 0 --, a value only beside ``<NUM>
 in ``[0, max_position_embeddings)``, labels in range, a value for every ``<NUM>`` target, a finite
 threshold) each need a value from the device; they are collected (`Required`) and brought to the host
 in one transfer, together with whether the mask is all ones (then Qwen2 gets no mask; otherwise its masks are
-built without its own look at the padding, `causalqwen.modeling.CausalQwenModel.law_of_U`: either way Qwen2
+built without its own look at the padding, `causalqwen.modeling.Qwen2Backbone`: either way Qwen2
 makes no host synchronisation of its own). Only when that transfer reports a failure is the culprit looked up,
 so an error still names the position and the value.
 

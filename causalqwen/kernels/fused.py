@@ -16,10 +16,10 @@ hand. No tile outlives its loop iteration, no one-hot is built, $|W|$ is formed 
 ignored rows never enter a product.
 
 The tiles themselves, their walk and the tiled argmax are `causalqwen.kernels.tiles`; this module holds the
-autograd functions around the walk and the entry points. Importing it registers its two fast paths under the name
-``"fused"``: `fused_loss` in
-`causalqwen.losses.LOSS_FUNCTIONS` (the model's loss, with the signature of `losses.literal_loss`) and
-`fused_standard_token` in `causalqwen.decision.STANDARD_TOKEN_FUNCTIONS` (the standard decision's argmax).
+autograd functions around the walk and the entry points. Its two fast paths are named ``"fused"`` in the registries,
+which import this module on their first use: `fused_loss` in `causalqwen.losses.LOSS_FUNCTIONS` (the model's loss,
+with the signature of `losses.literal_loss`) and `fused_standard_token` in
+`causalqwen.decision.STANDARD_TOKEN_FUNCTIONS` (the standard decision's argmax).
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from torch import Tensor
 
 from .. import cauchy
 from ..action import ActionOutput, check_law, check_threshold
-from ..decision import STANDARD_TOKEN_FUNCTIONS
 from ..losses import (
-    LOSS_FUNCTIONS,
     LossParts,
     at_least_float32,
     check_labels,
@@ -297,7 +295,3 @@ def fused_standard_token(head, loc_U: Tensor, scale_U: Tensor) -> Tensor:
         None, None, head.classification_head.weight, head.classification_head.bias, head.noise_scale, head.ovr_threshold
     )
     return ovr_argmax(loc_U, scale_U, inputs, default_tiling(loc_U.device, head.scale_eps))
-
-
-LOSS_FUNCTIONS["fused"] = fused_loss
-STANDARD_TOKEN_FUNCTIONS["fused"] = fused_standard_token
