@@ -729,6 +729,26 @@ def test_train_on_prompt_completion_rows_reports_the_answers_own_figures(qwen_di
     assert values["eval/tokens"] == str(scored)
 
 
+def test_an_eval_set_whose_completion_lacks_the_answer_is_named_before_anything_is_written(qwen_dir, tmp_path, capsys):
+    import json
+
+    rows = [{"prompt": f"The price is {x} yuan. Again, the price is ", "completion": f"{x} yuan."} for x in range(8)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(
+        "".join(json.dumps(row) + "\n" for row in rows[:3] + [{"prompt": "The price is ", "completion": "unknown"}])
+    )
+    run = tmp_path / "run"
+    arguments = ["train", "--base", qwen_dir, "--data", str(data), "--eval-data", str(held_out), "--out", str(run)]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(arguments + ["--steps", "1"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"{held_out}, line 4: the completion 'unknown' holds no number, while 3 of the 4 completions do" in error
+    assert not run.exists()
+
+
 @pytest.mark.parametrize("command", ["train", "demo", "convert", "generate"])
 def test_every_command_that_computes_says_how_threads_are_set(command, capsys):
     with pytest.raises(SystemExit):

@@ -266,3 +266,15 @@ def test_the_collator_refuses_labels_beside_a_completion_mask_and_a_mask_other_t
     halves = features | {"completion_mask": [0.5] * len(features["input_ids"])}
     with pytest.raises(ValueError, match=r"features\[0\]\['completion_mask'\] must hold 0 \(prompt\) and 1"):
         NumericDataCollator(tokenizer)([halves])
+
+
+def test_an_answer_missing_from_a_regression_set_is_named_and_text_sets_pass():
+    from causalqwen.files.data import check_answers_present
+
+    sources = ["f.jsonl, line 1", "f.jsonl, line 2", "f.jsonl, line 3"]
+    numbers = [PromptCompletion("x is 2, y is ", "4"), PromptCompletion("x is 3, y is ", "6")]
+    check_answers_present(numbers, sources[:2])
+    check_answers_present([PromptCompletion("Say hi: ", "hello"), PromptCompletion("Say bye: ", "bye")], sources[:2])
+    check_answers_present(["a text with 3 numbers 4 5", "a text without"], sources[:2])
+    with pytest.raises(ValueError, match=r"f.jsonl, line 3: the completion 'n/a' holds no number, while 2 of the 3"):
+        check_answers_present(numbers + [PromptCompletion("x is 9, y is ", "n/a")], sources)

@@ -308,7 +308,7 @@ def train_command(args) -> int:
     the run (``--resume``)."""
     import torch.distributed as dist
 
-    from ..files.data import TextDataset, collate, read_jsonl
+    from ..files.data import TextDataset, check_answers_present, collate, read_jsonl
     from ..files.rundir import RunDirectory
     from .training_run import check_training_inputs, save_trained_model, train
 
@@ -316,6 +316,8 @@ def train_command(args) -> int:
     # The data first: a bad file fails at once, not after a (possibly large) model has been loaded.
     texts, sources = read_jsonl(args.data)
     eval_texts, eval_sources = read_jsonl(args.eval_data) if args.eval_data else (None, None)
+    if eval_texts is not None:
+        check_answers_present(eval_texts, eval_sources)
     model, tokenizer = _model_to_train(args, config.preset)
     train_set = TextDataset(texts, tokenizer, args.max_length, sources)
     eval_batch = None

@@ -37,6 +37,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..float32 import format_number
+from ..numbers import find_numbers
 from ..tokenization import pad_rows
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "PromptCompletion",
     "synthetic_texts",
     "read_jsonl",
+    "check_answers_present",
     "prompt_completion_features",
     "TextDataset",
     "collate",
@@ -270,6 +272,21 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str] | list[PromptCompleti
     if not texts:
         raise ValueError(f"{path}: the dataset is empty (no line with a row)")
     return texts, sources
+
+
+def check_answers_present(rows, sources) -> None:
+    """An evaluation set of prompt–completion rows is a regression task when a completion holds a number (its answer,
+    scored by the ``answer_*`` figures); then every completion must hold one, or the row's answer would be left out
+    of the figures unseen. A ``ValueError`` names the first row without one; a set of text rows, or of completions
+    that all are text, passes."""
+    holds = [isinstance(row, PromptCompletion) and bool(find_numbers(row.completion)) for row in rows]
+    if any(holds) and not all(holds):
+        first = holds.index(False)
+        raise ValueError(
+            f"{sources[first]}: the completion {rows[first].completion!r} holds no number, while "
+            f"{sum(holds)} of the {len(rows)} completions do: a regression set needs the answer of every row "
+            "(its first number) to score"
+        )
 
 
 def prompt_completion_features(tokenizer, prompt: str, completion: str, max_length: int | None = None) -> dict:
