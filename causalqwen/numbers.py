@@ -363,13 +363,16 @@ def split_texts(texts: list[str], bounds: list[tuple[int, int]] | None = None) -
     make = tuple.__new__  # a NamedTuple's own constructor costs twice as much
     split = []
     for index, (text, found) in enumerate(zip(texts, matched)):
+        numbers = [
+            make(NumberMatch, (start, end, number, value_of[number]))
+            for start, end, number in found
+            if value_of[number] is not None
+        ]
+        runs, position = [], 0
+        for start, end, _, _ in numbers:
+            runs.append(text[position:start])
+            position = end
         stop = len(text) if bounds is None else bounds[index][0]
-        runs, numbers, position = [], [], 0
-        for start, end, number in found:
-            if value_of[number] is not None:
-                runs.append(text[position:start])
-                numbers.append(make(NumberMatch, (start, end, number, value_of[number])))
-                position = end
         runs.append(text[position:stop])
         split.append(make(TextPieces, (text[: max(stop, position)], runs, numbers)))
     return split

@@ -9,10 +9,13 @@ before. The door (`causalqwen.checks.tokenizer_door`), the number grammar (`caus
 (`causalqwen.integrations.tokenizer`) are each entered a fixed number of times, whatever the texts and however many
 numbers they hold: no step goes back and forth per text or per number. Before the numbers pipeline was one pass,
 ``tokenizer(TEXT)`` made 19 stays in 5 files (14 returns), and one more return per number and per text.
+
+The pipeline's files also keep every function within `MAX_FUNCTION_LINES` lines, its docstring left out.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -104,3 +107,33 @@ def test_the_walk_is_counted_as_stays_and_returns():
     walk = ["a.py", "b.py", "a.py", "c.py", "b.py", "a.py"]
     assert returns_to_a_file(walk) == 3
     assert stays(lambda: sorted([3, 1, 2])) == []  # nothing of the package runs
+
+
+MAX_FUNCTION_LINES = 60
+PIPELINE_FILES = [
+    "numbers.py",
+    "tokenization.py",
+    "checks/tokenizer_door.py",
+    "integrations/tokenizer.py",
+    "integrations/tokenizer_mixin.py",
+    "integrations/tokenizer_decoding.py",
+    "integrations/wrapped_tokenizer.py",
+]
+
+
+def body_lines(function: ast.FunctionDef) -> int:
+    """The lines from a function's ``def`` to its end, its docstring's lines left out."""
+    lines = function.end_lineno - function.lineno + 1
+    first = function.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_no_function_of_the_numbers_pipeline_is_over_sixty_lines():
+    too_long = []
+    for file in PIPELINE_FILES:
+        for node in ast.walk(ast.parse((PACKAGE / file).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and body_lines(node) > MAX_FUNCTION_LINES:
+                too_long.append(f"{file}:{node.name} {body_lines(node)}")
+    assert too_long == []
