@@ -361,13 +361,16 @@ def split_texts(texts: list[str], bounds: list[tuple[int, int]] | None = None) -
                     groups_of[number] = match.group(*_GROUP_INDICES)
     value_of = _values_of(groups_of)
     make = tuple.__new__  # a NamedTuple's own constructor costs twice as much
-    split = []
-    for index, (text, found) in enumerate(zip(texts, matched)):
-        numbers = [
+    numbers_of = [
+        [
             make(NumberMatch, (start, end, number, value_of[number]))
             for start, end, number in found
             if value_of[number] is not None
         ]
+        for found in matched
+    ]
+    split = []
+    for index, (text, numbers) in enumerate(zip(texts, numbers_of)):
         runs, position = [], 0
         for start, end, _, _ in numbers:
             runs.append(text[position:start])

@@ -157,26 +157,38 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[EncodedRow]:
         """The rows of checked texts; with ``max_length``, of prefixes long enough for at least the first ``max_length``
         tokens of the whole text (`causalqwen.tokenization.bounded_prefixes`, grown while a prefix gives too few),
-        which the caller keeps (`causalqwen.tokenization.first_tokens`)."""
-        if max_length is None:
-            if sum(map(len, texts)) < CHUNK_CHARACTERS:  # a small batch: one call of the wrapped tokenizer
-                plan = EncodingPlan(self._hf_tokenizer, split_texts(texts), self._num_token, self._num_token_id)
-                return plan.rows(plan.encode())
-            return self._encode_chunks(texts, None)
-        budget = 16 * max_length + 64  # characters; most tokens are far shorter
-        cuts: list[tuple[int, bool]] = []  # (end, exact) of each text's prefix
-        rows = self._encode_chunks(texts, budget, cuts)
-        for index, text in enumerate(texts):
-            grown = budget
-            end, exact = cuts[index]
-            while end < len(text) and len(rows[index].input_ids) <= max_length + (0 if exact else UNSAFE_CUT_MARGIN):
-                grown *= 4
-                grown_cuts: list[tuple[int, bool]] = []
-                pieces = bounded_prefixes([text], grown, grown_cuts)
-                (end, exact) = grown_cuts[0]
-                plan = EncodingPlan(self._hf_tokenizer, pieces, self._num_token, self._num_token_id)
-                rows[index] = plan.rows(plan.encode())[0]
-        return rows
+        which the caller keeps (`causalqwen.tokenization.first_tokens`).
+
+        Python's cyclic garbage collector is paused meanwhile (if it runs): the rows are up to hundreds of thousands
+        of lists and tuples, none in a cycle, that its passes would traverse again and again (a third of the time of a
+        2 MB call); it resumes afterwards and then finds any cycle made in between."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            if max_length is None:
+                if sum(map(len, texts)) < CHUNK_CHARACTERS:  # a small batch: one call of the wrapped tokenizer
+                    plan = EncodingPlan(self._hf_tokenizer, split_texts(texts), self._num_token, self._num_token_id)
+                    return plan.rows(plan.encode())
+                return self._encode_chunks(texts, None)
+            budget = 16 * max_length + 64  # characters; most tokens are far shorter
+            cuts: list[tuple[int, bool]] = []  # (end, exact) of each text's prefix
+            rows = self._encode_chunks(texts, budget, cuts)
+            for index, text in enumerate(texts):
+                grown = budget
+                end, exact = cuts[index]
+                while end < len(text) and len(rows[index].input_ids) <= max_length + (
+                    0 if exact else UNSAFE_CUT_MARGIN
+                ):
+                    grown *= 4
+                    grown_cuts: list[tuple[int, bool]] = []
+                    pieces = bounded_prefixes([text], grown, grown_cuts)
+                    (end, exact) = grown_cuts[0]
+                    plan = EncodingPlan(self._hf_tokenizer, pieces, self._num_token, self._num_token_id)
+                    rows[index] = plan.rows(plan.encode())[0]
+            return rows
+        finally:
+            if collecting:
+                gc.enable()
 
     def _encode_chunks(self, texts: list[str], budget: int | None, cuts: list | None = None) -> list[EncodedRow]:
         """The rows of ``texts`` (``budget`` None), or of their prefixes of about ``budget`` characters
@@ -194,28 +206,19 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
             plan = EncodingPlan(self._hf_tokenizer, pieces, self._num_token, self._num_token_id)
             return plan.rows(plan.encode())
         rows: list[EncodedRow] = []
-        # Python's cyclic garbage collector is paused meanwhile (if it runs): the rows are hundreds of thousands of
-        # lists and tuples, none in a cycle, that its passes would traverse again and again (a third of the time
-        # of a 2 MB call); it resumes afterwards and then finds any cycle made in between.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
-                before = None  # the plan of the chunk before and its ids (a future)
-                ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
-                for chunk in chunks:
-                    pieces = split_texts(chunk) if budget is None else bounded_prefixes(chunk, budget, cuts)
-                    plan = EncodingPlan(
-                        self._hf_tokenizer, pieces, self._num_token, self._num_token_id, ids_of_runs=ids_of_runs
-                    )
-                    ids = encoder.submit(plan.encode)
-                    if before is not None:
-                        rows.extend(before[0].rows(before[1].result()))
-                    before = (plan, ids)
-                rows.extend(before[0].rows(before[1].result()))
-        finally:
-            if collecting:
-                gc.enable()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
+            before = None  # the plan of the chunk before and its ids (a future)
+            ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
+            for chunk in chunks:
+                pieces = split_texts(chunk) if budget is None else bounded_prefixes(chunk, budget, cuts)
+                plan = EncodingPlan(
+                    self._hf_tokenizer, pieces, self._num_token, self._num_token_id, ids_of_runs=ids_of_runs
+                )
+                ids = encoder.submit(plan.encode)
+                if before is not None:
+                    rows.extend(before[0].rows(before[1].result()))
+                before = (plan, ids)
+            rows.extend(before[0].rows(before[1].result()))
         return rows
 
     def __call__(
