@@ -27,6 +27,7 @@ __all__ = ["nearest_float32", "nearest_float32_many", "within_float32_precision"
 _FLOAT32 = struct.Struct("<f")
 _OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103  # halfway between the largest float32 and 2**128
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 1.1754944e-38
+TOGETHER = 32  # literals from which `nearest_float32_many` rounds them together
 # format_number writes zero and values with _POSITIONAL_LOWER <= |v| < _POSITIONAL_UPPER
 # positionally, all others in scientific notation (numpy's bounds for float64 scalars).
 _POSITIONAL_LOWER = 1e-4
@@ -63,13 +64,16 @@ def nearest_float32(magnitude: str) -> float:
 
 
 def nearest_float32_many(magnitudes: list[str]) -> list[float]:
-    """`nearest_float32` of each literal, computed together: ``[nearest_float32(m) for m in magnitudes]``.
+    """`nearest_float32` of each literal: ``[nearest_float32(m) for m in magnitudes]``, from `TOGETHER` literals on
+    computed together (below, numpy costs more than it saves).
 
     The same two roundings, vectorised: Python's ``float`` of each literal (correct to float64), numpy's cast
     of all of them to float32 (half to even, as the C cast), and the literal rounded the slow way wherever the
     float64 could sit on a float32 midpoint (at most 25 significant bits) or exactly on the overflow
     threshold. For texts dense in numbers.
     """
+    if len(magnitudes) < TOGETHER:
+        return [nearest_float32(magnitude) for magnitude in magnitudes]
     as_double = np.fromiter(map(float, magnitudes), dtype=np.float64, count=len(magnitudes))  # [N]
     with np.errstate(over="ignore"):
         as_single = as_double.astype(np.float32).astype(np.float64)  # [N], inf beyond float32

@@ -24,6 +24,8 @@ from .float32 import format_number, nearest_float32, nearest_float32_many, withi
 __all__ = [
     "NUMBER_REGEX",
     "NumberMatch",
+    "TextPieces",
+    "split_texts",
     "find_numbers",
     "find_numbers_in",
     "find_numbers_before",
@@ -235,6 +237,14 @@ class NumberMatch(NamedTuple):
     value: float
 
 
+class TextPieces(NamedTuple):
+    """A text cut at its numbers (`split_texts`): what the tokenizer encodes, with each number's value and text."""
+
+    text: str  # the text, or the prefix of it that is read (`split_texts` with bounds)
+    runs: list[str]  # [numbers + 1]: the text before, between and after the numbers (a run may be empty)
+    numbers: list[NumberMatch]  # [numbers]: each number's span, text as written and float32 value
+
+
 class _NumberError(ValueError):
     """A literal that matches the grammar but has no finite, faithful float32 value (rule V1)."""
 
@@ -317,9 +327,17 @@ def find_numbers_before(text: str, stop: int, endpos: int) -> list[NumberMatch]:
 
 def find_numbers_in(texts: list[str], bounds: list[tuple[int, int]] | None = None) -> list[list[NumberMatch]]:
     """``[find_numbers(text) for text in texts]`` for checked texts; with ``bounds``, one ``(stop, endpos)`` per text,
-    the numbers of ``text[:endpos]`` that start before ``stop`` (`find_numbers_before`). A number is a match of the
-    number alternative of `NUMBER_REGEX` (the identifiers skipped) whose value rules hold; each distinct number text
-    is valued once, for every text together (`_values_of`): its groups depend on its text alone."""
+    the numbers of ``text[:endpos]`` that start before ``stop`` (`find_numbers_before`, `split_texts`)."""
+    return [pieces.numbers for pieces in split_texts(texts, bounds)]
+
+
+def split_texts(texts: list[str], bounds: list[tuple[int, int]] | None = None) -> list[TextPieces]:
+    """Each checked text cut at its numbers, in one pass over the batch: its runs of text and its numbers (matches of
+    the number alternative of `NUMBER_REGEX`, the identifiers skipped, whose value rules hold). Each distinct number
+    text is valued once, for every text together (`_values_of`): its groups depend on its text alone.
+
+    With ``bounds``, one ``(stop, endpos)`` per text: the numbers of ``text[:endpos]`` that start before ``stop``
+    (`find_numbers_before`), and the prefix they cut, to ``stop`` or to the end of the last number if it is further."""
     groups_of: dict[str, tuple] = {}  # number text -> its `_GROUP_INDICES` groups
     matched: list[list[tuple[int, int, str]]] = []  # per text: (start, end, number text) of each match
     for index, text in enumerate(texts):
@@ -343,7 +361,7 @@ def find_numbers_in(texts: list[str], bounds: list[tuple[int, int]] | None = Non
                     groups_of[number] = match.group(*_GROUP_INDICES)
     value_of = _values_of(groups_of)
     make = tuple.__new__  # a NamedTuple's own constructor costs twice as much
-    return [
+    numbers_of = [
         [
             make(NumberMatch, (start, end, number, value_of[number]))
             for start, end, number in found
@@ -351,14 +369,24 @@ def find_numbers_in(texts: list[str], bounds: list[tuple[int, int]] | None = Non
         ]
         for found in matched
     ]
+    split = []
+    for index, (text, numbers) in enumerate(zip(texts, numbers_of)):
+        runs, position = [], 0
+        for start, end, _, _ in numbers:
+            runs.append(text[position:start])
+            position = end
+        stop = len(text) if bounds is None else bounds[index][0]
+        runs.append(text[position:stop])
+        split.append(make(TextPieces, (text[: max(stop, position)], runs, numbers)))
+    return split
 
 
 def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
     """The value of each number text (from its `_GROUP_INDICES` groups), or None where a value rule makes it text.
 
-    Rule V1 rounds each literal to float32 (`nearest_float32`; from `_TOGETHER` numbers on, all of them together:
-    `nearest_float32_many`); a value that overflows or reaches the bottom of float32's range is decided by the
-    whole rule (`_value_of_groups`). Rule V2 tests only digit runs long enough to break it, rule V3 sets the sign.
+    Rule V1 rounds each literal to float32 (`nearest_float32_many`, all of them in one call); a value that overflows
+    or reaches the bottom of float32's range is decided by the whole rule (`_value_of_groups`). Rule V2 tests only
+    digit runs long enough to break it, rule V3 sets the sign.
     """
     # each literal without sign or group commas, "1,000.5" -> "1000.5" (`_unsigned_literal`, written out in this loop
     # over every distinct number)
@@ -366,10 +394,7 @@ def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
         (integer or "0").replace(",", "") + (fraction or fraction_only or "") + (exponent or "")
         for _, _, integer, fraction, fraction_only, exponent in groups_of.values()
     ]
-    if len(literals) < _TOGETHER:  # below, numpy costs more than it saves
-        magnitudes = [nearest_float32(literal) for literal in literals]
-    else:
-        magnitudes = nearest_float32_many(literals)
+    magnitudes = nearest_float32_many(literals)
     value_of = {}
     for (number, groups), magnitude in zip(groups_of.items(), magnitudes):
         _, sign, integer, fraction, _, exponent = groups
@@ -383,7 +408,6 @@ def _values_of(groups_of: dict[str, tuple]) -> dict[str, float | None]:
 
 
 _ASCII_DIGIT = re.compile("[0-9]")
-_TOGETHER = 32  # numbers from which _values_of rounds them together
 _FAR = 4096  # characters between stop and endpos above which find_numbers_before tries matches one by one
 # Where a match of NUMBER_REGEX can start: its first two tests (it tests more after them).
 _MATCH_START = regex.compile(r"(?= [\-\u2212.0-9a-fA-F] ) (?<! [0-9A-Za-z_] )", regex.VERBOSE)
@@ -429,14 +453,12 @@ def split_numbers(text: str) -> list[tuple[str, str | float]]:
     """Split ``text`` into pieces ``("text", str)`` and ``("number", value)``, in order. Text pieces are never
     empty, and joining the text pieces with the original number literals gives back ``text``."""
     pieces: list[tuple[str, str | float]] = []
-    position = 0
-    for number in find_numbers(text):
-        if number.start > position:
-            pieces.append(("text", text[position : number.start]))
-        pieces.append(("number", number.value))
-        position = number.end
-    if position < len(text):
-        pieces.append(("text", text[position:]))
+    (split,) = split_texts([text])
+    for run, number in zip(split.runs, split.numbers + [None]):
+        if run:
+            pieces.append(("text", run))
+        if number is not None:
+            pieces.append(("number", number.value))
     return pieces
 
 

@@ -12,13 +12,18 @@ tokens of ``"元"``; the values are ``[0.0, ..., 0.0, 99.9, 0.0, ...]`` with 99.
 float32) exactly at the ``<NUM>`` position. Which spans are quantities is the grammar of
 `causalqwen.numbers` (decision D3).
 
-Encoding one text, step by step:
+Encoding a batch of texts, step by step:
 
-1. find its numbers (`causalqwen.numbers.find_numbers`);
-2. cut the text into the runs before, between and after them (`runs_between`);
-3. encode each run with the wrapped tokenizer (Qwen2's) and put the ``<NUM>`` id between every two runs
-   (`ids_between_numbers`);
-4. put each number's value at its ``<NUM>`` position, and keep the text it was written as (`encoded_row`).
+1. cut every text at its numbers, in one pass over the batch: its runs of text before, between and after the
+   numbers, and each number's value and text as written (`causalqwen.numbers.split_texts`; with a token limit,
+   a prefix of it, `bounded_prefixes`);
+2. encode the runs with the wrapped tokenizer (Qwen2's), the ``<NUM>`` id between every two runs, and put each
+   number's value at its ``<NUM>`` position: one `EncodedRow` per text;
+3. make the rows one batch: cut at ``max_length``, padded, as tensors (`batch_of_rows`).
+
+Steps 1 and 3 are this section's; step 2 is the transformers-facing tokenizer's
+(`causalqwen.integrations.tokenizer.NumericTokenizer`, decision D15), since only it knows the wrapped tokenizer. So this
+section is plain Python, numpy and torch, and `causalqwen.checks.tokenizer_door` checks every argument before step 1.
 
 The encoding keeps the *surface text* of every number (``"43.60"``, ``"−2"``, ``"1,000"``), and decoding
 writes those back (`decoded_pieces`, then the spacing rules of `causalqwen.writing`), so that
@@ -26,11 +31,7 @@ writes those back (`decoded_pieces`, then the spacing rules of `causalqwen.writi
 is written in its shortest float32 form (`causalqwen.float32.format_number`), with a space where it would
 otherwise run into its neighbours and read back as something else.
 
-A long text with a token limit is encoded from a prefix (`bounded_prefix`, `texts_to_encode`), a large batch
-in chunks (`chunks_of`); rows of different lengths are padded by `pad_rows`. The wrapped tokenizer enters here
-only as a function on runs of text, so this section is plain Python, numpy and torch:
-`causalqwen.integrations.tokenizer.NumericTokenizer` is the transformers-facing tokenizer that runs it
-(decision D15), and `causalqwen.checks.tokenizer_door` checks every argument it is given.
+A large batch is encoded in chunks (`chunks_of`); rows of different lengths are padded by `pad_rows`.
 """
 
 from __future__ import annotations
@@ -42,15 +43,7 @@ import numpy as np
 import torch
 
 from .float32 import format_number
-from .numbers import (
-    NumberMatch,
-    find_numbers,
-    find_numbers_before,
-    find_numbers_in,
-    last_cut_place,
-    next_cut_place,
-    parse_number,
-)
+from .numbers import TextPieces, last_cut_place, next_cut_place, parse_number, split_texts
 from .writing import (
     GENERATED_NUMBER,
     TEXT_PIECE,
@@ -63,13 +56,10 @@ from .writing import (
 __all__ = [
     "check_number_text_count",
     "EncodedRow",
-    "runs_between",
-    "ids_between_numbers",
-    "encoded_row",
     "first_tokens",
+    "batch_of_rows",
     "UNSAFE_CUT_MARGIN",
-    "bounded_prefix",
-    "texts_to_encode",
+    "bounded_prefixes",
     "CHUNK_CHARACTERS",
     "chunks_of",
     "RETURN_TENSORS",
@@ -83,7 +73,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# Encoding: text -> (input_ids, numeric_values)
+# Encoding: rows of (input_ids, numeric_values) -> one batch
 # ---------------------------------------------------------------------------------------------
 
 
@@ -95,49 +85,58 @@ class EncodedRow(NamedTuple):
     number_texts: list[str]  # [number of <NUM>]: the surface text of each <NUM>, in order
 
 
-def runs_between(text: str, found: list[NumberMatch]) -> list[str]:
-    """The text before, between and after the numbers: one more run than numbers (runs may be empty)."""
-    runs, position = [], 0
-    for number in found:
-        runs.append(text[position : number.start])
-        position = number.end
-    runs.append(text[position:])
-    return runs
-
-
-def ids_between_numbers(runs: list[str], encoded_runs: list[list[int]], num_token_id: int) -> list[int]:
-    """The ids of a text: the ids of its non-empty ``runs`` (``encoded_runs``, in order), with ``num_token_id``
-    between every two runs, where a number was."""
-    encoded = iter(encoded_runs)
-    ids: list[int] = []
-    for index, run in enumerate(runs):
-        if index:
-            ids.append(num_token_id)
-        if run:
-            ids.extend(next(encoded))
-    return ids
-
-
-def encoded_row(ids: list[int], found: list[NumberMatch], num_token_id: int, num_token: str) -> EncodedRow:
-    """The row of a text from its ids and its numbers: each number's value at its ``<NUM>`` position."""
-    count = ids.count(num_token_id)
-    if count != len(found):
-        raise RuntimeError(
-            f"the wrapped tokenizer gave {count} <NUM> ids for {len(found)} numbers; it must encode "
-            f"{num_token!r} as its one added token"
-        )
-    values = [0.0] * len(ids)  # [S]
-    position = -1
-    for number in found:
-        position = ids.index(num_token_id, position + 1)
-        values[position] = number.value
-    return EncodedRow(ids, values, [number.text for number in found])
-
-
 def first_tokens(row: EncodedRow, length: int, num_token_id: int) -> EncodedRow:
     """The first ``length`` tokens of a row, and the surface texts of the numbers among them."""
     kept = row.input_ids[:length]
     return EncodedRow(kept, row.numeric_values[:length], row.number_texts[: kept.count(num_token_id)])
+
+
+def batch_of_rows(
+    rows: list[EncodedRow],
+    *,
+    num_token_id: int,
+    max_length: int | None,
+    truncation: bool,
+    padding: bool | str,
+    padding_side: str,
+    return_tensors: str | None,
+    pad_token_id: Callable[[], int | None],
+) -> tuple[dict, list[list[str]]]:
+    """The rows of checked texts as one batch, and the number texts of each row.
+
+    With ``max_length``, each row keeps its first ``max_length`` tokens; a longer row is a ``ValueError`` unless
+    ``truncation``. ``padding`` ``True`` or ``"longest"`` pads to the longest row, ``"max_length"`` to ``max_length``,
+    ``False`` not at all (rows of different lengths are then an error unless ``return_tensors`` is None), on
+    ``padding_side`` with ``pad_token_id()``, the wrapped tokenizer's pad id, asked for only when a row is padded.
+    ``input_ids``, ``numeric_values`` and ``attention_mask`` as ``return_tensors`` says (`as_tensor_type`)."""
+    if max_length is not None:
+        for index, row in enumerate(rows):
+            if len(row.input_ids) > max_length and not truncation:
+                raise ValueError(
+                    f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
+                )
+        rows = [first_tokens(row, max_length, num_token_id) for row in rows]
+    lengths = [len(row.input_ids) for row in rows]
+    if padding is False:
+        if len(set(lengths)) > 1 and return_tensors is not None:
+            raise ValueError(
+                f"padding=False needs texts of equal token length, got lengths {lengths} (or pass "
+                "return_tensors=None for lists of different lengths)"
+            )
+        width = None
+    else:
+        width = max_length if padding == "max_length" else max(lengths)
+    # the pad id is needed only when a row is shorter than the width
+    pad_id = pad_token_id() if width is not None and any(length < width for length in lengths) else 0
+    if pad_id is None:
+        raise ValueError(
+            "the wrapped tokenizer has no pad token; set tokenizer.pad_token (for example to tokenizer.eos_token) "
+            "before padding a batch"
+        )
+    data = padded_lists(
+        [row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_id, padding_side
+    )
+    return as_tensor_type(data, return_tensors), [row.number_texts for row in rows]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,9 +148,10 @@ def first_tokens(row: EncodedRow, length: int, num_token_id: int) -> EncodedRow:
 UNSAFE_CUT_MARGIN = 8
 
 
-def bounded_prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool]:
-    """``(end, numbers, exact)``: a prefix ``text[:end]`` to encode instead of the whole text, and its numbers,
-    which are the whole text's numbers that start before ``end`` (none reaches past it).
+def bounded_prefixes(texts: list[str], budget: int, cuts: list[tuple[int, bool]]) -> list[TextPieces]:
+    """The pieces (`causalqwen.numbers.split_texts`) of a prefix of each text to encode instead of the whole text, all
+    read in one pass; ``(end, exact)`` of each prefix ``text[:end]`` is appended to ``cuts``. Its numbers are the
+    whole text's numbers that start before ``end`` (none reaches past it).
 
     ``end`` is at most ``budget``, or the end of a number that ``budget`` falls inside (the number becomes one
     ``<NUM>``, however long it is written); ``len(text)`` when the text is within the budget. Where to cut, in
@@ -168,36 +168,30 @@ def bounded_prefix(text: str, budget: int) -> tuple[int, list[NumberMatch], bool
     Except at a space or a number's end, the prefix's last text tokens may differ from the whole text's
     and are not used (`UNSAFE_CUT_MARGIN`).
     """
-    if len(text) <= budget:
-        return len(text), find_numbers(text), True
-    half = budget // 2
-    end = text.rfind(" ", half + 1, budget + 1)
-    while end > half and text[end - 1].isspace():
-        end = text.rfind(" ", half + 1, end)
-    exact = end > half
-    if not exact:
-        end = last_cut_place(text, half + 1, budget)
-    if end is None:
-        end, reach = budget, next_cut_place(text, budget)
-    else:
-        reach = end
-    found = find_numbers_before(text, end, reach)
-    if found and found[-1].end >= end:  # the prefix ends with a number: its tokens are the whole text's
-        end, exact = found[-1].end, True
-    return end, found, exact
-
-
-def texts_to_encode(
-    texts: list[str], budget: int | None, plans: list[tuple[int, list[NumberMatch], bool]]
-) -> tuple[list[str], list[list[NumberMatch]]]:
-    """What the wrapped tokenizer encodes of checked ``texts``, and their numbers: the texts themselves
-    (``budget`` None), or the prefix `bounded_prefix` gives each for ``budget`` characters, whose
-    ``(end, numbers, exact)`` is appended to ``plans``."""
-    if budget is None:
-        return texts, find_numbers_in(texts)
-    text_plans = [bounded_prefix(text, budget) for text in texts]
-    plans.extend(text_plans)
-    return [text[:end] for text, (end, _, _) in zip(texts, text_plans)], [found for _, found, _ in text_plans]
+    bounds, exact = [], []
+    for text in texts:
+        if len(text) <= budget:
+            end, reach, at_space = len(text), len(text), True
+        else:
+            half = budget // 2
+            end = text.rfind(" ", half + 1, budget + 1)
+            while end > half and text[end - 1].isspace():
+                end = text.rfind(" ", half + 1, end)
+            at_space = end > half
+            if not at_space:
+                end = last_cut_place(text, half + 1, budget)
+            if end is None:
+                end, reach = budget, next_cut_place(text, budget)
+            else:
+                reach = end
+        bounds.append((end, reach))
+        exact.append(at_space)
+    split = split_texts(texts, bounds)
+    for pieces, (end, _), at_space in zip(split, bounds, exact):
+        # a prefix that ends with a number: its tokens are the whole text's
+        ends_with_a_number = bool(pieces.numbers) and pieces.numbers[-1].end >= end
+        cuts.append((len(pieces.text), at_space or ends_with_a_number))
+    return split
 
 
 CHUNK_CHARACTERS = 1 << 15  # characters per chunk of a large batch (`chunks_of`)
@@ -283,7 +277,7 @@ def pad_rows(
 ) -> dict[str, torch.Tensor]:
     """Rows of ids and values as ``[B, width]`` tensors, each padded on ``padding_side`` to ``width``: padded
     positions hold ``pad_token_id``, the value 0.0 and ``attention_mask`` 0 (1 on real tokens). The one padding
-    of the package: `NumericTokenizer.__call__` and `causalqwen.files.data.collate` both pad with it."""
+    of the package: `batch_of_rows` and `causalqwen.files.data.collate` both pad with it."""
     return as_tensor_type(padded_lists(input_ids, numeric_values, width, pad_token_id, padding_side), "pt")
 
 

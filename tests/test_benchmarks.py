@@ -113,8 +113,7 @@ def test_the_tokenizer_benchmarks_documents_and_varied_corpus_hold_what_they_say
     """A large batch's documents are the corpus's lines, joined; the varied corpus's text between numbers does not
     repeat (so no run is encoded once for many), unlike the dense corpus's."""
     from benchmarks.tokenizer import dense_lines, documents, varied_lines
-    from causalqwen.numbers import find_numbers
-    from causalqwen.tokenization import runs_between
+    from causalqwen.numbers import find_numbers, split_texts
 
     lines = varied_lines(0.05)
     joined = documents(lines)
@@ -122,7 +121,7 @@ def test_the_tokenizer_benchmarks_documents_and_varied_corpus_hold_what_they_say
     assert all(len(document) >= 240 for document in joined[:-1])
     repeated = {}
     for name, corpus in (("varied", lines), ("dense", dense_lines(0.05))):
-        runs = [run for line in corpus for run in runs_between(line, find_numbers(line))[1:-1]]  # between two numbers
+        runs = [run for pieces in split_texts(corpus) for run in pieces.runs[1:-1]]  # between two numbers
         repeated[name] = 1 - len(set(runs)) / len(runs)
         assert 4 <= sum(len(find_numbers(line)) for line in corpus) / len(corpus) <= 12
     assert repeated["varied"] < 0.05 and repeated["dense"] > 0.5, repeated

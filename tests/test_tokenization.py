@@ -24,7 +24,8 @@ from test_numbers import (  # the grammar's hand-written table, read here throug
 from causalqwen import NumericTokenizer, tokenization
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.float32 import format_number
-from causalqwen.numbers import find_numbers, parse_number, split_numbers
+from causalqwen.integrations.tokenizer import EncodingPlan
+from causalqwen.numbers import find_numbers, parse_number, split_numbers, split_texts
 from causalqwen.tokenization import pad_rows
 from causalqwen.writing import decoded_spaces, join_spaced
 
@@ -601,11 +602,17 @@ def char_text(ids: list[int]) -> str:
 
 
 def section_encode(text: str) -> tokenization.EncodedRow:
-    """The four steps of `causalqwen.tokenization`'s docstring, written out."""
-    found = find_numbers(text)
-    runs = tokenization.runs_between(text, found)
-    ids = tokenization.ids_between_numbers(runs, char_ids([run for run in runs if run]), CHAR_NUM_ID)
-    return tokenization.encoded_row(ids, found, CHAR_NUM_ID, "<NUM>")
+    """The steps of `causalqwen.tokenization`'s docstring with a character-level encoder: the section cuts the text
+    (`split_texts`); the runs' ids with CHAR_NUM_ID between them and each value at its CHAR_NUM_ID are written out."""
+    (pieces,) = split_texts([text])
+    ids, values = [], []
+    for index, run in enumerate(pieces.runs):
+        if index:
+            ids.append(CHAR_NUM_ID)
+            values.append(pieces.numbers[index - 1].value)
+        ids += char_ids([run])[0]
+        values += [0.0] * len(run)
+    return tokenization.EncodedRow(ids, values, [number.text for number in pieces.numbers])
 
 
 def section_decode(row: tokenization.EncodedRow, number_texts: list[str] | None = None, resolution=None) -> str:
@@ -653,14 +660,15 @@ def test_the_section_writes_generated_numbers_with_the_spaces_that_keep_them():
     assert section_decode(first, number_texts=["12.50"]) == "12.50 3"
 
 
-def test_the_section_refuses_a_run_encoder_that_loses_the_num_id():
-    found = find_numbers("a 5 b")
+def test_the_rows_refuse_a_wrapped_tokenizer_that_loses_the_num_id(tokenizer):
+    """`EncodingPlan.rows` puts each value at its <NUM>: ids from the wrapped tokenizer without one are an error."""
+    plan = EncodingPlan(tokenizer.hf_tokenizer, split_texts(["a 5 b"]), "<NUM>", tokenizer.num_token_id)
     with pytest.raises(
         RuntimeError,
         match=r"the wrapped tokenizer gave 0 <NUM> ids for 1 numbers; it must encode "
         r"'<NUM>' as its one added token",
     ):
-        tokenization.encoded_row([ord("a")], found, CHAR_NUM_ID, "<NUM>")
+        plan.rows(([[ord("a")]], []))
 
 
 @pytest.mark.parametrize(
@@ -695,6 +703,10 @@ def test_the_section_names_a_value_it_cannot_write():
     ],
 )
 def test_bounded_prefix_cuts_where_the_tokens_stay_the_whole_texts(text, budget, end, numbers, exact):
-    got_end, found, got_exact = tokenization.bounded_prefix(text, budget)
+    cuts = []
+    ((pieces,), ((got_end, got_exact),)) = tokenization.bounded_prefixes([text], budget, cuts), cuts
+    found = pieces.numbers
+    rebuilt = "".join(run + (number.text if number else "") for run, number in zip(pieces.runs, found + [None]))
+    assert rebuilt == pieces.text == text[:got_end]  # the prefix, cut at its numbers
     assert (got_end, [number.text for number in found], got_exact) == (end, numbers, exact)
     assert [number.text for number in find_numbers(text) if number.start < got_end] == numbers

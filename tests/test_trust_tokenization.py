@@ -27,13 +27,13 @@ from wall_clock import budget
 from causalqwen import NumericTokenizer, tokenization
 from causalqwen.app.tiny import build_tiny_tokenizer
 from causalqwen.integrations import tokenizer as tokenizer_module
-from causalqwen.integrations import wrapped_tokenizer
 from causalqwen.numbers import (
     NUMBER_REGEX,
     find_numbers,
     find_numbers_before,
     next_cut_place,
     parse_number,
+    split_texts,
 )
 from validation.qwen_vocabulary import build_qwen25_tokenizer, qwen_tiktoken_path
 
@@ -394,9 +394,9 @@ def test_max_length_encodes_a_bounded_prefix(tokenizer, monkeypatch, text, small
     prefixes, rust_inputs = [], []
 
     class SpyPlan(tokenizer_module.EncodingPlan):
-        def __init__(self, hf_tokenizer, texts, *args, **kwargs):
-            prefixes.extend(len(t) for t in texts)
-            super().__init__(hf_tokenizer, texts, *args, **kwargs)
+        def __init__(self, hf_tokenizer, pieces, *args, **kwargs):
+            prefixes.extend(len(text_pieces.text) for text_pieces in pieces)
+            super().__init__(hf_tokenizer, pieces, *args, **kwargs)
             rust_inputs.extend(len(t) for t in self.rust_texts)  # what the Rust tokenizer is given
 
     monkeypatch.setattr(tokenizer_module, "EncodingPlan", SpyPlan)
@@ -425,8 +425,8 @@ def test_number_dense_texts_encode_as_the_reference_path(tokenizer, pieces, copi
     the reference path, which encodes every run separately, and as a batch of such texts."""
     text = "".join(number + separator for number, separator in pieces)
     found = find_numbers(text)
-    runs = tokenization.runs_between(text, found)
-    (expected,) = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, [runs], tokenizer.num_token_id)
+    runs = split_texts([text])[0].runs
+    (expected,) = tokenizer_module.encode_by_runs(tokenizer.hf_tokenizer, [runs], tokenizer.num_token_id)
     ids, values = tokenizer.encode(text)
     assert ids == expected
     assert [values[i] for i, token in enumerate(ids) if token == tokenizer.num_token_id] == [n.value for n in found]
@@ -439,8 +439,8 @@ def test_batches_of_any_size_encode_as_the_reference_path(tokenizer, count):
     """A few texts are given to the Rust tokenizer one by one (its thread pool costs more than they do), more as one
     batch: real lines with numbers get the reference path's ids either way, in one call and one by one."""
     lines = (Path(__file__).parent / "data" / "real_text.txt").read_text(encoding="utf-8").splitlines()[:count]
-    runs = [tokenization.runs_between(line, find_numbers(line)) for line in lines]
-    expected = wrapped_tokenizer.encode_by_runs(tokenizer.hf_tokenizer, runs, tokenizer.num_token_id)
+    runs = [pieces.runs for pieces in split_texts(lines)]
+    expected = tokenizer_module.encode_by_runs(tokenizer.hf_tokenizer, runs, tokenizer.num_token_id)
     batch = tokenizer(lines, padding=False, return_tensors=None)
     assert batch["input_ids"] == expected
     assert [tokenizer.encode(line)[0] for line in lines] == expected
@@ -571,8 +571,8 @@ def reference_rows(tokenizer: NumericTokenizer, texts: list[str]) -> list[tuple[
     rows = []
     for text in texts:
         found = find_numbers(text)
-        (ids,) = wrapped_tokenizer.encode_by_runs(
-            tokenizer.hf_tokenizer, [tokenization.runs_between(text, found)], tokenizer.num_token_id
+        (ids,) = tokenizer_module.encode_by_runs(
+            tokenizer.hf_tokenizer, [split_texts([text])[0].runs], tokenizer.num_token_id
         )
         values = [0.0] * len(ids)
         positions = [position for position, token_id in enumerate(ids) if token_id == tokenizer.num_token_id]

@@ -2,7 +2,7 @@
 
 Texts must be Unicode text (a str without lone surrogates) and not longer than `MAX_TEXT_CHARS` unless a
 ``max_length`` bounds what is read of them: then only a prefix reaches the wrapped tokenizer, however long the
-text (`causalqwen.tokenization.bounded_prefix`), and it reads the same numbers and first tokens as the whole text.
+text (`causalqwen.tokenization.bounded_prefixes`), and it reads the same numbers and first tokens as the whole text.
 The batch arguments must be among the values documented. What is decoded may come as lists, tensors or arrays,
 as an encoding, or as a generation output (``sequences``); it is turned into lists here (`is_batch` tells one
 row from a batch, as transformers does), and every error names the argument, the row and the position.
@@ -173,16 +173,29 @@ def check_call_arguments(
         fine = max_length is not None or max(map(len, texts)) <= MAX_TEXT_CHARS
     except UnicodeEncodeError:
         fine = False
-    for index, text in enumerate(() if fine else texts):
-        try:
-            check_text(text, max_length)
-        except ValueError as error:
-            raise ValueError(f"text {index}: {error}") from None
+    if not fine:
+        _check_each_text(texts, max_length)
     if return_tensors not in RETURN_TENSORS:
         raise ValueError(f'return_tensors must be "pt", "np" or None, got {return_tensors!r}')
     if not isinstance(return_attention_mask, bool):
         raise TypeError(f"return_attention_mask must be a bool, got {type(return_attention_mask).__name__}")
-    if add_special_tokens is not None and not isinstance(add_special_tokens, bool):
+    if add_special_tokens is not None:
+        _check_add_special_tokens(add_special_tokens, hf_tokenizer)
+    return texts, padding, truncation
+
+
+def _check_each_text(texts: list[str], max_length: int | None) -> None:
+    """`check_text` of each text, the first that fails named by its index."""
+    for index, text in enumerate(texts):
+        try:
+            check_text(text, max_length)
+        except ValueError as error:
+            raise ValueError(f"text {index}: {error}") from None
+
+
+def _check_add_special_tokens(add_special_tokens, hf_tokenizer) -> None:
+    """``add_special_tokens`` given: a bool, and True only where the wrapped tokenizer adds no special token."""
+    if not isinstance(add_special_tokens, bool):
         raise TypeError(f"add_special_tokens must be a bool, got {type(add_special_tokens).__name__}")
     if add_special_tokens and list(hf_tokenizer("a", add_special_tokens=True)["input_ids"]) != list(
         hf_tokenizer("a", add_special_tokens=False)["input_ids"]
@@ -191,7 +204,6 @@ def check_call_arguments(
             "add_special_tokens=True: the wrapped tokenizer adds special tokens, which a NumericTokenizer never does; "
             "pass add_special_tokens=False and put them in as ids"
         )
-    return texts, padding, truncation
 
 
 PADDING_NAMES = ("longest", "max_length")

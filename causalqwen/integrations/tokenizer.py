@@ -8,8 +8,10 @@ and says so: tensors (``"pt"``) and padding for a list of texts, left padding, `
 ``encode`` -> (ids, values). Where it loses nothing it follows transformers: one str gives its row as Python lists,
 ``decode`` of a batch one text per row, ``tokenize`` the token strings.
 
-The encoding and decoding algorithms are the section's (`causalqwen.tokenization`). Around them: the checks of
-every argument (`causalqwen.checks.tokenizer_door`), what is asked of the wrapped tokenizer
+A call reads its texts in one pass: the door checks every argument (`causalqwen.checks.tokenizer_door`), the section
+cuts every text at its numbers (`causalqwen.numbers.split_texts`), `EncodingPlan` has the wrapped tokenizer encode the
+runs between them and puts each row together, ids and values, and the section makes the rows one batch
+(`causalqwen.tokenization.batch_of_rows`). Around it: what is asked of the wrapped tokenizer
 (`causalqwen.integrations.wrapped_tokenizer`), decoding (`causalqwen.integrations.tokenizer_decoding`), loading,
 saving and the attributes transformers reads (`causalqwen.integrations.tokenizer_mixin`), and the batch it returns
 (`NumericEncoding`).
@@ -26,26 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from ..checks.tokenizer_door import check_call_arguments
-from ..numbers import NumberMatch, find_numbers, find_numbers_in
-from ..tokenization import (
-    CHUNK_CHARACTERS,
-    UNSAFE_CUT_MARGIN,
-    EncodedRow,
-    as_tensor_type,
-    bounded_prefix,
-    chunks_of,
-    encoded_row,
-    first_tokens,
-    ids_between_numbers,
-    padded_lists,
-    runs_between,
-    texts_to_encode,
-)
+from ..numbers import TextPieces, find_numbers, split_texts
+from ..tokenization import CHUNK_CHARACTERS, UNSAFE_CUT_MARGIN, EncodedRow, batch_of_rows, bounded_prefixes, chunks_of
 from .tokenizer_decoding import DecodingMixin
 from .tokenizer_mixin import TokenizerMixin
-from .wrapped_tokenizer import SPECIAL_TOKEN_FLAG_LOCK, add_num_token, encode_by_runs
+from .wrapped_tokenizer import SPECIAL_TOKEN_FLAG_LOCK, add_num_token, encode_text_runs
 
-__all__ = ["NumericTokenizer", "NumericEncoding", "TENSORS_FOR_A_BATCH", "EncodingPlan"]
+__all__ = ["NumericTokenizer", "NumericEncoding", "TENSORS_FOR_A_BATCH", "EncodingPlan", "encode_by_runs"]
 
 
 class _TensorsForABatch:
@@ -166,30 +155,44 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
     # -- encoding ----------------------------------------------------------------------------
 
     def _encode_texts(self, texts: list[str], max_length: int | None) -> list[EncodedRow]:
-        """The rows of checked texts; with ``max_length``, of prefixes long enough for that many tokens
-        (`causalqwen.tokenization.bounded_prefix`, grown while a prefix gives too few)."""
-        if max_length is None:
-            if sum(map(len, texts)) < CHUNK_CHARACTERS:  # a small batch: one call of the wrapped tokenizer
-                plan = EncodingPlan(
-                    self._hf_tokenizer, texts, find_numbers_in(texts), self._num_token, self._num_token_id
-                )
-                return plan.rows(plan.encode())
-            return self._encode_chunks(texts, None)
-        budget = 16 * max_length + 64  # characters; most tokens are far shorter
-        plans: list[tuple[int, list[NumberMatch], bool]] = []
-        rows = self._encode_chunks(texts, budget, plans)
-        for index, text in enumerate(texts):
-            grown = budget
-            end, _, exact = plans[index]
-            while end < len(text) and len(rows[index].input_ids) <= max_length + (0 if exact else UNSAFE_CUT_MARGIN):
-                grown *= 4
-                end, found, exact = bounded_prefix(text, grown)
-                plan = EncodingPlan(self._hf_tokenizer, [text[:end]], [found], self._num_token, self._num_token_id)
-                rows[index] = plan.rows(plan.encode())[0]
-        return [first_tokens(row, max_length, self._num_token_id) for row in rows]
+        """The rows of checked texts; with ``max_length``, of prefixes long enough for at least the first ``max_length``
+        tokens of the whole text (`causalqwen.tokenization.bounded_prefixes`, grown while a prefix gives too few),
+        which the caller keeps (`causalqwen.tokenization.first_tokens`).
 
-    def _encode_chunks(self, texts: list[str], budget: int | None, plans: list | None = None) -> list[EncodedRow]:
-        """The rows of ``texts``, or of their prefixes of about ``budget`` characters (`texts_to_encode`).
+        Python's cyclic garbage collector is paused meanwhile (if it runs): the rows are up to hundreds of thousands
+        of lists and tuples, none in a cycle, that its passes would traverse again and again (a third of the time of a
+        2 MB call); it resumes afterwards and then finds any cycle made in between."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            if max_length is None:
+                if sum(map(len, texts)) < CHUNK_CHARACTERS:  # a small batch: one call of the wrapped tokenizer
+                    plan = EncodingPlan(self._hf_tokenizer, split_texts(texts), self._num_token, self._num_token_id)
+                    return plan.rows(plan.encode())
+                return self._encode_chunks(texts, None)
+            budget = 16 * max_length + 64  # characters; most tokens are far shorter
+            cuts: list[tuple[int, bool]] = []  # (end, exact) of each text's prefix
+            rows = self._encode_chunks(texts, budget, cuts)
+            for index, text in enumerate(texts):
+                grown = budget
+                end, exact = cuts[index]
+                while end < len(text) and len(rows[index].input_ids) <= max_length + (
+                    0 if exact else UNSAFE_CUT_MARGIN
+                ):
+                    grown *= 4
+                    grown_cuts: list[tuple[int, bool]] = []
+                    pieces = bounded_prefixes([text], grown, grown_cuts)
+                    (end, exact) = grown_cuts[0]
+                    plan = EncodingPlan(self._hf_tokenizer, pieces, self._num_token, self._num_token_id)
+                    rows[index] = plan.rows(plan.encode())[0]
+            return rows
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _encode_chunks(self, texts: list[str], budget: int | None, cuts: list | None = None) -> list[EncodedRow]:
+        """The rows of ``texts`` (``budget`` None), or of their prefixes of about ``budget`` characters
+        (`causalqwen.tokenization.bounded_prefixes`, which appends to ``cuts``).
 
         A batch of more than `CHUNK_CHARACTERS` characters goes in chunks of about that many (`chunks_of`), through
         two threads: while a second thread has the wrapped tokenizer encode chunk k (its Rust code releases the
@@ -197,35 +200,25 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         the rows of chunk k - 1 together: where a core is free, the grammar's time (one core, the GIL held) overlaps
         the wrapped tokenizer's instead of adding to it. The distinct runs between numbers that earlier chunks
         encoded one by one are not encoded again (`EncodingPlan`). Each text's row is the one it has alone."""
-        chunks = chunks_of(texts, CHUNK_CHARACTERS)
+        chunks = chunks_of(texts, CHUNK_CHARACTERS) if sum(map(len, texts)) >= CHUNK_CHARACTERS else [texts]
         if len(chunks) <= 1:
-            plan = EncodingPlan(
-                self._hf_tokenizer, *texts_to_encode(texts, budget, plans), self._num_token, self._num_token_id
-            )
+            pieces = split_texts(texts) if budget is None else bounded_prefixes(texts, budget, cuts)
+            plan = EncodingPlan(self._hf_tokenizer, pieces, self._num_token, self._num_token_id)
             return plan.rows(plan.encode())
         rows: list[EncodedRow] = []
-        # Python's cyclic garbage collector is paused meanwhile (if it runs): the rows are hundreds of thousands of
-        # lists and tuples, none in a cycle, that its passes would traverse again and again (a third of the time
-        # of a 2 MB call); it resumes afterwards and then finds any cycle made in between.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
-                before = None  # the plan of the chunk before and its ids (a future)
-                ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
-                for chunk in chunks:
-                    encoded, found = texts_to_encode(chunk, budget, plans)
-                    plan = EncodingPlan(
-                        self._hf_tokenizer, encoded, found, self._num_token, self._num_token_id, ids_of_runs=ids_of_runs
-                    )
-                    ids = encoder.submit(plan.encode)
-                    if before is not None:
-                        rows.extend(before[0].rows(before[1].result()))
-                    before = (plan, ids)
-                rows.extend(before[0].rows(before[1].result()))
-        finally:
-            if collecting:
-                gc.enable()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="NumericTokenizer") as encoder:
+            before = None  # the plan of the chunk before and its ids (a future)
+            ids_of_runs: dict[str, list[int] | None] = {}  # each distinct run between numbers encoded once
+            for chunk in chunks:
+                pieces = split_texts(chunk) if budget is None else bounded_prefixes(chunk, budget, cuts)
+                plan = EncodingPlan(
+                    self._hf_tokenizer, pieces, self._num_token, self._num_token_id, ids_of_runs=ids_of_runs
+                )
+                ids = encoder.submit(plan.encode)
+                if before is not None:
+                    rows.extend(before[0].rows(before[1].result()))
+                before = (plan, ids)
+            rows.extend(before[0].rows(before[1].result()))
         return rows
 
     def __call__(
@@ -285,35 +278,17 @@ class NumericTokenizer(DecodingMixin, TokenizerMixin):
         )
         max_length = int(max_length) if max_length is not None else None
         rows = self._encode_texts(texts, max_length + 1 if max_length is not None else None)
-        if max_length is not None:
-            for index, row in enumerate(rows):
-                if len(row.input_ids) > max_length and not truncation:
-                    raise ValueError(
-                        f"text {index} has more than max_length={max_length} tokens; pass truncation=True to cut it"
-                    )
-            rows = [first_tokens(row, max_length, self._num_token_id) for row in rows]
-        # the rows padded to the width `padding` gives; the pad id is needed only when a row is shorter than that
-        lengths = [len(row.input_ids) for row in rows]
-        if padding is False:
-            if len(set(lengths)) > 1 and return_tensors is not None:
-                raise ValueError(
-                    f"padding=False needs texts of equal token length, got lengths {lengths} (or pass "
-                    "return_tensors=None for lists of different lengths)"
-                )
-            width = None
-        else:
-            width = max_length if padding == "max_length" else max(lengths)
-        padded = width is not None and any(length < width for length in lengths)
-        pad_token_id = self._hf_tokenizer.pad_token_id if padded else 0
-        if pad_token_id is None:
-            raise ValueError(
-                "the wrapped tokenizer has no pad token; set tokenizer.pad_token (for example to tokenizer.eos_token) "
-                "before padding a batch"
-            )
-        data = padded_lists(
-            [row.input_ids for row in rows], [row.numeric_values for row in rows], width, pad_token_id, padding_side
+        data, number_texts = batch_of_rows(
+            rows,
+            num_token_id=self._num_token_id,
+            max_length=max_length,
+            truncation=truncation,
+            padding=padding,
+            padding_side=padding_side,
+            return_tensors=return_tensors,
+            pad_token_id=functools.partial(getattr, self._hf_tokenizer, "pad_token_id"),  # read only to pad
         )
-        encoding = NumericEncoding(as_tensor_type(data, return_tensors), [row.number_texts for row in rows])
+        encoding = NumericEncoding(data, number_texts)
         if not return_attention_mask:
             del encoding["attention_mask"]
         if one_text and return_tensors is None:  # one text as lists: its row, flat
@@ -327,7 +302,7 @@ class EncodingPlan:
     thread may run it while this one reads the numbers of other texts), and `rows` (the rows put together).
 
     A text that holds a special token's text (a typed ``"<|endoftext|>"``) takes the reference path
-    (`causalqwen.integrations.wrapped_tokenizer.encode_by_runs`). The others, with a Rust tokenizer, take one of two
+    (`encode_by_runs`). The others, with a Rust tokenizer, take one of two
     equivalent ways (the Rust tokenizer encodes the text between two ``<NUM>`` on its own either way):
 
     * each text with its numbers replaced by ``<NUM>``, one Rust encoding per text;
@@ -339,27 +314,30 @@ class EncodingPlan:
     def __init__(
         self,
         hf_tokenizer: PreTrainedTokenizerBase,
-        texts: list[str],
-        found: list[list[NumberMatch]],
+        pieces: list[TextPieces],
         num_token: str,
         num_token_id: int,
         *,
         ids_of_runs: dict[str, list[int] | None] | None = None,
     ):
-        self.hf_tokenizer, self.found, self.num_token, self.num_token_id = hf_tokenizer, found, num_token, num_token_id
+        self.hf_tokenizer, self.pieces, self.num_token, self.num_token_id = (
+            hf_tokenizer,
+            pieces,
+            num_token,
+            num_token_id,
+        )
         self.ids_of_runs = {} if ids_of_runs is None else ids_of_runs
-        self.runs_per_text = [runs_between(text, numbers_found) for text, numbers_found in zip(texts, found)]
         self.backend = getattr(hf_tokenizer, "backend_tokenizer", None)  # None for a slow (Python) tokenizer
         if self.backend is not None:
             special_text = _any_of(
                 tuple(token.content for token in hf_tokenizer.added_tokens_decoder.values() if token.special)
             )
-            plain = [special_text.search(text) is None for text in texts]
+            plain = [special_text.search(text_pieces.text) is None for text_pieces in pieces]
         else:
-            plain = [False] * len(texts)
+            plain = [False] * len(pieces)
         self.quick = [index for index, ok in enumerate(plain) if ok]
         self.slow = [index for index, ok in enumerate(plain) if not ok]
-        quick_runs = [self.runs_per_text[index] for index in self.quick]
+        quick_runs = [pieces[index].runs for index in self.quick]
         runs_count = sum(len(runs) for runs in quick_runs)
         new_runs = [
             run
@@ -375,7 +353,7 @@ class EncodingPlan:
 
     def encode(self) -> tuple[list[list[int]], list[list[int]]]:
         """Every call of the wrapped tokenizer: the ids of `rust_texts`, and the rows of the texts that take the
-        reference path (`causalqwen.integrations.wrapped_tokenizer.encode_by_runs`).
+        reference path (`encode_by_runs`).
 
         The `rust_texts` go in one call of the Rust tokenizer, whose added-token matching splits each text at
         ``<NUM>`` and encodes the pieces separately: the ids of `encode_by_runs` at a fraction of the calls.
@@ -399,7 +377,7 @@ class EncodingPlan:
                     backend.encode_special_tokens = previous
             rust_ids = [encoding.ids for encoding in encodings]
         slow_ids = (
-            encode_by_runs(self.hf_tokenizer, [self.runs_per_text[index] for index in self.slow], self.num_token_id)
+            encode_by_runs(self.hf_tokenizer, [self.pieces[index].runs for index in self.slow], self.num_token_id)
             if self.slow
             else []
         )
@@ -408,24 +386,59 @@ class EncodingPlan:
     def rows(self, encoded: tuple[list[list[int]], list[list[int]]]) -> list[EncodedRow]:
         """The row of every text, from what `encode` gave: its ids (when the runs were encoded one by one, put
         together with the ids of runs that plans before this one encoded: their `rows` must come first), and each
-        number's value at its ``<NUM>`` (`causalqwen.tokenization.encoded_row`)."""
+        number's value at its ``<NUM>``, 0.0 elsewhere, with the number texts as written."""
         rust_ids, slow_ids = encoded
-        id_rows: list[list[int] | None] = [None] * len(self.runs_per_text)
+        num_token_id = self.num_token_id
+        id_rows: list[list[int] | None] = [None] * len(self.pieces)
         if self.by_runs:
             ids_of = self.ids_of_runs
             ids_of.update(zip(self.rust_texts, rust_ids))
             rust_ids = [
-                ids_between_numbers(runs, [ids_of[run] for run in runs if run], self.num_token_id)
-                for runs in (self.runs_per_text[index] for index in self.quick)
+                ids_between_numbers(runs, [ids_of[run] for run in runs if run], num_token_id)
+                for runs in (self.pieces[index].runs for index in self.quick)
             ]
         for index, ids in zip(self.quick, rust_ids):
             id_rows[index] = ids
         for index, ids in zip(self.slow, slow_ids):
             id_rows[index] = ids
-        return [
-            encoded_row(ids, numbers_found, self.num_token_id, self.num_token)
-            for ids, numbers_found in zip(id_rows, self.found)
-        ]
+        rows = []
+        for ids, pieces in zip(id_rows, self.pieces):
+            count = ids.count(num_token_id)
+            if count != len(pieces.numbers):
+                raise RuntimeError(
+                    f"the wrapped tokenizer gave {count} <NUM> ids for {len(pieces.numbers)} numbers; it must encode "
+                    f"{self.num_token!r} as its one added token"
+                )
+            values = [0.0] * len(ids)  # [S]
+            position = -1
+            for number in pieces.numbers:
+                position = ids.index(num_token_id, position + 1)
+                values[position] = number.value
+            rows.append(EncodedRow(ids, values, [number.text for number in pieces.numbers]))
+        return rows
+
+
+def ids_between_numbers(runs: list[str], encoded_runs: list[list[int]], num_token_id: int) -> list[int]:
+    """The ids of a text: the ids of its non-empty ``runs`` (``encoded_runs``, in order), with ``num_token_id``
+    between every two runs, where a number was."""
+    encoded = iter(encoded_runs)
+    ids: list[int] = []
+    for index, run in enumerate(runs):
+        if index:
+            ids.append(num_token_id)
+        if run:
+            ids.extend(next(encoded))
+    return ids
+
+
+def encode_by_runs(
+    hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[list[str]], num_token_id: int
+) -> list[list[int]]:
+    """The reference path: the text runs between numbers of every text encoded in one call, special-token
+    matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text,
+    `causalqwen.integrations.wrapped_tokenizer.encode_text_runs`), then ``<NUM>`` ids put between them."""
+    encoded = iter(encode_text_runs(hf_tokenizer, [run for runs in runs_per_text for run in runs if run]))
+    return [ids_between_numbers(runs, [next(encoded) for run in runs if run], num_token_id) for runs in runs_per_text]
 
 
 @functools.lru_cache(maxsize=64)

@@ -24,6 +24,7 @@ from transformers import AutoTokenizer
 from ..checks.tokenizer_door import NUM_TOKEN_FIX, check_max_length, check_text, num_token_clash
 from ..files.checkpoint import check_local_source
 from ..files.rundir import check_write_targets
+from ..tokenization import first_tokens
 from .auto import (
     AUTO_MODULE,
     TOKENIZER_AUTO_MAP,
@@ -108,6 +109,8 @@ class TokenizerMixin:
         check_text(text, max_length)
         max_length = check_max_length(max_length)
         row = self._encode_texts([text], max_length)[0]
+        if max_length is not None:
+            row = first_tokens(row, max_length, self.num_token_id)
         return tuple(row) if return_number_texts else (row.input_ids, row.numeric_values)
 
     def tokenize(self, text: str) -> list[str]:

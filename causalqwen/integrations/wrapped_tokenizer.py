@@ -2,15 +2,15 @@
 
 `NumericTokenizer` leaves the text between numbers to a transformers tokenizer (Qwen2's). It asks three
 things of it: to hold ``<NUM>`` as a special added token (`add_num_token`), to encode the runs of text
-between numbers with its special-token matching off, and to decode a run of ordinary ids (`decode_run`).
-`encode_by_runs` is the reference encoding: every run between numbers encoded on its own, ``<NUM>`` put between.
+between numbers with its special-token matching off (`encode_text_runs`), and to decode a run of ordinary ids
+(`decode_run`).
 
 Special-token matching is a flag of the Rust backend (``encode_special_tokens``), shared by every wrapper of one
 transformers tokenizer and every thread that encodes with it: each call here sets it and encodes under
 `special_token_matching`, one lock for all, so one thread's flag never decides another's encoding.
-`causalqwen.integrations.tokenizer.EncodingPlan` gives the same ids in fewer calls of the Rust tokenizer, and takes
-this path for a text that holds a special token's text. The runs between numbers and the ids put together from
-theirs are the section's (`causalqwen.tokenization.runs_between`, `ids_between_numbers`).
+`causalqwen.integrations.tokenizer.EncodingPlan` sets the flag under the same lock, and takes the reference encoding
+(`causalqwen.integrations.tokenizer.encode_by_runs`: every run encoded here, ``<NUM>`` put between) for a text that
+holds a special token's text.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerBase
 
 from ..checks.tokenizer_door import check_num_token
-from ..tokenization import ids_between_numbers
 
-__all__ = ["add_num_token", "encode_by_runs", "decode_run", "special_token_matching", "SPECIAL_TOKEN_FLAG_LOCK"]
+__all__ = ["add_num_token", "encode_text_runs", "decode_run", "special_token_matching", "SPECIAL_TOKEN_FLAG_LOCK"]
 
 # held while a Rust backend's encode_special_tokens flag is set and used (re-entrant: a holder may call again)
 SPECIAL_TOKEN_FLAG_LOCK = threading.RLock()
@@ -70,18 +69,9 @@ def add_num_token(hf_tokenizer: PreTrainedTokenizerBase, num_token: str) -> int:
     return num_token_id
 
 
-def encode_by_runs(
-    hf_tokenizer: PreTrainedTokenizerBase, runs_per_text: list[list[str]], num_token_id: int
-) -> list[list[int]]:
-    """The reference path: the text runs between numbers of every text encoded in one call, special-token
-    matching off (a typed ``"<NUM>"`` or ``"<|endoftext|>"`` stays text), then ``<NUM>`` ids put between them."""
-    flat = [run for runs in runs_per_text for run in runs if run]
-    encoded = iter(_encode_text_runs(hf_tokenizer, flat))
-    return [ids_between_numbers(runs, [next(encoded) for run in runs if run], num_token_id) for runs in runs_per_text]
-
-
-def _encode_text_runs(hf_tokenizer: PreTrainedTokenizerBase, runs: list[str]) -> list[list[int]]:
-    """Token ids of each text run, with no special tokens added and none recognised in the text."""
+def encode_text_runs(hf_tokenizer: PreTrainedTokenizerBase, runs: list[str]) -> list[list[int]]:
+    """Token ids of each text run, in one call, with no special tokens added and none recognised in the text (a typed
+    ``"<NUM>"`` or ``"<|endoftext|>"`` stays text)."""
     if not runs:
         return []
     # The fast tokenizer sets the flag on its Rust backend for split_special_tokens and leaves it set: the block puts
