@@ -16,7 +16,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
-from test_trainer_compat import trainer_set_up_as_train
+from test_integrations_trainer import trainer_set_up_as_train
 from test_training import synthetic_data, tiny_model
 
 from causalqwen import train
