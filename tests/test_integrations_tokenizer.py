@@ -1,30 +1,37 @@
-"""A script written from transformers habit, run against `causalqwen.NumericTokenizer`.
+"""The transformers tokenizer (`causalqwen.integrations.tokenizer`): a script written from transformers
+habit, run against `causalqwen.NumericTokenizer`, and the number token it adds.
 
 The oracles: the texts themselves (round trips), a fresh wrapped tokenizer that never saw ``<NUM>`` (special
 tokens, vocabulary, token strings), the wrapped tokenizer's own ``decode`` (which writes ``<NUM>``, its special
 added token, literally), numpy's float32 rounding of the values written in the texts, and values chosen here.
+The number token named by a ``tokenizer_config.json`` (or passed to the constructor) must not be a token the
+wrapped tokenizer already has for another role (end of text, padding, its chat template's specials) nor an
+ordinary token; the error names the file, the token and the clash.
 """
 
-import math
+import copy
+import json
 import re
+import time
 
 import numpy as np
 import pytest
 import torch
 from transformers import (
     AutoTokenizer,
-    DataCollatorForLanguageModeling,
     DataCollatorWithPadding,
-    Trainer,
-    TrainingArguments,
 )
+from wall_clock import budget
 
 from causalqwen import NumericTokenizer
-from causalqwen.app.tiny import build_tiny_causal_lm, build_tiny_tokenizer
-from causalqwen.files.data import collate
-from causalqwen.integrations.collator import NumericDataCollator
+from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm, build_tiny_tokenizer
+from causalqwen.files.data import TextDataset, read_jsonl, synthetic_texts
+from causalqwen.float32 import format_number
+from causalqwen.numbers import parse_number
 
 TEXTS = ["It costs 2.5 dollars.", "Add 37 and 5."]
+
+
 SPECIAL_ATTRIBUTES = [
     "eos_token",
     "eos_token_id",
@@ -163,77 +170,6 @@ def test_the_interface_survives_a_save_and_autotokenizer(tiny, tmp_path, side):
         assert torch.equal(enc.numeric_values, tok(TEXTS, padding_side=side).numeric_values)
 
 
-AUTO_HABIT = """
-import json, sys
-if sys.argv[2] == "transformers first":
-    from transformers import AutoModelForCausalLM
-import causalqwen
-loaded = sorted(m for m in ("causalqwen.configuration", "causalqwen.modeling", "torch", "transformers")
-                if m in sys.modules)
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
-path = sys.argv[1]
-config = AutoConfig.from_pretrained(path)
-model = AutoModelForCausalLM.from_pretrained(path)
-found = [type(config).__name__, type(model).__name__, type(AutoModel.from_pretrained(path)).__name__,
-         type(AutoModelForCausalLM.from_config(config)).__name__, type(AutoTokenizer.from_pretrained(path)).__name__]
-tokenizer = causalqwen.NumericTokenizer.from_pretrained(path)
-batch = tokenizer(["It costs 2.5 dollars."], return_tensors="pt")
-print("RESULT", json.dumps([loaded, found, model(**batch).loc_Y.tolist()]))
-"""
-
-
-@pytest.mark.parametrize("order", ["causalqwen first", "transformers first"])
-def test_import_causalqwen_lets_the_auto_classes_load_a_saved_directory(tiny, tmp_path, order):
-    """The README's habit in a fresh interpreter: after ``import causalqwen`` (before or after transformers' Auto
-    classes), AutoConfig, AutoModelForCausalLM and AutoModel load a saved directory without ``trust_remote_code``,
-    and ``import causalqwen`` alone imported neither the model nor the configuration (nor transformers or torch).
-    AutoTokenizer without consent gives transformers' own class (docs/security.md)."""
-    import json
-    import subprocess
-    import sys
-
-    model, tok = tiny
-    model.save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
-    run = subprocess.run(
-        [sys.executable, "-c", AUTO_HABIT, str(tmp_path), order],
-        capture_output=True,
-        text=True,
-        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
-        stdin=subprocess.DEVNULL,  # transformers asks on stdin for consent before it refuses
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    loaded, found, loc_Y = json.loads(run.stdout.split("RESULT ")[-1])
-    assert loaded == ([] if order == "causalqwen first" else ["torch", "transformers"])
-    assert found == [
-        "CausalQwenConfig",
-        "CausalQwenForCausalLM",
-        "CausalQwenModel",
-        "CausalQwenForCausalLM",
-        "Qwen2Tokenizer",
-    ]
-    batch = tok(["It costs 2.5 dollars."], return_tensors="pt")
-    with torch.no_grad():
-        expected = model(**batch).loc_Y
-    torch.testing.assert_close(torch.tensor(loc_Y), expected, rtol=1e-5, atol=1e-5)
-
-
-def test_the_auto_registration_names_the_classes_causalqwen_defines():
-    """The names `causalqwen.integrations.auto_registration` writes into transformers' tables are the model type and
-    the classes of the package, and each transformers table holds them once causalqwen is imported."""
-    from transformers.models.auto import configuration_auto, modeling_auto
-
-    import causalqwen
-    from causalqwen.integrations import auto_registration
-
-    assert auto_registration.MODEL_TYPE == causalqwen.CausalQwenConfig.model_type
-    assert configuration_auto.CONFIG_MAPPING_NAMES[auto_registration.MODEL_TYPE] == auto_registration.CONFIG_CLASS
-    assert configuration_auto.CONFIG_MAPPING[auto_registration.MODEL_TYPE] is causalqwen.CausalQwenConfig
-    for names, mapping, class_name in auto_registration.MODEL_TABLES:
-        assert getattr(modeling_auto, names)[auto_registration.MODEL_TYPE] == class_name
-        assert getattr(modeling_auto, mapping)[causalqwen.CausalQwenConfig] is getattr(causalqwen, class_name)
-
-
 def test_numbers_survive_generate_on_the_documented_path(tiny):
     model, tok = tiny
     enc = tok(TEXTS, return_tensors="pt", padding=True)
@@ -246,130 +182,6 @@ def test_numbers_survive_generate_on_the_documented_path(tiny):
     for row, text in enumerate(TEXTS):
         decoded = tok.decode(full.sequences[row], full.numeric_values[row])
         assert decoded.startswith(text)
-
-
-# ---------------------------------------------------------------------------------------------
-# Collating as transformers' DataCollatorWithPadding does, with the values
-# ---------------------------------------------------------------------------------------------
-
-
-def test_the_collator_pads_values_and_labels_as_written_by_hand(tiny):
-    _, tok = tiny
-    pad = tok.pad_token_id
-    features = [
-        {"input_ids": [5, tok.num_token_id], "numeric_values": [0.0, 2.5], "labels": [5, tok.num_token_id]},
-        {"input_ids": torch.tensor([7]), "numeric_values": np.array([0.0], dtype=np.float32), "labels": [-100]},
-    ]
-    batch = NumericDataCollator(tok)(features)
-    assert batch["input_ids"].tolist() == [[5, tok.num_token_id], [7, pad]]
-    assert batch["numeric_values"].dtype == torch.float32
-    assert batch["numeric_values"].tolist() == [[0.0, 2.5], [0.0, 0.0]]
-    assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
-    assert batch["labels"].tolist() == [[5, tok.num_token_id], [-100, -100]]
-    assert batch["numeric_labels"].tolist() == [[0.0, 2.5], [0.0, 0.0]]
-    left = NumericDataCollator(tok, padding_side="left", pad_to_multiple_of=4, return_tensors="np")(features)
-    assert left["input_ids"].tolist() == [[pad, pad, 5, tok.num_token_id], [pad, pad, pad, 7]]
-    assert left["numeric_labels"].dtype == np.float32 and left["labels"][1].tolist() == [-100] * 4
-    plain = NumericDataCollator(tok)([{key: f[key] for key in ("input_ids", "numeric_values")} for f in features])
-    assert set(plain) == {"input_ids", "numeric_values", "attention_mask"}
-
-
-def test_the_collator_with_add_labels_is_the_projects_collate(tiny):
-    _, tok = tiny
-    texts = ["It costs 2.5 dollars.", "Add 37 and 5.", "x 1e3"]
-    rows = tok(texts, return_tensors=None, padding=False)
-    features = [{"input_ids": rows["input_ids"][b], "numeric_values": rows["numeric_values"][b]} for b in range(3)]
-    ours = NumericDataCollator(tok, add_labels=True)(features)
-    theirs = collate([{key: torch.tensor(value) for key, value in f.items()} for f in features], tok.pad_token_id)
-    assert set(ours) == set(theirs)
-    for key in theirs:
-        assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
-
-
-def test_the_collator_names_what_is_wrong(tiny):
-    _, tok = tiny
-    collator = NumericDataCollator(tok)
-    with pytest.raises(ValueError, match="non-empty list"):
-        collator([])
-    with pytest.raises(ValueError, match=r"features\[1\] has no numeric_values"):
-        collator([{"input_ids": [1], "numeric_values": [0.0]}, {"input_ids": [1]}])
-    with pytest.raises(ValueError, match=r"features\[0\]\['numeric_values'\] has length 2 but input_ids 1"):
-        collator([{"input_ids": [1], "numeric_values": [0.0, 1.0]}])
-    with pytest.raises(ValueError, match="padding_side"):
-        NumericDataCollator(tok, padding_side="middle")
-
-
-def test_trainer_with_the_collator_reports_eval_loss(tiny, tmp_path):
-    model, tok = tiny
-    rows = tok(["It costs 2.5 dollars.", "Add 37 and 5."], return_tensors=None, padding=False)
-    dataset = [
-        {"input_ids": ids, "numeric_values": values} for ids, values in zip(rows["input_ids"], rows["numeric_values"])
-    ]
-    collator = NumericDataCollator(tok, add_labels=True)
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
-    metrics = Trainer(model=model, args=args, eval_dataset=dataset, data_collator=collator).evaluate()
-    with torch.no_grad():
-        expected = model(**collator(dataset)).loss.item()
-    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
-
-
-# ---------------------------------------------------------------------------------------------
-# Chat templates: the wrapped tokenizer's template, numbers as <NUM> and values
-# ---------------------------------------------------------------------------------------------
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def test_apply_chat_template_keeps_the_templates_special_tokens_and_the_numbers(tiny):
-    _, tok = tiny
-    messages = [{"role": "user", "content": "What is 2.5 plus 37?"}]
-    rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, chat_template=CHATML)
-    assert rendered == "<|im_start|>user\nWhat is 2.5 plus 37?<|im_end|>\n<|im_start|>assistant\n"
-    enc = tok.apply_chat_template(messages, add_generation_prompt=True, chat_template=CHATML)
-    # oracle: the wrapped tokenizer itself, special-token matching on, the numbers written as <NUM> by hand
-    by_hand = "<|im_start|>user\nWhat is <NUM> plus <NUM>?<|im_end|>\n<|im_start|>assistant\n"
-    expected = tok.hf_tokenizer(by_hand, add_special_tokens=False)["input_ids"]
-    assert enc.input_ids[0].tolist() == expected
-    assert enc.input_ids[0, 0].item() == tok.convert_tokens_to_ids("<|im_start|>")
-    numbers = enc.numeric_values[0][enc.input_ids[0] == tok.num_token_id].tolist()
-    assert numbers == [float(np.float32(2.5)), 37.0] and enc.number_texts == [["2.5", "37"]]
-    assert tok.batch_decode(enc, skip_special_tokens=False) == [rendered]
-
-
-def test_a_typed_number_token_in_a_message_stays_text(tiny):
-    _, tok = tiny
-    messages = [[{"role": "user", "content": "<NUM> is 4"}], [{"role": "user", "content": "hi"}]]
-    enc = tok.apply_chat_template(messages, chat_template=CHATML, return_tensors=None)
-    assert [row.count(tok.num_token_id) for row in enc["input_ids"]] == [1, 0]  # the 4 alone
-    lengths = [sum(mask) for mask in enc["attention_mask"]]
-    assert lengths[1] < lengths[0] and enc["attention_mask"][1][0] == 0  # the shorter row padded on the left
-    with pytest.raises(ValueError, match="return_dict=False would give the ids without"):
-        tok.apply_chat_template(messages[0], chat_template=CHATML, return_dict=False)
-
-
-def test_transformers_stock_collators_pad_the_values_through_tokenizer_pad(tiny):
-    _, tok = tiny
-    rows = tok(TEXTS, return_tensors=None, padding=False)
-    features = [{key: rows[key][b] for key in rows} for b in range(2)]
-    expected = tok(TEXTS, return_tensors="pt", padding=True)  # the tokenizer's own padding, on its side (left)
-    batch = DataCollatorWithPadding(tok)(features)
-    assert set(batch) == set(expected)
-    for key in expected:
-        assert batch[key].dtype == expected[key].dtype and torch.equal(batch[key], expected[key]), key
-    wide = DataCollatorWithPadding(tok, padding="max_length", max_length=12)(features)
-    assert (
-        wide["input_ids"].shape == (2, 12)
-        and wide["numeric_values"][:, -9:].tolist() == expected["numeric_values"].tolist()
-    )
-    lm = DataCollatorForLanguageModeling(tok, mlm=False)(features)
-    assert torch.equal(lm["numeric_values"], expected["numeric_values"])
-    assert lm["labels"].tolist() == expected["input_ids"].masked_fill(expected["attention_mask"] == 0, -100).tolist()
-    assert tok.batch_decode(batch) == TEXTS
-    with pytest.raises(ValueError, match="pad needs padding=True"):
-        tok.pad(features, padding=False)
 
 
 def test_add_special_tokens_is_taken_where_it_adds_nothing(tiny):
@@ -397,133 +209,6 @@ def test_add_special_tokens_true_is_refused_where_the_wrapped_tokenizer_would_ad
     assert start not in enc.input_ids.tolist()[1] and tok.batch_decode(enc, skip_special_tokens=False) == TEXTS
 
 
-# ----- a TextStreamer that writes the numbers (causalqwen.integrations.streamer) -----
-
-STREAM_PROMPT = "The price is 12.50 yuan, up 3% from"
-
-
-def written_by_the_prompt_rule(value: float, prompt_decimals: int) -> str:
-    """A generated value as ``number_resolution="prompt"`` writes it (decision D17), by Python's own formatting of
-    the float32 value (half to even on its exact binary value): at h = min(h_prompt, 10^(floor(log10|v|) - 1)),
-    h_prompt = 10^-prompt_decimals, that is max(prompt_decimals, 1 - floor(log10|v|)) decimals."""
-    decimals = prompt_decimals if value == 0 else max(prompt_decimals, 1 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
-
-
-def _forcing(model, period, offset):
-    from transformers import LogitsProcessor, LogitsProcessorList
-
-    num = model.config.num_token_id
-
-    class NumbersEvery(LogitsProcessor):
-        def __call__(self, input_ids, scores):
-            if input_ids.shape[1] % period == offset:
-                scores = torch.full_like(scores, -float("inf"))
-                scores[:, num] = 0.0
-            return scores
-
-    return LogitsProcessorList([NumbersEvery()])
-
-
-def _collecting_streamer(tok, **kwargs):
-    from causalqwen.integrations.streamer import NumericTextStreamer
-
-    class Collecting(NumericTextStreamer):
-        def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
-            self.parts = []
-
-        def on_finalized_text(self, text, stream_end=False):
-            self.parts.append(text)
-
-    return Collecting(tok, **kwargs)
-
-
-@pytest.mark.parametrize("mode", ["standard", "causal"])
-@pytest.mark.parametrize("period, offset", [(2, 0), (2, 1), (3, 1)])
-def test_the_streamer_writes_the_generated_numbers_as_decode_and_the_pipeline(tiny, mode, period, offset, capsys):
-    """The streamed text, piece by piece, is the continuation `decode` writes from the values of the same call
-    (with a space in front where its first number would run into the prompt), and what the pipeline returns: with
-    ``number_resolution=None``, every float32 digit; by default, at the prompt's resolution (its "12.50": to the
-    cent, as Python's own ``f"{value:.2f}"`` writes the float32 value)."""
-    from transformers import pipeline
-
-    from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
-    from causalqwen.integrations.streamer import NumericTextStreamer
-    from causalqwen.numbers import find_numbers
-
-    model, tok = tiny
-    enc = tok([STREAM_PROMPT])
-    width = enc["input_ids"].shape[1]
-    kwargs = dict(mode=mode, max_new_tokens=10, logits_processor=_forcing(model, period, offset))
-    streamer = _collecting_streamer(tok, skip_prompt=True, number_resolution=None)
-    out = model.generate(
-        **enc, streamer=streamer, return_dict_in_generate=True, generator=torch.Generator().manual_seed(1), **kwargs
-    )
-    new_ids, new_values = out.sequences[0, width:], out.numeric_values[0, width:]
-    generated = new_values[new_ids == model.config.num_token_id].tolist()
-    assert len(generated) >= 3  # numbers were generated
-    streamed = "".join(streamer.parts)
-    alone = tok.decode(new_ids, new_values, out_of_vocab="mark")
-    assert streamed == alone or (streamed == " " + alone and new_ids[0] == model.config.num_token_id)
-    assert "<NUM>" not in streamed and len(streamer.parts) >= 2  # written as it came, not all at the end
-    pipe = pipeline("text-generation", model=model, tokenizer=tok, pipeline_class=NumericTextGenerationPipeline)
-    record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), number_resolution=None, **kwargs)[0]
-    assert record["generated_text"] == STREAM_PROMPT + streamed
-    # by default: at the prompt's resolution, the same text from the streamer and the pipeline
-    cents = _collecting_streamer(tok, skip_prompt=True)
-    model.generate(
-        **enc, number_texts=enc.number_texts, streamer=cents, generator=torch.Generator().manual_seed(1), **kwargs
-    )
-    record = pipe(STREAM_PROMPT, generator=torch.Generator().manual_seed(1), **kwargs)[0]
-    assert record["generated_text"] == STREAM_PROMPT + "".join(cents.parts)
-    marks = re.compile(r"<unk:\d+>")  # an untrained model's reserved rows, written with their ids
-    written = [number.text for number in find_numbers(marks.sub(" ", "".join(cents.parts)))]
-    assert written == [written_by_the_prompt_rule(value, prompt_decimals=2) for value in generated]
-    # printed to stdout by default, the prompt first as it was written ("12.50"); reusable for the next call
-    printing = NumericTextStreamer(tok)
-    for _ in range(2):
-        again = model.generate(
-            **enc,
-            number_texts=enc.number_texts,
-            streamer=printing,
-            generator=torch.Generator().manual_seed(1),
-            **kwargs,
-        )
-        assert torch.equal(again, out.sequences)
-        printed = capsys.readouterr().out
-        assert printed == STREAM_PROMPT + "".join(cents.parts) + "\n"
-
-
-def test_the_streamer_refuses_a_batch_and_a_foreign_caller(tiny):
-    from causalqwen.integrations.streamer import NumericTextStreamer
-
-    model, tok = tiny
-    enc = tok(["hello", "on day 3 we counted 41 birds"], padding_side="left")
-    with pytest.raises(ValueError, match="batch size 1 only"):
-        model.generate(**enc, streamer=NumericTextStreamer(tok), max_new_tokens=2)
-    with pytest.raises(RuntimeError, match="has no values to read"):
-        NumericTextStreamer(tok).put(torch.tensor([[1, 2]]))
-    with pytest.raises(TypeError, match="needs a NumericTokenizer"):
-        NumericTextStreamer(tok.hf_tokenizer)
-
-
-def test_the_streamer_reads_a_value_the_state_holds_or_has_just_chosen(tiny):
-    """transformers hands a token to the streamer right after choosing it (its value is then the step's loc_Y) or,
-    where it defers its stop test, one step late (the state then holds the value already): both are read."""
-    from causalqwen.integrations.generation_mixin import GenerationState
-    from causalqwen.integrations.streamer import NumericTextStreamer
-
-    model, tok = tiny
-    num = model.config.num_token_id
-    state = GenerationState("standard", torch.tensor([[0.0, 7.25]]), {}, num)
-    state.last_loc_Y = torch.tensor([3.5])
-    streamer = NumericTextStreamer(tok)
-    streamer.attach_generation_state(state)
-    assert streamer.values_of([5, num], 0) == [0.0, 7.25]  # held: the prompt, or a token given one step late
-    assert streamer.values_of([num], 2) == [3.5] and streamer.values_of([5], 2) == [0.0]  # just chosen
-
-
 def test_decode_takes_one_id_as_transformers_does():
     """``decode(id)``: one id is a row of one; a ``<NUM>`` with its value writes the value, without it ``<NUM>``."""
     from causalqwen import NumericTokenizer
@@ -535,10 +220,6 @@ def test_decode_takes_one_id_as_transformers_does():
     assert tokenizer.decode(tokenizer.num_token_id) == "<NUM>"
     assert tokenizer.decode(tokenizer.num_token_id, 2.5) == "2.5"
 
-
-# ---------------------------------------------------------------------------------------------
-# One text, as transformers returns it; decode of a batch; tokenize
-# ---------------------------------------------------------------------------------------------
 
 PLAIN = ["It costs dollars.", "价格是元", "a"]  # texts without numbers: the wrapped tokenizer is the oracle
 
@@ -656,13 +337,7 @@ def test_tokenize_gives_the_token_strings_with_the_number_token(tiny):
         tok.tokenize("a", add_special_tokens=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# The encoding rebuilt from a plain mapping (transformers' Trainer moves batches so)
-# ---------------------------------------------------------------------------------------------
-
-
 def test_the_encoding_is_rebuilt_from_a_plain_mapping_and_copied_with_its_texts(tiny):
-    import copy
 
     from causalqwen import NumericEncoding
 
@@ -680,110 +355,6 @@ def test_the_encoding_is_rebuilt_from_a_plain_mapping_and_copied_with_its_texts(
     assert type(padded)(dict(padded)).keys() == padded.keys()
 
 
-# ---------------------------------------------------------------------------------------------
-# The streamer writes the prompt as it was written
-# ---------------------------------------------------------------------------------------------
-
-
-def _printed_by_the_streamer(model, tok, enc, capsys, generate_texts=None, **streamer_kwargs):
-    """What a `NumericTextStreamer` built with ``streamer_kwargs`` prints, ``generate_texts`` given to ``generate`` as
-    its ``number_texts``."""
-    from causalqwen.integrations.streamer import NumericTextStreamer
-
-    out = model.generate(
-        **enc,
-        number_texts=generate_texts,
-        streamer=NumericTextStreamer(tok, **streamer_kwargs),
-        max_new_tokens=4,
-        logits_processor=_forcing(model, 2, 0),
-        return_dict_in_generate=True,
-    )
-    return capsys.readouterr().out, out
-
-
-def test_the_streamer_writes_the_prompt_as_it_was_written(tiny, capsys):
-    """Without ``skip_prompt``: the prompt exactly as given ("12.50", "1e3", "1,000"), then the continuation the
-    pipeline writes; whether the prompt was encoded as a list or as one str with tensors."""
-    from transformers import pipeline
-
-    from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
-
-    model, tok = tiny
-    prompt = "It was 12.50 on 1,000 days of 1e3 hours and"
-    pipe = pipeline("text-generation", model=model, tokenizer=tok, pipeline_class=NumericTextGenerationPipeline)
-    continuation = pipe(prompt, max_new_tokens=4, logits_processor=_forcing(model, 2, 0), return_full_text=False)[0][
-        "generated_text"
-    ]
-    assert any(character.isdigit() for character in continuation)  # a number was generated
-    for enc in (tok([prompt]), tok(prompt, return_tensors="pt")):
-        printed, _ = _printed_by_the_streamer(model, tok, enc, capsys, enc.number_texts)
-        assert printed == prompt + continuation + "\n"
-        printed, _ = _printed_by_the_streamer(model, tok, enc, capsys, None, number_texts=enc.number_texts[0])
-        assert printed == prompt + continuation + "\n"
-
-
-def test_the_streamer_without_the_prompts_texts_asks_for_them_at_the_prompts_resolution(tiny, capsys):
-    """A prompt whose numbers' texts are not given (ids and values alone: 12.50 and 12.5 are one value): at
-    ``number_resolution="prompt"`` (the default) a ValueError naming ``number_texts``, before anything is printed;
-    with ``number_resolution=None`` its numbers in their shortest text; ``number_texts`` given to the streamer or to
-    ``generate``: those."""
-    model, tok = tiny
-    ids, values = tok.encode("It was 12.50 and")
-    by_hand = {"input_ids": torch.tensor([ids]), "numeric_values": torch.tensor([values])}
-    by_hand["numeric_values"][0, ids.index(tok.num_token_id)] = 7.0
-    with pytest.raises(ValueError, match="pass number_texts=enc.number_texts to generate"):
-        _printed_by_the_streamer(model, tok, by_hand, capsys)
-    assert capsys.readouterr().out == ""
-    printed, out = _printed_by_the_streamer(model, tok, by_hand, capsys, number_resolution=None)
-    assert printed.startswith("It was 7 and")
-    _, continuation = tok.decode_continuation(
-        out.sequences[0],
-        out.numeric_values[0],
-        len(ids),
-        out_of_vocab="mark",
-        number_texts=["7.000"],
-        number_resolution="prompt",
-    )
-    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, [["7.000"]])
-    assert printed == "It was 7.000 and" + continuation + "\n"
-    printed, _ = _printed_by_the_streamer(model, tok, by_hand, capsys, None, number_texts=["7.000"])
-    assert printed == "It was 7.000 and" + continuation + "\n"
-
-
-def test_one_prompts_writing_never_decides_anothers(tiny, capsys):
-    """ "It was 12.50 and" and "It was 12.5 and" have the same ids and values. Each prompt is streamed as it was
-    written, its generated numbers at its own resolution (0.01 after "12.50", 0.1 after "12.5"), whatever was
-    encoded in between: the texts travel with the call (``generate``'s ``number_texts``), not in a memory of the
-    tokenizer's recent calls."""
-    model, tok = tiny
-    cents, tenths = tok(["It was 12.50 and"]), tok(["It was 12.5 and"])
-    assert torch.equal(cents["input_ids"], tenths["input_ids"])
-    assert torch.equal(cents["numeric_values"], tenths["numeric_values"])
-    from causalqwen.numbers import find_numbers
-
-    width = cents["input_ids"].shape[1]
-    printed = {}
-    for enc, decimals in ((cents, 2), (tenths, 1), (cents, 2)):
-        text, out = _printed_by_the_streamer(model, tok, enc, capsys, enc.number_texts)
-        prompt, continuation = tok.decode_continuation(
-            out.sequences[0],
-            out.numeric_values[0],
-            enc["input_ids"].shape[1],
-            out_of_vocab="mark",
-            number_texts=enc.number_texts[0],
-            number_resolution="prompt",
-        )
-        assert text == prompt + continuation + "\n"
-        printed[enc.number_texts[0][0]] = text
-        assert tok.batch_decode(out, out_of_vocab="mark", number_resolution="prompt")[0] == prompt + continuation
-        new_ids, new_values = out.sequences[0, width:], out.numeric_values[0, width:]
-        generated = new_values[new_ids == model.config.num_token_id].tolist()
-        written = [number.text for number in find_numbers(re.sub(r"<unk:\d+>", " ", continuation))]
-        assert generated and written == [written_by_the_prompt_rule(v, prompt_decimals=decimals) for v in generated]
-    assert printed["12.50"].startswith("It was 12.50 and") and printed["12.5"].startswith("It was 12.5 and")
-    assert not hasattr(tok, "number_texts_seen")
-
-
 @pytest.mark.parametrize("pair", ["b 6", ["b 6"]])
 def test_a_text_pair_in_transformers_positional_form_is_named(pair):
     """``tok("a 5", "b 6")``, transformers' text_pair habit: the second positional argument is padding here, and the
@@ -791,28 +362,6 @@ def test_a_text_pair_in_transformers_positional_form_is_named(pair):
     tok = NumericTokenizer(build_tiny_tokenizer())
     with pytest.raises(ValueError, match=r"padding must be one of .*text pairs, transformers' text_pair, are not"):
         tok("a 5", pair)
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        ({"number_resolution": 0.5}, ValueError, "number_resolution"),
-        ({"number_resolution": "prompts"}, ValueError, "number_resolution"),
-        ({"out_of_vocab": "skip"}, ValueError, "out_of_vocab"),
-        ({"skip_special_tokens": "yes"}, TypeError, "skip_special_tokens"),
-        ({"skip_prompt": 1}, TypeError, "skip_prompt"),
-        ({"number_texts": "12.50"}, TypeError, "number_texts"),
-        ({"number_texts": [12.5]}, TypeError, "number_texts"),
-        ({"numbers_texts": ["12.50"]}, TypeError, "numbers_texts"),
-    ],
-)
-def test_the_streamers_arguments_are_checked_when_it_is_built(tiny, kwargs, error, match):
-    """A streamer argument that could not work is named when the streamer is built, before any prompt is run."""
-    from causalqwen.integrations.streamer import NumericTextStreamer
-
-    _, tok = tiny
-    with pytest.raises(error, match=match):
-        NumericTextStreamer(tok, **kwargs)
 
 
 def test_generate_checks_the_number_texts_it_carries(tiny):
@@ -834,3 +383,151 @@ def test_generate_checks_the_number_texts_it_carries(tiny):
     out = model.generate(**enc, number_texts=enc.number_texts, max_new_tokens=2, return_dict_in_generate=True)
     assert out.number_texts == [["12.50"], []]
     assert tok.batch_decode(out, out_of_vocab="mark", number_resolution="prompt")[0].startswith("It was 12.50 and")
+
+
+def test_invalid_utf8_and_lone_surrogates_are_named(tokenizer, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9 12"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl, line 2: invalid UTF-8 at byte 13 of the line \(b'\\xe9 12"):
+        read_jsonl(bad)
+    surrogate = tmp_path / "surrogate.jsonl"
+    surrogate.write_text('{"text": "ok"}\n{"text": "ab\\ud800cd 5"}\n')
+    texts, sources = read_jsonl(surrogate)
+    with pytest.raises(
+        ValueError, match=r"surrogate\.jsonl, line 2: character 2 of the text is '\\ud800', a lone surrogate"
+    ):
+        TextDataset(texts, tokenizer, 16, sources)
+    with pytest.raises(ValueError, match=r"text 1: character 0 of the text is '\\udfff', a lone surrogate"):
+        tokenizer(["fine", "\udfff"])
+
+
+def test_a_huge_text_is_encoded_only_as_far_as_max_length_needs(tokenizer):
+    words = " ".join(synthetic_texts(4000, seed=3))  # about 180,000 characters
+    whole_ids, whole_values = tokenizer.encode(words)
+    for max_length in (1, 7, 64, 500):
+        ids, values = tokenizer.encode(words, max_length)
+        assert ids == whole_ids[:max_length] and values == whole_values[:max_length]
+    huge = "The price is 12.5 yuan. " * 2_200_000  # 52.8 million characters
+    with pytest.raises(ValueError, match=r"52,800,000 characters, more than the 10,000,000 encoded whole"):
+        tokenizer.encode(huge)
+    started = time.perf_counter()
+    item = TextDataset([huge], tokenizer, max_length=32)[0]
+    assert time.perf_counter() - started < budget(10) and len(item["input_ids"]) == 32
+    assert item["numeric_values"].tolist().count(12.5) == item["input_ids"].tolist().count(tokenizer.num_token_id) > 0
+
+
+@pytest.mark.parametrize(
+    "text, nearest",
+    [
+        ("8e-46", "1.4012985e-45"),
+        ("1.23456789e-44", "1.2611686e-44"),
+        ("-2e-45", "1.4012985e-45"),
+        ("1e-45", "1.4012985e-45"),
+    ],
+)
+def test_numbers_that_a_subnormal_float32_would_change_stay_text(tokenizer, text, nearest):
+    ids, values = tokenizer.encode(f"x {text} y")
+    assert tokenizer.num_token_id not in ids and tokenizer.decode(ids, values) == f"x {text} y"
+    with pytest.raises(ValueError, match=rf"underflows float32's normal range .* the subnormal {nearest}, which would"):
+        parse_number(text)
+
+
+@pytest.mark.parametrize("text", ["1.4012985e-45", "-9.999946e-41", "1.5000003e-39", "1.1754942e-38"])
+def test_subnormal_numbers_written_as_decode_writes_them_are_kept(tokenizer, text):
+    ids, values = tokenizer.encode(text)
+    assert ids == [tokenizer.num_token_id] and tokenizer.decode(ids, values) == text
+    assert format_number(values[0]) == text  # decode's own text for that value
+
+
+def _saved_tokenizer(tmp_path, num_token):
+    """The tiny tokenizer saved by NumericTokenizer, its tokenizer_config.json then naming ``num_token``."""
+    NumericTokenizer(build_tiny_base(seed=0)[1]).save_pretrained(tmp_path / "tok")
+    config_file = tmp_path / "tok" / "tokenizer_config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"num_token": num_token}))
+    return tmp_path / "tok", config_file
+
+
+CLASHES = [
+    ("<|endoftext|>", "the wrapped tokenizer's eos_token, unk_token and pad_token (id 600)"),
+    ("<|im_start|>", "one of the wrapped tokenizer's extra special tokens (id 601)"),
+    ("<|im_end|>", "one of the wrapped tokenizer's extra special tokens (id 602)"),
+]
+
+
+@pytest.mark.parametrize("num_token, clash", CLASHES)
+def test_a_tokenizer_config_naming_another_special_token_as_the_number_token_is_refused(tmp_path, num_token, clash):
+    from transformers import AutoTokenizer
+
+    directory, config_file = _saved_tokenizer(tmp_path, num_token)
+    expected = f"{str(config_file)!r} names num_token {num_token!r}, which is {clash}"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}: numbers would encode as that token"):
+        NumericTokenizer.from_pretrained(directory)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
+
+
+def test_the_pad_token_set_to_the_number_token_is_refused(tmp_path):
+    directory, config_file = _saved_tokenizer(tmp_path, "<NUM>")
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps(config | {"pad_token": "<NUM>"}))
+    with pytest.raises(
+        ValueError,
+        match=f"{re.escape(repr(str(config_file)))} names num_token '<NUM>', which is the "
+        r"wrapped tokenizer's pad_token \(id 603\)",
+    ):
+        NumericTokenizer.from_pretrained(directory)
+
+
+def test_an_ordinary_token_as_the_number_token_is_refused_naming_the_file(tmp_path):
+    hf_tokenizer = build_tiny_base(seed=0)[1]
+    ordinary = next(token for token, index in hf_tokenizer.get_vocab().items() if index == 100)
+    directory, config_file = _saved_tokenizer(tmp_path, ordinary)
+    with pytest.raises(
+        ValueError,
+        match=f"names num_token {re.escape(repr(ordinary))}, which is an ordinary token of the "
+        r"wrapped tokenizer \(id 100\)",
+    ):
+        NumericTokenizer.from_pretrained(directory)
+
+
+@pytest.mark.parametrize("num_token, clash", CLASHES)
+def test_the_constructor_refuses_the_same_tokens_by_name(num_token, clash):
+    hf_tokenizer = build_tiny_base(seed=0)[1]
+    size = len(hf_tokenizer)
+    with pytest.raises(
+        ValueError,
+        match=f"^num_token {re.escape(repr(num_token))} is {re.escape(clash)}: numbers would encode as that token",
+    ):
+        NumericTokenizer(hf_tokenizer, num_token=num_token)
+    assert len(hf_tokenizer) == size  # nothing added
+
+
+def test_the_constructor_refuses_an_ordinary_token(tokenizer):
+    hf_tokenizer = build_tiny_base(seed=0)[1]
+    ordinary = next(token for token, index in hf_tokenizer.get_vocab().items() if index == 100)
+    with pytest.raises(
+        ValueError,
+        match=f"^num_token {re.escape(repr(ordinary))} is an ordinary token of the wrapped "
+        r"tokenizer \(id 100\), which ordinary text also produces",
+    ):
+        NumericTokenizer(hf_tokenizer, num_token=ordinary)
+
+
+def test_an_explicit_num_token_argument_is_named_as_the_argument(tmp_path):
+    directory, _ = _saved_tokenizer(tmp_path, "<NUM>")
+    with pytest.raises(ValueError, match=r"^num_token '<\|endoftext\|>' is the wrapped tokenizer's eos_token"):
+        NumericTokenizer.from_pretrained(directory, num_token="<|endoftext|>")
+
+
+def test_the_number_token_added_before_is_used_again(tmp_path):
+    """A directory saved by NumericTokenizer, and a tokenizer wrapped twice: <NUM> keeps its id, numbers encode as
+    it."""
+    directory, _ = _saved_tokenizer(tmp_path, "<NUM>")
+    loaded = NumericTokenizer.from_pretrained(directory)
+    assert loaded.num_token_id == 603 and len(loaded) == 604
+    again = NumericTokenizer(loaded.hf_tokenizer)
+    assert again.num_token_id == 603 and len(again) == 604
+    ids, values = loaded.encode("costs 12.5 yuan")
+    assert ids.count(603) == 1 and values[ids.index(603)] == 12.5 and loaded.eos_token_id not in ids
+    custom = NumericTokenizer(build_tiny_base(seed=0)[1], num_token="<QTY>")
+    assert custom.num_token_id == 603 and torch.tensor(custom.encode("3 apples")[0]).eq(603).sum() == 1
