@@ -22,7 +22,8 @@ The goal: per generated token, no more than Qwen2's ``generate`` on the same pro
 and every mode. Both make one, the stop test: a step of transformers' loop runs the plain forward without its input
 check (the prompt is checked once, at the door), and Qwen2 is handed its attention masks built, without its look at
 whether the padding could be dropped (the door has looked). There were once 17-18 per training forward and 12-14
-per generated token; ``tests/test_benchmarks.py`` and ``tests/test_hf_generation.py`` keep them from creeping back.
+per generated token; ``tests/test_benchmarks.py`` and ``tests/test_integrations_generation_mixin.py`` keep them from
+creeping back.
 """
 
 from __future__ import annotations

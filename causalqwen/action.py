@@ -33,7 +33,7 @@ regression: `ovr_probability` ($P_k$, the Cauchy survival function at $C_k$), `o
 `ovr_log_probability` (their negatives, checked), `ovr_token` (the decision $\arg\max_k P_k$, taken over
 $\log P_k$) and `num_probability` (the ``<NUM>`` gate $P_{\langle NUM\rangle}$ of the regression loss).
 `causalqwen.kernels.tiles` forms the same kernel tile by tile and is tested equal to these
-(``tests/test_fused_loss.py``).
+(``tests/test_kernels_fused.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,17 @@
 """Shared test configuration: Hypothesis profiles and small fixtures.
 
+Where a test lives (tests/test_layout.py checks the names): one folder, each file named by what it tests --
+
+* ``test_<section>.py`` -- a section of the package (``causalqwen/<section>.py``: ``test_losses.py``);
+* ``test_<sub-package>_<module>.py`` -- a module of the infrastructure (``causalqwen/<sub-package>/<module>.py``:
+  ``test_files_rundir.py``, ``test_integrations_lora.py``, ``test_app_cli.py``, ``test_kernels_fused.py``);
+* ``test_v<N>_<study>.py`` and ``test_validation*.py`` -- the validation studies (``validation/``);
+* ``test_layout.py``, ``test_style.py``, ``test_packaging.py``, ``test_docs_site.py``, ``test_benchmarks.py``,
+  ``test_cuda.py``, ``test_distributed.py``, ``test_fsdp.py`` -- checks of the whole project.
+
+A test goes to the file of what it exercises: a refusal at a door with the section or module of that door, a file
+the project writes or reads with the module that writes or reads it.
+
 Profiles (select with ``HYPOTHESIS_PROFILE=...``; the default is ``ci``):
 
 * ``ci`` -- derandomized, so every run of the suite checks the same examples;

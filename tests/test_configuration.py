@@ -18,6 +18,7 @@ import math
 import re
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
@@ -603,3 +604,71 @@ def test_no_section_signature_holds_a_default_the_config_does_not():
                 if type(default) is not type(expected) or default != expected:
                     differing.append(f"{section}.{name}({parameter.name}={default!r}), config.{field} = {expected!r}")
     assert differing == []
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def saved_tiny(tiny, tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    tiny[0].save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "removed",
+    ["num_token_id", "hidden_size", "vocab_size", "num_hidden_layers", "num_key_value_heads", "rope_parameters"],
+)
+def test_a_config_without_a_required_field_is_refused_naming_file_and_field(saved_tiny, tmp_path, removed):
+    from transformers import AutoConfig
+
+    target = tmp_path / "model"
+    shutil.copytree(saved_tiny, target)
+    config = json.loads((target / "config.json").read_text())
+    del config[removed]
+    (target / "config.json").write_text(json.dumps(config))
+    field = "rope_parameters or rope_theta" if removed == "rope_parameters" else removed
+    file = str(target / "config.json")
+    for load in (
+        CausalQwenConfig.from_pretrained,
+        CausalQwenForCausalLM.from_pretrained,
+        lambda path: CausalQwenConfig.from_json_file(path / "config.json"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{file}: config field {field} missing \(or null\)"):
+            load(target)
+    with pytest.raises(
+        ValueError, match=rf"^config field {field} missing"
+    ):  # AutoConfig never tells the class the file
+        AutoConfig.from_pretrained(target)
+
+
+def test_a_null_num_token_id_is_refused_and_a_keyword_may_supply_it(saved_tiny, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(saved_tiny, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps(config | {"num_token_id": None}))
+    with pytest.raises(ValueError, match=r"config\.json: config field num_token_id missing \(or null\)"):
+        CausalQwenConfig.from_pretrained(target)
+    assert (
+        CausalQwenConfig.from_pretrained(target, num_token_id=config["num_token_id"]).num_token_id
+        == config["num_token_id"]
+    )
+    legacy = {k: v for k, v in config.items() if k != "rope_parameters"} | {"rope_theta": 5e5}
+    (target / "config.json").write_text(json.dumps(legacy))  # the older spelling of the rotary base
+    assert math.isclose(CausalQwenConfig.from_pretrained(target).rope_parameters["rope_theta"], 5e5)
+    assert (
+        CausalQwenConfig.from_pretrained(saved_tiny).to_dict()
+        == CausalQwenConfig.from_dict(json.loads((saved_tiny / "config.json").read_text())).to_dict()
+    )
+    np.testing.assert_equal(CausalQwenConfig.from_pretrained(saved_tiny).num_token_id, config["num_token_id"])
+
+
+def test_the_loss_algorithm_is_a_named_config_choice():
+    from causalqwen import CausalQwenConfig
+
+    with pytest.raises(ValueError, match="config field loss_algorithm must be one of fused, literal, got 'fast'"):
+        CausalQwenConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, loss_algorithm="fast")

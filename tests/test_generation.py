@@ -4,17 +4,22 @@ The oracles: the model's own forward (its decisions at the last position), the l
 """
 
 import copy
+import math
 
+import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from transformers import pipeline
 
 from causalqwen import generate
+from causalqwen.app import cli
 from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.float32 import format_number
 from causalqwen.generation import mode_draws, widened_values
 from causalqwen.inference import MODES, traditional_probabilities
+from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
 SAMPLING_MODES = ("causal", "shared_individual", "shared_noise", "traditional")
 PROMPTS = ["the price of tea rose by 12.5 percent and", "hello", "on day 3 we counted 41 birds"]
@@ -346,3 +351,443 @@ def test_the_values_column_is_never_narrower_than_float32(dtype, widened):
     column = widened_values(values, ids)
     assert column.dtype == widened and column.tolist() == [[0.0, 11.0, 0.0]]
     assert widened_values(None, ids).tolist() == [[0.0, 0.0, 0.0]]
+
+
+def _model(**overrides):
+    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
+    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
+
+
+@pytest.fixture(scope="module")
+def number_model(tokenizer):
+    """A model whose every step predicts <NUM> with value loc_Y = -12345.67 (beyond float16's precision)."""
+    model = copy.deepcopy(_model()).eval()
+    with torch.no_grad():
+        model.action.classification_head.bias[tokenizer.num_token_id] = 1e4
+        model.action.regression_head.weight.zero_()
+        model.action.regression_head.bias.fill_(-12345.67)
+    return model
+
+
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [
+        (torch.int64, torch.float32),
+        (torch.uint8, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
+def test_generated_values_are_never_cast_into_a_narrower_type(tokenizer, number_model, dtype, expected):
+    batch = tokenizer(["A cup of tea costs 2 dollars"], padding_side="left")
+    out = generate(
+        number_model, batch["input_ids"], batch["numeric_values"].to(dtype), batch["attention_mask"], max_new_tokens=2
+    )
+    assert out.numeric_values.dtype == expected
+    assert out.numeric_values[0, -1].item() == pytest.approx(-12345.67, rel=1e-6)
+    assert out.numeric_values[0, batch["input_ids"].shape[1] - 2].item() == 2.0  # the prompt's number kept
+
+
+def test_numpy_and_tensor_scalars_work_where_numbers_do(tokenizer, number_model):
+    batch = tokenizer(["A cup of tea costs"], padding_side="left")
+    args = (number_model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    plain = generate(
+        *args,
+        mode="traditional",
+        max_new_tokens=3,
+        temperature=0.7,
+        top_k=5,
+        top_p=0.9,
+        generator=torch.Generator().manual_seed(0),
+    )
+    scalars = generate(
+        *args,
+        mode="traditional",
+        max_new_tokens=np.int64(3),
+        temperature=np.float32(0.7),
+        top_k=torch.tensor(5),
+        top_p=np.float64(0.9),
+        eos_token_id=np.int64(0),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert torch.equal(plain.sequences, scalars.sequences)
+    for bad in (True, np.bool_(True), torch.tensor([3]), "3"):
+        with pytest.raises(ValueError, match="max_new_tokens must be an integer"):
+            generate(*args, max_new_tokens=bad)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_tokens'"):
+        generate(*args, max_tokens=3)
+
+
+def test_a_tiny_temperature_is_greedy_not_an_error():
+    loc_S = torch.tensor([[1.0, 3.0, 2.0], [1e30, -1e30, 0.0]])
+    for temperature in (1e-45, 1e-30, 1e-6):
+        probs = traditional_probabilities(loc_S, temperature=temperature)
+        assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+    ovr = traditional_probabilities(loc_S, temperature=1e-45, scale_S=torch.ones(2, 3), threshold=0.0, normalize="ovr")
+    assert torch.equal(ovr.argmax(-1), torch.tensor([1, 0])) and bool(torch.isfinite(ovr).all())
+
+
+# Trust boundaries of generation: the pipeline and ``generate`` accept anything the model itself can
+# generate, and every bad input is refused once, at its door, by name.
+#
+# The oracles: the reference loop `causalqwen.generate` (ids and values), the prompt exactly as the user wrote it,
+# and texts written out by hand.
+
+
+@pytest.fixture(scope="module")
+def tiny_in_eval():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+def _biased(model, token_id):
+    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
+    biased = copy.deepcopy(model)
+    with torch.no_grad():
+        biased.action.classification_head.bias[token_id] = 1e4
+    return biased
+
+
+@pytest.fixture(scope="module")
+def models(tiny_in_eval):
+    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
+    model, tokenizer = tiny_in_eval
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
+
+
+def _pipe(model, tokenizer):
+    return pipeline("text-generation", model=model, tokenizer=tokenizer, pipeline_class=NumericTextGenerationPipeline)
+
+
+@pytest.fixture(scope="module")
+def pipes(tiny_in_eval, models):
+    return {name: _pipe(model, tiny_in_eval[1]) for name, model in models.items()}
+
+
+_PRICE = "The price is 12.50 yuan, up 3% from"  # two numbers: 12.50 and 3
+
+
+# Token ids the model can produce: ordinary text, digits, special tokens, <NUM> with any float32 value, and the
+# reserved rows of the head beyond the tokenizer.
+_FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def generated_rows(draw, tokenizer, vocab_size):
+    num = tokenizer.num_token_id
+    digits = [tokenizer.hf_tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    specials = list(tokenizer.hf_tokenizer.all_special_ids)
+    kinds = st.sampled_from(["text", "digit", "number", "special", "reserved"])
+    ids, values = [], []
+    for kind in draw(st.lists(kinds, min_size=1, max_size=10)):
+        if kind == "number":
+            ids.append(num)
+            values.append(draw(_FLOAT32))
+            continue
+        if kind == "text":
+            token = draw(st.integers(0, len(tokenizer) - 1).filter(lambda i: i != num and i not in specials))
+        elif kind == "digit":
+            token = draw(st.sampled_from(digits))
+        elif kind == "special":
+            token = draw(st.sampled_from(specials))
+        else:
+            token = draw(st.integers(len(tokenizer), vocab_size - 1))
+        ids.append(token)
+        values.append(0.0)
+    return ids, values
+
+
+def _is_subsequence(needles, haystack):
+    it = iter(haystack)
+    return all(any(value == other for other in it) for value in needles)
+
+
+def test_a_prompt_ending_in_a_date_like_run_keeps_its_numbers_as_written(tiny_in_eval):
+    """2020-2021 read as two numbers; a generated "-2022" would make the three runs one identifier: the space goes
+    between the prompt and what was generated, never inside the prompt."""
+    _, tokenizer = tiny_in_eval
+    ids, values, texts = tokenizer.encode("from 2020-2021", return_number_texts=True)
+    dash = tokenizer.hf_tokenizer.encode("-", add_special_tokens=False)
+    tail = tokenizer.hf_tokenizer.encode("2022", add_special_tokens=False)
+    whole = ids + dash + tail
+    assert tokenizer.decode_continuation(
+        whole, values + [0.0] * (len(dash) + len(tail)), len(ids), number_texts=texts
+    ) == ("from 2020-2021", " -2022")
+
+
+def test_number_texts_name_exactly_the_prompts_numbers_at_every_door(tiny_in_eval, models):
+    """Too few texts would write the prompt's later numbers as generated ones (12.50 as 12, 3% as 3.00%), too many
+    would take a generated number for the prompt's: both are refused wherever the prompt's end is known, naming the
+    row, the count given and the count needed; the streamer refuses them as the prompt arrives, before any step."""
+    _, tokenizer = tiny_in_eval
+    model = models["numbers"]
+    from causalqwen import NumericTextStreamer
+
+    enc = tokenizer([_PRICE], return_tensors="pt")
+    width = enc["input_ids"].shape[1]
+    out = model.generate(**enc, max_new_tokens=3, return_dict_in_generate=True)
+    loop = generate(model, enc["input_ids"], enc["numeric_values"], enc["attention_mask"], max_new_tokens=3)
+    first_generated = format_number(float(out.numeric_values[0, width]))  # reads as the first generated value
+    assert tokenizer.batch_decode(out, number_texts=enc.number_texts, number_resolution="prompt")[0].startswith(
+        "The price is 12.50 yuan, up 3% from "
+    )
+    steps = []
+    hook = model.register_forward_hook(lambda *_: steps.append(1))
+    for texts in ([], ["12.50"], ["12.50", "3", first_generated]):
+        needed = rf"holds {len(texts)} texts but the prompt \(its first {width} ids\) holds 2 <NUM>"
+        for output in (out, loop):
+            with pytest.raises(ValueError, match="row 0: number_texts " + needed):
+                tokenizer.batch_decode(output, number_texts=[texts], number_resolution="prompt")
+        with pytest.raises(ValueError, match="number_texts " + needed):
+            tokenizer.decode_continuation(
+                out.sequences[0], out.numeric_values[0], width, number_texts=texts, number_resolution="prompt"
+            )
+        with pytest.raises(ValueError, match="row 0: number_texts " + needed):
+            model.generate(**enc, number_texts=[texts], max_new_tokens=1)
+        for skip_prompt in (False, True):
+            with pytest.raises(ValueError, match="row 0: number_texts " + needed):
+                model.generate(**enc, streamer=NumericTextStreamer(tokenizer, skip_prompt, number_texts=texts))
+    hook.remove()
+    assert steps == []  # every refusal came before the model's first step
+
+
+@pytest.mark.parametrize(
+    "texts, error, pattern",
+    [
+        (["abc", "3"], ValueError, r"number_texts\[0\] = 'abc' is not a number text"),
+        (["12.50", "3 4"], ValueError, r"number_texts\[1\] = '3 4' is not a number text"),
+        (["12.50", "12345678901"], ValueError, r"number_texts\[1\] = '12345678901' is not a number text"),
+        (["12.50", 3], TypeError, r"number_texts\[1\] must be a str, got int 3"),
+        ("12.50", TypeError, r"number_texts must be a list of str.*got '12.50'"),
+    ],
+)
+def test_a_number_text_is_one_number_of_the_grammar_at_every_door(tiny_in_eval, texts, error, pattern):
+    """One check wherever number_texts enter: the streamer when it is built, generate before it starts, decode."""
+    model, tokenizer = tiny_in_eval
+    from causalqwen import NumericTextStreamer
+
+    enc = tokenizer([_PRICE], return_tensors="pt")
+    with pytest.raises(error, match=pattern):
+        NumericTextStreamer(tokenizer, number_texts=texts)
+    with pytest.raises(error, match=pattern.replace("number_texts", r"number_texts\[0\]", 1)):
+        model.generate(**enc, number_texts=[texts], max_new_tokens=1)
+    with pytest.raises(error, match=pattern):
+        tokenizer.decode(enc["input_ids"][0], enc["numeric_values"][0], number_texts=texts)
+
+
+@given(data=st.data())
+def test_whatever_the_model_generates_decodes_and_works_as_a_prompt(tiny_in_eval, models, pipes, data):
+    """Random output of the model -- words, digits right after numbers, special tokens, <NUM> with any float32 value,
+    reserved rows -- decodes (every generated number reads back as its value), works as a prompt of the pipeline
+    (kept exactly as given, the continuation that of the reference loop) and, as ids, of model.generate."""
+    model, tokenizer = tiny_in_eval
+    ids, values = data.draw(generated_rows(tokenizer, model.config.vocab_size))
+    chooser = data.draw(st.sampled_from(sorted(models)))
+    text = tokenizer.decode(ids, values, out_of_vocab="mark")
+    written = [float(np.float32(v)) for i, v in zip(ids, values) if i == tokenizer.num_token_id]
+    read_back = [v for i, v in zip(*tokenizer.encode(text)) if i == tokenizer.num_token_id]
+    assert _is_subsequence(written, read_back)
+
+    # as a prompt of the pipeline
+    assume(text != "")
+    record = pipes[chooser](text, max_new_tokens=2)[0]
+    batch = tokenizer([text])
+    reference = generate(models[chooser], batch["input_ids"], batch["numeric_values"], max_new_tokens=2)
+    assert record["numeric_values"] == reference.numeric_values[0].tolist()
+    prompt, continuation = tokenizer.decode_continuation(
+        reference.sequences[0],
+        reference.numeric_values[0],
+        batch["input_ids"].shape[1],
+        out_of_vocab="mark",
+        number_texts=batch.number_texts[0],
+        number_resolution="prompt",
+    )  # the pipeline's default
+    assert prompt == text and record["generated_text"] == text + continuation
+
+    # as ids of model.generate
+    input_ids, numeric_values = torch.tensor([ids]), torch.tensor([values])
+    out = models[chooser].generate(
+        input_ids, numeric_values=numeric_values, max_new_tokens=2, return_dict_in_generate=True
+    )
+    reference = generate(models[chooser], input_ids, numeric_values, max_new_tokens=2)
+    assert torch.equal(out.sequences, reference.sequences)
+    assert torch.equal(out.numeric_values, reference.numeric_values)
+    head, _ = tokenizer.decode_continuation(out.sequences[0], out.numeric_values[0], len(ids), out_of_vocab="mark")
+    assert head == tokenizer.decode(ids, values, out_of_vocab="mark")
+
+
+def test_an_empty_prompt_is_named_at_every_door(tiny_in_eval, pipes, capsys):
+    model, tokenizer = tiny_in_eval
+    pipe = pipes["plain"]
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        pipe("", max_new_tokens=2)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        pipe(["hi", ""], max_new_tokens=2, batch_size=2)
+    alone, pair = tokenizer([""]), tokenizer(["hi", ""], padding_side="left")
+    for batch, pattern in ((alone, "prompt 0 is empty"), (pair, "prompt 1 is empty")):
+        with pytest.raises(ValueError, match=pattern):
+            generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=2)
+        with pytest.raises(ValueError, match=pattern):
+            model.generate(
+                batch["input_ids"],
+                numeric_values=batch["numeric_values"],
+                attention_mask=batch["attention_mask"],
+                max_new_tokens=2,
+            )
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["generate", "--prompt", "hi", "--prompt", "", "--max-new-tokens", "2"])
+    assert exit_info.value.code == 2 and "prompt 1 is empty" in capsys.readouterr().err
+
+
+def test_the_reference_loop_refuses_a_list_mask_like_model_generate(tiny_in_eval):
+    model, tokenizer = tiny_in_eval
+    batch = tokenizer(["The total is 5"])
+    with pytest.raises(TypeError, match="attention_mask must be a torch.Tensor of 0s and 1s, got list"):
+        generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"].tolist())
+
+
+@pytest.mark.parametrize("top_p", [1e-12, 1e-50, 5e-324])
+def test_a_tiny_top_p_keeps_the_most_probable_token(tiny_in_eval, top_p):
+    """In a float16 model 1e-12 is 0: the nucleus must still keep its first class, so a tiny top_p is greedy."""
+    model, tokenizer = tiny_in_eval
+    half = copy.deepcopy(model).to(torch.float16)
+    batch = tokenizer(["The total is 5", "hi"], padding_side="left")
+    args = (half, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    for normalize in ("softmax", "ovr"):
+        greedy = generate(*args, mode="traditional", top_k=1, normalize=normalize, max_new_tokens=4)
+        nucleus = generate(
+            *args,
+            mode="traditional",
+            top_p=top_p,
+            normalize=normalize,
+            max_new_tokens=4,
+            generator=torch.Generator().manual_seed(0),
+        )
+        assert torch.equal(nucleus.sequences, greedy.sequences)
+    sampled = half.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        mode="traditional",
+        do_sample=True,
+        top_p=top_p,
+        max_new_tokens=4,
+    )
+    assert torch.equal(sampled, generate(*args, mode="traditional", top_k=1, max_new_tokens=4).sequences)
+
+
+def test_a_temperature_float32_holds_as_0_is_greedy_at_every_door(tiny_in_eval, capsys):
+    """1e-46 is 0 in float32: the reference loop, model.generate and the command all give the greedy tokens
+    (the maxima of the shifted scores stay 0), never a NaN inside torch's sampler."""
+    model, tokenizer = tiny_in_eval
+    batch = tokenizer(["The total is 5"])
+    greedy = generate(model, batch["input_ids"], batch["numeric_values"], mode="traditional", top_k=1, max_new_tokens=2)
+    cold = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        mode="traditional",
+        temperature=1e-46,
+        max_new_tokens=2,
+        generator=torch.Generator().manual_seed(0),
+    )
+    sampled = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        mode="traditional",
+        do_sample=True,
+        temperature=1e-46,
+        max_new_tokens=2,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(cold.sequences, greedy.sequences) and torch.equal(sampled.sequences, greedy.sequences)
+    assert (
+        cli.main(
+            ["generate", "--prompt", "a 1", "--mode", "traditional", "--temperature", "1e-46", "--max-new-tokens", "2"]
+        )
+        == 0
+    )
+    assert "a 1" in capsys.readouterr().out
+
+
+def test_tempered_scores_is_the_softmax_limit_at_any_temperature():
+    from causalqwen.inference import tempered_scores
+
+    scores = torch.tensor([[1.0, 3.0, 3.0, -math.inf], [0.5, -2.0, 0.25, 0.0]])
+    for temperature in (1e-300, 1e-46, 1e-40):
+        probs = torch.softmax(tempered_scores(scores, temperature), dim=-1)
+        assert torch.equal(probs, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    for dtype in (torch.float16, torch.bfloat16):  # 1e-8 is 0 in float16
+        probs = torch.softmax(tempered_scores(scores.to(dtype), 1e-8).float(), dim=-1)
+        assert torch.equal(probs, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    expected = torch.softmax(torch.tensor([[1.0, 3.0, 3.0, -math.inf]], dtype=torch.float64) / 0.7, dim=-1)
+    got = torch.softmax(tempered_scores(torch.tensor([[1.0, 3.0, 3.0, -math.inf]], dtype=torch.float64), 0.7), -1)
+    assert torch.allclose(got, expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("which", ["plain", "numbers"])
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40, 1.1754944e-38, 1e-37, 1e-30])
+def test_a_tiny_accepted_temperature_is_greedy_on_both_paths(tiny_in_eval, models, which, temperature):
+    """The smallest accepted temperatures act as greedy in the reference loop and in model.generate alike: the
+    scores are shifted by their row maximum before transformers divides them (unshifted, a score above
+    ~4 * temperature * 1e38 overflows to inf and the softmax gives NaN)."""
+    model, tokenizer = models[which], tiny_in_eval[1]
+    batch = tokenizer(["The total is 5", "hi"], padding_side="left")
+    args = (model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    greedy = generate(*args, mode="traditional", top_k=1, max_new_tokens=4)
+    cold = generate(
+        *args, mode="traditional", temperature=temperature, max_new_tokens=4, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.equal(cold.sequences, greedy.sequences)
+    sampled = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        mode="traditional",
+        do_sample=True,
+        temperature=temperature,
+        max_new_tokens=4,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(sampled.sequences, greedy.sequences)
+    assert torch.equal(sampled.numeric_values, greedy.numeric_values)
+
+
+def test_decoding_a_negative_id_says_mark_does_not_apply(tiny_in_eval):
+    _, tokenizer = tiny_in_eval
+    size = len(tokenizer)
+    for out_of_vocab in ("mark", "raise"):
+        with pytest.raises(ValueError) as info:
+            tokenizer.decode([5, -3], [0.0, 0.0], out_of_vocab=out_of_vocab)
+        message = str(info.value)
+        assert message.startswith(
+            f"input_ids[1] = -3 is not a token id of this tokenizer (0 to {size - 1}): a "
+            'negative id is never a model\'s prediction, so out_of_vocab="mark" does not apply'
+        )
+        assert 'pass out_of_vocab="mark"' not in message
+    assert tokenizer.decode([size + 2], [0.0], out_of_vocab="mark") == f"<unk:{size + 2}>"
+
+
+@pytest.mark.parametrize("loop", ["model.generate", "causalqwen.generate"])
+def test_a_generated_value_that_overflows_is_an_error_not_the_next_steps_input(tiny_in_eval, models, loop):
+    """A regression head whose loc_Y overflows float32 (3e38 + 1e37-scaled weights): the value beside the generated
+    <NUM> is inf, which no forward would take as input, so neither loop returns it as if it were a number."""
+    _, tokenizer = tiny_in_eval
+    model = copy.deepcopy(models["numbers"])
+    with torch.no_grad():
+        model.action.regression_head.bias.fill_(3e38)
+        model.action.regression_head.weight.mul_(1e37)
+    prompt = tokenizer(["The population is 1,400,000 and"])
+    arguments = dict(mode="causal", max_new_tokens=4, generator=torch.Generator().manual_seed(0))
+    message = (
+        r"generation made a value that is not finite \((-?inf|nan)\) at row 0, new token \d: loc_Y overflowed the "
+        r"model's float32 \(largest finite value 3\.40282e\+38\), and the later steps read it as input"
+    )
+    with pytest.raises(ValueError, match=message):
+        if loop == "model.generate":
+            model.generate(**prompt, **arguments)
+        else:
+            generate(model, prompt["input_ids"], prompt["numeric_values"], prompt["attention_mask"], **arguments)

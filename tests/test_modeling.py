@@ -1,9 +1,14 @@
 """CausalQwenForCausalLM against the real transformers Qwen2: initialization equivalence, loss wiring, I/O."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -13,11 +18,21 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen2Model,
+    pipeline,
 )
 from wall_clock import budget
 
-from causalqwen import CausalQwenConfig, CausalQwenForCausalLM, CausalQwenModel, cauchy
+from causalqwen import (
+    CausalQwenConfig,
+    CausalQwenForCausalLM,
+    CausalQwenModel,
+    NumericTokenizer,
+    cauchy,
+    generate,
+)
+from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm, save_tiny_base
 from causalqwen.checks.doors import position_ids_from_mask
+from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 from causalqwen.losses import total_loss
 from causalqwen.modeling import CausalQwenOutput
 
@@ -328,7 +343,6 @@ def test_save_load_round_trip_and_auto_classes(tmp_path):
 
 def test_a_checkpoint_of_the_unsplit_layout_still_loads(tmp_path):
     """causalqwen 0.1.0 saved numerical_embedding.*, abduction.* and ovr_threshold at the top level."""
-    from safetensors.torch import load_file, save_file
 
     model = _causal(_qwen(seed=12), learnable_threshold=True)
     model.save_pretrained(tmp_path)
@@ -482,8 +496,6 @@ def test_a_non_qwen2_checkpoint_path_is_rejected(tmp_path):
 
 
 def test_from_a_saved_tiny_base_path_reads_num_token_id_from_its_tokenizer(tmp_path):
-    from causalqwen import NumericTokenizer
-    from causalqwen.app.tiny import save_tiny_base
 
     save_tiny_base(tmp_path)
     model = CausalQwenForCausalLM.from_qwen(str(tmp_path))
@@ -492,8 +504,6 @@ def test_from_a_saved_tiny_base_path_reads_num_token_id_from_its_tokenizer(tmp_p
 
 
 def test_text_with_numbers_end_to_end_left_and_right_padding_agree():
-    from causalqwen import NumericTokenizer
-    from causalqwen.app.tiny import build_tiny_base
 
     qwen, hf_tokenizer = build_tiny_base(seed=0)
     tokenizer = NumericTokenizer(hf_tokenizer)
@@ -514,14 +524,8 @@ def test_auto_classes_load_a_saved_model_in_a_process_that_never_imported_causal
     save_pretrained writes beside them, so transformers' Auto classes and pipeline() load the directory in a fresh
     process, offline, with trust_remote_code=True (its consent to run that module, which imports the installed
     package); without that consent, transformers refuses the model and AutoTokenizer gives the wrapped tokenizer."""
-    import json
-    import subprocess
-    import sys
-
-    from transformers import pipeline
 
     from causalqwen.app.tiny import build_tiny_causal_lm
-    from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     with torch.no_grad():  # every step predicts <NUM>: the pipeline's text must have the numbers written out
@@ -697,3 +701,217 @@ def test_a_padded_batch_gets_qwen2s_own_masks_without_a_host_read(small_model):
         )
     torch.testing.assert_close(ours[mask.bool()], theirs[mask.bool()], rtol=0, atol=0)
     assert syncs.total == 1 and qwen_syncs.total >= 1, (syncs.counts, qwen_syncs.counts)
+
+
+# Trust boundaries: what causalqwen reads is data, never code; a run deletes only what it wrote;
+# resume is strict; the public doors refuse a misspelt keyword, a wrong type or a setting that would give
+# a silently wrong answer, by name.
+
+
+def _model(**overrides):
+    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
+    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
+
+
+@pytest.mark.parametrize("return_decisions", [False, True])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(ovr_threshold=-1e30),
+        dict(ovr_threshold=1e30),
+        dict(noise_init=1e30),
+        dict(abduction_scale_init=1e30),
+        dict(scale_eps=1e-30),
+        dict(scale_eps=1e30),
+    ],
+)
+def test_settings_at_their_limits_keep_loss_and_gradients_finite(tokenizer, settings, return_decisions):
+    model = _model(**settings)
+    batch = tokenizer(["The price is 12.5 yuan and 3 cups.", "A week has 7 days"])
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    out = model(**batch, labels=labels, return_decisions=return_decisions)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is None or bool(torch.isfinite(parameter.grad).all()), name
+
+
+@pytest.mark.parametrize(
+    "keyword, hint",
+    [
+        ("numeric_value", "numeric_values"),
+        ("attention_masks", "attention_mask"),
+        ("label", "labels"),
+        ("numeric_label", "numeric_labels"),
+    ],
+)
+def test_misspelt_forward_keywords_are_refused_by_name(tokenizer, keyword, hint):
+    model = _model()
+    batch = tokenizer(["The price is 12.5 yuan."])
+    with pytest.raises(
+        TypeError, match=rf"forward\(\) got unexpected keyword argument\(s\) '{keyword}' \(did you mean '{hint}'\?\)"
+    ):
+        model(batch["input_ids"], numeric_values=batch["numeric_values"], **{keyword: batch["input_ids"]})
+    with pytest.raises(TypeError, match=rf"abduce\(\) got unexpected keyword argument\(s\) '{keyword}'"):
+        model.abduce(batch["input_ids"], batch["numeric_values"], **{keyword: batch["input_ids"]})
+
+
+def test_inputs_embeds_gets_a_short_clear_error(tokenizer):
+    model = _model()
+    with pytest.raises(TypeError) as raised:
+        model(torch.tensor([[1, 2]]), inputs_embeds=torch.zeros(1, 2, 64))
+    assert "does not take inputs_embeds" in str(raised.value) and len(str(raised.value)) < 200
+    assert model(torch.tensor([[1, 2]]), output_hidden_states=True).hidden_states is not None  # passed on
+
+
+def test_a_num_without_its_value_is_an_error_not_zero(tokenizer):
+    model = _model()
+    batch = tokenizer(["The price is 12.5 yuan."])
+    with pytest.raises(ValueError, match=r"input_ids hold <NUM> .* at position \[0, \d+\] but numeric_values is None"):
+        model(batch["input_ids"])
+    with pytest.raises(ValueError, match=r"input_ids hold <NUM>"):
+        generate(model, batch["input_ids"], max_new_tokens=1)
+    words = tokenizer(["The price is yuan."])["input_ids"]
+    labels = words.clone()
+    labels[0, 2] = tokenizer.num_token_id
+    with pytest.raises(ValueError, match="labels hold <NUM> targets but neither numeric_labels nor numeric_values"):
+        model(words, labels=labels)
+
+
+def test_forward_refuses_more_positions_than_the_model_has(tokenizer):
+    model = _model()
+    limit = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=rf"{limit + 1} positions, more than max_position_embeddings={limit}"):
+        model(torch.ones(1, limit + 1, dtype=torch.long))
+    left_padded = torch.ones(1, limit + 1, dtype=torch.long)
+    mask = torch.ones_like(left_padded)
+    mask[0, 0] = 0  # positions count real tokens: exactly the limit
+    model(left_padded[:, :8], attention_mask=mask[:, :8])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+@pytest.mark.parametrize(
+    "change, error, pattern",
+    [
+        (
+            lambda b: {"input_ids": b["input_ids"].to(torch.uint8)},
+            TypeError,
+            r"input_ids must be an int64 or int32 tensor \(the index types of the embedding\), got torch.uint8",
+        ),
+        (lambda b: {"input_ids": b["input_ids"].to(torch.int16)}, TypeError, "got torch.int16"),
+        (lambda b: {"input_ids": b["input_ids"].to("meta")}, ValueError, "input_ids is a meta tensor"),
+        (lambda b: {"numeric_values": b["numeric_values"].to("meta")}, ValueError, "numeric_values is a meta tensor"),
+        (lambda b: {"attention_mask": b["attention_mask"].to("meta")}, ValueError, "attention_mask is a meta tensor"),
+        (
+            lambda b: {"position_ids": torch.arange(7)[None] + 10**6},
+            ValueError,
+            r"position_ids must lie in \[0, max_position_embeddings=2048\); found 1000000 at position \[0, 0\]",
+        ),
+        (
+            lambda b: {"position_ids": torch.arange(7)[None] - 2},
+            ValueError,
+            r"position_ids must lie in \[0, max_position_embeddings=2048\); found -2 at position \[0, 0\]",
+        ),
+        (
+            lambda b: {"position_ids": torch.arange(7)[None] + 0.5},
+            TypeError,
+            "position_ids must be an integer tensor, got torch.float32",
+        ),
+        (lambda b: {"position_ids": torch.arange(7).to("meta")[None]}, ValueError, "position_ids is a meta tensor"),
+    ],
+)
+def test_forward_refuses_ids_and_positions_it_cannot_use(tiny, change, error, pattern):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    arguments = dict(batch) | change(batch)
+    with pytest.raises(error, match=pattern):
+        model(**arguments)
+    with pytest.raises(error, match=pattern):
+        model.abduce(**arguments)
+
+
+def test_forward_takes_positions_up_to_the_last_one(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    limit = model.config.max_position_embeddings
+    last = torch.arange(limit - 7, limit)[None]
+    with torch.no_grad():
+        shifted = model(**batch, position_ids=last).loc_S
+        as_int32 = model(batch["input_ids"].int(), batch["numeric_values"], position_ids=last.int()).loc_S
+    assert torch.equal(shifted, as_int32) and not torch.equal(shifted, model(**batch).loc_S)
+
+
+def test_a_num_label_over_a_word_needs_its_value(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])  # seven tokens of the tiny vocabulary, the last one <NUM>
+    labels = batch["input_ids"].clone()
+    labels[0, 2] = model.config.num_token_id  # a <NUM> target where the input is " is": no value beside it
+    with pytest.raises(ValueError, match=r"labels put <NUM> at position \[0, 2\], where input_ids is not <NUM>"):
+        model(**batch, labels=labels)
+    numeric_labels = torch.zeros_like(batch["numeric_values"])
+    numeric_labels[0, 2] = 12.5
+    out = model(**batch, labels=labels, numeric_labels=numeric_labels)
+    moved = model(**batch, labels=labels, numeric_labels=numeric_labels * 4)
+    assert int(out.n_reg) == 2 and float(out.reg_loss) != float(moved.reg_loss)  # the value is the target, not 0
+    assert float(model(**batch, labels=batch["input_ids"]).n_reg) == 1  # the <NUM> input carries its value
+
+
+def test_a_numeric_label_beside_a_word_label_is_named(tiny):
+    """A value in ``numeric_labels`` where the label is a word is never a target: an error naming its position, as
+    the same mistake in ``numeric_values`` is (D4); where the label is ignored (a masked prompt) or padded, the
+    value is not read and passes."""
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])  # the last token <NUM>
+    labels = batch["input_ids"].clone()
+    numeric_labels = batch["numeric_values"].clone()
+    numeric_labels[0, 2] = 12.5  # beside the label " is"
+    with pytest.raises(
+        ValueError, match=r"numeric_labels must be 0 wherever labels is not <NUM> .*12\.5 at position \[0, 2\]"
+    ):
+        model(**batch, labels=labels, numeric_labels=numeric_labels)
+    labels[0, 2] = model.config.ignore_index  # the same value where the label is ignored: not read
+    ignored = model(**batch, labels=labels, numeric_labels=numeric_labels)
+    assert float(ignored.n_reg) == 1
+    padded = tokenizer(["The total is 5", "a"], padding_side="right")
+    values = padded["numeric_values"].clone()
+    values[1, -1] = 3.0  # a padded position: never scored
+    model(**padded, labels=padded["input_ids"], numeric_labels=values)
+
+
+@pytest.mark.parametrize("name", ["numeric_values", "numeric_labels"])
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        (1e-50, r"{name} holds 1e-50 at position \[0, 6\], which underflows to 0 in float32"),
+        (-1e-46, r"{name} holds -1e-46 at position \[0, 6\], which underflows to 0 in float32"),
+        (1e300, r"{name} must be representable in float32 .*found 1e\+300 at position \[0, 6\]"),
+    ],
+)
+def test_float64_values_that_float32_cannot_hold_are_refused(tiny, name, value, pattern):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    values = batch["numeric_values"].double()
+    values[0, 6] = value
+    arguments = dict(batch, labels=batch["input_ids"]) | {name: values}
+    pattern = pattern.format(name=name)
+    with pytest.raises(ValueError, match=pattern):
+        model(**arguments)
+    if name == "numeric_values":
+        with pytest.raises(ValueError, match=pattern):
+            model.generate(batch["input_ids"], numeric_values=values, max_new_tokens=1)
+        with pytest.raises(ValueError, match=pattern):
+            generate(model, batch["input_ids"], values, max_new_tokens=1)
+
+
+def test_a_subnormal_float32_value_is_kept(tiny):
+    model, tokenizer = tiny
+    batch = tokenizer(["The total is 5"])
+    values = batch["numeric_values"].double()
+    values[0, 6] = 1e-40  # a subnormal float32, not 0
+    with torch.no_grad():
+        assert torch.equal(model(batch["input_ids"], values).loc_S, model(batch["input_ids"], values.float()).loc_S)

@@ -197,7 +197,7 @@ def test_without_the_package_the_saved_directory_says_how_to_install_it(tmp_path
 
 @pytest.mark.parametrize(
     ("selection", "sets_up"),
-    [('-m "not docs" tests/test_tiny.py tests/test_docs_site.py', False), ("tests/test_docs_site.py", True)],
+    [('-m "not docs" tests/test_app_tiny.py tests/test_docs_site.py', False), ("tests/test_docs_site.py", True)],
 )
 def test_make_test_sets_up_the_docs_browser_test_only_where_the_run_selects_it(selection, sets_up):
     """``make test PYTEST_ARGS='-m "not docs"'`` neither builds the site nor installs chromium; a run that selects the

@@ -1,6 +1,6 @@
 r"""The robustness suite: where the implementation must fail loudly, and where it must not fail at all.
 
-Four parts, each data plus a runner, shared by the tests (``tests/test_robustness.py``) and by the
+Four parts, each data plus a runner, shared by the tests (``tests/test_validation_robustness.py``) and by the
 validation report (`summary_markdown`); this module runs them all (`run_suite`) and writes the report's
 section. Each part's names are imported from the module that owns it:
 
@@ -199,7 +199,7 @@ def _markdown(result: SuiteResult, model_cases: list[ModelCase], loss_cases: lis
     parts = [
         _headline(result),
         "",
-        "The same tables are the test suite `tests/test_robustness.py` (where Hypothesis "
+        "The same tables are the test suite `tests/test_validation_robustness.py` (where Hypothesis "
         "draws the extreme inputs); `validation/robustness.py` holds them as data.",
         "",
     ]

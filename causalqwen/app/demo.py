@@ -172,6 +172,17 @@ def _print_samples(model, tokenizer) -> None:
         print(f"  {mode:<18} {written_texts(tokenizer, PROMPTS[:1], batch, out)[0]!r}")
 
 
+def _print_comparison(sentences: int, before: dict, after: dict, before_templates: dict, after_templates: dict) -> None:
+    """The held-out metrics at initialization and after training, then the regression MdAE by template."""
+    print(f"\nHeld-out synthetic data ({sentences} sentences, standard inference):")
+    print(f"  {'metric':<28}{'init':>12}{'trained':>12}")
+    for key, label in TABLE_ROWS:
+        print(f"  {label:<28}{before[key]:>12.4f}{after[key]:>12.4f}")
+    print("\nRegression MdAE by template (first numbers of copy/count/double are free draws, not predictable):")
+    for name in TEMPLATES:
+        print(f"  {name:<28}{before_templates[name]:>12.3f}{after_templates[name]:>12.3f}")
+
+
 def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, started: float) -> int:
     from .tiny import build_tiny_causal_lm
 
@@ -208,13 +219,7 @@ def _run_demo(run_dir: RunDirectory, steps: int, seed: int, progress: bool, star
     after = with_log_prefixes(evaluate_batch(model, eval_batch, generator=torch.Generator().manual_seed(seed)))
     after_templates = _per_template_mdae(model, tokenizer, seed + 2)
 
-    print(f"\nHeld-out synthetic data ({eval_batch['input_ids'].shape[0]} sentences, standard inference):")
-    print(f"  {'metric':<28}{'init':>12}{'trained':>12}")
-    for key, label in TABLE_ROWS:
-        print(f"  {label:<28}{before[key]:>12.4f}{after[key]:>12.4f}")
-    print("\nRegression MdAE by template (first numbers of copy/count/double are free draws, not predictable):")
-    for name in TEMPLATES:
-        print(f"  {name:<28}{before_templates[name]:>12.3f}{after_templates[name]:>12.3f}")
+    _print_comparison(eval_batch["input_ids"].shape[0], before, after, before_templates, after_templates)
     _print_samples(model, tokenizer)
 
     [(_, model_dir)] = save_trained_model(out_dir, model, tokenizer)

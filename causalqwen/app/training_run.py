@@ -277,6 +277,38 @@ def _loader(train_dataset, config, rank: int, world: int) -> tuple[DistributedSa
     return sampler, loader
 
 
+def _optimisation_step(state: TrainingState, trained, batch, device, *, first: bool):
+    """One optimisation step on ``batch``: the loss and its gradients (through ``trained``, the model or its DDP
+    wrapper), the optimiser's and the schedule's step, the bound's projection; returns ``(output, gradient norm)``."""
+    model, config = state.model, state.config
+    batch = {key: value.to(device) for key, value in batch.items()}
+    with autocast_in(state.autocast_dtype, device):
+        out, grad_norm = loss_and_gradients(
+            trained, model, batch, config, step=state.step, first=first, bound=state.bound
+        )
+    state.optimizer.step()
+    state.scheduler.step()
+    if state.bound is not None:  # the projection runs the model forward for presets other than abduction
+        with autocast_in(state.autocast_dtype, device):
+            state.bound.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    return out, grad_norm
+
+
+def _keep_record(state: TrainingState, record: dict, log, bar) -> None:
+    """A step's record into the history, the metrics log (rank 0's) and the progress bar."""
+    state.history.append(record)
+    if log:
+        log.log(state.step, {k: v for k, v in record.items() if k != "step"})
+    if "train/total_loss" in record:  # an eval-only step keeps the last training figures on the bar
+        bar.set_postfix(
+            loss=f"{record['train/total_loss']:.3f}",
+            acc=f"{record.get('train/accuracy', 0.0):.2f}",
+            refresh=False,
+        )
+
+
 def _steps(
     state: TrainingState, train_dataset, eval_batch, out_dir, progress: bool, print_eval: bool, *, eval_texts=None
 ) -> list[dict]:
@@ -300,18 +332,7 @@ def _steps(
             if offset:  # resuming mid-epoch: skip the batches already done
                 offset -= 1
                 continue
-            batch = {key: value.to(device) for key, value in batch.items()}
-            with autocast_in(state.autocast_dtype, device):
-                out, grad_norm = loss_and_gradients(
-                    trained, model, batch, config, step=state.step, first=state.step == start_step, bound=state.bound
-                )
-            state.optimizer.step()
-            state.scheduler.step()
-            if state.bound is not None:  # the projection runs the model forward for presets other than abduction
-                with autocast_in(state.autocast_dtype, device):
-                    state.bound.step()
-            state.optimizer.zero_grad(set_to_none=True)
-            state.step += 1
+            out, grad_norm = _optimisation_step(state, trained, batch, device, first=state.step == start_step)
 
             evaluating = eval_batch is not None and (state.step % config.eval_every == 0 or state.step == config.steps)
             if evaluating:  # the held-out metrics take a while: the bar says so rather than stand still
@@ -321,15 +342,7 @@ def _steps(
             if evaluating:
                 bar.set_description("training", refresh=False)
             if record:
-                state.history.append(record)
-                if log:
-                    log.log(state.step, {k: v for k, v in record.items() if k != "step"})
-                if "train/total_loss" in record:  # an eval-only step keeps the last training figures on the bar
-                    bar.set_postfix(
-                        loss=f"{record['train/total_loss']:.3f}",
-                        acc=f"{record.get('train/accuracy', 0.0):.2f}",
-                        refresh=False,
-                    )
+                _keep_record(state, record, log, bar)
             bar.update(1)
             if out_dir and rank == 0 and (state.step % config.save_every == 0 or state.step == config.steps):
                 check_finite_parameters(model, state.step, config.learning_rate, config.weight_decay)

@@ -181,6 +181,49 @@ def _check_mask_and_positions(config, input_ids, attention_mask, past_length, po
         required.append((~outside, out_of_range))
 
 
+def _require_values_on_num_labels(config, input_ids, labels, numeric_labels, attention_mask, required: Required):
+    num = config.num_token_id
+    stray = (numeric_labels != 0) & (labels != num) & (labels != config.ignore_index)
+    if attention_mask is not None:  # a padded target is never scored
+        stray = stray & attention_mask[:, -input_ids.shape[1] :].bool()
+
+    def stray_label():
+        b, s = first_index(stray)
+        return ValueError(
+            f"numeric_labels must be 0 wherever labels is not <NUM> (id {num}) or ignore_index; found "
+            f"{numeric_labels[b, s].item()} at position [{b}, {s}] whose label is {labels[b, s].item()}: the value "
+            "would be ignored (put the value where the label is <NUM>)"
+        )
+
+    required.append((~stray, stray_label))
+
+
+def _require_a_value_for_every_num_target(
+    config, input_ids, scored, numeric_values, attention_mask, required: Required
+):
+    num = config.num_token_id
+    unvalued = scored & (input_ids[:, 1:] != num)
+    if attention_mask is not None:  # only what the loss scores: both positions real tokens
+        real = attention_mask[:, -input_ids.shape[1] :].bool()
+        unvalued = unvalued & real[:, :-1] & real[:, 1:]
+
+    def no_value():
+        b, s = first_index(unvalued)
+        if numeric_values is None:
+            return ValueError(
+                f"labels hold <NUM> targets but neither numeric_labels nor numeric_values is given "
+                f"(the first at position [{b}, {s + 1}]): the regression would be trained toward 0; "
+                "pass the values beside the labels"
+            )
+        return ValueError(
+            f"labels put <NUM> at position [{b}, {s + 1}], where input_ids is not <NUM>: "
+            "numeric_values holds no value there, so the regression would be trained toward 0; "
+            "pass numeric_labels with the target values"
+        )
+
+    required.append((~unvalued, no_value))
+
+
 def _check_labels(
     config, input_ids, labels, numeric_labels, *, numeric_values, attention_mask, threshold, required: Required
 ) -> None:
@@ -199,42 +242,10 @@ def _check_labels(
         )
     )
     if numeric_labels is not None:  # a value is the target of a <NUM> label only, as a value is a <NUM> token's (D4)
-        num = config.num_token_id
-        stray = (numeric_labels != 0) & (labels != num) & (labels != config.ignore_index)
-        if attention_mask is not None:  # a padded target is never scored
-            stray = stray & attention_mask[:, -input_ids.shape[1] :].bool()
-
-        def stray_label():
-            b, s = first_index(stray)
-            return ValueError(
-                f"numeric_labels must be 0 wherever labels is not <NUM> (id {num}) or ignore_index; found "
-                f"{numeric_labels[b, s].item()} at position [{b}, {s}] whose label is {labels[b, s].item()}: the value "
-                "would be ignored (put the value where the label is <NUM>)"
-            )
-
-        required.append((~stray, stray_label))
+        _require_values_on_num_labels(config, input_ids, labels, numeric_labels, attention_mask, required)
     if numeric_labels is None:  # a <NUM> target takes its value from numeric_values at the same position
-        num = config.num_token_id
-        unvalued = scored & (next_labels == num) & (input_ids[:, 1:] != num)
-        if attention_mask is not None:  # only what the loss scores: both positions real tokens
-            real = attention_mask[:, -input_ids.shape[1] :].bool()
-            unvalued = unvalued & real[:, :-1] & real[:, 1:]
-
-        def no_value():
-            b, s = first_index(unvalued)
-            if numeric_values is None:
-                return ValueError(
-                    f"labels hold <NUM> targets but neither numeric_labels nor numeric_values is given "
-                    f"(the first at position [{b}, {s + 1}]): the regression would be trained toward 0; "
-                    "pass the values beside the labels"
-                )
-            return ValueError(
-                f"labels put <NUM> at position [{b}, {s + 1}], where input_ids is not <NUM>: "
-                "numeric_values holds no value there, so the regression would be trained toward 0; "
-                "pass numeric_labels with the target values"
-            )
-
-        required.append((~unvalued, no_value))
+        num_targets = scored & (next_labels == config.num_token_id)
+        _require_a_value_for_every_num_target(config, input_ids, num_targets, numeric_values, attention_mask, required)
     # a learnable or per-class threshold (held with the weights) that training or a file sent to NaN; a shared one
     # is the config's number (a CPU scalar beside tensors of any device), checked with the config
     if isinstance(threshold, torch.nn.Parameter) or (isinstance(threshold, Tensor) and threshold.dim() > 0):
@@ -251,6 +262,22 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     $p_{b,s} = \max(0, \sum_{s' \le s} m_{b,s'} - 1)$, so that left padding does not shift a row's positions
     (a padding slot gets 0; the mask hides it)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # [B, S]
+
+
+def _check_input_ids(config, input_ids, required: Required) -> None:
+    if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got {input_ids.dtype}"
+        )
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
+    if input_ids.numel() == 0:
+        raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
+    vocab_size = config.vocab_size
+    in_vocabulary = (input_ids >= 0) & (input_ids < vocab_size)
+    required.append((in_vocabulary, lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")))
 
 
 def open_door(
@@ -285,19 +312,7 @@ def open_door(
             _like_input_ids("labels", labels, input_ids)
             if numeric_labels is not None:
                 _like_input_ids("numeric_labels", numeric_labels, input_ids, required)
-        if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-            raise TypeError("input_ids must be an integer torch.Tensor of shape [B, S]")
-        if input_ids.dtype not in (torch.int64, torch.int32):
-            raise TypeError(
-                f"input_ids must be an int64 or int32 tensor (the index types of the embedding), got {input_ids.dtype}"
-            )
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape [B, S], got {tuple(input_ids.shape)}")
-        if input_ids.numel() == 0:
-            raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
-        vocab_size = config.vocab_size
-        in_vocabulary = (input_ids >= 0) & (input_ids < vocab_size)
-        required.append((in_vocabulary, lambda: ValueError(f"input_ids must lie in [0, vocab_size={vocab_size})")))
+        _check_input_ids(config, input_ids, required)
         _check_values(config, input_ids, numeric_values, required)
         past_length = cache.get_seq_length() if cache is not None else 0
         _check_mask_and_positions(config, input_ids, attention_mask, past_length, position_ids, required)

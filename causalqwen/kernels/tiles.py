@@ -6,7 +6,7 @@ A tile is ``Tiling.rows`` scored rows by ``Tiling.classes`` classes of the liter
 floored at ``scale_eps``), scored by the tail kernel `cauchy.tail_terms` (`tile_elementwise`, compiled into one
 loop by `compiled`): the kernel of `causalqwen.action.ovr_tail_nll`, where the literal path forms $-\log P_k$ and
 $-\log(1 - P_k)$, applied to a tile (the loss and its gradients are tested equal to the literal path's, and
-`ovr_argmax` to `action.ovr_token`, in ``tests/test_fused_loss.py``). `fused_pass` walks every tile once and
+`ovr_argmax` to `action.ovr_token`, in ``tests/test_kernels_fused.py``). `fused_pass` walks every tile once and
 returns the per-row loss and, for the inputs flagged in ``need``, the gradients of $\sum_n w_n L_n$, formed by
 hand: the kernel's derivatives pushed through the two matrix products. The derivation is in
 `causalqwen.kernels.fused`'s docstring and docs/losses.md.
@@ -35,7 +35,7 @@ one loop over the tile. The literal function stays the readable specification an
 
 The compiled code computes the same formulas with the same operations in the same precision; it may round
 differently (fused multiply-adds, vectorised ``atan``/``log``), so it equals the literal code to a few ulp,
-not bit for bit (``tests/test_compiled.py`` measures it).
+not bit for bit (``tests/test_kernels_tiles.py`` measures it).
 """
 
 from __future__ import annotations

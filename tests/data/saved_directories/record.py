@@ -11,7 +11,7 @@ user does (transformers' Auto classes and ``pipeline`` with ``trust_remote_code=
 config's head fields, the tokenizer's encoding of `TEXTS`, the forward pass's laws on the first text (a few values
 and float64 sums of every float32 tensor), the loss with ``labels``, greedy ``generate`` and the pipeline's text
 (as they come, and with every step a number); ``commit`` names the version that recorded them. It calls only what
-every recorded version offers. ``tests/test_saved_directories.py`` runs `outputs` with the code of today, on the
+every recorded version offers. ``tests/test_files_earlier_versions.py`` runs `outputs` with the code of today, on the
 Auto classes (`load_with_auto`) and on causalqwen's own (`load_with_causalqwen`), and compares.
 """
 

@@ -3,7 +3,7 @@ warning, the switch.
 
 Oracles: the literal function `tiles.tile_elementwise` run eagerly (the specification of the compiled code), and
 float64 evaluation of the same kernel for the size of the rounding differences. The fused loss's own equality
-tests against the literal head (tests/test_fused_loss.py) run through the compiled tile, the default.
+tests against the literal head (tests/test_kernels_fused.py) run through the compiled tile, the default.
 """
 
 import warnings

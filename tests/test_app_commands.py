@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from causalqwen.app import cli
+from causalqwen import generate
+from causalqwen.app import cli, commands
+from causalqwen.app.tiny import build_tiny_causal_lm
 
 # the numbers of a generated continuation: signed decimals (the marks of reserved rows, <unk:ID>, are not numbers)
 NUMBER = re.compile(r"(?<![\w:.])-?\d+(?:\.\d+)?(?![\w>])")
@@ -122,3 +124,39 @@ def test_a_bad_number_resolution_is_one_line_and_exit_2(given, message, capsys, 
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err.splitlines()[-1]
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+def test_the_command_prints_the_prompt_as_written(capsys):
+    prompt = "Paid 12.50 for 1,000 items at 3.14159265358979 each"
+    assert cli.main(["generate", "--prompt", prompt, "--prompt", "hi", "--max-new-tokens", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    model, tokenizer = commands.load_model_and_tokenizer("tiny", seed=0)
+    batch = tokenizer([prompt, "hi"], padding_side="left")
+    out = generate(
+        model,
+        batch["input_ids"],
+        batch["numeric_values"],
+        batch["attention_mask"],
+        max_new_tokens=3,
+        generator=torch.Generator().manual_seed(0),
+    )
+    expected = []
+    for row, text in enumerate([prompt, "hi"]):
+        keep = out.attention_mask[row].bool()
+        length = int(batch["attention_mask"][row].sum())
+        head, tail = tokenizer.decode_continuation(
+            out.sequences[row][keep],
+            out.numeric_values[row][keep],
+            length,
+            out_of_vocab="mark",
+            number_texts=batch.number_texts[row],
+        )
+        assert head == text
+        expected.append(text + tail)
+    assert lines == expected and lines[0].startswith(prompt) and lines[0] != prompt

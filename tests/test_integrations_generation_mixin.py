@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteria, StoppingCriteriaList, pipeline
 
 from causalqwen import generate
 from causalqwen.app.tiny import build_tiny_causal_lm
@@ -209,7 +209,7 @@ def test_the_stock_text_generation_pipeline_runs_the_decision_modes(tiny):
     """transformers' own TextGenerationPipeline with the wrapped tokenizer (prompts without numbers): the model's
     generation config sets do_sample=False, so the pipeline's sampling default does not apply and its plain call
     runs the standard mode; do_sample=True with a mode that draws inside the model is refused clearly."""
-    from transformers import TextGenerationPipeline, pipeline
+    from transformers import TextGenerationPipeline
 
     model, tokenizer, _ = tiny
     pipe = pipeline("text-generation", model=model, tokenizer=tokenizer.hf_tokenizer)
@@ -301,3 +301,131 @@ def test_a_generation_step_is_the_plain_forward(tiny):
     torch.testing.assert_close(law.loc_U, full.loc_U, rtol=0, atol=0)
     with pytest.raises(TypeError, match="generation_state"):
         model(**batch, generation_state=None)
+
+
+@pytest.fixture(scope="module")
+def tiny_in_eval():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+def _biased(model, token_id):
+    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
+    biased = copy.deepcopy(model)
+    with torch.no_grad():
+        biased.action.classification_head.bias[token_id] = 1e4
+    return biased
+
+
+@pytest.fixture(scope="module")
+def models(tiny_in_eval):
+    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
+    model, tokenizer = tiny_in_eval
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
+
+
+@pytest.mark.parametrize(
+    "change, error, pattern",
+    [
+        (
+            lambda b: {"numeric_values": b["numeric_values"][:, :1]},
+            ValueError,
+            r"numeric_values shape \(1, 1\) must equal input_ids shape \(1, 7\)",
+        ),
+        (
+            lambda b: {"numeric_values": b["numeric_values"].tolist()},
+            TypeError,
+            "numeric_values must be a torch.Tensor",
+        ),
+        (lambda b: {"numeric_values": b["numeric_values"].bool()}, TypeError, "numeric_values must hold real numbers"),
+        (lambda b: {"labels": b["input_ids"]}, TypeError, "generate.. does not take labels"),
+        (
+            lambda b: {"max_new_tokens": 10**9},
+            ValueError,
+            r"prompt \(7 tokens\) \+ max_new_tokens \(1000000000\) exceeds max_position_embeddings=2048",
+        ),
+        (lambda b: {"max_new_tokens": None, "max_length": 4000}, ValueError, "exceeds max_position_embeddings=2048"),
+        (
+            lambda b: {"attention_mask": b["attention_mask"].tolist()},
+            TypeError,
+            "attention_mask must be a torch.Tensor of 0s and 1s, got list",
+        ),
+    ],
+)
+def test_model_generate_refuses_bad_arguments_by_name(tiny_in_eval, change, error, pattern):
+    model, tokenizer = tiny_in_eval
+    batch = tokenizer(["The total is 5"])
+    arguments = {"numeric_values": batch["numeric_values"], "max_new_tokens": 2} | change(batch)
+    with pytest.raises(error, match=pattern):
+        model.generate(batch["input_ids"], **{k: v for k, v in arguments.items() if v is not None})
+
+
+def test_the_shifted_temperature_warper_keeps_the_distribution():
+    """model.generate's temperature warper subtracts the row maximum first: the same softmax as transformers' own."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper
+
+    from causalqwen.integrations.generation_mixin import _ShiftedTemperatureWarper
+
+    scores = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 5
+    for temperature in (0.3, 0.7, 2.5):
+        shifted = _ShiftedTemperatureWarper(temperature)(None, scores)
+        plain = TemperatureLogitsWarper(temperature)(None, scores)
+        assert torch.allclose(shifted.softmax(-1), plain.softmax(-1), atol=1e-6)
+        assert bool((shifted.amax(-1) == 0).all())
+
+
+@pytest.mark.parametrize(
+    "options, error, pattern",
+    [
+        (
+            {"prompt_lookup_num_tokens": 2},
+            ValueError,
+            (
+                "prompt_lookup_num_tokens is not supported: assisted / speculative decoding and prompt lookup run "
+                "the model on candidate tokens it did not choose, which carry no <NUM> values"
+            ),
+        ),
+        ({"assistant_model": "model"}, ValueError, "assistant_model is not supported: assisted / speculative decoding"),
+        ({"assistant_early_exit": 1}, ValueError, "assistant_early_exit is not supported"),
+        (
+            {"stop_strings": ["x"], "tokenizer": "tokenizer"},
+            TypeError,
+            (
+                r"stop_strings need tokenizer to be a transformers PreTrainedTokenizerBase \(transformers reads its "
+                r"vocabulary\), got NumericTokenizer: pass tokenizer=tok.hf_tokenizer"
+            ),
+        ),
+        ({"stop_strings": ["x"], "tokenizer": 3}, TypeError, "got int: pass tokenizer=a transformers tokenizer"),
+        ({"mode": "causal", "generator": 123}, TypeError, "^generator must be a torch.Generator, got int$"),
+        ({"mode": "shared_noise", "generator": "seed"}, TypeError, "^generator must be a torch.Generator, got str$"),
+    ],
+)
+def test_model_generate_refuses_options_that_would_lose_the_values(tiny_in_eval, options, error, pattern):
+    model, tokenizer = tiny_in_eval
+    batch = tokenizer(["The total is 5"])
+    named = {"model": model, "tokenizer": tokenizer}
+    options = {k: named.get(v, v) if isinstance(v, str) else v for k, v in options.items()}
+    with pytest.raises(error, match=pattern):
+        model.generate(batch["input_ids"], numeric_values=batch["numeric_values"], max_new_tokens=2, **options)
+    if "generator" in options:  # the reference loop says the same
+        with pytest.raises(error, match=pattern):
+            generate(model, batch["input_ids"], batch["numeric_values"], max_new_tokens=2, **options)
+
+
+def test_stop_strings_work_with_the_wrapped_tokenizer(tiny_in_eval, models):
+    """With tokenizer=tok.hf_tokenizer transformers' stop strings match the generated tokens' text: the model that
+    writes 7 at every step stops after "77", with the reference loop's first two steps."""
+    model, tokenizer = models["digits"], tiny_in_eval[1]
+    batch = tokenizer(["The total is 5", "hi"], padding_side="left")
+    out = model.generate(
+        batch["input_ids"],
+        numeric_values=batch["numeric_values"],
+        attention_mask=batch["attention_mask"],
+        stop_strings=["77"],
+        tokenizer=tokenizer.hf_tokenizer,
+        max_new_tokens=6,
+    )
+    reference = generate(model, batch["input_ids"], batch["numeric_values"], batch["attention_mask"], max_new_tokens=6)
+    width = batch["input_ids"].shape[1]
+    assert out.shape[1] == width + 2 and torch.equal(out, reference.sequences[:, : width + 2])

@@ -6,6 +6,7 @@ formatting of each generated float32 value at the resolution ``number_resolution
 """
 
 import copy
+import json
 import math
 import re
 
@@ -14,7 +15,9 @@ import pytest
 import torch
 from transformers import pipeline
 
+from causalqwen import NumericTokenizer, generate
 from causalqwen.app.tiny import build_tiny_causal_lm
+from causalqwen.float32 import format_number
 from causalqwen.integrations.pipelines import NumericTextGenerationPipeline
 
 PROMPT = "The price is 12.50 yuan, up 3% from"
@@ -143,3 +146,69 @@ def test_refusals(tiny):
         pipe([{"role": "user", "content": "hi"}], max_new_tokens=1)
     with pytest.raises(ValueError, match="does not support add_special_tokens"):
         pipe("hi", max_new_tokens=1, add_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_in_eval():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+def _biased(model, token_id):
+    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
+    biased = copy.deepcopy(model)
+    with torch.no_grad():
+        biased.action.classification_head.bias[token_id] = 1e4
+    return biased
+
+
+@pytest.fixture(scope="module")
+def models(tiny_in_eval):
+    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
+    model, tokenizer = tiny_in_eval
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
+
+
+@pytest.fixture(scope="module")
+def pipes(tiny_in_eval, models):
+    return {name: _pipe(model, tiny_in_eval[1]) for name, model in models.items()}
+
+
+def test_a_digit_after_the_prompts_number_stays_a_separate_token(tiny_in_eval, pipes):
+    _, tokenizer = tiny_in_eval
+    pipe = pipes["digits"]
+    assert pipe("The total is 5", max_new_tokens=2)[0]["generated_text"] == "The total is 5 77"
+    assert pipe("The total is 5", max_new_tokens=2, return_full_text=False)[0]["generated_text"] == " 77"
+    ids, values, texts = tokenizer.encode("The total is 5", return_number_texts=True)
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    assert tokenizer.decode(ids + [seven, seven], values + [0.0, 0.0], number_texts=texts) == "The total is 5 77"
+    assert tokenizer.decode_continuation(ids + [seven], values + [0.0], len(ids), number_texts=texts) == (
+        "The total is 5",
+        " 7",
+    )
+
+
+def test_a_generated_number_after_the_prompts_number(tiny_in_eval, models, pipes):
+    """Each generated number is written with one space before it; the prompt's "5" stays where it was."""
+    _, tokenizer = tiny_in_eval
+    prompt = "The total is 5"
+    record = pipes["numbers"](prompt, max_new_tokens=3, number_resolution=None)[0]  # every float32 digit
+    batch = tokenizer([prompt])
+    reference = generate(models["numbers"], batch["input_ids"], batch["numeric_values"], max_new_tokens=3)
+    assert record["numeric_values"] == reference.numeric_values[0].tolist()
+    generated = reference.numeric_values[0, -3:].tolist()
+    assert record["generated_text"] == prompt + "".join(" " + format_number(value) for value in generated)
+
+
+def test_the_pipeline_refuses_a_tokenizer_with_another_num_token(tiny_in_eval, tmp_path):
+    model, tokenizer = tiny_in_eval
+    other = NumericTokenizer(copy.deepcopy(tokenizer.hf_tokenizer), num_token="<QTY>")  # added beside <NUM>: id 604
+    with pytest.raises(ValueError, match=r"<NUM> id \(604\) differs from the model's num_token_id \(603\)"):
+        _pipe(model, other)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    config_file = tmp_path / "tokenizer_config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"num_token": "<QTY>"}))
+    with pytest.raises(ValueError, match=r"differs from the model's num_token_id \(603\)"):
+        pipeline("text-generation", model=str(tmp_path), trust_remote_code=True)

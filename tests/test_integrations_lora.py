@@ -14,11 +14,15 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from test_training import synthetic_data, tiny_model
 from torch import nn
 
-from causalqwen import CausalQwenForCausalLM
+from causalqwen import CausalQwenForCausalLM, train
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.configuration import CausalQwenConfig
 from causalqwen.decision import DecisionHead
+from causalqwen.divergence import DivergenceBound
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.generation import generate
 from causalqwen.integrations.lora import (
@@ -31,7 +35,7 @@ from causalqwen.integrations.lora import (
     save_lora,
     trainable_parameter_count,
 )
-from causalqwen.training import set_trainable
+from causalqwen.training import TrainingConfig, set_trainable
 
 FIELDS = ("loss", "cls_loss", "reg_loss", "loc_U", "scale_U", "loc_S", "scale_S", "loc_Y", "scale_Y")
 OWNER = {
@@ -579,3 +583,214 @@ def test_a_recorded_base_that_cannot_be_found_offline_is_named(tiny, saved, tmp_
     assert record_base(path, tmp_path / "qwen-causal") == str((tmp_path / "qwen-causal").resolve())
     assert adapter_base(path) == str((tmp_path / "qwen-causal").resolve())
     _assert_equal(_outputs(load_lora(load_base(path), path), tiny[1]), saved[1])
+
+
+# The ``lora`` preset in the training loop: adapters on the backbone plus the causal modules, the bound's
+# adapter-disabled base pass, checkpoints of adapters and a bit-exact resume, and the merged result.
+#
+# Oracles: an untouched copy of the base model (the base law of U), the uninterrupted run, the unmerged model.
+
+
+def _lora_model(rank=4, seed=0):
+    """The tiny model with LoRA adapters whose random start (peft draws lora_A from the global generator) is fixed
+    by ``seed``, whatever the global random state is: the runs a resume is compared with start alike."""
+    model = tiny_model()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return add_lora(model, rank=rank)
+
+
+def _data(tokenizer, n=40, seed=0):
+    return synthetic_data(tokenizer, n, seed)
+
+
+CONFIG = dict(
+    steps=6,
+    batch_size=5,
+    learning_rate=1e-2,
+    warmup_steps=1,
+    preset="lora",
+    eval_every=100,
+    save_every=3,
+    log_every=1,
+    seed=0,
+)
+
+
+def test_lora_preset_trains_adapters_and_causal_modules_only(tokenizer):
+    base = tiny_model()
+    before = copy.deepcopy(base.state_dict())
+    peft_model = add_lora(tiny_model(), rank=4)
+    names = set_trainable(peft_model, "lora")
+    assert names and all(".lora_A." in n or ".lora_B." in n or ".modules_to_save." in n for n in names)
+    assert sum(p.numel() for n, p in peft_model.named_parameters() if n in names) == trainable_parameter_count(
+        peft_model
+    )
+    train(peft_model, _data(tokenizer), TrainingConfig(**CONFIG), progress=False)
+    merged = merge_lora(peft_model)
+    for name, tensor in merged.state_dict().items():
+        if name.startswith("model.layers.") and name.endswith("proj.weight"):
+            assert not torch.equal(tensor, before[name]), name  # LoRA moved every target
+        if name in ("model.embed_tokens.weight", "model.norm.weight") or "layernorm" in name or "proj.bias" in name:
+            assert torch.equal(tensor, before[name]), name  # the rest of the backbone is frozen
+    assert not torch.equal(merged.model.abduction.W_loc, before["model.abduction.W_loc"])
+
+
+def test_presets_and_models_must_agree():
+    with pytest.raises(TypeError, match="preset 'lora' trains the adapters"):
+        set_trainable(tiny_model(), "lora")
+    with pytest.raises(TypeError, match="preset 'causal'"):
+        set_trainable(add_lora(tiny_model(), rank=2), "causal")
+
+
+def test_the_adapter_disabled_base_law_is_the_untouched_models(tokenizer):
+    untouched = tiny_model()
+    peft_model = add_lora(tiny_model(), rank=4)
+    bound = DivergenceBound(peft_model, 0.1, "lora")
+    train(peft_model, _data(tokenizer), TrainingConfig(**CONFIG), progress=False)
+    batch = collate(_data(tokenizer, 6, seed=5).items, tokenizer.pad_token_id)
+    base_loc, base_scale = bound.base.law(batch)
+    with torch.no_grad():
+        expected = untouched.abduce(batch["input_ids"], batch["numeric_values"], batch["attention_mask"])
+    assert torch.equal(base_loc, expected.loc_U) and torch.equal(base_scale, expected.scale_U)
+    flags = {n: p.requires_grad for n, p in peft_model.named_parameters()}
+    set_trainable(peft_model, "lora")
+    assert flags == {n: p.requires_grad for n, p in peft_model.named_parameters()}  # the base pass kept them
+
+
+def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, killed_after_first_save):
+    config = TrainingConfig(**CONFIG | {"steps": 7, "max_u_divergence": 0.05, "divergence_dual_lr": 5.0})
+    uninterrupted = _lora_model()
+    full_history = train(uninterrupted, _data(tokenizer), config, None, str(tmp_path / "a"), progress=False)
+    assert any(record["constraint/multiplier"] > 0 for record in full_history)
+    with killed_after_first_save():
+        train(_lora_model(), _data(tokenizer), config, None, str(tmp_path / "b"), progress=False)
+    assert sorted(
+        p.name for p in (tmp_path / "b" / "checkpoint-3").iterdir() if p.suffix in (".safetensors", ".json")
+    ) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "checkpoint_files.json",
+        "config.json",
+        "divergence_bound.json",
+        "divergence_reference.safetensors",
+        "history.json",
+        "trainer_state.json",
+        "training_state.safetensors",
+    ]
+    resumed = _lora_model()
+    history = train(resumed, _data(tokenizer), config, None, str(tmp_path / "b"), resume=True, progress=False)
+    for (name, a), (_, b) in zip(uninterrupted.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert history == full_history
+    reloaded = load_lora(tiny_model(), tmp_path / "b" / "checkpoint-7")
+    batch = collate(_data(tokenizer, 4, seed=6).items, tokenizer.pad_token_id)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**batch).loss, uninterrupted.eval()(**batch).loss)
+
+
+@pytest.fixture(scope="module")
+def tiny_and_tokenizer():
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer
+
+
+def _model():
+    return build_tiny_causal_lm(seed=0, init_seed=0).model
+
+
+def _with_tensor(file, name, value):
+    """Rewrite one tensor of the safetensors ``file`` (its metadata kept)."""
+    from safetensors import safe_open
+
+    with safe_open(file, framework="pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(file)
+    tensors[name] = value(tensors[name])
+    save_file(tensors, file, metadata=metadata)
+
+
+def _huge(tensor):
+    return torch.full(tensor.shape, 1e300, dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory):
+    path = tmp_path_factory.mktemp("adapter")
+    save_lora(add_lora(_model(), rank=2), path)
+    return path
+
+
+def _adapter_copy(adapter, tmp_path):
+    target = tmp_path / "adapter"
+    shutil.copytree(adapter, target)
+    return target
+
+
+def _edit_adapter_config(path, **fields):
+    file = path / "adapter_config.json"
+    config = json.loads(file.read_text())
+    config.update(fields)
+    file.write_text(json.dumps(config))
+    return file
+
+
+def test_load_lora_refuses_a_float64_beyond_float32(adapter, tmp_path):
+    path = _adapter_copy(adapter, tmp_path)
+    weights = path / "adapter_model.safetensors"
+    name = next(key for key in load_file(weights) if key.endswith("lora_A.weight"))
+    _with_tensor(weights, name, _huge)
+    model = _model()
+    with pytest.raises(
+        ValueError, match=rf"the adapter '{weights}' .*{name} holds 1e\+300, beyond the range of float32"
+    ):
+        load_lora(model, path)
+    assert not any(hasattr(module, "lora_A") for module in model.modules())
+
+
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("lora_alpha", float("nan"), ValueError, "field lora_alpha must be finite, got nan"),
+        ("lora_alpha", -16.0, ValueError, r"field lora_alpha must be > 0, got -16\.0"),
+        ("lora_alpha", 0, ValueError, "field lora_alpha must be > 0, got 0"),
+        ("lora_alpha", "16", TypeError, "field lora_alpha must be a number, got '16'"),
+        ("r", 0, ValueError, "field r must be a positive int, got 0"),
+        ("r", 2.5, TypeError, r"field r must be a positive int, got 2\.5"),
+        ("lora_dropout", 1.0, ValueError, r"field lora_dropout must lie in \[0, 1\), got 1\.0"),
+        ("target_modules", "lm_head", ValueError, "field target_modules must be a pattern that add_lora writes"),
+        ("init_lora_weights", "pissa", ValueError, "field init_lora_weights must be true or false, got 'pissa'"),
+        ("init_lora_weights", "corda", ValueError, "field init_lora_weights must be true or false, got 'corda'"),
+        ("init_lora_weights", "olora", ValueError, "field init_lora_weights must be true or false, got 'olora'"),
+        ("init_lora_weights", "loftq", ValueError, "field init_lora_weights must be true or false, got 'loftq'"),
+        ("init_lora_weights", {"x": 1}, ValueError, "field init_lora_weights must be true or false"),
+        ("use_rslora", True, ValueError, "field use_rslora is True, add_lora makes False"),
+        ("use_dora", True, ValueError, "field use_dora is True, add_lora makes False"),
+        ("alpha_pattern", {"q_proj": float("nan")}, ValueError, "field alpha_pattern is"),
+        ("task_type", "CAUSAL_LM", ValueError, "field task_type is 'CAUSAL_LM', add_lora makes None"),
+    ],
+)
+def test_load_lora_refuses_what_add_lora_refuses(adapter, tmp_path, field, value, error, message):
+    path = _adapter_copy(adapter, tmp_path)
+    file = _edit_adapter_config(path, **{field: value})
+    model = _model()
+    with pytest.raises(error, match=rf"'{file}'.*{message}"):
+        load_lora(model, path)
+    assert not any(hasattr(module, "lora_A") for module in model.modules())
+
+
+def test_add_lora_and_load_lora_give_the_same_messages(tiny_and_tokenizer):
+    for alpha, error, message in [
+        (float("nan"), ValueError, "alpha must be finite, got nan"),
+        (-16.0, ValueError, r"alpha must be > 0, got -16\.0"),
+    ]:
+        with pytest.raises(error, match=f"^{message}$"):
+            add_lora(_model(), alpha=alpha)
+
+
+def test_a_plain_init_lora_weights_loads_the_same_adapter(adapter, tmp_path, tiny_and_tokenizer):
+    batch = tiny_and_tokenizer[1](["The price is 12.5 yuan and 3 cups."])
+    reference = load_lora(_model(), adapter)(**batch).loc_U
+    path = _adapter_copy(adapter, tmp_path)
+    _edit_adapter_config(path, init_lora_weights=False, base_model_name_or_path="elsewhere", inference_mode=False)
+    assert torch.equal(load_lora(_model(), path)(**batch).loc_U, reference)

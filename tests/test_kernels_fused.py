@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causalqwen.action import ActionNetwork
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.kernels.fused import fused_ovr_classification_loss
 from causalqwen.losses import ovr_classification_loss
 
@@ -148,7 +149,7 @@ def test_fused_gradcheck(reduction, threshold_kind):
 
     inputs = (loc_U, scale_U, head.weight, head.bias, action.b_noise, threshold)
     # a second backward through the graph recomputes what the first handed over from the forward pass ("sum"): the
-    # same formulas, compiled for another set of outputs, may round a few ulp apart (tests/test_compiled.py)
+    # same formulas, compiled for another set of outputs, may round a few ulp apart (tests/test_kernels_tiles.py)
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5, nondet_tol=1e-12)
 
 
@@ -345,3 +346,34 @@ def test_no_scored_row_gives_zero_loss_and_zero_gradients(reduction):
         assert bool((loss == 0).all())
         for name, grad in zip(NAMES, _grads(loss.sum(), _inputs(action, loc_U, scale_U, threshold))):
             assert grad is None or bool((grad == 0).all()), name
+
+
+def _model(**overrides):
+    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
+    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
+
+
+def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
+    torch.manual_seed(0)
+    model = _model()
+    batch = tokenizer(["A cup of tea costs 1.5 dollars."])
+    out = model(**batch, labels=batch["input_ids"])
+    with pytest.raises(RuntimeError, match=r"no second derivative .* loss_algorithm='literal'"):
+        torch.autograd.grad(out.loss, model.action.b_noise, create_graph=True)
+    model.config.loss_algorithm = "literal"  # an explicit choice, not an output flag
+    literal = model(**batch, labels=batch["input_ids"])
+    (gradient,) = torch.autograd.grad(literal.loss, model.action.b_noise, create_graph=True)
+    (second,) = torch.autograd.grad(gradient.sum(), model.action.b_noise)
+    assert second.abs().max() > 0  # the literal path has a real Hessian
+    U = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    loss = fused_ovr_classification_loss(
+        U,
+        torch.rand(3, 4, dtype=torch.float64) + 0.5,
+        torch.randn(5, 4, dtype=torch.float64),
+        torch.zeros(5, dtype=torch.float64),
+        torch.full((4,), 0.1, dtype=torch.float64),
+        0.0,
+        labels=torch.tensor([0, 1, 2]),
+    )
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        torch.autograd.grad(loss.sum(), U, create_graph=True)

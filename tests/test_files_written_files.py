@@ -1,30 +1,21 @@
-"""Files the project did not write: a run removes only what it wrote, checks every option before it writes
-anything, and a tokenizer's number token is never one of its other tokens.
+"""What a run wrote (`causalqwen.files.written_files`): old checkpoints are removed by their record.
 
-- **Old checkpoints** (``save_total_limit``) are removed file by file, only the files the checkpoint's record
-  (``checkpoint_files.json``) lists, by name, size and SHA-256; a checkpoint holding anything else -- a user's
-  note, a subdirectory, a symbolic link, a file that replaced one of the run's -- is kept whole, with a warning
-  naming it. Links are never followed.
-- **Options before the claim**: a refused ``causalqwen train`` prints one line, exits 2 and leaves ``--out`` as
-  it was (absent, or the previous run untouched), so the same command without the bad option then runs.
-- **The number token** named by a ``tokenizer_config.json`` (or passed to the constructor) must not be a token
-  the wrapped tokenizer already has for another role (end of text, padding, its chat template's specials) nor an
-  ordinary token; the error names the file, the token and the clash.
+Old checkpoints (``save_total_limit``) are removed file by file, only the files the checkpoint's record
+(``checkpoint_files.json``) lists, by name, size and SHA-256; a checkpoint holding anything else -- a user's note,
+a subdirectory, a symbolic link, a file that replaced one of the run's -- is kept whole, with a warning naming it.
+Links are never followed.
 """
 
 import json
 import logging
 import os
-import re
 import shutil
-import sys
 
 import pytest
-import torch
 
-from causalqwen import NumericTokenizer, train
-from causalqwen.app import cli, runs
-from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
+from causalqwen import train
+from causalqwen.app import runs
+from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.files.rundir import RunDirectory
 from causalqwen.training import TrainingConfig
@@ -40,6 +31,8 @@ CONFIG = dict(
     log_every=1,
     seed=0,
 )
+
+
 NOTE = "my notes on this checkpoint\n"
 
 
@@ -84,11 +77,6 @@ def _tree(path):
             else:
                 found[key] = "dir"
     return found
-
-
-# =============================================================================================
-# save_total_limit removes only what the run wrote
-# =============================================================================================
 
 
 def test_the_record_lists_every_file_of_a_checkpoint_with_its_sha256(three_checkpoints):
@@ -276,199 +264,3 @@ def test_a_killed_saves_leftover_is_removed_unless_it_holds_something_else(token
         "checkpoint-4",
     ]
     assert (run / "checkpoint-4" / runs.CHECKPOINT_RECORD).is_file()
-
-
-# =============================================================================================
-# causalqwen train: every option checked before anything is written to --out
-# =============================================================================================
-
-
-def _jsonl(path, texts):
-    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
-    return str(path)
-
-
-def _fails(capsys, args):
-    with pytest.raises(SystemExit) as exited:
-        cli.main(args)
-    # transformers' own progress bar of loading the base may come first (it is on unless a caller turned it off)
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("Loading weights:")]
-    assert exited.value.code == 2, err
-    assert err[-1].startswith(f"causalqwen {args[0]}: error: ") and not any("Traceback" in line for line in err), err
-    assert len(err) == 1, err  # one line
-    return err[-1]
-
-
-@pytest.fixture
-def data(tmp_path):
-    return _jsonl(tmp_path / "train.jsonl", ["a 1", "b 2", "c 3", "d 4"])
-
-
-BAD_OPTIONS = [
-    (["--report-to", "tensorboard"], "report_to='tensorboard' needs the tensorboard package"),
-    (["--report-to", "wandb"], "report_to='wandb' needs the wandb package"),
-    (["--batch-size", "64"], "the dataset has 4 texts: too few for one batch of 64 on 1 process(es)"),
-]
-
-
-@pytest.fixture
-def without_sinks(monkeypatch):
-    """tensorboard and wandb not importable, as on a machine without them (what a None in sys.modules does)."""
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
-    monkeypatch.setitem(sys.modules, "wandb", None)
-
-
-@pytest.fixture(scope="module")
-def causal_dir(tmp_path_factory):
-    """The tiny CausalQwen saved with its tokenizer (a --base that loads without a conversion)."""
-    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
-    directory = tmp_path_factory.mktemp("causal_tiny")
-    tiny.model.save_pretrained(directory)
-    tiny.tokenizer.save_pretrained(directory)
-    return str(directory)
-
-
-def test_a_refused_option_leaves_no_output_directory_and_the_command_then_runs(
-    causal_dir, tmp_path, data, capsys, without_sinks
-):
-    out = tmp_path / "run"
-    args = ["train", "--base", causal_dir, "--data", data, "--out", str(out), "--steps", "1", "--batch-size", "2"]
-    for bad, message in BAD_OPTIONS:
-        assert message in _fails(capsys, args + bad)
-        assert not out.exists(), bad
-    assert cli.main(args) == 0
-    assert (out / "model" / "config.json").is_file()
-
-
-def test_a_refused_option_leaves_a_previous_run_untouched(causal_dir, tmp_path, data, capsys, without_sinks):
-    out = tmp_path / "run"
-    args = [
-        "train",
-        "--base",
-        causal_dir,
-        "--data",
-        data,
-        "--out",
-        str(out),
-        "--steps",
-        "2",
-        "--batch-size",
-        "2",
-        "--save-every",
-        "1",
-    ]
-    assert cli.main(args) == 0
-    capsys.readouterr()
-    before = _tree(out)
-    for again in ("--resume", "--overwrite"):
-        for bad, message in BAD_OPTIONS:
-            assert message in _fails(capsys, args + [again] + bad)
-            assert _tree(out) == before, (again, bad)  # the lock, the marker, the config, the checkpoints, the model
-    assert cli.main(args + ["--overwrite"]) == 0
-
-
-def test_texts_without_a_next_token_are_refused_before_the_claim(causal_dir, tmp_path, capsys):
-    out = tmp_path / "run"
-    data = _jsonl(tmp_path / "train.jsonl", ["", ""])
-    args = ["train", "--base", causal_dir, "--data", data, "--out", str(out), "--steps", "1", "--batch-size", "2"]
-    assert "none of the 2 training texts has two tokens" in _fails(capsys, args)
-    assert not out.exists()
-
-
-# =============================================================================================
-# The number token is never another token of the wrapped tokenizer
-# =============================================================================================
-
-
-def _saved_tokenizer(tmp_path, num_token):
-    """The tiny tokenizer saved by NumericTokenizer, its tokenizer_config.json then naming ``num_token``."""
-    NumericTokenizer(build_tiny_base(seed=0)[1]).save_pretrained(tmp_path / "tok")
-    config_file = tmp_path / "tok" / "tokenizer_config.json"
-    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"num_token": num_token}))
-    return tmp_path / "tok", config_file
-
-
-CLASHES = [
-    ("<|endoftext|>", "the wrapped tokenizer's eos_token, unk_token and pad_token (id 600)"),
-    ("<|im_start|>", "one of the wrapped tokenizer's extra special tokens (id 601)"),
-    ("<|im_end|>", "one of the wrapped tokenizer's extra special tokens (id 602)"),
-]
-
-
-@pytest.mark.parametrize("num_token, clash", CLASHES)
-def test_a_tokenizer_config_naming_another_special_token_as_the_number_token_is_refused(tmp_path, num_token, clash):
-    from transformers import AutoTokenizer
-
-    directory, config_file = _saved_tokenizer(tmp_path, num_token)
-    expected = f"{str(config_file)!r} names num_token {num_token!r}, which is {clash}"
-    with pytest.raises(ValueError, match=f"^{re.escape(expected)}: numbers would encode as that token"):
-        NumericTokenizer.from_pretrained(directory)
-    with pytest.raises(ValueError, match=re.escape(expected)):
-        AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
-
-
-def test_the_pad_token_set_to_the_number_token_is_refused(tmp_path):
-    directory, config_file = _saved_tokenizer(tmp_path, "<NUM>")
-    config = json.loads(config_file.read_text())
-    config_file.write_text(json.dumps(config | {"pad_token": "<NUM>"}))
-    with pytest.raises(
-        ValueError,
-        match=f"{re.escape(repr(str(config_file)))} names num_token '<NUM>', which is the "
-        r"wrapped tokenizer's pad_token \(id 603\)",
-    ):
-        NumericTokenizer.from_pretrained(directory)
-
-
-def test_an_ordinary_token_as_the_number_token_is_refused_naming_the_file(tmp_path):
-    hf_tokenizer = build_tiny_base(seed=0)[1]
-    ordinary = next(token for token, index in hf_tokenizer.get_vocab().items() if index == 100)
-    directory, config_file = _saved_tokenizer(tmp_path, ordinary)
-    with pytest.raises(
-        ValueError,
-        match=f"names num_token {re.escape(repr(ordinary))}, which is an ordinary token of the "
-        r"wrapped tokenizer \(id 100\)",
-    ):
-        NumericTokenizer.from_pretrained(directory)
-
-
-@pytest.mark.parametrize("num_token, clash", CLASHES)
-def test_the_constructor_refuses_the_same_tokens_by_name(num_token, clash):
-    hf_tokenizer = build_tiny_base(seed=0)[1]
-    size = len(hf_tokenizer)
-    with pytest.raises(
-        ValueError,
-        match=f"^num_token {re.escape(repr(num_token))} is {re.escape(clash)}: numbers would encode as that token",
-    ):
-        NumericTokenizer(hf_tokenizer, num_token=num_token)
-    assert len(hf_tokenizer) == size  # nothing added
-
-
-def test_the_constructor_refuses_an_ordinary_token(tokenizer):
-    hf_tokenizer = build_tiny_base(seed=0)[1]
-    ordinary = next(token for token, index in hf_tokenizer.get_vocab().items() if index == 100)
-    with pytest.raises(
-        ValueError,
-        match=f"^num_token {re.escape(repr(ordinary))} is an ordinary token of the wrapped "
-        r"tokenizer \(id 100\), which ordinary text also produces",
-    ):
-        NumericTokenizer(hf_tokenizer, num_token=ordinary)
-
-
-def test_an_explicit_num_token_argument_is_named_as_the_argument(tmp_path):
-    directory, _ = _saved_tokenizer(tmp_path, "<NUM>")
-    with pytest.raises(ValueError, match=r"^num_token '<\|endoftext\|>' is the wrapped tokenizer's eos_token"):
-        NumericTokenizer.from_pretrained(directory, num_token="<|endoftext|>")
-
-
-def test_the_number_token_added_before_is_used_again(tmp_path):
-    """A directory saved by NumericTokenizer, and a tokenizer wrapped twice: <NUM> keeps its id, numbers encode as
-    it."""
-    directory, _ = _saved_tokenizer(tmp_path, "<NUM>")
-    loaded = NumericTokenizer.from_pretrained(directory)
-    assert loaded.num_token_id == 603 and len(loaded) == 604
-    again = NumericTokenizer(loaded.hf_tokenizer)
-    assert again.num_token_id == 603 and len(again) == 604
-    ids, values = loaded.encode("costs 12.5 yuan")
-    assert ids.count(603) == 1 and values[ids.index(603)] == 12.5 and loaded.eos_token_id not in ids
-    custom = NumericTokenizer(build_tiny_base(seed=0)[1], num_token="<QTY>")
-    assert custom.num_token_id == 603 and torch.tensor(custom.encode("3 apples")[0]).eq(603).sum() == 1
