@@ -99,7 +99,7 @@ class CausalQwenConfig(Qwen2Config):
         abduction_mlp_size: the width $M$ of that MLP (default ``hidden_size``; ``None`` for ``"linear"``).
         number_encoding: how a value enters the embedding (`causalqwen.embedding`): ``"log"`` (the default, the
             design's $\phi$) or ``"log_fourier"`` ($\phi$ plus sinusoids of $v$ whose weights start at zero;
-            beyond the design, decision D26).
+            beyond the design, decision D27).
         number_periods: the periods $T_j$ of ``"log_fourier"`` (default: FoNE's decimal periods
             $10^{-2}, \dots, 10^{4}$; ``None`` for ``"log"``).
         noise_init: initial value of every component of $b_{\mathrm{noise}}$ (0.1).

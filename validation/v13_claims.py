@@ -36,6 +36,7 @@ from causalqwen.app.tiny import build_tiny_causal_lm
 
 from .claims_closed_form import closed_form_rows, ovr_loss_second_derivative_root
 from .claims_initialization import DRAFT_SETTINGS, TinyStart, initialization_rows, softmax_path_difference
+from .claims_intervals import interval_rows
 from .claims_ledger import LedgerRow, is_allowed_verdict, ledger_table, verdict_counts
 from .claims_parameters import parameter_rows
 from .claims_training import training_rows
@@ -47,6 +48,7 @@ __all__ = ["run", "ledger_rows", "write_ledger_page", "MIN_ROWS", "PAGE"]
 MIN_ROWS = 15
 PAGE = "v13.md"
 DATA_SEED = 13
+STUDY_ANSWERS = Path(__file__).resolve().parent.parent / "docs" / "validation"  # the studies' committed raw answers
 
 
 def ledger_rows(quick: bool) -> list[LedgerRow]:
@@ -61,6 +63,7 @@ def ledger_rows(quick: bool) -> list[LedgerRow]:
         *initialization_rows(start, drafts, quick),
         *parameter_rows(batch, start, drafts),
         *training_rows(batch, softmax_path_difference(start), quick),
+        *interval_rows(STUDY_ANSWERS),
     ]
 
 
