@@ -19,7 +19,15 @@ from .lift_baselines import LABELS
 from .lift_data import PUBLISHED, generate, lift_rae, rae
 from .v14_report import cell, run_claims, scores
 
-__all__ = ["flatness", "report_body", "report_claims", "report_headline", "tuned_figure"]
+__all__ = [
+    "flatness",
+    "flatness_table",
+    "selection_table",
+    "report_body",
+    "report_claims",
+    "report_headline",
+    "tuned_figure",
+]
 
 ARMS = ("CausalQwen", "Qwen digits", "Qwen digits + NTL")
 ROBUST_LINE = ("huber", "cauchy")
@@ -82,11 +90,11 @@ def _rae_table(measured: dict, condition: str) -> str:
     return table(["RAE, " + condition] + list(functions), rows)
 
 
-def _selection_table(measured: dict) -> str:
+def selection_table(measured: dict) -> str:
     """The validation RAE of every (arm, function, rate) of the grid, the chosen rate in bold."""
     settings = measured["settings"]
     rows = []
-    for arm in ARMS:
+    for arm in settings["arms"]:
         for function in settings["functions"]:
             condition, sim = measured["grid"][(arm, function, settings["learning_rates"][0])]["selection"]
             valid_y = generate(function, sim, condition).y_valid
@@ -101,10 +109,13 @@ def _selection_table(measured: dict) -> str:
 
 def flatness_by_arm(measured: dict) -> dict:
     """``{arm: array of the flatness ratios of its final runs}`` (`flatness`)."""
-    return {arm: np.asarray([flatness(run["losses"]) for run in measured["runs"][arm].values()]) for arm in ARMS}
+    runs = measured["runs"]
+    return {
+        arm: np.asarray([flatness(run["losses"]) for run in runs[arm].values()]) for arm in measured["settings"]["arms"]
+    }
 
 
-def _flatness_table(measured: dict) -> str:
+def flatness_table(measured: dict) -> str:
     rows = []
     for arm, ratios in flatness_by_arm(measured).items():
         rows.append(
@@ -240,7 +251,7 @@ def report_body(text: str, measured: dict) -> str:
         "**The learning rates**: each arm's validation RAE per rate (simulation 1 with outliers; the chosen one in "
         "bold):",
         "",
-        _selection_table(measured),
+        selection_table(measured),
         "",
         "**Intervals** (second halves of the validation splits, pooled; nominal coverage in the header):",
         "",
@@ -249,7 +260,7 @@ def report_body(text: str, measured: dict) -> str:
         "**Steps to a flat loss**: the flatness ratio (mean training loss over the last 10% of steps over the 10% "
         "before; 1 is flat) of every final run; the figure shows the curves of simulation 1 with outliers.",
         "",
-        _flatness_table(measured),
+        flatness_table(measured),
         "",
         f"The whole study took {fmt(measured['elapsed'] / 60, 3)} minutes.",
     ]

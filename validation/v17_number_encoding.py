@@ -33,10 +33,10 @@ import numpy as np
 
 from .common import ExperimentResult, check, fmt, module_text, save_figure, table
 from .lift_baselines import QUICK_METHODS, ROBUST
-from .lift_data import CONDITIONS, FUNCTIONS, PUBLISHED, generate, lift_rae, rae
+from .lift_data import CONDITIONS, FUNCTIONS, PUBLISHED, generate, lift_rae
 from .v14_report import cell, chosen_settings, run_claims, save_predictions, scores
 from .v16_lift_tuned import CAUSAL_ARMS, LEARNING_RATES, STEPS, measure
-from .v16_report import flatness
+from .v16_report import flatness_table, selection_table
 
 __all__ = ["ARMS", "run"]
 
@@ -75,30 +75,6 @@ def _lift_table(measured: dict, condition: str) -> str:
         rows.append([f"{method} (re-run)"] + [cell(method_scores[(f, condition)]) for f in functions])
     rows.append(["LIFT/GPT-J (published)"] + [fmt(PUBLISHED[condition][f]["gptj"], 3) for f in functions])
     return table(["LIFT RAE, " + condition] + list(functions), rows)
-
-
-def _selection_table(measured: dict) -> str:
-    settings = measured["settings"]
-    rows = []
-    for arm in settings["arms"]:
-        for function in settings["functions"]:
-            condition, sim = measured["grid"][(arm, function, settings["learning_rates"][0])]["selection"]
-            valid_y = generate(function, sim, condition).y_valid
-            row = [arm, function]
-            for rate in settings["learning_rates"]:
-                score = fmt(rae(measured["grid"][(arm, function, rate)]["valid"], valid_y), 3)
-                row.append(f"**{score}**" if rate == measured["chosen"][(arm, function)] else score)
-            rows.append(row)
-    headers = ["arm", "function"] + [f"validation RAE at {fmt(rate)}" for rate in settings["learning_rates"]]
-    return table(headers, rows)
-
-
-def _flatness_table(measured: dict) -> str:
-    rows = []
-    for arm in measured["settings"]["arms"]:
-        ratios = np.asarray([flatness(run["losses"]) for run in measured["runs"][arm].values()])
-        rows.append([arm, fmt(float(np.nanmedian(ratios)), 3), fmt(float(np.nanmin(ratios)), 3)])
-    return table(["arm", "median flatness ratio", "smallest"], rows)
 
 
 def findings(measured: dict) -> list[str]:
@@ -142,7 +118,7 @@ def report_body(text: str, measured: dict) -> str:
         parts += [_lift_table(measured, condition), ""]
     parts += ["**Per function**, mean LIFT RAE of each arm:", "", *findings(measured), ""]
     parts += ["**The learning rates** (validation RAE per rate; the chosen one in bold):", ""]
-    parts += [_selection_table(measured), "", "**Steps to a flat loss** (as V16):", "", _flatness_table(measured), ""]
+    parts += [selection_table(measured), "", "**Steps to a flat loss** (as V16):", "", flatness_table(measured), ""]
     parts.append(f"The whole study took {fmt(measured['elapsed'] / 60, 3)} minutes.")
     return "\n".join(parts)
 
