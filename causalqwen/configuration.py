@@ -185,8 +185,9 @@ class CausalQwenConfig(Qwen2Config):
         takes the value they give (a ``TypeError`` or ``ValueError`` naming the field otherwise, the config unchanged):
         the modules built from the config read it at every forward pass, and trust it."""
         if self.__dict__.get("_fields_checked") and name in _dataclass_fields():
-            value = getattr(type(self)(**(self.to_dict() | {name: value})), name)
-        super().__setattr__(name, value)
+            self.update({name: value})
+        else:
+            super().__setattr__(name, value)
 
     def check_loads_back(self) -> None:
         """A ``ValueError`` or ``TypeError`` unless ``config.json`` as `save_pretrained` writes it loads back (what
@@ -205,11 +206,14 @@ class CausalQwenConfig(Qwen2Config):
 
     def update(self, config_dict: dict) -> None:
         """`PreTrainedConfig.update` once a config made with it passes every check; else its error, naming the field.
-        The values are set together, as checked together (one by one, `__setattr__` would check each alone)."""
+        The values are set together, as checked together (one by one, `__setattr__` would check each alone), with the
+        defaults that follow from them filled as that config fills them (``number_encoding="log_fourier"`` brings
+        its default ``number_periods``)."""
         checked = type(self)(**(self.to_dict() | dict(config_dict)))
+        followed = [name for name in _dataclass_fields() if getattr(self, name, None) is None]
         object.__setattr__(self, "_fields_checked", False)
         try:
-            super().update({key: getattr(checked, key) for key in config_dict})
+            super().update({key: getattr(checked, key) for key in [*config_dict, *followed]})
         finally:
             object.__setattr__(self, "_fields_checked", True)
 

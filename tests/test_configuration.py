@@ -672,3 +672,42 @@ def test_the_loss_algorithm_is_a_named_config_choice():
 
     with pytest.raises(ValueError, match="config field loss_algorithm must be one of fused, literal, got 'fast'"):
         CausalQwenConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, loss_algorithm="fast")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("number_encoding", "log_fourier", "number_encoding is 'log_fourier' and number_periods"),
+        ("intermediate_size", 32, "model.layers.0.mlp"),
+        ("vocab_size", 700, "is shape [704] in the model but shape [700] in a model built from its config"),
+    ],
+)
+def test_save_pretrained_refuses_a_config_that_no_longer_describes_the_weights(tmp_path, field, value, message):
+    """A field that fixes a module's shape, set on a built model, passed the config's checks and was saved: the
+    directory then failed to load (``number_encoding="log_fourier"``: missing ``w_fourier``). The save names the
+    field or the tensor and writes nothing; a model resized the way that changes its weights too still saves."""
+    tiny = build_tiny_causal_lm(seed=0, init_seed=0)
+    setattr(tiny.model.config, field, value)
+    target = tmp_path / "model"
+    with pytest.raises(
+        ValueError, match=r"^save_pretrained: the config no longer describes the weights: .*" + re.escape(message)
+    ):
+        tiny.model.save_pretrained(target)
+    assert not target.exists() or not any(target.iterdir())
+
+
+def test_save_pretrained_names_changed_periods_and_keeps_a_resized_model(tmp_path):
+    config = build_tiny_causal_lm(seed=0, init_seed=0).model.config.to_dict()
+    config.update(number_encoding="log_fourier", number_periods=[2.0, 4.0])
+    model = CausalQwenForCausalLM(CausalQwenConfig(**config))
+    model.config.number_periods = [2.0, 8.0]  # the same shapes, other periods: the weights were learnt for 2 and 4
+    with pytest.raises(
+        ValueError, match=r"number_periods \[2\.0, 8\.0\], but the numerical embedding .* \[2\.0, 4\.0\]"
+    ):
+        model.save_pretrained(tmp_path / "periods")
+    model.config.number_periods = [2.0, 4.0]
+    model.resize_token_embeddings(model.config.vocab_size + 8)
+    model.save_pretrained(tmp_path / "resized")
+    loaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "resized")
+    assert list(loaded.numerical_embedding.periods) == [2.0, 4.0]
+    assert loaded.config.vocab_size == model.config.vocab_size

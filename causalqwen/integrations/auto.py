@@ -13,9 +13,11 @@ clone of the repository, or from a wheel built there with ``python -m build``.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
+import torch
 from transformers import GenerationConfig
 
 from ..files.loading import check_generation_mode
@@ -105,6 +107,7 @@ def save_with_auto_classes(model, save, save_directory, *args, **kwargs):
     the config naming the classes (`MODEL_AUTO_MAP`, `CUSTOM_PIPELINES`) for the saved file only, `AUTO_MODULE`
     ``.py`` written beside it, no link written through, and a CausalQwen ``generation_config.mode`` kept."""
     model.config.check_loads_back()  # before anything is written: a save never writes what its loader refuses
+    check_config_describes_weights(model)
     if kwargs.get("is_main_process", True):
         check_write_targets(save_directory, MODEL_FILES)
     generation = getattr(model, "generation_config", None)
@@ -129,3 +132,35 @@ def save_with_auto_classes(model, save, save_directory, *args, **kwargs):
     if kwargs.get("is_main_process", True):
         write_auto_module(save_directory)
     return result
+
+
+def check_config_describes_weights(model) -> None:
+    """A ``ValueError`` unless ``model.config`` still describes the weights it is saved beside: the numerical
+    embedding's periods are the config's, and a model built from the config (on the meta device: shapes, no memory)
+    has the same tensors with the same shapes.
+
+    A field that fixes a module (``number_encoding``, ``number_periods``, ``hidden_size``, ``num_hidden_layers``,
+    ``vocab_size``, ...) set on a built model passes the config's own checks but changes no module; the directory
+    saved with it would not load, or would load other periods than the weights were learnt for.
+    ``resize_token_embeddings`` changes the weights and the config together."""
+    config, prefix = model.config, "save_pretrained: the config no longer describes the weights: "
+    periods = model.numerical_embedding.periods
+    built_with = None if periods is None else list(periods)
+    if built_with != config.number_periods:
+        raise ValueError(
+            f"{prefix}number_encoding is {config.number_encoding!r} and number_periods {config.number_periods}, but "
+            f"the numerical embedding was built with periods {built_with} (a field set after the model was built: set "
+            "it back, or build a new model from the config)"
+        )
+    with torch.device("meta"):
+        described = type(model)(copy.deepcopy(config)).state_dict()
+    weights = model.state_dict()
+    for name in sorted(weights.keys() | described.keys()):
+        shapes = [tuple(tensors[name].shape) if name in tensors else None for tensors in (weights, described)]
+        if shapes[0] != shapes[1]:
+            held, wanted = (f"shape {list(shape)}" if shape is not None else "absent" for shape in shapes)
+            raise ValueError(
+                f"{prefix}{name} is {held} in the model but {wanted} in a model built from its config: a field that "
+                "fixes a module was set after the model was built (set it back, use resize_token_embeddings for "
+                "vocab_size, or build a new model from the config)"
+            )
