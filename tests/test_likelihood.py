@@ -1,12 +1,14 @@
 """Executable specification of causalqwen.likelihood (decision D16) and of `cauchy.log_interval_prob`.
 
-Oracles: mpmath at 120 digits and SciPy for the interval probability, a Monte Carlo draw (binomial bound) for it,
+Oracles: mpmath at 120 digits and SciPy for the interval probability (at 200 digits or more for literals with more
+digits than float64 holds, of any magnitude and resolution), a Monte Carlo draw (binomial bound) for it,
 the real Qwen2 base for the ``softmax`` token term at initialization, SciPy's Cauchy survival function for the
 ``ovr`` token term, and the training loss's Cauchy NLL for the limit of a fine resolution.
 """
 
 import math
 import re
+from decimal import Decimal
 
 import mpmath
 import numpy as np
@@ -15,6 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from test_cauchy import _mp_log_interval as _mp_log_interval_at_digits
 
 from causalqwen import cauchy
 from causalqwen.app.tiny import build_tiny_causal_lm
@@ -28,6 +31,7 @@ from causalqwen.likelihood import (
     token_log_probabilities,
 )
 from causalqwen.metrics import evaluate_texts, with_log_prefixes
+from causalqwen.writing import literal_resolution
 
 D = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
 
@@ -431,3 +435,152 @@ def test_a_training_run_logs_eval_bits_per_byte_of_its_held_out_texts(tiny):
     assert record["eval/bits_per_byte"] == pytest.approx(bits_per_byte(model, tokenizer, held_out), rel=1e-9)
     assert record["eval/bytes"] == _bytes(held_out)
     assert record["eval/bits_per_byte"] != pytest.approx(bits_per_byte(tiny[0], tokenizer, held_out), rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# A literal with more digits than float64 holds: its interval scored as written, against mpmath
+# ---------------------------------------------------------------------------------------------
+# Oracle: mpmath at 200 digits or more (as many as the interval needs), from the tail masses of
+# `test_cauchy._mp_log_interval`.
+
+
+def _mp_number_log_probability(literal: str, loc: float, scale: float) -> float:
+    """log P(v - h/2 < Y <= v + h/2) for Y ~ Cauchy(loc, scale), v and h read from the literal's digits by mpmath, at
+    200 digits plus as many as the literal and its resolution span (so no end is rounded), from the tail masses
+    atan2(scale, d) / pi, which keep their relative precision however far out."""
+    unsigned = literal.lstrip("-\u2212").replace(",", "")
+    mantissa, _, exponent = unsigned.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    k = (int(exponent) if exponent else 0) - decimals
+    digits = 200 + len(unsigned) + abs(k) + 330
+    with mpmath.workdps(digits):
+        value = mpmath.mpf(unsigned) * (-1 if literal[0] in "-\u2212" else 1)
+        half = mpmath.mpf(10) ** k / 2
+        return _mp_log_interval_at_digits(value - half, value + half, loc, scale, digits=digits)
+
+
+@pytest.mark.parametrize(
+    "literal, loc, scale",
+    [
+        ("1234567.123456789012345", 1234567.0, 1.0),
+        ("1234567.123456789012345", 1234567.123456789, 1e-9),
+        ("0.1000000000000000055511151231257827", 0.1, 1e-3),
+        ("0.1000000000000000055511151231257827", 0.1, 1e-17),
+        ("-0.1000000000000000055511151231257827", 3.0, 2.0),
+        ("1." + "0" * 400 + "1", 1.0, 1e-300),
+        ("3.4028234e38", 0.0, 1.0),
+        ("-1.17549435e-38", 0.0, 1e-40),
+        ("1.4012985e-45", 0.0, 1e-45),
+        ("0.1" + "0" * 400, 0.1, 1.0),
+        ("123456789.5", 123456789.5, 1e-20),
+        ("2.5", 1e300, 1e-300),
+    ],
+)
+def test_a_literal_with_more_digits_than_float64_is_scored_as_written(literal, loc, scale):
+    """The interval's ends and width come from the digits: no float64 rounding of v +- h/2."""
+    value = number_log_probability(literal, loc, scale).item()
+    expected = _mp_number_log_probability(literal, loc, scale)
+    assert math.isfinite(value)
+    assert value == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "literal, loc, scale",
+    [
+        ("0." + "0" * 400, 0.0, 1.0),
+        ("0." + "0" * 400, 5e-324, 1.0),
+        ("1." + "0" * 400, 1.0, 1.0),
+        ("-2.5" + "0" * 500, -2.5, 1e-3),
+        ("1." + "0" * 200, 1.0, 1e200),
+        ("0." + "0" * 320, 0.0, 1e-10),
+        ("123.456" + "0" * 350, 123.456, 1e-5),
+    ],
+)
+def test_a_literal_finer_than_float64_at_its_location_is_scored_exactly(literal, loc, scale):
+    """The location on (or within float64's reach of) a literal whose interval is narrower than float64's smallest
+    number, beside the scale: both ends' distances to the location, over the scale, underflow float64 (the interval
+    holds the location, so the mass is the two arctangents added), and the score is still finite and mpmath's."""
+    value = number_log_probability(literal, loc, scale).item()
+    assert math.isfinite(value)
+    assert value == pytest.approx(_mp_number_log_probability(literal, loc, scale), rel=1e-12)
+
+
+@st.composite
+def scored_literals(draw):
+    """``(literal, loc, scale)``: a literal of 1-400 digits whose value is a normal float32 magnitude, and a Cauchy law
+    centred anywhere from on the literal to far from it, with a scale from 1e-12 to 1e12 of the value's size."""
+    lead = draw(st.sampled_from("123456789"))
+    fraction = draw(st.text("0123456789", min_size=0, max_size=399))
+    exponent = draw(st.integers(-37, 37))
+    sign = draw(st.sampled_from(["", "-"]))
+    literal = f"{sign}{lead}{'.' + fraction if fraction else ''}e{exponent}"
+    size = 10.0**exponent
+    scale = size * 10.0 ** draw(st.floats(-12, 12))
+    loc = float(Decimal(literal)) + draw(st.floats(-1e3, 1e3)) * draw(st.sampled_from([0.0, scale, size]))
+    return literal, loc, scale
+
+
+@settings(max_examples=150, deadline=None)
+@given(scored_literals())
+def test_the_likelihood_of_any_literal_is_mpmaths_at_200_digits(drawn):
+    literal, loc, scale = drawn
+    assert number_log_probability(literal, loc, scale).item() == pytest.approx(
+        _mp_number_log_probability(literal, loc, scale), rel=1e-9
+    )
+
+
+def test_a_zero_of_any_resolution_is_scored_or_named():
+    """'0e999999999' stands for (-h/2, h/2] with h = 10^999999999: all the mass but 4 scale / (pi h), log P = -0.0
+    in float64. '0e-999999999' is an interval of width 10^-999999999 around 0: log P = log h + log f(0) to within
+    h^2. Beyond 10^17 the exponent of the resolution is beyond exact decimal arithmetic: a ValueError naming it."""
+    assert number_log_probability("0e999999999", 2.0, 3.0).item() == 0.0
+    log_density = -math.log(math.pi * 3.0 * (1 + (2.0 / 3.0) ** 2))
+    assert number_log_probability("0e-999999999", 2.0, 3.0).item() == pytest.approx(
+        -999999999 * math.log(10) + log_density, rel=1e-15
+    )
+    assert number_log_probability("0e-999999999", 0.0, 3.0).item() == pytest.approx(  # on the location
+        -999999999 * math.log(10) - math.log(math.pi * 3.0), rel=1e-15
+    )
+    with pytest.raises(ValueError, match="'0e99999999999999999999' states the resolution 10\\^99999999999999999999"):
+        number_log_probability("0e99999999999999999999", 2.0, 3.0)
+    with pytest.raises(
+        ValueError,
+        match=r"'0e99999999999999'...'999999999999' \(5002 characters\) states the "
+        r"resolution 10\^k with \|k\| > 10\^40",
+    ):
+        number_log_probability("0e" + "9" * 5000, 2.0, 3.0)
+    with pytest.raises(ValueError, match=r"10\^k with \|k\| > 10\^40 of the number '0e-9999999999999'"):
+        literal_resolution("0e-" + "9" * 5000)
+
+
+@pytest.mark.parametrize(
+    "loc, scale, match",
+    [
+        (math.nan, 1.0, "loc_Y must be finite"),
+        (math.inf, 1.0, "loc_Y must be finite"),
+        (0.0, 0.0, "scale_Y must be a finite number > 0"),
+        (0.0, math.nan, "scale_Y must be a finite number > 0"),
+    ],
+)
+def test_the_likelihood_names_a_bad_law(loc, scale, match):
+    with pytest.raises(ValueError, match=match):
+        number_log_probability("2.5", loc, scale)
+
+
+def test_the_likelihood_names_a_literal_that_is_not_a_number():
+    with pytest.raises(ValueError, match="'1e999999999'.*overflows float32"):
+        number_log_probability("1e999999999", 0.0, 1.0)
+    with pytest.raises(ValueError, match="'abc' is not a single number"):
+        number_log_probability("abc", 0.0, 1.0)
+
+
+def test_the_likelihood_keeps_the_shape_of_the_law():
+    loc = torch.tensor([[0.0, 2.5], [1e30, -3.0]], dtype=torch.float64)
+    scale = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    terms = number_log_probability("2.5", loc, scale)
+    assert terms.shape == (2, 2)
+    for row in range(2):
+        for column in range(2):
+            assert terms[row, column].item() == pytest.approx(
+                _mp_number_log_probability("2.5", loc[row, column].item(), scale[column].item()), rel=1e-12
+            )

@@ -3,7 +3,9 @@ float32 values, and the shortest text of a float32.
 
 The expected values come from hand-written tables, from exact rational arithmetic (``fractions.Fraction``),
 from numpy's own float32 printing, or from laws the grammar must obey whatever the text (Hypothesis) --
-never from the code under test.
+never from the code under test. Literals of any size (thousands of digits, exponents of 20 digits) are read only
+when float32 holds them, and every text holding them tokenizes; for what must stay text the oracle is the decimal
+exponent counted from the literal's digits.
 """
 
 import subprocess
@@ -385,6 +387,108 @@ def test_a_sign_negates_the_value(value, sign):
     """Rule V3: a sign before a number makes it negative, whatever the number (-0 included)."""
     assert bits(parse_number(sign + format_number(value))) == bits(-value)
     assert [bits(number.value) for number in find_numbers(f"= {sign}{format_number(value)} ")] == [bits(-value)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Literals of any size: every text tokenizes, and a literal is read only when float32 holds it
+# ---------------------------------------------------------------------------------------------
+# Oracles: exact rational arithmetic (``fractions.Fraction``) for what the grammar reads, and the decimal exponent
+# of a literal counted from its digits for what must stay text.
+
+
+def _decimal_exponent(digits: str, point: int, exponent: int) -> int | None:
+    """floor(log10 |x|) of the literal 0.<digits> shifted: digits with the decimal point after ``point`` of them, times
+    10^exponent; None for zero. Counted from the digits, with no arithmetic on the value."""
+    first = next((index for index, digit in enumerate(digits) if digit != "0"), None)
+    return None if first is None else point - first - 1 + exponent
+
+
+@st.composite
+def literals(draw):
+    """``(literal, digits, point, exponent)``: 1-400 digits, a decimal point anywhere or none, an exponent up to
+    +-10^9 (sometimes one of 20 to 30 digits), a sign or none."""
+    digits = draw(st.text("0123456789", min_size=1, max_size=400))
+    if len(digits) > 1 and draw(st.booleans()):
+        digits = draw(st.sampled_from("123456789")) + digits[1:]  # no leading zero: an integer run of the grammar
+    point = draw(st.integers(0, len(digits)))
+    exponent = draw(
+        st.one_of(
+            st.integers(-(10**9), 10**9),
+            st.integers(-60, 60),
+            st.integers(10**19, 10**29),
+            st.integers(-(10**29), -(10**19)),
+        )
+    )
+    integer, fraction = digits[:point], digits[point:]
+    literal = (integer or "0") + ("." + fraction if fraction else "")
+    if not fraction and len(integer) > 1 and integer[0] == "0":
+        literal = "0." + integer  # an integer run with a leading zero is an identifier; read it as a fraction
+        point = 0
+    written_exponent = draw(st.booleans()) or abs(exponent) > 60
+    if written_exponent:
+        literal += f"e{exponent:+d}" if draw(st.booleans()) else f"E{exponent}"
+    else:
+        exponent = 0
+    sign = draw(st.sampled_from(["", "-", "\u2212"]))
+    return sign + literal, digits, point, exponent
+
+
+@settings(max_examples=300, deadline=None)
+@given(literals(), st.sampled_from(["The value is {} units.", "{}", "价格是{}元", "x = ({}) and"]))
+def test_every_literal_in_a_text_tokenizes_and_is_read_only_when_float32_holds_it(tokenizer, drawn, frame):
+    """Nothing in a text makes the grammar or the tokenizer fail. A literal whose magnitude is above float32's range
+    (decimal exponent > 38) or far below it (< -46) is text; one the grammar reads has a float32 value within
+    float32's relative precision 2**-24 of its exact value (rule V1)."""
+    literal, digits, point, exponent = drawn
+    text = frame.format(literal)
+    found = find_numbers(text)
+    ids, _, texts = tokenizer.encode(text, return_number_texts=True)
+    assert len(texts) == len(found) == ids.count(tokenizer.num_token_id)
+    read = [number for number in found if number.text == literal]
+    magnitude = _decimal_exponent(digits, point, exponent)
+    if magnitude is not None and not -46 <= magnitude <= 38:
+        assert read == []
+    if read and magnitude is not None:
+        exact = Fraction(int(digits), 10 ** (len(digits) - point)) * Fraction(10) ** exponent
+        value = abs(Fraction(read[0].value))
+        assert abs(value - exact) <= exact / 2**24
+
+
+@pytest.mark.parametrize(
+    "literal, reason",
+    [
+        ("1e999999999", "overflows float32"),
+        ("0.5e400000", "overflows float32"),
+        ("1e-99999999", "rounds to 0.0"),
+        ("1e-9999999999999999999", "rounds to 0.0"),
+        ("-5e-999999999999999999", "rounds to 0.0"),
+        ("9" * 5000, "overflows float32"),
+        ("9" * 12, "more than 9 significant digits"),
+        ("1" + "0" * 5000 + ".5", "overflows float32"),
+        ("0." + "0" * 5000 + "1", "rounds to 0.0"),
+        ("1e" + "9" * 5000, "overflows float32"),
+    ],
+)
+def test_parse_number_says_why_a_literal_of_any_size_is_not_a_number(literal, reason):
+    with pytest.raises(ValueError, match=reason):
+        parse_number(literal)
+    assert find_numbers(f"a {literal} b") == []
+
+
+@pytest.mark.parametrize(
+    "literal, value",
+    [
+        ("0e999999999", 0.0),
+        ("0.000e-99999999999999999999", 0.0),
+        ("1." + "0" * 3000 + "1", 1.0),
+        ("1" + "0" * 3000 + "e-3000", 1.0),
+        ("0." + "0" * 3000 + "15e3001", 1.5),
+    ],
+)
+def test_literals_of_thousands_of_digits_or_huge_exponents_that_float32_holds_are_numbers(tokenizer, literal, value):
+    assert parse_number(literal) == value
+    assert [number.value for number in find_numbers(f"it is {literal} now")] == [value]
+    tokenizer.encode(f"it is {literal} now")
 
 
 # ---------------------------------------------------------------------------------------------

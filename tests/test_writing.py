@@ -1,17 +1,18 @@
 """Executable specification of causalqwen.writing: the resolution a literal states, a value written at a resolution,
-and `NumericTokenizer.decode` writing generated numbers at one.
+and `NumericTokenizer.decode` writing generated numbers at one -- any finite float32 at any resolution float32 allows,
+beside prompts whose numbers have any number of digits.
 
-Expectations come from hand-written tables and from exact decimal arithmetic (``decimal.Decimal``), never from the
-code under test.
+Expectations come from hand-written tables and from exact decimal arithmetic (``decimal.Decimal``, in a context
+holding every digit), never from the code under test.
 """
 
 import math
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from causalqwen import NumericTokenizer
@@ -250,3 +251,96 @@ def test_the_largest_float32_at_1e35_would_round_past_float32_and_is_written_one
     largest = float(np.finfo(np.float32).max)
     assert write_at_resolution(largest, 1e35) == "34028" + "0" * 34
     assert write_at_resolution(largest, 1e34) == "34028" + "0" * 34
+
+
+# ---------------------------------------------------------------------------------------------
+# Written: any finite float32 at any allowed resolution, beside prompts of any size
+# ---------------------------------------------------------------------------------------------
+# Oracle: exact decimal arithmetic (``decimal.Decimal`` in a context holding every digit).
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False), st.integers(-45, 38))
+def test_any_float32_at_any_allowed_resolution_reads_back_as_one_number_within_half_of_it(value, exponent):
+    """The text is one number of the grammar, whole (grouped where its integer part is a long run), whose exact
+    decimal value is within h/2 of the float32 value; it has at least the decimals h asks for (more only where the
+    grammar would read the rounded text as text, rule V1, or where rounding up would leave float32's range)."""
+    resolution = check_resolution(10.0**exponent)
+    text = write_at_resolution(value, resolution)
+    found = find_numbers(text)
+    assert [(number.start, number.end) for number in found] == [(0, len(text))]
+    parse_number(text)
+    with localcontext() as context:
+        context.prec = 400
+        written = Decimal(text.replace(",", ""))
+        assert abs(written - Decimal(value)) <= Decimal(10) ** exponent / 2
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    assert decimals >= max(0, -exponent)
+    if abs(value) >= 2.0**-126 and exponent <= 31:  # a normal value, no rounding near float32's top
+        assert decimals == max(0, -exponent)
+    assert "e" not in text.lower()
+
+
+@pytest.mark.parametrize(
+    "value, resolution",
+    [
+        (1e30, 1),
+        (1.0, 1e-30),
+        (3e38, 1e-30),
+        (FLOAT32_MAX, 1e-45),
+        (-FLOAT32_MAX, 1e38),
+        (2.0**-149, 1e-45),
+        (float(np.float32(1e-38)), 1e-45),
+    ],
+)
+def test_writing_at_extreme_resolutions_is_exact(value, resolution):
+    """The float32 value's exact expansion (``int`` of a float, or ``Decimal`` of it), rounded half to even by hand."""
+    single = Decimal(float(np.float32(value)))
+    text = write_at_resolution(value, resolution)
+    exponent = round(math.log10(resolution))
+    with localcontext() as context:
+        context.prec = 500
+        assert abs(Decimal(text.replace(",", "")) - single) <= Decimal(10) ** exponent / 2
+    parse_number(text)
+
+
+def test_writing_the_float32_value_of_1e30_to_the_unit_writes_its_exact_integer_grouped():
+    exact = int(float(np.float32(1e30)))  # 1000000015047466219876688855040
+    assert write_at_resolution(1e30, 1) == f"{exact:,}"
+    assert write_at_resolution(1.0, 1e-30) == "1." + "0" * 30
+
+
+def test_decode_with_a_prompt_of_any_size_and_resolution(tokenizer):
+    """A prompt holding 1e30 and a generated 1e30, written at "prompt" and at 1e-30, without a decimal error."""
+    ids, values, texts = tokenizer.encode("The mass is 1e30 kg, or", return_number_texts=True)
+    ids, values = ids + [tokenizer.num_token_id], values + [float(np.float32(1e30))]
+    written = tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt")
+    assert written.endswith(" or 1" + "0" * 30)  # at 10^29, two significant digits: one digit run, no group commas
+    assert [number.value for number in find_numbers(written)] == [float(np.float32(1e30))] * 2
+    fine = tokenizer.decode(ids, values, number_texts=texts, number_resolution=1e-30)
+    assert fine.endswith(".000000000000000000000000000000")
+    # a zero stating 10^-999999999: the exact expansion to 10^-149, where every float32's ends; 10^(10^5000): 2.5
+    exact = f"{Decimal(float(np.float32(2.4996202))):.149f}"  # 2.4996201992034912109375 and zeros
+    for zero, expected in (("0e-999999999", exact), ("0e" + "9" * 5000, "2.5")):
+        ids, values, texts = tokenizer.encode(f"It was {zero}, now", return_number_texts=True)
+        ids, values = ids + [tokenizer.num_token_id], values + [2.4996202]
+        written = tokenizer.decode(ids, values, number_texts=texts, number_resolution="prompt")
+        assert written.endswith(f", now {expected}")
+
+
+def test_the_resolution_of_a_long_zero_fraction_is_never_zero():
+    literal = "0.1" + "0" * 400
+    assert resolution_exponent(literal) == -401
+    with pytest.raises(ValueError, match=r"10\^-401 of the number '0\.1000"):
+        literal_resolution(literal)
+    assert resolution_exponent("0e-999999999") == -999999999
+    assert resolution_exponent("0e" + "9" * 5000) == int("9" * 2000) * 10**3000 + int("9" * 3000)
+
+
+def test_a_prompt_with_a_finer_resolution_than_any_float32_digit_writes_the_exact_expansion():
+    """10^-401 is finer than the last digit of every float32 (10^-149): the value is written to 10^-149."""
+    h = resolution_for(2.5, -401)
+    assert h == 1e-149
+    assert write_at_resolution(2.5, h) == "2.5" + "0" * 148
