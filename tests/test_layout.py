@@ -532,7 +532,7 @@ def test_every_section_has_its_own_test_file(section):
 PROJECT_CHECKS = ("layout", "style", "packaging", "docs_site", "benchmarks", "cuda", "distributed", "fsdp")
 # Test files of the tokenizer's side still named by theme, to be folded into test_tokenization.py, test_numbers.py
 # and test_writing.py: a list to be emptied, never added to.
-TO_BE_FOLDED = ("round_trip", "trust_tokenization", "reading_path")
+TO_BE_FOLDED = ("trust_tokenization", "reading_path")
 
 
 def what_a_test_file_tests(name: str) -> str | None:

@@ -81,7 +81,7 @@ def real_text_markdown() -> tuple[str, bool]:
         f"{verdict(passed)} · on the {' and '.join(results)} vocabularies, each string gives exactly the "
         "quantities listed (as `<NUM>` with their values) and `batch_decode` of its encoding gives it back, "
         "character for character (`validation/real_text.py`; the property over arbitrary text is "
-        "`tests/test_round_trip.py`).",
+        "`tests/test_tokenization.py`).",
         "",
         table(["text", "what it shows", "quantities", "verdict"], rows),
         "",
