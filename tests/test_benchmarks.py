@@ -127,6 +127,16 @@ def test_the_tokenizer_benchmarks_documents_and_varied_corpus_hold_what_they_say
     assert repeated["varied"] < 0.05 and repeated["dense"] > 0.5, repeated
 
 
+def test_the_benchmark_times_every_crafted_text():
+    from benchmarks.tokenizer import ADVERSARIAL, adversarial
+
+    report, met = adversarial(sizes=(1_000, 2_000), repeats=1)
+    assert met  # no 1 MB size: nothing is judged
+    for name in ADVERSARIAL:
+        assert f"| {name} | " in report
+    assert "time 2 kB / 1 kB" in report and "plain tokenizer, 2 kB (s)" in report
+
+
 def test_divergence_bound_benchmark_reports_every_preset():
     from benchmarks import divergence_bound
 

@@ -3,24 +3,31 @@ float32 values, and the shortest text of a float32.
 
 The expected values come from hand-written tables, from exact rational arithmetic (``fractions.Fraction``),
 from numpy's own float32 printing, or from laws the grammar must obey whatever the text (Hypothesis) --
-never from the code under test. Literals of any size (thousands of digits, exponents of 20 digits) are read only
-when float32 holds them, and every text holding them tokenizes; for what must stay text the oracle is the decimal
-exponent counted from the literal's digits.
+never from the code under test.
+
+The grammar reads every text as it did before its linear-time rewrite (the oracle of those tests is the grammar as
+it was), in linear time; a prefix ending at a cut place reads the numbers of the whole text. Literals of any size
+(thousands of digits, exponents of 20 digits) are read only when float32 holds them, and every text holding them
+tokenizes; for what must stay text the oracle is the decimal exponent counted from the literal's digits.
 """
 
+import itertools
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_float32 import _float32_nearest, bits, f32
 
 from causalqwen.float32 import format_number
 from causalqwen.numbers import (
+    NUMBER_REGEX,
     find_numbers,
     find_numbers_before,
     find_numbers_in,
@@ -489,6 +496,264 @@ def test_literals_of_thousands_of_digits_or_huge_exponents_that_float32_holds_ar
     assert parse_number(literal) == value
     assert [number.value for number in find_numbers(f"it is {literal} now")] == [value]
     tokenizer.encode(f"it is {literal} now")
+
+
+def test_3e_45_is_no_longer_read_6_percent_off():
+    assert find_numbers("3e-45") == []
+    off = abs(Fraction(float(np.float32(3e-45))) - Fraction(3, 10**45)) / Fraction(3, 10**45)
+    assert 0.065 < off < 0.066  # what it was read as before: 2**-148 = 2.8e-45, 6.6% less
+
+
+# ---------------------------------------------------------------------------------------------
+# The grammar reads every text as it did before its linear-time rewrite
+# ---------------------------------------------------------------------------------------------
+# The number grammar was rewritten to run in linear time. `OLD_NUMBER_REGEX` below is the grammar as it was before
+# (quadratic on crafted digit chains); the differential tests check that the new one finds exactly the same
+# matches, so the rewrite changed no reading of any text.
+
+# The grammar before its linear-time rewrite, verbatim but for one rule added to both since (a number followed by
+# "_" and a letter or digit is part of an identifier, also after an exponent, which is therefore not given back):
+# the oracle of the differential tests.
+_CASED = r"\p{Lu}\p{Ll}\p{Lt}"
+_UNIT = r"\p{L}\p{M}%％‰℃℉°′″"
+OLD_NUMBER_REGEX = regex.compile(
+    rf"""
+    (?= [\-\u2212.0-9a-fA-F] )  # every alternative starts with one of these: a quick test at each position
+    (?:
+    (?P<skip>
+        (?<! [0-9A-Za-z_\-] ) [0-9a-fA-F]{{8}} (?: -[0-9a-fA-F]{{4}} ){{3}} -[0-9a-fA-F]{{12}} (?! [0-9A-Za-z_] )
+      | (?<! [0-9A-Za-z_.] ) [0-9]+ (?: \.[0-9]+ ){{2,}} (?! [0-9] )
+      | (?<! [0-9A-Za-z_:] ) (?= [0-9a-fA-F:]* [a-fA-F] ) [0-9a-fA-F]{{1,4}} (?: :{{1,2}} [0-9a-fA-F]{{1,4}} ){{2,7}}
+            (?! [0-9A-Za-z_:] )
+      | (?<! [0-9A-Za-z_] ) [0-9]+ (?: (?P<joint> [\-/:] ) [0-9]+ ) (?: (?P=joint) [0-9]+ )+
+            (?! [0-9A-Za-z_] | (?P=joint) [0-9A-Za-z] )
+      | (?<! [0-9A-Za-z_] ) 0[xX][0-9a-fA-F]+
+    )
+  | (?P<number>
+        (?<! [0-9{_CASED}_\#] | [0-9]\. )
+        (?P<sign>
+            (?! (?<= [0-9] (?P<unit> [{_UNIT}]{{1,2}} ) ) [\-\u2212] [0-9][0-9.,]* (?P=unit) )
+            [\-\u2212] (?= \.?[0-9] ) )?
+        (?:
+            (?P<integer> (?> [1-9][0-9]{{0,2}} (?: ,[0-9]{{3}} )+ (?! [0-9] ) | [1-9][0-9]* | 0 ) )
+            (?P<fraction> \.[0-9]+ )?
+          | (?<! \. ) (?P<fraction_only> \.[0-9]+ )
+        )
+        (?P<exponent> [eE][+\-]?[0-9]+ )?+
+        (?! [0-9] | \.[0-9] | _[0-9A-Za-z]
+          | [A-Za-z][0-9A-Za-z]*?[0-9][0-9A-Za-z]* (?! [0-9A-Za-z_] )
+          | (?(exponent) (?<= [eE][0-9]+ ) [0-9a-fA-F]+ (?! [0-9A-Za-z_] ) | (?!) ) )
+    )
+    )
+    """,
+    regex.VERBOSE,
+)
+
+_COMPARED = ("skip", "number", "sign", "integer", "fraction", "fraction_only", "exponent")
+
+
+def matches(pattern, text: str) -> list[tuple]:
+    """Every match of ``pattern`` in ``text``: its span and the text of each group that decides a number."""
+    return [(match.span(), *match.group(*_COMPARED)) for match in pattern.finditer(text)]
+
+
+ADVERSARIAL_ALPHABET = "0123456789-/:.,eExXaAfg_ −+#%月份"
+
+
+@settings(max_examples=3000)
+@given(st.text(ADVERSARIAL_ALPHABET, max_size=40))
+def test_the_grammar_matches_the_old_one_on_random_strings(text):
+    assert matches(NUMBER_REGEX, text) == matches(OLD_NUMBER_REGEX, text)
+
+
+def _digits(draw, low: int, high: int, alphabet: str = "0123456789") -> str:
+    return draw(st.text(alphabet, min_size=low, max_size=high))
+
+
+@st.composite
+def structured_pieces(draw):
+    """Pieces that build the constructs whose scans were bounded: chains, grouped integers, UUIDs, hex
+    addresses, dotted runs, exponents and words after numbers."""
+    kind = draw(st.integers(0, 11))
+    if kind == 0:
+        return _digits(draw, 1, 13)
+    if kind == 1:  # a chain of digit runs joined by one joint
+        joint = draw(st.sampled_from("-/:"))
+        return joint.join(_digits(draw, 1, 4) for _ in range(draw(st.integers(2, 6))))
+    if kind == 2:  # a grouped integer, maybe with groups that start with 0 or are too long
+        lead = draw(st.sampled_from("123456789")) + _digits(draw, 0, 2)
+        return lead + "".join(
+            "," + _digits(draw, 3, draw(st.sampled_from((3, 3, 3, 4)))) for _ in range(draw(st.integers(1, 5)))
+        )
+    if kind == 3:  # a UUID, all digits or hex
+        alphabet = draw(st.sampled_from(("0123456789", "0123456789abcdef")))
+        return "-".join(_digits(draw, size, size, alphabet) for size in (8, 4, 4, 4, 12))
+    if kind == 4:  # hex groups joined by colons
+        return ":".join(_digits(draw, 1, 4, "0123456789abcdef") for _ in range(draw(st.integers(2, 9))))
+    if kind == 5:
+        return ".".join(_digits(draw, 1, 3) for _ in range(draw(st.integers(2, 5))))
+    if kind == 6:
+        return draw(st.sampled_from(["-", "/", ":", "−", ".", ",", "e", "E", "e-", "e+", "x", "0x", "::"]))
+    if kind == 7:
+        return draw(st.sampled_from(["a", "f", "g", "z", "_", "#", " ", "月", "%", "A", "F", "份", "\u0301"]))
+    if kind == 8:
+        return draw(st.sampled_from(["1e5", "3.5", ".5", "-2", "1a1", "e5f", "0", "a1", "1a", "5e"]))
+    if kind == 9:  # a word of letters and digits, as after a number
+        return _digits(draw, 1, 8, "a1x9Ze")
+    if kind == 10:  # groups starting with 0 or 1, the case of the grouped-integer shortcut
+        return "".join("," + draw(st.sampled_from("01")) + _digits(draw, 2, 2) for _ in range(draw(st.integers(1, 5))))
+    return draw(st.sampled_from("123456789")) + "".join(
+        draw(st.sampled_from("-/:")) + _digits(draw, 1, 2) for _ in range(draw(st.integers(1, 4)))
+    )
+
+
+@settings(max_examples=2000)
+@given(st.lists(structured_pieces(), min_size=1, max_size=8).map("".join))
+def test_the_grammar_matches_the_old_one_on_built_constructs(text):
+    assert matches(NUMBER_REGEX, text) == matches(OLD_NUMBER_REGEX, text)
+
+
+def test_the_grammar_matches_the_old_one_on_every_short_string():
+    """Every string of up to 4 characters over an alphabet of separators, digits and letters."""
+    alphabet = "1-/:.,e0a_x "
+    texts = ["".join(chars) for size in range(5) for chars in itertools.product(alphabet, repeat=size)]
+    assert len(texts) == 1 + 12 + 12**2 + 12**3 + 12**4
+    assert [matches(NUMBER_REGEX, text) for text in texts] == [matches(OLD_NUMBER_REGEX, text) for text in texts]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # a chain is given up at once from its third run on: the run before it was tried and failed ...
+        ("1-2-3-4a", [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        # ... unless the run before is the last group of a UUID, which took it: the chain after it is read
+        ("12345678-1234-1234-1234-123456789012-5-6-7", []),
+        ("12345678-1234-1234-1234-123456789012-5-6-7a", [(37, 38), (39, 40), (41, 42)]),
+        # a grouped integer is given up at once after an earlier 3-digit group that would read the same groups
+        ("1,011,111,111x1", []),
+        ("1,111,111,1111", [(0, 9), (10, 14)]),
+        ("x -1-2-3-4 ", [(2, 4)]),  # the sign takes the first run, the chain "2-3-4" is read from its second
+        ("1.5-2-3-4", [(0, 3)]),
+    ],
+)
+def test_the_shortcuts_keep_the_old_reading(text, expected):
+    assert matches(NUMBER_REGEX, text) == matches(OLD_NUMBER_REGEX, text)
+    assert [(number.start, number.end) for number in find_numbers(text)] == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear time
+# ---------------------------------------------------------------------------------------------
+
+CRAFTED = {
+    "chain with a failing end": lambda n: "1-" * n + "1a",
+    "slash chain with a failing end": lambda n: "1/" * n + "1a",
+    "colon chain with a failing end": lambda n: "12:" * n + "1a",
+    "chain after a UUID": lambda n: "12345678-1234-1234-1234-123456789012" + "-1" * n + "a",
+    "grouped integer with a failing end": lambda n: "1" + ",111" * n + "x1",
+    "grouped integer with zero groups": lambda n: "1" + ",011,111" * (n // 2) + "x1",
+    "word after a number ending in _": lambda n: "1" + "a1" * n + "_",
+    "digit run after a zero": lambda n: "0" + "1" * n,
+    "dotted runs": lambda n: "1.1" + ",1.1" * n + "x1",
+    "hex and colons": lambda n: "1:" * n + "a",
+}
+
+
+def _cpu_seconds(run) -> float:
+    """The least CPU time of three runs (CPU time, not wall time: a busy machine delays but does not slow it)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        run()
+        best = min(best, time.process_time() - started)
+    return best
+
+
+@pytest.mark.parametrize("name", CRAFTED)
+def test_finding_numbers_takes_linear_time(name):
+    """8 times the text takes about 8 times as long (the old grammar: 64 times, 12 s for 16 kB of "1-1-...");
+    the bound 20 leaves room for a noisy machine, and 50 ms of slack for very short times."""
+    make = CRAFTED[name]
+    assert matches(NUMBER_REGEX, make(500)) == matches(OLD_NUMBER_REGEX, make(500))  # read as before
+    small, large = make(2_000), make(16_000)
+    ratio_bound, slack = 20, 0.05
+    assert _cpu_seconds(lambda: find_numbers(large)) < ratio_bound * _cpu_seconds(lambda: find_numbers(small)) + slack
+
+
+def test_the_crafted_dash_chain_is_read_as_before():
+    """10 kB of "1-1-...-1a" took 3.4-5.4 s (its time now: `python -m benchmarks tokenizer`): no three runs
+    hold as a date, so every run is a number, as the old grammar read them."""
+    text = "1-" * 5000 + "1a"
+    assert [(number.start, number.end, number.value) for number in find_numbers(text)] == [
+        (2 * k, 2 * k + 1, 1.0) for k in range(5001)
+    ]
+    assert [match.span() for match in OLD_NUMBER_REGEX.finditer(text[:2001] + "a")] == [
+        (2 * k, 2 * k + 1) for k in range(1001)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cut places: a prefix reads the numbers of the whole text
+# ---------------------------------------------------------------------------------------------
+
+CUT_ALPHABET = "0123456789-/:.,+eExaf_ −#%月份，\u0301\n"
+
+
+@settings(max_examples=1500)
+@given(st.text(CUT_ALPHABET, max_size=30))
+def test_a_prefix_ending_at_a_cut_place_reads_the_whole_texts_numbers(text):
+    whole = find_numbers(text)
+    cut = next_cut_place(text, 0)
+    while cut < len(text):
+        before = [number for number in whole if number.start < cut]
+        assert all(number.end <= cut for number in before)
+        assert find_numbers(text[:cut]) == before
+        assert find_numbers_before(text, cut, cut) == before
+        cut = next_cut_place(text, cut + 1)
+
+
+@settings(max_examples=500)
+@given(st.text(CUT_ALPHABET, max_size=30), st.integers(0, 30))
+def test_numbers_read_up_to_the_next_cut_place_are_the_whole_texts(text, stop):
+    stop = min(stop, len(text))
+    assert find_numbers_before(text, stop, next_cut_place(text, stop)) == [
+        n for n in find_numbers(text) if n.start < stop
+    ]
+
+
+@settings(max_examples=300)
+@given(st.text(CUT_ALPHABET, max_size=40), st.integers(0, 40))
+def test_numbers_before_a_far_stop_are_the_whole_texts(text, stop):
+    """Far from the end (more than 4096 characters), matches are tried one by one at the places where one can
+    start: the numbers are those of the whole text, as finditer reads them."""
+    whole = text + "1," * 2100
+    stop = min(stop, len(text))
+    assert find_numbers_before(whole, stop, len(whole)) == [n for n in find_numbers(whole) if n.start < stop]
+
+
+@pytest.mark.parametrize(
+    "text, places, not_a_place, changed",
+    [
+        # "-" after a letter is a cut place; the second "份" is not: with the range's unit cut short,
+        # "-5" would read as a sign and a number
+        ("3月份-5月份", [3], 6, [(0, 1, 3.0), (3, 5, -5.0)]),
+        # "+" after a letter is a cut place; after "e" it belongs to an exponent
+        ("x+1e+5", [1], 4, [(2, 3, 1.0)]),
+        # "，" is a cut place; "," after a digit is not: "价1,000" cut before it would read 1, not 1000
+        ("价1,000，2", [6], 2, [(1, 2, 1.0)]),
+    ],
+)
+def test_cut_places_respect_units_and_exponents(text, places, not_a_place, changed):
+    whole = find_numbers(text)
+    found, cut = [], next_cut_place(text, 0)
+    while cut < len(text):
+        found.append(cut)
+        cut = next_cut_place(text, cut + 1)
+    assert found == places
+    for cut in places:
+        assert find_numbers(text[:cut]) == [number for number in whole if number.start < cut]
+    if changed:  # cutting elsewhere would change a number
+        assert [(n.start, n.end, n.value) for n in find_numbers(text[:not_a_place])] == changed
 
 
 # ---------------------------------------------------------------------------------------------

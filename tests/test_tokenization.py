@@ -987,3 +987,23 @@ def test_bounded_prefix_cuts_where_the_tokens_stay_the_whole_texts(text, budget,
     assert rebuilt == pieces.text == text[:got_end]  # the prefix, cut at its numbers
     assert (got_end, [number.text for number in found], got_exact) == (end, numbers, exact)
     assert [number.text for number in find_numbers(text) if number.start < got_end] == numbers
+
+
+@pytest.mark.parametrize(
+    "sizes, characters, expected",
+    [
+        ([], 10, []),
+        ([3], 10, [[0]]),
+        ([3, 3, 3], 10, [[0, 1, 2]]),
+        ([4, 6, 1, 9, 2], 10, [[0, 1], [2, 3, 4]]),  # the short tail joins the chunk before
+        ([10, 10, 10], 10, [[0], [1], [2]]),
+        ([25, 0, 0, 1], 10, [[0, 1, 2, 3]]),
+        ([25, 0, 12, 1], 10, [[0], [1, 2, 3]]),
+    ],
+)
+def test_chunks_of_cuts_a_batch_into_consecutive_chunks_of_at_least_the_size(sizes, characters, expected):
+    texts = ["x" * size for size in sizes]
+    chunks = tokenization.chunks_of(texts, characters)
+    flat_index = iter(range(len(texts)))
+    assert [[next(flat_index) for _ in chunk] for chunk in chunks] == expected
+    assert [text for chunk in chunks for text in chunk] == texts
