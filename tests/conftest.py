@@ -12,6 +12,9 @@ Where a test lives (tests/test_layout.py checks the names): one folder, each fil
 A test goes to the file of what it exercises: a refusal at a door with the section or module of that door, a file
 the project writes or reads with the module that writes or reads it.
 
+The tiny model's helpers that are not fixtures (its builder, its data, the short runs' settings) are in
+``tiny_runs.py``, beside ``wall_clock.py``: a test module imports them by name, as a conftest cannot be.
+
 Profiles (select with ``HYPOTHESIS_PROFILE=...``; the default is ``ci``):
 
 * ``ci`` -- derandomized, so every run of the suite checks the same examples;
@@ -50,6 +53,47 @@ def tokenizer():
     from causalqwen.app.tiny import build_tiny_base
 
     return NumericTokenizer(build_tiny_base(seed=0)[1])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """``(model, tokenizer)``: the tiny CausalQwen built with ``seed=0`` and its new parameters drawn with
+    ``init_seed=0``, and its tokenizer (the one of `tokenizer`)."""
+    from causalqwen.app.tiny import build_tiny_causal_lm
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny, tmp_path_factory):
+    """A two-step training run (preset all, with the divergence bound) with its checkpoint-2."""
+    from tiny_runs import TWO_STEP_RUN, tiny_data, tiny_model
+
+    from causalqwen import train
+    from causalqwen.training import TrainingConfig
+
+    out = tmp_path_factory.mktemp("runs") / "run"
+    train(
+        tiny_model(),
+        tiny_data(tiny[1]),
+        TrainingConfig(**TWO_STEP_RUN | {"max_u_divergence": 1.0}),
+        out_dir=str(out),
+        progress=False,
+    )
+    assert sorted(os.listdir(out / "checkpoint-2")) == [
+        "causalqwen_auto.py",
+        "checkpoint_files.json",
+        "config.json",
+        "divergence_bound.json",
+        "divergence_reference.safetensors",
+        "generation_config.json",
+        "history.json",
+        "model.safetensors",
+        "trainer_state.json",
+        "training_state.safetensors",
+    ]
+    return out
 
 
 @pytest.fixture

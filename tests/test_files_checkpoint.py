@@ -7,50 +7,10 @@ import os
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from tiny_runs import TWO_STEP_RUN, tiny_data, tiny_model, with_tensor
 
 from causalqwen import CausalQwenForCausalLM, load_abduction, save_abduction, train, training
-from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.training import TrainingConfig
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
-def _model():
-    return build_tiny_causal_lm(seed=0, init_seed=0).model
-
-
-def _data(tokenizer, n=24):
-    return TextDataset(synthetic_texts(n, seed=0), tokenizer, max_length=32)
-
-
-CONFIG = dict(
-    steps=2,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
-def _with_tensor(file, name, value):
-    """Rewrite one tensor of the safetensors ``file`` (its metadata kept)."""
-    from safetensors import safe_open
-
-    with safe_open(file, framework="pt") as handle:
-        metadata = handle.metadata()
-    tensors = load_file(file)
-    tensors[name] = value(tensors[name])
-    save_file(tensors, file, metadata=metadata)
 
 
 def _huge(tensor):
@@ -59,20 +19,20 @@ def _huge(tensor):
 
 def test_from_pretrained_refuses_a_float64_beyond_float32(tiny, tmp_path):
     tiny[0].save_pretrained(tmp_path)
-    _with_tensor(tmp_path / "model.safetensors", "action.b_noise", _huge)
+    with_tensor(tmp_path / "model.safetensors", "action.b_noise", _huge)
     with pytest.raises(OSError, match=r"action\.b_noise holds NaN or ±inf values"):  # inf once cast to float32
         CausalQwenForCausalLM.from_pretrained(tmp_path)
 
 
 def test_load_abduction_refuses_a_float64_beyond_float32(tiny, tmp_path):
     path = save_abduction(tiny[0], tmp_path)
-    _with_tensor(path, "b_loc", _huge)
-    target = _model()
+    with_tensor(path, "b_loc", _huge)
+    target = tiny_model()
     before = target.model.abduction.b_loc.detach().clone()
     with pytest.raises(ValueError, match=rf"'{path}': tensor b_loc holds 1e\+300, beyond the range of float32"):
         load_abduction(target, tmp_path)
     assert torch.equal(target.model.abduction.b_loc, before)
-    _with_tensor(path, "b_loc", lambda t: torch.full(t.shape, 0.25, dtype=torch.float64))  # in range: loaded
+    with_tensor(path, "b_loc", lambda t: torch.full(t.shape, 0.25, dtype=torch.float64))  # in range: loaded
     load_abduction(target, tmp_path)
     assert torch.equal(target.model.abduction.b_loc, torch.full_like(before, 0.25))
 
@@ -113,13 +73,13 @@ def test_non_finite_parameters_are_never_saved(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.optim.AdamW, "step", poisoned_step)
     out = tmp_path / "run"
-    config = TrainingConfig(**CONFIG | {"steps": 1, "save_every": 1})
+    config = TrainingConfig(**TWO_STEP_RUN | {"steps": 1, "save_every": 1})
     with pytest.raises(
         training.TrainingDiverged,
         match=r"training diverged by step 1: the parameter \S+ holds NaN or "
         r"±inf values, so neither a checkpoint nor the model is written",
     ):
-        train(_model(), _data(tiny[1]), config, out_dir=str(out), progress=False)
+        train(tiny_model(), tiny_data(tiny[1]), config, out_dir=str(out), progress=False)
     assert not any(name.startswith("checkpoint-") for name in os.listdir(out))
     with pytest.raises(training.TrainingDiverged, match="training diverged by step 1"):  # no out_dir: at the end
-        train(_model(), _data(tiny[1]), config, progress=False)
+        train(tiny_model(), tiny_data(tiny[1]), config, progress=False)

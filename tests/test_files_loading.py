@@ -13,14 +13,13 @@ import time
 
 import pytest
 from safetensors.torch import load_file
+from tiny_runs import FOUR_STEP_RUN, run_until_first_checkpoint, tiny_data, tiny_model
 from wall_clock import budget
 
 from causalqwen import CausalQwenForCausalLM, train
-from causalqwen.app import runs
-from causalqwen.app.tiny import build_tiny_causal_lm, save_tiny_base
+from causalqwen.app.tiny import save_tiny_base
 from causalqwen.configuration import CausalQwenConfig
 from causalqwen.files.checkpoint import weight_files
-from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.training import TrainingConfig
 
 
@@ -39,15 +38,10 @@ def _plant(target, witness):
         pickle.dump(_Planted(witness), handle)
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
 @pytest.fixture(scope="module")
 def saved(tokenizer, tmp_path_factory):
     path = tmp_path_factory.mktemp("saved") / "model"
-    _model().save_pretrained(path)
+    tiny_model().save_pretrained(path)
     return path
 
 
@@ -55,37 +49,6 @@ def _copy(saved, tmp_path, name="copy"):
     target = tmp_path / name
     shutil.copytree(saved, target)
     return target
-
-
-def _data(tokenizer, n=24, seed=0):
-    return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
-
-
-CONFIG = dict(
-    steps=4,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
-def _run_until_first_checkpoint(tokenizer, out, monkeypatch, **overrides):
-    """A run killed right after its step-2 checkpoint."""
-    save = runs.save_checkpoint
-
-    def save_then_die(*args, **kwargs):
-        save(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runs, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG | overrides), out_dir=str(out), progress=False)
-    monkeypatch.setattr(runs, "save_checkpoint", save)
 
 
 def _edit_config(path, **fields):
@@ -96,20 +59,34 @@ def _edit_config(path, **fields):
 
 def test_a_planted_training_state_pickle_is_never_loaded(tokenizer, tmp_path, monkeypatch):
     out, witness = tmp_path / "run", tmp_path / "pwned"
-    _run_until_first_checkpoint(tokenizer, out, monkeypatch)
+    run_until_first_checkpoint(tokenizer, out, monkeypatch)
     checkpoint = out / "checkpoint-2"
     assert not [name for name in os.listdir(checkpoint) if name.endswith((".pt", ".bin", ".pkl"))]
     _plant(checkpoint / "training_state.pt", witness)  # beside the real state: ignored
-    train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), resume=True, progress=False)
+    train(
+        tiny_model(),
+        tiny_data(tokenizer),
+        TrainingConfig(**FOUR_STEP_RUN),
+        out_dir=str(out),
+        resume=True,
+        progress=False,
+    )
     assert not witness.exists()
 
     out2 = tmp_path / "run2"
-    _run_until_first_checkpoint(tokenizer, out2, monkeypatch)
+    run_until_first_checkpoint(tokenizer, out2, monkeypatch)
     for name in ("trainer_state.json", "training_state.safetensors"):  # an old-format checkpoint: only the pickle
         os.remove(out2 / "checkpoint-2" / name)
     _plant(out2 / "checkpoint-2" / "training_state.pt", witness)
     with pytest.raises(OSError, match=r"training_state\.pt' is a pickle .* never loaded"):
-        train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out2), resume=True, progress=False)
+        train(
+            tiny_model(),
+            tiny_data(tokenizer),
+            TrainingConfig(**FOUR_STEP_RUN),
+            out_dir=str(out2),
+            resume=True,
+            progress=False,
+        )
     assert not witness.exists()
 
 

@@ -13,11 +13,11 @@ import subprocess
 import sys
 
 import pytest
+from tiny_runs import FOUR_STEP_RUN, SECRET, TWO_STEP_RUN, outside_file, tiny_data, tiny_model
 
 from causalqwen import CausalQwenForCausalLM, train
 from causalqwen.app import cli, runs
-from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.files.data import TextDataset, synthetic_texts
+from causalqwen.files.data import synthetic_texts
 from causalqwen.files.rundir import (
     LOCK,
     MARKER,
@@ -25,44 +25,15 @@ from causalqwen.files.rundir import (
 )
 from causalqwen.training import TrainingConfig
 
-SECRET = "a file outside the run directory\n"
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
-CONFIG = dict(
-    steps=2,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
-def _outside(tmp_path, name="secret.txt"):
-    """A file outside every directory the tests write into, with known content."""
-    target = tmp_path / "elsewhere" / name
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(SECRET)
-    return target
-
 
 def test_a_planted_lock_link_is_refused_and_its_target_keeps_its_content(tiny, tmp_path):
-    out, secret = tmp_path / "run", _outside(tmp_path)
+    out, secret = tmp_path / "run", outside_file(tmp_path)
     out.mkdir()
     os.symlink(secret, out / LOCK)  # the directory counts as empty: only the lock is there
     with pytest.raises(OSError, match=rf"'{out / LOCK}' is a symbolic link; causalqwen never writes through a link"):
         RunDirectory.claim(out, "train")
     with pytest.raises(OSError, match=r"\.causalqwen\.lock' is a symbolic link"):
-        train(_model(), _data(tiny[1]), TrainingConfig(**CONFIG), out_dir=str(out), progress=False)
+        train(tiny_model(), tiny_data(tiny[1]), TrainingConfig(**TWO_STEP_RUN), out_dir=str(out), progress=False)
     assert secret.read_text() == SECRET
     assert os.listdir(out) == [LOCK] and os.path.islink(out / LOCK)  # the link is left as it was, nothing written
 
@@ -70,7 +41,7 @@ def test_a_planted_lock_link_is_refused_and_its_target_keeps_its_content(tiny, t
 def test_the_train_command_refuses_a_planted_lock_link(tiny, tmp_path, capsys):
     from causalqwen.app import cli
 
-    base, data, out, secret = tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "out", _outside(tmp_path)
+    base, data, out, secret = tmp_path / "base", tmp_path / "train.jsonl", tmp_path / "out", outside_file(tmp_path)
     tiny[0].save_pretrained(base)
     tiny[1].save_pretrained(base)
     data.write_text("".join(json.dumps({"text": text}) + "\n" for text in synthetic_texts(8, seed=0)))
@@ -128,34 +99,12 @@ def test_an_overwrite_whose_run_would_write_a_kept_checkpoint_stops_before_its_f
     assert not (out / "checkpoint-1").exists() and not (out / "metrics.jsonl").exists()  # no step was taken
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
-def _data(tokenizer, n=24, seed=0):
-    return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
-
-
-FOUR_STEP_RUN = dict(
-    steps=4,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
 def test_overwrite_removes_only_run_outputs_and_never_a_foreign_directory(tokenizer, tmp_path):
     config = TrainingConfig(**FOUR_STEP_RUN | {"steps": 2})
     data_file = tmp_path / "run" / "train.jsonl"
     train(
-        _model(),
-        _data(tokenizer),
+        tiny_model(),
+        tiny_data(tokenizer),
         config,
         out_dir=str(tmp_path / "run"),
         progress=False,
@@ -163,8 +112,8 @@ def test_overwrite_removes_only_run_outputs_and_never_a_foreign_directory(tokeni
     data_file.write_text('{"text": "mine"}\n')
     (tmp_path / "run" / "notes.txt").write_text("mine")
     train(
-        _model(),
-        _data(tokenizer),
+        tiny_model(),
+        tiny_data(tokenizer),
         config,
         out_dir=str(tmp_path / "run"),
         overwrite=True,
@@ -189,8 +138,8 @@ def test_overwrite_removes_only_run_outputs_and_never_a_foreign_directory(tokeni
 def test_the_demo_never_replaces_a_training_run(tokenizer, tmp_path, capsys):
     run = tmp_path / "run"
     train(
-        _model(),
-        _data(tokenizer),
+        tiny_model(),
+        tiny_data(tokenizer),
         TrainingConfig(**FOUR_STEP_RUN | {"steps": 2}),
         out_dir=str(run),
         progress=False,

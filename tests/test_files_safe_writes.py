@@ -11,6 +11,7 @@ import codecs
 import os
 
 import pytest
+from tiny_runs import SECRET, outside_file, tiny_model
 
 from causalqwen import NumericTokenizer, save_abduction
 from causalqwen.app.tiny import build_tiny_causal_lm
@@ -20,26 +21,6 @@ from causalqwen.files.rundir import (
     open_for_writing,
 )
 from causalqwen.integrations.lora import add_lora, save_lora
-
-SECRET = "a file outside the run directory\n"
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
-def _model():
-    return build_tiny_causal_lm(seed=0, init_seed=0).model
-
-
-def _outside(tmp_path, name="secret.txt"):
-    """A file outside every directory the tests write into, with known content."""
-    target = tmp_path / "elsewhere" / name
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(SECRET)
-    return target
 
 
 class _Interrupted(codecs.IncrementalEncoder):
@@ -58,7 +39,7 @@ def _open_descriptors() -> int:
 
 
 def test_open_for_writing_refuses_links_and_stays_inside_its_root(tmp_path):
-    secret = _outside(tmp_path)
+    secret = outside_file(tmp_path)
     root = tmp_path / "root"
     root.mkdir()
     os.symlink(secret, root / MARKER)
@@ -102,7 +83,7 @@ def test_the_demo_plots_are_never_written_through_a_link(tmp_path):
     pytest.importorskip("matplotlib")
     from causalqwen.app.demo import _plots
 
-    secret = _outside(tmp_path, "plot.png")
+    secret = outside_file(tmp_path, "plot.png")
     os.symlink(secret, tmp_path / "loss.png")
     history = [{"step": step, "train/total_loss": 1.0 / step, "eval/accuracy": 0.5} for step in (1, 2)]
     with pytest.raises(OSError, match=r"loss\.png' is a symbolic link"):
@@ -115,7 +96,7 @@ def test_the_demo_plots_are_never_written_through_a_link(tmp_path):
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors", "generation_config.json", "causalqwen_auto.py"])
 def test_model_save_pretrained_refuses_a_planted_link(tiny, tmp_path, name):
-    target, secret = tmp_path / "model", _outside(tmp_path)
+    target, secret = tmp_path / "model", outside_file(tmp_path)
     target.mkdir()
     os.symlink(secret, target / name)
     with pytest.raises(OSError, match=rf"'{target / name}': symbolic link where causalqwen is about to write"):
@@ -152,12 +133,12 @@ def test_save_directories_that_are_links_are_refused(tiny, tmp_path):
     ],
 )
 def test_the_other_savers_refuse_a_planted_link(tiny, tmp_path, saver, name):
-    target, secret = tmp_path / "out", _outside(tmp_path)
+    target, secret = tmp_path / "out", outside_file(tmp_path)
     target.mkdir()
     os.symlink(secret, target / name)
     save = {
         "tokenizer": tiny[1].save_pretrained,
-        "lora": lambda path: save_lora(add_lora(_model(), rank=2), path),
+        "lora": lambda path: save_lora(add_lora(tiny_model(), rank=2), path),
         "abduction": lambda path: save_abduction(tiny[0], path),
     }[saver]
     with pytest.raises(OSError, match=rf"'{target / name}': symbolic link where causalqwen is about to write"):
@@ -166,7 +147,7 @@ def test_the_other_savers_refuse_a_planted_link(tiny, tmp_path, saver, name):
 
 
 def test_a_hard_linked_weight_file_is_refused_before_saving(tiny, tmp_path):
-    target, secret = tmp_path / "model", _outside(tmp_path)
+    target, secret = tmp_path / "model", outside_file(tmp_path)
     target.mkdir()
     os.link(secret, target / "model.safetensors")
     with pytest.raises(OSError, match=r"model\.safetensors' has 2 hard links"):
@@ -192,7 +173,7 @@ def test_tokenizer_save_pretrained_onto_a_file_names_the_path(tiny, tmp_path):
 
 
 def test_check_write_targets_only_looks_at_the_names_it_is_given(tmp_path):
-    secret = _outside(tmp_path)
+    secret = outside_file(tmp_path)
     os.symlink(secret, tmp_path / "data.jsonl")  # a user's link beside the outputs: not a name that is written
     check_write_targets(tmp_path, ("config.json", "model*.safetensors"))
     os.symlink(secret, tmp_path / "model-00001-of-00002.safetensors")

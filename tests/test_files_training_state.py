@@ -8,87 +8,31 @@ is named unless allowed; nothing is written through a planted link; an untouched
 import json
 import os
 import re
-import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-
-from causalqwen import train
-from causalqwen.app import runs
-from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.files.data import TextDataset, synthetic_texts
-from causalqwen.training import TrainingConfig
-
-SECRET = "a file outside the run directory\n"
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
-CONFIG = dict(
-    steps=2,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
+from tiny_runs import (
+    FOUR_STEP_RUN,
+    SECRET,
+    TWO_STEP_RUN,
+    outside_file,
+    resume,
+    run_copy,
+    run_until_first_checkpoint,
+    tiny_data,
+    tiny_model,
+    with_tensor,
 )
 
-
-def _outside(tmp_path, name="secret.txt"):
-    """A file outside every directory the tests write into, with known content."""
-    target = tmp_path / "elsewhere" / name
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(SECRET)
-    return target
-
-
-@pytest.fixture(scope="module")
-def finished_run(tiny, tmp_path_factory):
-    """A two-step training run (preset all, with the divergence bound) with its checkpoint-2."""
-    out = tmp_path_factory.mktemp("runs") / "run"
-    train(
-        _model(), _data(tiny[1]), TrainingConfig(**CONFIG | {"max_u_divergence": 1.0}), out_dir=str(out), progress=False
-    )
-    assert sorted(os.listdir(out / "checkpoint-2")) == [
-        "causalqwen_auto.py",
-        "checkpoint_files.json",
-        "config.json",
-        "divergence_bound.json",
-        "divergence_reference.safetensors",
-        "generation_config.json",
-        "history.json",
-        "model.safetensors",
-        "trainer_state.json",
-        "training_state.safetensors",
-    ]
-    return out
-
-
-def _run_copy(finished_run, tmp_path):
-    target = tmp_path / "run"
-    shutil.copytree(finished_run, target, symlinks=True)
-    return target
-
-
-def _resume(tokenizer, out, **overrides):
-    config = TrainingConfig(**CONFIG | {"max_u_divergence": 1.0, "steps": 4} | overrides)
-    return train(
-        _model(), _data(tokenizer), config, out_dir=str(out), resume=True, progress=False, allow_changed_settings=True
-    )
+from causalqwen import train
+from causalqwen.training import TrainingConfig
 
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "training_config.json", "checkpoint-4", "checkpoint-4.partial"])
 def test_a_resumed_run_never_writes_through_a_planted_link(tiny, finished_run, tmp_path, name):
-    out = _run_copy(finished_run, tmp_path)
-    secret = _outside(tmp_path)
+    out = run_copy(finished_run, tmp_path)
+    secret = outside_file(tmp_path)
     if name.startswith("checkpoint"):
         secret = secret.parent / "dir"  # a directory outside, with a file in it
         secret.mkdir()
@@ -97,7 +41,7 @@ def test_a_resumed_run_never_writes_through_a_planted_link(tiny, finished_run, t
         os.remove(out / name)
     os.symlink(secret, out / name)
     with pytest.raises(OSError, match=rf"'{out / name}' is a symbolic link"):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
     if name.startswith("checkpoint"):
         assert os.listdir(secret) == ["keep.txt"] and (secret / "keep.txt").read_text() == SECRET
     else:
@@ -106,24 +50,13 @@ def test_a_resumed_run_never_writes_through_a_planted_link(tiny, finished_run, t
 
 
 def test_a_hard_linked_metrics_file_is_refused(tiny, finished_run, tmp_path):
-    out = _run_copy(finished_run, tmp_path)
-    secret = _outside(tmp_path)
+    out = run_copy(finished_run, tmp_path)
+    secret = outside_file(tmp_path)
     os.remove(out / "metrics.jsonl")
     os.link(secret, out / "metrics.jsonl")
     with pytest.raises(OSError, match=r"metrics\.jsonl' has 2 hard links"):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
     assert secret.read_text() == SECRET
-
-
-def _with_tensor(file, name, value):
-    """Rewrite one tensor of the safetensors ``file`` (its metadata kept)."""
-    from safetensors import safe_open
-
-    with safe_open(file, framework="pt") as handle:
-        metadata = handle.metadata()
-    tensors = load_file(file)
-    tensors[name] = value(tensors[name])
-    save_file(tensors, file, metadata=metadata)
 
 
 def _huge(tensor):
@@ -193,27 +126,27 @@ def _huge(tensor):
 def test_resume_checks_every_tensor_it_reads_and_names_the_file(
     tiny, finished_run, tmp_path, file, tensor, value, message
 ):
-    out = _run_copy(finished_run, tmp_path)
+    out = run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / file
-    _with_tensor(path, tensor, value)
+    with_tensor(path, tensor, value)
     with pytest.raises(
         OSError, match=rf"{re.escape(str(path))}'?(: | do(es)? not fit (this run|the model): ).*{message}"
     ):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
 
 
 def test_resume_refuses_a_tensor_the_training_state_does_not_hold(tiny, finished_run, tmp_path):
-    out = _run_copy(finished_run, tmp_path)
+    out = run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / "training_state.safetensors"
     tensors = load_file(path)
     save_file(tensors | {"rng.extra": torch.zeros(3)}, path)
     with pytest.raises(OSError, match=rf"'{path}' does not fit this run: rng\.extra is not a tensor of a causalqwen"):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
     save_file({key: value for key, value in tensors.items() if key != "optimizer.1.exp_avg_sq"}, path)
     with pytest.raises(
         OSError, match=r"optimizer\.1 holds \['exp_avg', 'step'\], AdamW keeps \['exp_avg', 'exp_avg_sq', 'step'\]"
     ):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
 
 
 @pytest.mark.parametrize(
@@ -230,29 +163,29 @@ def test_resume_refuses_a_tensor_the_training_state_does_not_hold(tiny, finished
 def test_resume_refuses_non_finite_or_mistyped_numbers_in_the_trainer_state(
     tiny, finished_run, tmp_path, edit, message
 ):
-    out = _run_copy(finished_run, tmp_path)
+    out = run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / "trainer_state.json"
     record = json.loads(path.read_text())
     edit(record)
     path.write_text(json.dumps(record).replace("1e+400", "1e400").replace("Infinity", "1e400"))
     with pytest.raises(OSError, match=rf"'{path}'.*{message}"):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
 
 
 @pytest.mark.parametrize(
     "field, value", [("last_divergence", "x"), ("last_divergence", float("nan")), ("multiplier", float("inf"))]
 )
 def test_resume_refuses_a_bound_state_that_is_not_a_number(tiny, finished_run, tmp_path, field, value):
-    out = _run_copy(finished_run, tmp_path)
+    out = run_copy(finished_run, tmp_path)
     path = out / "checkpoint-2" / "divergence_bound.json"
     path.write_text(json.dumps(json.loads(path.read_text()) | {field: value}))
     with pytest.raises(OSError, match=rf"divergence_bound\.json holds (no multiplier >= 0|last_divergence {value!r})"):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
 
 
 def test_an_untouched_run_still_resumes_to_the_end(tiny, finished_run, tmp_path):
-    out = _run_copy(finished_run, tmp_path)
-    history = _resume(tiny[1], out)
+    out = run_copy(finished_run, tmp_path)
+    history = resume(tiny[1], out)
     assert history[-1]["step"] == 4 and (out / "checkpoint-4" / "model.safetensors").is_file()
     assert sorted(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()) == [1, 2, 3, 4]
 
@@ -299,17 +232,17 @@ def _edit_state(out, edit):
 def test_resume_refuses_trainer_state_numbers_that_contradict_the_checkpoint(
     tiny, finished_run, tmp_path, edit, message, allow
 ):
-    out = _run_copy(finished_run, tmp_path)
+    out = run_copy(finished_run, tmp_path)
     path = _edit_state(out, edit)
-    config = TrainingConfig(**CONFIG | {"max_u_divergence": 1.0} | ({"steps": 4} if allow else {}))
+    config = TrainingConfig(**TWO_STEP_RUN | {"max_u_divergence": 1.0} | ({"steps": 4} if allow else {}))
     with pytest.raises(
         OSError,
         match=rf"the training state '{re.escape(str(path))}' contradicts its checkpoint "
         rf"\(step 2 and the settings it records\): .*{message}",
     ):
         train(
-            _model(),
-            _data(tiny[1]),
+            tiny_model(),
+            tiny_data(tiny[1]),
             config,
             out_dir=str(out),
             resume=True,
@@ -320,19 +253,19 @@ def test_resume_refuses_trainer_state_numbers_that_contradict_the_checkpoint(
 
 @pytest.mark.parametrize("step", [100, 3, 1])
 def test_resume_refuses_a_recorded_step_that_is_not_the_directory_s(tiny, finished_run, tmp_path, step):
-    out = _run_copy(finished_run, tmp_path)
+    out = run_copy(finished_run, tmp_path)
     path = _edit_state(out, lambda r: r.update(step=step))
     with pytest.raises(
         OSError, match=rf"'{re.escape(str(path))}' records step {step}, but its directory is checkpoint-2"
     ):
-        _resume(tiny[1], out)
+        resume(tiny[1], out)
 
 
 def test_an_allowed_new_learning_rate_and_weight_decay_apply_and_the_result_resumes_again(tiny, finished_run, tmp_path):
     from transformers import get_cosine_schedule_with_warmup
 
-    out = _run_copy(finished_run, tmp_path)
-    history = _resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)
+    out = run_copy(finished_run, tmp_path)
+    history = resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)
     parameter = torch.nn.Parameter(torch.zeros(1))
     schedule = get_cosine_schedule_with_warmup(torch.optim.SGD([parameter], lr=1e-3), 1, 4)
     expected = 1e-3 * schedule.lr_lambdas[0](3)
@@ -341,7 +274,7 @@ def test_an_allowed_new_learning_rate_and_weight_decay_apply_and_the_result_resu
     assert record["scheduler"]["base_lrs"] == [1e-3, 1e-3]
     assert [g["weight_decay"] for g in record["optimizer_param_groups"]] == [0.05, 0.0]
     # the checkpoint this wrote agrees with the settings it records: it resumes (here: nothing left to do)
-    _resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)
+    resume(tiny[1], out, learning_rate=1e-3, weight_decay=0.05)
 
 
 def test_an_optimizer_tensor_beyond_the_parameters_is_named_with_their_count_in_words():
@@ -357,48 +290,6 @@ def test_an_optimizer_tensor_beyond_the_parameters_is_named_with_their_count_in_
     assert problems == ["optimizer.3.exp_avg names no parameter of the optimizer (it has 2 parameters)"]
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
-def _data(tokenizer, n=24, seed=0):
-    return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
-
-
-FOUR_STEP_RUN = dict(
-    steps=4,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
-def _run_until_first_checkpoint(tokenizer, out, monkeypatch, **overrides):
-    """A run killed right after its step-2 checkpoint."""
-    save = runs.save_checkpoint
-
-    def save_then_die(*args, **kwargs):
-        save(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runs, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(
-            _model(),
-            _data(tokenizer),
-            TrainingConfig(**FOUR_STEP_RUN | overrides),
-            out_dir=str(out),
-            progress=False,
-        )
-    monkeypatch.setattr(runs, "save_checkpoint", save)
-
-
 @pytest.mark.parametrize(
     "change, pattern",
     [
@@ -410,13 +301,13 @@ def _run_until_first_checkpoint(tokenizer, out, monkeypatch, **overrides):
 )
 def test_resume_names_every_changed_setting_and_the_flag_overrides(tokenizer, tmp_path, monkeypatch, change, pattern):
     out = tmp_path / "run"
-    _run_until_first_checkpoint(tokenizer, out, monkeypatch)
-    data = _data(tokenizer, seed=change.pop("data_seed", 0))
+    run_until_first_checkpoint(tokenizer, out, monkeypatch)
+    data = tiny_data(tokenizer, seed=change.pop("data_seed", 0))
     config = TrainingConfig(**FOUR_STEP_RUN | change | {"log_every": 2, "eval_every": 1})  # logging may change freely
     with pytest.raises(ValueError, match=pattern + ".*pass allow_changed_settings"):
-        train(_model(), data, config, out_dir=str(out), resume=True, progress=False)
+        train(tiny_model(), data, config, out_dir=str(out), resume=True, progress=False)
     history = train(
-        _model(),
+        tiny_model(),
         data,
         config,
         out_dir=str(out),
@@ -429,15 +320,15 @@ def test_resume_names_every_changed_setting_and_the_flag_overrides(tokenizer, tm
 
 def test_resume_refuses_a_checkpoint_tensor_of_the_wrong_dtype(tokenizer, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    _run_until_first_checkpoint(tokenizer, out, monkeypatch)
+    run_until_first_checkpoint(tokenizer, out, monkeypatch)
     weights = out / "checkpoint-2" / "model.safetensors"
     state = load_file(weights)
     state["action.b_noise"] = torch.full_like(state["action.b_noise"], 10**9, dtype=torch.int32)
     save_file(state, weights)
     with pytest.raises(OSError, match=r"action\.b_noise is stored as I32, but the model's tensor is floating-point"):
         train(
-            _model(),
-            _data(tokenizer),
+            tiny_model(),
+            tiny_data(tokenizer),
             TrainingConfig(**FOUR_STEP_RUN),
             out_dir=str(out),
             resume=True,
@@ -452,8 +343,8 @@ def test_resume_refuses_a_checkpoint_tensor_of_the_wrong_dtype(tokenizer, tmp_pa
     save_file(tensors, optimizer_file)
     with pytest.raises(OSError, match=rf"{first} has shape .* the parameter needs"):
         train(
-            _model(),
-            _data(tokenizer),
+            tiny_model(),
+            tiny_data(tokenizer),
             TrainingConfig(**FOUR_STEP_RUN),
             out_dir=str(out),
             resume=True,
@@ -464,8 +355,8 @@ def test_resume_refuses_a_checkpoint_tensor_of_the_wrong_dtype(tokenizer, tmp_pa
 def test_resume_needs_a_run_and_survives_a_metrics_line_cut_short(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="nothing to resume: .* holds no causalqwen run"):
         train(
-            _model(),
-            _data(tokenizer),
+            tiny_model(),
+            tiny_data(tokenizer),
             TrainingConfig(**FOUR_STEP_RUN),
             out_dir=str(tmp_path / "none"),
             resume=True,
@@ -473,12 +364,12 @@ def test_resume_needs_a_run_and_survives_a_metrics_line_cut_short(tokenizer, tmp
         )
     assert not (tmp_path / "none").exists()
     out = tmp_path / "run"
-    _run_until_first_checkpoint(tokenizer, out, monkeypatch)
+    run_until_first_checkpoint(tokenizer, out, monkeypatch)
     with open(out / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"step": 3, "train/tot')  # the line a kill -9 cut in half
     train(
-        _model(),
-        _data(tokenizer),
+        tiny_model(),
+        tiny_data(tokenizer),
         TrainingConfig(**FOUR_STEP_RUN),
         out_dir=str(out),
         resume=True,
@@ -489,8 +380,8 @@ def test_resume_needs_a_run_and_survives_a_metrics_line_cut_short(tokenizer, tmp
     (out / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl, line 2: not a metrics record"):
         train(
-            _model(),
-            _data(tokenizer),
+            tiny_model(),
+            tiny_data(tokenizer),
             TrainingConfig(**FOUR_STEP_RUN),
             out_dir=str(out),
             resume=True,

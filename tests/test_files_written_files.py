@@ -12,11 +12,10 @@ import os
 import shutil
 
 import pytest
+from tiny_runs import tiny_data, tiny_model
 
 from causalqwen import train
 from causalqwen.app import runs
-from causalqwen.app.tiny import build_tiny_causal_lm
-from causalqwen.files.data import TextDataset, synthetic_texts
 from causalqwen.files.rundir import RunDirectory
 from causalqwen.training import TrainingConfig
 
@@ -36,19 +35,11 @@ CONFIG = dict(
 NOTE = "my notes on this checkpoint\n"
 
 
-def _model():
-    return build_tiny_causal_lm(seed=0, init_seed=0).model
-
-
-def _data(tokenizer, n=16):
-    return TextDataset(synthetic_texts(n, seed=0), tokenizer, max_length=32)
-
-
 @pytest.fixture(scope="module")
 def three_checkpoints(tokenizer, tmp_path_factory):
     """A finished run with checkpoint-1, -2 and -3, every one kept (no limit)."""
     out = tmp_path_factory.mktemp("runs") / "run"
-    train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=str(out), progress=False)
+    train(tiny_model(), tiny_data(tokenizer, n=16), TrainingConfig(**CONFIG), out_dir=str(out), progress=False)
     return out
 
 
@@ -98,13 +89,13 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
     out = tmp_path / "run"
     config = TrainingConfig(**CONFIG | {"steps": 4})
     with killed_after_first_save():
-        train(_model(), _data(tokenizer), config, out_dir=str(out), progress=False)
+        train(tiny_model(), tiny_data(tokenizer, n=16), config, out_dir=str(out), progress=False)
     (out / "checkpoint-1" / "notes.txt").write_text(NOTE)
     kept = _tree(out / "checkpoint-1")
     with caplog.at_level(logging.WARNING, logger="causalqwen.app.runs"):
         train(
-            _model(),
-            _data(tokenizer),
+            tiny_model(),
+            tiny_data(tokenizer, n=16),
             TrainingConfig(**CONFIG | {"steps": 4, "save_total_limit": 1}),
             out_dir=str(out),
             resume=True,
@@ -223,7 +214,7 @@ def test_a_directory_of_someone_else_at_a_step_to_be_saved_stops_the_run_before_
     (run / "checkpoint-2" / "notes.txt").write_text(NOTE)
     try:
         with pytest.raises(ValueError, match=r"already holds checkpoint-2, which this run would write"):
-            train(_model(), _data(tokenizer), TrainingConfig(**CONFIG), out_dir=claimed, progress=False)
+            train(tiny_model(), tiny_data(tokenizer, n=16), TrainingConfig(**CONFIG), out_dir=claimed, progress=False)
     finally:
         claimed.release()
     assert (run / "checkpoint-2" / "notes.txt").read_text() == NOTE and _checkpoints(run) == ["checkpoint-2"]
@@ -242,8 +233,8 @@ def test_a_killed_saves_leftover_is_removed_unless_it_holds_something_else(token
         OSError, match=r"checkpoint-4.partial' holds notes.txt, which a checkpoint's save does not write"
     ):
         train(
-            _model(),
-            _data(tokenizer),
+            tiny_model(),
+            tiny_data(tokenizer, n=16),
             config,
             out_dir=str(run),
             resume=True,
@@ -255,7 +246,13 @@ def test_a_killed_saves_leftover_is_removed_unless_it_holds_something_else(token
     ).read_bytes() == b"cut short"
     (leftover / "notes.txt").unlink()
     train(
-        _model(), _data(tokenizer), config, out_dir=str(run), resume=True, progress=False, allow_changed_settings=True
+        tiny_model(),
+        tiny_data(tokenizer, n=16),
+        config,
+        out_dir=str(run),
+        resume=True,
+        progress=False,
+        allow_changed_settings=True,
     )
     assert not leftover.exists() and _checkpoints(run) == [
         "checkpoint-1",

@@ -15,11 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import load_file
+from tiny_runs import FOUR_STEP_RUN, TWO_STEP_RUN, tiny_data, tiny_model
 
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer, train
 from causalqwen.app import cli, runs
 from causalqwen.app.runs import latest_checkpoint
-from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm
+from causalqwen.app.tiny import build_tiny_base
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.files.rundir import (
     RunDirectory,
@@ -38,11 +39,6 @@ from causalqwen.training import (
     warmup_cosine_factor,
     warmup_cosine_schedule,
 )
-
-
-def tiny_model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the conftest fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
 
 
 def synthetic_data(tokenizer, n=48, seed=0):
@@ -898,19 +894,6 @@ def test_the_loader_refuses_a_dtype_it_does_not_know_by_name():
     assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}
 
 
-TWO_STEP_RUN = dict(
-    steps=2,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -939,37 +922,15 @@ def test_settings_at_the_edges_are_accepted():
     TrainingConfig(**TWO_STEP_RUN | {"learning_rate": 1e38, "weight_decay": 0.0, "max_grad_norm": 3e38})
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
-def _data(tokenizer, n=24, seed=0):
-    return TextDataset(synthetic_texts(n, seed=seed), tokenizer, max_length=32)
-
-
-FOUR_STEP_RUN = dict(
-    steps=4,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    preset="all",
-    eval_every=2,
-    save_every=2,
-    log_every=1,
-    seed=0,
-)
-
-
 def test_divergence_stops_with_a_clear_error(tokenizer):
     config = TrainingConfig(**FOUR_STEP_RUN | {"learning_rate": 1e30, "weight_decay": 0.0, "steps": 6})
     with pytest.raises(TrainingDiverged, match=r"training diverged .* lower the learning rate \(now 1e\+30\)"):
-        train(_model(), _data(tokenizer), config, progress=False)
+        train(tiny_model(), tiny_data(tokenizer), config, progress=False)
 
 
 def test_training_on_texts_without_a_next_token_is_refused(tokenizer):
     with pytest.raises(ValueError, match="none of the 8 training texts has two tokens"):
-        train(_model(), TextDataset([""] * 8, tokenizer), TrainingConfig(**FOUR_STEP_RUN), progress=False)
+        train(tiny_model(), TextDataset([""] * 8, tokenizer), TrainingConfig(**FOUR_STEP_RUN), progress=False)
 
 
 def test_training_settings_take_numpy_and_tensor_scalars_and_refuse_strings():
