@@ -18,7 +18,6 @@ from torch.overrides import TorchFunctionMode
 from wall_clock import budget
 
 from causalqwen import cauchy, generate
-from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import TextDataset, collate, synthetic_texts
 from causalqwen.inference import MODES
 
@@ -61,12 +60,6 @@ class HostSyncs(TorchFunctionMode):
             caller = frame.f_code.co_filename if frame is not None else ""
             (self.ours if caller.startswith(PACKAGE) else self.theirs).append(getattr(func, "__name__", str(func)))
         return func(*args, **(kwargs or {}))
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
 
 
 def test_a_training_forward_with_loss_synchronises_at_most_twice(tiny):

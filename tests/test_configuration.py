@@ -607,12 +607,6 @@ def test_no_section_signature_holds_a_default_the_config_does_not():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
-@pytest.fixture(scope="module")
 def saved_tiny(tiny, tmp_path_factory):
     path = tmp_path_factory.mktemp("model")
     tiny[0].save_pretrained(path)

@@ -10,15 +10,6 @@ import sys
 import pytest
 import torch
 
-from causalqwen.app.tiny import build_tiny_causal_lm
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
 AUTO_HABIT = """
 import json, sys
 if sys.argv[2] == "transformers first":

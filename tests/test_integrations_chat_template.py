@@ -5,15 +5,6 @@ special tokens and the numbers of the messages; a number token typed in a messag
 import numpy as np
 import pytest
 
-from causalqwen.app.tiny import build_tiny_causal_lm
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -13,17 +13,10 @@ from transformers import (
     TrainingArguments,
 )
 
-from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.files.data import collate
 from causalqwen.integrations.collator import NumericDataCollator
 
 TEXTS = ["It costs 2.5 dollars.", "Add 37 and 5."]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
 
 
 def test_the_collator_pads_values_and_labels_as_written_by_hand(tiny):

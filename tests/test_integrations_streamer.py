@@ -11,15 +11,6 @@ import re
 import pytest
 import torch
 
-from causalqwen.app.tiny import build_tiny_causal_lm
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
 STREAM_PROMPT = "The price is 12.50 yuan, up 3% from"
 
 

@@ -37,7 +37,7 @@ from transformers import (
 from wall_clock import budget
 
 from causalqwen import NumericTokenizer, tokenization
-from causalqwen.app.tiny import build_tiny_base, build_tiny_causal_lm, build_tiny_tokenizer
+from causalqwen.app.tiny import build_tiny_base, build_tiny_tokenizer
 from causalqwen.files.data import TextDataset, read_jsonl, synthetic_texts
 from causalqwen.float32 import format_number
 from causalqwen.integrations import tokenizer as tokenizer_module
@@ -58,12 +58,6 @@ SPECIAL_ATTRIBUTES = [
     "unk_token_id",
     "vocab_size",
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
 
 
 def test_tokenize_run_the_model_and_decode_as_transformers_users_do(tiny):
