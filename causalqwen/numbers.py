@@ -142,7 +142,7 @@ __all__ = [
 #     ",ddd" groups, comma", that earlier group was attempted and failed, so this attempt fails at
 #     once (it would take the grouped form, which cannot be given up for a shorter one).
 #   - The range test of a sign scans only the digits, dots and commas right after that sign.
-# No reading changed: `tests/test_trust_tokenization.py` keeps the regex as it was before these changes
+# No reading changed: `tests/test_numbers.py` keeps the regex as it was before these changes
 # and checks, on random and on built adversarial strings, that both make exactly the same matches.
 
 # Cutting a text. The prefix text[:i] reads exactly the numbers of the whole text that start before i

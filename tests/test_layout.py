@@ -530,9 +530,6 @@ def test_every_section_has_its_own_test_file(section):
 # The project's own checks, each about the whole of it rather than one module: its shape, its style, the wheel, the
 # docs site, the benchmarks, the package on CUDA and on several processes.
 PROJECT_CHECKS = ("layout", "style", "packaging", "docs_site", "benchmarks", "cuda", "distributed", "fsdp")
-# Test files still named by theme, to be folded into the files named by what their tests exercise: a list to be
-# emptied, never added to.
-TO_BE_FOLDED = ("reading_path",)
 
 
 def what_a_test_file_tests(name: str) -> str | None:
@@ -551,14 +548,12 @@ def what_a_test_file_tests(name: str) -> str | None:
     return None
 
 
-TEST_FILES = sorted(path.stem.removeprefix("test_") for path in (ROOT / "tests").glob("test_*.py"))
+TEST_NAMES = sorted(path.stem.removeprefix("test_") for path in (ROOT / "tests").glob("test_*.py"))
 
 
-@pytest.mark.parametrize("name", TEST_FILES)
+@pytest.mark.parametrize("name", TEST_NAMES)
 def test_file_is_named_by_what_it_tests(name):
-    """A test file is found by the name of what it tests; the files of `TO_BE_FOLDED` are still to be folded."""
-    if name in TO_BE_FOLDED:
-        pytest.xfail(f"test_{name}.py is still to be folded into the files named by what its tests exercise")
+    """A test file is found by the name of what it tests: a section, a module, a study or a project check."""
     assert what_a_test_file_tests(name), f"tests/test_{name}.py is named by no section, module, study or check"
 
 
