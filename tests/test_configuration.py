@@ -705,3 +705,17 @@ def test_save_pretrained_names_changed_periods_and_keeps_a_resized_model(tmp_pat
     loaded = CausalQwenForCausalLM.from_pretrained(tmp_path / "resized")
     assert list(loaded.numerical_embedding.periods) == [2.0, 4.0]
     assert loaded.config.vocab_size == model.config.vocab_size
+
+
+def test_save_pretrained_of_a_model_with_an_injected_adapter_says_to_save_the_adapter_or_merge(tmp_path):
+    """peft's layers injected into the model's own modules: the base's save wrote ``q_proj.base_layer`` names that
+    its loader then refused (q_proj missing); now the save refuses, says why, and writes nothing; merged, it saves."""
+    from peft import LoraConfig, get_peft_model
+
+    model = build_tiny_causal_lm(seed=0, init_seed=0).model
+    adapted = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    with pytest.raises(ValueError, match=r"q_proj\.base_layer\..* an adapter was injected into the model \(save the"):
+        adapted.base_model.model.save_pretrained(tmp_path / "injected")
+    assert not (tmp_path / "injected").exists() or not any((tmp_path / "injected").iterdir())
+    adapted.merge_and_unload().save_pretrained(tmp_path / "merged")
+    assert CausalQwenForCausalLM.from_pretrained(tmp_path / "merged").config.vocab_size == model.config.vocab_size

@@ -159,8 +159,13 @@ def check_config_describes_weights(model) -> None:
         shapes = [tuple(tensors[name].shape) if name in tensors else None for tensors in (weights, described)]
         if shapes[0] != shapes[1]:
             held, wanted = (f"shape {list(shape)}" if shape is not None else "absent" for shape in shapes)
+            if "lora_" in name or ".base_layer." in name:  # peft's layers, injected into the model's own modules
+                why = "an adapter was injected into the model (save the PeftModel, or merge_and_unload() first)"
+            else:
+                why = (
+                    "a field that fixes a module was set after the model was built (set it back, use "
+                    "resize_token_embeddings for vocab_size, or build a new model from the config)"
+                )
             raise ValueError(
-                f"{prefix}{name} is {held} in the model but {wanted} in a model built from its config: a field that "
-                "fixes a module was set after the model was built (set it back, use resize_token_embeddings for "
-                "vocab_size, or build a new model from the config)"
+                f"{prefix}{name} is {held} in the model but {wanted} in a model built from its config: {why}"
             )
