@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from tiny_runs import tiny_model
 from wall_clock import budget
 
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
@@ -1497,15 +1498,10 @@ def test_walkthrough_refuses_an_empty_text_before_it_prints_anything(capsys):
     )
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
 @pytest.fixture(scope="module")
 def saved(tokenizer, tmp_path_factory):
     path = tmp_path_factory.mktemp("saved") / "model"
-    _model().save_pretrained(path)
+    tiny_model().save_pretrained(path)
     return path
 
 

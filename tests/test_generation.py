@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from tiny_runs import tiny_model
 from transformers import pipeline
 
 from causalqwen import generate
@@ -353,15 +354,10 @@ def test_the_values_column_is_never_narrower_than_float32(dtype, widened):
     assert widened_values(None, ids).tolist() == [[0.0, 0.0, 0.0]]
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
 @pytest.fixture(scope="module")
 def number_model(tokenizer):
     """A model whose every step predicts <NUM> with value loc_Y = -12345.67 (beyond float16's precision)."""
-    model = copy.deepcopy(_model()).eval()
+    model = copy.deepcopy(tiny_model()).eval()
     with torch.no_grad():
         model.action.classification_head.bias[tokenizer.num_token_id] = 1e4
         model.action.regression_head.weight.zero_()
