@@ -93,6 +93,16 @@ def models(tiny_in_eval):
 
 
 @pytest.fixture(scope="module")
+def saved(tokenizer, tmp_path_factory):
+    """The tiny CausalQwen written by ``save_pretrained``: its directory."""
+    from tiny_runs import tiny_model
+
+    path = tmp_path_factory.mktemp("saved") / "model"
+    tiny_model().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
 def finished_run(tiny, tmp_path_factory):
     """A two-step training run (preset all, with the divergence bound) with its checkpoint-2."""
     from tiny_runs import TWO_STEP_RUN, tiny_data, tiny_model
