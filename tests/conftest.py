@@ -23,6 +23,7 @@ Profiles (select with ``HYPOTHESIS_PROFILE=...``; the default is ``ci``):
 """
 
 import contextlib
+import copy
 import os
 
 import pytest
@@ -63,6 +64,42 @@ def tiny():
 
     model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_in_eval():
+    """``(model, tokenizer)`` as `tiny` gives them, the model in eval mode: for the modules whose own ``tiny`` is
+    another fixture."""
+    from causalqwen.app.tiny import build_tiny_causal_lm
+
+    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
+    return model.eval(), tokenizer
+
+
+def _biased(model, token_id):
+    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
+    biased = copy.deepcopy(model)
+    with torch.no_grad():
+        biased.action.classification_head.bias[token_id] = 1e4
+    return biased
+
+
+@pytest.fixture(scope="module")
+def models(tiny_in_eval):
+    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
+    model, tokenizer = tiny_in_eval
+    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
+    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
+
+
+@pytest.fixture(scope="module")
+def saved(tokenizer, tmp_path_factory):
+    """The tiny CausalQwen written by ``save_pretrained``: its directory."""
+    from tiny_runs import tiny_model
+
+    path = tmp_path_factory.mktemp("saved") / "model"
+    tiny_model().save_pretrained(path)
+    return path
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import time
 
 import pytest
 import torch
+from tiny_runs import edit_config, file_tree, saved_copy
 from wall_clock import budget
 
 from causalqwen import CausalQwenForCausalLM, NumericTokenizer, generate
@@ -1497,33 +1497,9 @@ def test_walkthrough_refuses_an_empty_text_before_it_prints_anything(capsys):
     )
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
-@pytest.fixture(scope="module")
-def saved(tokenizer, tmp_path_factory):
-    path = tmp_path_factory.mktemp("saved") / "model"
-    _model().save_pretrained(path)
-    return path
-
-
-def _copy(saved, tmp_path, name="copy"):
-    target = tmp_path / name
-    shutil.copytree(saved, target)
-    return target
-
-
-def _edit_config(path, **fields):
-    config = json.loads((path / "config.json").read_text())
-    config.update(fields)
-    (path / "config.json").write_text(json.dumps(config))
-
-
 def test_cli_errors_are_one_line_with_exit_status_2(saved, tmp_path, capsys):
-    target = _copy(saved, tmp_path)
-    _edit_config(target, vocab_size=10**12)
+    target = saved_copy(saved, tmp_path)
+    edit_config(target, vocab_size=10**12)
     NumericTokenizer(build_tiny_base(seed=0)[1]).save_pretrained(target)
     cases = [
         (["demo", "--steps", "0", "--out", str(tmp_path / "d")], "steps must be a positive int, got 0"),
@@ -1565,23 +1541,6 @@ def test_a_missing_local_path_is_named_not_looked_up_on_the_hub(tmp_path, monkey
         cli_main(["generate", "--model", str(source), "--prompt", "x"])
     assert exited.value.code == 2 and f"model directory '{source}' does not exist" in capsys.readouterr().err
     assert time.perf_counter() - started < budget(5)  # no network retries
-
-
-def _tree(path):
-    """``{relative path: bytes, or the link's target}`` of everything under ``path``, links not followed."""
-    found = {}
-    for root, directories, files in os.walk(path):
-        for name in directories + files:
-            full = os.path.join(root, name)
-            key = os.path.relpath(full, path)
-            if os.path.islink(full):
-                found[key] = "-> " + os.readlink(full)
-            elif os.path.isfile(full):
-                with open(full, "rb") as handle:
-                    found[key] = handle.read()
-            else:
-                found[key] = "dir"
-    return found
 
 
 def _fails_after_loading(capsys, args):
@@ -1662,11 +1621,12 @@ def test_a_refused_option_leaves_a_previous_run_untouched(causal_dir, tmp_path, 
     ]
     assert cli.main(args) == 0
     capsys.readouterr()
-    before = _tree(out)
+    before = file_tree(out)
     for again in ("--resume", "--overwrite"):
         for bad, message in BAD_OPTIONS:
             assert message in _fails_after_loading(capsys, args + [again] + bad)
-            assert _tree(out) == before, (again, bad)  # the lock, the marker, the config, the checkpoints, the model
+            # the lock, the marker, the config, the checkpoints, the model
+            assert file_tree(out) == before, (again, bad)
     assert cli.main(args + ["--overwrite"]) == 0
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from safetensors.torch import load_file
-from tiny_runs import FOUR_STEP_RUN, run_until_first_checkpoint, tiny_data, tiny_model
+from tiny_runs import FOUR_STEP_RUN, edit_config, run_until_first_checkpoint, saved_copy, tiny_data, tiny_model
 from wall_clock import budget
 
 from causalqwen import CausalQwenForCausalLM, train
@@ -36,25 +36,6 @@ class _Planted:
 def _plant(target, witness):
     with open(target, "wb") as handle:
         pickle.dump(_Planted(witness), handle)
-
-
-@pytest.fixture(scope="module")
-def saved(tokenizer, tmp_path_factory):
-    path = tmp_path_factory.mktemp("saved") / "model"
-    tiny_model().save_pretrained(path)
-    return path
-
-
-def _copy(saved, tmp_path, name="copy"):
-    target = tmp_path / name
-    shutil.copytree(saved, target)
-    return target
-
-
-def _edit_config(path, **fields):
-    config = json.loads((path / "config.json").read_text())
-    config.update(fields)
-    (path / "config.json").write_text(json.dumps(config))
 
 
 def test_a_planted_training_state_pickle_is_never_loaded(tokenizer, tmp_path, monkeypatch):
@@ -92,7 +73,7 @@ def test_a_planted_training_state_pickle_is_never_loaded(tokenizer, tmp_path, mo
 
 def test_a_directory_with_only_a_pickled_model_is_refused(saved, tmp_path):
     witness = tmp_path / "pwned"
-    target = _copy(saved, tmp_path)
+    target = saved_copy(saved, tmp_path)
     os.remove(target / "model.safetensors")
     _plant(target / "pytorch_model.bin", witness)
     with pytest.raises(
@@ -118,7 +99,7 @@ def test_index_shards_outside_the_directory_are_refused(saved, tmp_path, shard):
     outside.mkdir()
     shutil.copy(saved / "model.safetensors", outside / "model.safetensors")
     shard = shard.replace("/ABSOLUTE", str(outside))
-    target = _copy(saved, tmp_path)
+    target = saved_copy(saved, tmp_path)
     os.remove(target / "model.safetensors")
     names = list(load_file(outside / "model.safetensors"))
     (target / "model.safetensors.index.json").write_text(
@@ -129,7 +110,7 @@ def test_index_shards_outside_the_directory_are_refused(saved, tmp_path, shard):
 
 
 def test_a_shard_inside_the_directory_loads(saved, tmp_path):
-    target = _copy(saved, tmp_path)
+    target = saved_copy(saved, tmp_path)
     (target / "shards").mkdir()
     os.replace(target / "model.safetensors", target / "shards" / "part.safetensors")
     names = list(load_file(target / "shards" / "part.safetensors"))
@@ -153,8 +134,8 @@ def test_a_shard_inside_the_directory_loads(saved, tmp_path):
     ],
 )
 def test_a_config_announcing_huge_sizes_fails_before_allocating(saved, tmp_path, field, value, pattern):
-    target = _copy(saved, tmp_path)
-    _edit_config(target, **{field: value}, **({"layer_types": None} if field == "num_hidden_layers" else {}))
+    target = saved_copy(saved, tmp_path)
+    edit_config(target, **{field: value}, **({"layer_types": None} if field == "num_hidden_layers" else {}))
     started = time.perf_counter()
     with pytest.raises(ValueError, match=pattern):  # an allocation would have been a MemoryError / RuntimeError
         CausalQwenForCausalLM.from_pretrained(target)
@@ -164,7 +145,7 @@ def test_a_config_announcing_huge_sizes_fails_before_allocating(saved, tmp_path,
 def test_a_qwen_base_with_a_huge_vocabulary_fails_before_allocating(tmp_path):
     qwen_dir = tmp_path / "qwen"
     save_tiny_base(qwen_dir)
-    _edit_config(qwen_dir, vocab_size=10**12)
+    edit_config(qwen_dir, vocab_size=10**12)
     with pytest.raises(ValueError, match="vocab_size=1000000000000"):
         CausalQwenForCausalLM.from_qwen(str(qwen_dir))
 
@@ -188,7 +169,7 @@ def test_config_fields_are_type_and_range_checked(saved, tmp_path, field, value,
     config = CausalQwenConfig.from_pretrained(saved).to_dict()
     with pytest.raises(error, match=pattern):
         CausalQwenConfig.from_dict(config | {field: value})
-    target = _copy(saved, tmp_path)
-    _edit_config(target, **{field: value})
+    target = saved_copy(saved, tmp_path)
+    edit_config(target, **{field: value})
     with pytest.raises(ValueError, match=r"config\.json: .*" + pattern.split(" must")[0]):  # the file is named
         CausalQwenForCausalLM.from_pretrained(target)

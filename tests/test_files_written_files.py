@@ -12,7 +12,7 @@ import os
 import shutil
 
 import pytest
-from tiny_runs import tiny_data, tiny_model
+from tiny_runs import file_tree, run_copy, tiny_data, tiny_model
 
 from causalqwen import train
 from causalqwen.app import runs
@@ -43,31 +43,8 @@ def three_checkpoints(tokenizer, tmp_path_factory):
     return out
 
 
-def _copy(run, tmp_path):
-    target = tmp_path / "run"
-    shutil.copytree(run, target, symlinks=True)
-    return target
-
-
 def _checkpoints(run):
     return sorted(name for name in os.listdir(run) if name.startswith("checkpoint-"))
-
-
-def _tree(path):
-    """``{relative path: bytes, or the link's target}`` of everything under ``path``, links not followed."""
-    found = {}
-    for root, directories, files in os.walk(path):
-        for name in directories + files:
-            full = os.path.join(root, name)
-            key = os.path.relpath(full, path)
-            if os.path.islink(full):
-                found[key] = "-> " + os.readlink(full)
-            elif os.path.isfile(full):
-                with open(full, "rb") as handle:
-                    found[key] = handle.read()
-            else:
-                found[key] = "dir"
-    return found
 
 
 def test_the_record_lists_every_file_of_a_checkpoint_with_its_sha256(three_checkpoints):
@@ -91,7 +68,7 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
     with killed_after_first_save():
         train(tiny_model(), tiny_data(tokenizer, n=16), config, out_dir=str(out), progress=False)
     (out / "checkpoint-1" / "notes.txt").write_text(NOTE)
-    kept = _tree(out / "checkpoint-1")
+    kept = file_tree(out / "checkpoint-1")
     with caplog.at_level(logging.WARNING, logger="causalqwen.app.runs"):
         train(
             tiny_model(),
@@ -102,7 +79,7 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
             progress=False,
         )
     assert _checkpoints(out) == ["checkpoint-1", "checkpoint-4"]
-    assert _tree(out / "checkpoint-1") == kept  # whole: the run's files beside the note, the note as written
+    assert file_tree(out / "checkpoint-1") == kept  # whole: the run's files beside the note, the note as written
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert warnings and all(os.path.join(str(out), "checkpoint-1") in line and "notes.txt" in line for line in warnings)
     assert "never deletes what it did not write" in warnings[0]
@@ -121,7 +98,7 @@ def test_a_run_with_a_limit_keeps_a_checkpoint_holding_a_users_note_and_removes_
     ],
 )
 def test_an_old_checkpoint_holding_what_the_run_did_not_write_is_kept_whole(three_checkpoints, tmp_path, plant, caplog):
-    run = _copy(three_checkpoints, tmp_path)
+    run = run_copy(three_checkpoints, tmp_path)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "precious.txt").write_text(NOTE)
@@ -149,12 +126,12 @@ def test_an_old_checkpoint_holding_what_the_run_did_not_write_is_kept_whole(thre
     else:  # a checkpoint whose record is gone (as one written by an older causalqwen): nothing is known to be ours
         (old / runs.CHECKPOINT_RECORD).unlink()
         foreign = "model.safetensors"
-    before = _tree(old)
+    before = file_tree(old)
     with caplog.at_level(logging.WARNING, logger="causalqwen.app.runs"):
         removed = runs.remove_old_checkpoints(str(run), 1)
     assert removed == [str(run / "checkpoint-2")]
     assert _checkpoints(run) == ["checkpoint-1", "checkpoint-3"]
-    assert _tree(old) == before
+    assert file_tree(old) == before
     assert (outside / "precious.txt").read_text() == NOTE and os.listdir(outside) == ["precious.txt"]
     (warning,) = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert str(old) in warning and foreign in warning
@@ -162,7 +139,7 @@ def test_an_old_checkpoint_holding_what_the_run_did_not_write_is_kept_whole(thre
 
 def test_a_hard_link_the_user_made_to_a_checkpoint_file_keeps_its_content(three_checkpoints, tmp_path):
     """The run's own file is removed from the checkpoint; the user's second name for it stays, with its bytes."""
-    run = _copy(three_checkpoints, tmp_path)
+    run = run_copy(three_checkpoints, tmp_path)
     weights = (run / "checkpoint-1" / "model.safetensors").read_bytes()
     kept = tmp_path / "best.safetensors"
     os.link(run / "checkpoint-1" / "model.safetensors", kept)
@@ -171,21 +148,21 @@ def test_a_hard_link_the_user_made_to_a_checkpoint_file_keeps_its_content(three_
 
 
 def test_links_and_files_named_like_checkpoints_are_neither_counted_nor_followed(three_checkpoints, tmp_path):
-    run = _copy(three_checkpoints, tmp_path)
+    run = run_copy(three_checkpoints, tmp_path)
     outside = tmp_path / "elsewhere"
     shutil.copytree(run / "checkpoint-1", outside / "checkpoint-copy")  # a complete checkpoint, record included
     (run / "checkpoint-9").symlink_to(outside / "checkpoint-copy", target_is_directory=True)
     (run / "checkpoint-8").write_text("a file named like a checkpoint")
-    before = _tree(outside)
+    before = file_tree(outside)
     assert runs.remove_old_checkpoints(str(run), 1) == [str(run / "checkpoint-1"), str(run / "checkpoint-2")]
     assert _checkpoints(run) == ["checkpoint-3", "checkpoint-8", "checkpoint-9"]
-    assert _tree(outside) == before and (run / "checkpoint-8").read_text().startswith("a file")
+    assert file_tree(outside) == before and (run / "checkpoint-8").read_text().startswith("a file")
     assert os.path.islink(run / "checkpoint-9")
 
 
 def test_remove_checkpoint_never_follows_a_link_to_read_it(three_checkpoints, tmp_path):
     """A checkpoint file replaced by a link to a copy of its own bytes elsewhere: the link is not the run's file."""
-    run = _copy(three_checkpoints, tmp_path)
+    run = run_copy(three_checkpoints, tmp_path)
     copy = tmp_path / "history-copy.json"
     shutil.copyfile(run / "checkpoint-1" / "history.json", copy)
     (run / "checkpoint-1" / "history.json").unlink()
@@ -196,7 +173,7 @@ def test_remove_checkpoint_never_follows_a_link_to_read_it(three_checkpoints, tm
 
 
 def test_remove_checkpoint_refuses_a_link_or_a_file_and_leaves_it(three_checkpoints, tmp_path):
-    run = _copy(three_checkpoints, tmp_path)
+    run = run_copy(three_checkpoints, tmp_path)
     (run / "checkpoint-8").write_text("a file named like a checkpoint")
     (run / "checkpoint-9").symlink_to(run / "checkpoint-1", target_is_directory=True)
     with pytest.raises(OSError, match="checkpoint-8' is not a directory"):
@@ -222,7 +199,7 @@ def test_a_directory_of_someone_else_at_a_step_to_be_saved_stops_the_run_before_
 
 
 def test_a_killed_saves_leftover_is_removed_unless_it_holds_something_else(tokenizer, tmp_path, three_checkpoints):
-    run = _copy(three_checkpoints, tmp_path)
+    run = run_copy(three_checkpoints, tmp_path)
     leftover = run / "checkpoint-4.partial"
     shutil.copytree(run / "checkpoint-3", leftover)  # what a save killed before its rename leaves
     (leftover / runs.CHECKPOINT_RECORD).unlink()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from tiny_runs import tiny_model
 from transformers import pipeline
 
 from causalqwen import generate
@@ -353,15 +354,10 @@ def test_the_values_column_is_never_narrower_than_float32(dtype, widened):
     assert widened_values(None, ids).tolist() == [[0.0, 0.0, 0.0]]
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
 @pytest.fixture(scope="module")
 def number_model(tokenizer):
     """A model whose every step predicts <NUM> with value loc_Y = -12345.67 (beyond float16's precision)."""
-    model = copy.deepcopy(_model()).eval()
+    model = copy.deepcopy(tiny_model()).eval()
     with torch.no_grad():
         model.action.classification_head.bias[tokenizer.num_token_id] = 1e4
         model.action.regression_head.weight.zero_()
@@ -434,28 +430,6 @@ def test_a_tiny_temperature_is_greedy_not_an_error():
 #
 # The oracles: the reference loop `causalqwen.generate` (ids and values), the prompt exactly as the user wrote it,
 # and texts written out by hand.
-
-
-@pytest.fixture(scope="module")
-def tiny_in_eval():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model.eval(), tokenizer
-
-
-def _biased(model, token_id):
-    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
-    biased = copy.deepcopy(model)
-    with torch.no_grad():
-        biased.action.classification_head.bias[token_id] = 1e4
-    return biased
-
-
-@pytest.fixture(scope="module")
-def models(tiny_in_eval):
-    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
-    model, tokenizer = tiny_in_eval
-    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
-    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
 
 
 def _pipe(model, tokenizer):

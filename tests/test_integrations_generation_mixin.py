@@ -303,28 +303,6 @@ def test_a_generation_step_is_the_plain_forward(tiny):
         model(**batch, generation_state=None)
 
 
-@pytest.fixture(scope="module")
-def tiny_in_eval():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model.eval(), tokenizer
-
-
-def _biased(model, token_id):
-    """A copy of ``model`` that chooses ``token_id`` at every step (in every mode)."""
-    biased = copy.deepcopy(model)
-    with torch.no_grad():
-        biased.action.classification_head.bias[token_id] = 1e4
-    return biased
-
-
-@pytest.fixture(scope="module")
-def models(tiny_in_eval):
-    """The plain tiny model, one that writes the digit 7 at every step, and one that writes a number at every step."""
-    model, tokenizer = tiny_in_eval
-    seven = tokenizer.hf_tokenizer.convert_tokens_to_ids("7")
-    return {"plain": model, "digits": _biased(model, seven), "numbers": _biased(model, model.config.num_token_id)}
-
-
 @pytest.mark.parametrize(
     "change, error, pattern",
     [

@@ -14,12 +14,11 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from test_training import synthetic_data, tiny_model
+from safetensors.torch import load_file
+from tiny_runs import tiny_data, tiny_model, with_tensor
 from torch import nn
 
 from causalqwen import CausalQwenForCausalLM, train
-from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.configuration import CausalQwenConfig
 from causalqwen.decision import DecisionHead
 from causalqwen.divergence import DivergenceBound
@@ -601,7 +600,7 @@ def _lora_model(rank=4, seed=0):
 
 
 def _data(tokenizer, n=40, seed=0):
-    return synthetic_data(tokenizer, n, seed)
+    return tiny_data(tokenizer, n, seed)
 
 
 CONFIG = dict(
@@ -689,27 +688,6 @@ def test_lora_with_the_bound_resumes_bit_exact_and_reloads(tokenizer, tmp_path, 
         assert torch.equal(reloaded(**batch).loss, uninterrupted.eval()(**batch).loss)
 
 
-@pytest.fixture(scope="module")
-def tiny_and_tokenizer():
-    model, tokenizer, _ = build_tiny_causal_lm(seed=0, init_seed=0)
-    return model, tokenizer
-
-
-def _model():
-    return build_tiny_causal_lm(seed=0, init_seed=0).model
-
-
-def _with_tensor(file, name, value):
-    """Rewrite one tensor of the safetensors ``file`` (its metadata kept)."""
-    from safetensors import safe_open
-
-    with safe_open(file, framework="pt") as handle:
-        metadata = handle.metadata()
-    tensors = load_file(file)
-    tensors[name] = value(tensors[name])
-    save_file(tensors, file, metadata=metadata)
-
-
 def _huge(tensor):
     return torch.full(tensor.shape, 1e300, dtype=torch.float64)
 
@@ -717,7 +695,7 @@ def _huge(tensor):
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
     path = tmp_path_factory.mktemp("adapter")
-    save_lora(add_lora(_model(), rank=2), path)
+    save_lora(add_lora(tiny_model(), rank=2), path)
     return path
 
 
@@ -739,8 +717,8 @@ def test_load_lora_refuses_a_float64_beyond_float32(adapter, tmp_path):
     path = _adapter_copy(adapter, tmp_path)
     weights = path / "adapter_model.safetensors"
     name = next(key for key in load_file(weights) if key.endswith("lora_A.weight"))
-    _with_tensor(weights, name, _huge)
-    model = _model()
+    with_tensor(weights, name, _huge)
+    model = tiny_model()
     with pytest.raises(
         ValueError, match=rf"the adapter '{weights}' .*{name} holds 1e\+300, beyond the range of float32"
     ):
@@ -773,24 +751,24 @@ def test_load_lora_refuses_a_float64_beyond_float32(adapter, tmp_path):
 def test_load_lora_refuses_what_add_lora_refuses(adapter, tmp_path, field, value, error, message):
     path = _adapter_copy(adapter, tmp_path)
     file = _edit_adapter_config(path, **{field: value})
-    model = _model()
+    model = tiny_model()
     with pytest.raises(error, match=rf"'{file}'.*{message}"):
         load_lora(model, path)
     assert not any(hasattr(module, "lora_A") for module in model.modules())
 
 
-def test_add_lora_and_load_lora_give_the_same_messages(tiny_and_tokenizer):
+def test_add_lora_and_load_lora_give_the_same_messages():
     for alpha, error, message in [
         (float("nan"), ValueError, "alpha must be finite, got nan"),
         (-16.0, ValueError, r"alpha must be > 0, got -16\.0"),
     ]:
         with pytest.raises(error, match=f"^{message}$"):
-            add_lora(_model(), alpha=alpha)
+            add_lora(tiny_model(), alpha=alpha)
 
 
-def test_a_plain_init_lora_weights_loads_the_same_adapter(adapter, tmp_path, tiny_and_tokenizer):
-    batch = tiny_and_tokenizer[1](["The price is 12.5 yuan and 3 cups."])
-    reference = load_lora(_model(), adapter)(**batch).loc_U
+def test_a_plain_init_lora_weights_loads_the_same_adapter(adapter, tmp_path, tokenizer):
+    batch = tokenizer(["The price is 12.5 yuan and 3 cups."])
+    reference = load_lora(tiny_model(), adapter)(**batch).loc_U
     path = _adapter_copy(adapter, tmp_path)
     _edit_adapter_config(path, init_lora_weights=False, base_model_name_or_path="elsewhere", inference_mode=False)
-    assert torch.equal(load_lora(_model(), path)(**batch).loc_U, reference)
+    assert torch.equal(load_lora(tiny_model(), path)(**batch).loc_U, reference)

@@ -11,9 +11,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tiny_runs import tiny_model
 
 from causalqwen.action import ActionNetwork
-from causalqwen.app.tiny import build_tiny_causal_lm
 from causalqwen.kernels.fused import fused_ovr_classification_loss
 from causalqwen.losses import ovr_classification_loss
 
@@ -348,14 +348,9 @@ def test_no_scored_row_gives_zero_loss_and_zero_gradients(reduction):
             assert grad is None or bool((grad == 0).all()), name
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
 def test_the_fused_loss_refuses_a_second_derivative(tokenizer):
     torch.manual_seed(0)
-    model = _model()
+    model = tiny_model()
     batch = tokenizer(["A cup of tea costs 1.5 dollars."])
     out = model(**batch, labels=batch["input_ids"])
     with pytest.raises(RuntimeError, match=r"no second derivative .* loss_algorithm='literal'"):

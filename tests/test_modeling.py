@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
+from tiny_runs import tiny_model
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -708,11 +709,6 @@ def test_a_padded_batch_gets_qwen2s_own_masks_without_a_host_read(small_model):
 # a silently wrong answer, by name.
 
 
-def _model(**overrides):
-    """The tiny CausalQwen (its tokenizer is the module fixture `tokenizer`: the same tokenizer)."""
-    return build_tiny_causal_lm(seed=0, init_seed=0, **overrides).model
-
-
 @pytest.mark.parametrize("return_decisions", [False, True])
 @pytest.mark.parametrize(
     "settings",
@@ -726,7 +722,7 @@ def _model(**overrides):
     ],
 )
 def test_settings_at_their_limits_keep_loss_and_gradients_finite(tokenizer, settings, return_decisions):
-    model = _model(**settings)
+    model = tiny_model(**settings)
     batch = tokenizer(["The price is 12.5 yuan and 3 cups.", "A week has 7 days"])
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     out = model(**batch, labels=labels, return_decisions=return_decisions)
@@ -746,7 +742,7 @@ def test_settings_at_their_limits_keep_loss_and_gradients_finite(tokenizer, sett
     ],
 )
 def test_misspelt_forward_keywords_are_refused_by_name(tokenizer, keyword, hint):
-    model = _model()
+    model = tiny_model()
     batch = tokenizer(["The price is 12.5 yuan."])
     with pytest.raises(
         TypeError, match=rf"forward\(\) got unexpected keyword argument\(s\) '{keyword}' \(did you mean '{hint}'\?\)"
@@ -757,7 +753,7 @@ def test_misspelt_forward_keywords_are_refused_by_name(tokenizer, keyword, hint)
 
 
 def test_inputs_embeds_gets_a_short_clear_error(tokenizer):
-    model = _model()
+    model = tiny_model()
     with pytest.raises(TypeError) as raised:
         model(torch.tensor([[1, 2]]), inputs_embeds=torch.zeros(1, 2, 64))
     assert "does not take inputs_embeds" in str(raised.value) and len(str(raised.value)) < 200
@@ -765,7 +761,7 @@ def test_inputs_embeds_gets_a_short_clear_error(tokenizer):
 
 
 def test_a_num_without_its_value_is_an_error_not_zero(tokenizer):
-    model = _model()
+    model = tiny_model()
     batch = tokenizer(["The price is 12.5 yuan."])
     with pytest.raises(ValueError, match=r"input_ids hold <NUM> .* at position \[0, \d+\] but numeric_values is None"):
         model(batch["input_ids"])
@@ -779,7 +775,7 @@ def test_a_num_without_its_value_is_an_error_not_zero(tokenizer):
 
 
 def test_forward_refuses_more_positions_than_the_model_has(tokenizer):
-    model = _model()
+    model = tiny_model()
     limit = model.config.max_position_embeddings
     with pytest.raises(ValueError, match=rf"{limit + 1} positions, more than max_position_embeddings={limit}"):
         model(torch.ones(1, limit + 1, dtype=torch.long))

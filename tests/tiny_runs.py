@@ -4,9 +4,13 @@
 fixtures ``tiny`` and ``tokenizer``: the same tokenizer); `TWO_STEP_RUN` and `FOUR_STEP_RUN` are the settings of a
 run that saves a checkpoint every two steps. The conftest fixture ``finished_run`` is a finished `TWO_STEP_RUN`;
 `run_copy` gives a test its own copy of it and `resume` resumes that copy for two more steps. `outside_file` is a
-file outside every directory a run writes, holding `SECRET`, for the tests that plant links to it.
+file outside every directory a run writes, holding `SECRET`, for the tests that plant links to it. The conftest
+fixture ``saved`` is the tiny model saved with ``save_pretrained``: `saved_copy` gives a test its own copy of it and
+`edit_config` rewrites fields of a copy's config; `file_tree` reads everything under a directory.
 """
 
+import json
+import os
 import shutil
 
 import pytest
@@ -48,6 +52,20 @@ def run_copy(finished_run, tmp_path):
     target = tmp_path / "run"
     shutil.copytree(finished_run, target, symlinks=True)
     return target
+
+
+def saved_copy(saved, tmp_path, name="copy"):
+    """A copy of the saved model directory ``saved`` named ``name`` under ``tmp_path``."""
+    target = tmp_path / name
+    shutil.copytree(saved, target)
+    return target
+
+
+def edit_config(path, **fields):
+    """Set ``fields`` in the ``config.json`` of the model directory ``path``."""
+    config = json.loads((path / "config.json").read_text())
+    config.update(fields)
+    (path / "config.json").write_text(json.dumps(config))
 
 
 def resume(tokenizer, out, **overrides):
@@ -105,3 +123,20 @@ def with_tensor(file, name, value):
     tensors = load_file(file)
     tensors[name] = value(tensors[name])
     save_file(tensors, file, metadata=metadata)
+
+
+def file_tree(path):
+    """``{relative path: bytes, or the link's target}`` of everything under ``path``, links not followed."""
+    found = {}
+    for root, directories, files in os.walk(path):
+        for name in directories + files:
+            full = os.path.join(root, name)
+            key = os.path.relpath(full, path)
+            if os.path.islink(full):
+                found[key] = "-> " + os.readlink(full)
+            elif os.path.isfile(full):
+                with open(full, "rb") as handle:
+                    found[key] = handle.read()
+            else:
+                found[key] = "dir"
+    return found
