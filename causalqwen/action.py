@@ -162,7 +162,7 @@ class ActionNetwork(nn.Module):
         # loc_S = loc W^T + b,  scale_S = max(scale |W|^T, eps)
         # loc_Y = loc . w + b_reg,  scale_Y = max(scale . |w|, eps)
         loc_S = F.linear(loc, weight, bias)  # [..., V] (or [..., K])
-        scale_S = F.linear(scale, abs_weight).clamp_min(self.scale_eps)  # [..., V]
+        scale_S = F.linear(scale, abs_weight).clamp_min(self.scale_eps)  # [..., V] (or [..., K])
         loc_Y = F.linear(loc, w_reg, b_reg).squeeze(-1)  # [...]
         scale_Y = F.linear(scale, w_reg.abs()).squeeze(-1).clamp_min(self.scale_eps)  # [...]
         return ActionOutput(loc_S, scale_S, loc_Y, scale_Y)
@@ -219,9 +219,10 @@ def ovr_probability(loc_S, scale_S, threshold) -> Tensor:
 
 
 def ovr_tail_nll(loc_S: Tensor, scale_S: Tensor, threshold, *, off: bool = True) -> tuple[Tensor, Tensor | None]:
-    r"""$(-\log P_k,\ -\log(1 - P_k)) = (a(-d, s),\ a(d, s))$ with the tail kernel $a$ (`cauchy.tail_nll`),
-    $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$; both ``[..., V]`` (the second only with ``off``), in the dtype
-    of ``loc_S``. The one place $d$ meets the kernel; the inputs' checks are its callers'."""
+    r"""$(-\log P_k,\ -\log(1 - P_k)) = (a(-d, s),\ a(d, s))$ with the tail kernel $a$ (`cauchy.tail_terms`,
+    through `cauchy.tail_nll` for autograd), $d = \mathrm{loc}_S - C$, $s = \mathrm{scale}_S$; both ``[..., V]`` (the
+    second only with ``off``), in the dtype of ``loc_S``. The one place $d$ meets the kernel; the inputs' checks are its
+    callers'."""
     diff, scale = torch.broadcast_tensors(loc_S - threshold, scale_S)  # d = loc_S - C, s = scale_S [..., V]
     return cauchy.tail_nll(-diff, scale), (cauchy.tail_nll(diff, scale) if off else None)
 

@@ -3,7 +3,8 @@ r"""The decision head: the action network plus everything that turns the law of 
 `DecisionHead` is the one owner of the decision state: $W_{\mathrm{cls}}$, $b_{\mathrm{cls}}$, $b_{\mathrm{noise}}$
 and the
 regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``scale_eps``, the ``<NUM>`` id,
-``ignore_index`` and the loss weights. Everything downstream of $U$ goes through it:
+``ignore_index`` and the loss weights, which the loss reads from it (`causalqwen.model.CausalLM` passes the head to
+the loss function). Every decision downstream of $U$ goes through it:
 
 | method | what it gives |
 |---|---|
@@ -14,8 +15,6 @@ regression head (inherited from `ActionNetwork`), the OvR threshold $C_k$, ``sca
 | ``decide_step`` | the decision in one of the four decision modes (D11) |
 | ``choose`` | one generation step's (token, value) in any of the five modes (D11) |
 | ``step_scores`` | one step's scores for transformers' generation loop |
-| ``next_token_targets`` | the scoring rule: which position is scored against which label (D9) |
-| ``loss`` | $\bar L_{\mathrm{cls}} + \lambda L_{\mathrm{reg,eff}}$ by ``config.loss_algorithm`` (D8–D9) |
 
 The threshold is always a tensor: a ``[V]`` buffer (``ovr_threshold_per_class``) or a parameter
 (``learnable_threshold``, ``[]`` or ``[V]``), saved with the weights; otherwise the config's number as a 0-d float64

@@ -7,7 +7,7 @@ $$P_k = P(S_k > C_k) = \frac12 + \frac1\pi \arctan\frac{\mathrm{loc}_{S_k} - C_k
 
 Each class is a separate binary decision, so the classification loss is a sum of $V$ binary
 cross-entropies, evaluated entirely in log space with the one tail kernel `cauchy.tail_terms`
-(decision D8; no ``eps`` inside a logarithm):
+(`cauchy.tail_nll` for autograd; decision D8; no ``eps`` inside a logarithm):
 $-\log(1 - P_k) = a(d_k, s_k)$ and $-\log P_k = a(-d_k, s_k)$ with $d_k = \mathrm{loc}_{S_k} - C_k$.
 $P_k$, its logs and the gate's $P_{\langle NUM\rangle}$ are formed once, in `causalqwen.action` (`ovr_probability`,
 `ovr_log_probability`, `ovr_tail_nll`, `num_probability`); the names ``ovr_probability`` and
@@ -159,11 +159,11 @@ class LossParts(NamedTuple):
 
     ``cls_loss`` (per position) is None on the fused path, which only forms the sum."""
 
-    total: Tensor
-    cls_loss_mean: Tensor
-    reg_loss_effective: Tensor
-    n_cls: Tensor
-    n_reg: Tensor
+    total: Tensor  # [] cls_loss_mean + regression_weight * reg_loss_effective
+    cls_loss_mean: Tensor  # [] the OvR loss summed over scored positions, divided by max(n_cls, 1)
+    reg_loss_effective: Tensor  # [] the gated regression loss summed, divided by max(n_reg, 1)
+    n_cls: Tensor  # [] scored positions
+    n_reg: Tensor  # [] scored <NUM> targets
     cls_loss: Tensor | None  # [...] per position
     reg_loss: Tensor  # [...] per position (gated)
 

@@ -12,7 +12,7 @@ Step by step, as `CausalLM` runs it:
     e = embed_tokens(x) + numerical_embedding(v)           # [B, S, H]   D4, causalqwen.embedding
     z = backbone(e)                                        # [B, S, H]   D5, any map; Qwen2 in causalqwen.modeling
     loc_U, scale_U = abduction(z)                          # [B, S, C]   D6, causalqwen.abduction
-    loc_S, scale_S, loc_Y, scale_Y = head(loc_U, scale_U)  # [B, S, V], [B, S]   D7, causalqwen.decision
+    loc_S, scale_S, loc_Y, scale_Y = head(loc_U, scale_U)  # [B, S, V], [B, S]   D7, causalqwen.action
     loss = OvR(S; next token) + λ gated NLL(Y; next value) # []   D8-D9, causalqwen.losses (config.loss_algorithm)
 
 `CausalLM` holds the modules and no parameter of its own, so the transformers model (`causalqwen.modeling`) keeps
@@ -47,7 +47,7 @@ class CausalLMOutput(NamedTuple):
     loc_Y: Tensor | None = None  # [B, K]; [B, S] with the loss and no decisions
     scale_Y: Tensor | None = None  # [B, K]; [B, S] with the loss and no decisions
     loss: Tensor | None = None  # [] the total, cls_loss + regression_weight * reg_loss
-    cls_loss: Tensor | None = None  # [] the mean OvR loss over scored positions (None from the fused loss)
+    cls_loss: Tensor | None = None  # [] the mean OvR loss over scored positions
     reg_loss: Tensor | None = None  # [] the gated regression loss over <NUM> targets
     n_cls: Tensor | None = None  # [] scored positions
     n_reg: Tensor | None = None  # [] scored <NUM> targets
@@ -102,12 +102,12 @@ class CausalLM:
         loc_U, scale_U, _ = self.law_of_U(input_ids, numeric_values)  # [B, S, C] each
         if return_decisions is None:
             return_decisions = labels is None
-        fields, scored = {}, None
+        fields, loss_decisions = {}, None
         if labels is not None:
             window = attention_mask[:, -input_ids.shape[1] :] if attention_mask is not None else None  # [B, S]
             numeric_labels = numeric_labels if numeric_labels is not None else numeric_values
             targets = next_token_targets(labels, numeric_labels, window, config.ignore_index, config.num_token_id)
-            parts, scored = loss_function(config.loss_algorithm)(
+            parts, loss_decisions = loss_function(config.loss_algorithm)(
                 head,
                 loc_U,
                 scale_U,
@@ -122,11 +122,12 @@ class CausalLM:
             )
             fields = dict(loss=parts.total, cls_loss=parts.cls_loss_mean, reg_loss=parts.reg_loss_effective)
             fields |= dict(n_cls=parts.n_cls, n_reg=parts.n_reg, targets=targets, numeric_labels=numeric_labels)
-            fields |= dict(loc_Y=scored.loc_Y, scale_Y=scored.scale_Y)  # [B, S] each
+            fields |= dict(loc_Y=loss_decisions.loc_Y, scale_Y=loss_decisions.scale_Y)  # [B, S] each
         if return_decisions:
             kept = slice(-logits_to_keep, None)  # every position when 0
-            if scored is not None and scored.loc_S.shape[-1] == config.vocab_size:  # the loss's own, gradients too
-                decision = ActionOutput(*(tensor[:, kept] for tensor in scored)) if logits_to_keep else scored
+            formed = loss_decisions is not None and loss_decisions.loc_S.shape[-1] == config.vocab_size  # [B, S, V]
+            if formed:  # the decisions the loss formed (the literal loss forms them all), gradients too
+                decision = ActionOutput(*(t[:, kept] for t in loss_decisions)) if logits_to_keep else loss_decisions
             else:
                 decision = head(loc_U[:, kept], scale_U[:, kept])  # [B, K, V] x2, [B, K] x2
             fields |= decision._asdict()

@@ -296,8 +296,8 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
         logits_to_keep: int = 0,
         **kwargs,
     ) -> CausalQwenOutput:
-        r"""The whole model in a straight line: the law of $U$, the standard decisions, and with ``labels`` the
-        loss of D8–D9.
+        r"""The whole model in a straight line: the law of $U$; with ``labels`` the loss of D8–D9; the standard
+        decisions when ``return_decisions`` (by default, when no ``labels`` are given).
 
         ``labels`` are aligned with ``input_ids`` (transformers convention) and shifted inside
         (`causalqwen.losses.next_token_targets`): position $i$ is scored against ``labels[i+1]`` and
@@ -312,10 +312,11 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
         would break callers; the function still takes ``numeric_labels`` fifth or by keyword.
 
         ``return_decisions`` (default: only when no ``labels`` are given) fills ``loc_S``/``scale_S``
-        ``[B, S, V]`` and ``logits`` ($\mathrm{loc}_S$); ``logits_to_keep`` > 0 forms them for the last that many
-        positions only. Neither changes how the loss is computed. Without decisions and without ``labels`` the
-        output is the law of $U$ alone (what a step of transformers' generation loop asks for: the mode's scores
-        are formed from it, `causalqwen.integrations.generation_mixin`).
+        ``[B, S, V]``, ``logits`` ($\mathrm{loc}_S$) and ``loc_Y``/``scale_Y`` ``[B, S]``; ``logits_to_keep`` = K > 0
+        forms them for the last K positions only (``[B, K, V]``, ``[B, K]``). Neither changes how the loss is
+        computed. Without decisions and without ``labels`` the output is the law of $U$ alone (what a step of
+        transformers' generation loop asks for: the mode's scores are formed from it,
+        `causalqwen.integrations.generation_mixin`).
         All inputs are checked here with one host synchronisation (`causalqwen.checks.doors.open_door`) while
         `causalqwen.cauchy.validating`; the rest of the forward runs under ``cauchy.validation(False)``. A caller that
         has checked them runs the forward under ``cauchy.validation(False)`` too (``model.generate`` checks the
@@ -326,6 +327,7 @@ class CausalQwenForCausalLM(VocabularyResizing, CausalQwenPreTrainedModel, Causa
             cache = one_cache(cache, past_key_values)
         if kwargs:  # transformers' output switches pass on to Qwen2; generate's and peft's extras are dropped
             kwargs = forward_keywords(kwargs)
+        # Qwen2's mask (None when the door found it all ones) and positions [B, S]; the loss reads attention_mask
         mask, positions = open_door(
             self.config,
             input_ids,
