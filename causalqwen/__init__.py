@@ -10,13 +10,13 @@ The top level follows the design, a number's path from text to loss, one module 
 5. ``action`` and ``decision``: exogenous noise and the linear map U -> (S_k, Y); the decision head that
    owns every decision and target.
 6. ``losses``: One-vs-Rest classification from the Cauchy CDF and the gated Cauchy NLL of the value.
-7. ``inference``: the five inference modes; ``regression``: the law of the number that follows a prompt, and how
+7. ``model``: the model in the design's order, embedding -> backbone -> abduction -> action -> loss, around any
+   backbone; ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
+   conversion, and the model on transformers' Qwen2 (`CausalQwenModel`, `CausalQwenForCausalLM`).
+8. ``inference``: the five inference modes; ``regression``: the law of the number that follows a prompt, and how
    answers fit their laws; ``generation``: the autoregressive loop, `generate` (the key/value cache it fills is the
    model's, ``model.new_key_value_cache()``); ``writing``: how a number is written back (the resolution a literal
    states, a value at a resolution, the spaces around numbers).
-8. ``model``: the model in the design's order, embedding -> backbone -> abduction -> action -> loss, around any
-   backbone; ``configuration``, ``initialization`` and ``modeling``: the config, the initial scale and threshold of a
-   conversion, and the model on transformers' Qwen2 (`CausalQwenModel`, `CausalQwenForCausalLM`).
 9. ``training``, ``divergence`` and ``metrics``: the training step and its schedule (linear warm-up, then cosine
    decay), the bound on how far U moves, the evaluation metrics; ``likelihood``: the probability of a text, numbers
    scored as written.
