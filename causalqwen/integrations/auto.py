@@ -139,10 +139,10 @@ def check_config_describes_weights(model) -> None:
     embedding's periods are the config's, and a model built from the config (on the meta device: shapes, no memory)
     has the same tensors with the same shapes.
 
-    A field that fixes a module (``number_encoding``, ``number_periods``, ``hidden_size``, ``num_hidden_layers``,
-    ``vocab_size``, ...) set on a built model passes the config's own checks but changes no module; the directory
-    saved with it would not load, or would load other periods than the weights were learnt for.
-    ``resize_token_embeddings`` changes the weights and the config together."""
+    A field that fixes a module (``number_encoding``, ``number_periods``, ``vocab_size``, ``intermediate_size``, ...)
+    set on a built model passes the config's own checks but changes no module; the directory saved with it would not
+    load, or would load other periods than the weights were learnt for. ``resize_token_embeddings`` changes the
+    weights and the config together; peft's layers injected into the model are named as such."""
     config, prefix = model.config, "save_pretrained: the config no longer describes the weights: "
     periods = model.numerical_embedding.periods
     built_with = None if periods is None else list(periods)
